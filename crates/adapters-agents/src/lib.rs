@@ -1,0 +1,16 @@
+//! Agent providers: everything that can answer an [`application::ports::QueryFn`] call.
+//!
+//! One module per provider, each mapping its native output into normalized
+//! [`application::ports::AgentMessage`]s. The fixture-backed [`mock`] provider
+//! is just another provider: it replays recorded calls with no network, which
+//! is what makes runs reproducible in tests and examples. [`Providers`]
+//! dispatches each call to the provider its agent names.
+//!
+//! Architecture invariant: providers never depend on each other, and nothing
+//! here knows about stores or the CLI.
+
+pub mod mock;
+mod providers;
+
+pub use mock::MockQuery;
+pub use providers::Providers;

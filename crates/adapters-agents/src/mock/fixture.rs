@@ -1,0 +1,193 @@
+//! The fixture file format (seed 001 §7.2) and its mapping to agent messages.
+//!
+//! A file is `{"calls": [{"input"?, "output", "events"?}]}`. `events` hold
+//! `agent:*` shapes without the envelope; `output` is the call's result, or
+//! an `error` to replay a failure. Unknown event types are kept as warnings
+//! rather than refused, so fixtures recorded by a newer awr still replay.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use application::ports::{AgentMessage, AgentResult, QueryError};
+use domain::SessionId;
+use domain::event::{ModelUsage, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One fixture file: the recorded calls of one node, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixtureFile {
+    /// Calls in the order the node made them.
+    pub calls: Vec<FixtureCall>,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixtureCall {
+    /// What the agent was asked (kept for the reader; not checked on replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// How the call ended.
+    pub output: FixtureOutput,
+    /// `agent:*` events the call produced, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<Value>,
+}
+
+/// The recorded result of a call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureOutput {
+    /// Final text.
+    #[serde(default)]
+    pub text: String,
+    /// Token usage.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Per-model usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_usage: Option<BTreeMap<String, ModelUsage>>,
+    /// Cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_cost_usd: Option<f64>,
+    /// Duration the provider reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Turns taken (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_turns: Option<u32>,
+    /// Provider session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+    /// Structured output as recorded (the runner recomputes it from `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<Value>,
+    /// Replays a failed call instead of a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<FixtureError>,
+}
+
+/// A recorded failure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FixtureError {
+    /// Stable error type (`rate_limit`, `error_max_turns`, ...).
+    pub error_type: String,
+    /// Message.
+    pub message: String,
+}
+
+/// Why a fixture file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureLoadError {
+    /// The file could not be read.
+    #[error("cannot read fixture file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a valid fixture file.
+    #[error("invalid fixture file {path}: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// serde's message, with line and column.
+        source: serde_json::Error,
+    },
+}
+
+impl FixtureFile {
+    /// Reads and parses a fixture file.
+    pub fn load(path: &Path) -> Result<Self, FixtureLoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FixtureLoadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| FixtureLoadError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+impl FixtureCall {
+    /// The messages this call replays: its events, then its result (or error).
+    pub fn messages(&self) -> Vec<Result<AgentMessage, QueryError>> {
+        let mut out: Vec<_> = self.events.iter().filter_map(event_message).map(Ok).collect();
+        let o = &self.output;
+        out.push(match &o.error {
+            Some(e) => Err(QueryError::Agent {
+                error_type: e.error_type.clone(),
+                message: e.message.clone(),
+                details: None,
+            }),
+            None => Ok(AgentMessage::Completed(AgentResult {
+                text: o.text.clone(),
+                usage: o.usage.clone(),
+                model_usage: o.model_usage.clone(),
+                total_cost_usd: o.total_cost_usd,
+                duration_ms: o.duration_ms,
+                num_turns: o.num_turns.unwrap_or(1),
+                session_id: o.session_id.clone(),
+            })),
+        });
+        out
+    }
+}
+
+/// Maps one recorded `agent:*` event to a message. `agent:complete` is
+/// dropped: the call's `output` is the authoritative result. A malformed or
+/// unknown event is kept as a warning, so nothing recorded disappears silently.
+fn event_message(event: &Value) -> Option<AgentMessage> {
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind == "agent:complete" {
+        return None;
+    }
+    Some(known_event(kind, event).unwrap_or_else(|| AgentMessage::Warning {
+        message: format!("fixture event `{kind}` is unknown or malformed; kept as a warning"),
+        details: Some(event.clone()),
+    }))
+}
+
+fn known_event(kind: &str, event: &Value) -> Option<AgentMessage> {
+    let text = |field: &str| event.get(field).and_then(Value::as_str).map(str::to_owned);
+    let tokens = event.get("tokenCount").and_then(Value::as_u64);
+    let message = match kind {
+        "agent:start" => AgentMessage::Session {
+            session_id: SessionId::new(text("sessionId")?).ok()?,
+            model: text("model"),
+        },
+        "agent:thinking:delta" => AgentMessage::ThinkingDelta {
+            content: text("content")?,
+            token_count: tokens,
+        },
+        "agent:thinking" => AgentMessage::Thinking {
+            content: text("content")?,
+            token_count: tokens,
+        },
+        "agent:text:delta" => AgentMessage::TextDelta {
+            content: text("content")?,
+        },
+        "agent:text" => AgentMessage::Text {
+            content: text("content")?,
+        },
+        "agent:tool" => AgentMessage::Tool {
+            name: text("toolName")?,
+            input: event.get("toolInput").cloned().unwrap_or(Value::Null),
+            output: event.get("toolOutput").cloned().unwrap_or(Value::Null),
+            duration_ms: event.get("durationMs").and_then(Value::as_u64),
+            error: text("error"),
+        },
+        "agent:error" => AgentMessage::Error {
+            error_type: text("errorType")?,
+            message: text("message").unwrap_or_default(),
+            details: event.get("details").cloned(),
+        },
+        _ => return None,
+    };
+    Some(message)
+}

@@ -1,0 +1,220 @@
+//! The fixture-backed mock provider of seed 001 §7: a `QueryFn` that replays
+//! recorded calls instead of calling a model.
+//!
+//! Fixtures live in one directory per workflow, one file per node
+//! (`<node-id>.json`, seed 001 §7.2). Each call of a node takes the next
+//! recorded call of its file (a counter per node), yields its recorded
+//! events, then its output as the result. A missing file or call is an error
+//! that names the node, the call index and the file, never a guess.
+
+mod fixture;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use async_trait::async_trait;
+use domain::NodeId;
+
+pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
+
+/// Serves agent calls from fixture files.
+pub struct MockQuery {
+    /// Directory that relative `fixtures:` settings are resolved against (the workflow's).
+    base_dir: PathBuf,
+    /// Where fixtures are when an agent names no `fixtures:` directory.
+    default_dir: PathBuf,
+    /// Parsed files by path, and the next call index by node. A std mutex:
+    /// it is never held across an await, and the critical sections are tiny.
+    state: Mutex<MockState>,
+}
+
+#[derive(Default)]
+struct MockState {
+    files: HashMap<PathBuf, Arc<FixtureFile>>,
+    calls: HashMap<NodeId, usize>,
+}
+
+impl MockQuery {
+    /// A mock whose agents' `fixtures:` paths are relative to `base_dir`,
+    /// defaulting to `default_dir`.
+    pub fn new(base_dir: impl Into<PathBuf>, default_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            base_dir: base_dir.into(),
+            default_dir: default_dir.into(),
+            state: Mutex::new(MockState::default()),
+        }
+    }
+
+    fn fixture_path(&self, request: &AgentRequest) -> PathBuf {
+        let dir = match &request.agent.fixtures {
+            Some(dir) => self.base_dir.join(dir),
+            None => self.default_dir.clone(),
+        };
+        dir.join(format!("{}.json", request.node_id))
+    }
+
+    /// Takes the next call index of `node` and the parsed fixture file.
+    fn next_call(&self, node: &NodeId, path: &Path) -> Result<(usize, Arc<FixtureFile>), QueryError> {
+        let cached = {
+            let state = self.state.lock().map_err(|_| poisoned())?;
+            state.files.get(path).cloned()
+        };
+        let file = match cached {
+            Some(file) => file,
+            None => {
+                let file = Arc::new(FixtureFile::load(path).map_err(|e| {
+                    QueryError::Fixture(format!("node `{node}`: {e}"))
+                })?);
+                let mut state = self.state.lock().map_err(|_| poisoned())?;
+                Arc::clone(state.files.entry(path.to_owned()).or_insert(file))
+            }
+        };
+        let mut state = self.state.lock().map_err(|_| poisoned())?;
+        let counter = state.calls.entry(node.clone()).or_insert(0);
+        let index = *counter;
+        *counter += 1;
+        Ok((index, file))
+    }
+}
+
+fn poisoned() -> QueryError {
+    QueryError::Fixture("fixture state is unusable after an earlier panic".into())
+}
+
+#[async_trait]
+impl QueryFn for MockQuery {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let path = self.fixture_path(&request);
+        let (index, file) = self.next_call(&request.node_id, &path)?;
+        let call = file.calls.get(index).ok_or_else(|| {
+            QueryError::Fixture(format!(
+                "no fixture for node `{}` call {index} in {} (it records {} call(s))",
+                request.node_id,
+                path.display(),
+                file.calls.len()
+            ))
+        })?;
+        let messages: Vec<Result<AgentMessage, QueryError>> = call.messages();
+        Ok(Box::pin(futures::stream::iter(messages)))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use domain::workflow::{AgentDef, Policy, Provider};
+    use domain::{NodeRunId, RunId};
+    use futures::StreamExt;
+
+    fn request(node: &str, fixtures: Option<&str>) -> AgentRequest {
+        AgentRequest {
+            run_id: RunId::new(uuid_v4()).unwrap(),
+            node_id: NodeId::new(node).unwrap(),
+            node_run_id: NodeRunId::new(uuid_v4()),
+            agent_name: node.into(),
+            agent: AgentDef {
+                provider: Provider::Mock,
+                model: None,
+                system_prompt: String::new(),
+                tools: vec![],
+                max_turns: None,
+                output_schema: None,
+                policy: Policy::default(),
+                fixtures: fixtures.map(str::to_owned),
+            },
+            prompt: "hi".into(),
+            resume: None,
+        }
+    }
+
+    fn uuid_v4() -> uuid::Uuid {
+        uuid::Builder::from_random_bytes([7; 16]).into_uuid()
+    }
+
+    fn write(dir: &Path, name: &str, body: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+
+    async fn collect(stream: AgentStream) -> Vec<Result<AgentMessage, QueryError>> {
+        stream.collect().await
+    }
+
+    #[tokio::test]
+    async fn replays_calls_in_order_then_names_the_missing_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "writer.json",
+            r#"{"calls": [
+                {"output": {"text": "first", "sessionId": "s1", "usage": {"inputTokens": 1, "outputTokens": 2}},
+                 "events": [{"type": "agent:start", "sessionId": "s1"}, {"type": "agent:text:delta", "content": "fir"}]},
+                {"output": {"text": "second"}}
+            ]}"#,
+        );
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        let first = collect(mock.query(request("writer", None)).await.unwrap()).await;
+        assert!(matches!(&first[0], Ok(AgentMessage::Session { session_id, .. }) if session_id.as_str() == "s1"));
+        assert!(matches!(&first[1], Ok(AgentMessage::TextDelta { content }) if content == "fir"));
+        match first.last().unwrap() {
+            Ok(AgentMessage::Completed(r)) => {
+                assert_eq!(r.text, "first");
+                assert_eq!(r.usage.output_tokens, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        let second = collect(mock.query(request("writer", None)).await.unwrap()).await;
+        assert!(matches!(second.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "second"));
+        let Err(err) = mock.query(request("writer", None)).await else {
+            panic!("third call should fail")
+        };
+        let msg = err.to_string();
+        assert!(msg.contains("`writer` call 2") && msg.contains("writer.json"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn missing_and_broken_files_are_clear_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mock = MockQuery::new(tmp.path(), tmp.path().join("none"));
+        let Err(err) = mock.query(request("ghost", None)).await else {
+            panic!("expected an error")
+        };
+        assert!(err.to_string().contains("`ghost`"), "{err}");
+
+        write(tmp.path(), "bad.json", "{\"calls\": [ {\"output\": 3} ]}");
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        let Err(err) = mock.query(request("bad", None)).await else {
+            panic!("expected an error")
+        };
+        let msg = err.to_string();
+        assert!(msg.contains("bad.json") && msg.contains("line 1"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn agent_fixtures_setting_is_relative_to_the_base_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join("fx"), "a.json", r#"{"calls": [{"output": {"text": "ok"}}]}"#);
+        let mock = MockQuery::new(tmp.path(), tmp.path().join("elsewhere"));
+        let out = collect(mock.query(request("a", Some("fx"))).await.unwrap()).await;
+        assert!(matches!(out.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "ok"));
+    }
+
+    #[tokio::test]
+    async fn a_recorded_error_fails_the_call() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "a.json",
+            r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
+        );
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        let out = collect(mock.query(request("a", None)).await.unwrap()).await;
+        match out.last().unwrap() {
+            Err(QueryError::Agent { error_type, .. }) => assert_eq!(error_type, "rate_limit"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Ports and services: what awr does, independent of how it stores or whom it calls.
+//!
+//! - [`ports`]: the async traits the outside world implements — [`ports::RunStore`]
+//!   (event log + snapshots), [`ports::QueryFn`] (one agent invocation),
+//!   [`ports::Clock`] and [`ports::IdGen`] (so replays can pin time and ids),
+//!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
+//! - [`runner`]: [`runner::WorkflowRunner`], which executes a validated
+//!   workflow graph, records every step, and keeps the snapshot current.
+//!
+//! Architecture invariant: this crate names no concrete store, provider, file
+//! path or clock. The composition root (`cli`, test harnesses) wires those in.
+
+pub mod inspect;
+pub mod ports;
+pub mod runner;
+
+pub use runner::{RunOutcome, RunRequest, RunnerError, WorkflowRunner};

@@ -1,0 +1,161 @@
+//! [`QueryFn`]: one agent invocation, whatever runs the agent.
+//!
+//! The runner hands over an isolated request (system prompt, prompt, limits)
+//! and receives a stream of normalized [`AgentMessage`]s. Providers map their
+//! native output into this shape; the runner turns it into `agent:*` events.
+
+use async_trait::async_trait;
+use domain::event::{ModelUsage, Usage};
+use domain::workflow::AgentDef;
+use domain::{NodeId, NodeRunId, RunId, SessionId};
+use futures::stream::BoxStream;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One invocation of one agent for one node execution.
+#[derive(Debug, Clone)]
+pub struct AgentRequest {
+    /// The workflow run.
+    pub run_id: RunId,
+    /// The node; the mock provider keys fixtures by it.
+    pub node_id: NodeId,
+    /// The node execution.
+    pub node_run_id: NodeRunId,
+    /// The agent's name in the workflow.
+    pub agent_name: String,
+    /// The agent's definition (provider settings included).
+    pub agent: AgentDef,
+    /// The rendered user prompt.
+    pub prompt: String,
+    /// Continue this provider session instead of starting a new one.
+    pub resume: Option<SessionId>,
+}
+
+/// The end of a successful invocation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentResult {
+    /// Final text.
+    pub text: String,
+    /// Token usage of this invocation.
+    pub usage: Usage,
+    /// Per-model usage, when reported.
+    pub model_usage: Option<BTreeMap<String, ModelUsage>>,
+    /// Cost, when the provider reports or we can compute it.
+    pub total_cost_usd: Option<f64>,
+    /// Provider-measured duration.
+    pub duration_ms: Option<u64>,
+    /// Model turns taken.
+    pub num_turns: u32,
+    /// Session id, if not announced earlier with [`AgentMessage::Session`].
+    pub session_id: Option<SessionId>,
+}
+
+/// Normalized output of an agent, in the order it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentMessage {
+    /// The provider session is known (becomes `agent:start`).
+    Session {
+        /// The id to resume with.
+        session_id: SessionId,
+        /// The model actually used.
+        model: Option<String>,
+    },
+    /// Streamed thinking.
+    ThinkingDelta {
+        /// The chunk.
+        content: String,
+        /// Tokens in it.
+        token_count: Option<u64>,
+    },
+    /// A whole thinking block.
+    Thinking {
+        /// The block.
+        content: String,
+        /// Tokens in it.
+        token_count: Option<u64>,
+    },
+    /// Streamed text.
+    TextDelta {
+        /// The chunk.
+        content: String,
+    },
+    /// A whole text block.
+    Text {
+        /// The block.
+        content: String,
+    },
+    /// A tool the agent ran itself.
+    Tool {
+        /// Tool name.
+        name: String,
+        /// Full input.
+        input: Value,
+        /// Full output.
+        output: Value,
+        /// How long it took.
+        duration_ms: Option<u64>,
+        /// Set when the tool failed.
+        error: Option<String>,
+    },
+    /// A non-fatal error the provider reported.
+    Error {
+        /// Stable error type (`rate_limit`, `error_max_turns`, ...).
+        error_type: String,
+        /// Human-readable message.
+        message: String,
+        /// Raw provider data.
+        details: Option<Value>,
+    },
+    /// Something odd but harmless in the provider's output.
+    Warning {
+        /// What happened.
+        message: String,
+        /// Raw data.
+        details: Option<Value>,
+    },
+    /// The invocation succeeded; nothing follows.
+    Completed(AgentResult),
+}
+
+/// Why an invocation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueryError {
+    /// The agent reported an error; `error_type` is stable (`rate_limit`, ...).
+    #[error("{error_type}: {message}")]
+    Agent {
+        /// Stable error type.
+        error_type: String,
+        /// Human-readable message.
+        message: String,
+        /// Raw provider data.
+        details: Option<Value>,
+    },
+    /// The provider is misconfigured or cannot run here (names the setting).
+    #[error("provider configuration: {0}")]
+    Config(String),
+    /// A fixture is missing or malformed (names node, call index and file).
+    #[error("fixture: {0}")]
+    Fixture(String),
+}
+
+impl QueryError {
+    /// The `errorType` recorded in `agent:error`.
+    pub fn error_type(&self) -> &str {
+        match self {
+            QueryError::Agent { error_type, .. } => error_type,
+            QueryError::Config(_) => "config_error",
+            QueryError::Fixture(_) => "fixture_error",
+        }
+    }
+}
+
+/// The stream an invocation produces.
+pub type AgentStream = BoxStream<'static, Result<AgentMessage, QueryError>>;
+
+/// Runs one agent invocation.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait QueryFn: Send + Sync + 'static {
+    /// Starts the invocation; errors before the first message are returned here.
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError>;
+}

@@ -1,0 +1,819 @@
+//! [`WorkflowRunner`]: executes a validated workflow graph and records it.
+//!
+//! The runner's only state is the run's [`RunSnapshot`], and the only way it
+//! changes that state is by recording an event and folding it in with
+//! [`RunSnapshot::apply`]. Scheduling decisions read the snapshot. So the log,
+//! the snapshot on disk and the runner's own view can never disagree, and a
+//! later resume can continue from a loaded snapshot with the same code.
+//!
+//! Order of effects per step: `node:started` is recorded before the provider
+//! is called; each agent message becomes an event as it arrives; at the step
+//! boundary the snapshot is written, `state:saved` recorded and the log
+//! flushed (one sync per step under the default policy). The terminal event
+//! is the log's last line; the final snapshot reflects it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use domain::event::{Prompt, WorkflowRef};
+use domain::output::parse_structured;
+use domain::workflow::{EdgeDef, NodeDef};
+use domain::{
+    EdgeStatus, EventKind, NodeId, NodeRunId, NodeStatus, Offset, RunId, RunSnapshot, RunStatus,
+    RuntimeEvent, SessionId, Timestamp, WorkflowDef,
+};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use crate::ports::{
+    AgentMessage, AgentRequest, AgentResult, Clock, IdGen, QueryError, QueryFn, RunObserver,
+    RunStore, StoreError,
+};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The validated workflow.
+    pub workflow: Arc<WorkflowDef>,
+    /// Input of the entry nodes (`data` of their input).
+    pub input: Value,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The run.
+    pub run_id: RunId,
+    /// `Completed` or `Failed`.
+    pub status: RunStatus,
+    /// The final output (`data` of the last node, or a map when several branches end).
+    pub output: Value,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// The final snapshot.
+    pub snapshot: RunSnapshot,
+}
+
+/// The runtime itself could not go on (not an agent failure: those fail the run normally).
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The store refused or failed an operation.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An edge condition could not be evaluated (a bug in the workflow's expression).
+    #[error("edge `{edge}`: condition `{condition}` could not be evaluated: {message}")]
+    Condition {
+        /// The edge id.
+        edge: String,
+        /// The expression.
+        condition: String,
+        /// What the evaluator said.
+        message: String,
+    },
+}
+
+/// Executes workflows against the ports it was built with.
+pub struct WorkflowRunner {
+    store: Arc<dyn RunStore>,
+    query: Arc<dyn QueryFn>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
+    observer: Option<Arc<dyn RunObserver>>,
+}
+
+impl WorkflowRunner {
+    /// A runner over the given ports.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        query: Arc<dyn QueryFn>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGen>,
+    ) -> Self {
+        Self {
+            store,
+            query,
+            clock,
+            ids,
+            observer: None,
+        }
+    }
+
+    /// Shows every recorded event to `observer` (after it is stored).
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Allocates a run id and creates the run in the store; call [`Self::run`] next.
+    /// Split in two so a caller can show the run id before the run starts.
+    pub async fn create(&self) -> Result<RunId, RunnerError> {
+        let run_id = loop {
+            if let Ok(id) = RunId::new(self.ids.uuid()) {
+                break id;
+            }
+        };
+        self.store.create_run(run_id).await?;
+        Ok(run_id)
+    }
+
+    /// Runs the workflow to its end under `run_id` (created with [`Self::create`]).
+    ///
+    /// Agent failures end the run with `flow:failed` and an `Ok` outcome;
+    /// `Err` means the runtime itself failed (the store, a broken condition),
+    /// in which case `system:error` and `flow:failed` are recorded if possible.
+    pub async fn run(&self, run_id: RunId, request: RunRequest) -> Result<RunOutcome, RunnerError> {
+        let mut exec = Execution {
+            runner: self,
+            workflow: request.workflow,
+            input: request.input,
+            snapshot: RunSnapshot::new(run_id),
+            started: self.clock.now(),
+            steps_started: 0,
+            last_done: None,
+        };
+        match exec.drive().await {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                exec.record_system_failure(&error).await;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// One run in progress.
+struct Execution<'r> {
+    runner: &'r WorkflowRunner,
+    workflow: Arc<WorkflowDef>,
+    input: Value,
+    /// The run's state; changed only through [`Execution::emit`].
+    snapshot: RunSnapshot,
+    started: Timestamp,
+    /// Node executions started so far (`metadata.step_index` of the next one).
+    steps_started: u64,
+    /// Agent name of the node that completed last (`metadata.previous_agent`).
+    last_done: Option<String>,
+}
+
+/// Where the scheduler stands with one node.
+enum Readiness {
+    Run,
+    Skip,
+    Wait,
+}
+
+/// Which node and node execution an event concerns.
+type Ctx = (Option<NodeId>, Option<NodeRunId>);
+
+/// Events about the run as a whole.
+const RUN_LEVEL: Ctx = (None, None);
+
+/// A node execution that failed, with the message that ends up in `node:failed`.
+struct NodeFailure(String);
+
+impl Execution<'_> {
+    async fn drive(&mut self) -> Result<RunOutcome, RunnerError> {
+        let wf = Arc::clone(&self.workflow);
+        self.emit(
+            RUN_LEVEL,
+            EventKind::FlowStarted {
+                workflow: WorkflowRef {
+                    name: wf.name.clone(),
+                    hash: wf.hash.clone(),
+                },
+                input: self.input.clone(),
+                nodes: wf.nodes.iter().map(|n| n.id.clone()).collect(),
+                edges: wf.edges.iter().map(|e| e.id.clone()).collect(),
+            },
+        )
+        .await?;
+        self.checkpoint().await?;
+
+        while let Some((node, readiness)) = self.next_node(&wf) {
+            match readiness {
+                Readiness::Skip => self.skip(&wf, node, "no incoming edge fired").await?,
+                Readiness::Run => {
+                    if let Err(failure) = self.execute(&wf, node).await? {
+                        return self.fail(Some(node.id.clone()), failure.0).await;
+                    }
+                    self.checkpoint().await?;
+                }
+                Readiness::Wait => {
+                    // Nothing can make progress: what is left can never run.
+                    let stuck: Vec<&NodeDef> = wf
+                        .nodes
+                        .iter()
+                        .filter(|n| self.status(&n.id) == NodeStatus::Pending)
+                        .collect();
+                    for n in stuck {
+                        self.skip(&wf, n, "unreachable: its inputs can never resolve")
+                            .await?;
+                    }
+                }
+            }
+        }
+        self.complete(&wf).await
+    }
+
+    /// The first node (in file order) that can run or must be skipped; if only
+    /// waiting nodes remain, one of them with [`Readiness::Wait`].
+    fn next_node<'w>(&self, wf: &'w WorkflowDef) -> Option<(&'w NodeDef, Readiness)> {
+        let mut waiting = None;
+        for node in &wf.nodes {
+            if self.status(&node.id) != NodeStatus::Pending {
+                continue;
+            }
+            match self.readiness(wf, &node.id) {
+                Readiness::Wait => waiting = waiting.or(Some(node)),
+                r => return Some((node, r)),
+            }
+        }
+        waiting.map(|n| (n, Readiness::Wait))
+    }
+
+    fn readiness(&self, wf: &WorkflowDef, node: &NodeId) -> Readiness {
+        let mut forward_in = 0;
+        let mut any_fired = false;
+        for edge in wf.incoming(node) {
+            let status = self.edge_status(&edge.id);
+            if !edge.is_loop() {
+                forward_in += 1;
+                if status == EdgeStatus::Pending {
+                    return Readiness::Wait;
+                }
+            }
+            any_fired |= status == EdgeStatus::Fired;
+        }
+        if forward_in == 0 || any_fired {
+            Readiness::Run
+        } else {
+            Readiness::Skip
+        }
+    }
+
+    /// Runs one node; `Ok(Err(_))` is a failure that stops the run.
+    async fn execute(
+        &mut self,
+        wf: &WorkflowDef,
+        node: &NodeDef,
+    ) -> Result<Result<(), NodeFailure>, RunnerError> {
+        let node_run = NodeRunId::new(self.runner.ids.uuid());
+        let (data, previous_agent) = self.gather_input(wf, &node.id);
+        let input = json!({
+            "data": data,
+            "metadata": { "step_index": self.steps_started, "previous_agent": previous_agent },
+        });
+        self.steps_started += 1;
+        let ctx = (Some(node.id.clone()), Some(node_run));
+        self.emit(ctx.clone(), EventKind::NodeStarted { input })
+            .await?;
+
+        let Some((agent_name, agent)) = wf.agent_of(node) else {
+            // Validation guarantees every node names a known agent.
+            return Ok(Err(NodeFailure(format!("node `{}` has no agent", node.id))));
+        };
+        let started = self.runner.clock.now();
+        let request = AgentRequest {
+            run_id: self.snapshot.run_id,
+            node_id: node.id.clone(),
+            node_run_id: node_run,
+            agent_name: agent_name.to_owned(),
+            agent: agent.clone(),
+            prompt: render_prompt(&data),
+            resume: None,
+        };
+        let result = self.invoke(&ctx, request).await?;
+        let elapsed = self.runner.clock.now().millis_since(started);
+
+        let (data, tool_calls, error) = match result {
+            Ok((data, tool_calls)) => (data, tool_calls, None),
+            Err(failure) => (Value::Null, 0, Some(failure.0)),
+        };
+        let mut metadata = json!({
+            "agent_name": agent_name,
+            "execution_time_ms": elapsed,
+            "tool_calls_count": tool_calls,
+        });
+        if let Some(error) = error {
+            let continued = agent.policy.continue_on_error;
+            self.emit(
+                ctx.clone(),
+                EventKind::NodeFailed {
+                    error: error.clone(),
+                    continued,
+                },
+            )
+            .await?;
+            if !continued {
+                return Ok(Err(NodeFailure(format!("node `{}` failed: {error}", node.id))));
+            }
+            metadata["error"] = Value::String(error);
+        } else {
+            let output = json!({ "data": data, "metadata": metadata });
+            self.emit(ctx, EventKind::NodeCompleted { output }).await?;
+        }
+        self.last_done = Some(agent_name.to_owned());
+        self.route(wf, node, &data).await?;
+        Ok(Ok(()))
+    }
+
+    /// Calls the agent and records its messages; returns its output data and tool count.
+    async fn invoke(
+        &mut self,
+        ctx: &Ctx,
+        request: AgentRequest,
+    ) -> Result<Result<(Value, u64), NodeFailure>, RunnerError> {
+        let agent = request.agent.clone();
+        let prompt = request.prompt.clone();
+        let started = self.runner.clock.now();
+        let mut stream = match self.runner.query.query(request).await {
+            Ok(stream) => stream,
+            Err(error) => return self.agent_failed(ctx, &error).await,
+        };
+        let mut announced = false;
+        let mut tool_calls = 0u64;
+        while let Some(item) = stream.next().await {
+            let message = match item {
+                Ok(message) => message,
+                Err(error) => return self.agent_failed(ctx, &error).await,
+            };
+            if !announced {
+                announced = true;
+                let (session_id, model) = match &message {
+                    AgentMessage::Session { session_id, model } => {
+                        (session_id.clone(), model.clone())
+                    }
+                    AgentMessage::Completed(AgentResult {
+                        session_id: Some(s),
+                        ..
+                    }) => (s.clone(), agent.model.clone()),
+                    // The provider names no session: the runtime's own id stands in.
+                    _ => (self.runtime_session_id(), agent.model.clone()),
+                };
+                let model = model.or_else(|| agent.model.clone());
+                let prompt = Prompt::Text(prompt.clone());
+                self.emit(
+                    ctx.clone(),
+                    EventKind::AgentStart {
+                        session_id,
+                        model,
+                        prompt,
+                    },
+                )
+                .await?;
+                if matches!(message, AgentMessage::Session { .. }) {
+                    continue;
+                }
+            }
+            let kind = match message {
+                AgentMessage::Session { .. } => continue,
+                AgentMessage::ThinkingDelta {
+                    content,
+                    token_count,
+                } => EventKind::AgentThinkingDelta {
+                    content,
+                    token_count,
+                },
+                AgentMessage::Thinking {
+                    content,
+                    token_count,
+                } => EventKind::AgentThinking {
+                    content,
+                    token_count,
+                },
+                AgentMessage::TextDelta { content } => EventKind::AgentTextDelta { content },
+                AgentMessage::Text { content } => EventKind::AgentText { content },
+                AgentMessage::Tool {
+                    name,
+                    input,
+                    output,
+                    duration_ms,
+                    error,
+                } => {
+                    tool_calls += 1;
+                    EventKind::AgentTool {
+                        tool_name: name,
+                        tool_input: input,
+                        tool_output: output,
+                        duration_ms,
+                        error,
+                    }
+                }
+                AgentMessage::Error {
+                    error_type,
+                    message,
+                    details,
+                } => EventKind::AgentError {
+                    error_type,
+                    message,
+                    details,
+                },
+                AgentMessage::Warning { message, details } => {
+                    EventKind::Warning { message, details }
+                }
+                AgentMessage::Completed(result) => {
+                    let elapsed = self.runner.clock.now().millis_since(started);
+                    return self.agent_completed(ctx, &agent, result, elapsed, tool_calls).await;
+                }
+            };
+            self.emit(ctx.clone(), kind).await?;
+        }
+        let error = QueryError::Agent {
+            error_type: "error_during_execution".into(),
+            message: "the agent's output ended without a result".into(),
+            details: None,
+        };
+        self.agent_failed(ctx, &error).await
+    }
+
+    /// Checks the result against the agent's limits and schema, then records `agent:complete`.
+    async fn agent_completed(
+        &mut self,
+        ctx: &Ctx,
+        agent: &domain::workflow::AgentDef,
+        result: AgentResult,
+        elapsed_ms: u64,
+        tool_calls: u64,
+    ) -> Result<Result<(Value, u64), NodeFailure>, RunnerError> {
+        if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
+            let error = QueryError::Agent {
+                error_type: "error_max_turns".into(),
+                message: format!("the agent took {} turns; max_turns is {max}", result.num_turns),
+                details: None,
+            };
+            return self.agent_failed(ctx, &error).await;
+        }
+        let structured = match &agent.output_schema {
+            Some(schema) => match parse_structured(&result.text, schema) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    let error = QueryError::Agent {
+                        error_type: "error_output_schema".into(),
+                        message: e.to_string(),
+                        details: None,
+                    };
+                    return self.agent_failed(ctx, &error).await;
+                }
+            },
+            None => None,
+        };
+        let data = structured
+            .clone()
+            .unwrap_or_else(|| Value::String(result.text.clone()));
+        self.emit(
+            ctx.clone(),
+            EventKind::AgentComplete {
+                result: result.text,
+                structured_output: structured,
+                usage: result.usage,
+                model_usage: result.model_usage,
+                total_cost_usd: result.total_cost_usd,
+                duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
+                num_turns: result.num_turns,
+            },
+        )
+        .await?;
+        Ok(Ok((data, tool_calls)))
+    }
+
+    async fn agent_failed<T>(
+        &mut self,
+        ctx: &Ctx,
+        error: &QueryError,
+    ) -> Result<Result<T, NodeFailure>, RunnerError> {
+        let (message, details) = match error {
+            QueryError::Agent {
+                message, details, ..
+            } => (message.clone(), details.clone()),
+            other => (other.to_string(), None),
+        };
+        self.emit(
+            ctx.clone(),
+            EventKind::AgentError {
+                error_type: error.error_type().to_owned(),
+                message,
+                details,
+            },
+        )
+        .await?;
+        Ok(Err(NodeFailure(error.to_string())))
+    }
+
+    /// Decides each outgoing edge of a finished node. A loop edge that fires
+    /// takes precedence: the loop body goes back to pending and the node's
+    /// other edges stay undecided until it finishes again.
+    async fn route(&mut self, wf: &WorkflowDef, node: &NodeDef, data: &Value) -> Result<(), RunnerError> {
+        let vars = self.condition_vars(data);
+        let edges: Vec<&EdgeDef> = wf.outgoing(&node.id).collect();
+        let mut decisions = Vec::with_capacity(edges.len());
+        for edge in &edges {
+            decisions.push(self.evaluate(edge, &vars)?);
+        }
+        for (edge, holds) in edges.iter().zip(&decisions) {
+            let Some(limit) = edge.max_iterations else {
+                continue;
+            };
+            let count = self.snapshot.loop_counters.get(&edge.id).copied().unwrap_or(0);
+            if *holds && count < limit {
+                let body = wf.loop_body(edge);
+                self.emit(
+                    (Some(node.id.clone()), None),
+                    EventKind::EdgeFired {
+                        edge_id: edge.id.clone(),
+                        from: edge.from.clone(),
+                        to: edge.to.clone(),
+                        iteration: Some(count + 1),
+                        reset_nodes: body.nodes,
+                        reset_edges: body.edges,
+                    },
+                )
+                .await?;
+                return Ok(());
+            }
+        }
+        for (edge, holds) in edges.iter().zip(decisions) {
+            let ctx = (Some(node.id.clone()), None);
+            let kind = if edge.is_loop() {
+                let reason = if holds { "loop limit reached" } else { "condition false" };
+                skipped(edge, reason)
+            } else if holds {
+                EventKind::EdgeFired {
+                    edge_id: edge.id.clone(),
+                    from: edge.from.clone(),
+                    to: edge.to.clone(),
+                    iteration: None,
+                    reset_nodes: Vec::new(),
+                    reset_edges: Vec::new(),
+                }
+            } else {
+                skipped(edge, "condition false")
+            };
+            self.emit(ctx, kind).await?;
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, edge: &EdgeDef, vars: &Map<String, Value>) -> Result<bool, RunnerError> {
+        let Some(condition) = &edge.when else {
+            return Ok(true);
+        };
+        condition
+            .evaluate(vars)
+            .map_err(|e| RunnerError::Condition {
+                edge: edge.id.clone(),
+                condition: condition.source().to_owned(),
+                message: e.to_string(),
+            })
+    }
+
+    /// `output` (the finished node's data), `outputs` (every finished node's data), `input`.
+    fn condition_vars(&self, data: &Value) -> Map<String, Value> {
+        let outputs: Map<String, Value> = self
+            .snapshot
+            .outputs
+            .iter()
+            .map(|(id, out)| (id.to_string(), out.get("data").cloned().unwrap_or(Value::Null)))
+            .collect();
+        let mut vars = Map::new();
+        vars.insert("output".into(), data.clone());
+        vars.insert("outputs".into(), Value::Object(outputs));
+        vars.insert("input".into(), self.input.clone());
+        vars
+    }
+
+    /// The input of a node: the run input for entry nodes, else the data of
+    /// the edges that fired into it (a loop edge's data wins: it is the newest).
+    fn gather_input(&self, wf: &WorkflowDef, node: &NodeId) -> (Value, Option<String>) {
+        let fired: Vec<&EdgeDef> = wf
+            .incoming(node)
+            .filter(|e| self.edge_status(&e.id) == EdgeStatus::Fired)
+            .collect();
+        let chosen: Vec<&EdgeDef> = match fired.iter().find(|e| e.is_loop()) {
+            Some(loop_edge) => vec![*loop_edge],
+            None => fired,
+        };
+        let data_of = |id: &NodeId| {
+            self.snapshot
+                .outputs
+                .get(id)
+                .and_then(|o| o.get("data"))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let agent_of = |id: &NodeId| {
+            wf.node(id)
+                .and_then(|n| wf.agent_of(n))
+                .map(|(name, _)| name.to_owned())
+        };
+        match chosen.as_slice() {
+            [] => (self.input.clone(), None),
+            [edge] => (data_of(&edge.from), agent_of(&edge.from)),
+            many => {
+                let merged: Map<String, Value> = many
+                    .iter()
+                    .map(|e| (e.from.to_string(), data_of(&e.from)))
+                    .collect();
+                (Value::Object(merged), self.last_done.clone())
+            }
+        }
+    }
+
+    async fn skip(&mut self, wf: &WorkflowDef, node: &NodeDef, reason: &str) -> Result<(), RunnerError> {
+        let ctx = (Some(node.id.clone()), None);
+        self.emit(
+            ctx.clone(),
+            EventKind::NodeSkipped {
+                reason: reason.to_owned(),
+            },
+        )
+        .await?;
+        let edges: Vec<&EdgeDef> = wf.outgoing(&node.id).collect();
+        for edge in edges {
+            self.emit(ctx.clone(), skipped(edge, "source skipped")).await?;
+        }
+        Ok(())
+    }
+
+    async fn complete(&mut self, wf: &WorkflowDef) -> Result<RunOutcome, RunnerError> {
+        let output = self.final_output(wf);
+        let duration_ms = self.runner.clock.now().millis_since(self.started);
+        self.emit(
+            RUN_LEVEL,
+            EventKind::FlowCompleted {
+                output: output.clone(),
+                duration_ms,
+            },
+        )
+        .await?;
+        self.finish().await?;
+        Ok(RunOutcome {
+            run_id: self.snapshot.run_id,
+            status: RunStatus::Completed,
+            output,
+            error: None,
+            snapshot: self.snapshot.clone(),
+        })
+    }
+
+    async fn fail(&mut self, node: Option<NodeId>, error: String) -> Result<RunOutcome, RunnerError> {
+        let duration_ms = self.runner.clock.now().millis_since(self.started);
+        self.emit(
+            RUN_LEVEL,
+            EventKind::FlowFailed {
+                error: error.clone(),
+                failed_node: node,
+                duration_ms,
+            },
+        )
+        .await?;
+        self.finish().await?;
+        Ok(RunOutcome {
+            run_id: self.snapshot.run_id,
+            status: RunStatus::Failed,
+            output: Value::Null,
+            error: Some(error),
+            snapshot: self.snapshot.clone(),
+        })
+    }
+
+    /// The data of the nodes where execution ended (done, and none of their
+    /// edges fired): one such node gives its data, several give a map by node id.
+    fn final_output(&self, wf: &WorkflowDef) -> Value {
+        let mut leaves: BTreeMap<String, Value> = BTreeMap::new();
+        for node in &wf.nodes {
+            if self.status(&node.id) != NodeStatus::Done {
+                continue;
+            }
+            let passed_on = wf
+                .outgoing(&node.id)
+                .any(|e| self.edge_status(&e.id) == EdgeStatus::Fired);
+            if !passed_on {
+                let data = self.snapshot.outputs.get(&node.id).and_then(|o| o.get("data"));
+                leaves.insert(node.id.to_string(), data.cloned().unwrap_or(Value::Null));
+            }
+        }
+        match leaves.len() {
+            0 => Value::Null,
+            1 => leaves.into_values().next().unwrap_or(Value::Null),
+            _ => Value::Object(leaves.into_iter().collect()),
+        }
+    }
+
+    /// Step boundary: snapshot, `state:saved`, then one flush for all of it.
+    async fn checkpoint(&mut self) -> Result<(), RunnerError> {
+        let store = &self.runner.store;
+        store.save_snapshot(&self.snapshot).await?;
+        let snapshot_offset = Offset::new(self.snapshot.last_offset)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.emit(
+            RUN_LEVEL, EventKind::StateSaved { snapshot_offset }).await?;
+        self.runner.store.flush(self.snapshot.run_id).await?;
+        Ok(())
+    }
+
+    /// After the terminal event: the final snapshot (no marker follows the terminal event).
+    async fn finish(&mut self) -> Result<(), RunnerError> {
+        self.runner.store.save_snapshot(&self.snapshot).await?;
+        self.runner.store.flush(self.snapshot.run_id).await?;
+        Ok(())
+    }
+
+    /// Records the runtime's own failure, best effort: the store may be what failed.
+    async fn record_system_failure(&mut self, error: &RunnerError) {
+        if self.snapshot.status.is_terminal() || self.snapshot.last_offset == 0 {
+            return;
+        }
+        let message = error.to_string();
+        let duration_ms = self.runner.clock.now().millis_since(self.started);
+        let attempt = async {
+            self.emit(
+            RUN_LEVEL,
+                EventKind::SystemError {
+                    message: message.clone(),
+                    details: None,
+                },
+            )
+            .await?;
+            self.emit(
+            RUN_LEVEL,
+                EventKind::FlowFailed {
+                    error: message.clone(),
+                    failed_node: None,
+                    duration_ms,
+                },
+            )
+            .await?;
+            self.finish().await
+        };
+        if let Err(e) = attempt.await {
+            tracing::error!(run = %self.snapshot.run_id, error = %e, "could not record the runtime failure");
+        }
+    }
+
+    /// Records one event: builds the envelope, appends it, folds it into the snapshot, shows it.
+    async fn emit(
+        &mut self,
+        (node_id, node_run_id): Ctx,
+        kind: EventKind,
+    ) -> Result<(), RunnerError> {
+        let offset = Offset::new(self.snapshot.last_offset + 1)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let event = RuntimeEvent {
+            id: self.runner.ids.uuid().to_string(),
+            offset,
+            timestamp: self.runner.clock.now(),
+            run_id: self.snapshot.run_id,
+            node_id,
+            node_run_id,
+            kind,
+        };
+        self.runner
+            .store
+            .append(self.snapshot.run_id, std::slice::from_ref(&event))
+            .await?;
+        self.snapshot.apply(&event);
+        if let Some(observer) = &self.runner.observer {
+            observer.on_event(&event);
+        }
+        Ok(())
+    }
+
+    fn runtime_session_id(&self) -> SessionId {
+        SessionId::from_uuid(self.runner.ids.uuid())
+    }
+
+    fn status(&self, node: &NodeId) -> NodeStatus {
+        self.snapshot
+            .node_status
+            .get(node)
+            .copied()
+            .unwrap_or(NodeStatus::Pending)
+    }
+
+    fn edge_status(&self, edge: &str) -> EdgeStatus {
+        self.snapshot
+            .edge_status
+            .get(edge)
+            .copied()
+            .unwrap_or(EdgeStatus::Pending)
+    }
+}
+
+fn skipped(edge: &EdgeDef, reason: &str) -> EventKind {
+    EventKind::EdgeSkipped {
+        edge_id: edge.id.clone(),
+        from: edge.from.clone(),
+        to: edge.to.clone(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// What the agent is asked: text as is, anything else as pretty JSON.
+fn render_prompt(data: &Value) -> String {
+    match data {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+    }
+}

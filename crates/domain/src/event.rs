@@ -1,0 +1,586 @@
+//! The run event log's vocabulary: [`RuntimeEvent`], one line of `events.ndjson`.
+//!
+//! The envelope (`id`, `offset`, `timestamp`, `type`, `runId`, `nodeId`,
+//! `nodeRunId`) is shared; the rest depends on `type`. Names follow seed 001
+//! (`flow:*`, `node:*`, `agent:*`, ...), fields are camelCase. A reader keeps
+//! types it does not know as [`EventKind::Unknown`] with the whole raw line, so
+//! a log written by a newer awr never makes an older one fail.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ids::{NodeId, NodeRunId, Offset, RunId, SessionId};
+use crate::snapshot::RunStatus;
+use crate::time::Timestamp;
+
+/// One event of a run's log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeEvent {
+    /// Unique id of the event (UUID).
+    pub id: String,
+    /// Position in the run's log, from 1, no gaps.
+    pub offset: Offset,
+    /// When it was recorded.
+    pub timestamp: Timestamp,
+    /// The workflow run.
+    pub run_id: RunId,
+    /// The node it concerns, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<NodeId>,
+    /// The node execution it concerns, if any (commands are routed by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_run_id: Option<NodeRunId>,
+    /// `type` and the fields that go with it.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Token counts of one agent invocation (seed 001 `agent:complete.usage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Tokens written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Tokens read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+/// Per-model token counts, when a provider reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// The definition a run executes: its name and the hash of its source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowRef {
+    /// `name:` of the workflow file.
+    pub name: String,
+    /// `sha256:<hex>` of the file's bytes.
+    pub hash: String,
+}
+
+/// The prompt given to an agent: plain text or a list of provider messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// A single user prompt.
+    Text(String),
+    /// A list of messages in the provider's own shape.
+    Messages(Vec<Value>),
+}
+
+/// Everything after the envelope, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+#[allow(missing_docs)] // variant fields are documented in docs/events.md, one entry per type
+pub enum EventKind {
+    /// The run began; lists its nodes and edges so the snapshot can be folded from events alone.
+    #[serde(rename = "flow:started", rename_all = "camelCase")]
+    FlowStarted {
+        workflow: WorkflowRef,
+        input: Value,
+        nodes: Vec<NodeId>,
+        edges: Vec<String>,
+    },
+    /// The run stopped at a safe point and may be resumed.
+    #[serde(rename = "flow:paused", rename_all = "camelCase")]
+    FlowPaused {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// A paused or interrupted run continues.
+    #[serde(rename = "flow:resumed", rename_all = "camelCase")]
+    FlowResumed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Terminal: every reachable node finished.
+    #[serde(rename = "flow:completed", rename_all = "camelCase")]
+    FlowCompleted { output: Value, duration_ms: u64 },
+    /// Terminal: a node failed and its policy stopped the run, or the runtime failed.
+    #[serde(rename = "flow:failed", rename_all = "camelCase")]
+    FlowFailed {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failed_node: Option<NodeId>,
+        duration_ms: u64,
+    },
+    /// Terminal: a user cancelled the run.
+    #[serde(rename = "flow:cancelled", rename_all = "camelCase")]
+    FlowCancelled {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// A node execution began, with the input its agent receives.
+    #[serde(rename = "node:started", rename_all = "camelCase")]
+    NodeStarted { input: Value },
+    /// A node execution succeeded; `output` is `{data, metadata}`.
+    #[serde(rename = "node:completed", rename_all = "camelCase")]
+    NodeCompleted { output: Value },
+    /// A node execution failed; `continued` says the policy let the run go on.
+    #[serde(rename = "node:failed", rename_all = "camelCase")]
+    NodeFailed { error: String, continued: bool },
+    /// A node will not run in this pass (no incoming edge fired).
+    #[serde(rename = "node:skipped", rename_all = "camelCase")]
+    NodeSkipped { reason: String },
+    /// An edge passed its condition. A loop edge also names what it resets.
+    #[serde(rename = "edge:fired", rename_all = "camelCase")]
+    EdgeFired {
+        edge_id: String,
+        from: NodeId,
+        to: NodeId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        iteration: Option<u32>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reset_nodes: Vec<NodeId>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reset_edges: Vec<String>,
+    },
+    /// An edge did not fire (condition false, source skipped, loop limit reached).
+    #[serde(rename = "edge:skipped", rename_all = "camelCase")]
+    EdgeSkipped {
+        edge_id: String,
+        from: NodeId,
+        to: NodeId,
+        reason: String,
+    },
+    /// An agent invocation began; its session id is known.
+    #[serde(rename = "agent:start", rename_all = "camelCase")]
+    AgentStart {
+        session_id: SessionId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        prompt: Prompt,
+    },
+    /// A streamed chunk of thinking.
+    #[serde(rename = "agent:thinking:delta", rename_all = "camelCase")]
+    AgentThinkingDelta {
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token_count: Option<u64>,
+    },
+    /// A complete thinking block (when the provider does not stream).
+    #[serde(rename = "agent:thinking", rename_all = "camelCase")]
+    AgentThinking {
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token_count: Option<u64>,
+    },
+    /// A streamed chunk of text.
+    #[serde(rename = "agent:text:delta", rename_all = "camelCase")]
+    AgentTextDelta { content: String },
+    /// A complete text block (when the provider does not stream).
+    #[serde(rename = "agent:text", rename_all = "camelCase")]
+    AgentText { content: String },
+    /// A tool the agent ran, with full input and output.
+    #[serde(rename = "agent:tool", rename_all = "camelCase")]
+    AgentTool {
+        tool_name: String,
+        tool_input: Value,
+        tool_output: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// An error reported by or about the agent (policy decides if it is fatal).
+    #[serde(rename = "agent:error", rename_all = "camelCase")]
+    AgentError {
+        error_type: String,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// The agent finished successfully.
+    #[serde(rename = "agent:complete", rename_all = "camelCase")]
+    AgentComplete {
+        result: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured_output: Option<Value>,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_usage: Option<std::collections::BTreeMap<String, ModelUsage>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total_cost_usd: Option<f64>,
+        duration_ms: u64,
+        num_turns: u32,
+    },
+    /// The runtime began executing a tool on an agent's behalf.
+    #[serde(rename = "tool:started", rename_all = "camelCase")]
+    ToolStarted {
+        call_id: String,
+        tool_name: String,
+        tool_input: Value,
+    },
+    /// A runtime-executed tool returned.
+    #[serde(rename = "tool:completed", rename_all = "camelCase")]
+    ToolCompleted {
+        call_id: String,
+        tool_name: String,
+        tool_output: Value,
+        duration_ms: u64,
+    },
+    /// A runtime-executed tool failed; the error goes back to the model.
+    #[serde(rename = "tool:failed", rename_all = "camelCase")]
+    ToolFailed {
+        call_id: String,
+        tool_name: String,
+        error: String,
+        duration_ms: u64,
+    },
+    /// A command arrived; rejected ones are recorded too, with the raw payload.
+    #[serde(rename = "command:received", rename_all = "camelCase")]
+    CommandReceived {
+        command: Value,
+        accepted: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A snapshot reflecting every event up to `snapshotOffset` is on disk.
+    #[serde(rename = "state:saved", rename_all = "camelCase")]
+    StateSaved { snapshot_offset: Offset },
+    /// A run budget (tokens, cost, turns, deadline) ran out.
+    #[serde(rename = "budget:exceeded", rename_all = "camelCase")]
+    BudgetExceeded { budget: String, limit: f64, used: f64 },
+    /// A provider rate-limited a call; the runtime waits and retries.
+    #[serde(rename = "rate:limited", rename_all = "camelCase")]
+    RateLimited {
+        provider: String,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
+    /// Something worth knowing that is not an error (a dropped subscriber, a repaired line).
+    #[serde(rename = "warning", rename_all = "camelCase")]
+    Warning {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// A child run began.
+    #[serde(rename = "subflow:started", rename_all = "camelCase")]
+    SubflowStarted { child_run_id: RunId, workflow: String },
+    /// A child run ended.
+    #[serde(rename = "subflow:completed", rename_all = "camelCase")]
+    SubflowCompleted {
+        child_run_id: RunId,
+        status: RunStatus,
+    },
+    /// The runtime itself failed (storage, bug); the run is marked failed.
+    #[serde(rename = "system:error", rename_all = "camelCase")]
+    SystemError {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// A type this version does not know, kept whole so nothing is lost.
+    #[serde(skip)]
+    Unknown {
+        /// The `type` as written.
+        type_name: String,
+        /// Every field of the line except the envelope.
+        raw: Map<String, Value>,
+    },
+}
+
+/// Every `type` this version knows; anything else becomes [`EventKind::Unknown`].
+pub const KNOWN_TYPES: &[&str] = &[
+    "flow:started",
+    "flow:paused",
+    "flow:resumed",
+    "flow:completed",
+    "flow:failed",
+    "flow:cancelled",
+    "node:started",
+    "node:completed",
+    "node:failed",
+    "node:skipped",
+    "edge:fired",
+    "edge:skipped",
+    "agent:start",
+    "agent:thinking:delta",
+    "agent:thinking",
+    "agent:text:delta",
+    "agent:text",
+    "agent:tool",
+    "agent:error",
+    "agent:complete",
+    "tool:started",
+    "tool:completed",
+    "tool:failed",
+    "command:received",
+    "state:saved",
+    "budget:exceeded",
+    "rate:limited",
+    "warning",
+    "subflow:started",
+    "subflow:completed",
+    "system:error",
+];
+
+impl EventKind {
+    /// The `type` string of this kind.
+    pub fn type_name(&self) -> &str {
+        match self {
+            EventKind::FlowStarted { .. } => "flow:started",
+            EventKind::FlowPaused { .. } => "flow:paused",
+            EventKind::FlowResumed { .. } => "flow:resumed",
+            EventKind::FlowCompleted { .. } => "flow:completed",
+            EventKind::FlowFailed { .. } => "flow:failed",
+            EventKind::FlowCancelled { .. } => "flow:cancelled",
+            EventKind::NodeStarted { .. } => "node:started",
+            EventKind::NodeCompleted { .. } => "node:completed",
+            EventKind::NodeFailed { .. } => "node:failed",
+            EventKind::NodeSkipped { .. } => "node:skipped",
+            EventKind::EdgeFired { .. } => "edge:fired",
+            EventKind::EdgeSkipped { .. } => "edge:skipped",
+            EventKind::AgentStart { .. } => "agent:start",
+            EventKind::AgentThinkingDelta { .. } => "agent:thinking:delta",
+            EventKind::AgentThinking { .. } => "agent:thinking",
+            EventKind::AgentTextDelta { .. } => "agent:text:delta",
+            EventKind::AgentText { .. } => "agent:text",
+            EventKind::AgentTool { .. } => "agent:tool",
+            EventKind::AgentError { .. } => "agent:error",
+            EventKind::AgentComplete { .. } => "agent:complete",
+            EventKind::ToolStarted { .. } => "tool:started",
+            EventKind::ToolCompleted { .. } => "tool:completed",
+            EventKind::ToolFailed { .. } => "tool:failed",
+            EventKind::CommandReceived { .. } => "command:received",
+            EventKind::StateSaved { .. } => "state:saved",
+            EventKind::BudgetExceeded { .. } => "budget:exceeded",
+            EventKind::RateLimited { .. } => "rate:limited",
+            EventKind::Warning { .. } => "warning",
+            EventKind::SubflowStarted { .. } => "subflow:started",
+            EventKind::SubflowCompleted { .. } => "subflow:completed",
+            EventKind::SystemError { .. } => "system:error",
+            EventKind::Unknown { type_name, .. } => type_name,
+        }
+    }
+
+    /// Whether this event ends the run's log (followers stop after it).
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            EventKind::FlowCompleted { .. }
+                | EventKind::FlowFailed { .. }
+                | EventKind::FlowCancelled { .. }
+        )
+    }
+}
+
+/// Why a line is not an event.
+#[derive(Debug, thiserror::Error)]
+pub enum EventParseError {
+    /// Not JSON, or not an object.
+    #[error("not a JSON object: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The envelope is incomplete or malformed.
+    #[error("bad envelope field `{field}`: {message}")]
+    Envelope {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A known `type` whose fields do not match it.
+    #[error("bad `{type_name}` event: {message}")]
+    Body {
+        /// The `type`.
+        type_name: String,
+        /// What serde said.
+        message: String,
+    },
+}
+
+const ENVELOPE: [&str; 6] = ["id", "offset", "timestamp", "runId", "nodeId", "nodeRunId"];
+
+impl RuntimeEvent {
+    /// Parses one log line. Unknown types are kept as [`EventKind::Unknown`].
+    pub fn from_json(line: &[u8]) -> Result<Self, EventParseError> {
+        let mut map: Map<String, Value> = serde_json::from_slice(line)?;
+        fn take<T: serde::de::DeserializeOwned>(
+            map: &mut Map<String, Value>,
+            field: &'static str,
+        ) -> Result<T, EventParseError> {
+            let value = map.remove(field).unwrap_or(Value::Null);
+            serde_json::from_value(value).map_err(|e| EventParseError::Envelope {
+                field,
+                message: e.to_string(),
+            })
+        }
+        let id = take(&mut map, "id")?;
+        let offset = take(&mut map, "offset")?;
+        let timestamp = take(&mut map, "timestamp")?;
+        let run_id = take(&mut map, "runId")?;
+        let node_id = take(&mut map, "nodeId")?;
+        let node_run_id = take(&mut map, "nodeRunId")?;
+        debug_assert!(ENVELOPE.iter().all(|f| !map.contains_key(*f)));
+        let type_name = match map.get("type") {
+            Some(Value::String(t)) => t.clone(),
+            _ => {
+                return Err(EventParseError::Envelope {
+                    field: "type",
+                    message: "missing or not a string".into(),
+                });
+            }
+        };
+        let kind = if KNOWN_TYPES.contains(&type_name.as_str()) {
+            serde_json::from_value(Value::Object(map)).map_err(|e| EventParseError::Body {
+                type_name,
+                message: e.to_string(),
+            })?
+        } else {
+            map.remove("type");
+            EventKind::Unknown { type_name, raw: map }
+        };
+        Ok(RuntimeEvent {
+            id,
+            offset,
+            timestamp,
+            run_id,
+            node_id,
+            node_run_id,
+            kind,
+        })
+    }
+
+    /// Serializes as one line, without the trailing newline.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        let mut buf = Vec::with_capacity(256);
+        self.write_json(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// Appends this event's JSON to `buf` (no newline). Unknown kinds are
+    /// written back with their raw fields, so a round trip loses nothing.
+    pub fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        match &self.kind {
+            EventKind::Unknown { type_name, raw } => {
+                let mut map = Map::new();
+                map.insert("id".into(), Value::String(self.id.clone()));
+                map.insert("offset".into(), self.offset.get().into());
+                map.insert("timestamp".into(), Value::String(self.timestamp.to_string()));
+                map.insert("type".into(), Value::String(type_name.clone()));
+                map.insert("runId".into(), Value::String(self.run_id.to_string()));
+                if let Some(node) = &self.node_id {
+                    map.insert("nodeId".into(), Value::String(node.to_string()));
+                }
+                if let Some(nr) = &self.node_run_id {
+                    map.insert("nodeRunId".into(), Value::String(nr.to_string()));
+                }
+                for (k, v) in raw {
+                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                serde_json::to_writer(buf, &map)
+            }
+            _ => serde_json::to_writer(buf, self),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RuntimeEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        let bytes = serde_json::to_vec(&value).map_err(serde::de::Error::custom)?;
+        RuntimeEvent::from_json(&bytes).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+
+    fn event(kind: EventKind) -> RuntimeEvent {
+        RuntimeEvent {
+            id: "e1".into(),
+            offset: Offset::new(3).unwrap(),
+            timestamp: Timestamp::from_millis(1_767_225_600_000),
+            run_id: RUN.parse().unwrap(),
+            node_id: Some(NodeId::new("writer").unwrap()),
+            node_run_id: None,
+            kind,
+        }
+    }
+
+    #[test]
+    fn agent_complete_has_the_seed_shape() {
+        let e = event(EventKind::AgentComplete {
+            result: "done".into(),
+            structured_output: None,
+            usage: Usage {
+                input_tokens: 150,
+                output_tokens: 200,
+                ..Usage::default()
+            },
+            model_usage: None,
+            total_cost_usd: Some(0.25),
+            duration_ms: 1234,
+            num_turns: 1,
+        });
+        let json = e.to_json().unwrap();
+        assert_eq!(
+            json,
+            format!(
+                r#"{{"id":"e1","offset":3,"timestamp":"2026-01-01T00:00:00.000Z","runId":"{RUN}","nodeId":"writer","type":"agent:complete","result":"done","usage":{{"inputTokens":150,"outputTokens":200}},"totalCostUsd":0.25,"durationMs":1234,"numTurns":1}}"#
+            )
+        );
+        assert_eq!(RuntimeEvent::from_json(json.as_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn unknown_types_round_trip_intact() {
+        let line = format!(
+            r#"{{"id":"x","offset":7,"timestamp":"2026-01-01T00:00:00.000Z","type":"future:thing","runId":"{RUN}","weird":{{"a":[1,2]}}}}"#
+        );
+        let e = RuntimeEvent::from_json(line.as_bytes()).unwrap();
+        assert_eq!(e.kind.type_name(), "future:thing");
+        let back: Value = serde_json::from_str(&e.to_json().unwrap()).unwrap();
+        let orig: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, orig);
+    }
+
+    #[test]
+    fn bad_lines_are_errors_not_panics() {
+        for line in [
+            "",
+            "[]",
+            "{}",
+            r#"{"id":"x","offset":0}"#,
+            &format!(
+                r#"{{"id":"x","offset":1,"timestamp":"2026-01-01T00:00:00Z","type":"agent:text","runId":"{RUN}"}}"#
+            ),
+        ] {
+            assert!(RuntimeEvent::from_json(line.as_bytes()).is_err(), "{line}");
+        }
+    }
+
+    #[test]
+    fn known_types_list_matches_the_enum() {
+        for t in KNOWN_TYPES {
+            let line = format!(
+                r#"{{"id":"x","offset":1,"timestamp":"2026-01-01T00:00:00Z","type":"{t}","runId":"{RUN}"}}"#
+            );
+            // Either it parses into the same known type or fails on a missing field;
+            // it must never come back as Unknown.
+            if let Ok(e) = RuntimeEvent::from_json(line.as_bytes()) {
+                assert_eq!(e.kind.type_name(), *t);
+                assert!(!matches!(e.kind, EventKind::Unknown { .. }));
+            }
+        }
+    }
+}

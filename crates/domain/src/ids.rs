@@ -1,0 +1,271 @@
+//! Validated identifiers.
+//!
+//! Each id is a newtype whose constructor rejects what the rest of the system
+//! could not handle (a nil UUID, an id that would escape a directory, offset 0),
+//! so a value of the type is proof that the check already happened.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+/// Why a string is not a valid id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// Not a UUID v4 (run ids name directories and files, so they are strict).
+    #[error("`{0}` is not a UUID v4 run id")]
+    NotUuidV4(String),
+    /// Node ids become file names (fixtures) and map keys; see [`NodeId::new`].
+    #[error(
+        "`{0}` is not a valid node id: use 1-64 characters from A-Z a-z 0-9 _ -, starting with a letter or digit"
+    )]
+    BadNodeId(String),
+    /// Session ids come from providers; only emptiness is rejected.
+    #[error("session id must not be empty")]
+    EmptySession,
+    /// Offsets count from 1; 0 means "before the first event" and is not an offset.
+    #[error("offset must be at least 1")]
+    ZeroOffset,
+}
+
+/// One workflow run. A UUID v4; the same id names the run's directory in the
+/// store and its transcript file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(Uuid);
+
+impl RunId {
+    /// Wraps a UUID, refusing anything but version 4.
+    pub fn new(uuid: Uuid) -> Result<Self, IdError> {
+        if uuid.get_version_num() == 4 {
+            Ok(Self(uuid))
+        } else {
+            Err(IdError::NotUuidV4(uuid.to_string()))
+        }
+    }
+
+    /// The underlying UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl FromStr for RunId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let uuid = Uuid::parse_str(s).map_err(|_| IdError::NotUuidV4(s.to_owned()))?;
+        Self::new(uuid)
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// One execution of one node (what seed 001 calls the node's `runId`).
+/// Commands such as `send` are routed by it, so it must be unique per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeRunId(Uuid);
+
+impl NodeRunId {
+    /// Wraps any non-nil UUID (ids may come from a seeded generator in replays).
+    pub fn new(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+}
+
+impl FromStr for NodeRunId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s)
+            .map(Self)
+            .map_err(|_| IdError::NotUuidV4(s.to_owned()))
+    }
+}
+
+impl fmt::Display for NodeRunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// A node of a workflow graph. Node ids name fixture files and appear in
+/// paths, so they are restricted to a portable, path-safe alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// Validates `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`.
+    pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
+        let id = id.into();
+        let mut chars = id.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if first_ok && rest_ok && id.len() <= 64 {
+            Ok(Self(id))
+        } else {
+            Err(IdError::BadNodeId(id))
+        }
+    }
+
+    /// The id as written in the workflow.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for NodeId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A provider's conversation id, saved so the agent can be resumed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// Any non-empty string: its shape belongs to the provider.
+    pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
+        let id = id.into();
+        if id.is_empty() {
+            Err(IdError::EmptySession)
+        } else {
+            Ok(Self(id))
+        }
+    }
+
+    /// A runtime-generated session id, for providers that name none.
+    pub fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid.hyphenated().to_string())
+    }
+
+    /// The id as the provider gave it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Position of an event in its run's log: 1 for the first event, no gaps.
+/// "After offset 0" means "from the start", which is why 0 is not an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Offset(u64);
+
+impl Offset {
+    /// The first event of every run.
+    pub const FIRST: Offset = Offset(1);
+
+    /// Refuses 0.
+    pub fn new(n: u64) -> Result<Self, IdError> {
+        if n == 0 {
+            Err(IdError::ZeroOffset)
+        } else {
+            Ok(Self(n))
+        }
+    }
+
+    /// The offset as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The offset that follows this one.
+    #[must_use]
+    pub fn next(self) -> Self {
+        Self(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+macro_rules! string_serde {
+    ($ty:ty, $parse:expr) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
+                let parse: fn(&str) -> Result<$ty, IdError> = $parse;
+                parse(&raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_serde!(RunId, |s| s.parse());
+string_serde!(NodeRunId, |s| s.parse());
+string_serde!(NodeId, |s| NodeId::new(s));
+string_serde!(SessionId, |s| SessionId::new(s));
+
+impl Serialize for Offset {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Offset {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Offset::new(u64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_id_accepts_only_v4() {
+        assert!(RunId::new(Uuid::nil()).is_err());
+        assert!("not-a-uuid".parse::<RunId>().is_err());
+        let id: RunId = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap();
+        assert_eq!(id.to_string(), "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f");
+    }
+
+    #[test]
+    fn node_ids_are_path_safe() {
+        for good in ["a", "writer", "step-2", "A_b-9"] {
+            assert!(NodeId::new(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-x", "../etc", "a/b", "a b", "é", &"x".repeat(65)] {
+            assert!(NodeId::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn offsets_start_at_one() {
+        assert_eq!(Offset::new(0), Err(IdError::ZeroOffset));
+        assert_eq!(Offset::FIRST.next().get(), 2);
+        let parsed: Result<Offset, _> = serde_json::from_str("0");
+        assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn ids_round_trip_as_strings() {
+        let node = NodeId::new("writer").unwrap();
+        let json = serde_json::to_string(&node).unwrap();
+        assert_eq!(json, "\"writer\"");
+        assert_eq!(serde_json::from_str::<NodeId>(&json).unwrap(), node);
+        assert!(serde_json::from_str::<NodeId>("\"a/b\"").is_err());
+    }
+}

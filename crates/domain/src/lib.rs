@@ -1,0 +1,27 @@
+//! The pure core of awr: the vocabulary every other crate speaks.
+//!
+//! Everything here is data and rules — ids that cannot hold an invalid value,
+//! the workflow definition and its validation, the run event log's
+//! [`RuntimeEvent`] union, the [`RunSnapshot`] and the pure fold that derives
+//! it from events, and the [`RuntimeCommand`]s a user may send.
+//!
+//! Architecture invariant: this crate does no IO. It depends on no async
+//! runtime, touches no file, socket or process, and never reads the clock:
+//! time and fresh ids arrive as values from the outside (the application's
+//! `Clock` and `IdGen` ports), so a replay can pin them.
+
+pub mod command;
+pub mod condition;
+pub mod event;
+pub mod ids;
+pub mod output;
+pub mod snapshot;
+pub mod time;
+pub mod workflow;
+
+pub use command::RuntimeCommand;
+pub use event::{EventKind, RuntimeEvent};
+pub use ids::{IdError, NodeId, NodeRunId, Offset, RunId, SessionId};
+pub use snapshot::{EdgeStatus, NodeStatus, RunSnapshot, RunStatus};
+pub use time::Timestamp;
+pub use workflow::{WorkflowDef, WorkflowError};

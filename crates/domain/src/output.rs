@@ -1,0 +1,75 @@
+//! Structured output: an agent with `output_schema` must answer with JSON
+//! that the schema accepts. Pure, so the runner and replays agree on it.
+
+use serde_json::Value;
+
+/// Why an agent's final text is not acceptable structured output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// The text is not JSON (after removing a Markdown code fence, if any).
+    #[error("final text is not JSON: {0}")]
+    NotJson(String),
+    /// The schema itself does not compile (validation normally catches this first).
+    #[error("output_schema is invalid: {0}")]
+    BadSchema(String),
+    /// The JSON does not satisfy the schema; lists each violation with its path.
+    #[error("output does not match output_schema: {0}")]
+    Mismatch(String),
+}
+
+/// Parses `text` as JSON and validates it against `schema`.
+///
+/// Models often wrap JSON in a ```json fence; that fence is tolerated, any
+/// other surrounding prose is not.
+pub fn parse_structured(text: &str, schema: &Value) -> Result<Value, OutputError> {
+    let body = strip_fence(text.trim());
+    let value: Value = serde_json::from_str(body).map_err(|e| OutputError::NotJson(e.to_string()))?;
+    let validator =
+        jsonschema::validator_for(schema).map_err(|e| OutputError::BadSchema(e.to_string()))?;
+    let problems: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            let path = if path.is_empty() { "/".to_owned() } else { path };
+            format!("{path}: {e}")
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(value)
+    } else {
+        Err(OutputError::Mismatch(problems.join("; ")))
+    }
+}
+
+fn strip_fence(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("```") else {
+        return text;
+    };
+    let rest = rest.split_once('\n').map_or("", |(_, body)| body);
+    rest.trim_end().strip_suffix("```").unwrap_or(rest).trim()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "required": ["score"], "properties": {"score": {"type": "number"}}})
+    }
+
+    #[test]
+    fn accepts_valid_json_fenced_or_not() {
+        assert_eq!(parse_structured(r#"{"score": 1}"#, &schema()).unwrap(), json!({"score": 1}));
+        let fenced = "```json\n{\"score\": 2}\n```";
+        assert_eq!(parse_structured(fenced, &schema()).unwrap(), json!({"score": 2}));
+    }
+
+    #[test]
+    fn rejects_prose_and_mismatches() {
+        assert!(matches!(parse_structured("sure! {}", &schema()), Err(OutputError::NotJson(_))));
+        let err = parse_structured(r#"{"score": "high"}"#, &schema()).unwrap_err();
+        assert!(matches!(&err, OutputError::Mismatch(m) if m.contains("/score")), "{err}");
+    }
+}

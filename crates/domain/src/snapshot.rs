@@ -1,0 +1,367 @@
+//! [`RunSnapshot`]: the state a run resumes from, and the pure fold that
+//! derives it from the event log.
+//!
+//! The event log is the source of truth; the snapshot is a cache of
+//! `fold(events)`. [`RunSnapshot::apply`] is the only place that turns events
+//! into state, so a stale or missing snapshot can always be rebuilt from the
+//! log, and a property test checks that folding a run's events reproduces
+//! every snapshot it saved.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::command::InboxEntry;
+use crate::event::{EventKind, RuntimeEvent, WorkflowRef};
+use crate::ids::{NodeId, RunId, SessionId};
+use crate::time::Timestamp;
+
+/// Schema version of `snapshot.json`; bump it with a migration when the shape changes.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// Lifecycle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Created, no event yet.
+    Pending,
+    /// Executing (or interrupted while executing: a crash leaves this).
+    Running,
+    /// Stopped at a safe point; resumable.
+    Paused,
+    /// Finished successfully.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Stopped by a user.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has ended for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// Lower-case name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Status of one node (seed 001 §4, plus `skipped` for branches not taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    /// Not run (yet).
+    Pending,
+    /// Started, not finished.
+    Running,
+    /// Finished successfully.
+    Done,
+    /// Finished with an error.
+    Failed,
+    /// Will not run: no incoming edge fired.
+    Skipped,
+}
+
+/// Status of one edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeStatus {
+    /// Source not finished.
+    Pending,
+    /// Condition held; data flowed.
+    Fired,
+    /// Condition false, source skipped, or loop limit reached.
+    Skipped,
+}
+
+/// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
+/// `lastOffset` and `version` (design §3), and the run's start and last update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSnapshot {
+    /// Schema version ([`SNAPSHOT_VERSION`]).
+    pub version: u32,
+    /// The run.
+    pub run_id: RunId,
+    /// The definition it runs.
+    pub workflow: WorkflowRef,
+    /// Lifecycle.
+    pub status: RunStatus,
+    /// Output (`{data, metadata}`) of each node that finished.
+    pub outputs: BTreeMap<NodeId, Value>,
+    /// User-defined workflow state.
+    pub state: Map<String, Value>,
+    /// Status of every node.
+    pub node_status: BTreeMap<NodeId, NodeStatus>,
+    /// Status of every edge.
+    pub edge_status: BTreeMap<String, EdgeStatus>,
+    /// How often each loop edge fired.
+    pub loop_counters: BTreeMap<String, u32>,
+    /// Accepted commands not yet consumed by their node run.
+    pub inbox: Vec<InboxEntry>,
+    /// Provider session of each agent node, for resume.
+    pub agent_sessions: BTreeMap<NodeId, SessionId>,
+    /// Offset of the last event this snapshot reflects.
+    pub last_offset: u64,
+    /// When the run started (`flow:started`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// Timestamp of the last event reflected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
+}
+
+impl RunSnapshot {
+    /// The state before any event.
+    pub fn new(run_id: RunId) -> Self {
+        Self {
+            version: SNAPSHOT_VERSION,
+            run_id,
+            workflow: WorkflowRef::default(),
+            status: RunStatus::Pending,
+            outputs: BTreeMap::new(),
+            state: Map::new(),
+            node_status: BTreeMap::new(),
+            edge_status: BTreeMap::new(),
+            loop_counters: BTreeMap::new(),
+            inbox: Vec::new(),
+            agent_sessions: BTreeMap::new(),
+            last_offset: 0,
+            started_at: None,
+            updated_at: None,
+        }
+    }
+
+    /// Folds events (in offset order) onto an empty snapshot; `None` for no events.
+    pub fn fold<'a>(events: impl IntoIterator<Item = &'a RuntimeEvent>) -> Option<Self> {
+        let mut events = events.into_iter().peekable();
+        let mut snapshot = Self::new(events.peek()?.run_id);
+        for event in events {
+            snapshot.apply(event);
+        }
+        Some(snapshot)
+    }
+
+    /// Applies one event. Total: every event, known or not, is accepted, and
+    /// the only effect of kinds that carry no state is to advance `lastOffset`.
+    pub fn apply(&mut self, event: &RuntimeEvent) {
+        self.last_offset = event.offset.get();
+        self.updated_at = Some(event.timestamp);
+        let node = event.node_id.as_ref();
+        match &event.kind {
+            EventKind::FlowStarted {
+                workflow,
+                nodes,
+                edges,
+                ..
+            } => {
+                self.workflow = workflow.clone();
+                self.status = RunStatus::Running;
+                self.started_at = Some(event.timestamp);
+                self.node_status = nodes.iter().map(|n| (n.clone(), NodeStatus::Pending)).collect();
+                self.edge_status = edges.iter().map(|e| (e.clone(), EdgeStatus::Pending)).collect();
+            }
+            EventKind::FlowPaused { .. } => self.status = RunStatus::Paused,
+            EventKind::FlowResumed { .. } => self.status = RunStatus::Running,
+            EventKind::FlowCompleted { .. } => self.status = RunStatus::Completed,
+            EventKind::FlowFailed { .. } => self.status = RunStatus::Failed,
+            EventKind::FlowCancelled { .. } => self.status = RunStatus::Cancelled,
+            EventKind::NodeStarted { .. } => {
+                if let Some(node) = node {
+                    self.node_status.insert(node.clone(), NodeStatus::Running);
+                    self.outputs.remove(node);
+                }
+            }
+            EventKind::NodeCompleted { output } => {
+                if let Some(node) = node {
+                    self.node_status.insert(node.clone(), NodeStatus::Done);
+                    self.outputs.insert(node.clone(), output.clone());
+                }
+                self.drop_inbox_of(event);
+            }
+            EventKind::NodeFailed { .. } => {
+                if let Some(node) = node {
+                    self.node_status.insert(node.clone(), NodeStatus::Failed);
+                }
+                self.drop_inbox_of(event);
+            }
+            EventKind::NodeSkipped { .. } => {
+                if let Some(node) = node {
+                    self.node_status.insert(node.clone(), NodeStatus::Skipped);
+                }
+            }
+            EventKind::EdgeFired {
+                edge_id,
+                iteration,
+                reset_nodes,
+                reset_edges,
+                ..
+            } => {
+                self.edge_status.insert(edge_id.clone(), EdgeStatus::Fired);
+                if let Some(iteration) = iteration {
+                    self.loop_counters.insert(edge_id.clone(), *iteration);
+                }
+                for n in reset_nodes {
+                    self.node_status.insert(n.clone(), NodeStatus::Pending);
+                }
+                for e in reset_edges {
+                    self.edge_status.insert(e.clone(), EdgeStatus::Pending);
+                }
+            }
+            EventKind::EdgeSkipped { edge_id, .. } => {
+                self.edge_status.insert(edge_id.clone(), EdgeStatus::Skipped);
+            }
+            EventKind::AgentStart { session_id, .. } => {
+                if let Some(node) = node {
+                    self.agent_sessions.insert(node.clone(), session_id.clone());
+                }
+            }
+            EventKind::CommandReceived {
+                command,
+                accepted: true,
+                ..
+            } => {
+                if let Ok(entry) = serde_json::from_value::<InboxEntry>(command.clone()) {
+                    self.inbox.push(entry);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A node run that ended can no longer consume its messages.
+    fn drop_inbox_of(&mut self, event: &RuntimeEvent) {
+        if let Some(node_run) = event.node_run_id {
+            self.inbox.retain(|entry| entry.node_run_id != node_run);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ids::Offset;
+    use proptest::prelude::*;
+
+    fn ev(offset: u64, node: Option<&str>, kind: EventKind) -> RuntimeEvent {
+        RuntimeEvent {
+            id: format!("e{offset}"),
+            offset: Offset::new(offset).unwrap(),
+            timestamp: Timestamp::from_millis(1_000 * offset as i64),
+            run_id: "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap(),
+            node_id: node.map(|n| NodeId::new(n).unwrap()),
+            node_run_id: None,
+            kind,
+        }
+    }
+
+    fn sample_kinds() -> Vec<(Option<&'static str>, EventKind)> {
+        let a = NodeId::new("a").unwrap();
+        let b = NodeId::new("b").unwrap();
+        vec![
+            (
+                None,
+                EventKind::FlowStarted {
+                    workflow: WorkflowRef {
+                        name: "w".into(),
+                        hash: "sha256:00".into(),
+                    },
+                    input: Value::Null,
+                    nodes: vec![a.clone(), b.clone()],
+                    edges: vec!["a->b".into()],
+                },
+            ),
+            (Some("a"), EventKind::NodeStarted { input: Value::Null }),
+            (
+                Some("a"),
+                EventKind::AgentStart {
+                    session_id: SessionId::new("s1").unwrap(),
+                    model: None,
+                    prompt: crate::event::Prompt::Text("hi".into()),
+                },
+            ),
+            (Some("a"), EventKind::NodeCompleted { output: "x".into() }),
+            (
+                Some("a"),
+                EventKind::EdgeFired {
+                    edge_id: "a->b".into(),
+                    from: a,
+                    to: b,
+                    iteration: None,
+                    reset_nodes: vec![],
+                    reset_edges: vec![],
+                },
+            ),
+            (Some("b"), EventKind::NodeFailed { error: "boom".into(), continued: false }),
+            (
+                None,
+                EventKind::FlowFailed {
+                    error: "boom".into(),
+                    failed_node: None,
+                    duration_ms: 3,
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn fold_follows_a_run() {
+        let events: Vec<_> = sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
+            .collect();
+        let s = RunSnapshot::fold(&events).unwrap();
+        assert_eq!(s.status, RunStatus::Failed);
+        assert_eq!(s.node_status[&NodeId::new("a").unwrap()], NodeStatus::Done);
+        assert_eq!(s.node_status[&NodeId::new("b").unwrap()], NodeStatus::Failed);
+        assert_eq!(s.edge_status["a->b"], EdgeStatus::Fired);
+        assert_eq!(s.agent_sessions[&NodeId::new("a").unwrap()].as_str(), "s1");
+        assert_eq!(s.last_offset, 7);
+        assert_eq!(s.workflow.name, "w");
+    }
+
+    #[test]
+    fn snapshot_json_has_every_seed_field() {
+        let s = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());
+        let v = serde_json::to_value(&s).unwrap();
+        for field in [
+            "runId", "status", "outputs", "state", "nodeStatus", "edgeStatus", "loopCounters",
+            "inbox", "agentSessions", "workflow", "lastOffset", "version",
+        ] {
+            assert!(v.get(field).is_some(), "missing {field}");
+        }
+        let back: RunSnapshot = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    proptest! {
+        /// Folding in two halves equals folding at once: the snapshot of a
+        /// prefix, brought up to date with the rest, is the snapshot of the whole.
+        #[test]
+        fn fold_is_incremental(picks in proptest::collection::vec(0usize..7, 0..40), split in 0usize..40) {
+            let kinds = sample_kinds();
+            let events: Vec<_> = std::iter::once(0).chain(picks)
+                .enumerate()
+                .map(|(i, p)| { let (n, k) = kinds[p].clone(); ev(i as u64 + 1, n, k) })
+                .collect();
+            let split = split.min(events.len());
+            let whole = RunSnapshot::fold(&events).unwrap();
+            let mut part = RunSnapshot::fold(&events[..split.max(1)]).unwrap();
+            for e in &events[split.max(1)..] { part.apply(e); }
+            prop_assert_eq!(whole, part);
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Timestamps as the event log writes them: RFC 3339, UTC, millisecond precision.
+//!
+//! The domain never reads the clock; a [`Timestamp`] is always handed in.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A UTC instant, serialized as `2026-01-02T03:04:05.678Z`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(DateTime<Utc>);
+
+impl Timestamp {
+    /// Wraps a chrono instant, truncated to milliseconds so a value survives a
+    /// round trip through its text form unchanged.
+    pub fn new(at: DateTime<Utc>) -> Self {
+        let millis = at.timestamp_millis();
+        Self(DateTime::from_timestamp_millis(millis).unwrap_or(at))
+    }
+
+    /// From milliseconds since the Unix epoch (out-of-range values clamp to the epoch).
+    pub fn from_millis(millis: i64) -> Self {
+        Self(DateTime::from_timestamp_millis(millis).unwrap_or_default())
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn as_millis(&self) -> i64 {
+        self.0.timestamp_millis()
+    }
+
+    /// The chrono value.
+    pub fn as_datetime(&self) -> DateTime<Utc> {
+        self.0
+    }
+
+    /// Milliseconds from `earlier` to `self`, 0 if `earlier` is later.
+    pub fn millis_since(&self, earlier: Timestamp) -> u64 {
+        u64::try_from(self.as_millis() - earlier.as_millis()).unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&raw)
+            .map(|t| Self::new(t.with_timezone(&Utc)))
+            .map_err(|e| serde::de::Error::custom(format!("bad timestamp `{raw}`: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_utc_millis() {
+        let t = Timestamp::from_millis(1_767_225_600_123);
+        assert_eq!(serde_json::to_string(&t).unwrap(), "\"2026-01-01T00:00:00.123Z\"");
+        let back: Timestamp = serde_json::from_str("\"2026-01-01T01:00:00.123+01:00\"").unwrap();
+        assert_eq!(back, t);
+    }
+}

@@ -1,0 +1,190 @@
+//! Workflow definitions: what a user writes, checked before anything runs.
+//!
+//! A [`WorkflowDef`] is only ever built by [`WorkflowDef::from_yaml`] /
+//! [`WorkflowDef::from_json`], which parse *and* validate, so a value of this
+//! type is a graph the runner can execute: every node names a known agent,
+//! every edge joins known nodes, every cycle is broken by a loop limit, every
+//! condition compiles and every output schema is a valid JSON Schema.
+//! `steps:` (a list) is sugar for a chain and is lowered to nodes and edges here.
+
+mod graph;
+mod parse;
+
+pub use graph::LoopBody;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::condition::Condition;
+use crate::ids::NodeId;
+
+/// A validated workflow.
+#[derive(Debug, Clone)]
+pub struct WorkflowDef {
+    /// Human name; shown in `awr runs` and recorded in every snapshot.
+    pub name: String,
+    /// Optional free text.
+    pub description: Option<String>,
+    /// Input used when the caller gives none.
+    pub input: Option<Value>,
+    /// Agents by name.
+    pub agents: BTreeMap<String, AgentDef>,
+    /// Nodes in the order they were written (the runner's tie-break order).
+    pub nodes: Vec<NodeDef>,
+    /// Edges in the order they were written.
+    pub edges: Vec<EdgeDef>,
+    /// `sha256:<hex>` of the source text, so a snapshot names exactly what it ran.
+    pub hash: String,
+}
+
+/// The providers a workflow may name. Adding a provider adds a variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Provider {
+    /// Fixture-backed provider (seed 001 §7): replays recorded calls, no network.
+    Mock,
+}
+
+impl Provider {
+    /// The name used in workflow files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Mock => "mock",
+        }
+    }
+}
+
+/// One agent: who it is (system prompt), what it runs on, what it may do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    /// Which provider runs the agent.
+    pub provider: Provider,
+    /// Model name passed to the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The agent's role and instructions; the only context it gets besides its input.
+    #[serde(default)]
+    pub system_prompt: String,
+    /// Tools granted to the agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Upper bound on model turns in one invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// When set, the final text must be JSON valid against this schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// What a failure of this agent does to the run.
+    #[serde(default)]
+    pub policy: Policy,
+    /// `mock` provider: directory of fixture files (`<node-id>.json`),
+    /// relative to the workflow file. Default: `fixtures/<workflow name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixtures: Option<String>,
+}
+
+/// Failure policy of an agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// A failure marks the node failed but the run goes on; the node's output is `null`.
+    #[serde(default)]
+    pub continue_on_error: bool,
+}
+
+/// A node of the graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeDef {
+    /// Unique within the workflow.
+    pub id: NodeId,
+    /// What the node does.
+    pub kind: NodeKind,
+}
+
+/// What a node does. Later node kinds (command, call_workflow, ...) add variants.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// Runs the named agent.
+    Agent {
+        /// Key into [`WorkflowDef::agents`].
+        agent: String,
+    },
+}
+
+/// A directed edge. An edge with `max_iterations` is a loop edge: it may point
+/// backwards and close a cycle, and fires at most that many times per run.
+#[derive(Debug, Clone)]
+pub struct EdgeDef {
+    /// `from->to` unless given explicitly; unique within the workflow.
+    pub id: String,
+    /// Source node.
+    pub from: NodeId,
+    /// Target node.
+    pub to: NodeId,
+    /// Fires only when this evaluates to true (absent: always).
+    pub when: Option<Condition>,
+    /// Loop limit; `Some` makes this a loop edge.
+    pub max_iterations: Option<u32>,
+}
+
+impl EdgeDef {
+    /// Whether this edge may close a cycle.
+    pub fn is_loop(&self) -> bool {
+        self.max_iterations.is_some()
+    }
+}
+
+/// Why a workflow file was refused. Every variant names what to fix.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkflowError {
+    /// The file holds nothing.
+    #[error("workflow file is empty")]
+    Empty,
+    /// YAML/JSON syntax, a missing field or a wrong type, where the parser knows the place.
+    #[error("{}{message}", location_prefix(*.line, *.column))]
+    Parse {
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// What the parser said, with the field path when known.
+        message: String,
+    },
+    /// A rule of the graph is broken; `item` names the offending piece
+    /// (`agents.writer`, `nodes[2]`, `edges[0] (a->b)`, ...).
+    #[error("{item}: {message}")]
+    Invalid {
+        /// The offending item.
+        item: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+fn location_prefix(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!("{l}:{c}: "),
+        (Some(l), None) => format!("{l}: "),
+        _ => String::new(),
+    }
+}
+
+impl WorkflowDef {
+    /// The agent a node runs, if it is an agent node.
+    pub fn agent_of(&self, node: &NodeDef) -> Option<(&str, &AgentDef)> {
+        match &node.kind {
+            NodeKind::Agent { agent } => self
+                .agents
+                .get_key_value(agent)
+                .map(|(k, v)| (k.as_str(), v)),
+        }
+    }
+
+    /// A node by id.
+    pub fn node(&self, id: &NodeId) -> Option<&NodeDef> {
+        self.nodes.iter().find(|n| &n.id == id)
+    }
+}

@@ -1,0 +1,698 @@
+//! Reading a workflow file: YAML or JSON text in, a validated [`WorkflowDef`] out.
+//!
+//! Parsing happens in two stages so each error can say the most useful thing.
+//! Serde first reads the text into private `Raw*` structs that mirror the file
+//! (so syntax, missing fields, wrong types and unknown keys come back with a
+//! line, a column and a field path); then [`build`] lowers `steps` to nodes and
+//! edges and checks the rules that span several items (known agents, unique
+//! ids, acyclic forward edges, ...), naming the offending item.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{AgentDef, EdgeDef, NodeDef, NodeKind, WorkflowDef, WorkflowError};
+use crate::condition::Condition;
+use crate::ids::NodeId;
+
+impl WorkflowDef {
+    /// Parses and validates a workflow written in YAML (a superset of JSON, so
+    /// `.json` files parse too).
+    pub fn from_yaml(src: &str) -> Result<WorkflowDef, WorkflowError> {
+        if src.trim().is_empty() {
+            return Err(WorkflowError::Empty);
+        }
+        let raw: Option<RawWorkflow> = yaml_serde::from_str(src).map_err(yaml_error)?;
+        build(raw.ok_or(WorkflowError::Empty)?, src)
+    }
+
+    /// Parses and validates a workflow written in strict JSON, for callers
+    /// that want JSON's error positions and no YAML leniency.
+    pub fn from_json(src: &str) -> Result<WorkflowDef, WorkflowError> {
+        if src.trim().is_empty() {
+            return Err(WorkflowError::Empty);
+        }
+        // serde_json would read an array as a struct's fields in order; a
+        // workflow is an object, so say so instead of "[0]: invalid type".
+        if let Some(at) = src.find(|c: char| !c.is_whitespace()).filter(|&i| src[i..].starts_with('[')) {
+            let before = &src[..at];
+            return Err(WorkflowError::Parse {
+                line: Some(before.matches('\n').count() + 1),
+                column: Some(before.len() - before.rfind('\n').map_or(0, |n| n + 1) + 1),
+                message: "expected a workflow object `{...}`, found an array".into(),
+            });
+        }
+        let mut de = serde_json::Deserializer::from_str(src);
+        let raw: Option<RawWorkflow> = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
+        de.end().map_err(|e| json_error(String::new(), &e))?;
+        build(raw.ok_or(WorkflowError::Empty)?, src)
+    }
+}
+
+/// The file as written. `deny_unknown_fields` turns a misspelt key into an
+/// error naming it instead of a silently ignored setting.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a workflow mapping with `name`, `agents` and `steps` or `nodes`"
+)]
+struct RawWorkflow {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(deserialize_with = "unique_keys")]
+    agents: BTreeMap<String, AgentDef>,
+    #[serde(default)]
+    steps: Option<Vec<RawStep>>,
+    #[serde(default)]
+    nodes: Option<Vec<RawNode>>,
+    #[serde(default)]
+    edges: Option<Vec<RawEdge>>,
+}
+
+/// One element of `steps:`; ids stay strings here so a bad one is reported
+/// with its position by [`build`] rather than as a bare parse error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a step: `{agent: NAME, id?: ID}`")]
+struct RawStep {
+    agent: String,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a node: `{id: ID, agent: NAME}`")]
+struct RawNode {
+    id: String,
+    agent: String,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an edge: `{from: ID, to: ID, when?: CEL, max_iterations?: N, id?: ID}`"
+)]
+struct RawEdge {
+    from: String,
+    to: String,
+    #[serde(default)]
+    when: Option<String>,
+    #[serde(default)]
+    max_iterations: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+/// Serde's maps keep the last of duplicate keys; a second agent with the same
+/// name would silently replace the first, so refuse it.
+fn unique_keys<'de, D, V>(de: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct Unique<V>(PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
+        type Value = BTreeMap<String, V>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a mapping of agent names to agents")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate agent `{key}`")));
+                }
+                let value = map.next_value()?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    de.deserialize_map(Unique(PhantomData))
+}
+
+fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
+    let loc = e.location();
+    let message = e.to_string();
+    match loc {
+        // The position moves into `line`/`column`; drop its copy from the text.
+        Some(l) => WorkflowError::Parse {
+            message: message.replacen(&format!(" at line {} column {}", l.line(), l.column()), "", 1),
+            line: Some(l.line()),
+            column: Some(l.column()),
+        },
+        None => WorkflowError::Parse {
+            line: None,
+            column: None,
+            message,
+        },
+    }
+}
+
+fn json_error(path: String, e: &serde_json::Error) -> WorkflowError {
+    let mut message = e.to_string();
+    let known = e.line() != 0;
+    if known {
+        message = message.replacen(&format!(" at line {} column {}", e.line(), e.column()), "", 1);
+    }
+    // serde_path_to_error says `.` for the root and `?` where it lost track.
+    if !path.is_empty() && path != "." && path != "?" {
+        message = format!("{path}: {message}");
+    }
+    WorkflowError::Parse {
+        line: known.then_some(e.line()),
+        column: known.then_some(e.column()),
+        message,
+    }
+}
+
+fn invalid(item: impl Into<String>, message: impl Into<String>) -> WorkflowError {
+    WorkflowError::Invalid {
+        item: item.into(),
+        message: message.into(),
+    }
+}
+
+/// `a, b, c` for "known: ..." hints.
+fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// Lowers and validates; the rules are checked in file order so the first
+/// error is the first thing to fix.
+fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
+    if raw.name.trim().is_empty() {
+        return Err(invalid("name", "must not be empty"));
+    }
+    check_agents(&raw.agents)?;
+
+    let (nodes, edges) = match (raw.steps, raw.nodes) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "nodes",
+                "`steps` and `nodes` cannot both be given: use `steps` for a chain, or `nodes` with `edges` for a graph",
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                "workflow",
+                "needs `steps` (a chain of agents) or `nodes` (with `edges`)",
+            ));
+        }
+        (Some(steps), None) => {
+            if raw.edges.is_some() {
+                return Err(invalid(
+                    "edges",
+                    "`edges` goes with `nodes`; consecutive `steps` are joined automatically",
+                ));
+            }
+            lower_steps(steps, &raw.agents)?
+        }
+        (None, Some(nodes)) => lower_graph(nodes, raw.edges.unwrap_or_default(), &raw.agents)?,
+    };
+
+    let def = WorkflowDef {
+        name: raw.name,
+        description: raw.description,
+        input: raw.input,
+        agents: raw.agents,
+        nodes,
+        edges,
+        hash: hash(src),
+    };
+    check_graph(&def)?;
+    Ok(def)
+}
+
+fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError> {
+    if agents.is_empty() {
+        return Err(invalid("agents", "at least one agent is required"));
+    }
+    for (name, agent) in agents {
+        let item = format!("agents.{name}");
+        NodeId::new(name.as_str()).map_err(|e| invalid(&item, e.to_string()))?;
+        if let Some(schema) = &agent.output_schema {
+            // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
+            jsonschema::options().offline().build(schema).map_err(|e| {
+                invalid(&item, format!("`output_schema` is not a valid JSON Schema: {e}"))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Collects nodes, checking each against the agents and the ids seen so far.
+struct NodeSet<'a> {
+    agents: &'a BTreeMap<String, AgentDef>,
+    nodes: Vec<NodeDef>,
+    /// Id -> the item that declared it, for duplicate messages.
+    seen: HashMap<String, String>,
+}
+
+impl<'a> NodeSet<'a> {
+    fn new(agents: &'a BTreeMap<String, AgentDef>) -> Self {
+        NodeSet {
+            agents,
+            nodes: Vec::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, item: String, id: &str, agent: String) -> Result<(), WorkflowError> {
+        if !self.agents.contains_key(&agent) {
+            let known = list(self.agents.keys().map(String::as_str));
+            return Err(invalid(item, format!("unknown agent `{agent}` (known: {known})")));
+        }
+        let node_id = NodeId::new(id).map_err(|e| invalid(&item, e.to_string()))?;
+        if let Some(first) = self.seen.get(id) {
+            return Err(invalid(
+                item,
+                format!("duplicate node id `{id}` (also {first}); give each an explicit, unique `id`"),
+            ));
+        }
+        self.seen.insert(id.to_owned(), item);
+        self.nodes.push(NodeDef {
+            id: node_id,
+            kind: NodeKind::Agent { agent },
+        });
+        Ok(())
+    }
+}
+
+fn lower_steps(
+    steps: Vec<RawStep>,
+    agents: &BTreeMap<String, AgentDef>,
+) -> Result<(Vec<NodeDef>, Vec<EdgeDef>), WorkflowError> {
+    if steps.is_empty() {
+        return Err(invalid("steps", "must list at least one step"));
+    }
+    let mut set = NodeSet::new(agents);
+    for (i, step) in steps.into_iter().enumerate() {
+        let id = step.id.unwrap_or_else(|| step.agent.clone());
+        set.add(format!("steps[{i}]"), &id, step.agent)?;
+    }
+    let edges = set
+        .nodes
+        .windows(2)
+        .map(|pair| EdgeDef {
+            id: format!("{}->{}", pair[0].id, pair[1].id),
+            from: pair[0].id.clone(),
+            to: pair[1].id.clone(),
+            when: None,
+            max_iterations: None,
+        })
+        .collect();
+    Ok((set.nodes, edges))
+}
+
+fn lower_graph(
+    nodes: Vec<RawNode>,
+    raw_edges: Vec<RawEdge>,
+    agents: &BTreeMap<String, AgentDef>,
+) -> Result<(Vec<NodeDef>, Vec<EdgeDef>), WorkflowError> {
+    if nodes.is_empty() {
+        return Err(invalid("nodes", "must list at least one node"));
+    }
+    let mut set = NodeSet::new(agents);
+    for (i, node) in nodes.into_iter().enumerate() {
+        set.add(format!("nodes[{i}] (id `{}`)", node.id), &node.id, node.agent)?;
+    }
+    let known_node = |item: &str, end: &str, id: &str| -> Result<NodeId, WorkflowError> {
+        match set.nodes.iter().find(|n| n.id.as_str() == id) {
+            Some(n) => Ok(n.id.clone()),
+            None => {
+                let known = list(set.nodes.iter().map(|n| n.id.as_str()));
+                Err(invalid(item, format!("`{end}`: unknown node `{id}` (known: {known})")))
+            }
+        }
+    };
+    let mut edges: Vec<EdgeDef> = Vec::with_capacity(raw_edges.len());
+    for (i, raw) in raw_edges.into_iter().enumerate() {
+        let id = raw.id.unwrap_or_else(|| format!("{}->{}", raw.from, raw.to));
+        let item = format!("edges[{i}] ({id})");
+        if id.trim().is_empty() {
+            return Err(invalid(item, "`id` must not be empty"));
+        }
+        if let Some(j) = edges.iter().position(|e| e.id == id) {
+            return Err(invalid(
+                item,
+                format!("duplicate edge id `{id}` (also edges[{j}]); give each an explicit, unique `id`"),
+            ));
+        }
+        let from = known_node(&item, "from", &raw.from)?;
+        let to = known_node(&item, "to", &raw.to)?;
+        if raw.max_iterations == Some(0) {
+            return Err(invalid(item, "`max_iterations` must be at least 1"));
+        }
+        let when = match raw.when {
+            Some(src) => Some(
+                Condition::compile(&src)
+                    .map_err(|e| invalid(&item, format!("`when` does not compile: {e}")))?,
+            ),
+            None => None,
+        };
+        edges.push(EdgeDef {
+            id,
+            from,
+            to,
+            when,
+            max_iterations: raw.max_iterations,
+        });
+    }
+    Ok((set.nodes, edges))
+}
+
+fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {
+    let item = |e: &EdgeDef| {
+        let i = def.edges.iter().position(|x| x.id == e.id).unwrap_or(0);
+        format!("edges[{i}] ({})", e.id)
+    };
+    if let Some((e, cycle)) = def.forward_cycle() {
+        let path = list(cycle.iter().map(NodeId::as_str)).replace(", ", " -> ");
+        return Err(invalid(
+            item(&def.edges[e]),
+            format!(
+                "closes the cycle {path}, and none of its edges has `max_iterations`; \
+                 give the edge that loops back `max_iterations: N` to bound the loop"
+            ),
+        ));
+    }
+    for edge in def.edges.iter().filter(|e| e.is_loop()) {
+        if !def.reaches_forward(&edge.to, &edge.from) {
+            return Err(invalid(
+                item(edge),
+                format!(
+                    "`max_iterations` makes this a loop edge, but no forward path leads from `{}` back to `{}`; \
+                     a loop edge must point back to an earlier node (or drop `max_iterations`)",
+                    edge.to, edge.from
+                ),
+            ));
+        }
+    }
+    let unreachable = def.unreachable_nodes();
+    if !unreachable.is_empty() {
+        let names = list(unreachable.iter().map(|n| n.as_str()));
+        return Err(invalid(
+            "nodes",
+            format!("no entry node (one without incoming edges) leads to: {names}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `sha256:<hex>` of the exact source text.
+fn hash(src: &str) -> String {
+    let digest = Sha256::digest(src.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const AGENTS: &str = "agents:\n  a: {provider: mock}\n  b: {provider: mock}\n  c: {provider: mock}\n";
+
+    /// A YAML workflow named `t` with agents a, b, c and `body`.
+    fn wf(body: &str) -> String {
+        format!("name: t\n{AGENTS}{body}")
+    }
+
+    fn check_err(yaml: &str, expected: &str) {
+        let err = WorkflowDef::from_yaml(yaml).expect_err(yaml).to_string();
+        assert!(err.contains(expected), "expected `{expected}` in: {err}\n--- yaml:\n{yaml}");
+    }
+
+    fn check_json_err(json: &str, expected: &str) {
+        let err = WorkflowDef::from_json(json).expect_err(json).to_string();
+        assert!(err.contains(expected), "expected `{expected}` in: {err}\n--- json:\n{json}");
+    }
+
+    /// Like `check_err`, and the error must be a `Parse` at `line:column`.
+    fn check_parse(yaml: &str, line: usize, column: usize, expected: &str) {
+        check_err(yaml, &format!("{line}:{column}: "));
+        check_err(yaml, expected);
+        let err = WorkflowDef::from_yaml(yaml).unwrap_err();
+        assert!(matches!(err, WorkflowError::Parse { line: Some(_), column: Some(_), .. }), "{err:?}");
+    }
+
+    #[test]
+    fn rule_1_empty_files() {
+        for src in ["", "  \n\t\n", "# just a comment\n", "~", "null\n", "---\n"] {
+            assert_eq!(WorkflowDef::from_yaml(src).unwrap_err(), WorkflowError::Empty, "{src:?}");
+        }
+        for src in ["", " \n", "null"] {
+            assert_eq!(WorkflowDef::from_json(src).unwrap_err(), WorkflowError::Empty, "{src:?}");
+        }
+    }
+
+    #[test]
+    fn rule_2_syntax_errors() {
+        check_parse("name: t\nagents: {a: {provider: mock}\nsteps: []\n", 3, 1, "did not find expected ',' or '}'");
+        check_parse("name: t\ndescription: 'oops\n", 3, 1, "found unexpected end of stream, while scanning a quoted scalar at line 2 column 14");
+        check_err(&wf("steps: [{agent: a}]\n---\nname: u\n"), "more than one document");
+        check_json_err("{\"name\": \"t\",\n \"agents\": {}", "2:13: EOF while parsing an object");
+        check_json_err("{\"name\": \"t\",}", "1:14: trailing comma");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]} x", "1:81: trailing characters");
+        check_json_err("\n  [1, 2]", "2:3: expected a workflow object");
+        check_json_err("name: t", "1:2: expected ident");
+    }
+
+    #[test]
+    fn rule_3_missing_fields_and_wrong_types() {
+        check_parse("agents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", 1, 1, "missing field `name`");
+        check_err("name: t\nsteps: [{agent: a}]\n", "missing field `agents`");
+        check_parse("name: t\nagents:\n  a: {model: x}\nsteps: [{agent: a}]\n", 3, 6, "agents.a: missing field `provider`");
+        check_parse(
+            "name: t\nagents:\n  writer:\n    provider: mock\n    max_turns: ten\nsteps: [{agent: writer}]\n",
+            5, 16, "agents.writer.max_turns: invalid type: string \"ten\", expected u32",
+        );
+        check_err(&wf("steps: [{agent: a}, {id: x}]\n"), "steps[1]: missing field `agent`");
+        check_err(&wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"), "edges[0].max_iterations: invalid type: integer `-1`, expected u32");
+        check_err("name: [t]\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", "1:7: name: invalid type: sequence");
+        check_err("hello", "expected a workflow mapping");
+        check_json_err(
+            "{\"name\": \"t\",\n \"agents\": {\"w\": {\"provider\": \"mock\", \"max_turns\": \"ten\"}},\n \"steps\": [{\"agent\": \"w\"}]}",
+            "2:56: agents.w.max_turns: invalid type: string \"ten\", expected u32",
+        );
+        check_json_err("{\"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]}", "missing field `name`");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        check_parse(&wf("steps: [{agent: a}]\nnodez: []\n"), 7, 1, "unknown field `nodez`, expected one of `name`");
+        check_err(&wf("steps: [{agent: a, idd: x}]\n"), "steps[0]: unknown field `idd`");
+        check_err(&wf("nodes: [{id: a, agent: a}]\nedges: [{from: a, to: a, if: x}]\n"), "edges[0]: unknown field `if`");
+        check_err("name: t\nagents: {a: {provider: mock, temprature: 1}}\nsteps: [{agent: a}]\n", "agents.a: unknown field `temprature`");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}], \"x\": 1}", "unknown field `x`");
+    }
+
+    #[test]
+    fn rule_4_unknown_provider() {
+        check_parse("name: t\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n", 3, 17, "agents.a.provider: unknown variant `gpt9`, expected `mock`");
+        check_json_err("{\"name\": \"t\",\n \"agents\": {\"a\": {\"provider\": \"gpt9\"}}}", "2:36: agents.a.provider: unknown variant `gpt9`, expected `mock`");
+    }
+
+    #[test]
+    fn rule_5_unknown_agent() {
+        check_err(&wf("steps: [{agent: a}, {agent: foo}]\n"), "steps[1]: unknown agent `foo` (known: a, b, c)");
+        check_err(&wf("nodes: [{id: x, agent: a}, {id: y, agent: foo}]\n"), "nodes[1] (id `y`): unknown agent `foo` (known: a, b, c)");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"b\"}]}", "steps[0]: unknown agent `b` (known: a)");
+    }
+
+    #[test]
+    fn rule_6_duplicate_node_ids() {
+        check_err(&wf("steps: [{agent: a}, {agent: b}, {agent: a}]\n"), "steps[2]: duplicate node id `a` (also steps[0]); give each an explicit, unique `id`");
+        check_err(&wf("steps: [{agent: a, id: x}, {agent: b, id: x}]\n"), "steps[1]: duplicate node id `x`");
+        check_err(&wf("nodes: [{id: x, agent: a}, {id: x, agent: b}]\n"), "nodes[1] (id `x`): duplicate node id `x` (also nodes[0] (id `x`))");
+        check_err("name: t\nagents:\n  a: {provider: mock}\n  a: {provider: mock}\nsteps: [{agent: a}]\n", "3:3: agents: duplicate agent `a`");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}, {\"agent\": \"a\"}]}", "steps[1]: duplicate node id `a`");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}, \"a\": {\"provider\": \"mock\"}}}", "agents: duplicate agent `a`");
+    }
+
+    #[test]
+    fn rule_7_edges_to_unknown_nodes() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: z}}]\n")), "edges[0] (x->z): `to`: unknown node `z` (known: x, y)");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: w, to: y, id: e2}}]\n")), "edges[1] (e2): `from`: unknown node `w`");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"q\"}]}",
+            "edges[0] (x->q): `to`: unknown node `q` (known: x)",
+        );
+    }
+
+    #[test]
+    fn rule_8_duplicate_edge_ids() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: x, to: y}}]\n")), "edges[1] (x->y): duplicate edge id `x->y` (also edges[0])");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, id: e}}, {{from: y, to: x, id: e, max_iterations: 2}}]\n")), "edges[1] (e): duplicate edge id `e`");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, id: ' '}}]\n")), "edges[0] ( ): `id` must not be empty");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\"}, {\"from\": \"x\", \"to\": \"y\"}]}",
+            "edges[1] (x->y): duplicate edge id `x->y`",
+        );
+    }
+
+    #[test]
+    fn rule_9_unbounded_cycles() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}, {id: z, agent: c}]\n";
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z}}, {{from: z, to: y}}]\n")), "edges[2] (z->y): closes the cycle y -> z -> y");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x}}]\n")), "closes the cycle x -> y -> x, and none of its edges has `max_iterations`");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: x}}]\n")), "edges[0] (x->x): closes the cycle x -> x");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\"}, {\"from\": \"y\", \"to\": \"x\"}]}",
+            "closes the cycle x -> y -> x",
+        );
+    }
+
+    #[test]
+    fn rule_10_loop_edges_must_loop() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}, {id: z, agent: c}]\n";
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z, max_iterations: 3}}]\n")), "edges[1] (y->z): `max_iterations` makes this a loop edge, but no forward path leads from `z` back to `y`");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 0}}]\n")), "edges[1] (y->x): `max_iterations` must be at least 1");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, max_iterations: 2}}, {{from: y, to: z}}]\n")), "no forward path leads from `y` back to `x`");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"max_iterations\": 2}]}",
+            "edges[0] (x->y): `max_iterations` makes this a loop edge",
+        );
+    }
+
+    #[test]
+    fn rule_11_conditions_must_compile() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, when: 'output.contains('}}]\n")), "edges[0] (x->y): `when` does not compile: `output.contains(` is not a valid CEL expression");
+        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, when: ''}}]\n")), "`when` does not compile");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"when\": \"1 +\"}]}",
+            "edges[0] (x->y): `when` does not compile: `1 +`",
+        );
+    }
+
+    #[test]
+    fn rule_12_output_schemas_must_be_valid() {
+        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {type: strin}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
+        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {minimum: x}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
+        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {$ref: 'https://example.com/s.json'}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"w\": {\"provider\": \"mock\", \"output_schema\": {\"type\": 5}}}, \"steps\": [{\"agent\": \"w\"}]}",
+            "agents.w: `output_schema` is not a valid JSON Schema",
+        );
+    }
+
+    #[test]
+    fn rule_13_ids_must_be_path_safe() {
+        check_err("name: t\nagents:\n  'my agent': {provider: mock}\nsteps: [{agent: 'my agent'}]\n", "agents.my agent: `my agent` is not a valid node id");
+        check_err(&wf("steps: [{agent: a, id: ../x}]\n"), "steps[0]: `../x` is not a valid node id");
+        check_err(&wf("nodes: [{id: -x, agent: a}]\n"), "nodes[0] (id `-x`): `-x` is not a valid node id");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a/b\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a/b\"}]}", "agents.a/b: `a/b` is not a valid node id");
+    }
+
+    #[test]
+    fn shape_rules() {
+        check_err(&wf("steps: [{agent: a}]\nnodes: [{id: a, agent: a}]\n"), "nodes: `steps` and `nodes` cannot both be given");
+        check_err(&wf(""), "workflow: needs `steps` (a chain of agents) or `nodes` (with `edges`)");
+        check_err(&wf("steps: []\n"), "steps: must list at least one step");
+        check_err(&wf("nodes: []\n"), "nodes: must list at least one node");
+        check_err(&wf("steps: [{agent: a}]\nedges: []\n"), "edges: `edges` goes with `nodes`");
+        check_err("name: ' '\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", "name: must not be empty");
+        check_err("name: t\nagents: {}\nsteps: [{agent: a}]\n", "agents: at least one agent is required");
+        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}}", "workflow: needs `steps`");
+    }
+
+    #[test]
+    fn steps_lower_to_a_chain() {
+        let src = "name: research\ndescription: two steps\ninput: {topic: rust}\nagents:\n  researcher: {provider: mock, system_prompt: Find facts.}\n  analyst: {provider: mock, max_turns: 3}\nsteps:\n  - agent: researcher\n  - agent: analyst\n  - {agent: analyst, id: analyst-2}\n";
+        let def = WorkflowDef::from_yaml(src).unwrap();
+        assert_eq!(def.name, "research");
+        assert_eq!(def.description.as_deref(), Some("two steps"));
+        assert_eq!(def.input, Some(serde_json::json!({"topic": "rust"})));
+        let ids: Vec<&str> = def.nodes.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(ids, ["researcher", "analyst", "analyst-2"]);
+        let edges: Vec<(&str, &str, &str)> = def.edges.iter().map(|e| (e.id.as_str(), e.from.as_str(), e.to.as_str())).collect();
+        assert_eq!(edges, [("researcher->analyst", "researcher", "analyst"), ("analyst->analyst-2", "analyst", "analyst-2")]);
+        assert!(def.edges.iter().all(|e| e.when.is_none() && !e.is_loop()));
+        assert_eq!(def.agent_of(&def.nodes[2]).map(|(name, a)| (name, a.max_turns)), Some(("analyst", Some(3))));
+        assert_eq!(def.agents["researcher"].system_prompt, "Find facts.");
+        let hex = def.hash.strip_prefix("sha256:").unwrap();
+        assert!(hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(def.hash, WorkflowDef::from_yaml(&format!("{src}\n")).unwrap().hash, "hash is of the bytes");
+    }
+
+    #[test]
+    fn known_sha256() {
+        assert_eq!(hash("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn graph_with_conditions_and_a_loop() {
+        let src = r#"
+name: review
+agents:
+  writer: {provider: mock}
+  reviewer: {provider: mock, output_schema: {type: object, required: [score]}}
+  publisher: {provider: mock, policy: {continue_on_error: true}}
+nodes:
+  - {id: draft, agent: writer}
+  - {id: review, agent: reviewer}
+  - {id: publish, agent: publisher}
+edges:
+  - {from: draft, to: review}
+  - {from: review, to: publish, when: 'output.score >= 0.8'}
+  - {from: review, to: draft, when: 'output.score < 0.8', max_iterations: 3, id: retry}
+"#;
+        let def = WorkflowDef::from_yaml(src).unwrap();
+        assert_eq!(def.edges.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["draft->review", "review->publish", "retry"]);
+        let retry = &def.edges[2];
+        assert_eq!((retry.max_iterations, retry.is_loop()), (Some(3), true));
+        let when = def.edges[1].when.as_ref().unwrap();
+        assert_eq!(when.source(), "output.score >= 0.8");
+        let vars = serde_json::json!({"output": {"score": 0.9}});
+        assert_eq!(when.evaluate(vars.as_object().unwrap()), Ok(true));
+        assert!(def.agents["publisher"].policy.continue_on_error);
+
+        let json = serde_json::to_string(&yaml_serde::from_str::<Value>(src).unwrap()).unwrap();
+        let from_json = WorkflowDef::from_json(&json).unwrap();
+        assert_eq!(from_json.nodes, def.nodes);
+        assert_eq!(from_json.agents, def.agents);
+        assert_eq!(from_json.edges.len(), 3);
+        assert_eq!(WorkflowDef::from_yaml(&json).unwrap().nodes, def.nodes, "JSON is YAML too");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics(src in "\\PC{0,200}") {
+            let _ = WorkflowDef::from_yaml(&src);
+            let _ = WorkflowDef::from_json(&src);
+        }
+
+        #[test]
+        fn yamlish_garbage_never_panics(src in "[a-z:{}\\[\\],'\"#&*!|>@%~ \\n-]{0,200}") {
+            let _ = WorkflowDef::from_yaml(&src);
+            let _ = WorkflowDef::from_json(&src);
+        }
+
+        /// Mutating one byte of a valid file yields a definition or an error, never a panic.
+        #[test]
+        fn mutated_files_never_panic(at in 0usize..400, byte in proptest::num::u8::ANY) {
+            let src = wf("nodes: [{id: x, agent: a}, {id: y, agent: b}]\nedges: [{from: x, to: y, when: 'output.ok'}, {from: y, to: x, max_iterations: 2}]\n");
+            let mut bytes = src.into_bytes();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            let src = String::from_utf8_lossy(&bytes);
+            let _ = WorkflowDef::from_yaml(&src);
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Developer tasks, run as `cargo xtask <task>`.
+fn main() {}
