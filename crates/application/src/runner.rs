@@ -817,3 +817,389 @@ fn render_prompt(data: &Value) -> String {
         other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::ports::{MockClock, MockIdGen, MockQueryFn, MockRunStore};
+    use domain::event::Usage;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// What each node's agent does, by node id: one script per call.
+    type Scripts = HashMap<&'static str, Vec<Vec<Result<AgentMessage, QueryError>>>>;
+
+    struct Harness {
+        runner: WorkflowRunner,
+        events: Arc<Mutex<Vec<RuntimeEvent>>>,
+        snapshots: Arc<Mutex<Vec<RunSnapshot>>>,
+        prompts: Arc<Mutex<Vec<(String, String)>>>,
+    }
+
+    fn done(text: &str) -> Result<AgentMessage, QueryError> {
+        Ok(AgentMessage::Completed(AgentResult {
+            text: text.into(),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+            num_turns: 1,
+            ..AgentResult::default()
+        }))
+    }
+
+    fn session(id: &str) -> Result<AgentMessage, QueryError> {
+        Ok(AgentMessage::Session {
+            session_id: SessionId::new(id).unwrap(),
+            model: None,
+        })
+    }
+
+    fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let snapshots = Arc::new(Mutex::new(Vec::new()));
+        let prompts = Arc::new(Mutex::new(Vec::new()));
+
+        let mut store = MockRunStore::new();
+        store.expect_create_run().returning(|_| Ok(()));
+        let log = Arc::clone(&events);
+        store.expect_append().returning(move |_, batch| {
+            let mut log = log.lock().unwrap();
+            for e in batch {
+                if Some(e.offset.get()) == fail_append_at {
+                    return Err(StoreError::Io("disk full".into()));
+                }
+                assert_eq!(e.offset.get(), log.len() as u64 + 1, "offsets must have no gaps");
+                log.push(e.clone());
+            }
+            Ok(())
+        });
+        store.expect_flush().returning(|_| Ok(()));
+        let saved = Arc::clone(&snapshots);
+        store.expect_save_snapshot().returning(move |s| {
+            saved.lock().unwrap().push(s.clone());
+            Ok(())
+        });
+
+        let scripts = Mutex::new(scripts);
+        let seen = Arc::clone(&prompts);
+        let mut query = MockQueryFn::new();
+        query.expect_query().returning(move |req| {
+            seen.lock()
+                .unwrap()
+                .push((req.node_id.to_string(), req.prompt.clone()));
+            let mut scripts = scripts.lock().unwrap();
+            let calls = scripts
+                .get_mut(req.node_id.as_str())
+                .expect("unscripted node");
+            let script = calls.remove(0);
+            Ok(Box::pin(futures::stream::iter(script)))
+        });
+
+        let now = AtomicU64::new(1_767_225_600_000);
+        let mut clock = MockClock::new();
+        clock
+            .expect_now()
+            .returning(move || Timestamp::from_millis(now.fetch_add(1, Ordering::SeqCst) as i64));
+        let counter = AtomicU64::new(1);
+        let mut ids = MockIdGen::new();
+        ids.expect_uuid().returning(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let mut bytes = [0u8; 16];
+            bytes[8..].copy_from_slice(&n.to_be_bytes());
+            uuid::Builder::from_random_bytes(bytes).into_uuid()
+        });
+
+        Harness {
+            runner: WorkflowRunner::new(
+                Arc::new(store),
+                Arc::new(query),
+                Arc::new(clock),
+                Arc::new(ids),
+            ),
+            events,
+            snapshots,
+            prompts,
+        }
+    }
+
+    async fn run(h: &Harness, yaml: &str, input: Value) -> Result<RunOutcome, RunnerError> {
+        let workflow = Arc::new(WorkflowDef::from_yaml(yaml).unwrap());
+        let run_id = h.runner.create().await.unwrap();
+        h.runner.run(run_id, RunRequest { workflow, input }).await
+    }
+
+    fn types(h: &Harness) -> Vec<String> {
+        h.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.kind.type_name().to_owned())
+            .collect()
+    }
+
+    fn of_type(h: &Harness, t: &str) -> Vec<RuntimeEvent> {
+        h.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind.type_name() == t)
+            .cloned()
+            .collect()
+    }
+
+    const CHAIN: &str = "
+name: chain
+agents:
+  a: {provider: mock, system_prompt: first}
+  b: {provider: mock, system_prompt: second}
+  c: {provider: mock, system_prompt: third}
+steps: [{agent: a}, {agent: b}, {agent: c}]
+";
+
+    #[tokio::test]
+    async fn a_chain_passes_each_output_to_the_next_agent() {
+        let h = harness(
+            HashMap::from([
+                ("a", vec![vec![session("s-a"), done("from a")]]),
+                ("b", vec![vec![done("from b")]]),
+                ("c", vec![vec![done("from c")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, CHAIN, json!("topic")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Completed);
+        assert_eq!(outcome.output, json!("from c"));
+        assert_eq!(
+            *h.prompts.lock().unwrap(),
+            vec![
+                ("a".to_owned(), "topic".to_owned()),
+                ("b".to_owned(), "from a".to_owned()),
+                ("c".to_owned(), "from b".to_owned())
+            ]
+        );
+        let t = types(&h);
+        assert_eq!(t.first().map(String::as_str), Some("flow:started"));
+        assert_eq!(t.last().map(String::as_str), Some("flow:completed"));
+        assert_eq!(of_type(&h, "node:started").len(), 3);
+        assert_eq!(of_type(&h, "agent:start").len(), 3);
+        assert_eq!(of_type(&h, "agent:complete").len(), 3);
+        // The provider's session id is used when given, a runtime id otherwise.
+        assert_eq!(outcome.snapshot.agent_sessions[&NodeId::new("a").unwrap()].as_str(), "s-a");
+        assert_eq!(outcome.snapshot.agent_sessions.len(), 3);
+        // Input shape of design §5.
+        let EventKind::NodeStarted { input } = &of_type(&h, "node:started")[1].kind else {
+            panic!()
+        };
+        assert_eq!(input["metadata"], json!({"step_index": 1, "previous_agent": "a"}));
+        let EventKind::NodeCompleted { output } = &of_type(&h, "node:completed")[0].kind else {
+            panic!()
+        };
+        assert_eq!(output["data"], json!("from a"));
+        assert_eq!(output["metadata"]["agent_name"], json!("a"));
+        assert_eq!(output["metadata"]["tool_calls_count"], json!(0));
+    }
+
+    #[tokio::test]
+    async fn every_saved_snapshot_is_the_fold_of_the_events_before_it() {
+        let h = harness(
+            HashMap::from([
+                ("a", vec![vec![done("1")]]),
+                ("b", vec![vec![done("2")]]),
+                ("c", vec![vec![done("3")]]),
+            ]),
+            None,
+        );
+        run(&h, CHAIN, json!("x")).await.unwrap();
+        let events = h.events.lock().unwrap();
+        let snapshots = h.snapshots.lock().unwrap();
+        assert_eq!(snapshots.len(), 5, "after start, after each of 3 steps, final");
+        for snapshot in snapshots.iter() {
+            let upto = snapshot.last_offset as usize;
+            assert_eq!(RunSnapshot::fold(&events[..upto]).as_ref(), Some(snapshot));
+            // Each non-final snapshot is followed by its state:saved marker.
+            if let Some(next) = events.get(upto) {
+                assert!(matches!(
+                    next.kind,
+                    EventKind::StateSaved { snapshot_offset } if snapshot_offset.get() == upto as u64
+                ));
+            }
+        }
+        assert_eq!(snapshots.last().unwrap().last_offset as usize, events.len());
+    }
+
+    #[tokio::test]
+    async fn a_failing_agent_fails_the_run_and_stops_it() {
+        let failure = Err(QueryError::Agent {
+            error_type: "rate_limit".into(),
+            message: "slow down".into(),
+            details: None,
+        });
+        let h = harness(HashMap::from([("a", vec![vec![failure]])]), None);
+        let outcome = run(&h, CHAIN, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+        assert!(outcome.error.unwrap().contains("slow down"));
+        let err = &of_type(&h, "agent:error")[0];
+        assert!(matches!(&err.kind, EventKind::AgentError { error_type, .. } if error_type == "rate_limit"));
+        assert_eq!(types(&h).last().map(String::as_str), Some("flow:failed"));
+        assert_eq!(h.prompts.lock().unwrap().len(), 1, "b and c never ran");
+    }
+
+    #[tokio::test]
+    async fn continue_on_error_lets_the_run_go_on_with_null_data() {
+        let yaml = "
+name: lenient
+agents:
+  a: {provider: mock, policy: {continue_on_error: true}}
+  b: {provider: mock}
+steps: [{agent: a}, {agent: b}]
+";
+        let h = harness(
+            HashMap::from([
+                ("a", vec![vec![Ok(AgentMessage::TextDelta { content: "par".into() })]]),
+                ("b", vec![vec![done("recovered")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Completed);
+        let failed = &of_type(&h, "node:failed")[0];
+        assert!(matches!(failed.kind, EventKind::NodeFailed { continued: true, .. }));
+        assert_eq!(h.prompts.lock().unwrap()[1].1, "", "b received null data");
+        assert_eq!(
+            outcome.snapshot.node_status[&NodeId::new("a").unwrap()],
+            NodeStatus::Failed
+        );
+    }
+
+    #[tokio::test]
+    async fn max_turns_and_output_schema_are_enforced() {
+        let yaml = r#"
+name: strict
+agents:
+  a: {provider: mock, max_turns: 2}
+  b:
+    provider: mock
+    output_schema: {type: object, required: [score], properties: {score: {type: number}}}
+steps: [{agent: a}]
+"#;
+        let too_long = Ok(AgentMessage::Completed(AgentResult {
+            text: "x".into(),
+            num_turns: 3,
+            ..AgentResult::default()
+        }));
+        let h = harness(HashMap::from([("a", vec![vec![too_long]])]), None);
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+        assert!(matches!(&of_type(&h, "agent:error")[0].kind,
+            EventKind::AgentError { error_type, .. } if error_type == "error_max_turns"));
+
+        let yaml = yaml.replace("steps: [{agent: a}]", "steps: [{agent: b}]");
+        let h = harness(
+            HashMap::from([("b", vec![vec![done("```json\n{\"score\": 0.9}\n```")]])]),
+            None,
+        );
+        let outcome = run(&h, &yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.output, json!({"score": 0.9}));
+        assert!(matches!(&of_type(&h, "agent:complete")[0].kind,
+            EventKind::AgentComplete { structured_output: Some(v), .. } if v == &json!({"score": 0.9})));
+
+        let h = harness(HashMap::from([("b", vec![vec![done("no json here")]])]), None);
+        let outcome = run(&h, &yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+    }
+
+    #[tokio::test]
+    async fn conditions_pick_a_branch_and_skip_the_other() {
+        let yaml = r#"
+name: branch
+agents:
+  judge: {provider: mock}
+  yes: {provider: mock}
+  no: {provider: mock}
+nodes: [{id: judge, agent: judge}, {id: yes, agent: yes}, {id: no, agent: no}]
+edges:
+  - {from: judge, to: yes, when: 'output.contains("APPROVED")'}
+  - {from: judge, to: no, when: '!output.contains("APPROVED")'}
+"#;
+        let h = harness(
+            HashMap::from([
+                ("judge", vec![vec![done("APPROVED")]]),
+                ("yes", vec![vec![done("shipped")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.output, json!("shipped"));
+        let s = &outcome.snapshot;
+        assert_eq!(s.node_status[&NodeId::new("no").unwrap()], NodeStatus::Skipped);
+        assert_eq!(s.edge_status["judge->yes"], EdgeStatus::Fired);
+        assert_eq!(s.edge_status["judge->no"], EdgeStatus::Skipped);
+    }
+
+    #[tokio::test]
+    async fn a_loop_edge_repeats_its_body_up_to_its_limit() {
+        let yaml = r#"
+name: refine
+agents:
+  writer: {provider: mock}
+  critic: {provider: mock}
+  publish: {provider: mock}
+nodes: [{id: writer, agent: writer}, {id: critic, agent: critic}, {id: publish, agent: publish}]
+edges:
+  - {from: writer, to: critic}
+  - {from: critic, to: writer, when: '!output.contains("OK")', max_iterations: 2}
+  - {from: critic, to: publish}
+"#;
+        let h = harness(
+            HashMap::from([
+                ("writer", vec![vec![done("draft 1")], vec![done("draft 2")], vec![done("draft 3")]]),
+                ("critic", vec![vec![done("again")], vec![done("again")], vec![done("still bad")]]),
+                ("publish", vec![vec![done("published")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Completed);
+        assert_eq!(outcome.output, json!("published"));
+        assert_eq!(outcome.snapshot.loop_counters["critic->writer"], 2);
+        let writer_prompts: Vec<String> = h
+            .prompts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| n == "writer")
+            .map(|(_, p)| p.clone())
+            .collect();
+        assert_eq!(writer_prompts, ["x", "again", "again"]);
+        let EventKind::EdgeSkipped { reason, .. } = &of_type(&h, "edge:skipped")[0].kind else {
+            panic!()
+        };
+        assert_eq!(reason, "loop limit reached");
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_without_a_result_is_a_failure() {
+        let h = harness(
+            HashMap::from([("a", vec![vec![Ok(AgentMessage::Text { content: "half".into() })]])]),
+            None,
+        );
+        let outcome = run(&h, CHAIN, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+        assert_eq!(of_type(&h, "agent:text").len(), 1, "what arrived is kept");
+    }
+
+    #[tokio::test]
+    async fn a_store_failure_is_a_runtime_error() {
+        let h = harness(
+            HashMap::from([("a", vec![vec![done("1")]]), ("b", vec![vec![done("2")]])]),
+            Some(6),
+        );
+        let err = run(&h, CHAIN, json!("x")).await.unwrap_err();
+        assert!(matches!(err, RunnerError::Store(StoreError::Io(_))), "{err}");
+        assert_eq!(h.events.lock().unwrap().len(), 5, "nothing after the failed append");
+    }
+}

@@ -1,2 +1,149 @@
-//! placeholder
-fn main() {}
+//! `awr`: run agent workflows and inspect what they did.
+//!
+//! This crate is the composition root: it parses the command line, builds the
+//! concrete store, clock, id generator and providers, hands them to the
+//! application's services, and presents the results. It holds no logic of
+//! its own beyond presentation.
+//!
+//! Exit codes: 0 success, 1 the run failed (or the runtime did), 2 bad usage
+//! or bad input — and on 2 nothing has been written to the store.
+
+mod commands;
+mod progress;
+mod wiring;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Agent workflow runtime: runs workflows of AI agents and keeps a durable record of what they did.
+#[derive(Debug, Parser)]
+#[command(name = "awr", version, propagate_version = true)]
+struct Cli {
+    /// Directory that holds runs (`runs/<run-id>/...`).
+    #[arg(long, global = true, env = "AWR_STORAGE", default_value = "storage")]
+    storage: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a workflow file; prints the final output on stdout and the run id on stderr.
+    Run {
+        /// Workflow file (YAML or JSON).
+        file: PathBuf,
+        /// Input of the first agent: JSON text, or `@FILE` to read it from a file.
+        /// Text that is not JSON is taken as a string.
+        #[arg(long)]
+        input: Option<String>,
+    },
+    /// Check a workflow file without running it.
+    Validate {
+        /// Workflow file (YAML or JSON).
+        file: PathBuf,
+    },
+    /// List runs: id, workflow, status, started, duration.
+    Runs,
+    /// Show a run's current state (its snapshot).
+    Show {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// Print the snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's events.
+    Events {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// Print only the events after this offset.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Keep waiting for new events until the run ends.
+        #[arg(long)]
+        follow: bool,
+        /// Print each event as its JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How a command failed, which decides the exit code.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad usage or input: exit 2.
+    Input(anyhow::Error),
+    /// The run failed or the runtime did: exit 1.
+    Run(anyhow::Error),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Input(_) => 2,
+            Failure::Run(_) => 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("awr: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            let (Failure::Input(e) | Failure::Run(e)) = &failure;
+            eprintln!("awr: {e:#}");
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let storage = cli.storage;
+    match cli.command {
+        Command::Run { file, input } => commands::run::run(&storage, &file, input.as_deref()).await,
+        Command::Validate { file } => commands::run::validate(&file),
+        Command::Runs => commands::inspect::runs(&storage).await,
+        Command::Show { run, json } => commands::inspect::show(&storage, &run, json).await,
+        Command::Events {
+            run,
+            offset,
+            follow,
+            json,
+        } => commands::inspect::events(&storage, &run, offset, follow, json).await,
+    }
+}
+
+/// Writes one line to stdout. A closed pipe (`awr events RUN | head`) ends
+/// the program quietly with success, as a reader that stopped reading wants.
+pub fn say(line: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}") {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(Failure::Run(anyhow::anyhow!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Logs go to stderr, filtered by `AWR_LOG` (default: warnings and errors).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AWR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

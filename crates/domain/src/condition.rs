@@ -123,18 +123,49 @@ mod tests {
     #[test]
     fn evaluates_against_json_variables() {
         let cases = [
-            ("output.contains(\"APPROVED\")", json!({"output": "ok, APPROVED"}), true),
-            ("output.contains(\"APPROVED\")", json!({"output": "REJECTED"}), false),
-            ("output.score > 0.5", json!({"output": {"score": 0.7}}), true),
-            ("output.score > 0.5", json!({"output": {"score": 0.2}}), false),
+            (
+                "output.contains(\"APPROVED\")",
+                json!({"output": "ok, APPROVED"}),
+                true,
+            ),
+            (
+                "output.contains(\"APPROVED\")",
+                json!({"output": "REJECTED"}),
+                false,
+            ),
+            (
+                "output.score > 0.5",
+                json!({"output": {"score": 0.7}}),
+                true,
+            ),
+            (
+                "output.score > 0.5",
+                json!({"output": {"score": 0.2}}),
+                false,
+            ),
             ("output.count >= 3", json!({"output": {"count": 5}}), true),
-            ("input.mode == \"fast\"", json!({"input": {"mode": "fast"}}), true),
-            ("outputs.review.ok && size(outputs) == 2",
-             json!({"outputs": {"review": {"ok": true}, "draft": "x"}}), true),
-            ("output.tags.exists(t, t == \"urgent\")", json!({"output": {"tags": ["a", "urgent"]}}), true),
+            (
+                "input.mode == \"fast\"",
+                json!({"input": {"mode": "fast"}}),
+                true,
+            ),
+            (
+                "outputs.review.ok && size(outputs) == 2",
+                json!({"outputs": {"review": {"ok": true}, "draft": "x"}}),
+                true,
+            ),
+            (
+                "output.tags.exists(t, t == \"urgent\")",
+                json!({"output": {"tags": ["a", "urgent"]}}),
+                true,
+            ),
             ("has(output.score)", json!({"output": {}}), false),
             ("output == null", json!({"output": null}), true),
-            ("output.matches(\"^OK\")", json!({"output": "OK then"}), true),
+            (
+                "output.matches(\"^OK\")",
+                json!({"output": "OK then"}),
+                true,
+            ),
         ];
         for (src, v, want) in cases {
             assert_eq!(eval(src, v), Ok(want), "{src}");
@@ -144,14 +175,23 @@ mod tests {
     #[test]
     fn non_bool_result_is_refused() {
         let err = eval("output.score", json!({"output": {"score": 0.7}})).unwrap_err();
-        assert!(matches!(&err, ConditionError::NotBool(m) if m.contains("`output.score`") && m.contains("0.7")), "{err}");
+        assert!(
+            matches!(&err, ConditionError::NotBool(m) if m.contains("`output.score`") && m.contains("0.7")),
+            "{err}"
+        );
     }
 
     #[test]
     fn syntax_error_is_a_compile_error() {
         let err = Condition::compile("output.contains(").unwrap_err();
-        assert!(matches!(&err, ConditionError::Compile(m) if m.contains("`output.contains(`")), "{err}");
-        assert!(matches!(Condition::compile(""), Err(ConditionError::Compile(_))));
+        assert!(
+            matches!(&err, ConditionError::Compile(m) if m.contains("`output.contains(`")),
+            "{err}"
+        );
+        assert!(matches!(
+            Condition::compile(""),
+            Err(ConditionError::Compile(_))
+        ));
     }
 
     #[test]
@@ -163,7 +203,10 @@ mod tests {
             ("1 / output == 0", json!({"output": 0})),
         ] {
             let err = eval(src, v).unwrap_err();
-            assert!(matches!(&err, ConditionError::Eval(m) if m.contains(src)), "{src}: {err}");
+            assert!(
+                matches!(&err, ConditionError::Eval(m) if m.contains(src)),
+                "{src}: {err}"
+            );
         }
     }
 

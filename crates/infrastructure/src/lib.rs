@@ -1,1 +1,23 @@
-//! placeholder
+//! Concrete adapters for the application's ports: where runs are stored and
+//! where time and ids come from.
+//!
+//! - [`store::FileRunStore`]: the durable [`application::ports::RunStore`] —
+//!   one directory per run holding an append-only `events.ndjson`, a derived
+//!   offset index (`events.idx`) and an atomically replaced `snapshot.json`
+//!   (design §4). Appends are one `write` each; syncing follows a
+//!   [`store::SyncPolicy`] and shares `fdatasync`s between concurrent flushers.
+//! - [`store::MemoryRunStore`]: the same contract in memory, for tests and
+//!   embedders that do not need durability.
+//! - [`clock`]: the system clock and random ids, and deterministic ones
+//!   ([`clock::FixedClock`], [`clock::SeededIds`]) so replays and tests can
+//!   pin time and ids.
+//!
+//! Architecture invariant: nothing here knows about workflows or providers;
+//! the stores move opaque [`domain::RuntimeEvent`]s and snapshots, and every
+//! store passes the one conformance suite in `tests/e2e/store_conformance.rs`.
+
+pub mod clock;
+pub mod store;
+
+pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
+pub use store::{FileRunStore, FileStoreConfig, MemoryRunStore, SyncPolicy};

@@ -209,7 +209,12 @@ impl<'a> Forward<'a> {
                 Direction::In => &self.inn[u],
             };
             let loops = if with_loops { &self.loops[u][..] } else { &[] };
-            todo.extend(step.iter().chain(loops).map(|&(_, v)| v).filter(|&v| !seen[v]));
+            todo.extend(
+                step.iter()
+                    .chain(loops)
+                    .map(|&(_, v)| v)
+                    .filter(|&v| !seen[v]),
+            );
         }
         seen
     }
@@ -222,8 +227,14 @@ mod tests {
 
     /// A workflow of agent nodes `nodes` (all running agent `a`) joined by `edges`.
     fn graph(nodes: &str, edges: &str) -> WorkflowDef {
-        let nodes: Vec<String> = nodes.split_whitespace().map(|n| format!("{{id: {n}, agent: a}}")).collect();
-        let src = format!("name: t\nagents: {{a: {{provider: mock}}}}\nnodes: [{}]\nedges: [{edges}]\n", nodes.join(", "));
+        let nodes: Vec<String> = nodes
+            .split_whitespace()
+            .map(|n| format!("{{id: {n}, agent: a}}"))
+            .collect();
+        let src = format!(
+            "name: t\nagents: {{a: {{provider: mock}}}}\nnodes: [{}]\nedges: [{edges}]\n",
+            nodes.join(", ")
+        );
         WorkflowDef::from_yaml(&src).unwrap()
     }
 
@@ -237,7 +248,10 @@ mod tests {
 
     #[test]
     fn incoming_and_outgoing_keep_declaration_order() {
-        let def = graph("s a b", "{from: s, to: b}, {from: s, to: a}, {from: a, to: b}, {from: b, to: s, max_iterations: 1}");
+        let def = graph(
+            "s a b",
+            "{from: s, to: b}, {from: s, to: a}, {from: a, to: b}, {from: b, to: s, max_iterations: 1}",
+        );
         assert_eq!(ids(def.outgoing(&id("s"))), ["s->b", "s->a"]);
         assert_eq!(ids(def.incoming(&id("b"))), ["s->b", "a->b"]);
         assert_eq!(ids(def.incoming(&id("s"))), ["b->s"]);
@@ -259,13 +273,25 @@ mod tests {
 
     #[test]
     fn a_self_loop_resets_only_its_node() {
-        let def = graph("a b", "{from: a, to: b}, {from: b, to: b, max_iterations: 3}");
-        assert_eq!(def.loop_body(&def.edges[1]), LoopBody { nodes: vec![id("b")], edges: vec![] });
+        let def = graph(
+            "a b",
+            "{from: a, to: b}, {from: b, to: b, max_iterations: 3}",
+        );
+        assert_eq!(
+            def.loop_body(&def.edges[1]),
+            LoopBody {
+                nodes: vec![id("b")],
+                edges: vec![]
+            }
+        );
     }
 
     #[test]
     fn nested_loop_edges_are_not_part_of_a_body() {
-        let def = graph("a b c", "{from: a, to: b}, {from: b, to: c}, {from: c, to: b, max_iterations: 2}, {from: c, to: a, max_iterations: 2}");
+        let def = graph(
+            "a b c",
+            "{from: a, to: b}, {from: b, to: c}, {from: c, to: b, max_iterations: 2}, {from: c, to: a, max_iterations: 2}",
+        );
         let body = def.loop_body(&def.edges[3]);
         assert_eq!(body.nodes, ["a", "b", "c"].map(id));
         assert_eq!(body.edges, ["a->b", "b->c"]);
@@ -279,17 +305,30 @@ mod tests {
         assert!(!def.reaches_forward(&id("b"), &id("a")));
         assert!(!def.reaches_forward(&id("a"), &id("c")));
         assert_eq!(def.forward_cycle(), None);
-        assert!(def.unreachable_nodes().is_empty(), "a and c are both entries");
+        assert!(
+            def.unreachable_nodes().is_empty(),
+            "a and c are both entries"
+        );
     }
 
     /// Validation refuses forward cycles first, so build one by hand to test
     /// the reachability backstop and the cycle finder on the same graph.
     #[test]
     fn nodes_behind_a_forward_cycle_cannot_start() {
-        let mut def = graph("s a b", "{from: s, to: a}, {from: a, to: b}, {from: b, to: a, max_iterations: 1}");
+        let mut def = graph(
+            "s a b",
+            "{from: s, to: a}, {from: a, to: b}, {from: b, to: a, max_iterations: 1}",
+        );
         def.edges[2].max_iterations = None;
-        assert_eq!(def.unreachable_nodes(), Vec::<&NodeId>::new(), "s still leads to a and b");
-        assert_eq!(def.forward_cycle(), Some((2, ["a", "b", "a"].map(id).to_vec())));
+        assert_eq!(
+            def.unreachable_nodes(),
+            Vec::<&NodeId>::new(),
+            "s still leads to a and b"
+        );
+        assert_eq!(
+            def.forward_cycle(),
+            Some((2, ["a", "b", "a"].map(id).to_vec()))
+        );
         def.edges.remove(0);
         assert_eq!(def.unreachable_nodes(), [&id("a"), &id("b")]);
     }
@@ -297,8 +336,13 @@ mod tests {
     #[test]
     fn long_chains_do_not_overflow_the_stack() {
         let n = 20_000;
-        let steps: String = (0..n).map(|i| format!("  - {{agent: a, id: n{i}}}\n")).collect();
-        let def = WorkflowDef::from_yaml(&format!("name: t\nagents: {{a: {{provider: mock}}}}\nsteps:\n{steps}")).unwrap();
+        let steps: String = (0..n)
+            .map(|i| format!("  - {{agent: a, id: n{i}}}\n"))
+            .collect();
+        let def = WorkflowDef::from_yaml(&format!(
+            "name: t\nagents: {{a: {{provider: mock}}}}\nsteps:\n{steps}"
+        ))
+        .unwrap();
         assert_eq!((def.nodes.len(), def.edges.len()), (n, n - 1));
         assert_eq!(def.forward_cycle(), None);
     }

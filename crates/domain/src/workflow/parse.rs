@@ -39,7 +39,10 @@ impl WorkflowDef {
         }
         // serde_json would read an array as a struct's fields in order; a
         // workflow is an object, so say so instead of "[0]: invalid type".
-        if let Some(at) = src.find(|c: char| !c.is_whitespace()).filter(|&i| src[i..].starts_with('[')) {
+        if let Some(at) = src
+            .find(|c: char| !c.is_whitespace())
+            .filter(|&i| src[i..].starts_with('['))
+        {
             let before = &src[..at];
             return Err(WorkflowError::Parse {
                 line: Some(before.matches('\n').count() + 1),
@@ -145,7 +148,11 @@ fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
     match loc {
         // The position moves into `line`/`column`; drop its copy from the text.
         Some(l) => WorkflowError::Parse {
-            message: message.replacen(&format!(" at line {} column {}", l.line(), l.column()), "", 1),
+            message: message.replacen(
+                &format!(" at line {} column {}", l.line(), l.column()),
+                "",
+                1,
+            ),
             line: Some(l.line()),
             column: Some(l.column()),
         },
@@ -161,7 +168,11 @@ fn json_error(path: String, e: &serde_json::Error) -> WorkflowError {
     let mut message = e.to_string();
     let known = e.line() != 0;
     if known {
-        message = message.replacen(&format!(" at line {} column {}", e.line(), e.column()), "", 1);
+        message = message.replacen(
+            &format!(" at line {} column {}", e.line(), e.column()),
+            "",
+            1,
+        );
     }
     // serde_path_to_error says `.` for the root and `?` where it lost track.
     if !path.is_empty() && path != "." && path != "?" {
@@ -242,7 +253,10 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
             jsonschema::options().offline().build(schema).map_err(|e| {
-                invalid(&item, format!("`output_schema` is not a valid JSON Schema: {e}"))
+                invalid(
+                    &item,
+                    format!("`output_schema` is not a valid JSON Schema: {e}"),
+                )
             })?;
         }
     }
@@ -253,8 +267,8 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
 struct NodeSet<'a> {
     agents: &'a BTreeMap<String, AgentDef>,
     nodes: Vec<NodeDef>,
-    /// Id -> the item that declared it, for duplicate messages.
-    seen: HashMap<String, String>,
+    /// Id -> (index in `nodes`, the item that declared it, for duplicate messages).
+    seen: HashMap<String, (usize, String)>,
 }
 
 impl<'a> NodeSet<'a> {
@@ -269,16 +283,21 @@ impl<'a> NodeSet<'a> {
     fn add(&mut self, item: String, id: &str, agent: String) -> Result<(), WorkflowError> {
         if !self.agents.contains_key(&agent) {
             let known = list(self.agents.keys().map(String::as_str));
-            return Err(invalid(item, format!("unknown agent `{agent}` (known: {known})")));
-        }
-        let node_id = NodeId::new(id).map_err(|e| invalid(&item, e.to_string()))?;
-        if let Some(first) = self.seen.get(id) {
             return Err(invalid(
                 item,
-                format!("duplicate node id `{id}` (also {first}); give each an explicit, unique `id`"),
+                format!("unknown agent `{agent}` (known: {known})"),
             ));
         }
-        self.seen.insert(id.to_owned(), item);
+        let node_id = NodeId::new(id).map_err(|e| invalid(&item, e.to_string()))?;
+        if let Some((_, first)) = self.seen.get(id) {
+            return Err(invalid(
+                item,
+                format!(
+                    "duplicate node id `{id}` (also {first}); give each an explicit, unique `id`"
+                ),
+            ));
+        }
+        self.seen.insert(id.to_owned(), (self.nodes.len(), item));
         self.nodes.push(NodeDef {
             id: node_id,
             kind: NodeKind::Agent { agent },
@@ -323,28 +342,40 @@ fn lower_graph(
     }
     let mut set = NodeSet::new(agents);
     for (i, node) in nodes.into_iter().enumerate() {
-        set.add(format!("nodes[{i}] (id `{}`)", node.id), &node.id, node.agent)?;
+        set.add(
+            format!("nodes[{i}] (id `{}`)", node.id),
+            &node.id,
+            node.agent,
+        )?;
     }
     let known_node = |item: &str, end: &str, id: &str| -> Result<NodeId, WorkflowError> {
-        match set.nodes.iter().find(|n| n.id.as_str() == id) {
-            Some(n) => Ok(n.id.clone()),
+        match set.seen.get(id) {
+            Some(&(n, _)) => Ok(set.nodes[n].id.clone()),
             None => {
                 let known = list(set.nodes.iter().map(|n| n.id.as_str()));
-                Err(invalid(item, format!("`{end}`: unknown node `{id}` (known: {known})")))
+                Err(invalid(
+                    item,
+                    format!("`{end}`: unknown node `{id}` (known: {known})"),
+                ))
             }
         }
     };
     let mut edges: Vec<EdgeDef> = Vec::with_capacity(raw_edges.len());
+    let mut edge_ids: HashMap<String, usize> = HashMap::new();
     for (i, raw) in raw_edges.into_iter().enumerate() {
-        let id = raw.id.unwrap_or_else(|| format!("{}->{}", raw.from, raw.to));
+        let id = raw
+            .id
+            .unwrap_or_else(|| format!("{}->{}", raw.from, raw.to));
         let item = format!("edges[{i}] ({id})");
         if id.trim().is_empty() {
             return Err(invalid(item, "`id` must not be empty"));
         }
-        if let Some(j) = edges.iter().position(|e| e.id == id) {
+        if let Some(j) = edge_ids.get(&id) {
             return Err(invalid(
                 item,
-                format!("duplicate edge id `{id}` (also edges[{j}]); give each an explicit, unique `id`"),
+                format!(
+                    "duplicate edge id `{id}` (also edges[{j}]); give each an explicit, unique `id`"
+                ),
             ));
         }
         let from = known_node(&item, "from", &raw.from)?;
@@ -352,13 +383,9 @@ fn lower_graph(
         if raw.max_iterations == Some(0) {
             return Err(invalid(item, "`max_iterations` must be at least 1"));
         }
-        let when = match raw.when {
-            Some(src) => Some(
-                Condition::compile(&src)
-                    .map_err(|e| invalid(&item, format!("`when` does not compile: {e}")))?,
-            ),
-            None => None,
-        };
+        let when = (raw.when.as_deref().map(Condition::compile).transpose())
+            .map_err(|e| invalid(&item, format!("`when` does not compile: {e}")))?;
+        edge_ids.insert(id.clone(), i);
         edges.push(EdgeDef {
             id,
             from,
@@ -371,24 +398,22 @@ fn lower_graph(
 }
 
 fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {
-    let item = |e: &EdgeDef| {
-        let i = def.edges.iter().position(|x| x.id == e.id).unwrap_or(0);
-        format!("edges[{i}] ({})", e.id)
-    };
+    let item = |i: usize| format!("edges[{i}] ({})", def.edges[i].id);
     if let Some((e, cycle)) = def.forward_cycle() {
-        let path = list(cycle.iter().map(NodeId::as_str)).replace(", ", " -> ");
+        let path: Vec<&str> = cycle.iter().map(NodeId::as_str).collect();
+        let path = path.join(" -> ");
         return Err(invalid(
-            item(&def.edges[e]),
+            item(e),
             format!(
                 "closes the cycle {path}, and none of its edges has `max_iterations`; \
                  give the edge that loops back `max_iterations: N` to bound the loop"
             ),
         ));
     }
-    for edge in def.edges.iter().filter(|e| e.is_loop()) {
+    for (i, edge) in def.edges.iter().enumerate().filter(|(_, e)| e.is_loop()) {
         if !def.reaches_forward(&edge.to, &edge.from) {
             return Err(invalid(
-                item(edge),
+                item(i),
                 format!(
                     "`max_iterations` makes this a loop edge, but no forward path leads from `{}` back to `{}`; \
                      a loop edge must point back to an earlier node (or drop `max_iterations`)",
@@ -402,7 +427,7 @@ fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {
         let names = list(unreachable.iter().map(|n| n.as_str()));
         return Err(invalid(
             "nodes",
-            format!("no entry node (one without incoming edges) leads to: {names}"),
+            format!("no entry node (one without incoming forward edges) leads to: {names}"),
         ));
     }
     Ok(())
@@ -410,13 +435,11 @@ fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {
 
 /// `sha256:<hex>` of the exact source text.
 fn hash(src: &str) -> String {
-    let digest = Sha256::digest(src.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    let hex: String = Sha256::digest(src.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
 }
 
 #[cfg(test)]
@@ -424,7 +447,8 @@ fn hash(src: &str) -> String {
 mod tests {
     use super::*;
 
-    const AGENTS: &str = "agents:\n  a: {provider: mock}\n  b: {provider: mock}\n  c: {provider: mock}\n";
+    const AGENTS: &str =
+        "agents:\n  a: {provider: mock}\n  b: {provider: mock}\n  c: {provider: mock}\n";
 
     /// A YAML workflow named `t` with agents a, b, c and `body`.
     fn wf(body: &str) -> String {
@@ -433,12 +457,18 @@ mod tests {
 
     fn check_err(yaml: &str, expected: &str) {
         let err = WorkflowDef::from_yaml(yaml).expect_err(yaml).to_string();
-        assert!(err.contains(expected), "expected `{expected}` in: {err}\n--- yaml:\n{yaml}");
+        assert!(
+            err.contains(expected),
+            "expected `{expected}` in: {err}\n--- yaml:\n{yaml}"
+        );
     }
 
     fn check_json_err(json: &str, expected: &str) {
         let err = WorkflowDef::from_json(json).expect_err(json).to_string();
-        assert!(err.contains(expected), "expected `{expected}` in: {err}\n--- json:\n{json}");
+        assert!(
+            err.contains(expected),
+            "expected `{expected}` in: {err}\n--- json:\n{json}"
+        );
     }
 
     /// Like `check_err`, and the error must be a `Parse` at `line:column`.
@@ -446,88 +476,209 @@ mod tests {
         check_err(yaml, &format!("{line}:{column}: "));
         check_err(yaml, expected);
         let err = WorkflowDef::from_yaml(yaml).unwrap_err();
-        assert!(matches!(err, WorkflowError::Parse { line: Some(_), column: Some(_), .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                WorkflowError::Parse {
+                    line: Some(_),
+                    column: Some(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[test]
     fn rule_1_empty_files() {
         for src in ["", "  \n\t\n", "# just a comment\n", "~", "null\n", "---\n"] {
-            assert_eq!(WorkflowDef::from_yaml(src).unwrap_err(), WorkflowError::Empty, "{src:?}");
+            assert_eq!(
+                WorkflowDef::from_yaml(src).unwrap_err(),
+                WorkflowError::Empty,
+                "{src:?}"
+            );
         }
         for src in ["", " \n", "null"] {
-            assert_eq!(WorkflowDef::from_json(src).unwrap_err(), WorkflowError::Empty, "{src:?}");
+            assert_eq!(
+                WorkflowDef::from_json(src).unwrap_err(),
+                WorkflowError::Empty,
+                "{src:?}"
+            );
         }
     }
 
     #[test]
     fn rule_2_syntax_errors() {
-        check_parse("name: t\nagents: {a: {provider: mock}\nsteps: []\n", 3, 1, "did not find expected ',' or '}'");
-        check_parse("name: t\ndescription: 'oops\n", 3, 1, "found unexpected end of stream, while scanning a quoted scalar at line 2 column 14");
-        check_err(&wf("steps: [{agent: a}]\n---\nname: u\n"), "more than one document");
-        check_json_err("{\"name\": \"t\",\n \"agents\": {}", "2:13: EOF while parsing an object");
+        check_parse(
+            "name: t\nagents: {a: {provider: mock}\nsteps: []\n",
+            3,
+            1,
+            "did not find expected ',' or '}'",
+        );
+        check_parse(
+            "name: t\ndescription: 'oops\n",
+            3,
+            1,
+            "found unexpected end of stream, while scanning a quoted scalar at line 2 column 14",
+        );
+        check_err(
+            &wf("steps: [{agent: a}]\n---\nname: u\n"),
+            "more than one document",
+        );
+        check_json_err(
+            "{\"name\": \"t\",\n \"agents\": {}",
+            "2:13: EOF while parsing an object",
+        );
         check_json_err("{\"name\": \"t\",}", "1:14: trailing comma");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]} x", "1:81: trailing characters");
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]} x",
+            "1:81: trailing characters",
+        );
         check_json_err("\n  [1, 2]", "2:3: expected a workflow object");
         check_json_err("name: t", "1:2: expected ident");
     }
 
     #[test]
     fn rule_3_missing_fields_and_wrong_types() {
-        check_parse("agents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", 1, 1, "missing field `name`");
+        check_parse(
+            "agents: {a: {provider: mock}}\nsteps: [{agent: a}]\n",
+            1,
+            1,
+            "missing field `name`",
+        );
         check_err("name: t\nsteps: [{agent: a}]\n", "missing field `agents`");
-        check_parse("name: t\nagents:\n  a: {model: x}\nsteps: [{agent: a}]\n", 3, 6, "agents.a: missing field `provider`");
+        check_parse(
+            "name: t\nagents:\n  a: {model: x}\nsteps: [{agent: a}]\n",
+            3,
+            6,
+            "agents.a: missing field `provider`",
+        );
         check_parse(
             "name: t\nagents:\n  writer:\n    provider: mock\n    max_turns: ten\nsteps: [{agent: writer}]\n",
-            5, 16, "agents.writer.max_turns: invalid type: string \"ten\", expected u32",
+            5,
+            16,
+            "agents.writer.max_turns: invalid type: string \"ten\", expected u32",
         );
-        check_err(&wf("steps: [{agent: a}, {id: x}]\n"), "steps[1]: missing field `agent`");
-        check_err(&wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"), "edges[0].max_iterations: invalid type: integer `-1`, expected u32");
-        check_err("name: [t]\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", "1:7: name: invalid type: sequence");
+        check_err(
+            &wf("steps: [{agent: a}, {id: x}]\n"),
+            "steps[1]: missing field `agent`",
+        );
+        check_err(
+            &wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"),
+            "edges[0].max_iterations: invalid type: integer `-1`, expected u32",
+        );
+        check_err(
+            "name: [t]\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n",
+            "1:7: name: invalid type: sequence",
+        );
         check_err("hello", "expected a workflow mapping");
         check_json_err(
             "{\"name\": \"t\",\n \"agents\": {\"w\": {\"provider\": \"mock\", \"max_turns\": \"ten\"}},\n \"steps\": [{\"agent\": \"w\"}]}",
             "2:56: agents.w.max_turns: invalid type: string \"ten\", expected u32",
         );
-        check_json_err("{\"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]}", "missing field `name`");
+        check_json_err(
+            "{\"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}]}",
+            "missing field `name`",
+        );
     }
 
     #[test]
     fn unknown_keys_are_named() {
-        check_parse(&wf("steps: [{agent: a}]\nnodez: []\n"), 7, 1, "unknown field `nodez`, expected one of `name`");
-        check_err(&wf("steps: [{agent: a, idd: x}]\n"), "steps[0]: unknown field `idd`");
-        check_err(&wf("nodes: [{id: a, agent: a}]\nedges: [{from: a, to: a, if: x}]\n"), "edges[0]: unknown field `if`");
-        check_err("name: t\nagents: {a: {provider: mock, temprature: 1}}\nsteps: [{agent: a}]\n", "agents.a: unknown field `temprature`");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}], \"x\": 1}", "unknown field `x`");
+        check_parse(
+            &wf("steps: [{agent: a}]\nnodez: []\n"),
+            7,
+            1,
+            "unknown field `nodez`, expected one of `name`",
+        );
+        check_err(
+            &wf("steps: [{agent: a, idd: x}]\n"),
+            "steps[0]: unknown field `idd`",
+        );
+        check_err(
+            &wf("nodes: [{id: a, agent: a}]\nedges: [{from: a, to: a, if: x}]\n"),
+            "edges[0]: unknown field `if`",
+        );
+        check_err(
+            "name: t\nagents: {a: {provider: mock, temprature: 1}}\nsteps: [{agent: a}]\n",
+            "agents.a: unknown field `temprature`",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}], \"x\": 1}",
+            "unknown field `x`",
+        );
     }
 
     #[test]
     fn rule_4_unknown_provider() {
-        check_parse("name: t\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n", 3, 17, "agents.a.provider: unknown variant `gpt9`, expected `mock`");
-        check_json_err("{\"name\": \"t\",\n \"agents\": {\"a\": {\"provider\": \"gpt9\"}}}", "2:36: agents.a.provider: unknown variant `gpt9`, expected `mock`");
+        check_parse(
+            "name: t\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n",
+            3,
+            17,
+            "agents.a.provider: unknown variant `gpt9`, expected `mock`",
+        );
+        check_json_err(
+            "{\"name\": \"t\",\n \"agents\": {\"a\": {\"provider\": \"gpt9\"}}}",
+            "2:36: agents.a.provider: unknown variant `gpt9`, expected `mock`",
+        );
     }
 
     #[test]
     fn rule_5_unknown_agent() {
-        check_err(&wf("steps: [{agent: a}, {agent: foo}]\n"), "steps[1]: unknown agent `foo` (known: a, b, c)");
-        check_err(&wf("nodes: [{id: x, agent: a}, {id: y, agent: foo}]\n"), "nodes[1] (id `y`): unknown agent `foo` (known: a, b, c)");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"b\"}]}", "steps[0]: unknown agent `b` (known: a)");
+        check_err(
+            &wf("steps: [{agent: a}, {agent: foo}]\n"),
+            "steps[1]: unknown agent `foo` (known: a, b, c)",
+        );
+        check_err(
+            &wf("nodes: [{id: x, agent: a}, {id: y, agent: foo}]\n"),
+            "nodes[1] (id `y`): unknown agent `foo` (known: a, b, c)",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"b\"}]}",
+            "steps[0]: unknown agent `b` (known: a)",
+        );
     }
 
     #[test]
     fn rule_6_duplicate_node_ids() {
-        check_err(&wf("steps: [{agent: a}, {agent: b}, {agent: a}]\n"), "steps[2]: duplicate node id `a` (also steps[0]); give each an explicit, unique `id`");
-        check_err(&wf("steps: [{agent: a, id: x}, {agent: b, id: x}]\n"), "steps[1]: duplicate node id `x`");
-        check_err(&wf("nodes: [{id: x, agent: a}, {id: x, agent: b}]\n"), "nodes[1] (id `x`): duplicate node id `x` (also nodes[0] (id `x`))");
-        check_err("name: t\nagents:\n  a: {provider: mock}\n  a: {provider: mock}\nsteps: [{agent: a}]\n", "3:3: agents: duplicate agent `a`");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}, {\"agent\": \"a\"}]}", "steps[1]: duplicate node id `a`");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}, \"a\": {\"provider\": \"mock\"}}}", "agents: duplicate agent `a`");
+        check_err(
+            &wf("steps: [{agent: a}, {agent: b}, {agent: a}]\n"),
+            "steps[2]: duplicate node id `a` (also steps[0]); give each an explicit, unique `id`",
+        );
+        check_err(
+            &wf("steps: [{agent: a, id: x}, {agent: b, id: x}]\n"),
+            "steps[1]: duplicate node id `x`",
+        );
+        check_err(
+            &wf("nodes: [{id: x, agent: a}, {id: x, agent: b}]\n"),
+            "nodes[1] (id `x`): duplicate node id `x` (also nodes[0] (id `x`))",
+        );
+        check_err(
+            "name: t\nagents:\n  a: {provider: mock}\n  a: {provider: mock}\nsteps: [{agent: a}]\n",
+            "3:3: agents: duplicate agent `a`",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a\"}, {\"agent\": \"a\"}]}",
+            "steps[1]: duplicate node id `a`",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}, \"a\": {\"provider\": \"mock\"}}}",
+            "agents: duplicate agent `a`",
+        );
     }
 
     #[test]
     fn rule_7_edges_to_unknown_nodes() {
         let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: z}}]\n")), "edges[0] (x->z): `to`: unknown node `z` (known: x, y)");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: w, to: y, id: e2}}]\n")), "edges[1] (e2): `from`: unknown node `w`");
+        check_err(
+            &wf(&format!("{nodes}edges: [{{from: x, to: z}}]\n")),
+            "edges[0] (x->z): `to`: unknown node `z` (known: x, y)",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: w, to: y, id: e2}}]\n"
+            )),
+            "edges[1] (e2): `from`: unknown node `w`",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"q\"}]}",
             "edges[0] (x->q): `to`: unknown node `q` (known: x)",
@@ -537,9 +688,22 @@ mod tests {
     #[test]
     fn rule_8_duplicate_edge_ids() {
         let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: x, to: y}}]\n")), "edges[1] (x->y): duplicate edge id `x->y` (also edges[0])");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, id: e}}, {{from: y, to: x, id: e, max_iterations: 2}}]\n")), "edges[1] (e): duplicate edge id `e`");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, id: ' '}}]\n")), "edges[0] ( ): `id` must not be empty");
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: x, to: y}}]\n"
+            )),
+            "edges[1] (x->y): duplicate edge id `x->y` (also edges[0])",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, id: e}}, {{from: y, to: x, id: e, max_iterations: 2}}]\n"
+            )),
+            "edges[1] (e): duplicate edge id `e`",
+        );
+        check_err(
+            &wf(&format!("{nodes}edges: [{{from: x, to: y, id: ' '}}]\n")),
+            "edges[0] ( ): `id` must not be empty",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\"}, {\"from\": \"x\", \"to\": \"y\"}]}",
             "edges[1] (x->y): duplicate edge id `x->y`",
@@ -549,9 +713,22 @@ mod tests {
     #[test]
     fn rule_9_unbounded_cycles() {
         let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}, {id: z, agent: c}]\n";
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z}}, {{from: z, to: y}}]\n")), "edges[2] (z->y): closes the cycle y -> z -> y");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x}}]\n")), "closes the cycle x -> y -> x, and none of its edges has `max_iterations`");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: x}}]\n")), "edges[0] (x->x): closes the cycle x -> x");
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z}}, {{from: z, to: y}}]\n"
+            )),
+            "edges[2] (z->y): closes the cycle y -> z -> y",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x}}]\n"
+            )),
+            "closes the cycle x -> y -> x, and none of its edges has `max_iterations`",
+        );
+        check_err(
+            &wf(&format!("{nodes}edges: [{{from: x, to: x}}]\n")),
+            "edges[0] (x->x): closes the cycle x -> x",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\"}, {\"from\": \"y\", \"to\": \"x\"}]}",
             "closes the cycle x -> y -> x",
@@ -561,9 +738,24 @@ mod tests {
     #[test]
     fn rule_10_loop_edges_must_loop() {
         let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}, {id: z, agent: c}]\n";
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z, max_iterations: 3}}]\n")), "edges[1] (y->z): `max_iterations` makes this a loop edge, but no forward path leads from `z` back to `y`");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 0}}]\n")), "edges[1] (y->x): `max_iterations` must be at least 1");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, max_iterations: 2}}, {{from: y, to: z}}]\n")), "no forward path leads from `y` back to `x`");
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: z, max_iterations: 3}}]\n"
+            )),
+            "edges[1] (y->z): `max_iterations` makes this a loop edge, but no forward path leads from `z` back to `y`",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 0}}]\n"
+            )),
+            "edges[1] (y->x): `max_iterations` must be at least 1",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, max_iterations: 2}}, {{from: y, to: z}}]\n"
+            )),
+            "no forward path leads from `y` back to `x`",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"max_iterations\": 2}]}",
             "edges[0] (x->y): `max_iterations` makes this a loop edge",
@@ -573,8 +765,16 @@ mod tests {
     #[test]
     fn rule_11_conditions_must_compile() {
         let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, when: 'output.contains('}}]\n")), "edges[0] (x->y): `when` does not compile: `output.contains(` is not a valid CEL expression");
-        check_err(&wf(&format!("{nodes}edges: [{{from: x, to: y, when: ''}}]\n")), "`when` does not compile");
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, when: 'output.contains('}}]\n"
+            )),
+            "edges[0] (x->y): `when` does not compile: `output.contains(` is not a valid CEL expression",
+        );
+        check_err(
+            &wf(&format!("{nodes}edges: [{{from: x, to: y, when: ''}}]\n")),
+            "`when` does not compile",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"when\": \"1 +\"}]}",
             "edges[0] (x->y): `when` does not compile: `1 +`",
@@ -583,9 +783,18 @@ mod tests {
 
     #[test]
     fn rule_12_output_schemas_must_be_valid() {
-        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {type: strin}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
-        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {minimum: x}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
-        check_err("name: t\nagents:\n  w: {provider: mock, output_schema: {$ref: 'https://example.com/s.json'}}\nsteps: [{agent: w}]\n", "agents.w: `output_schema` is not a valid JSON Schema");
+        check_err(
+            "name: t\nagents:\n  w: {provider: mock, output_schema: {type: strin}}\nsteps: [{agent: w}]\n",
+            "agents.w: `output_schema` is not a valid JSON Schema",
+        );
+        check_err(
+            "name: t\nagents:\n  w: {provider: mock, output_schema: {minimum: x}}\nsteps: [{agent: w}]\n",
+            "agents.w: `output_schema` is not a valid JSON Schema",
+        );
+        check_err(
+            "name: t\nagents:\n  w: {provider: mock, output_schema: {$ref: 'https://example.com/s.json'}}\nsteps: [{agent: w}]\n",
+            "agents.w: `output_schema` is not a valid JSON Schema",
+        );
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"w\": {\"provider\": \"mock\", \"output_schema\": {\"type\": 5}}}, \"steps\": [{\"agent\": \"w\"}]}",
             "agents.w: `output_schema` is not a valid JSON Schema",
@@ -594,22 +803,52 @@ mod tests {
 
     #[test]
     fn rule_13_ids_must_be_path_safe() {
-        check_err("name: t\nagents:\n  'my agent': {provider: mock}\nsteps: [{agent: 'my agent'}]\n", "agents.my agent: `my agent` is not a valid node id");
-        check_err(&wf("steps: [{agent: a, id: ../x}]\n"), "steps[0]: `../x` is not a valid node id");
-        check_err(&wf("nodes: [{id: -x, agent: a}]\n"), "nodes[0] (id `-x`): `-x` is not a valid node id");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a/b\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a/b\"}]}", "agents.a/b: `a/b` is not a valid node id");
+        check_err(
+            "name: t\nagents:\n  'my agent': {provider: mock}\nsteps: [{agent: 'my agent'}]\n",
+            "agents.my agent: `my agent` is not a valid node id",
+        );
+        check_err(
+            &wf("steps: [{agent: a, id: ../x}]\n"),
+            "steps[0]: `../x` is not a valid node id",
+        );
+        check_err(
+            &wf("nodes: [{id: -x, agent: a}]\n"),
+            "nodes[0] (id `-x`): `-x` is not a valid node id",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a/b\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a/b\"}]}",
+            "agents.a/b: `a/b` is not a valid node id",
+        );
     }
 
     #[test]
     fn shape_rules() {
-        check_err(&wf("steps: [{agent: a}]\nnodes: [{id: a, agent: a}]\n"), "nodes: `steps` and `nodes` cannot both be given");
-        check_err(&wf(""), "workflow: needs `steps` (a chain of agents) or `nodes` (with `edges`)");
+        check_err(
+            &wf("steps: [{agent: a}]\nnodes: [{id: a, agent: a}]\n"),
+            "nodes: `steps` and `nodes` cannot both be given",
+        );
+        check_err(
+            &wf(""),
+            "workflow: needs `steps` (a chain of agents) or `nodes` (with `edges`)",
+        );
         check_err(&wf("steps: []\n"), "steps: must list at least one step");
         check_err(&wf("nodes: []\n"), "nodes: must list at least one node");
-        check_err(&wf("steps: [{agent: a}]\nedges: []\n"), "edges: `edges` goes with `nodes`");
-        check_err("name: ' '\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n", "name: must not be empty");
-        check_err("name: t\nagents: {}\nsteps: [{agent: a}]\n", "agents: at least one agent is required");
-        check_json_err("{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}}", "workflow: needs `steps`");
+        check_err(
+            &wf("steps: [{agent: a}]\nedges: []\n"),
+            "edges: `edges` goes with `nodes`",
+        );
+        check_err(
+            "name: ' '\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n",
+            "name: must not be empty",
+        );
+        check_err(
+            "name: t\nagents: {}\nsteps: [{agent: a}]\n",
+            "agents: at least one agent is required",
+        );
+        check_json_err(
+            "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}}",
+            "workflow: needs `steps`",
+        );
     }
 
     #[test]
@@ -621,19 +860,45 @@ mod tests {
         assert_eq!(def.input, Some(serde_json::json!({"topic": "rust"})));
         let ids: Vec<&str> = def.nodes.iter().map(|n| n.id.as_str()).collect();
         assert_eq!(ids, ["researcher", "analyst", "analyst-2"]);
-        let edges: Vec<(&str, &str, &str)> = def.edges.iter().map(|e| (e.id.as_str(), e.from.as_str(), e.to.as_str())).collect();
-        assert_eq!(edges, [("researcher->analyst", "researcher", "analyst"), ("analyst->analyst-2", "analyst", "analyst-2")]);
+        let edges: Vec<(&str, &str, &str)> = def
+            .edges
+            .iter()
+            .map(|e| (e.id.as_str(), e.from.as_str(), e.to.as_str()))
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                ("researcher->analyst", "researcher", "analyst"),
+                ("analyst->analyst-2", "analyst", "analyst-2")
+            ]
+        );
         assert!(def.edges.iter().all(|e| e.when.is_none() && !e.is_loop()));
-        assert_eq!(def.agent_of(&def.nodes[2]).map(|(name, a)| (name, a.max_turns)), Some(("analyst", Some(3))));
+        assert_eq!(
+            def.agent_of(&def.nodes[2])
+                .map(|(name, a)| (name, a.max_turns)),
+            Some(("analyst", Some(3)))
+        );
         assert_eq!(def.agents["researcher"].system_prompt, "Find facts.");
         let hex = def.hash.strip_prefix("sha256:").unwrap();
-        assert!(hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_ne!(def.hash, WorkflowDef::from_yaml(&format!("{src}\n")).unwrap().hash, "hash is of the bytes");
+        assert!(
+            hex.len() == 64
+                && hex
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(
+            def.hash,
+            WorkflowDef::from_yaml(&format!("{src}\n")).unwrap().hash,
+            "hash is of the bytes"
+        );
     }
 
     #[test]
     fn known_sha256() {
-        assert_eq!(hash("abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            hash("abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
@@ -654,7 +919,10 @@ edges:
   - {from: review, to: draft, when: 'output.score < 0.8', max_iterations: 3, id: retry}
 "#;
         let def = WorkflowDef::from_yaml(src).unwrap();
-        assert_eq!(def.edges.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["draft->review", "review->publish", "retry"]);
+        assert_eq!(
+            def.edges.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            ["draft->review", "review->publish", "retry"]
+        );
         let retry = &def.edges[2];
         assert_eq!((retry.max_iterations, retry.is_loop()), (Some(3), true));
         let when = def.edges[1].when.as_ref().unwrap();
@@ -668,7 +936,11 @@ edges:
         assert_eq!(from_json.nodes, def.nodes);
         assert_eq!(from_json.agents, def.agents);
         assert_eq!(from_json.edges.len(), 3);
-        assert_eq!(WorkflowDef::from_yaml(&json).unwrap().nodes, def.nodes, "JSON is YAML too");
+        assert_eq!(
+            WorkflowDef::from_yaml(&json).unwrap().nodes,
+            def.nodes,
+            "JSON is YAML too"
+        );
     }
 
     proptest::proptest! {

@@ -1,0 +1,119 @@
+//! `awr run` and `awr validate`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use application::{RunRequest, WorkflowRunner};
+use domain::{RunStatus, WorkflowDef, WorkflowError};
+use serde_json::Value;
+
+use crate::{Failure, progress::Progress, wiring};
+
+/// Reads and validates a workflow file; errors name the file (and line:column when known).
+pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::Input(anyhow!("cannot read {}: {e}", file.display())))?;
+    let is_json = file.extension().is_some_and(|ext| ext == "json");
+    let parsed = if is_json {
+        WorkflowDef::from_json(&text)
+    } else {
+        WorkflowDef::from_yaml(&text)
+    };
+    parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))
+}
+
+fn located(file: &Path, error: &WorkflowError) -> String {
+    match error {
+        WorkflowError::Parse {
+            line: Some(_), ..
+        } => format!("{}:{error}", file.display()),
+        _ => format!("{}: {error}", file.display()),
+    }
+}
+
+/// `awr validate FILE`.
+pub fn validate(file: &Path) -> Result<(), Failure> {
+    let workflow = load_workflow(file)?;
+    println!(
+        "{}: ok ({} agents, {} nodes, {} edges)",
+        file.display(),
+        workflow.agents.len(),
+        workflow.nodes.len(),
+        workflow.edges.len()
+    );
+    Ok(())
+}
+
+/// Parses `--input`: JSON text, `@FILE`, or else the text as a string.
+fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failure> {
+    let Some(raw) = raw else {
+        return Ok(workflow.input.clone().unwrap_or(Value::Null));
+    };
+    let (text, origin) = match raw.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
+            Some(path),
+        ),
+        None => (raw.to_owned(), None),
+    };
+    match (serde_json::from_str(&text), origin) {
+        (Ok(value), _) => Ok(value),
+        (Err(_), None) => Ok(Value::String(text)),
+        (Err(e), Some(path)) => Err(Failure::Input(anyhow!("--input @{path}: not JSON: {e}"))),
+    }
+}
+
+/// `awr run FILE [--input ...]`.
+pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(), Failure> {
+    // Everything that can be wrong with the input is checked before the store is touched.
+    let workflow = load_workflow(file)?;
+    let input = parse_input(input, &workflow)?;
+    let workflow_dir = file.parent().unwrap_or(Path::new("."));
+    let providers = wiring::providers(&workflow, workflow_dir);
+
+    let store = wiring::store(storage)?;
+    let (clock, ids) = wiring::clock_and_ids();
+    let progress = Arc::new(Progress::new());
+    let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
+        .with_observer(progress.clone());
+    let run_id = runner
+        .create()
+        .await
+        .context("cannot create the run")
+        .map_err(Failure::Run)?;
+    eprintln!("run {run_id}");
+    let outcome = runner
+        .run(
+            run_id,
+            RunRequest {
+                workflow: Arc::new(workflow),
+                input,
+            },
+        )
+        .await
+        .with_context(|| format!("run {run_id}"))
+        .map_err(Failure::Run)?;
+    progress.finish();
+    match outcome.status {
+        RunStatus::Completed => {
+            print_output(&outcome.output);
+            Ok(())
+        }
+        _ => Err(Failure::Run(anyhow!(
+            "run {run_id} failed: {}",
+            outcome.error.unwrap_or_else(|| "unknown error".into())
+        ))),
+    }
+}
+
+fn print_output(output: &Value) {
+    match output {
+        Value::String(text) => println!("{text}"),
+        other => println!(
+            "{}",
+            serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string())
+        ),
+    }
+}

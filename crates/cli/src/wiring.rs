@@ -1,0 +1,30 @@
+//! The composition root: the one place that names concrete types.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use adapters_agents::{MockQuery, Providers};
+use application::ports::RunStore;
+use domain::WorkflowDef;
+use infrastructure::clock::{RandomIds, SystemClock};
+use infrastructure::store::FileRunStore;
+
+use crate::Failure;
+
+/// The file store under `storage`.
+pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
+    FileRunStore::open(storage)
+        .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+        .map_err(|e| Failure::Run(anyhow::anyhow!("storage {}: {e}", storage.display())))
+}
+
+/// Providers for a workflow loaded from `workflow_dir`.
+pub fn providers(workflow: &WorkflowDef, workflow_dir: &Path) -> Providers {
+    let default_fixtures = workflow_dir.join("fixtures").join(&workflow.name);
+    Providers::new().with_mock(Arc::new(MockQuery::new(workflow_dir, default_fixtures)))
+}
+
+/// Wall clock and random ids.
+pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
+    (Arc::new(SystemClock), Arc::new(RandomIds))
+}

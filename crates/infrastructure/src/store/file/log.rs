@@ -1,0 +1,473 @@
+//! One run's `events.ndjson` as this process sees it: the open file, the
+//! in-memory offset index, torn-tail recovery, appends and read planning.
+//!
+//! Line `k` of the log holds the event of offset `k`, so the index is a plain
+//! `Vec<u64>` of line start positions. Everything before `end` is immutable
+//! once written, which is why reads can `pread` outside any lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use application::ports::StoreError;
+use domain::{RunId, RuntimeEvent};
+use serde::de::IgnoredAny;
+
+use super::index;
+use crate::store::check_continuation;
+
+/// Mode of every file the store creates: run data is private to its user.
+pub(super) const FILE_MODE: u32 = 0o600;
+
+/// Bytes read per `pread` when scanning the log for line starts: large
+/// enough that a full rebuild of a 300 MB log takes a few hundred syscalls,
+/// small enough to stay in cache.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// Index entries written to `events.idx` at most this many appends apart
+/// (besides every flush): 8 KiB per write, so persisting the index costs a
+/// few nanoseconds per event while a crash loses at most this many entries
+/// (which the next open re-derives by scanning).
+const IDX_BATCH: usize = 1024;
+
+/// The serialization buffer is kept between appends so that serializing
+/// costs no allocation; one giant batch must not pin its size forever.
+const MAX_KEPT_BUF: usize = 1 << 20;
+
+/// Where one run's files live.
+#[derive(Debug)]
+pub(super) struct RunPaths {
+    /// The run (for `NotFound` and messages).
+    pub run_id: RunId,
+    /// `<root>/runs`, synced once when a run is created there.
+    pub runs_dir: PathBuf,
+    /// `<root>/runs/<run-id>`.
+    pub dir: PathBuf,
+    /// `events.ndjson`.
+    pub log: PathBuf,
+    /// `events.idx`.
+    pub idx: PathBuf,
+    /// `snapshot.json`.
+    pub snapshot: PathBuf,
+    /// `snapshot.json.tmp`, renamed over `snapshot.json`.
+    pub snapshot_tmp: PathBuf,
+}
+
+impl RunPaths {
+    pub(super) fn new(runs_dir: &Path, run_id: RunId) -> Self {
+        let dir = runs_dir.join(run_id.to_string());
+        Self {
+            run_id,
+            runs_dir: runs_dir.to_path_buf(),
+            log: dir.join("events.ndjson"),
+            idx: dir.join("events.idx"),
+            snapshot: dir.join("snapshot.json"),
+            snapshot_tmp: dir.join("snapshot.json.tmp"),
+            dir,
+        }
+    }
+}
+
+/// An I/O error, naming what was being done and to which file.
+pub(super) fn io_err(what: &str, path: &Path, e: &io::Error) -> StoreError {
+    StoreError::Io(format!("cannot {what} {}: {e}", path.display()))
+}
+
+/// Opens the log; the writer may create it (a run whose creation was
+/// interrupted between its directory and its log), a reader may not.
+fn open_log_file(paths: &RunPaths, writable: bool) -> Result<File, StoreError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    if writable {
+        options.append(true).create(true).mode(FILE_MODE);
+    }
+    options.open(&paths.log).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            StoreError::NotFound(paths.run_id)
+        } else {
+            io_err("open", &paths.log, &e)
+        }
+    })
+}
+
+/// `len` bytes of `file` from `start`.
+fn read_range(file: &File, path: &Path, start: u64, len: u64) -> Result<Vec<u8>, StoreError> {
+    let len = usize::try_from(len)
+        .map_err(|_| StoreError::Io(format!("{}: read of {len} bytes", path.display())))?;
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, start)
+        .map_err(|e| io_err("read", path, &e))?;
+    Ok(buf)
+}
+
+/// One run's log, open in this process.
+#[derive(Debug)]
+pub(super) struct LogState {
+    /// Read-only, or read + `O_APPEND` once this process writes the run.
+    /// Shared (`Arc`) so reads and `fdatasync` use it without holding the lock.
+    file: Arc<File>,
+    /// Whether `file` was opened for appending (and the torn tail cut).
+    writable: bool,
+    /// `index[i]` = byte position of the line of offset `i + 1`.
+    index: Vec<u64>,
+    /// Byte position just after the last indexed (complete, kept) line.
+    end: u64,
+    /// Whether every entry was derived by this process (scanned or written)
+    /// rather than loaded from `events.idx`; an untrusted index that
+    /// disagrees with the log is rebuilt instead of reported as corruption.
+    trusted: bool,
+    /// Reused serialization (and index encoding) buffer; see [`MAX_KEPT_BUF`].
+    buf: Vec<u8>,
+    /// `events.idx`, open for positioned writes; writers only.
+    idx_file: Option<File>,
+    /// How many leading entries of `index` are already in `events.idx`.
+    idx_persisted: usize,
+    /// Set when a failed write left bytes that could not be cut off: further
+    /// appends would bury them mid-log, so they are refused until reopen.
+    broken: Option<String>,
+}
+
+/// A read to perform without holding the log's lock.
+#[derive(Debug)]
+pub(super) struct ReadPlan {
+    file: Arc<File>,
+    start: u64,
+    stop: u64,
+    first: u64,
+    count: usize,
+    /// Whether the index used was fully derived by this process.
+    pub trusted: bool,
+}
+
+impl LogState {
+    /// The state of a log this process has just created (empty, writable).
+    pub(super) fn created(file: File, paths: &RunPaths) -> Result<Self, StoreError> {
+        let mut state = Self::blank(file, true);
+        state.trusted = true;
+        state.open_idx_for_writing(paths)?;
+        Ok(state)
+    }
+
+    fn blank(file: File, writable: bool) -> Self {
+        Self {
+            file: Arc::new(file),
+            writable,
+            index: Vec::new(),
+            end: 0,
+            trusted: false,
+            buf: Vec::new(),
+            idx_file: None,
+            idx_persisted: 0,
+            broken: None,
+        }
+    }
+
+    /// Opens an existing log: loads `events.idx`, indexes whatever follows
+    /// it, and ignores (reader) or cuts (writer) a torn last line.
+    pub(super) fn open(paths: &RunPaths, writable: bool) -> Result<Self, StoreError> {
+        let file = open_log_file(paths, writable)?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_err("stat", &paths.log, &e))?
+            .len();
+        let loaded = index::load(paths, &file, len);
+        let mut state = Self::blank(file, writable);
+        state.idx_persisted = loaded.len();
+        state.trusted = loaded.is_empty();
+        state.index = loaded;
+        // The last loaded entry is where scanning resumes: its line's end is
+        // not recorded anywhere.
+        if let Some(last) = state.index.pop() {
+            state.end = last;
+        }
+        let len = state.scan_tail(paths)?;
+        state.idx_persisted = state.idx_persisted.min(state.index.len());
+        if writable {
+            state.settle_writer(paths, len)?;
+        } else if len > state.end {
+            tracing::warn!(
+                file = %paths.log.display(),
+                position = state.end,
+                "ignoring a torn last line of the event log"
+            );
+        }
+        Ok(state)
+    }
+
+    /// Turns a reader into the writer: reopens for appending, catches up with
+    /// the file, and cuts a torn tail.
+    pub(super) fn make_writable(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
+        if self.writable {
+            return Ok(());
+        }
+        self.file = Arc::new(open_log_file(paths, true)?);
+        self.writable = true;
+        let len = self.scan_tail(paths)?;
+        self.settle_writer(paths, len)
+    }
+
+    /// The writer's part of opening: nothing after `end` may stay, or the
+    /// next append would leave a corrupt line in the middle of the log.
+    fn settle_writer(&mut self, paths: &RunPaths, len: u64) -> Result<(), StoreError> {
+        if len > self.end {
+            tracing::warn!(
+                file = %paths.log.display(),
+                position = self.end,
+                "cutting a torn last line off the event log"
+            );
+            self.file
+                .set_len(self.end)
+                .map_err(|e| io_err("truncate", &paths.log, &e))?;
+        }
+        self.open_idx_for_writing(paths)
+    }
+
+    fn open_idx_for_writing(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
+        let idx = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .open(&paths.idx)
+            .map_err(|e| io_err("open", &paths.idx, &e))?;
+        // Drop whatever the index holds beyond what was verified.
+        idx.set_len((self.idx_persisted * index::ENTRY_BYTES) as u64)
+            .map_err(|e| io_err("truncate", &paths.idx, &e))?;
+        self.idx_file = Some(idx);
+        Ok(())
+    }
+
+    /// Indexes complete lines after `end` (written before we opened, or by
+    /// another process since). A final complete line that is not JSON is the
+    /// remains of a crash and stays unindexed while it is last. Returns the
+    /// file length seen, so the caller can tell whether a torn tail follows.
+    fn scan_tail(&mut self, paths: &RunPaths) -> Result<u64, StoreError> {
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| io_err("stat", &paths.log, &e))?
+            .len();
+        if len <= self.end {
+            return Ok(len);
+        }
+        let first_new = self.index.len();
+        let mut line_start = self.end;
+        let mut pos = self.end;
+        let mut chunk = Vec::new();
+        while pos < len {
+            let n = (len - pos).min(SCAN_CHUNK as u64);
+            chunk.resize(n as usize, 0);
+            self.file
+                .read_exact_at(&mut chunk, pos)
+                .map_err(|e| io_err("read", &paths.log, &e))?;
+            for (i, &byte) in chunk.iter().enumerate() {
+                if byte == b'\n' {
+                    self.index.push(line_start);
+                    line_start = pos + i as u64 + 1;
+                }
+            }
+            pos += n;
+        }
+        let mut new_end = line_start;
+        if self.index.len() > first_new {
+            let last_start = self.index[self.index.len() - 1];
+            let line = read_range(&self.file, &paths.log, last_start, new_end - 1 - last_start)?;
+            if serde_json::from_slice::<IgnoredAny>(&line).is_err() {
+                self.index.pop();
+                new_end = last_start;
+            }
+        }
+        self.end = new_end;
+        Ok(len)
+    }
+
+    /// Forgets the index and derives it again from the log alone.
+    pub(super) fn rebuild_index(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
+        tracing::warn!(file = %paths.idx.display(), "offset index disagrees with the log; rebuilding it");
+        self.index.clear();
+        self.end = 0;
+        self.trusted = true;
+        self.idx_persisted = 0;
+        if let Some(idx) = &self.idx_file
+            && let Err(e) = idx.set_len(0)
+        {
+            tracing::warn!(file = %paths.idx.display(), error = %e, "cannot truncate the offset index");
+        }
+        self.scan_tail(paths).map(|_| ())
+    }
+
+    /// Offset of the last event (catching up first when another process may write).
+    pub(super) fn last_offset(&mut self, paths: &RunPaths) -> Result<u64, StoreError> {
+        if !self.writable {
+            self.scan_tail(paths)?;
+        }
+        Ok(self.index.len() as u64)
+    }
+
+    /// Offset of the last event this process knows of, without touching the file.
+    pub(super) fn known_last(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    /// Whether this state may append.
+    pub(super) fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The open log file (for `fdatasync` outside the lock).
+    pub(super) fn file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
+    }
+
+    /// Writes `events` as one `write` of newline-terminated lines; returns
+    /// the new last offset. The caller must have made the state writable.
+    pub(super) fn append(
+        &mut self,
+        paths: &RunPaths,
+        events: &[RuntimeEvent],
+    ) -> Result<u64, StoreError> {
+        if let Some(why) = &self.broken {
+            return Err(StoreError::Io(format!(
+                "{} cannot be appended to until it is reopened: {why}",
+                paths.log.display()
+            )));
+        }
+        let last = check_continuation(paths.run_id, self.index.len() as u64, events)?;
+        if events.is_empty() {
+            return Ok(last);
+        }
+        let before = self.index.len();
+        self.buf.clear();
+        for event in events {
+            self.index.push(self.end + self.buf.len() as u64);
+            if let Err(e) = event.write_json(&mut self.buf) {
+                self.index.truncate(before);
+                return Err(StoreError::Io(format!(
+                    "cannot serialize event {} (offset {}) of run {}: {e}",
+                    event.id, event.offset, paths.run_id
+                )));
+            }
+            self.buf.push(b'\n');
+        }
+        if let Err(e) = (&*self.file).write_all(&self.buf) {
+            self.index.truncate(before);
+            // A partial write leaves a torn line; cut it now, while we know where it starts.
+            if let Err(cut) = self.file.set_len(self.end) {
+                self.broken = Some(format!("a failed write could not be cut off: {cut}"));
+            }
+            return Err(io_err("append to", &paths.log, &e));
+        }
+        self.end += self.buf.len() as u64;
+        if self.buf.capacity() > MAX_KEPT_BUF {
+            self.buf = Vec::new();
+        }
+        if self.index.len() - self.idx_persisted >= IDX_BATCH {
+            self.persist_index(paths);
+        }
+        Ok(last)
+    }
+
+    /// Writes the index entries not yet in `events.idx` (writers only). A
+    /// failure is logged, not returned: the index is derived data and the
+    /// next open re-derives what is missing.
+    pub(super) fn persist_index(&mut self, paths: &RunPaths) {
+        let Some(idx) = &self.idx_file else {
+            return;
+        };
+        if self.idx_persisted >= self.index.len() {
+            return;
+        }
+        self.buf.clear();
+        index::encode(&self.index[self.idx_persisted..], &mut self.buf);
+        let at = (self.idx_persisted * index::ENTRY_BYTES) as u64;
+        match idx.write_all_at(&self.buf, at) {
+            Ok(()) => self.idx_persisted = self.index.len(),
+            Err(e) => {
+                tracing::warn!(file = %paths.idx.display(), error = %e, "cannot write the offset index");
+            }
+        }
+    }
+
+    /// Where the lines after `after` (at most `limit`) are; `None` when there
+    /// are none. Readers first index what another process appended.
+    pub(super) fn plan_read(
+        &mut self,
+        paths: &RunPaths,
+        after: u64,
+        limit: usize,
+    ) -> Result<Option<ReadPlan>, StoreError> {
+        let want = after.saturating_add(limit as u64);
+        if !self.writable && want > self.index.len() as u64 {
+            self.scan_tail(paths)?;
+        }
+        let n = self.index.len() as u64;
+        if limit == 0 || after >= n {
+            return Ok(None);
+        }
+        let stop_line = want.min(n);
+        let start = self.index[after as usize];
+        let stop = if stop_line < n {
+            self.index[stop_line as usize]
+        } else {
+            self.end
+        };
+        Ok(Some(ReadPlan {
+            file: Arc::clone(&self.file),
+            start,
+            stop,
+            first: after + 1,
+            count: (stop_line - after) as usize,
+            trusted: self.trusted,
+        }))
+    }
+}
+
+impl ReadPlan {
+    /// Reads and parses the planned lines. Any line that is not the event
+    /// its position says (bad JSON, wrong offset) is `Corrupt`, naming the
+    /// file and line: a reader never skips an event silently.
+    pub(super) fn execute(&self, paths: &RunPaths) -> Result<Vec<RuntimeEvent>, StoreError> {
+        let bytes = read_range(&self.file, &paths.log, self.start, self.stop - self.start)?;
+        let mut events = Vec::with_capacity(self.count);
+        let mut rest = bytes.as_slice();
+        for line_no in self.first..self.first + self.count as u64 {
+            let Some(newline) = rest.iter().position(|&b| b == b'\n') else {
+                return Err(corrupt(paths, line_no, "line is cut short"));
+            };
+            let (line, tail) = rest.split_at(newline);
+            rest = &tail[1..];
+            let event = RuntimeEvent::from_json(line).map_err(|e| corrupt(paths, line_no, e))?;
+            if event.offset.get() != line_no {
+                return Err(corrupt(
+                    paths,
+                    line_no,
+                    format!("holds offset {}", event.offset),
+                ));
+            }
+            events.push(event);
+        }
+        if !rest.is_empty() {
+            return Err(corrupt(paths, self.first + self.count as u64, "unexpected extra line"));
+        }
+        Ok(events)
+    }
+}
+
+fn corrupt(paths: &RunPaths, line: u64, what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{} line {line}: {what}", paths.log.display()))
+}
+
+impl Drop for LogState {
+    /// Leaves the index complete for the next reader of this run.
+    fn drop(&mut self) {
+        if let Some(idx) = &self.idx_file
+            && self.idx_persisted < self.index.len()
+        {
+            let mut buf = Vec::new();
+            index::encode(&self.index[self.idx_persisted..], &mut buf);
+            let _ = idx.write_all_at(&buf, (self.idx_persisted * index::ENTRY_BYTES) as u64);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! [`MemoryRunStore`]: the [`RunStore`] contract without a disk, for tests and
+//! embedders that do not need durability. It passes the same conformance
+//! suite as the file store, so a test written against it holds for both.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use application::ports::{EventStream, RunStore, StoreError};
+use async_trait::async_trait;
+use domain::{RunId, RunSnapshot, RuntimeEvent};
+use tokio::sync::Notify;
+
+use super::{LogSource, check_continuation, follow_log};
+
+/// Runs, logs and snapshots held in memory; lost when dropped.
+#[derive(Debug, Default)]
+pub struct MemoryRunStore {
+    /// A `std` mutex, not a Tokio one: it is held only to look up or insert
+    /// a run, never across an `.await`.
+    runs: Mutex<HashMap<RunId, Arc<MemRun>>>,
+}
+
+/// One run.
+#[derive(Debug, Default)]
+struct MemRun {
+    /// A `std` mutex: held only while copying events in or out, never across
+    /// an `.await`.
+    state: Mutex<MemState>,
+    /// Wakes followers after each append.
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct MemState {
+    events: Vec<RuntimeEvent>,
+    snapshot: Option<RunSnapshot>,
+}
+
+/// Locks, recovering the data of a poisoned lock: nothing here panics while
+/// holding one, and a panic elsewhere must not make the store unusable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MemRun {
+    fn state(&self) -> MutexGuard<'_, MemState> {
+        lock(&self.state)
+    }
+}
+
+impl LogSource for MemRun {
+    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+        let state = self.state();
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(state.events.len());
+        let stop = start.saturating_add(limit).min(state.events.len());
+        Ok(state.events[start..stop].to_vec())
+    }
+
+    fn last(&self) -> Result<u64, StoreError> {
+        Ok(self.state().events.len() as u64)
+    }
+
+    fn changed(&self) -> &Notify {
+        &self.changed
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl MemoryRunStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn run(&self, run_id: RunId) -> Result<Arc<MemRun>, StoreError> {
+        lock(&self.runs)
+            .get(&run_id)
+            .cloned()
+            .ok_or(StoreError::NotFound(run_id))
+    }
+}
+
+#[async_trait]
+impl RunStore for MemoryRunStore {
+    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        let mut runs = lock(&self.runs);
+        if runs.contains_key(&run_id) {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        runs.insert(run_id, Arc::default());
+        Ok(())
+    }
+
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+        let run = self.run(run_id)?;
+        {
+            let mut state = run.state();
+            check_continuation(run_id, state.events.len() as u64, events)?;
+            state.events.extend_from_slice(events);
+        }
+        run.changed.notify_waiters();
+        Ok(())
+    }
+
+    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.run(run_id).map(|_| ())
+    }
+
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.run(run_id)?.read_after(after, limit)
+    }
+
+    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
+        self.run(run_id)?.last()
+    }
+
+    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        Ok(follow_log(self.run(run_id)?, after))
+    }
+
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+        self.run(snapshot.run_id)?.state().snapshot = Some(snapshot.clone());
+        Ok(())
+    }
+
+    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        Ok(self.run(run_id)?.state().snapshot.clone())
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        Ok(lock(&self.runs).keys().copied().collect())
+    }
+}
