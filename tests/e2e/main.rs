@@ -1,3 +1,7 @@
 //! The end-to-end suite, one binary: each module is one area.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod cli;
+mod docs;
 mod store_conformance;
+mod util;

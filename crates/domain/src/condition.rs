@@ -172,6 +172,39 @@ mod tests {
         }
     }
 
+    /// The examples table of docs/workflow-format.md, each with variables that make it true.
+    #[test]
+    fn documented_examples_hold() {
+        let text = json!({"output": format!("OK, APPROVED {}", "x".repeat(100))});
+        let digits = json!({"output": "12345"});
+        let data = json!({"output": {
+            "score": 0.9, "verdict": "APPROVED", "error": "e", "tags": ["urgent"],
+            "items": [{"severity": "high", "done": true}, {"severity": "low", "done": true}]
+        }});
+        let run = json!({"input": {"mode": "fast"}, "outputs": {"review": {"score": 0.95}}});
+        let cases = [
+            ("output.contains(\"APPROVED\")", &text),
+            ("output.startsWith(\"OK\")", &text),
+            ("output.matches(\"^[0-9]+$\")", &digits),
+            ("size(output) > 100", &text),
+            ("output.score > 0.5", &data),
+            (
+                "output.verdict == \"APPROVED\" && output.score >= 0.8",
+                &data,
+            ),
+            ("has(output.error)", &data),
+            ("\"urgent\" in output.tags", &data),
+            ("output.items.exists(i, i.severity == \"high\")", &data),
+            ("output.items.all(i, i.done)", &data),
+            ("input.mode == \"fast\"", &run),
+            ("outputs.review.score > 0.9", &run),
+            ("!(output.contains(\"REJECTED\"))", &text),
+        ];
+        for (src, v) in cases {
+            assert_eq!(eval(src, v.clone()), Ok(true), "{src}");
+        }
+    }
+
     #[test]
     fn non_bool_result_is_refused() {
         let err = eval("output.score", json!({"output": {"score": 0.7}})).unwrap_err();

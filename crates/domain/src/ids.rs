@@ -231,6 +231,7 @@ impl<'de> Deserialize<'de> for Offset {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -62,6 +62,7 @@ impl<'de> Deserialize<'de> for Timestamp {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

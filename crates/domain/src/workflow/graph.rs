@@ -37,7 +37,7 @@ impl WorkflowDef {
     /// and the forward (non-loop) edges with both ends among them. Used when a
     /// loop edge fires: these go back to pending.
     pub fn loop_body(&self, edge: &EdgeDef) -> LoopBody {
-        let g = Forward::new(self);
+        let g = Adjacency::new(self);
         let (Some(to), Some(from)) = (g.index(&edge.to), g.index(&edge.from)) else {
             return LoopBody::default();
         };
@@ -74,7 +74,7 @@ impl WorkflowDef {
             OnPath,
             Done,
         }
-        let g = Forward::new(self);
+        let g = Adjacency::new(self);
         let mut mark = vec![Mark::New; self.nodes.len()];
         for start in 0..self.nodes.len() {
             if mark[start] != Mark::New {
@@ -115,7 +115,7 @@ impl WorkflowDef {
 
     /// Whether `to` can be reached from `from` through forward edges (a node reaches itself).
     pub(super) fn reaches_forward(&self, from: &NodeId, to: &NodeId) -> bool {
-        let g = Forward::new(self);
+        let g = Adjacency::new(self);
         match (g.index(from), g.index(to)) {
             (Some(f), Some(t)) => g.reachable(&[f], Direction::Out, false)[t],
             _ => false,
@@ -126,7 +126,7 @@ impl WorkflowDef {
     /// through any edges. Only a forward cycle can cause this, so it is a
     /// backstop behind the cycle check.
     pub(super) fn unreachable_nodes(&self) -> Vec<&NodeId> {
-        let g = Forward::new(self);
+        let g = Adjacency::new(self);
         let entries: Vec<usize> = (0..self.nodes.len())
             .filter(|&n| g.inn[n].is_empty())
             .collect();
@@ -148,7 +148,7 @@ enum Direction {
 
 /// Nodes as indices with adjacency lists, built per query: workflows are small
 /// and this keeps [`WorkflowDef`] a plain value.
-struct Forward<'a> {
+struct Adjacency<'a> {
     index: HashMap<&'a str, usize>,
     /// Every edge whose ends are known nodes: (edge index, from, to).
     edges: Vec<(usize, usize, usize)>,
@@ -160,7 +160,7 @@ struct Forward<'a> {
     loops: Vec<Vec<(usize, usize)>>,
 }
 
-impl<'a> Forward<'a> {
+impl<'a> Adjacency<'a> {
     fn new(def: &'a WorkflowDef) -> Self {
         let index: HashMap<&str, usize> = def
             .nodes
@@ -169,7 +169,7 @@ impl<'a> Forward<'a> {
             .map(|(i, n)| (n.id.as_str(), i))
             .collect();
         let n = def.nodes.len();
-        let mut g = Forward {
+        let mut g = Adjacency {
             edges: Vec::with_capacity(def.edges.len()),
             out: vec![Vec::new(); n],
             inn: vec![Vec::new(); n],

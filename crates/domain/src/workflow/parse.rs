@@ -943,6 +943,30 @@ edges:
         );
     }
 
+    #[test]
+    fn schemas_may_use_drafts_and_internal_refs() {
+        let src = "name: t\nagents:\n  w:\n    provider: mock\n    output_schema:\n      $schema: 'https://json-schema.org/draft/2020-12/schema'\n      $defs: {item: {type: string}}\n      type: array\n      items: {$ref: '#/$defs/item'}\n  v: {provider: mock, output_schema: true}\nsteps: [{agent: w}, {agent: v}]\n";
+        WorkflowDef::from_yaml(src).unwrap();
+    }
+
+    /// Every complete example in the user documentation loads.
+    #[test]
+    fn documented_examples_load() {
+        let doc = include_str!("../../../../docs/workflow-format.md");
+        let examples: Vec<&str> = doc
+            .split("```yaml\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .filter(|block| block.starts_with("name:"))
+            .collect();
+        assert!(examples.len() >= 3, "found {} examples", examples.len());
+        for example in examples {
+            if let Err(e) = WorkflowDef::from_yaml(example) {
+                panic!("{e}\n--- example:\n{example}");
+            }
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn garbage_never_panics(src in "\\PC{0,200}") {

@@ -1,0 +1,233 @@
+//! The `awr` binary end to end: real files, real exit codes.
+
+use std::os::unix::fs::PermissionsExt;
+
+use domain::{EventKind, RuntimeEvent};
+use serde_json::Value;
+
+use crate::util::{Awr, repo_root, run_id_of};
+
+fn events_of(awr: &Awr, run: &str) -> Vec<RuntimeEvent> {
+    let text = std::fs::read_to_string(awr.run_dir(run).join("events.ndjson")).unwrap();
+    text.lines()
+        .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
+        .collect()
+}
+
+fn count(events: &[RuntimeEvent], t: &str, node: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e.kind.type_name() == t && e.node_id.as_ref().map(|n| n.as_str()) == Some(node))
+        .count()
+}
+
+fn fixture_text(path: &str) -> String {
+    let raw = std::fs::read_to_string(repo_root().join(path)).unwrap();
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    v["calls"][0]["output"]["text"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_research_pipeline_runs_offline_and_leaves_a_complete_record() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let writer = fixture_text("examples/fixtures/research-pipeline/writer.json");
+    assert_eq!(out.stdout.trim_end(), writer.trim_end());
+    let run = run_id_of(&out);
+
+    let events = events_of(&awr, &run);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.offset.get(), i as u64 + 1, "offsets 1..n without gaps");
+        assert_eq!(e.run_id.to_string(), run);
+    }
+    assert_eq!(events.first().unwrap().kind.type_name(), "flow:started");
+    assert_eq!(events.last().unwrap().kind.type_name(), "flow:completed");
+    for node in ["researcher", "analyst", "writer"] {
+        for t in ["node:started", "node:completed", "agent:start", "agent:complete"] {
+            assert_eq!(count(&events, t, node), 1, "{t} for {node}");
+        }
+    }
+    assert_eq!(count(&events, "agent:tool", "researcher"), 2);
+
+    let snapshot: Value = serde_json::from_str(
+        &std::fs::read_to_string(awr.run_dir(&run).join("snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    for field in [
+        "runId", "status", "outputs", "state", "nodeStatus", "edgeStatus", "loopCounters", "inbox",
+        "agentSessions", "workflow", "lastOffset", "version",
+    ] {
+        assert!(snapshot.get(field).is_some(), "snapshot lacks {field}");
+    }
+    assert_eq!(snapshot["status"], "completed");
+    assert_eq!(snapshot["agentSessions"]["writer"], "sess-writer-0001");
+    assert_eq!(snapshot["lastOffset"], events.len());
+
+    let mode = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(awr.run_dir(&run)), 0o700);
+    assert_eq!(mode(awr.run_dir(&run).join("events.ndjson")), 0o600);
+    assert_eq!(mode(awr.run_dir(&run).join("snapshot.json")), 0o600);
+}
+
+#[test]
+fn events_from_an_offset_and_follow_on_a_finished_run() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let lines: Vec<String> = std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+
+    for k in [0, 1, 7, lines.len() - 1, lines.len()] {
+        let out = awr.run(&["events", &run, "--offset", &k.to_string(), "--json"]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let printed: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(printed, lines[k..].iter().map(String::as_str).collect::<Vec<_>>(), "offset {k}");
+    }
+
+    let followed = awr.run_within(20, &["events", &run, "--follow", "--json", "--offset", "3"]);
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    assert_eq!(followed.stdout.lines().count(), lines.len() - 3);
+
+    // Human-readable form, and a unique prefix of the id is enough.
+    let short = awr.run(&["events", &run[..8]]);
+    assert_eq!(short.code, 0, "{}", short.stderr);
+    assert!(short.stdout.contains("flow:completed"));
+}
+
+#[test]
+fn a_torn_last_line_does_not_stop_events_or_show() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
+    let run = run_id_of(&out);
+    let log = awr.run_dir(&run).join("events.ndjson");
+    let complete = std::fs::read_to_string(&log).unwrap().lines().count();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, br#"{"id":"x","offset":99,"timestamp":"2026-"#).unwrap();
+    drop(f);
+
+    let events = awr.run(&["events", &run, "--json"]);
+    assert_eq!(events.code, 0, "{}", events.stderr);
+    assert_eq!(events.stdout.lines().count(), complete);
+    let show = awr.run(&["show", &run]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(show.stdout.contains("completed"), "{}", show.stdout);
+}
+
+#[test]
+fn a_conditional_edge_takes_one_branch() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/triage.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.starts_with("INCIDENT UPDATE 1"), "{}", out.stdout);
+    let run = run_id_of(&out);
+    let events = events_of(&awr, &run);
+    assert_eq!(count(&events, "node:skipped", "reply"), 1);
+    assert!(events.iter().any(|e| matches!(&e.kind,
+        EventKind::AgentComplete { structured_output: Some(v), .. } if v["severity"] == "critical")));
+}
+
+#[test]
+fn runs_lists_and_show_prints_a_run() {
+    let awr = Awr::new();
+    let run = run_id_of(&awr.run(&["run", "examples/research-pipeline.yaml"]));
+    let runs = awr.run(&["runs"]);
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    let row = runs.stdout.lines().find(|l| l.starts_with(&run)).expect("run listed");
+    assert!(row.contains("research-pipeline") && row.contains("completed"), "{row}");
+    let show = awr.run(&["show", &run, "--json"]);
+    let snapshot: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(snapshot["runId"], run.as_str());
+    let missing = awr.run(&["show", "00000000-0000-4000-8000-000000000000"]);
+    assert_eq!(missing.code, 2);
+}
+
+#[test]
+fn a_failing_agent_exits_1_and_records_the_failure() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: failing\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
+    );
+    awr.write(
+        "fx/a.json",
+        r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
+    );
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("slow down"), "{}", out.stderr);
+    let events = events_of(&awr, &run_id_of(&out));
+    assert_eq!(events.last().unwrap().kind.type_name(), "flow:failed");
+    assert!(events.iter().any(|e| matches!(&e.kind,
+        EventKind::AgentError { error_type, .. } if error_type == "rate_limit")));
+}
+
+#[test]
+fn a_missing_fixture_names_the_node_and_call() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: nofix\nagents:\n  lonely: {provider: mock, fixtures: nowhere}\nsteps: [{agent: lonely}]\n",
+    );
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("`lonely`"), "{}", out.stderr);
+}
+
+/// Each broken workflow exits 2, names what is wrong, and leaves no run behind.
+#[test]
+fn broken_workflows_exit_2_and_write_nothing() {
+    let agents = "agents:\n  a: {provider: mock}\n  b: {provider: mock}\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("empty", String::new(), "empty"),
+        ("unparsable", "name: [unclosed\n".into(), "flow.yaml:"),
+        ("missing name", format!("{agents}steps: [{{agent: a}}]\n"), "name"),
+        ("wrong type", "name: x\nagents:\n  a: {provider: mock, max_turns: ten}\nsteps: [{agent: a}]\n".into(), "max_turns"),
+        ("unknown provider", "name: x\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n".into(), "gpt9"),
+        ("unknown agent", format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: zed}}]\n"), "zed"),
+        ("duplicate node", format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: a}}]\n"), "`a`"),
+        ("edge to unknown node", format!("name: x\n{agents}nodes: [{{id: a, agent: a}}]\nedges: [{{from: a, to: ghost}}]\n"), "ghost"),
+        ("cycle", format!("name: x\n{agents}nodes: [{{id: a, agent: a}}, {{id: b, agent: b}}]\nedges: [{{from: a, to: b}}, {{from: b, to: a}}]\n"), "cycle"),
+    ];
+    for (what, body, needle) in cases {
+        let awr = Awr::new();
+        let flow = awr.write("flow.yaml", &body);
+        let out = awr.run(&["run", flow.to_str().unwrap()]);
+        assert_eq!(out.code, 2, "{what}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{what}: `{needle}` not in {}", out.stderr);
+        assert!(awr.run_ids().is_empty(), "{what}: a run was created");
+        let validate = awr.run(&["validate", flow.to_str().unwrap()]);
+        assert_eq!(validate.code, 2, "{what}");
+    }
+}
+
+#[test]
+fn bad_input_and_usage_exit_2() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/research-pipeline.yaml", "--input", "@/nonexistent/input.json"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(awr.run_ids().is_empty());
+    assert_eq!(awr.run(&["run", "examples/missing.yaml"]).code, 2);
+    assert_eq!(awr.run(&["frobnicate"]).code, 2);
+    assert_eq!(awr.run(&["events", "not-a-run"]).code, 2);
+    let ok = awr.run(&["validate", "examples/research-pipeline.yaml"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+}
+
+#[test]
+fn storage_is_accepted_before_or_after_the_subcommand() {
+    let awr = Awr::new();
+    let storage = awr.storage();
+    let out = std::process::Command::new(crate::util::awr_bin())
+        .args(["run", "examples/triage.yaml", "--storage"])
+        .arg(&storage)
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(awr.run_ids().len(), 1);
+}
