@@ -3,5 +3,6 @@
 
 mod cli;
 mod docs;
+mod fold_property;
 mod store_conformance;
 mod util;

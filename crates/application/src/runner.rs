@@ -60,16 +60,6 @@ pub enum RunnerError {
     /// The store refused or failed an operation.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// An edge condition could not be evaluated (a bug in the workflow's expression).
-    #[error("edge `{edge}`: condition `{condition}` could not be evaluated: {message}")]
-    Condition {
-        /// The edge id.
-        edge: String,
-        /// The expression.
-        condition: String,
-        /// What the evaluator said.
-        message: String,
-    },
 }
 
 /// Executes workflows against the ports it was built with.
@@ -314,8 +304,7 @@ impl Execution<'_> {
             self.emit(ctx, EventKind::NodeCompleted { output }).await?;
         }
         self.last_done = Some(agent_name.to_owned());
-        self.route(wf, node, &data).await?;
-        Ok(Ok(()))
+        self.route(wf, node, &data).await
     }
 
     /// Calls the agent and records its messages; returns its output data and tool count.
@@ -502,13 +491,23 @@ impl Execution<'_> {
 
     /// Decides each outgoing edge of a finished node. A loop edge that fires
     /// takes precedence: the loop body goes back to pending and the node's
-    /// other edges stay undecided until it finishes again.
-    async fn route(&mut self, wf: &WorkflowDef, node: &NodeDef, data: &Value) -> Result<(), RunnerError> {
+    /// other edges stay undecided until it finishes again. A condition that
+    /// cannot be evaluated fails the run, naming the edge: guessing a branch
+    /// would hide a bug in the workflow.
+    async fn route(
+        &mut self,
+        wf: &WorkflowDef,
+        node: &NodeDef,
+        data: &Value,
+    ) -> Result<Result<(), NodeFailure>, RunnerError> {
         let vars = self.condition_vars(data);
         let edges: Vec<&EdgeDef> = wf.outgoing(&node.id).collect();
         let mut decisions = Vec::with_capacity(edges.len());
         for edge in &edges {
-            decisions.push(self.evaluate(edge, &vars)?);
+            match evaluate(edge, &vars) {
+                Ok(holds) => decisions.push(holds),
+                Err(failure) => return Ok(Err(failure)),
+            }
         }
         for (edge, holds) in edges.iter().zip(&decisions) {
             let Some(limit) = edge.max_iterations else {
@@ -529,7 +528,7 @@ impl Execution<'_> {
                     },
                 )
                 .await?;
-                return Ok(());
+                return Ok(Ok(()));
             }
         }
         for (edge, holds) in edges.iter().zip(decisions) {
@@ -551,20 +550,7 @@ impl Execution<'_> {
             };
             self.emit(ctx, kind).await?;
         }
-        Ok(())
-    }
-
-    fn evaluate(&self, edge: &EdgeDef, vars: &Map<String, Value>) -> Result<bool, RunnerError> {
-        let Some(condition) = &edge.when else {
-            return Ok(true);
-        };
-        condition
-            .evaluate(vars)
-            .map_err(|e| RunnerError::Condition {
-                edge: edge.id.clone(),
-                condition: condition.source().to_owned(),
-                message: e.to_string(),
-            })
+        Ok(Ok(()))
     }
 
     /// `output` (the finished node's data), `outputs` (every finished node's data), `input`.
@@ -798,6 +784,15 @@ impl Execution<'_> {
             .copied()
             .unwrap_or(EdgeStatus::Pending)
     }
+}
+
+fn evaluate(edge: &EdgeDef, vars: &Map<String, Value>) -> Result<bool, NodeFailure> {
+    let Some(condition) = &edge.when else {
+        return Ok(true);
+    };
+    condition.evaluate(vars).map_err(|e| {
+        NodeFailure(format!("edge `{}`: condition could not be evaluated: {e}", edge.id))
+    })
 }
 
 fn skipped(edge: &EdgeDef, reason: &str) -> EventKind {
@@ -1179,6 +1174,23 @@ edges:
             panic!()
         };
         assert_eq!(reason, "loop limit reached");
+    }
+
+    #[tokio::test]
+    async fn a_condition_that_cannot_be_evaluated_fails_the_run_naming_the_edge() {
+        let yaml = r#"
+name: typo
+agents:
+  a: {provider: mock}
+  b: {provider: mock}
+nodes: [{id: a, agent: a}, {id: b, agent: b}]
+edges: [{from: a, to: b, when: 'output.score > 1'}]
+"#;
+        let h = harness(HashMap::from([("a", vec![vec![done("not an object")]])]), None);
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+        assert!(outcome.error.unwrap().contains("edge `a->b`"));
+        assert_eq!(h.prompts.lock().unwrap().len(), 1, "b never ran");
     }
 
     #[tokio::test]

@@ -471,3 +471,106 @@ impl Drop for LogState {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::store::FileRunStore;
+    use application::ports::RunStore;
+    use domain::{EventKind, Offset, Timestamp};
+
+    fn warning(run: RunId, offset: u64) -> RuntimeEvent {
+        RuntimeEvent {
+            id: format!("e{offset}"),
+            offset: Offset::new(offset).unwrap(),
+            timestamp: Timestamp::from_millis(offset as i64),
+            run_id: run,
+            node_id: None,
+            node_run_id: None,
+            kind: EventKind::Warning {
+                message: "x".repeat(offset as usize % 50),
+                details: None,
+            },
+        }
+    }
+
+    /// A flushed run of `n` events in a fresh directory.
+    async fn written(n: u64) -> (tempfile::TempDir, RunPaths) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        store.create_run(run).await.unwrap();
+        let events: Vec<_> = (1..=n).map(|o| warning(run, o)).collect();
+        store.append(run, &events).await.unwrap();
+        store.flush(run).await.unwrap();
+        let paths = RunPaths::new(&dir.path().join("runs"), run);
+        (dir, paths)
+    }
+
+    fn scanned(paths: &RunPaths) -> Vec<u64> {
+        fs_remove(&paths.idx);
+        let state = LogState::open(paths, false).unwrap();
+        assert!(state.trusted);
+        state.index.clone()
+    }
+
+    fn fs_remove(path: &Path) {
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[tokio::test]
+    async fn a_valid_index_is_loaded_not_rescanned() {
+        let (_dir, paths) = written(2_000).await;
+        let idx = std::fs::read(&paths.idx).unwrap();
+        let state = LogState::open(&paths, false).unwrap();
+        assert!(!state.trusted, "entries came from events.idx");
+        assert_eq!(state.idx_persisted, 2_000);
+        let loaded = state.index.clone();
+        drop(state);
+        std::fs::write(&paths.idx, &idx).unwrap();
+        assert_eq!(loaded, scanned(&paths));
+    }
+
+    #[tokio::test]
+    async fn an_index_pointing_past_the_end_keeps_its_valid_prefix() {
+        let (_dir, paths) = written(500).await;
+        let full = std::fs::read(&paths.idx).unwrap();
+        let log_len = std::fs::metadata(&paths.log).unwrap().len();
+        // Entries for lines that a crash cut off: past the end of the log.
+        let mut stale = full.clone();
+        index::encode(&[log_len, log_len + 40, log_len + 90], &mut stale);
+        std::fs::write(&paths.idx, &stale).unwrap();
+        let state = LogState::open(&paths, true).unwrap();
+        assert!(!state.trusted);
+        assert_eq!(state.index.len(), 500);
+        assert_eq!(state.idx_persisted, 500);
+        drop(state);
+        assert_eq!(std::fs::read(&paths.idx).unwrap(), full, "the writer trims the index");
+    }
+
+    #[tokio::test]
+    async fn an_index_missing_a_line_is_rejected() {
+        let (_dir, paths) = written(500).await;
+        let mut shifted = std::fs::read(&paths.idx).unwrap();
+        shifted.drain(8 * 250..8 * 251);
+        std::fs::write(&paths.idx, &shifted).unwrap();
+        let state = LogState::open(&paths, false).unwrap();
+        assert!(state.trusted, "rebuilt by scanning");
+        assert_eq!(state.index.len(), 500);
+    }
+
+    #[tokio::test]
+    async fn reads_plan_exact_line_ranges() {
+        let (_dir, paths) = written(50).await;
+        let mut state = LogState::open(&paths, false).unwrap();
+        let plan = state.plan_read(&paths, 10, 5).unwrap().unwrap();
+        assert_eq!((plan.first, plan.count), (11, 5));
+        let events = plan.execute(&paths).unwrap();
+        assert_eq!(events.iter().map(|e| e.offset.get()).collect::<Vec<_>>(), vec![11, 12, 13, 14, 15]);
+        assert!(state.plan_read(&paths, 50, 5).unwrap().is_none());
+        assert!(state.plan_read(&paths, 10, 0).unwrap().is_none());
+        let last = state.plan_read(&paths, 48, 100).unwrap().unwrap();
+        assert_eq!((last.count, last.stop), (2, state.end));
+    }
+}
