@@ -44,7 +44,12 @@ fn the_research_pipeline_runs_offline_and_leaves_a_complete_record() {
     assert_eq!(events.first().unwrap().kind.type_name(), "flow:started");
     assert_eq!(events.last().unwrap().kind.type_name(), "flow:completed");
     for node in ["researcher", "analyst", "writer"] {
-        for t in ["node:started", "node:completed", "agent:start", "agent:complete"] {
+        for t in [
+            "node:started",
+            "node:completed",
+            "agent:start",
+            "agent:complete",
+        ] {
             assert_eq!(count(&events, t, node), 1, "{t} for {node}");
         }
     }
@@ -55,8 +60,18 @@ fn the_research_pipeline_runs_offline_and_leaves_a_complete_record() {
     )
     .unwrap();
     for field in [
-        "runId", "status", "outputs", "state", "nodeStatus", "edgeStatus", "loopCounters", "inbox",
-        "agentSessions", "workflow", "lastOffset", "version",
+        "runId",
+        "status",
+        "outputs",
+        "state",
+        "nodeStatus",
+        "edgeStatus",
+        "loopCounters",
+        "inbox",
+        "agentSessions",
+        "workflow",
+        "lastOffset",
+        "version",
     ] {
         assert!(snapshot.get(field).is_some(), "snapshot lacks {field}");
     }
@@ -86,7 +101,11 @@ fn events_from_an_offset_and_follow_on_a_finished_run() {
         let out = awr.run(&["events", &run, "--offset", &k.to_string(), "--json"]);
         assert_eq!(out.code, 0, "{}", out.stderr);
         let printed: Vec<&str> = out.stdout.lines().collect();
-        assert_eq!(printed, lines[k..].iter().map(String::as_str).collect::<Vec<_>>(), "offset {k}");
+        assert_eq!(
+            printed,
+            lines[k..].iter().map(String::as_str).collect::<Vec<_>>(),
+            "offset {k}"
+        );
     }
 
     let followed = awr.run_within(20, &["events", &run, "--follow", "--json", "--offset", "3"]);
@@ -123,7 +142,11 @@ fn a_conditional_edge_takes_one_branch() {
     let awr = Awr::new();
     let out = awr.run(&["run", "examples/triage.yaml"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.stdout.starts_with("INCIDENT UPDATE 1"), "{}", out.stdout);
+    assert!(
+        out.stdout.starts_with("INCIDENT UPDATE 1"),
+        "{}",
+        out.stdout
+    );
     let run = run_id_of(&out);
     let events = events_of(&awr, &run);
     assert_eq!(count(&events, "node:skipped", "reply"), 1);
@@ -137,8 +160,15 @@ fn runs_lists_and_show_prints_a_run() {
     let run = run_id_of(&awr.run(&["run", "examples/research-pipeline.yaml"]));
     let runs = awr.run(&["runs"]);
     assert_eq!(runs.code, 0, "{}", runs.stderr);
-    let row = runs.stdout.lines().find(|l| l.starts_with(&run)).expect("run listed");
-    assert!(row.contains("research-pipeline") && row.contains("completed"), "{row}");
+    let row = runs
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&run))
+        .expect("run listed");
+    assert!(
+        row.contains("research-pipeline") && row.contains("completed"),
+        "{row}"
+    );
     let show = awr.run(&["show", &run, "--json"]);
     let snapshot: Value = serde_json::from_str(&show.stdout).unwrap();
     assert_eq!(snapshot["runId"], run.as_str());
@@ -185,20 +215,56 @@ fn broken_workflows_exit_2_and_write_nothing() {
     let cases: Vec<(&str, String, &str)> = vec![
         ("empty", String::new(), "empty"),
         ("unparsable", "name: [unclosed\n".into(), "flow.yaml:"),
-        ("missing name", format!("{agents}steps: [{{agent: a}}]\n"), "name"),
-        ("wrong type", "name: x\nagents:\n  a: {provider: mock, max_turns: ten}\nsteps: [{agent: a}]\n".into(), "max_turns"),
-        ("unknown provider", "name: x\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n".into(), "gpt9"),
-        ("unknown agent", format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: zed}}]\n"), "zed"),
-        ("duplicate node", format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: a}}]\n"), "`a`"),
-        ("edge to unknown node", format!("name: x\n{agents}nodes: [{{id: a, agent: a}}]\nedges: [{{from: a, to: ghost}}]\n"), "ghost"),
-        ("cycle", format!("name: x\n{agents}nodes: [{{id: a, agent: a}}, {{id: b, agent: b}}]\nedges: [{{from: a, to: b}}, {{from: b, to: a}}]\n"), "cycle"),
+        (
+            "missing name",
+            format!("{agents}steps: [{{agent: a}}]\n"),
+            "name",
+        ),
+        (
+            "wrong type",
+            "name: x\nagents:\n  a: {provider: mock, max_turns: ten}\nsteps: [{agent: a}]\n".into(),
+            "max_turns",
+        ),
+        (
+            "unknown provider",
+            "name: x\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n".into(),
+            "gpt9",
+        ),
+        (
+            "unknown agent",
+            format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: zed}}]\n"),
+            "zed",
+        ),
+        (
+            "duplicate node",
+            format!("name: x\n{agents}steps: [{{agent: a}}, {{agent: a}}]\n"),
+            "`a`",
+        ),
+        (
+            "edge to unknown node",
+            format!(
+                "name: x\n{agents}nodes: [{{id: a, agent: a}}]\nedges: [{{from: a, to: ghost}}]\n"
+            ),
+            "ghost",
+        ),
+        (
+            "cycle",
+            format!(
+                "name: x\n{agents}nodes: [{{id: a, agent: a}}, {{id: b, agent: b}}]\nedges: [{{from: a, to: b}}, {{from: b, to: a}}]\n"
+            ),
+            "cycle",
+        ),
     ];
     for (what, body, needle) in cases {
         let awr = Awr::new();
         let flow = awr.write("flow.yaml", &body);
         let out = awr.run(&["run", flow.to_str().unwrap()]);
         assert_eq!(out.code, 2, "{what}: {}", out.stderr);
-        assert!(out.stderr.contains(needle), "{what}: `{needle}` not in {}", out.stderr);
+        assert!(
+            out.stderr.contains(needle),
+            "{what}: `{needle}` not in {}",
+            out.stderr
+        );
         assert!(awr.run_ids().is_empty(), "{what}: a run was created");
         let validate = awr.run(&["validate", flow.to_str().unwrap()]);
         assert_eq!(validate.code, 2, "{what}");
@@ -208,7 +274,12 @@ fn broken_workflows_exit_2_and_write_nothing() {
 #[test]
 fn bad_input_and_usage_exit_2() {
     let awr = Awr::new();
-    let out = awr.run(&["run", "examples/research-pipeline.yaml", "--input", "@/nonexistent/input.json"]);
+    let out = awr.run(&[
+        "run",
+        "examples/research-pipeline.yaml",
+        "--input",
+        "@/nonexistent/input.json",
+    ]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(awr.run_ids().is_empty());
     assert_eq!(awr.run(&["run", "examples/missing.yaml"]).code, 2);

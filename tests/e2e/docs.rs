@@ -28,6 +28,9 @@ fn every_event_type_is_documented_with_a_line_that_parses() {
         }
     }
     for t in KNOWN_TYPES {
-        assert!(documented.iter().any(|d| d == t), "docs/events.md lacks `{t}`");
+        assert!(
+            documented.iter().any(|d| d == t),
+            "docs/events.md lacks `{t}`"
+        );
     }
 }

@@ -35,7 +35,12 @@ impl RunStore for Recording {
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
         self.inner.flush(run_id).await
     }
-    async fn read(&self, run_id: RunId, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
         self.inner.read(run_id, after, limit).await
     }
     async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
@@ -82,7 +87,9 @@ impl QueryFn for Scripted {
         let list = &self.outcomes[&node];
         let items: Vec<Result<AgentMessage, QueryError>> = match &list[n % list.len()] {
             Outcome::Answer(text) => vec![
-                Ok(AgentMessage::TextDelta { content: text.clone() }),
+                Ok(AgentMessage::TextDelta {
+                    content: text.clone(),
+                }),
                 Ok(AgentMessage::Completed(AgentResult {
                     text: text.clone(),
                     num_turns: 1,
@@ -120,8 +127,9 @@ fn outcome() -> impl Strategy<Value = Outcome> {
 
 fn case() -> impl Strategy<Value = Case> {
     (1usize..6).prop_flat_map(|n| {
-        let pairs: Vec<(usize, usize)> =
-            (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b))).collect();
+        let pairs: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .collect();
         let edges = if pairs.is_empty() {
             Just(Vec::new()).boxed()
         } else {

@@ -144,7 +144,10 @@ async fn offsets_must_continue_the_log(s: Subject) {
     let store = &*s.store;
     let run = new_run();
     store.create_run(run).await.unwrap();
-    assert_conflict(store.append(run, &[warning(run, 2)]).await, "first offset 2");
+    assert_conflict(
+        store.append(run, &[warning(run, 2)]).await,
+        "first offset 2",
+    );
     store.append(run, &warnings(run, 1..=3)).await.unwrap();
     store.append(run, &[warning(run, 4)]).await.unwrap();
     assert_conflict(store.append(run, &[warning(run, 6)]).await, "gap");
@@ -155,7 +158,10 @@ async fn offsets_must_continue_the_log(s: Subject) {
     assert_conflict(store.append(run, &bad_batch).await, "gap inside a batch");
     // An event of another run does not belong in this log.
     let other = new_run();
-    assert_conflict(store.append(run, &[warning(other, 5)]).await, "foreign event");
+    assert_conflict(
+        store.append(run, &[warning(other, 5)]).await,
+        "foreign event",
+    );
     store.append(run, &[]).await.unwrap();
     assert_eq!(store.last_offset(run).await.unwrap(), 4);
     store.append(run, &warnings(run, 5..=6)).await.unwrap();
@@ -180,17 +186,36 @@ async fn read_windows(s: Subject) {
     let run = run_with(store, 10).await;
     let all = store.read(run, 0, usize::MAX).await.unwrap();
     assert_eq!(offsets(&all), (1..=10).collect::<Vec<_>>());
-    assert_eq!(all, warnings(run, 1..=10).into_iter().zip(&all).map(|(mut w, a)| {
-        w.id.clone_from(&a.id);
-        w
-    }).collect::<Vec<_>>());
-    assert_eq!(offsets(&store.read(run, 4, 100).await.unwrap()), vec![5, 6, 7, 8, 9, 10]);
-    assert_eq!(offsets(&store.read(run, 4, 3).await.unwrap()), vec![5, 6, 7]);
+    assert_eq!(
+        all,
+        warnings(run, 1..=10)
+            .into_iter()
+            .zip(&all)
+            .map(|(mut w, a)| {
+                w.id.clone_from(&a.id);
+                w
+            })
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        offsets(&store.read(run, 4, 100).await.unwrap()),
+        vec![5, 6, 7, 8, 9, 10]
+    );
+    assert_eq!(
+        offsets(&store.read(run, 4, 3).await.unwrap()),
+        vec![5, 6, 7]
+    );
     assert_eq!(offsets(&store.read(run, 0, 1).await.unwrap()), vec![1]);
     assert_eq!(offsets(&store.read(run, 9, 5).await.unwrap()), vec![10]);
     assert!(store.read(run, 10, 5).await.unwrap().is_empty());
     assert!(store.read(run, 1_000, 5).await.unwrap().is_empty());
-    assert!(store.read(run, u64::MAX, usize::MAX).await.unwrap().is_empty());
+    assert!(
+        store
+            .read(run, u64::MAX, usize::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(store.read(run, 3, 0).await.unwrap().is_empty());
     let empty = run_with(store, 0).await;
     assert!(store.read(empty, 0, 10).await.unwrap().is_empty());
@@ -213,13 +238,19 @@ async fn read_deep_in_a_long_log(s: Subject) {
     let run = new_run();
     store.create_run(run).await.unwrap();
     for start in (1..=5_000).step_by(500) {
-        store.append(run, &warnings(run, start..=start + 499)).await.unwrap();
+        store
+            .append(run, &warnings(run, start..=start + 499))
+            .await
+            .unwrap();
     }
     store.flush(run).await.unwrap();
     let got = store.read(run, 4_321, 3).await.unwrap();
     assert_eq!(offsets(&got), vec![4_322, 4_323, 4_324]);
     assert!(matches!(&got[0].kind, EventKind::Warning { message, .. } if message == "event 4322"));
-    assert_eq!(offsets(&store.read(run, 4_999, 10).await.unwrap()), vec![5_000]);
+    assert_eq!(
+        offsets(&store.read(run, 4_999, 10).await.unwrap()),
+        vec![5_000]
+    );
     assert_eq!(store.last_offset(run).await.unwrap(), 5_000);
 }
 
@@ -242,7 +273,13 @@ async fn unknown_runs_are_not_found(s: Subject) {
     assert_not_found(store.read(run, 0, 10).await, run, "read");
     assert_not_found(store.last_offset(run).await, run, "last_offset");
     assert_not_found(store.follow(run, 0).await.map(|_| ()), run, "follow");
-    assert_not_found(store.save_snapshot(&snapshot(run, 0, RunStatus::Pending)).await, run, "save_snapshot");
+    assert_not_found(
+        store
+            .save_snapshot(&snapshot(run, 0, RunStatus::Pending))
+            .await,
+        run,
+        "save_snapshot",
+    );
     assert_not_found(store.load_snapshot(run).await, run, "load_snapshot");
 }
 
@@ -264,7 +301,11 @@ async fn snapshots_round_trip_and_overwrite(s: Subject) {
 async fn list_runs_lists_every_run(s: Subject) {
     let store = &*s.store;
     assert!(store.list_runs().await.unwrap().is_empty());
-    let mut created = vec![run_with(store, 0).await, run_with(store, 1).await, run_with(store, 2).await];
+    let mut created = vec![
+        run_with(store, 0).await,
+        run_with(store, 1).await,
+        run_with(store, 2).await,
+    ];
     let mut listed = store.list_runs().await.unwrap();
     created.sort();
     listed.sort();
@@ -318,7 +359,12 @@ async fn follow_of_a_finished_run_ends_by_itself(s: Subject) {
     let store = &*s.store;
     let run = run_with(store, 3).await;
     store.append(run, &[completed(run, 4)]).await.unwrap();
-    for (after, expected) in [(0, vec![1, 2, 3, 4]), (2, vec![3, 4]), (4, vec![]), (99, vec![])] {
+    for (after, expected) in [
+        (0, vec![1, 2, 3, 4]),
+        (2, vec![3, 4]),
+        (4, vec![]),
+        (99, vec![]),
+    ] {
         let stream = store.follow(run, after).await.unwrap();
         let got = tokio::time::timeout(PATIENCE, stream.collect::<Vec<_>>())
             .await
@@ -335,16 +381,25 @@ async fn many_followers_see_everything(s: Subject) {
         let stream = s.store.follow(run, 0).await.unwrap();
         followers.push(tokio::spawn(async move {
             let events: Vec<_> = stream.collect().await;
-            events.into_iter().map(|e| e.unwrap().offset.get()).collect::<Vec<_>>()
+            events
+                .into_iter()
+                .map(|e| e.unwrap().offset.get())
+                .collect::<Vec<_>>()
         }));
     }
     for start in (1..=600).step_by(100) {
-        s.store.append(run, &warnings(run, start..=start + 99)).await.unwrap();
+        s.store
+            .append(run, &warnings(run, start..=start + 99))
+            .await
+            .unwrap();
         tokio::task::yield_now().await;
     }
     s.store.append(run, &[completed(run, 601)]).await.unwrap();
     for follower in followers {
-        let seen = tokio::time::timeout(PATIENCE, follower).await.unwrap().unwrap();
+        let seen = tokio::time::timeout(PATIENCE, follower)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(seen, (1..=601).collect::<Vec<_>>());
     }
 }
@@ -356,8 +411,13 @@ async fn unknown_event_types_round_trip(s: Subject) {
         r#"{{"id":"e2","offset":2,"timestamp":"2026-01-01T00:00:00.000Z","type":"future:thing","runId":"{run}","weird":{{"a":[1,2]}},"n":3}}"#
     );
     let future = RuntimeEvent::from_json(line.as_bytes()).unwrap();
-    assert!(matches!(&future.kind, EventKind::Unknown { type_name, .. } if type_name == "future:thing"));
-    store.append(run, std::slice::from_ref(&future)).await.unwrap();
+    assert!(
+        matches!(&future.kind, EventKind::Unknown { type_name, .. } if type_name == "future:thing")
+    );
+    store
+        .append(run, std::slice::from_ref(&future))
+        .await
+        .unwrap();
     let back = store.read(run, 1, 10).await.unwrap();
     assert_eq!(back, vec![future]);
     let as_json: serde_json::Value = serde_json::from_str(&back[0].to_json().unwrap()).unwrap();
@@ -464,7 +524,11 @@ mod file_store {
         let reader = open(dir.path());
         assert_eq!(all(&reader, run).await, (1..=10).collect::<Vec<_>>());
         assert_eq!(reader.last_offset(run).await.unwrap(), 10);
-        assert_eq!(fs::metadata(&log).unwrap().len(), intact + 29, "a reader cuts nothing");
+        assert_eq!(
+            fs::metadata(&log).unwrap().len(),
+            intact + 29,
+            "a reader cuts nothing"
+        );
 
         store.append(run, &warnings(run, 11..=12)).await.unwrap();
         store.flush(run).await.unwrap();
@@ -508,7 +572,10 @@ mod file_store {
         assert_eq!(offsets(&store.read(run, 0, 2).await.unwrap()), vec![1, 2]);
         let mut stream = store.follow(run, 0).await.unwrap();
         let first = tokio::time::timeout(PATIENCE, stream.next()).await.unwrap();
-        assert!(matches!(first, Some(Err(StoreError::Corrupt(_)))), "{first:?}");
+        assert!(
+            matches!(first, Some(Err(StoreError::Corrupt(_)))),
+            "{first:?}"
+        );
     }
 
     #[tokio::test]
@@ -525,11 +592,17 @@ mod file_store {
         shifted.drain(800..808); // entry 100 missing: every later entry is off by one line
         let cases: Vec<(&str, Option<Vec<u8>>)> = vec![
             ("missing", None),
-            ("garbage", Some((0..20_000u32).map(|i| (i * 7919 % 251) as u8).collect())),
+            (
+                "garbage",
+                Some((0..20_000u32).map(|i| (i * 7919 % 251) as u8).collect()),
+            ),
             ("short", Some(good[..8 * 1_000].to_vec())),
             ("torn", Some(good[..8 * 2_000 + 5].to_vec())),
             ("shifted", Some(shifted)),
-            ("too long", Some([good.clone(), good[8..16 * 8].to_vec()].concat())),
+            (
+                "too long",
+                Some([good.clone(), good[8..16 * 8].to_vec()].concat()),
+            ),
         ];
         for (name, contents) in cases {
             match contents {
@@ -569,7 +642,10 @@ mod file_store {
             let stream = other.follow(run, 1).await.unwrap();
             tokio::spawn(async move {
                 let events: Vec<_> = stream.collect().await;
-                events.into_iter().map(|e| e.unwrap().offset.get()).collect::<Vec<_>>()
+                events
+                    .into_iter()
+                    .map(|e| e.unwrap().offset.get())
+                    .collect::<Vec<_>>()
             })
         };
         for o in 4..=1_500 {
@@ -579,9 +655,15 @@ mod file_store {
             }
         }
         assert_eq!(other.last_offset(run).await.unwrap(), 1_500);
-        assert_eq!(offsets(&other.read(run, 1_200, 2).await.unwrap()), vec![1_201, 1_202]);
+        assert_eq!(
+            offsets(&other.read(run, 1_200, 2).await.unwrap()),
+            vec![1_201, 1_202]
+        );
         writer.append(run, &[completed(run, 1_501)]).await.unwrap();
-        let seen = tokio::time::timeout(PATIENCE, follower).await.unwrap().unwrap();
+        let seen = tokio::time::timeout(PATIENCE, follower)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(seen, (2..=1_501).collect::<Vec<_>>());
         assert_eq!(other.list_runs().await.unwrap(), vec![run]);
     }
@@ -592,7 +674,10 @@ mod file_store {
         let store = open(dir.path());
         let run = run_with(&store, 2).await;
         store.flush(run).await.unwrap();
-        store.save_snapshot(&snapshot(run, 2, RunStatus::Running)).await.unwrap();
+        store
+            .save_snapshot(&snapshot(run, 2, RunStatus::Running))
+            .await
+            .unwrap();
         let mode = |p: PathBuf| fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(dir.path().join("runs")), 0o700);
         assert_eq!(mode(store.run_dir(run)), 0o700);
@@ -609,10 +694,15 @@ mod file_store {
         let run = run_with(&store, 0).await;
         fs::write(store.run_dir(run).join("snapshot.json"), b"{\"version\":").unwrap();
         match store.load_snapshot(run).await {
-            Err(StoreError::Corrupt(message)) => assert!(message.contains("snapshot.json"), "{message}"),
+            Err(StoreError::Corrupt(message)) => {
+                assert!(message.contains("snapshot.json"), "{message}")
+            }
             other => panic!("expected Corrupt, got {other:?}"),
         }
-        store.save_snapshot(&snapshot(run, 0, RunStatus::Pending)).await.unwrap();
+        store
+            .save_snapshot(&snapshot(run, 0, RunStatus::Pending))
+            .await
+            .unwrap();
         assert!(store.load_snapshot(run).await.unwrap().is_some());
     }
 
@@ -630,11 +720,16 @@ mod file_store {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_sync_policy_keeps_the_contract() {
-        for sync in [SyncPolicy::Always, SyncPolicy::StepBoundary, SyncPolicy::Never] {
+        for sync in [
+            SyncPolicy::Always,
+            SyncPolicy::StepBoundary,
+            SyncPolicy::Never,
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(FileRunStore::open_with(dir.path(), config(sync)).unwrap());
             assert_eq!(store.sync_policy(), sync);
-            let runs: Vec<RunId> = futures::future::join_all((0..4).map(|_| run_with(&*store, 0))).await;
+            let runs: Vec<RunId> =
+                futures::future::join_all((0..4).map(|_| run_with(&*store, 0))).await;
             let writers = runs.iter().map(|&run| {
                 let store = Arc::clone(&store);
                 tokio::spawn(async move {
@@ -651,7 +746,11 @@ mod file_store {
             }
             let reopened = open(dir.path());
             for run in runs {
-                assert_eq!(all(&reopened, run).await, (1..=20).collect::<Vec<_>>(), "{sync:?}");
+                assert_eq!(
+                    all(&reopened, run).await,
+                    (1..=20).collect::<Vec<_>>(),
+                    "{sync:?}"
+                );
             }
         }
     }
@@ -662,7 +761,11 @@ mod file_store {
         let store = open(dir.path());
         let run = new_run();
         fs::create_dir_all(store.run_dir(run)).unwrap();
-        assert_not_found(store.read(run, 0, 1).await, run, "read of a half-created run");
+        assert_not_found(
+            store.read(run, 0, 1).await,
+            run,
+            "read of a half-created run",
+        );
         let store = open(dir.path());
         store.append(run, &[warning(run, 1)]).await.unwrap();
         assert_eq!(all(&store, run).await, vec![1]);

@@ -35,7 +35,14 @@ fn main() -> ExitCode {
 /// The checks of `.ci/run`, in its order.
 fn ci() -> anyhow::Result<()> {
     cargo(&["fmt", "--all", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     cargo(&["test", "--workspace"])
 }
 

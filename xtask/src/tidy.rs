@@ -41,14 +41,27 @@ fn all_sources() -> Vec<PathBuf> {
     for dir in ["crates", "tests", "xtask"] {
         rust_files(&root.join(dir), &mut files);
     }
-    assert!(!files.is_empty(), "no sources found under {}", root.display());
+    assert!(
+        !files.is_empty(),
+        "no sources found under {}",
+        root.display()
+    );
     files
 }
 
 /// The workspace crates a crate's `[dependencies]` name.
 fn internal_deps(krate: &str) -> BTreeSet<String> {
-    const INTERNAL: [&str; 5] = ["domain", "application", "infrastructure", "adapters-agents", "cli"];
-    let manifest = workspace_root().join("crates").join(krate).join("Cargo.toml");
+    const INTERNAL: [&str; 5] = [
+        "domain",
+        "application",
+        "infrastructure",
+        "adapters-agents",
+        "cli",
+    ];
+    let manifest = workspace_root()
+        .join("crates")
+        .join(krate)
+        .join("Cargo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap_or_default();
     let parsed: toml::Table = toml::from_str(&text).unwrap_or_default();
     parsed
@@ -70,7 +83,10 @@ fn dependencies_point_inward() {
         ("application", &["domain"]),
         ("infrastructure", &["domain", "application"]),
         ("adapters-agents", &["domain", "application"]),
-        ("cli", &["domain", "application", "infrastructure", "adapters-agents"]),
+        (
+            "cli",
+            &["domain", "application", "infrastructure", "adapters-agents"],
+        ),
     ];
     for (krate, allowed) in allowed {
         for dep in internal_deps(krate) {
@@ -86,7 +102,16 @@ fn dependencies_point_inward() {
 fn domain_does_no_io_and_reads_no_clock() {
     let manifest = workspace_root().join("crates/domain/Cargo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap_or_default();
-    for io_crate in ["tokio", "reqwest", "rusqlite", "tokio-postgres", "axum", "hyper", "mio", "async-std"] {
+    for io_crate in [
+        "tokio",
+        "reqwest",
+        "rusqlite",
+        "tokio-postgres",
+        "axum",
+        "hyper",
+        "mio",
+        "async-std",
+    ] {
         let parsed: toml::Table = toml::from_str(&text).unwrap_or_default();
         let deps = parsed.get("dependencies").and_then(|d| d.as_table());
         assert!(
@@ -101,8 +126,17 @@ fn domain_does_no_io_and_reads_no_clock() {
         // Test modules may build fixtures however they like; production code may not.
         let production = text.split("#[cfg(test)]").next().unwrap_or("");
         for banned in [
-            "std::fs", "std::net", "std::process", "std::io::stdin", "SystemTime", "Instant::now",
-            "Utc::now", "Local::now", "tokio::", "thread::sleep", "std::env",
+            "std::fs",
+            "std::net",
+            "std::process",
+            "std::io::stdin",
+            "SystemTime",
+            "Instant::now",
+            "Utc::now",
+            "Local::now",
+            "tokio::",
+            "thread::sleep",
+            "std::env",
         ] {
             assert!(
                 !production.contains(banned),

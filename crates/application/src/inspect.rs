@@ -13,7 +13,10 @@ use crate::ports::{RunStore, StoreError};
 const BATCH: usize = 1024;
 
 /// The run's state as of its last recorded event.
-pub async fn current_snapshot(store: &dyn RunStore, run_id: RunId) -> Result<RunSnapshot, StoreError> {
+pub async fn current_snapshot(
+    store: &dyn RunStore,
+    run_id: RunId,
+) -> Result<RunSnapshot, StoreError> {
     let saved = match store.load_snapshot(run_id).await {
         Ok(saved) => saved,
         Err(StoreError::Corrupt(why)) => {

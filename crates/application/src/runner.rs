@@ -296,7 +296,10 @@ impl Execution<'_> {
             )
             .await?;
             if !continued {
-                return Ok(Err(NodeFailure(format!("node `{}` failed: {error}", node.id))));
+                return Ok(Err(NodeFailure(format!(
+                    "node `{}` failed: {error}",
+                    node.id
+                ))));
             }
             metadata["error"] = Value::String(error);
         } else {
@@ -403,7 +406,9 @@ impl Execution<'_> {
                 }
                 AgentMessage::Completed(result) => {
                     let elapsed = self.runner.clock.now().millis_since(started);
-                    return self.agent_completed(ctx, &agent, result, elapsed, tool_calls).await;
+                    return self
+                        .agent_completed(ctx, &agent, result, elapsed, tool_calls)
+                        .await;
                 }
             };
             self.emit(ctx.clone(), kind).await?;
@@ -428,7 +433,10 @@ impl Execution<'_> {
         if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
             let error = QueryError::Agent {
                 error_type: "error_max_turns".into(),
-                message: format!("the agent took {} turns; max_turns is {max}", result.num_turns),
+                message: format!(
+                    "the agent took {} turns; max_turns is {max}",
+                    result.num_turns
+                ),
                 details: None,
             };
             return self.agent_failed(ctx, &error).await;
@@ -513,7 +521,12 @@ impl Execution<'_> {
             let Some(limit) = edge.max_iterations else {
                 continue;
             };
-            let count = self.snapshot.loop_counters.get(&edge.id).copied().unwrap_or(0);
+            let count = self
+                .snapshot
+                .loop_counters
+                .get(&edge.id)
+                .copied()
+                .unwrap_or(0);
             if *holds && count < limit {
                 let body = wf.loop_body(edge);
                 self.emit(
@@ -534,7 +547,11 @@ impl Execution<'_> {
         for (edge, holds) in edges.iter().zip(decisions) {
             let ctx = (Some(node.id.clone()), None);
             let kind = if edge.is_loop() {
-                let reason = if holds { "loop limit reached" } else { "condition false" };
+                let reason = if holds {
+                    "loop limit reached"
+                } else {
+                    "condition false"
+                };
                 skipped(edge, reason)
             } else if holds {
                 EventKind::EdgeFired {
@@ -559,7 +576,12 @@ impl Execution<'_> {
             .snapshot
             .outputs
             .iter()
-            .map(|(id, out)| (id.to_string(), out.get("data").cloned().unwrap_or(Value::Null)))
+            .map(|(id, out)| {
+                (
+                    id.to_string(),
+                    out.get("data").cloned().unwrap_or(Value::Null),
+                )
+            })
             .collect();
         let mut vars = Map::new();
         vars.insert("output".into(), data.clone());
@@ -605,7 +627,12 @@ impl Execution<'_> {
         }
     }
 
-    async fn skip(&mut self, wf: &WorkflowDef, node: &NodeDef, reason: &str) -> Result<(), RunnerError> {
+    async fn skip(
+        &mut self,
+        wf: &WorkflowDef,
+        node: &NodeDef,
+        reason: &str,
+    ) -> Result<(), RunnerError> {
         let ctx = (Some(node.id.clone()), None);
         self.emit(
             ctx.clone(),
@@ -616,7 +643,8 @@ impl Execution<'_> {
         .await?;
         let edges: Vec<&EdgeDef> = wf.outgoing(&node.id).collect();
         for edge in edges {
-            self.emit(ctx.clone(), skipped(edge, "source skipped")).await?;
+            self.emit(ctx.clone(), skipped(edge, "source skipped"))
+                .await?;
         }
         Ok(())
     }
@@ -642,7 +670,11 @@ impl Execution<'_> {
         })
     }
 
-    async fn fail(&mut self, node: Option<NodeId>, error: String) -> Result<RunOutcome, RunnerError> {
+    async fn fail(
+        &mut self,
+        node: Option<NodeId>,
+        error: String,
+    ) -> Result<RunOutcome, RunnerError> {
         let duration_ms = self.runner.clock.now().millis_since(self.started);
         self.emit(
             RUN_LEVEL,
@@ -675,7 +707,11 @@ impl Execution<'_> {
                 .outgoing(&node.id)
                 .any(|e| self.edge_status(&e.id) == EdgeStatus::Fired);
             if !passed_on {
-                let data = self.snapshot.outputs.get(&node.id).and_then(|o| o.get("data"));
+                let data = self
+                    .snapshot
+                    .outputs
+                    .get(&node.id)
+                    .and_then(|o| o.get("data"));
                 leaves.insert(node.id.to_string(), data.cloned().unwrap_or(Value::Null));
             }
         }
@@ -692,8 +728,8 @@ impl Execution<'_> {
         store.save_snapshot(&self.snapshot).await?;
         let snapshot_offset = Offset::new(self.snapshot.last_offset)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.emit(
-            RUN_LEVEL, EventKind::StateSaved { snapshot_offset }).await?;
+        self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
+            .await?;
         self.runner.store.flush(self.snapshot.run_id).await?;
         Ok(())
     }
@@ -714,7 +750,7 @@ impl Execution<'_> {
         let duration_ms = self.runner.clock.now().millis_since(self.started);
         let attempt = async {
             self.emit(
-            RUN_LEVEL,
+                RUN_LEVEL,
                 EventKind::SystemError {
                     message: message.clone(),
                     details: None,
@@ -722,7 +758,7 @@ impl Execution<'_> {
             )
             .await?;
             self.emit(
-            RUN_LEVEL,
+                RUN_LEVEL,
                 EventKind::FlowFailed {
                     error: message.clone(),
                     failed_node: None,
@@ -791,7 +827,10 @@ fn evaluate(edge: &EdgeDef, vars: &Map<String, Value>) -> Result<bool, NodeFailu
         return Ok(true);
     };
     condition.evaluate(vars).map_err(|e| {
-        NodeFailure(format!("edge `{}`: condition could not be evaluated: {e}", edge.id))
+        NodeFailure(format!(
+            "edge `{}`: condition could not be evaluated: {e}",
+            edge.id
+        ))
     })
 }
 
@@ -867,7 +906,11 @@ mod tests {
                 if Some(e.offset.get()) == fail_append_at {
                     return Err(StoreError::Io("disk full".into()));
                 }
-                assert_eq!(e.offset.get(), log.len() as u64 + 1, "offsets must have no gaps");
+                assert_eq!(
+                    e.offset.get(),
+                    log.len() as u64 + 1,
+                    "offsets must have no gaps"
+                );
                 log.push(e.clone());
             }
             Ok(())
@@ -983,13 +1026,19 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert_eq!(of_type(&h, "agent:start").len(), 3);
         assert_eq!(of_type(&h, "agent:complete").len(), 3);
         // The provider's session id is used when given, a runtime id otherwise.
-        assert_eq!(outcome.snapshot.agent_sessions[&NodeId::new("a").unwrap()].as_str(), "s-a");
+        assert_eq!(
+            outcome.snapshot.agent_sessions[&NodeId::new("a").unwrap()].as_str(),
+            "s-a"
+        );
         assert_eq!(outcome.snapshot.agent_sessions.len(), 3);
         // Input shape of design §5.
         let EventKind::NodeStarted { input } = &of_type(&h, "node:started")[1].kind else {
             panic!()
         };
-        assert_eq!(input["metadata"], json!({"step_index": 1, "previous_agent": "a"}));
+        assert_eq!(
+            input["metadata"],
+            json!({"step_index": 1, "previous_agent": "a"})
+        );
         let EventKind::NodeCompleted { output } = &of_type(&h, "node:completed")[0].kind else {
             panic!()
         };
@@ -1011,7 +1060,11 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         run(&h, CHAIN, json!("x")).await.unwrap();
         let events = h.events.lock().unwrap();
         let snapshots = h.snapshots.lock().unwrap();
-        assert_eq!(snapshots.len(), 5, "after start, after each of 3 steps, final");
+        assert_eq!(
+            snapshots.len(),
+            5,
+            "after start, after each of 3 steps, final"
+        );
         for snapshot in snapshots.iter() {
             let upto = snapshot.last_offset as usize;
             assert_eq!(RunSnapshot::fold(&events[..upto]).as_ref(), Some(snapshot));
@@ -1038,7 +1091,9 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert_eq!(outcome.status, RunStatus::Failed);
         assert!(outcome.error.unwrap().contains("slow down"));
         let err = &of_type(&h, "agent:error")[0];
-        assert!(matches!(&err.kind, EventKind::AgentError { error_type, .. } if error_type == "rate_limit"));
+        assert!(
+            matches!(&err.kind, EventKind::AgentError { error_type, .. } if error_type == "rate_limit")
+        );
         assert_eq!(types(&h).last().map(String::as_str), Some("flow:failed"));
         assert_eq!(h.prompts.lock().unwrap().len(), 1, "b and c never ran");
     }
@@ -1054,7 +1109,12 @@ steps: [{agent: a}, {agent: b}]
 ";
         let h = harness(
             HashMap::from([
-                ("a", vec![vec![Ok(AgentMessage::TextDelta { content: "par".into() })]]),
+                (
+                    "a",
+                    vec![vec![Ok(AgentMessage::TextDelta {
+                        content: "par".into(),
+                    })]],
+                ),
                 ("b", vec![vec![done("recovered")]]),
             ]),
             None,
@@ -1062,7 +1122,13 @@ steps: [{agent: a}, {agent: b}]
         let outcome = run(&h, yaml, json!("x")).await.unwrap();
         assert_eq!(outcome.status, RunStatus::Completed);
         let failed = &of_type(&h, "node:failed")[0];
-        assert!(matches!(failed.kind, EventKind::NodeFailed { continued: true, .. }));
+        assert!(matches!(
+            failed.kind,
+            EventKind::NodeFailed {
+                continued: true,
+                ..
+            }
+        ));
         assert_eq!(h.prompts.lock().unwrap()[1].1, "", "b received null data");
         assert_eq!(
             outcome.snapshot.node_status[&NodeId::new("a").unwrap()],
@@ -1102,7 +1168,10 @@ steps: [{agent: a}]
         assert!(matches!(&of_type(&h, "agent:complete")[0].kind,
             EventKind::AgentComplete { structured_output: Some(v), .. } if v == &json!({"score": 0.9})));
 
-        let h = harness(HashMap::from([("b", vec![vec![done("no json here")]])]), None);
+        let h = harness(
+            HashMap::from([("b", vec![vec![done("no json here")]])]),
+            None,
+        );
         let outcome = run(&h, &yaml, json!("x")).await.unwrap();
         assert_eq!(outcome.status, RunStatus::Failed);
     }
@@ -1130,7 +1199,10 @@ edges:
         let outcome = run(&h, yaml, json!("x")).await.unwrap();
         assert_eq!(outcome.output, json!("shipped"));
         let s = &outcome.snapshot;
-        assert_eq!(s.node_status[&NodeId::new("no").unwrap()], NodeStatus::Skipped);
+        assert_eq!(
+            s.node_status[&NodeId::new("no").unwrap()],
+            NodeStatus::Skipped
+        );
         assert_eq!(s.edge_status["judge->yes"], EdgeStatus::Fired);
         assert_eq!(s.edge_status["judge->no"], EdgeStatus::Skipped);
     }
@@ -1151,8 +1223,22 @@ edges:
 "#;
         let h = harness(
             HashMap::from([
-                ("writer", vec![vec![done("draft 1")], vec![done("draft 2")], vec![done("draft 3")]]),
-                ("critic", vec![vec![done("again")], vec![done("again")], vec![done("still bad")]]),
+                (
+                    "writer",
+                    vec![
+                        vec![done("draft 1")],
+                        vec![done("draft 2")],
+                        vec![done("draft 3")],
+                    ],
+                ),
+                (
+                    "critic",
+                    vec![
+                        vec![done("again")],
+                        vec![done("again")],
+                        vec![done("still bad")],
+                    ],
+                ),
                 ("publish", vec![vec![done("published")]]),
             ]),
             None,
@@ -1186,7 +1272,10 @@ agents:
 nodes: [{id: a, agent: a}, {id: b, agent: b}]
 edges: [{from: a, to: b, when: 'output.score > 1'}]
 "#;
-        let h = harness(HashMap::from([("a", vec![vec![done("not an object")]])]), None);
+        let h = harness(
+            HashMap::from([("a", vec![vec![done("not an object")]])]),
+            None,
+        );
         let outcome = run(&h, yaml, json!("x")).await.unwrap();
         assert_eq!(outcome.status, RunStatus::Failed);
         assert!(outcome.error.unwrap().contains("edge `a->b`"));
@@ -1196,7 +1285,12 @@ edges: [{from: a, to: b, when: 'output.score > 1'}]
     #[tokio::test]
     async fn a_stream_that_ends_without_a_result_is_a_failure() {
         let h = harness(
-            HashMap::from([("a", vec![vec![Ok(AgentMessage::Text { content: "half".into() })]])]),
+            HashMap::from([(
+                "a",
+                vec![vec![Ok(AgentMessage::Text {
+                    content: "half".into(),
+                })]],
+            )]),
             None,
         );
         let outcome = run(&h, CHAIN, json!("x")).await.unwrap();
@@ -1211,7 +1305,14 @@ edges: [{from: a, to: b, when: 'output.score > 1'}]
             Some(6),
         );
         let err = run(&h, CHAIN, json!("x")).await.unwrap_err();
-        assert!(matches!(err, RunnerError::Store(StoreError::Io(_))), "{err}");
-        assert_eq!(h.events.lock().unwrap().len(), 5, "nothing after the failed append");
+        assert!(
+            matches!(err, RunnerError::Store(StoreError::Io(_))),
+            "{err}"
+        );
+        assert_eq!(
+            h.events.lock().unwrap().len(),
+            5,
+            "nothing after the failed append"
+        );
     }
 }

@@ -27,11 +27,11 @@ impl Progress {
 
     /// Ends a line left open by streamed text.
     pub fn finish(&self) {
-        if let Ok(mut mid) = self.mid_line.lock() {
-            if *mid {
-                eprintln!();
-                *mid = false;
-            }
+        if let Ok(mut mid) = self.mid_line.lock()
+            && *mid
+        {
+            eprintln!();
+            *mid = false;
         }
     }
 
@@ -46,7 +46,9 @@ impl Progress {
             EventKind::NodeStarted { .. } if self.live => format!("{arrow} {node}"),
             EventKind::NodeStarted { .. } => format!("node {node} {arrow}"),
             EventKind::NodeCompleted { output } => {
-                let ms = output["metadata"]["execution_time_ms"].as_u64().unwrap_or(0);
+                let ms = output["metadata"]["execution_time_ms"]
+                    .as_u64()
+                    .unwrap_or(0);
                 if self.live {
                     format!("{ok} {node} ({ms} ms)")
                 } else {
@@ -80,16 +82,15 @@ impl RunObserver for Progress {
             return;
         };
         let mut err = std::io::stderr().lock();
-        if self.live {
-            if let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
+        if self.live
+            && let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
                 &event.kind
-            {
-                // Errors writing progress are not worth failing a run over.
-                let _ = write!(err, "{content}");
-                let _ = err.flush();
-                *mid = !content.ends_with('\n');
-                return;
-            }
+        {
+            // Errors writing progress are not worth failing a run over.
+            let _ = write!(err, "{content}");
+            let _ = err.flush();
+            *mid = !content.ends_with('\n');
+            return;
         }
         if let Some(line) = self.line(event) {
             if *mid {

@@ -253,7 +253,11 @@ pub enum EventKind {
     StateSaved { snapshot_offset: Offset },
     /// A run budget (tokens, cost, turns, deadline) ran out.
     #[serde(rename = "budget:exceeded", rename_all = "camelCase")]
-    BudgetExceeded { budget: String, limit: f64, used: f64 },
+    BudgetExceeded {
+        budget: String,
+        limit: f64,
+        used: f64,
+    },
     /// A provider rate-limited a call; the runtime waits and retries.
     #[serde(rename = "rate:limited", rename_all = "camelCase")]
     RateLimited {
@@ -271,7 +275,10 @@ pub enum EventKind {
     },
     /// A child run began.
     #[serde(rename = "subflow:started", rename_all = "camelCase")]
-    SubflowStarted { child_run_id: RunId, workflow: String },
+    SubflowStarted {
+        child_run_id: RunId,
+        workflow: String,
+    },
     /// A child run ended.
     #[serde(rename = "subflow:completed", rename_all = "camelCase")]
     SubflowCompleted {
@@ -443,7 +450,10 @@ impl RuntimeEvent {
             })?
         } else {
             map.remove("type");
-            EventKind::Unknown { type_name, raw: map }
+            EventKind::Unknown {
+                type_name,
+                raw: map,
+            }
         };
         Ok(RuntimeEvent {
             id,
@@ -471,7 +481,10 @@ impl RuntimeEvent {
                 let mut map = Map::new();
                 map.insert("id".into(), Value::String(self.id.clone()));
                 map.insert("offset".into(), self.offset.get().into());
-                map.insert("timestamp".into(), Value::String(self.timestamp.to_string()));
+                map.insert(
+                    "timestamp".into(),
+                    Value::String(self.timestamp.to_string()),
+                );
                 map.insert("type".into(), Value::String(type_name.clone()));
                 map.insert("runId".into(), Value::String(self.run_id.to_string()));
                 if let Some(node) = &self.node_id {

@@ -23,14 +23,19 @@ pub enum OutputError {
 /// other surrounding prose is not.
 pub fn parse_structured(text: &str, schema: &Value) -> Result<Value, OutputError> {
     let body = strip_fence(text.trim());
-    let value: Value = serde_json::from_str(body).map_err(|e| OutputError::NotJson(e.to_string()))?;
+    let value: Value =
+        serde_json::from_str(body).map_err(|e| OutputError::NotJson(e.to_string()))?;
     let validator =
         jsonschema::validator_for(schema).map_err(|e| OutputError::BadSchema(e.to_string()))?;
     let problems: Vec<String> = validator
         .iter_errors(&value)
         .map(|e| {
             let path = e.instance_path().to_string();
-            let path = if path.is_empty() { "/".to_owned() } else { path };
+            let path = if path.is_empty() {
+                "/".to_owned()
+            } else {
+                path
+            };
             format!("{path}: {e}")
         })
         .collect();
@@ -61,15 +66,27 @@ mod tests {
 
     #[test]
     fn accepts_valid_json_fenced_or_not() {
-        assert_eq!(parse_structured(r#"{"score": 1}"#, &schema()).unwrap(), json!({"score": 1}));
+        assert_eq!(
+            parse_structured(r#"{"score": 1}"#, &schema()).unwrap(),
+            json!({"score": 1})
+        );
         let fenced = "```json\n{\"score\": 2}\n```";
-        assert_eq!(parse_structured(fenced, &schema()).unwrap(), json!({"score": 2}));
+        assert_eq!(
+            parse_structured(fenced, &schema()).unwrap(),
+            json!({"score": 2})
+        );
     }
 
     #[test]
     fn rejects_prose_and_mismatches() {
-        assert!(matches!(parse_structured("sure! {}", &schema()), Err(OutputError::NotJson(_))));
+        assert!(matches!(
+            parse_structured("sure! {}", &schema()),
+            Err(OutputError::NotJson(_))
+        ));
         let err = parse_structured(r#"{"score": "high"}"#, &schema()).unwrap_err();
-        assert!(matches!(&err, OutputError::Mismatch(m) if m.contains("/score")), "{err}");
+        assert!(
+            matches!(&err, OutputError::Mismatch(m) if m.contains("/score")),
+            "{err}"
+        );
     }
 }

@@ -169,8 +169,14 @@ impl RunSnapshot {
                 self.workflow = workflow.clone();
                 self.status = RunStatus::Running;
                 self.started_at = Some(event.timestamp);
-                self.node_status = nodes.iter().map(|n| (n.clone(), NodeStatus::Pending)).collect();
-                self.edge_status = edges.iter().map(|e| (e.clone(), EdgeStatus::Pending)).collect();
+                self.node_status = nodes
+                    .iter()
+                    .map(|n| (n.clone(), NodeStatus::Pending))
+                    .collect();
+                self.edge_status = edges
+                    .iter()
+                    .map(|e| (e.clone(), EdgeStatus::Pending))
+                    .collect();
             }
             EventKind::FlowPaused { .. } => self.status = RunStatus::Paused,
             EventKind::FlowResumed { .. } => self.status = RunStatus::Running,
@@ -220,7 +226,8 @@ impl RunSnapshot {
                 }
             }
             EventKind::EdgeSkipped { edge_id, .. } => {
-                self.edge_status.insert(edge_id.clone(), EdgeStatus::Skipped);
+                self.edge_status
+                    .insert(edge_id.clone(), EdgeStatus::Skipped);
             }
             EventKind::AgentStart { session_id, .. } => {
                 if let Some(node) = node {
@@ -304,7 +311,13 @@ mod tests {
                     reset_edges: vec![],
                 },
             ),
-            (Some("b"), EventKind::NodeFailed { error: "boom".into(), continued: false }),
+            (
+                Some("b"),
+                EventKind::NodeFailed {
+                    error: "boom".into(),
+                    continued: false,
+                },
+            ),
             (
                 None,
                 EventKind::FlowFailed {
@@ -326,7 +339,10 @@ mod tests {
         let s = RunSnapshot::fold(&events).unwrap();
         assert_eq!(s.status, RunStatus::Failed);
         assert_eq!(s.node_status[&NodeId::new("a").unwrap()], NodeStatus::Done);
-        assert_eq!(s.node_status[&NodeId::new("b").unwrap()], NodeStatus::Failed);
+        assert_eq!(
+            s.node_status[&NodeId::new("b").unwrap()],
+            NodeStatus::Failed
+        );
         assert_eq!(s.edge_status["a->b"], EdgeStatus::Fired);
         assert_eq!(s.agent_sessions[&NodeId::new("a").unwrap()].as_str(), "s1");
         assert_eq!(s.last_offset, 7);
@@ -338,8 +354,18 @@ mod tests {
         let s = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());
         let v = serde_json::to_value(&s).unwrap();
         for field in [
-            "runId", "status", "outputs", "state", "nodeStatus", "edgeStatus", "loopCounters",
-            "inbox", "agentSessions", "workflow", "lastOffset", "version",
+            "runId",
+            "status",
+            "outputs",
+            "state",
+            "nodeStatus",
+            "edgeStatus",
+            "loopCounters",
+            "inbox",
+            "agentSessions",
+            "workflow",
+            "lastOffset",
+            "version",
         ] {
             assert!(v.get(field).is_some(), "missing {field}");
         }

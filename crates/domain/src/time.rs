@@ -69,7 +69,10 @@ mod tests {
     #[test]
     fn serializes_utc_millis() {
         let t = Timestamp::from_millis(1_767_225_600_123);
-        assert_eq!(serde_json::to_string(&t).unwrap(), "\"2026-01-01T00:00:00.123Z\"");
+        assert_eq!(
+            serde_json::to_string(&t).unwrap(),
+            "\"2026-01-01T00:00:00.123Z\""
+        );
         let back: Timestamp = serde_json::from_str("\"2026-01-01T01:00:00.123+01:00\"").unwrap();
         assert_eq!(back, t);
     }

@@ -117,7 +117,12 @@ impl FixtureFile {
 impl FixtureCall {
     /// The messages this call replays: its events, then its result (or error).
     pub fn messages(&self) -> Vec<Result<AgentMessage, QueryError>> {
-        let mut out: Vec<_> = self.events.iter().filter_map(event_message).map(Ok).collect();
+        let mut out: Vec<_> = self
+            .events
+            .iter()
+            .filter_map(event_message)
+            .map(Ok)
+            .collect();
         let o = &self.output;
         out.push(match &o.error {
             Some(e) => Err(QueryError::Agent {
@@ -147,10 +152,12 @@ fn event_message(event: &Value) -> Option<AgentMessage> {
     if kind == "agent:complete" {
         return None;
     }
-    Some(known_event(kind, event).unwrap_or_else(|| AgentMessage::Warning {
-        message: format!("fixture event `{kind}` is unknown or malformed; kept as a warning"),
-        details: Some(event.clone()),
-    }))
+    Some(
+        known_event(kind, event).unwrap_or_else(|| AgentMessage::Warning {
+            message: format!("fixture event `{kind}` is unknown or malformed; kept as a warning"),
+            details: Some(event.clone()),
+        }),
+    )
 }
 
 fn known_event(kind: &str, event: &Value) -> Option<AgentMessage> {

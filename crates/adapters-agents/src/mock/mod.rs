@@ -56,7 +56,11 @@ impl MockQuery {
     }
 
     /// Takes the next call index of `node` and the parsed fixture file.
-    fn next_call(&self, node: &NodeId, path: &Path) -> Result<(usize, Arc<FixtureFile>), QueryError> {
+    fn next_call(
+        &self,
+        node: &NodeId,
+        path: &Path,
+    ) -> Result<(usize, Arc<FixtureFile>), QueryError> {
         let cached = {
             let state = self.state.lock().map_err(|_| poisoned())?;
             state.files.get(path).cloned()
@@ -64,9 +68,10 @@ impl MockQuery {
         let file = match cached {
             Some(file) => file,
             None => {
-                let file = Arc::new(FixtureFile::load(path).map_err(|e| {
-                    QueryError::Fixture(format!("node `{node}`: {e}"))
-                })?);
+                let file = Arc::new(
+                    FixtureFile::load(path)
+                        .map_err(|e| QueryError::Fixture(format!("node `{node}`: {e}")))?,
+                );
                 let mut state = self.state.lock().map_err(|_| poisoned())?;
                 Arc::clone(state.files.entry(path.to_owned()).or_insert(file))
             }
@@ -157,7 +162,9 @@ mod tests {
         );
         let mock = MockQuery::new(tmp.path(), tmp.path());
         let first = collect(mock.query(request("writer", None)).await.unwrap()).await;
-        assert!(matches!(&first[0], Ok(AgentMessage::Session { session_id, .. }) if session_id.as_str() == "s1"));
+        assert!(
+            matches!(&first[0], Ok(AgentMessage::Session { session_id, .. }) if session_id.as_str() == "s1")
+        );
         assert!(matches!(&first[1], Ok(AgentMessage::TextDelta { content }) if content == "fir"));
         match first.last().unwrap() {
             Ok(AgentMessage::Completed(r)) => {
@@ -167,12 +174,17 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let second = collect(mock.query(request("writer", None)).await.unwrap()).await;
-        assert!(matches!(second.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "second"));
+        assert!(
+            matches!(second.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "second")
+        );
         let Err(err) = mock.query(request("writer", None)).await else {
             panic!("third call should fail")
         };
         let msg = err.to_string();
-        assert!(msg.contains("`writer` call 2") && msg.contains("writer.json"), "{msg}");
+        assert!(
+            msg.contains("`writer` call 2") && msg.contains("writer.json"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]
@@ -196,7 +208,11 @@ mod tests {
     #[tokio::test]
     async fn agent_fixtures_setting_is_relative_to_the_base_dir() {
         let tmp = tempfile::tempdir().unwrap();
-        write(&tmp.path().join("fx"), "a.json", r#"{"calls": [{"output": {"text": "ok"}}]}"#);
+        write(
+            &tmp.path().join("fx"),
+            "a.json",
+            r#"{"calls": [{"output": {"text": "ok"}}]}"#,
+        );
         let mock = MockQuery::new(tmp.path(), tmp.path().join("elsewhere"));
         let out = collect(mock.query(request("a", Some("fx"))).await.unwrap()).await;
         assert!(matches!(out.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "ok"));

@@ -8,10 +8,10 @@ mod store;
 pub use clock::{Clock, IdGen};
 #[cfg(test)]
 pub use clock::{MockClock, MockIdGen};
+pub use observer::RunObserver;
 #[cfg(test)]
 pub use query::MockQueryFn;
+pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 #[cfg(test)]
 pub use store::MockRunStore;
-pub use observer::RunObserver;
-pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 pub use store::{EventStream, RunStore, StoreError};

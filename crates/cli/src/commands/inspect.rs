@@ -49,7 +49,10 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
         }
     }
     rows.sort_by_key(|s| s.started_at);
-    println!("{:<36}  {:<24}  {:<9}  {:<24}  DURATION", "RUN", "WORKFLOW", "STATUS", "STARTED");
+    println!(
+        "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
+        "RUN", "WORKFLOW", "STATUS", "STARTED"
+    );
     for s in rows {
         let started = s.started_at.map(|t| t.to_string()).unwrap_or_default();
         let duration = match (s.started_at, s.updated_at) {
@@ -71,7 +74,9 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
 pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
-    let s = current_snapshot(store.as_ref(), id).await.map_err(store_failure)?;
+    let s = current_snapshot(store.as_ref(), id)
+        .await
+        .map_err(store_failure)?;
     if s.last_offset == 0 {
         return Err(Failure::Input(anyhow!("run {id} has no events")));
     }
@@ -94,7 +99,10 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
             .get(node)
             .map(|sid| format!("  session {sid}"))
             .unwrap_or_default();
-        println!("  {node:<24} {:<8}{session}", format!("{status:?}").to_lowercase());
+        println!(
+            "  {node:<24} {:<8}{session}",
+            format!("{status:?}").to_lowercase()
+        );
     }
     if !s.edge_status.is_empty() {
         println!("edges");
@@ -104,7 +112,10 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
                 .get(edge)
                 .map(|n| format!("  iterations {n}"))
                 .unwrap_or_default();
-            println!("  {edge:<24} {:<8}{count}", format!("{status:?}").to_lowercase());
+            println!(
+                "  {edge:<24} {:<8}{count}",
+                format!("{status:?}").to_lowercase()
+            );
         }
     }
     if !s.outputs.is_empty() {

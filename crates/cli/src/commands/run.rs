@@ -25,9 +25,7 @@ pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
 
 fn located(file: &Path, error: &WorkflowError) -> String {
     match error {
-        WorkflowError::Parse {
-            line: Some(_), ..
-        } => format!("{}:{error}", file.display()),
+        WorkflowError::Parse { line: Some(_), .. } => format!("{}:{error}", file.display()),
         _ => format!("{}: {error}", file.display()),
     }
 }
@@ -76,8 +74,8 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
     let progress = Arc::new(Progress::new());
-    let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
-        .with_observer(progress.clone());
+    let runner =
+        WorkflowRunner::new(store, Arc::new(providers), clock, ids).with_observer(progress.clone());
     let run_id = runner
         .create()
         .await

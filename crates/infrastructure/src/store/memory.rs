@@ -52,7 +52,9 @@ impl MemRun {
 impl LogSource for MemRun {
     fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
         let state = self.state();
-        let start = usize::try_from(after).unwrap_or(usize::MAX).min(state.events.len());
+        let start = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(state.events.len());
         let stop = start.saturating_add(limit).min(state.events.len());
         Ok(state.events[start..stop].to_vec())
     }

@@ -28,6 +28,10 @@ const MAX_TAIL_REPAIR: usize = 64;
 /// entries are always among them), few enough that opening costs ~50 µs.
 const SAMPLES: usize = 16;
 
+/// A sampled "line" longer than this is taken as a sign of a bad index
+/// rather than read into memory (events are far smaller).
+const MAX_SAMPLED_LINE: usize = 64 << 20;
+
 /// Encodes `entries` onto `out`.
 pub(super) fn encode(entries: &[u64], out: &mut Vec<u8>) {
     out.reserve(entries.len() * ENTRY_BYTES);
@@ -52,6 +56,12 @@ fn decode(bytes: &[u8]) -> Vec<u64> {
 /// `log_len`), in order; empty when the file is missing or not to be trusted,
 /// which makes the caller index the log by scanning it.
 pub(super) fn load(paths: &RunPaths, log: &File, log_len: u64) -> Vec<u64> {
+    // A log of n bytes has at most n lines: a larger file is not its index,
+    // and is not worth reading into memory.
+    if fs::metadata(&paths.idx).is_ok_and(|m| m.len() / ENTRY_BYTES as u64 > log_len) {
+        tracing::warn!(file = %paths.idx.display(), "offset index is larger than the log; rebuilding it");
+        return Vec::new();
+    }
     let bytes = match fs::read(&paths.idx) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -124,7 +134,10 @@ fn samples_agree(log: &File, entries: &[u64]) -> bool {
     let mut buf = Vec::new();
     for i in picks {
         let (start, stop) = (entries[i], entries[i + 1]);
-        let Ok(len) = usize::try_from(stop - start) else {
+        let Some(len) = usize::try_from(stop - start)
+            .ok()
+            .filter(|&len| len <= MAX_SAMPLED_LINE)
+        else {
             return false;
         };
         buf.resize(len, 0);

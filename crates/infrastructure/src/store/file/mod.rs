@@ -122,6 +122,8 @@ struct RunHandle {
     sync_gate: tokio::sync::Mutex<()>,
     /// Offset up to which the log is known to be synced.
     synced: AtomicU64,
+    /// `fdatasync`s performed, so tests can see that flushes share them.
+    syncs: AtomicU64,
     /// Set for runs this process created: their directory entries must be
     /// synced once too, or a machine crash could lose the whole run.
     dir_unsynced: AtomicBool,
@@ -189,6 +191,7 @@ impl Inner {
             changed: Notify::new(),
             sync_gate: tokio::sync::Mutex::new(()),
             synced: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
             dir_unsynced: AtomicBool::new(false),
             snapshot_lock: Mutex::new(()),
             follow_poll: self.config.follow_poll,
@@ -309,6 +312,7 @@ impl RunHandle {
         };
         match result {
             Ok(()) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
                 self.synced.fetch_max(upto, Ordering::AcqRel);
                 Ok(())
             }
@@ -360,7 +364,10 @@ impl LogSource for RunHandle {
 fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), StoreError> {
     let paths = &handle.paths;
     let bytes = serde_json::to_vec(snapshot).map_err(|e| {
-        StoreError::Io(format!("cannot serialize the snapshot of run {}: {e}", paths.run_id))
+        StoreError::Io(format!(
+            "cannot serialize the snapshot of run {}: {e}",
+            paths.run_id
+        ))
     })?;
     let _turn = lock(&handle.snapshot_lock);
     let mut tmp = OpenOptions::new()
@@ -458,19 +465,19 @@ impl RunStore for FileRunStore {
             match slot.as_mut() {
                 // Nothing loaded: nothing was appended by this process.
                 None => return Ok(()),
+                // Without syncing, flush does nothing at all; the index is
+                // then persisted every thousand or so events and on close.
+                Some(_) if self.inner.config.sync == SyncPolicy::Never => return Ok(()),
+                // A log this process only reads has nothing of ours to sync.
+                Some(log) if !log.is_writable() => return Ok(()),
                 Some(log) => {
+                    // Next to a sync (~100 µs and up) one batched index write is free.
                     log.persist_index(&handle.paths);
-                    if !log.is_writable() {
-                        return Ok(());
-                    }
                     log.known_last()
                 }
             }
         };
-        match self.inner.config.sync {
-            SyncPolicy::Never => Ok(()),
-            SyncPolicy::Always | SyncPolicy::StepBoundary => handle.sync_to(target).await,
-        }
+        handle.sync_to(target).await
     }
 
     async fn read(
@@ -509,5 +516,84 @@ impl RunStore for FileRunStore {
         tokio::task::spawn_blocking(move || list_run_dirs(&runs_dir))
             .await
             .map_err(|e| StoreError::Io(format!("listing runs did not finish: {e}")))?
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use domain::{EventKind, Offset, Timestamp};
+
+    fn warning(run: RunId, offset: u64) -> RuntimeEvent {
+        RuntimeEvent {
+            id: format!("e{offset}"),
+            offset: Offset::new(offset).unwrap(),
+            timestamp: Timestamp::from_millis(0),
+            run_id: run,
+            node_id: None,
+            node_run_id: None,
+            kind: EventKind::Warning {
+                message: "m".into(),
+                details: None,
+            },
+        }
+    }
+
+    fn syncs(store: &FileRunStore, run: RunId) -> u64 {
+        store
+            .inner
+            .handle(run)
+            .unwrap()
+            .syncs
+            .load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flushes_share_syncs_and_skip_when_nothing_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        store.create_run(run).await.unwrap();
+        store.flush(run).await.unwrap();
+        assert_eq!(
+            syncs(&store, run),
+            1,
+            "a new run syncs its directory entries once"
+        );
+        store.flush(run).await.unwrap();
+        assert_eq!(syncs(&store, run), 1, "nothing new: no sync");
+
+        store.append(run, &[warning(run, 1)]).await.unwrap();
+        store.flush(run).await.unwrap();
+        store.flush(run).await.unwrap();
+        assert_eq!(syncs(&store, run), 2);
+
+        store.append(run, &[warning(run, 2)]).await.unwrap();
+        let flushes = (0..16).map(|_| store.flush(run));
+        for result in futures::future::join_all(flushes).await {
+            result.unwrap();
+        }
+        assert_eq!(syncs(&store, run), 3, "concurrent flushes share one sync");
+    }
+
+    #[tokio::test]
+    async fn sync_never_never_syncs_and_sync_always_syncs_each_append() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, expected) in [(SyncPolicy::Never, 0), (SyncPolicy::Always, 3)] {
+            let config = FileStoreConfig {
+                sync,
+                ..FileStoreConfig::default()
+            };
+            let store =
+                FileRunStore::open_with(dir.path().join(format!("{sync:?}")), config).unwrap();
+            let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+            store.create_run(run).await.unwrap();
+            for offset in 1..=3 {
+                store.append(run, &[warning(run, offset)]).await.unwrap();
+                store.flush(run).await.unwrap();
+            }
+            assert_eq!(syncs(&store, run), expected, "{sync:?}");
+        }
     }
 }
