@@ -86,8 +86,9 @@ impl RunObserver for Progress {
             && let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
                 &event.kind
         {
+            // Streamed text is dimmed so it reads apart from the step lines.
             // Errors writing progress are not worth failing a run over.
-            let _ = write!(err, "{content}");
+            let _ = write!(err, "\x1b[2m{content}\x1b[0m");
             let _ = err.flush();
             *mid = !content.ends_with('\n');
             return;

@@ -10,6 +10,10 @@
 //! | `append` of 10 events in one call, no sync   | (per event) as above                     |
 //! | `read` 100 events after offset 10 / 1 M      | `pread` of the same 100 lines, no parsing|
 //!
+//! After the read group, reads at five offsets take turns read by read and
+//! their medians are printed: the fairest comparison of offsets on a machine
+//! whose load comes and goes.
+//!
 //! Run with `cargo bench -p infrastructure --bench store`; results are
 //! summarized in `docs/performance.md` ("Store"). Sample sizes and
 //! measurement times are small so the whole run takes about a minute once
@@ -280,7 +284,9 @@ fn write_big_log(root: &Path, run: RunId) {
         line.push(b'\n');
         out.write_all(&line).unwrap();
     }
-    out.flush().unwrap();
+    // Written back now, so that the kernel's writeback of 300 MB (due 30 s
+    // later) does not run in the middle of the measurements.
+    out.into_inner().unwrap().sync_all().unwrap();
 }
 
 fn read_at_offset(c: &mut Criterion) {
@@ -343,6 +349,33 @@ fn read_at_offset(c: &mut Criterion) {
         });
     }
     group.finish();
+    interleaved_read_medians(&rt, &store, run);
+}
+
+/// Criterion measures one benchmark after the other, so load that comes and
+/// goes (other builds on a shared 2-core machine) can make one offset look
+/// slower than the other. Here reads at several offsets take turns, read by
+/// read, and the medians are printed side by side.
+fn interleaved_read_medians(rt: &Runtime, store: &FileRunStore, run: RunId) {
+    const ROUNDS: usize = 300;
+    let offsets = [10u64, 1_000, 100_000, 500_000, 1_000_000];
+    let mut times = vec![Vec::with_capacity(ROUNDS); offsets.len()];
+    for _ in 0..ROUNDS {
+        for (i, &after) in offsets.iter().enumerate() {
+            let start = Instant::now();
+            let events = rt.block_on(store.read(run, after, 100)).unwrap();
+            times[i].push(start.elapsed());
+            assert_eq!(events.len(), 100);
+        }
+    }
+    println!("read_100, interleaved ({ROUNDS} rounds), median per offset:");
+    for (after, mut t) in offsets.iter().zip(times) {
+        t.sort();
+        println!(
+            "  after {after:>9}: {:>8.1} µs",
+            t[ROUNDS / 2].as_secs_f64() * 1e6
+        );
+    }
 }
 
 criterion_group!(
