@@ -1,10 +1,18 @@
-//! The runtime's own cost per step, beside the raw figures it is judged against.
+//! The runtime's own cost per step, beside the raw figure it is judged against.
 //!
-//! A step is one agent node of a 20-node chain, run by the real runner on the
-//! real file store. `stub` agents answer at once (the runtime's cost alone);
-//! `mock` agents are the fixture provider reading its JSON files. Reported
-//! per step (each iteration is one whole run, divided by 20 via throughput).
-//! Reference figures in the same run: one `fdatasync` of a 300-byte append.
+//! A step is one agent node of a chain, run by the real runner on the real
+//! file store. `stub` agents answer at once (the runtime's cost alone);
+//! `mock` agents are the fixture provider reading its JSON files.
+//!
+//! Each configuration runs a 10-step and a 50-step chain. A run also pays
+//! fixed costs (creating its directory and files, the first and last
+//! events), and creating files on ext4 costs anything from 10 µs to a few
+//! hundred depending on what the filesystem deleted recently; the per-step
+//! cost is therefore the *marginal* one, `(t50 - t10) / 40`, which those
+//! fixed costs cancel out of. `cargo xtask bench` prints it.
+//! Reference in the same run: `write` + `fdatasync` of a 300-byte line.
+
+#![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,12 +25,13 @@ use application::ports::{
 };
 use application::{RunRequest, WorkflowRunner};
 use async_trait::async_trait;
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group, criterion_main};
 use domain::WorkflowDef;
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
 use serde_json::json;
 
-const STEPS: u64 = 20;
+/// Chain lengths measured; the marginal cost per step is their difference.
+const LENGTHS: [usize; 2] = [10, 50];
 
 /// An agent that answers at once: what is measured is the runtime alone.
 struct Stub;
@@ -39,22 +48,22 @@ impl QueryFn for Stub {
     }
 }
 
-fn chain() -> WorkflowDef {
+fn chain(steps: usize) -> WorkflowDef {
     let mut yaml = String::from("name: bench\nagents:\n");
-    for i in 0..STEPS {
+    for i in 0..steps {
         yaml += &format!("  a{i}: {{provider: mock, system_prompt: 'agent {i}', fixtures: fx}}\n");
     }
     yaml += "steps:\n";
-    for i in 0..STEPS {
+    for i in 0..steps {
         yaml += &format!("  - agent: a{i}\n");
     }
     WorkflowDef::from_yaml(&yaml).expect("bench workflow")
 }
 
-fn write_fixtures(dir: &Path) {
+fn write_fixtures(dir: &Path, steps: usize) {
     let fx = dir.join("fx");
     std::fs::create_dir_all(&fx).expect("fixture dir");
-    for i in 0..STEPS {
+    for i in 0..steps {
         let body = json!({"calls": [{"output": {"text": format!("answer {i}"), "sessionId": format!("s{i}"),
             "usage": {"inputTokens": 100, "outputTokens": 50}},
             "events": [{"type": "agent:start", "sessionId": format!("s{i}")},
@@ -64,42 +73,61 @@ fn write_fixtures(dir: &Path) {
     }
 }
 
+fn store(dir: &Path, name: &str, sync: SyncPolicy) -> Arc<FileRunStore> {
+    let config = FileStoreConfig {
+        sync,
+        ..FileStoreConfig::default()
+    };
+    Arc::new(FileRunStore::open_with(dir.join(name), config).expect("store"))
+}
+
 fn bench_runner(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let workflow = Arc::new(chain());
     let dir = tempfile::tempdir().expect("tempdir");
-    write_fixtures(dir.path());
+    write_fixtures(dir.path(), LENGTHS[1]);
 
-    let mut group = c.benchmark_group("step");
-    group.throughput(Throughput::Elements(STEPS));
+    let mut group = c.benchmark_group("run");
     group.sample_size(20);
-
-    for (name, sync) in [
-        ("stub_sync_never", SyncPolicy::Never),
-        ("stub_sync_step", SyncPolicy::StepBoundary),
-    ] {
-        let store = Arc::new(
-            FileRunStore::open_with(
-                dir.path().join(name),
-                FileStoreConfig {
-                    sync,
-                    ..FileStoreConfig::default()
-                },
-            )
-            .expect("store"),
-        );
-        let runner = WorkflowRunner::new(
-            store,
-            Arc::new(Stub),
-            Arc::new(SystemClock),
-            Arc::new(RandomIds),
-        );
-        group.bench_function(name, |b| {
+    for steps in LENGTHS {
+        let workflow = Arc::new(chain(steps));
+        for (name, sync) in [
+            ("stub_sync_never", SyncPolicy::Never),
+            ("stub_sync_step", SyncPolicy::StepBoundary),
+        ] {
+            let runner = WorkflowRunner::new(
+                store(dir.path(), name, sync),
+                Arc::new(Stub),
+                Arc::new(SystemClock),
+                Arc::new(RandomIds),
+            );
+            group.bench_function(format!("{name}/{steps}"), |b| {
+                b.iter(|| {
+                    rt.block_on(async {
+                        let id = runner.create().await.expect("create");
+                        let req = RunRequest {
+                            workflow: Arc::clone(&workflow),
+                            input: json!("go"),
+                        };
+                        runner.run(id, req).await.expect("run")
+                    })
+                })
+            });
+        }
+        let mock_store = store(dir.path(), "mock", SyncPolicy::Never);
+        group.bench_function(format!("mock_sync_never/{steps}"), |b| {
             b.iter(|| {
                 rt.block_on(async {
+                    // A fresh provider per run: its call counters start at 0 again.
+                    let mock = MockQuery::new(dir.path(), dir.path());
+                    let runner = WorkflowRunner::new(
+                        mock_store.clone(),
+                        Arc::new(Providers::new().with_mock(Arc::new(mock))),
+                        Arc::new(SystemClock),
+                        Arc::new(RandomIds),
+                    );
                     let id = runner.create().await.expect("create");
                     let req = RunRequest {
                         workflow: Arc::clone(&workflow),
@@ -110,41 +138,9 @@ fn bench_runner(c: &mut Criterion) {
             })
         });
     }
-
-    let store = Arc::new(
-        FileRunStore::open_with(
-            dir.path().join("mock"),
-            FileStoreConfig {
-                sync: SyncPolicy::Never,
-                ..FileStoreConfig::default()
-            },
-        )
-        .expect("store"),
-    );
-    group.bench_function("mock_fixtures_sync_never", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                // A fresh provider per run: its call counters start at 0 again.
-                let providers =
-                    Providers::new().with_mock(Arc::new(MockQuery::new(dir.path(), dir.path())));
-                let runner = WorkflowRunner::new(
-                    store.clone(),
-                    Arc::new(providers),
-                    Arc::new(SystemClock),
-                    Arc::new(RandomIds),
-                );
-                let id = runner.create().await.expect("create");
-                let req = RunRequest {
-                    workflow: Arc::clone(&workflow),
-                    input: json!("go"),
-                };
-                runner.run(id, req).await.expect("run")
-            })
-        })
-    });
     group.finish();
 
-    // The raw figure a durable step is judged against: one fdatasync of a 300-byte append.
+    // The raw figure a durable step is judged against.
     let mut raw = c.benchmark_group("raw");
     raw.sample_size(30);
     let path = dir.path().join("raw.log");
@@ -154,14 +150,31 @@ fn bench_runner(c: &mut Criterion) {
         .mode(0o600)
         .open(&path)
         .expect("raw file");
-    let line = [b'x'; 299]
-        .iter()
-        .copied()
-        .chain([b'\n'])
-        .collect::<Vec<u8>>();
+    let line: Vec<u8> = [b'x'; 299].into_iter().chain([b'\n']).collect();
     raw.bench_function("write_300B_fdatasync", |b| {
         b.iter(|| {
             file.write_all(&line).expect("write");
+            file.sync_data().expect("fdatasync");
+        })
+    });
+    // What one step of the runner writes: five event lines of ~300 bytes, one sync.
+    raw.bench_function("write_5x300B_fdatasync", |b| {
+        b.iter(|| {
+            for _ in 0..5 {
+                file.write_all(&line).expect("write");
+            }
+            file.sync_data().expect("fdatasync");
+        })
+    });
+    // The same, plus replacing a small file by rename as a snapshot write does:
+    // shows what a per-step rename adds to the journal commit of the sync.
+    let snap = dir.path().join("snap.json");
+    let snap_tmp = dir.path().join("snap.json.tmp");
+    raw.bench_function("write_300B_rename_fdatasync", |b| {
+        b.iter(|| {
+            file.write_all(&line).expect("write");
+            std::fs::write(&snap_tmp, &line).expect("tmp");
+            std::fs::rename(&snap_tmp, &snap).expect("rename");
             file.sync_data().expect("fdatasync");
         })
     });

@@ -14,4 +14,4 @@ pub mod inspect;
 pub mod ports;
 pub mod runner;
 
-pub use runner::{RunOutcome, RunRequest, RunnerError, WorkflowRunner};
+pub use runner::{CheckpointPolicy, RunOutcome, RunRequest, RunnerError, WorkflowRunner};

@@ -62,6 +62,43 @@ pub enum RunnerError {
     Store(#[from] StoreError),
 }
 
+/// When the runner writes a snapshot at a step boundary.
+///
+/// The log is flushed at every step boundary; the snapshot is only a cache of
+/// `fold(events)`, so writing it less often loses nothing: a reader folds
+/// the events after its `lastOffset`. It matters for speed: replacing a file
+/// by rename adds a journal commit to the step's sync, which on ext4 doubles
+/// it. So a snapshot is written when enough has happened since the last one —
+/// for agents that think for seconds that is every step, for fast steps it
+/// bounds both the extra syncs and the events a resume must fold. The first
+/// (after `flow:started`) and the final snapshot are always written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Write one once this many events were recorded since the last.
+    pub max_events: u64,
+    /// Write one once this much time passed since the last (milliseconds).
+    pub max_interval_ms: u64,
+}
+
+impl CheckpointPolicy {
+    /// A snapshot at every step boundary.
+    pub const EVERY_STEP: CheckpointPolicy = CheckpointPolicy {
+        max_events: 0,
+        max_interval_ms: 0,
+    };
+}
+
+impl Default for CheckpointPolicy {
+    /// At most 128 events (a resume folds well under a millisecond of events)
+    /// or 100 ms behind.
+    fn default() -> Self {
+        Self {
+            max_events: 128,
+            max_interval_ms: 100,
+        }
+    }
+}
+
 /// Executes workflows against the ports it was built with.
 pub struct WorkflowRunner {
     store: Arc<dyn RunStore>,
@@ -69,6 +106,7 @@ pub struct WorkflowRunner {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGen>,
     observer: Option<Arc<dyn RunObserver>>,
+    checkpoints: CheckpointPolicy,
 }
 
 impl WorkflowRunner {
@@ -85,7 +123,15 @@ impl WorkflowRunner {
             clock,
             ids,
             observer: None,
+            checkpoints: CheckpointPolicy::default(),
         }
+    }
+
+    /// Sets when snapshots are written at step boundaries.
+    #[must_use]
+    pub fn with_checkpoints(mut self, policy: CheckpointPolicy) -> Self {
+        self.checkpoints = policy;
+        self
     }
 
     /// Shows every recorded event to `observer` (after it is stored).
@@ -121,6 +167,7 @@ impl WorkflowRunner {
             started: self.clock.now(),
             steps_started: 0,
             last_done: None,
+            last_snapshot: None,
         };
         match exec.drive().await {
             Ok(outcome) => Ok(outcome),
@@ -144,6 +191,8 @@ struct Execution<'r> {
     steps_started: u64,
     /// Agent name of the node that completed last (`metadata.previous_agent`).
     last_done: Option<String>,
+    /// Offset and time of the last snapshot written (none yet: `None`).
+    last_snapshot: Option<(u64, Timestamp)>,
 }
 
 /// Where the scheduler stands with one node.
@@ -722,14 +771,26 @@ impl Execution<'_> {
         }
     }
 
-    /// Step boundary: snapshot, `state:saved`, then one flush for all of it.
+    /// Step boundary: the snapshot and its `state:saved` marker when one is
+    /// due (see [`CheckpointPolicy`]), then one flush for all of it.
     async fn checkpoint(&mut self) -> Result<(), RunnerError> {
-        let store = &self.runner.store;
-        store.save_snapshot(&self.snapshot).await?;
-        let snapshot_offset = Offset::new(self.snapshot.last_offset)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
-            .await?;
+        let now = self.runner.clock.now();
+        let policy = self.runner.checkpoints;
+        let due = match self.last_snapshot {
+            None => true,
+            Some((offset, at)) => {
+                self.snapshot.last_offset - offset >= policy.max_events
+                    || now.millis_since(at) >= policy.max_interval_ms
+            }
+        };
+        if due {
+            self.runner.store.save_snapshot(&self.snapshot).await?;
+            self.last_snapshot = Some((self.snapshot.last_offset, now));
+            let snapshot_offset = Offset::new(self.snapshot.last_offset)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
+                .await?;
+        }
         self.runner.store.flush(self.snapshot.run_id).await?;
         Ok(())
     }
@@ -957,7 +1018,8 @@ mod tests {
                 Arc::new(query),
                 Arc::new(clock),
                 Arc::new(ids),
-            ),
+            )
+            .with_checkpoints(CheckpointPolicy::EVERY_STEP),
             events,
             snapshots,
             prompts,
@@ -1077,6 +1139,45 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             }
         }
         assert_eq!(snapshots.last().unwrap().last_offset as usize, events.len());
+    }
+
+    #[tokio::test]
+    async fn snapshots_follow_the_checkpoint_policy_and_the_log_is_flushed_every_step() {
+        let scripts = || {
+            HashMap::from([
+                ("a", vec![vec![done("1")]]),
+                ("b", vec![vec![done("2")]]),
+                ("c", vec![vec![done("3")]]),
+            ])
+        };
+        // Each step records 5 events and the clock moves 1 ms per reading.
+        let h = harness(scripts(), None);
+        let h = Harness {
+            runner: h.runner.with_checkpoints(CheckpointPolicy {
+                max_events: 10,
+                max_interval_ms: 1_000,
+            }),
+            ..h
+        };
+        run(&h, CHAIN, json!("x")).await.unwrap();
+        let offsets: Vec<u64> = h
+            .snapshots
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.last_offset)
+            .collect();
+        let events = h.events.lock().unwrap();
+        assert_eq!(offsets.first(), Some(&1), "always right after flow:started");
+        assert_eq!(
+            offsets.last(),
+            Some(&(events.len() as u64)),
+            "always at the end"
+        );
+        assert!(offsets.len() < 5, "not at every step: {offsets:?}");
+        for pair in offsets.windows(2).take(offsets.len().saturating_sub(2)) {
+            assert!(pair[1] - pair[0] >= 10, "{offsets:?}");
+        }
     }
 
     #[tokio::test]

@@ -200,9 +200,12 @@ macro_rules! string_serde {
     ($ty:ty, $parse:expr) => {
         impl Serialize for $ty {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                s.serialize_str(&self.0)
             }
         }
+        string_serde!(@de $ty, $parse);
+    };
+    (@de $ty:ty, $parse:expr) => {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
@@ -213,8 +216,21 @@ macro_rules! string_serde {
     };
 }
 
-string_serde!(RunId, |s| s.parse());
-string_serde!(NodeRunId, |s| s.parse());
+/// UUID ids serialize from a stack buffer: they are on every event, and
+/// going through `Display` would cost a formatter round per id.
+macro_rules! uuid_serde {
+    ($ty:ty) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.0.hyphenated().encode_lower(&mut Uuid::encode_buffer()))
+            }
+        }
+        string_serde!(@de $ty, |s| s.parse());
+    };
+}
+
+uuid_serde!(RunId);
+uuid_serde!(NodeRunId);
 string_serde!(NodeId, |s| NodeId::new(s));
 string_serde!(SessionId, |s| SessionId::new(s));
 
