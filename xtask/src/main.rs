@@ -1,7 +1,8 @@
 //! Developer tasks, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
 //!
 //! - `ci`: exactly what `.ci/run` runs — format check, clippy, the test suite.
-//! - `bench`: every criterion benchmark; figures go to `docs/performance.md`.
+//! - `bench`: every criterion benchmark, then the derived per-step figures
+//!   (`bench-report` prints those again from the last results).
 //!
 //! The tidy test (`src/tidy.rs`) lives here too, so `cargo test` enforces
 //! the architecture's invariants on every run.
@@ -18,8 +19,9 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ci" => ci(),
         "bench" => bench(),
+        "bench-report" => report_steps(),
         _ => {
-            eprintln!("usage: cargo xtask <ci|bench>");
+            eprintln!("usage: cargo xtask <ci|bench|bench-report>");
             return ExitCode::from(2);
         }
     };
@@ -46,9 +48,42 @@ fn ci() -> anyhow::Result<()> {
     cargo(&["test", "--workspace"])
 }
 
-/// Every benchmark of the workspace.
+/// Every benchmark of the workspace, then the derived per-step figures.
 fn bench() -> anyhow::Result<()> {
-    cargo(&["bench", "--workspace"])
+    cargo(&["bench", "--workspace"])?;
+    report_steps()
+}
+
+/// Median of one criterion benchmark, in microseconds.
+fn median_us(group: &str, id: &str) -> anyhow::Result<f64> {
+    let path = format!("target/criterion/{group}/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+    json["median"]["point_estimate"]
+        .as_f64()
+        .map(|ns| ns / 1_000.0)
+        .with_context(|| format!("{path}: no median"))
+}
+
+/// Prints the runner's marginal cost per step, `(t50 - t10) / 40`, beside
+/// the raw sync figures of the same run (see `tests/benches/runner.rs`).
+fn report_steps() -> anyhow::Result<()> {
+    let sync = median_us("raw", "write_300B_fdatasync")?;
+    let step_bytes = median_us("raw", "write_5x300B_fdatasync")?;
+    println!("raw: write 300 B + fdatasync        {sync:>9.1} µs");
+    println!("raw: write 5 x 300 B + fdatasync    {step_bytes:>9.1} µs");
+    for name in ["stub_sync_never", "stub_sync_step", "mock_sync_never"] {
+        let short = median_us("run", &format!("{name}_10"))?;
+        let long = median_us("run", &format!("{name}_50"))?;
+        let per_step = (long - short) / 40.0;
+        println!(
+            "{name:<20} per step {per_step:>9.1} µs   ({:.2} x one fdatasync, {:.2} x the raw write+sync of a step)",
+            per_step / sync,
+            per_step / step_bytes
+        );
+    }
+    Ok(())
 }
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
