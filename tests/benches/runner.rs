@@ -4,12 +4,13 @@
 //! file store. `stub` agents answer at once (the runtime's cost alone);
 //! `mock` agents are the fixture provider reading its JSON files.
 //!
-//! Each configuration runs a 10-step and a 50-step chain. A run also pays
-//! fixed costs (creating its directory and files, the first and last
-//! events), and creating files on ext4 costs anything from 10 µs to a few
-//! hundred depending on what the filesystem deleted recently; the per-step
-//! cost is therefore the *marginal* one, `(t50 - t10) / 40`, which those
-//! fixed costs cancel out of. `cargo xtask bench` prints it.
+//! Each configuration runs a 20-step and a 200-step chain; creating the run
+//! (its directory and log) is set-up, outside the timing. A run still pays
+//! fixed costs (its first snapshot file, the first and last events), and
+//! creating a file on ext4 costs anything from 10 µs to a few hundred
+//! depending on what the filesystem deleted recently; the per-step cost is
+//! therefore the *marginal* one, `(t200 - t20) / 180`, which those fixed
+//! costs cancel out of. `cargo xtask bench` prints it.
 //! Reference in the same run: `write` + `fdatasync` of a 300-byte line.
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
@@ -25,13 +26,13 @@ use application::ports::{
 };
 use application::{RunRequest, WorkflowRunner};
 use async_trait::async_trait;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use domain::WorkflowDef;
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
 use serde_json::json;
 
 /// Chain lengths measured; the marginal cost per step is their difference.
-const LENGTHS: [usize; 2] = [10, 50];
+const LENGTHS: [usize; 2] = [20, 200];
 
 /// An agent that answers at once: what is measured is the runtime alone.
 struct Stub;
@@ -82,6 +83,7 @@ fn store(dir: &Path, name: &str, sync: SyncPolicy) -> Arc<FileRunStore> {
 }
 
 fn bench_runner(c: &mut Criterion) {
+    // Current-thread, as `awr run` drives its one run.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -90,7 +92,7 @@ fn bench_runner(c: &mut Criterion) {
     write_fixtures(dir.path(), LENGTHS[1]);
 
     let mut group = c.benchmark_group("run");
-    group.sample_size(20);
+    group.sample_size(10);
     for steps in LENGTHS {
         let workflow = Arc::new(chain(steps));
         for (name, sync) in [
@@ -104,22 +106,24 @@ fn bench_runner(c: &mut Criterion) {
                 Arc::new(RandomIds),
             );
             group.bench_function(format!("{name}/{steps}"), |b| {
-                b.iter(|| {
-                    rt.block_on(async {
-                        let id = runner.create().await.expect("create");
+                // Creating the run (a directory and a file) is set-up, outside the timing.
+                b.iter_batched(
+                    || rt.block_on(runner.create()).expect("create"),
+                    |id| {
                         let req = RunRequest {
                             workflow: Arc::clone(&workflow),
                             input: json!("go"),
                         };
-                        runner.run(id, req).await.expect("run")
-                    })
-                })
+                        rt.block_on(runner.run(id, req)).expect("run")
+                    },
+                    BatchSize::PerIteration,
+                )
             });
         }
         let mock_store = store(dir.path(), "mock", SyncPolicy::Never);
         group.bench_function(format!("mock_sync_never/{steps}"), |b| {
-            b.iter(|| {
-                rt.block_on(async {
+            b.iter_batched(
+                || {
                     // A fresh provider per run: its call counters start at 0 again.
                     let mock = MockQuery::new(dir.path(), dir.path());
                     let runner = WorkflowRunner::new(
@@ -128,14 +132,18 @@ fn bench_runner(c: &mut Criterion) {
                         Arc::new(SystemClock),
                         Arc::new(RandomIds),
                     );
-                    let id = runner.create().await.expect("create");
+                    let id = rt.block_on(runner.create()).expect("create");
+                    (runner, id)
+                },
+                |(runner, id)| {
                     let req = RunRequest {
                         workflow: Arc::clone(&workflow),
                         input: json!("go"),
                     };
-                    runner.run(id, req).await.expect("run")
-                })
-            })
+                    rt.block_on(runner.run(id, req)).expect("run")
+                },
+                BatchSize::PerIteration,
+            )
         });
     }
     group.finish();

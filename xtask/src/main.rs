@@ -66,7 +66,7 @@ fn median_us(group: &str, id: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("{path}: no median"))
 }
 
-/// Prints the runner's marginal cost per step, `(t50 - t10) / 40`, beside
+/// Prints the runner's marginal cost per step, `(t200 - t20) / 180`, beside
 /// the raw sync figures of the same run (see `tests/benches/runner.rs`).
 fn report_steps() -> anyhow::Result<()> {
     let sync = median_us("raw", "write_300B_fdatasync")?;
@@ -74,9 +74,9 @@ fn report_steps() -> anyhow::Result<()> {
     println!("raw: write 300 B + fdatasync        {sync:>9.1} µs");
     println!("raw: write 5 x 300 B + fdatasync    {step_bytes:>9.1} µs");
     for name in ["stub_sync_never", "stub_sync_step", "mock_sync_never"] {
-        let short = median_us("run", &format!("{name}_10"))?;
-        let long = median_us("run", &format!("{name}_50"))?;
-        let per_step = (long - short) / 40.0;
+        let short = median_us("run", &format!("{name}_20"))?;
+        let long = median_us("run", &format!("{name}_200"))?;
+        let per_step = (long - short) / 180.0;
         println!(
             "{name:<20} per step {per_step:>9.1} µs   ({:.2} x one fdatasync, {:.2} x the raw write+sync of a step)",
             per_step / sync,

@@ -12,7 +12,7 @@
 //! flushed (one sync per step under the default policy). The terminal event
 //! is the log's last line; the final snapshot reflects it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use domain::event::{Prompt, WorkflowRef};
@@ -168,6 +168,7 @@ impl WorkflowRunner {
             steps_started: 0,
             last_done: None,
             last_snapshot: None,
+            candidates: BTreeSet::new(),
         };
         match exec.drive().await {
             Ok(outcome) => Ok(outcome),
@@ -193,6 +194,10 @@ struct Execution<'r> {
     last_done: Option<String>,
     /// Offset and time of the last snapshot written (none yet: `None`).
     last_snapshot: Option<(u64, Timestamp)>,
+    /// Positions of the nodes whose readiness may have changed: every node at
+    /// first, then the target of each edge that resolves. Scheduling then
+    /// costs what a step touches, not the size of the graph.
+    candidates: BTreeSet<usize>,
 }
 
 /// Where the scheduler stands with one node.
@@ -228,6 +233,7 @@ impl Execution<'_> {
         )
         .await?;
         self.checkpoint().await?;
+        self.candidates = (0..wf.nodes.len()).collect();
 
         while let Some((node, readiness)) = self.next_node(&wf) {
             match readiness {
@@ -255,20 +261,26 @@ impl Execution<'_> {
         self.complete(&wf).await
     }
 
-    /// The first node (in file order) that can run or must be skipped; if only
-    /// waiting nodes remain, one of them with [`Readiness::Wait`].
-    fn next_node<'w>(&self, wf: &'w WorkflowDef) -> Option<(&'w NodeDef, Readiness)> {
-        let mut waiting = None;
-        for node in &wf.nodes {
+    /// The first node (in file order) that can run or must be skipped; when
+    /// none can but some are still pending, one of those with [`Readiness::Wait`].
+    fn next_node<'w>(&mut self, wf: &'w WorkflowDef) -> Option<(&'w NodeDef, Readiness)> {
+        while let Some(position) = self.candidates.pop_first() {
+            let Some(node) = wf.nodes.get(position) else {
+                continue;
+            };
             if self.status(&node.id) != NodeStatus::Pending {
                 continue;
             }
             match self.readiness(wf, &node.id) {
-                Readiness::Wait => waiting = waiting.or(Some(node)),
-                r => return Some((node, r)),
+                // Back in the candidates when one of its incoming edges resolves.
+                Readiness::Wait => continue,
+                ready => return Some((node, ready)),
             }
         }
-        waiting.map(|n| (n, Readiness::Wait))
+        wf.nodes
+            .iter()
+            .find(|n| self.status(&n.id) == NodeStatus::Pending)
+            .map(|n| (n, Readiness::Wait))
     }
 
     fn readiness(&self, wf: &WorkflowDef, node: &NodeId) -> Readiness {
@@ -557,8 +569,13 @@ impl Execution<'_> {
         node: &NodeDef,
         data: &Value,
     ) -> Result<Result<(), NodeFailure>, RunnerError> {
-        let vars = self.condition_vars(data);
         let edges: Vec<&EdgeDef> = wf.outgoing(&node.id).collect();
+        // Building the variables copies every output so far: only when some edge asks.
+        let vars = if edges.iter().any(|e| e.when.is_some()) {
+            self.condition_vars(data)
+        } else {
+            Map::new()
+        };
         let mut decisions = Vec::with_capacity(edges.len());
         for edge in &edges {
             match evaluate(edge, &vars) {
@@ -856,6 +873,11 @@ impl Execution<'_> {
             .append(self.snapshot.run_id, std::slice::from_ref(&event))
             .await?;
         self.snapshot.apply(&event);
+        if let EventKind::EdgeFired { to, .. } | EventKind::EdgeSkipped { to, .. } = &event.kind
+            && let Some(position) = self.workflow.position(to)
+        {
+            self.candidates.insert(position);
+        }
         if let Some(observer) = &self.runner.observer {
             observer.on_event(&event);
         }

@@ -55,7 +55,7 @@ const ONE: Round = Round {
 const ONE_FLUSHED: Round = Round { flush: true, ..ONE };
 
 fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap()

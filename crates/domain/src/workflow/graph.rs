@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::{EdgeDef, WorkflowDef};
+use super::{EdgeDef, NodeDef, WorkflowDef};
 use crate::ids::NodeId;
 
 /// What a loop edge resets when it fires: the nodes and forward edges between
@@ -25,12 +25,23 @@ pub struct LoopBody {
 impl WorkflowDef {
     /// Edges into `node`, in declaration order: what a node waits on.
     pub fn incoming<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = &'a EdgeDef> + 'a {
-        self.edges.iter().filter(move |e| &e.to == node)
+        self.links
+            .of(node, |l, i| &l.incoming[i])
+            .iter()
+            .map(|&e| &self.edges[e])
+    }
+
+    /// Where `node` stands in [`WorkflowDef::nodes`] (file order).
+    pub fn position(&self, node: &NodeId) -> Option<usize> {
+        self.links.index.get(node).copied()
     }
 
     /// Edges out of `node`, in declaration order: what a finished node may fire.
     pub fn outgoing<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = &'a EdgeDef> + 'a {
-        self.edges.iter().filter(move |e| &e.from == node)
+        self.links
+            .of(node, |l, i| &l.outgoing[i])
+            .iter()
+            .map(|&e| &self.edges[e])
     }
 
     /// Nodes on a forward path from `edge.to` to `edge.from` (both included),
@@ -144,6 +155,51 @@ impl WorkflowDef {
 enum Direction {
     In,
     Out,
+}
+
+/// Each node's incoming and outgoing edges (indices into `edges`, in
+/// declaration order), built once when a workflow is loaded: the runner asks
+/// for them at every scheduling decision, and a scan of every edge each time
+/// would make a step cost grow with the size of the graph.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Links {
+    index: HashMap<NodeId, usize>,
+    incoming: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<usize>>,
+}
+
+impl Links {
+    pub(crate) fn build(nodes: &[NodeDef], edges: &[EdgeDef]) -> Self {
+        let index: HashMap<NodeId, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.clone(), i))
+            .collect();
+        let mut links = Links {
+            incoming: vec![Vec::new(); nodes.len()],
+            outgoing: vec![Vec::new(); nodes.len()],
+            index,
+        };
+        for (e, edge) in edges.iter().enumerate() {
+            if let Some(&to) = links.index.get(&edge.to) {
+                links.incoming[to].push(e);
+            }
+            if let Some(&from) = links.index.get(&edge.from) {
+                links.outgoing[from].push(e);
+            }
+        }
+        links
+    }
+
+    fn of<'a>(
+        &'a self,
+        node: &NodeId,
+        pick: impl Fn(&'a Self, usize) -> &'a Vec<usize>,
+    ) -> &'a [usize] {
+        self.index
+            .get(node)
+            .map_or(&[], |&i| pick(self, i).as_slice())
+    }
 }
 
 /// Nodes as indices with adjacency lists, built per query: workflows are small

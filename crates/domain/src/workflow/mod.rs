@@ -37,6 +37,8 @@ pub struct WorkflowDef {
     pub edges: Vec<EdgeDef>,
     /// `sha256:<hex>` of the source text, so a snapshot names exactly what it ran.
     pub hash: String,
+    /// Incoming/outgoing edges per node, derived from `nodes` and `edges`.
+    links: graph::Links,
 }
 
 /// The providers a workflow may name. Adding a provider adds a variant.

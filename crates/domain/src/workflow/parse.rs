@@ -235,6 +235,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         description: raw.description,
         input: raw.input,
         agents: raw.agents,
+        links: super::graph::Links::build(&nodes, &edges),
         nodes,
         edges,
         hash: hash(src),

@@ -302,7 +302,7 @@ impl RunHandle {
             .then(|| (self.paths.dir.clone(), self.paths.runs_dir.clone()));
         let log_path = self.paths.log.clone();
         let retry_dirs = dirs.is_some();
-        let result = blocking_in_place(move || sync_files(&file, &log_path, dirs));
+        let result = off_the_runtime(move || sync_files(&file, &log_path, dirs));
         match result {
             Ok(()) => {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -319,14 +319,15 @@ impl RunHandle {
     }
 }
 
-/// Runs a short blocking call (a sync, ~0.1-1 ms) on the current thread.
+/// Runs a short blocking call (a sync, ~0.1-1 ms) on the calling thread.
 ///
-/// A hop to Tokio's blocking pool costs two thread wake-ups, measured at
-/// 50-100 µs per step on this kind of VM: as much as the sync itself. On a
-/// multi-thread runtime `block_in_place` hands this worker's other tasks to
-/// the other workers instead; on a current-thread runtime (tests, benches,
-/// embedded single-run use) the call simply runs inline.
-fn blocking_in_place<T>(f: impl FnOnce() -> T) -> T {
+/// A hop to Tokio's blocking pool costs two thread wake-ups, 30-100 µs on
+/// this kind of VM: as much as the sync itself. On a multi-thread runtime
+/// (servers) `block_in_place` hands this worker's other tasks to the other
+/// workers, so runs syncing at once still overlap. On a current-thread
+/// runtime (`awr run`, which drives one run) the call simply runs inline,
+/// delaying that runtime's other tasks by one sync at most.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
