@@ -139,9 +139,21 @@ fn time_appends(rt: &Runtime, root: &Path, sync: SyncPolicy, round: Round, iters
                 step(&store, batch, i, round).await;
             }
         } else {
-            for i in 1..=iters {
-                futures::future::join_all(batches.iter_mut().map(|b| step(&store, b, i, round)))
-                    .await;
+            // Each run is its own task, as concurrent runs are: on the
+            // multi-thread runtime their syncs overlap (`block_in_place`).
+            let tasks: Vec<_> = batches
+                .into_iter()
+                .map(|mut batch| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        for i in 1..=iters {
+                            step(&store, &mut batch, i, round).await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
             }
         }
         start.elapsed()
