@@ -68,22 +68,23 @@ impl Awr {
         self.dir.path().join("storage")
     }
 
-    /// Runs `awr --storage <storage> ARGS` from the repository root.
-    pub fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new(awr_bin())
+    /// `awr --storage <storage> ARGS`, from the repository root, no stdin.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(awr_bin());
+        command
             .arg("--storage")
             .arg(self.storage())
             .args(args)
             .current_dir(repo_root())
             .env_remove("AWR_STORAGE")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run awr");
-        Output {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `awr --storage <storage> ARGS` and waits for it.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = self.command(args).output().expect("run awr");
+        Output::from(out)
     }
 
     /// The run ids in the store.
@@ -126,13 +127,8 @@ impl Awr {
     /// Like [`Awr::run`], but kills the command and fails the test if it
     /// has not ended within `secs` (for commands that could wait forever).
     pub fn run_within(&self, secs: u64, args: &[&str]) -> Output {
-        let mut child = Command::new(awr_bin())
-            .arg("--storage")
-            .arg(self.storage())
-            .args(args)
-            .current_dir(repo_root())
-            .env_remove("AWR_STORAGE")
-            .stdin(Stdio::null())
+        let mut child = self
+            .command(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -148,7 +144,12 @@ impl Awr {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let out = child.wait_with_output().expect("output");
+        Output::from(child.wait_with_output().expect("output"))
+    }
+}
+
+impl From<std::process::Output> for Output {
+    fn from(out: std::process::Output) -> Self {
         Output {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

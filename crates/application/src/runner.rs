@@ -25,9 +25,13 @@ use domain::{
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
+use domain::transcript::{
+    ContentBlock, ExchangeDraft, ExchangeType, Fidelity, message_payload, step_payload,
+};
+
 use crate::ports::{
     AgentMessage, AgentRequest, AgentResult, Clock, IdGen, QueryError, QueryFn, RunObserver,
-    RunStore, StoreError,
+    RunStore, StoreError, Transcript, TranscriptError, Transcripts,
 };
 
 /// What to run.
@@ -60,6 +64,9 @@ pub enum RunnerError {
     /// The store refused or failed an operation.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The exchange transcript could not be written.
+    #[error(transparent)]
+    Transcript(#[from] TranscriptError),
 }
 
 /// When the runner writes a snapshot at a step boundary.
@@ -106,6 +113,7 @@ pub struct WorkflowRunner {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGen>,
     observer: Option<Arc<dyn RunObserver>>,
+    transcripts: Option<Arc<dyn Transcripts>>,
     checkpoints: CheckpointPolicy,
 }
 
@@ -123,8 +131,16 @@ impl WorkflowRunner {
             clock,
             ids,
             observer: None,
+            transcripts: None,
             checkpoints: CheckpointPolicy::default(),
         }
+    }
+
+    /// Also writes each run's exchange transcript (seed 000).
+    #[must_use]
+    pub fn with_transcripts(mut self, transcripts: Arc<dyn Transcripts>) -> Self {
+        self.transcripts = Some(transcripts);
+        self
     }
 
     /// Sets when snapshots are written at step boundaries.
@@ -169,6 +185,10 @@ impl WorkflowRunner {
             last_done: None,
             last_snapshot: None,
             candidates: BTreeSet::new(),
+            transcript: None,
+            reply: Vec::new(),
+            executions: BTreeMap::new(),
+            drops_reported: 0,
         };
         match exec.drive().await {
             Ok(outcome) => Ok(outcome),
@@ -198,6 +218,14 @@ struct Execution<'r> {
     /// first, then the target of each edge that resolves. Scheduling then
     /// costs what a step touches, not the size of the graph.
     candidates: BTreeSet<usize>,
+    /// The run's exchange transcript, when the runner has one.
+    transcript: Option<Arc<dyn Transcript>>,
+    /// Blocks of the agent reply in progress, in the order the agent produced them.
+    reply: Vec<ContentBlock>,
+    /// Executions started per node: the transcript's `iteration` of the next one.
+    executions: BTreeMap<NodeId, u32>,
+    /// Subscriber drops already recorded as `warning` events.
+    drops_reported: u64,
 }
 
 /// Where the scheduler stands with one node.
@@ -232,6 +260,12 @@ impl Execution<'_> {
             },
         )
         .await?;
+        if let Some(transcripts) = &self.runner.transcripts {
+            self.transcript = Some(transcripts.open(self.snapshot.run_id, None).await?);
+        }
+        let started = step_payload(&wf.name, "workflow", None, None);
+        self.record(ExchangeType::RunStarted, "", 0, started)
+            .await?;
         self.checkpoint().await?;
         self.candidates = (0..wf.nodes.len()).collect();
 
@@ -324,6 +358,30 @@ impl Execution<'_> {
             // Validation guarantees every node names a known agent.
             return Ok(Err(NodeFailure(format!("node `{}` has no agent", node.id))));
         };
+        let iteration = {
+            let count = self.executions.entry(node.id.clone()).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        let path = node.id.to_string();
+        let step = step_payload(node.id.as_str(), "agent", None, None);
+        self.record(ExchangeType::StepStarted, &path, iteration, step)
+            .await?;
+        let prompt = render_prompt(&data);
+        let mut asked = vec![ContentBlock::Text {
+            text: prompt.clone(),
+            fidelity: Fidelity::Router,
+        }];
+        if !agent.system_prompt.is_empty() {
+            asked.push(ContentBlock::Text {
+                text: agent.system_prompt.clone(),
+                fidelity: Fidelity::Router,
+            });
+        }
+        let user = message_payload("user", &asked);
+        self.record(ExchangeType::MessageUser, &path, iteration, user)
+            .await?;
+        self.reply.clear();
         let started = self.runner.clock.now();
         let request = AgentRequest {
             run_id: self.snapshot.run_id,
@@ -331,11 +389,17 @@ impl Execution<'_> {
             node_run_id: node_run,
             agent_name: agent_name.to_owned(),
             agent: agent.clone(),
-            prompt: render_prompt(&data),
+            prompt,
             resume: None,
         };
         let result = self.invoke(&ctx, request).await?;
         let elapsed = self.runner.clock.now().millis_since(started);
+        let reply = std::mem::take(&mut self.reply);
+        if !reply.is_empty() {
+            let assistant = message_payload("assistant", &reply);
+            self.record(ExchangeType::MessageAssistant, &path, iteration, assistant)
+                .await?;
+        }
 
         let (data, tool_calls, error) = match result {
             Ok((data, tool_calls)) => (data, tool_calls, None),
@@ -346,6 +410,9 @@ impl Execution<'_> {
             "execution_time_ms": elapsed,
             "tool_calls_count": tool_calls,
         });
+        let done = step_payload(node.id.as_str(), "agent", error.as_deref(), Some(&data));
+        self.record(ExchangeType::StepCompleted, &path, iteration, done)
+            .await?;
         if let Some(error) = error {
             let continued = agent.policy.continue_on_error;
             self.emit(
@@ -519,6 +586,16 @@ impl Execution<'_> {
         let data = structured
             .clone()
             .unwrap_or_else(|| Value::String(result.text.clone()));
+        let streamed_text = self
+            .reply
+            .iter()
+            .any(|b| matches!(b, ContentBlock::Text { .. }));
+        if !streamed_text && !result.text.is_empty() {
+            self.reply.push(ContentBlock::Text {
+                text: result.text.clone(),
+                fidelity: Fidelity::AgentEmitted,
+            });
+        }
         self.emit(
             ctx.clone(),
             EventKind::AgentComplete {
@@ -717,6 +794,8 @@ impl Execution<'_> {
 
     async fn complete(&mut self, wf: &WorkflowDef) -> Result<RunOutcome, RunnerError> {
         let output = self.final_output(wf);
+        let done = step_payload(&wf.name, "workflow", None, Some(&output));
+        self.record(ExchangeType::RunCompleted, "", 0, done).await?;
         let duration_ms = self.runner.clock.now().millis_since(self.started);
         self.emit(
             RUN_LEVEL,
@@ -742,6 +821,9 @@ impl Execution<'_> {
         error: String,
     ) -> Result<RunOutcome, RunnerError> {
         let duration_ms = self.runner.clock.now().millis_since(self.started);
+        let name = self.workflow.name.clone();
+        let done = step_payload(&name, "workflow", Some(&error), None);
+        self.record(ExchangeType::RunCompleted, "", 0, done).await?;
         self.emit(
             RUN_LEVEL,
             EventKind::FlowFailed {
@@ -791,6 +873,7 @@ impl Execution<'_> {
     /// Step boundary: the snapshot and its `state:saved` marker when one is
     /// due (see [`CheckpointPolicy`]), then one flush for all of it.
     async fn checkpoint(&mut self) -> Result<(), RunnerError> {
+        self.report_drops().await?;
         let now = self.runner.clock.now();
         let policy = self.runner.checkpoints;
         let due = match self.last_snapshot {
@@ -812,10 +895,134 @@ impl Execution<'_> {
         Ok(())
     }
 
+    /// Records, as a `warning`, events live transcript subscribers missed
+    /// since the last report: the audit trail shows a consumer saw less.
+    async fn report_drops(&mut self) -> Result<(), RunnerError> {
+        let dropped = self.transcript.as_ref().map_or(0, |t| t.dropped());
+        if dropped > self.drops_reported {
+            let missed = dropped - self.drops_reported;
+            self.drops_reported = dropped;
+            let message = format!("live transcript subscribers missed {missed} event(s)");
+            let details = Some(json!({ "dropped": missed, "droppedTotal": dropped }));
+            self.emit(RUN_LEVEL, EventKind::Warning { message, details })
+                .await?;
+        }
+        Ok(())
+    }
+
     /// After the terminal event: the final snapshot (no marker follows the terminal event).
     async fn finish(&mut self) -> Result<(), RunnerError> {
         self.runner.store.save_snapshot(&self.snapshot).await?;
         self.runner.store.flush(self.snapshot.run_id).await?;
+        if let Some(transcript) = self.transcript.take() {
+            transcript.close().await;
+        }
+        Ok(())
+    }
+
+    /// Writes one transcript line, when the run has a transcript.
+    async fn record(
+        &mut self,
+        kind: ExchangeType,
+        path: &str,
+        iteration: u32,
+        payload: Value,
+    ) -> Result<(), RunnerError> {
+        let Some(transcript) = &self.transcript else {
+            return Ok(());
+        };
+        let draft = ExchangeDraft {
+            child_run_id: None,
+            kind,
+            path: path.to_owned(),
+            iteration,
+            timestamp: self.runner.clock.now(),
+            payload,
+        };
+        transcript.append(draft).await?;
+        Ok(())
+    }
+
+    /// Adds an agent event to the reply in progress (deltas join the block
+    /// they continue) and writes the transcript lines of a tool the agent ran.
+    async fn collect_reply(&mut self, event: &RuntimeEvent) -> Result<(), RunnerError> {
+        let fidelity = Fidelity::AgentEmitted;
+        match &event.kind {
+            EventKind::AgentThinkingDelta { content, .. } => {
+                if let Some(ContentBlock::Thinking { thinking, .. }) = self.reply.last_mut() {
+                    thinking.push_str(content);
+                } else {
+                    self.reply.push(ContentBlock::Thinking {
+                        thinking: content.clone(),
+                        signature: None,
+                        fidelity,
+                    });
+                }
+            }
+            EventKind::AgentThinking { content, .. } => self.reply.push(ContentBlock::Thinking {
+                thinking: content.clone(),
+                signature: None,
+                fidelity,
+            }),
+            EventKind::AgentTextDelta { content } => {
+                if let Some(ContentBlock::Text { text, .. }) = self.reply.last_mut() {
+                    text.push_str(content);
+                } else {
+                    self.reply.push(ContentBlock::Text {
+                        text: content.clone(),
+                        fidelity,
+                    });
+                }
+            }
+            EventKind::AgentText { content } => self.reply.push(ContentBlock::Text {
+                text: content.clone(),
+                fidelity,
+            }),
+            EventKind::AgentTool {
+                tool_name,
+                tool_input,
+                tool_output,
+                error,
+                ..
+            } => {
+                let call_id = self.runner.ids.uuid().to_string();
+                self.reply.push(ContentBlock::ToolUse {
+                    tool_name: tool_name.clone(),
+                    tool_id: call_id.clone(),
+                    tool_input: tool_input.clone(),
+                    fidelity,
+                });
+                self.reply.push(ContentBlock::ToolResult {
+                    tool_id: call_id.clone(),
+                    tool_content: if error.is_some() {
+                        Value::Null
+                    } else {
+                        tool_output.clone()
+                    },
+                    fidelity,
+                });
+                let path = event
+                    .node_id
+                    .as_ref()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default();
+                let iteration = event
+                    .node_id
+                    .as_ref()
+                    .and_then(|n| self.executions.get(n))
+                    .map_or(0, |n| n.saturating_sub(1));
+                let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
+                self.record(ExchangeType::ToolCall, &path, iteration, call)
+                    .await?;
+                let mut result = json!({"name": tool_name, "call_id": call_id, "output": tool_output, "fidelity": fidelity});
+                if let Some(error) = error {
+                    result["error"] = Value::String(error.clone());
+                }
+                self.record(ExchangeType::ToolResult, &path, iteration, result)
+                    .await?;
+            }
+            _ => {}
+        }
         Ok(())
     }
 
@@ -880,6 +1087,9 @@ impl Execution<'_> {
         }
         if let Some(observer) = &self.runner.observer {
             observer.on_event(&event);
+        }
+        if event.kind.type_name().starts_with("agent:") {
+            self.collect_reply(&event).await?;
         }
         Ok(())
     }
@@ -1200,6 +1410,131 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         for pair in offsets.windows(2).take(offsets.len().saturating_sub(2)) {
             assert!(pair[1] - pair[0] >= 10, "{offsets:?}");
         }
+    }
+
+    /// A transcript that keeps every draft and reports `drops` missed events.
+    fn recording_transcripts(
+        drops: u64,
+    ) -> (
+        crate::ports::MockTranscripts,
+        Arc<Mutex<Vec<ExchangeDraft>>>,
+    ) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&lines);
+        let mut transcripts = crate::ports::MockTranscripts::new();
+        transcripts.expect_open().returning(move |run_id, parent| {
+            assert!(parent.is_none());
+            let kept = Arc::clone(&kept);
+            let mut t = crate::ports::MockTranscript::new();
+            let seq = AtomicU64::new(0);
+            t.expect_append().returning(move |draft| {
+                kept.lock().unwrap().push(draft.clone());
+                Ok(domain::transcript::ExchangeEvent {
+                    seq: seq.fetch_add(1, Ordering::SeqCst) + 1,
+                    run_id,
+                    parent_run_id: None,
+                    child_run_id: draft.child_run_id,
+                    kind: draft.kind,
+                    path: draft.path,
+                    iteration: draft.iteration,
+                    timestamp: draft.timestamp,
+                    payload: draft.payload,
+                })
+            });
+            t.expect_dropped().returning(move || drops);
+            t.expect_close().returning(|| ());
+            Ok(Arc::new(t) as Arc<dyn Transcript>)
+        });
+        (transcripts, lines)
+    }
+
+    #[tokio::test]
+    async fn the_transcript_records_every_seam_in_order() {
+        let h = harness(
+            HashMap::from([
+                (
+                    "a",
+                    vec![vec![
+                        Ok(AgentMessage::ThinkingDelta {
+                            content: "hm".into(),
+                            token_count: None,
+                        }),
+                        Ok(AgentMessage::TextDelta {
+                            content: "fro".into(),
+                        }),
+                        Ok(AgentMessage::TextDelta {
+                            content: "m a".into(),
+                        }),
+                        Ok(AgentMessage::Tool {
+                            name: "search".into(),
+                            input: json!({"q": 1}),
+                            output: json!("found"),
+                            duration_ms: None,
+                            error: None,
+                        }),
+                        done("from a"),
+                    ]],
+                ),
+                ("b", vec![vec![done("from b")]]),
+                ("c", vec![vec![done("from c")]]),
+            ]),
+            None,
+        );
+        let (transcripts, lines) = recording_transcripts(3);
+        let h = Harness {
+            runner: h.runner.with_transcripts(Arc::new(transcripts)),
+            ..h
+        };
+        run(&h, CHAIN, json!("topic")).await.unwrap();
+        let lines = lines.lock().unwrap();
+        let kinds: Vec<&str> = lines.iter().map(|l| l.kind.as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"run.started"));
+        assert_eq!(kinds.last(), Some(&"run.completed"));
+        assert_eq!(
+            &kinds[1..8],
+            [
+                "step.started",
+                "message.user",
+                "tool.call",
+                "tool.result",
+                "message.assistant",
+                "step.completed",
+                "step.started"
+            ]
+        );
+        let user = &lines[2].payload;
+        assert_eq!(
+            user["blocks"][0],
+            json!({"type": "text", "text": "topic", "fidelity": "router"})
+        );
+        assert_eq!(
+            user["blocks"][1]["text"], "first",
+            "the system prompt, verbatim"
+        );
+        let reply = &lines[5].payload["blocks"];
+        let types: Vec<&str> = reply
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["thinking", "text", "tool_use", "tool_result"]);
+        assert_eq!(reply[1]["text"], "from a", "deltas join one block");
+        assert!(
+            reply
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|b| b["fidelity"] == "agent_emitted")
+        );
+        assert_eq!(lines[3].payload["fidelity"], "agent_emitted");
+        assert_eq!(lines[6].payload["result"], "from a");
+        // The drops subscribers suffered are in the run's log.
+        let warnings = of_type(&h, "warning");
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            matches!(&warnings[0].kind, EventKind::Warning { message, .. } if message.contains("missed 3"))
+        );
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ pub mod ids;
 pub mod output;
 pub mod snapshot;
 pub mod time;
+pub mod transcript;
 pub mod workflow;
 
 pub use command::RuntimeCommand;

@@ -4,6 +4,7 @@ mod clock;
 mod observer;
 mod query;
 mod store;
+mod transcript;
 
 pub use clock::{Clock, IdGen};
 #[cfg(test)]
@@ -15,3 +16,6 @@ pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError
 #[cfg(test)]
 pub use store::MockRunStore;
 pub use store::{EventStream, RunStore, StoreError};
+#[cfg(test)]
+pub use transcript::{MockTranscript, MockTranscripts};
+pub use transcript::{Transcript, TranscriptError, Transcripts};

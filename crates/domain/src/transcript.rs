@@ -1,0 +1,456 @@
+//! The exchange transcript's vocabulary (seed 000): [`ExchangeEvent`], one
+//! line of `transcripts/<run-id>.jsonl`, and the [`ContentBlock`]s it carries.
+//!
+//! Writers use only the closed vocabularies; readers are tolerant: a line of
+//! an unknown `type` and a block of an unknown `type` are kept whole
+//! ([`ExchangeType::Unknown`], [`ContentBlock::Unknown`]) and written back
+//! unchanged, so a file from a newer awr never breaks an older reader.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::ids::RunId;
+use crate::time::Timestamp;
+
+/// The closed vocabulary of line types, plus whatever a newer writer used.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ExchangeType {
+    /// The run began.
+    RunStarted,
+    /// The run ended (success or failure).
+    RunCompleted,
+    /// A step began.
+    StepStarted,
+    /// A step ended.
+    StepCompleted,
+    /// A parent began a child run; carries `child_run_id`.
+    CallWorkflowStarted,
+    /// A parent saw its child run end; carries `child_run_id`.
+    CallWorkflowCompleted,
+    /// The agent seam: resolved prompt and composed system prompt.
+    MessageUser,
+    /// The agent's reply, as normalized blocks.
+    MessageAssistant,
+    /// A tool invocation began.
+    ToolCall,
+    /// A tool invocation ended.
+    ToolResult,
+    /// A type this version does not know.
+    Unknown(String),
+}
+
+impl ExchangeType {
+    /// The `type` string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::RunStarted => "run.started",
+            Self::RunCompleted => "run.completed",
+            Self::StepStarted => "step.started",
+            Self::StepCompleted => "step.completed",
+            Self::CallWorkflowStarted => "step.call_workflow.started",
+            Self::CallWorkflowCompleted => "step.call_workflow.completed",
+            Self::MessageUser => "message.user",
+            Self::MessageAssistant => "message.assistant",
+            Self::ToolCall => "tool.call",
+            Self::ToolResult => "tool.result",
+            Self::Unknown(other) => other,
+        }
+    }
+
+    /// Parses a `type` string; anything outside the vocabulary is `Unknown`.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "run.started" => Self::RunStarted,
+            "run.completed" => Self::RunCompleted,
+            "step.started" => Self::StepStarted,
+            "step.completed" => Self::StepCompleted,
+            "step.call_workflow.started" => Self::CallWorkflowStarted,
+            "step.call_workflow.completed" => Self::CallWorkflowCompleted,
+            "message.user" => Self::MessageUser,
+            "message.assistant" => Self::MessageAssistant,
+            "tool.call" => Self::ToolCall,
+            "tool.result" => Self::ToolResult,
+            other => Self::Unknown(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for ExchangeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ExchangeType {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ExchangeType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(Self::parse(&raw))
+    }
+}
+
+/// Who vouches for a block: the runtime's own seam, or the agent's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fidelity {
+    /// Produced at the runtime's seam: authoritative.
+    Router,
+    /// Reported by the agent (a CLI's stream, a fixture).
+    AgentEmitted,
+}
+
+/// One typed piece of a message or tool payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentBlock {
+    /// Plain text, verbatim.
+    Text {
+        /// The text.
+        text: String,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// Reasoning output; `signature` when the provider signs it.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// Provider signature, kept so it can be sent back.
+        signature: Option<String>,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// A tool invocation.
+    ToolUse {
+        /// Tool name.
+        tool_name: String,
+        /// Links the use to its result.
+        tool_id: String,
+        /// Arguments.
+        tool_input: Value,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// A tool's output (`null` content on error).
+    ToolResult {
+        /// The use it answers.
+        tool_id: String,
+        /// Output.
+        tool_content: Value,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// A shell command a step ran.
+    Command {
+        /// The resolved command.
+        command: String,
+        /// Exit code, when known.
+        exit_code: Option<i64>,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// One provider stream chunk, for replays that keep partials.
+    Stream {
+        /// The chunk.
+        chunk: Value,
+        /// Provenance.
+        fidelity: Fidelity,
+    },
+    /// A block type this version does not know, kept whole.
+    Unknown(serde_json::Map<String, Value>),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum KnownBlock {
+    Text {
+        text: String,
+        fidelity: Fidelity,
+    },
+    Thinking {
+        thinking: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        fidelity: Fidelity,
+    },
+    ToolUse {
+        tool_name: String,
+        tool_id: String,
+        tool_input: Value,
+        fidelity: Fidelity,
+    },
+    ToolResult {
+        tool_id: String,
+        tool_content: Value,
+        fidelity: Fidelity,
+    },
+    Command {
+        command: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i64>,
+        fidelity: Fidelity,
+    },
+    Stream {
+        chunk: Value,
+        fidelity: Fidelity,
+    },
+}
+
+const BLOCK_TYPES: [&str; 6] = [
+    "text",
+    "thinking",
+    "tool_use",
+    "tool_result",
+    "command",
+    "stream",
+];
+
+impl ContentBlock {
+    /// The block's `type`.
+    pub fn type_name(&self) -> &str {
+        match self {
+            Self::Text { .. } => "text",
+            Self::Thinking { .. } => "thinking",
+            Self::ToolUse { .. } => "tool_use",
+            Self::ToolResult { .. } => "tool_result",
+            Self::Command { .. } => "command",
+            Self::Stream { .. } => "stream",
+            Self::Unknown(raw) => raw.get("type").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+
+    fn to_known(&self) -> Option<KnownBlock> {
+        Some(match self.clone() {
+            Self::Text { text, fidelity } => KnownBlock::Text { text, fidelity },
+            Self::Thinking {
+                thinking,
+                signature,
+                fidelity,
+            } => KnownBlock::Thinking {
+                thinking,
+                signature,
+                fidelity,
+            },
+            Self::ToolUse {
+                tool_name,
+                tool_id,
+                tool_input,
+                fidelity,
+            } => KnownBlock::ToolUse {
+                tool_name,
+                tool_id,
+                tool_input,
+                fidelity,
+            },
+            Self::ToolResult {
+                tool_id,
+                tool_content,
+                fidelity,
+            } => KnownBlock::ToolResult {
+                tool_id,
+                tool_content,
+                fidelity,
+            },
+            Self::Command {
+                command,
+                exit_code,
+                fidelity,
+            } => KnownBlock::Command {
+                command,
+                exit_code,
+                fidelity,
+            },
+            Self::Stream { chunk, fidelity } => KnownBlock::Stream { chunk, fidelity },
+            Self::Unknown(_) => return None,
+        })
+    }
+
+    fn from_known(block: KnownBlock) -> Self {
+        match block {
+            KnownBlock::Text { text, fidelity } => Self::Text { text, fidelity },
+            KnownBlock::Thinking {
+                thinking,
+                signature,
+                fidelity,
+            } => Self::Thinking {
+                thinking,
+                signature,
+                fidelity,
+            },
+            KnownBlock::ToolUse {
+                tool_name,
+                tool_id,
+                tool_input,
+                fidelity,
+            } => Self::ToolUse {
+                tool_name,
+                tool_id,
+                tool_input,
+                fidelity,
+            },
+            KnownBlock::ToolResult {
+                tool_id,
+                tool_content,
+                fidelity,
+            } => Self::ToolResult {
+                tool_id,
+                tool_content,
+                fidelity,
+            },
+            KnownBlock::Command {
+                command,
+                exit_code,
+                fidelity,
+            } => Self::Command {
+                command,
+                exit_code,
+                fidelity,
+            },
+            KnownBlock::Stream { chunk, fidelity } => Self::Stream { chunk, fidelity },
+        }
+    }
+}
+
+impl Serialize for ContentBlock {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (self, self.to_known()) {
+            (_, Some(known)) => known.serialize(s),
+            (Self::Unknown(raw), None) => raw.serialize(s),
+            (_, None) => s.serialize_none(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Map::<String, Value>::deserialize(d)?;
+        let known = raw
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| BLOCK_TYPES.contains(&t));
+        if !known {
+            return Ok(Self::Unknown(raw));
+        }
+        serde_json::from_value::<KnownBlock>(Value::Object(raw))
+            .map(Self::from_known)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One line of a transcript file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeEvent {
+    /// Position in the file: from 1, strictly monotonic, no gaps.
+    pub seq: u64,
+    /// The run the file belongs to.
+    pub run_id: RunId,
+    /// The run that called this one, on every line of a child's file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    /// The child run, on `step.call_workflow.*` lines of the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run_id: Option<RunId>,
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: ExchangeType,
+    /// Dot-separated step path; empty for run-level lines.
+    pub path: String,
+    /// Zero-based loop or retry iteration.
+    pub iteration: u32,
+    /// When it was emitted (UTC).
+    pub timestamp: Timestamp,
+    /// Shape chosen by `type`; kept as JSON so unknown shapes survive.
+    pub payload: Value,
+}
+
+/// A transcript line before the recorder gives it its `seq`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExchangeDraft {
+    /// See [`ExchangeEvent::child_run_id`].
+    pub child_run_id: Option<RunId>,
+    /// See [`ExchangeEvent::kind`].
+    pub kind: ExchangeType,
+    /// See [`ExchangeEvent::path`].
+    pub path: String,
+    /// See [`ExchangeEvent::iteration`].
+    pub iteration: u32,
+    /// See [`ExchangeEvent::timestamp`].
+    pub timestamp: Timestamp,
+    /// See [`ExchangeEvent::payload`].
+    pub payload: Value,
+}
+
+/// Step payload (`run.*`, `step.*`).
+pub fn step_payload(name: &str, kind: &str, error: Option<&str>, result: Option<&Value>) -> Value {
+    let mut p = serde_json::Map::new();
+    p.insert("name".into(), Value::String(name.to_owned()));
+    p.insert("kind".into(), Value::String(kind.to_owned()));
+    if let Some(error) = error {
+        p.insert("error".into(), Value::String(error.to_owned()));
+    }
+    if let Some(result) = result {
+        p.insert("result".into(), result.clone());
+    }
+    Value::Object(p)
+}
+
+/// Message payload (`message.*`).
+pub fn message_payload(role: &str, blocks: &[ContentBlock]) -> Value {
+    serde_json::json!({ "role": role, "blocks": blocks })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn blocks_serialize_with_type_and_fidelity() {
+        let b = ContentBlock::ToolUse {
+            tool_name: "shell".into(),
+            tool_id: "t1".into(),
+            tool_input: json!({"cmd": "echo hi"}),
+            fidelity: Fidelity::AgentEmitted,
+        };
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            json!({"type": "tool_use", "tool_name": "shell", "tool_id": "t1",
+                   "tool_input": {"cmd": "echo hi"}, "fidelity": "agent_emitted"})
+        );
+    }
+
+    #[test]
+    fn unknown_types_and_blocks_round_trip() {
+        let line = json!({"seq": 4, "run_id": "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f", "type": "message.hologram",
+            "path": "a", "iteration": 0, "timestamp": "2026-01-01T00:00:00.000Z",
+            "payload": {"role": "assistant", "blocks": [{"type": "smell", "odour": "ozone"}]}});
+        let e: ExchangeEvent = serde_json::from_value(line.clone()).unwrap();
+        assert_eq!(e.kind, ExchangeType::Unknown("message.hologram".into()));
+        assert_eq!(serde_json::to_value(&e).unwrap(), line);
+        let block: ContentBlock =
+            serde_json::from_value(line["payload"]["blocks"][0].clone()).unwrap();
+        assert!(matches!(&block, ContentBlock::Unknown(_)));
+        assert_eq!(block.type_name(), "smell");
+        assert_eq!(
+            serde_json::to_value(&block).unwrap(),
+            json!({"type": "smell", "odour": "ozone"})
+        );
+    }
+
+    #[test]
+    fn nul_bytes_survive_as_escapes() {
+        let b = ContentBlock::Text {
+            text: "a\0b".into(),
+            fidelity: Fidelity::AgentEmitted,
+        };
+        let s = serde_json::to_string(&b).unwrap();
+        assert!(s.contains("a\\u0000b"), "{s}");
+        assert_eq!(serde_json::from_str::<ContentBlock>(&s).unwrap(), b);
+    }
+}
