@@ -5,4 +5,6 @@ mod cli;
 mod docs;
 mod fold_property;
 mod store_conformance;
+mod transcript_cli;
+mod transcript_recorder;
 mod util;

@@ -69,6 +69,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a run's exchange transcript (prompts, replies, tools).
+    Transcript {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// Keep waiting for new lines until the run ends.
+        #[arg(long)]
+        follow: bool,
+        /// Print each line as written (JSONL).
+        #[arg(long)]
+        json: bool,
+        /// Print the execution tree across the run's and its children's files.
+        #[arg(long, conflicts_with_all = ["follow", "json"])]
+        tree: bool,
+    },
 }
 
 /// How a command failed, which decides the exit code.
@@ -125,6 +139,15 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             follow,
             json,
         } => commands::inspect::events(&storage, &run, offset, follow, json).await,
+        Command::Transcript {
+            run,
+            follow,
+            json,
+            tree,
+        } => {
+            let run = commands::inspect::resolve_id(&storage, &run).await?;
+            commands::transcript::transcript(&storage, run, follow, json, tree).await
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use application::ports::RunStore;
 use domain::WorkflowDef;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::FileRunStore;
+use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
 
@@ -27,4 +28,9 @@ pub fn providers(workflow: &WorkflowDef, workflow_dir: &Path) -> Providers {
 /// Wall clock and random ids.
 pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
     (Arc::new(SystemClock), Arc::new(RandomIds))
+}
+
+/// Transcript files under `storage/transcripts`.
+pub fn transcripts(storage: &Path) -> Arc<JsonlTranscripts> {
+    Arc::new(JsonlTranscripts::new(storage))
 }

@@ -8,6 +8,10 @@
 //!   [`store::SyncPolicy`] and shares `fdatasync`s between concurrent flushers.
 //! - [`store::MemoryRunStore`]: the same contract in memory, for tests and
 //!   embedders that do not need durability.
+//! - [`transcript::JsonlTranscripts`]: the exchange transcript
+//!   ([`application::ports::Transcripts`], seed 000) — one append-only
+//!   `transcripts/<run-id>.jsonl` per run, one `write` per line, then a
+//!   bounded, drop-newest fan-out to live subscribers.
 //! - [`clock`]: the system clock and random ids, and deterministic ones
 //!   ([`clock::FixedClock`], [`clock::SeededIds`]) so replays and tests can
 //!   pin time and ids.
@@ -18,6 +22,11 @@
 
 pub mod clock;
 pub mod store;
+pub mod transcript;
 
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
 pub use store::{FileRunStore, FileStoreConfig, MemoryRunStore, SyncPolicy};
+pub use transcript::{
+    JsonlTranscript, JsonlTranscripts, TranscriptStats, TranscriptSubscriber, read_transcript,
+    transcript_path,
+};

@@ -38,6 +38,12 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
     }
 }
 
+/// Resolves a run id or prefix against the store under `storage`.
+pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+    let store = wiring::store(storage)?;
+    resolve(store.as_ref(), wanted).await
+}
+
 /// `awr runs`.
 pub async fn runs(storage: &Path) -> Result<(), Failure> {
     let store = wiring::store(storage)?;

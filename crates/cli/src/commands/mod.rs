@@ -2,3 +2,4 @@
 
 pub mod inspect;
 pub mod run;
+pub mod transcript;

@@ -74,8 +74,9 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
     let progress = Arc::new(Progress::new());
-    let runner =
-        WorkflowRunner::new(store, Arc::new(providers), clock, ids).with_observer(progress.clone());
+    let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
+        .with_transcripts(wiring::transcripts(storage))
+        .with_observer(progress.clone());
     let run_id = runner
         .create()
         .await

@@ -1,0 +1,197 @@
+//! `awr transcript RUN [--follow] [--json] [--tree]`: the exchange transcript of a run.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use domain::RunId;
+use domain::transcript::{ExchangeEvent, ExchangeType};
+use infrastructure::{read_transcript, transcript_path};
+use serde_json::Value;
+
+use crate::{Failure, say};
+
+/// How often `--follow` looks for new lines written by another process.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// Prints the transcript of `run` (its file under `storage`).
+pub async fn transcript(
+    storage: &Path,
+    run: RunId,
+    follow: bool,
+    json: bool,
+    tree: bool,
+) -> Result<(), Failure> {
+    let path = transcript_path(storage, run);
+    if !path.exists() {
+        return Err(Failure::Input(anyhow!(
+            "run {run} has no transcript ({} not found)",
+            path.display()
+        )));
+    }
+    if tree {
+        return print_tree(storage, run, 0, &mut HashSet::new());
+    }
+    let mut printed = 0u64;
+    loop {
+        let events = read(&path)?;
+        let already = printed;
+        for event in events.iter().filter(|e| e.seq > already) {
+            say(&render(event, json)?)?;
+            printed = event.seq;
+        }
+        let ended = events.iter().any(|e| e.kind == ExchangeType::RunCompleted);
+        if !follow || ended {
+            return Ok(());
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<ExchangeEvent>, Failure> {
+    read_transcript(path).map_err(|e| Failure::Run(anyhow!(e)))
+}
+
+fn render(event: &ExchangeEvent, json: bool) -> Result<String, Failure> {
+    if json {
+        return serde_json::to_string(event).map_err(|e| Failure::Run(anyhow!(e)));
+    }
+    let path = if event.path.is_empty() {
+        "-"
+    } else {
+        &event.path
+    };
+    Ok(format!(
+        "{:>5}  {}  {:<28} {:<16} {}",
+        event.seq,
+        event.timestamp,
+        event.kind.as_str(),
+        path,
+        summary(event)
+    ))
+}
+
+/// One line saying what the payload holds.
+fn summary(event: &ExchangeEvent) -> String {
+    let p = &event.payload;
+    let text = match &event.kind {
+        ExchangeType::MessageUser | ExchangeType::MessageAssistant => p["blocks"]
+            .as_array()
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .map(|b| {
+                        let kind = b["type"].as_str().unwrap_or("?");
+                        let body = b
+                            .get("text")
+                            .or_else(|| b.get("thinking"))
+                            .or_else(|| b.get("tool_name"))
+                            .or_else(|| b.get("command"))
+                            .map(flat)
+                            .unwrap_or_default();
+                        format!("[{kind}] {body}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default(),
+        ExchangeType::ToolCall | ExchangeType::ToolResult => format!(
+            "{} ({}) {}",
+            p["name"].as_str().unwrap_or("?"),
+            p["fidelity"].as_str().unwrap_or("?"),
+            flat(
+                p.get("input")
+                    .or_else(|| p.get("output"))
+                    .unwrap_or(&Value::Null)
+            )
+        ),
+        ExchangeType::Unknown(_) => format!("(unknown type) {}", flat(p)),
+        _ => {
+            let mut s = format!(
+                "{} {}",
+                p["kind"].as_str().unwrap_or(""),
+                p["name"].as_str().unwrap_or("")
+            );
+            if let Some(child) = event.child_run_id {
+                s.push_str(&format!(" child {child}"));
+            }
+            if let Some(error) = p.get("error") {
+                s.push_str(&format!(" error: {}", flat(error)));
+            }
+            s
+        }
+    };
+    cut(&text, 140)
+}
+
+fn flat(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.replace('\n', " "),
+        other => other.to_string(),
+    }
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    } else {
+        text.to_owned()
+    }
+}
+
+/// The execution tree: the run, its steps, and the runs they called,
+/// followed through `child_run_id` into the children's own files.
+fn print_tree(
+    storage: &Path,
+    run: RunId,
+    depth: usize,
+    seen: &mut HashSet<RunId>,
+) -> Result<(), Failure> {
+    let indent = "  ".repeat(depth);
+    if !seen.insert(run) {
+        return say(&format!("{indent}run {run} (already shown)"));
+    }
+    let path = transcript_path(storage, run);
+    let events = match read_transcript(&path) {
+        Ok(events) => events,
+        Err(e) => return say(&format!("{indent}run {run}: {e}")),
+    };
+    let name = events
+        .iter()
+        .find(|e| e.kind == ExchangeType::RunStarted)
+        .and_then(|e| e.payload["name"].as_str())
+        .unwrap_or("?");
+    let outcome = events
+        .iter()
+        .find(|e| e.kind == ExchangeType::RunCompleted)
+        .map(|e| {
+            if e.payload.get("error").is_some() {
+                "failed"
+            } else {
+                "completed"
+            }
+        })
+        .unwrap_or("running");
+    say(&format!("{indent}run {run} {name} ({outcome})"))?;
+    for event in &events {
+        match &event.kind {
+            ExchangeType::StepStarted => {
+                let kind = event.payload["kind"].as_str().unwrap_or("?");
+                let iteration = if event.iteration > 0 {
+                    format!(" #{}", event.iteration)
+                } else {
+                    String::new()
+                };
+                say(&format!("{indent}  {} [{kind}]{iteration}", event.path))?;
+            }
+            ExchangeType::CallWorkflowStarted => {
+                if let Some(child) = event.child_run_id {
+                    print_tree(storage, child, depth + 2, seen)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

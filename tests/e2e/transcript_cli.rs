@@ -1,0 +1,222 @@
+//! The transcript a real run writes, read back by `awr transcript` and by `jq`
+//! running the recipes of the transcript documentation.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use domain::transcript::{ExchangeEvent, ExchangeType};
+use serde_json::Value;
+
+use crate::util::{Awr, repo_root, run_id_of};
+
+fn run_example(awr: &Awr, example: &str) -> (String, std::path::PathBuf) {
+    let out = awr.run(&["run", example]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let path = awr
+        .storage()
+        .join("transcripts")
+        .join(format!("{run}.jsonl"));
+    (run, path)
+}
+
+fn system_prompt(example: &str, agent: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(example)).unwrap();
+    let workflow = domain::WorkflowDef::from_yaml(&text).unwrap();
+    workflow.agents[agent].system_prompt.clone()
+}
+
+#[test]
+fn a_run_writes_a_complete_transcript() {
+    let awr = Awr::new();
+    let (run, path) = run_example(&awr, "examples/research-pipeline.yaml");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(!bytes.contains(&b'\r'), "LF line endings only");
+    assert_eq!(bytes.last(), Some(&b'\n'));
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    let lines: Vec<Value> = String::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["seq"], i as u64 + 1);
+        assert_eq!(line["run_id"], run.as_str());
+        let event: ExchangeEvent = serde_json::from_value(line.clone()).unwrap();
+        assert!(
+            !matches!(event.kind, ExchangeType::Unknown(_)),
+            "closed vocabulary: {line}"
+        );
+        if let Some(blocks) = line["payload"]["blocks"].as_array() {
+            for block in blocks {
+                let fidelity = block["fidelity"].as_str().unwrap_or("");
+                assert!(["router", "agent_emitted"].contains(&fidelity), "{block}");
+            }
+        }
+    }
+    assert_eq!(lines.first().unwrap()["type"], "run.started");
+    assert_eq!(lines.last().unwrap()["type"], "run.completed");
+    let first_user = lines.iter().find(|l| l["type"] == "message.user").unwrap();
+    assert_eq!(
+        first_user["payload"]["blocks"][1]["text"].as_str().unwrap(),
+        system_prompt("examples/research-pipeline.yaml", "researcher"),
+        "message.user carries the system prompt verbatim"
+    );
+}
+
+/// `jq` is installed by `.ci/run` (which sets `AWR_REQUIRE_JQ`); elsewhere a
+/// machine without it skips these checks and says so.
+fn jq(args: &[&str], file: &std::path::Path) -> Option<String> {
+    let out = match Command::new("jq").args(args).arg(file).output() {
+        Ok(out) => out,
+        Err(_) if std::env::var_os("AWR_REQUIRE_JQ").is_none() => {
+            eprintln!("skipped: jq is not installed");
+            return None;
+        }
+        Err(e) => panic!("jq is required here: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "jq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn the_documented_jq_recipes_give_the_expected_answers() {
+    let awr = Awr::new();
+    let (_, path) = run_example(&awr, "examples/research-pipeline.yaml");
+    let Some(all) = jq(&["-c", "."], &path) else {
+        return;
+    };
+    assert_eq!(
+        all.lines().count(),
+        std::fs::read_to_string(&path).unwrap().lines().count()
+    );
+
+    let tools = jq(
+        &[
+            "-c",
+            r#"select(.type == "tool.call" or .type == "tool.result")"#,
+        ],
+        &path,
+    )
+    .unwrap();
+    assert_eq!(
+        tools.lines().count(),
+        4,
+        "two tools, each a call and a result:\n{tools}"
+    );
+
+    let texts = jq(
+        &["-r", r#"select(.type == "message.assistant") | .payload.blocks[] | select(.type == "text") | .text"#],
+        &path,
+    )
+    .unwrap();
+    assert!(
+        texts.contains("Solid-state batteries are coming, but slowly and expensively."),
+        "{texts}"
+    );
+
+    let router = jq(
+        &[
+            "-c",
+            r#"select(.type == "tool.call" and .payload.fidelity == "router")"#,
+        ],
+        &path,
+    )
+    .unwrap();
+    assert_eq!(
+        router, "",
+        "the mock's tools are agent-reported, not router-executed"
+    );
+
+    let tree = jq(
+        &[
+            "-r",
+            r#"select(.type == "step.started") | "\(.seq)\t\(.path)\t\(.payload.kind)""#,
+        ],
+        &path,
+    )
+    .unwrap();
+    let paths: Vec<&str> = tree
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(paths, ["researcher", "analyst", "writer"]);
+    assert!(tree.lines().all(|l| l.ends_with("\tagent")), "{tree}");
+
+    let children = jq(
+        &[
+            "-r",
+            r#"select(.type == "step.call_workflow.started") | .child_run_id"#,
+        ],
+        &path,
+    )
+    .unwrap();
+    assert_eq!(children, "", "no sub-workflow in this example");
+}
+
+#[test]
+fn unknown_lines_and_blocks_are_shown_not_refused() {
+    let awr = Awr::new();
+    let (run, path) = run_example(&awr, "examples/triage.yaml");
+    let n = std::fs::read_to_string(&path).unwrap().lines().count();
+    let line = format!(
+        r#"{{"seq":{},"run_id":"{run}","type":"message.hologram","path":"classify","iteration":0,"timestamp":"2026-01-01T00:00:00.000Z","payload":{{"role":"assistant","blocks":[{{"type":"smell","odour":"ozone","fidelity":"agent_emitted"}}]}}}}"#,
+        n + 1
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
+
+    let out = awr.run(&["transcript", &run]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("message.hologram"), "{}", out.stdout);
+    let json = awr.run(&["transcript", &run, "--json"]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let last: Value = serde_json::from_str(json.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last,
+        serde_json::from_str::<Value>(&line).unwrap(),
+        "kept whole"
+    );
+}
+
+#[test]
+fn follow_on_a_finished_run_ends_and_tree_shows_the_steps() {
+    let awr = Awr::new();
+    let (run, _) = run_example(&awr, "examples/triage.yaml");
+    let followed = awr.run_within(20, &["transcript", &run, "--follow"]);
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    assert!(
+        followed
+            .stdout
+            .lines()
+            .last()
+            .unwrap()
+            .contains("run.completed")
+    );
+    let tree = awr.run(&["transcript", &run[..8], "--tree"]);
+    assert_eq!(tree.code, 0, "{}", tree.stderr);
+    assert!(
+        tree.stdout.contains("triage (completed)"),
+        "{}",
+        tree.stdout
+    );
+    assert!(tree.stdout.contains("classify [agent]") && tree.stdout.contains("escalate [agent]"));
+    assert!(
+        !tree.stdout.contains("reply [agent]"),
+        "the branch not taken did not run"
+    );
+    assert_eq!(
+        awr.run(&["transcript", "00000000-0000-4000-8000-000000000000"])
+            .code,
+        2
+    );
+}
