@@ -5,6 +5,7 @@ mod cli;
 mod docs;
 mod fold_property;
 mod store_conformance;
+mod subflow;
 mod transcript_cli;
 mod transcript_recorder;
 mod util;

@@ -68,7 +68,7 @@ fn a_run_writes_a_complete_transcript() {
 
 /// `jq` is installed by `.ci/run` (which sets `AWR_REQUIRE_JQ`); elsewhere a
 /// machine without it skips these checks and says so.
-fn jq(args: &[&str], file: &std::path::Path) -> Option<String> {
+pub(crate) fn jq(args: &[&str], file: &std::path::Path) -> Option<String> {
     let out = match Command::new("jq").args(args).arg(file).output() {
         Ok(out) => out,
         Err(_) if std::env::var_os("AWR_REQUIRE_JQ").is_none() => {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use domain::event::{Prompt, WorkflowRef};
 use domain::output::parse_structured;
-use domain::workflow::{EdgeDef, NodeDef};
+use domain::workflow::{EdgeDef, NodeDef, NodeKind};
 use domain::{
     EdgeStatus, EventKind, NodeId, NodeRunId, NodeStatus, Offset, RunId, RunSnapshot, RunStatus,
     RuntimeEvent, SessionId, Timestamp, WorkflowDef,
@@ -175,8 +175,19 @@ impl WorkflowRunner {
     /// `Err` means the runtime itself failed (the store, a broken condition),
     /// in which case `system:error` and `flow:failed` are recorded if possible.
     pub async fn run(&self, run_id: RunId, request: RunRequest) -> Result<RunOutcome, RunnerError> {
+        self.run_under(run_id, None, request).await
+    }
+
+    /// [`Self::run`] as the child of `parent` (a `call_workflow` node).
+    async fn run_under(
+        &self,
+        run_id: RunId,
+        parent: Option<RunId>,
+        request: RunRequest,
+    ) -> Result<RunOutcome, RunnerError> {
         let mut exec = Execution {
             runner: self,
+            parent,
             workflow: request.workflow,
             input: request.input,
             snapshot: RunSnapshot::new(run_id),
@@ -203,6 +214,8 @@ impl WorkflowRunner {
 /// One run in progress.
 struct Execution<'r> {
     runner: &'r WorkflowRunner,
+    /// The run that called this one, for a child run.
+    parent: Option<RunId>,
     workflow: Arc<WorkflowDef>,
     input: Value,
     /// The run's state; changed only through [`Execution::emit`].
@@ -226,6 +239,42 @@ struct Execution<'r> {
     executions: BTreeMap<NodeId, u32>,
     /// Subscriber drops already recorded as `warning` events.
     drops_reported: u64,
+}
+
+/// One node execution in progress: who it is, where it sits in the transcript.
+struct Step {
+    ctx: Ctx,
+    path: String,
+    iteration: u32,
+}
+
+/// How a node execution ended, whatever kind of node it was.
+struct Finished {
+    /// Step kind in the transcript (`agent`, `call_workflow`).
+    kind: &'static str,
+    /// The node's output data (`null` when it failed).
+    data: Value,
+    /// `metadata` of the node's output.
+    metadata: Value,
+    /// Why it failed, if it did.
+    error: Option<String>,
+    /// Whether a failure lets the run go on.
+    continue_on_error: bool,
+    /// Agent name, for the next node's `previous_agent`.
+    label: Option<String>,
+}
+
+impl Finished {
+    fn failed(kind: &'static str, error: String) -> Self {
+        Finished {
+            kind,
+            data: Value::Null,
+            metadata: json!({}),
+            error: Some(error),
+            continue_on_error: false,
+            label: None,
+        }
+    }
 }
 
 /// Where the scheduler stands with one node.
@@ -255,13 +304,14 @@ impl Execution<'_> {
                     hash: wf.hash.clone(),
                 },
                 input: self.input.clone(),
+                parent_run_id: self.parent,
                 nodes: wf.nodes.iter().map(|n| n.id.clone()).collect(),
                 edges: wf.edges.iter().map(|e| e.id.clone()).collect(),
             },
         )
         .await?;
         if let Some(transcripts) = &self.runner.transcripts {
-            self.transcript = Some(transcripts.open(self.snapshot.run_id, None).await?);
+            self.transcript = Some(transcripts.open(self.snapshot.run_id, self.parent).await?);
         }
         let started = step_payload(&wf.name, "workflow", None, None);
         self.record(ExchangeType::RunStarted, "", 0, started)
@@ -353,21 +403,83 @@ impl Execution<'_> {
         let ctx = (Some(node.id.clone()), Some(node_run));
         self.emit(ctx.clone(), EventKind::NodeStarted { input })
             .await?;
-
-        let Some((agent_name, agent)) = wf.agent_of(node) else {
-            // Validation guarantees every node names a known agent.
-            return Ok(Err(NodeFailure(format!("node `{}` has no agent", node.id))));
-        };
         let iteration = {
             let count = self.executions.entry(node.id.clone()).or_insert(0);
             *count += 1;
             *count - 1
         };
-        let path = node.id.to_string();
-        let step = step_payload(node.id.as_str(), "agent", None, None);
-        self.record(ExchangeType::StepStarted, &path, iteration, step)
+        let step = Step {
+            ctx,
+            path: node.id.to_string(),
+            iteration,
+        };
+        let finished = match &node.kind {
+            NodeKind::Agent { .. } => self.agent_step(wf, node, &step, &data).await?,
+            NodeKind::CallWorkflow { workflow, resolved } => {
+                self.subflow_step(node, &step, workflow, resolved.clone(), &data)
+                    .await?
+            }
+        };
+        let Finished {
+            kind,
+            data,
+            mut metadata,
+            error,
+            continue_on_error,
+            label,
+        } = finished;
+        let done = step_payload(node.id.as_str(), kind, error.as_deref(), Some(&data));
+        self.record(ExchangeType::StepCompleted, &step.path, iteration, done)
             .await?;
-        let prompt = render_prompt(&data);
+        if let Some(error) = error {
+            self.emit(
+                step.ctx.clone(),
+                EventKind::NodeFailed {
+                    error: error.clone(),
+                    continued: continue_on_error,
+                },
+            )
+            .await?;
+            if !continue_on_error {
+                return Ok(Err(NodeFailure(format!(
+                    "node `{}` failed: {error}",
+                    node.id
+                ))));
+            }
+            metadata["error"] = Value::String(error);
+        } else {
+            let output = json!({ "data": data, "metadata": metadata });
+            self.emit(step.ctx.clone(), EventKind::NodeCompleted { output })
+                .await?;
+        }
+        self.last_done = label;
+        self.route(wf, node, &data).await
+    }
+
+    /// An agent node: the agent seam of the transcript, then the invocation.
+    async fn agent_step(
+        &mut self,
+        wf: &WorkflowDef,
+        node: &NodeDef,
+        step: &Step,
+        data: &Value,
+    ) -> Result<Finished, RunnerError> {
+        let Some((agent_name, agent)) = wf.agent_of(node) else {
+            // Validation guarantees every agent node names a known agent.
+            return Ok(Finished::failed(
+                "agent",
+                format!("node `{}` has no agent", node.id),
+            ));
+        };
+        let step_started = step_payload(node.id.as_str(), "agent", None, None);
+        self.record(
+            ExchangeType::StepStarted,
+            &step.path,
+            step.iteration,
+            step_started,
+        )
+        .await?;
+        let prompt = render_prompt(data);
         let mut asked = vec![ContentBlock::Text {
             text: prompt.clone(),
             fidelity: Fidelity::Router,
@@ -379,63 +491,140 @@ impl Execution<'_> {
             });
         }
         let user = message_payload("user", &asked);
-        self.record(ExchangeType::MessageUser, &path, iteration, user)
+        self.record(ExchangeType::MessageUser, &step.path, step.iteration, user)
             .await?;
         self.reply.clear();
         let started = self.runner.clock.now();
         let request = AgentRequest {
             run_id: self.snapshot.run_id,
+            workflow: wf.name.clone(),
             node_id: node.id.clone(),
-            node_run_id: node_run,
+            node_run_id: step
+                .ctx
+                .1
+                .unwrap_or_else(|| NodeRunId::new(self.runner.ids.uuid())),
             agent_name: agent_name.to_owned(),
             agent: agent.clone(),
             prompt,
             resume: None,
         };
-        let result = self.invoke(&ctx, request).await?;
+        let result = self.invoke(&step.ctx, request).await?;
         let elapsed = self.runner.clock.now().millis_since(started);
         let reply = std::mem::take(&mut self.reply);
         if !reply.is_empty() {
             let assistant = message_payload("assistant", &reply);
-            self.record(ExchangeType::MessageAssistant, &path, iteration, assistant)
-                .await?;
+            self.record(
+                ExchangeType::MessageAssistant,
+                &step.path,
+                step.iteration,
+                assistant,
+            )
+            .await?;
         }
-
         let (data, tool_calls, error) = match result {
             Ok((data, tool_calls)) => (data, tool_calls, None),
             Err(failure) => (Value::Null, 0, Some(failure.0)),
         };
-        let mut metadata = json!({
-            "agent_name": agent_name,
-            "execution_time_ms": elapsed,
-            "tool_calls_count": tool_calls,
-        });
-        let done = step_payload(node.id.as_str(), "agent", error.as_deref(), Some(&data));
-        self.record(ExchangeType::StepCompleted, &path, iteration, done)
-            .await?;
-        if let Some(error) = error {
-            let continued = agent.policy.continue_on_error;
-            self.emit(
-                ctx.clone(),
-                EventKind::NodeFailed {
-                    error: error.clone(),
-                    continued,
-                },
-            )
-            .await?;
-            if !continued {
-                return Ok(Err(NodeFailure(format!(
-                    "node `{}` failed: {error}",
-                    node.id
-                ))));
-            }
-            metadata["error"] = Value::String(error);
-        } else {
-            let output = json!({ "data": data, "metadata": metadata });
-            self.emit(ctx, EventKind::NodeCompleted { output }).await?;
-        }
-        self.last_done = Some(agent_name.to_owned());
-        self.route(wf, node, &data).await
+        Ok(Finished {
+            kind: "agent",
+            data,
+            metadata: json!({
+                "agent_name": agent_name,
+                "execution_time_ms": elapsed,
+                "tool_calls_count": tool_calls,
+            }),
+            error,
+            continue_on_error: agent.policy.continue_on_error,
+            label: Some(agent_name.to_owned()),
+        })
+    }
+
+    /// A `call_workflow` node: the child is a run of its own (own id, log,
+    /// snapshot and transcript, linked both ways); its output is this node's.
+    async fn subflow_step(
+        &mut self,
+        node: &NodeDef,
+        step: &Step,
+        reference: &str,
+        child: Option<Arc<WorkflowDef>>,
+        data: &Value,
+    ) -> Result<Finished, RunnerError> {
+        let step_started = step_payload(node.id.as_str(), "call_workflow", None, None);
+        self.record(
+            ExchangeType::StepStarted,
+            &step.path,
+            step.iteration,
+            step_started,
+        )
+        .await?;
+        let Some(child) = child else {
+            let error = format!("workflow `{reference}` was not loaded before the run");
+            return Ok(Finished::failed("call_workflow", error));
+        };
+        let started = self.runner.clock.now();
+        let child_id = self.runner.create().await?;
+        self.emit(
+            step.ctx.clone(),
+            EventKind::SubflowStarted {
+                child_run_id: child_id,
+                workflow: child.name.clone(),
+            },
+        )
+        .await?;
+        let called = step_payload(node.id.as_str(), "call_workflow", None, None);
+        self.record_linked(
+            ExchangeType::CallWorkflowStarted,
+            &step.path,
+            step.iteration,
+            called,
+            Some(child_id),
+        )
+        .await?;
+        let parent = Some(self.snapshot.run_id);
+        let request = RunRequest {
+            workflow: Arc::clone(&child),
+            input: data.clone(),
+        };
+        // Boxed: a child run is this same machinery one level down.
+        let outcome = Box::pin(self.runner.run_under(child_id, parent, request)).await?;
+        let elapsed = self.runner.clock.now().millis_since(started);
+        self.emit(
+            step.ctx.clone(),
+            EventKind::SubflowCompleted {
+                child_run_id: child_id,
+                status: outcome.status,
+            },
+        )
+        .await?;
+        let returned = step_payload(
+            node.id.as_str(),
+            "call_workflow",
+            outcome.error.as_deref(),
+            Some(&outcome.output),
+        );
+        self.record_linked(
+            ExchangeType::CallWorkflowCompleted,
+            &step.path,
+            step.iteration,
+            returned,
+            Some(child_id),
+        )
+        .await?;
+        Ok(Finished {
+            kind: "call_workflow",
+            data: outcome.output,
+            metadata: json!({
+                "workflow": child.name,
+                "child_run_id": child_id.to_string(),
+                "execution_time_ms": elapsed,
+                "tool_calls_count": 0,
+            }),
+            error: outcome
+                .error
+                .map(|e| format!("child run {child_id} failed: {e}")),
+            continue_on_error: false,
+            label: None,
+        })
     }
 
     /// Calls the agent and records its messages; returns its output data and tool count.
@@ -928,11 +1117,24 @@ impl Execution<'_> {
         iteration: u32,
         payload: Value,
     ) -> Result<(), RunnerError> {
+        self.record_linked(kind, path, iteration, payload, None)
+            .await
+    }
+
+    /// [`Self::record`], naming a child run (`step.call_workflow.*`).
+    async fn record_linked(
+        &mut self,
+        kind: ExchangeType,
+        path: &str,
+        iteration: u32,
+        payload: Value,
+        child_run_id: Option<RunId>,
+    ) -> Result<(), RunnerError> {
         let Some(transcript) = &self.transcript else {
             return Ok(());
         };
         let draft = ExchangeDraft {
-            child_run_id: None,
+            child_run_id,
             kind,
             path: path.to_owned(),
             iteration,

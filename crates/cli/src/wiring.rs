@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use adapters_agents::{MockQuery, Providers};
 use application::ports::RunStore;
-use domain::WorkflowDef;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::FileRunStore;
 use infrastructure::transcript::JsonlTranscripts;
@@ -19,9 +18,10 @@ pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
         .map_err(|e| Failure::Run(anyhow::anyhow!("storage {}: {e}", storage.display())))
 }
 
-/// Providers for a workflow loaded from `workflow_dir`.
-pub fn providers(workflow: &WorkflowDef, workflow_dir: &Path) -> Providers {
-    let default_fixtures = workflow_dir.join("fixtures").join(&workflow.name);
+/// Providers for a workflow loaded from `workflow_dir`: mock fixtures are
+/// under `fixtures/<workflow name>/` there unless an agent says otherwise.
+pub fn providers(workflow_dir: &Path) -> Providers {
+    let default_fixtures = workflow_dir.join("fixtures");
     Providers::new().with_mock(Arc::new(MockQuery::new(workflow_dir, default_fixtures)))
 }
 

@@ -91,6 +91,9 @@ pub enum EventKind {
     FlowStarted {
         workflow: WorkflowRef,
         input: Value,
+        /// The run that called this one (`call_workflow`), for a child run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<RunId>,
         nodes: Vec<NodeId>,
         edges: Vec<String>,
     },

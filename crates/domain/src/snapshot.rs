@@ -286,6 +286,7 @@ mod tests {
                         hash: "sha256:00".into(),
                     },
                     input: Value::Null,
+                    parent_run_id: None,
                     nodes: vec![a.clone(), b.clone()],
                     edges: vec!["a->b".into()],
                 },

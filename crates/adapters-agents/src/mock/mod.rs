@@ -2,8 +2,10 @@
 //! recorded calls instead of calling a model.
 //!
 //! Fixtures live in one directory per workflow, one file per node
-//! (`<node-id>.json`, seed 001 §7.2). Each call of a node takes the next
-//! recorded call of its file (a counter per node), yields its recorded
+//! (`<node-id>.json`, seed 001 §7.2): by default `fixtures/<workflow name>/`
+//! next to the workflow file, so a child workflow's nodes have files of their
+//! own. Each call of a node takes the next recorded call of its file (a
+//! counter per workflow and node), yields its recorded
 //! events, then its output as the result. A missing file or call is an error
 //! that names the node, the call index and the file, never a guess.
 
@@ -23,8 +25,9 @@ pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
 pub struct MockQuery {
     /// Directory that relative `fixtures:` settings are resolved against (the workflow's).
     base_dir: PathBuf,
-    /// Where fixtures are when an agent names no `fixtures:` directory.
-    default_dir: PathBuf,
+    /// Where fixture directories are, one per workflow name, when an agent
+    /// names no `fixtures:` directory.
+    default_root: PathBuf,
     /// Parsed files by path, and the next call index by node. A std mutex:
     /// it is never held across an await, and the critical sections are tiny.
     state: Mutex<MockState>,
@@ -33,16 +36,16 @@ pub struct MockQuery {
 #[derive(Default)]
 struct MockState {
     files: HashMap<PathBuf, Arc<FixtureFile>>,
-    calls: HashMap<NodeId, usize>,
+    calls: HashMap<(String, NodeId), usize>,
 }
 
 impl MockQuery {
     /// A mock whose agents' `fixtures:` paths are relative to `base_dir`,
-    /// defaulting to `default_dir`.
-    pub fn new(base_dir: impl Into<PathBuf>, default_dir: impl Into<PathBuf>) -> Self {
+    /// defaulting to `<default_root>/<workflow name>`.
+    pub fn new(base_dir: impl Into<PathBuf>, default_root: impl Into<PathBuf>) -> Self {
         Self {
             base_dir: base_dir.into(),
-            default_dir: default_dir.into(),
+            default_root: default_root.into(),
             state: Mutex::new(MockState::default()),
         }
     }
@@ -50,7 +53,7 @@ impl MockQuery {
     fn fixture_path(&self, request: &AgentRequest) -> PathBuf {
         let dir = match &request.agent.fixtures {
             Some(dir) => self.base_dir.join(dir),
-            None => self.default_dir.clone(),
+            None => self.default_root.join(&request.workflow),
         };
         dir.join(format!("{}.json", request.node_id))
     }
@@ -58,6 +61,7 @@ impl MockQuery {
     /// Takes the next call index of `node` and the parsed fixture file.
     fn next_call(
         &self,
+        workflow: &str,
         node: &NodeId,
         path: &Path,
     ) -> Result<(usize, Arc<FixtureFile>), QueryError> {
@@ -77,7 +81,10 @@ impl MockQuery {
             }
         };
         let mut state = self.state.lock().map_err(|_| poisoned())?;
-        let counter = state.calls.entry(node.clone()).or_insert(0);
+        let counter = state
+            .calls
+            .entry((workflow.to_owned(), node.clone()))
+            .or_insert(0);
         let index = *counter;
         *counter += 1;
         Ok((index, file))
@@ -92,7 +99,7 @@ fn poisoned() -> QueryError {
 impl QueryFn for MockQuery {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = self.fixture_path(&request);
-        let (index, file) = self.next_call(&request.node_id, &path)?;
+        let (index, file) = self.next_call(&request.workflow, &request.node_id, &path)?;
         let call = file.calls.get(index).ok_or_else(|| {
             QueryError::Fixture(format!(
                 "no fixture for node `{}` call {index} in {} (it records {} call(s))",
@@ -117,6 +124,7 @@ mod tests {
     fn request(node: &str, fixtures: Option<&str>) -> AgentRequest {
         AgentRequest {
             run_id: RunId::new(uuid_v4()).unwrap(),
+            workflow: "wf".into(),
             node_id: NodeId::new(node).unwrap(),
             node_run_id: NodeRunId::new(uuid_v4()),
             agent_name: node.into(),
@@ -152,7 +160,7 @@ mod tests {
     async fn replays_calls_in_order_then_names_the_missing_one() {
         let tmp = tempfile::tempdir().unwrap();
         write(
-            tmp.path(),
+            &tmp.path().join("wf"),
             "writer.json",
             r#"{"calls": [
                 {"output": {"text": "first", "sessionId": "s1", "usage": {"inputTokens": 1, "outputTokens": 2}},
@@ -196,7 +204,11 @@ mod tests {
         };
         assert!(err.to_string().contains("`ghost`"), "{err}");
 
-        write(tmp.path(), "bad.json", "{\"calls\": [ {\"output\": 3} ]}");
+        write(
+            &tmp.path().join("wf"),
+            "bad.json",
+            "{\"calls\": [ {\"output\": 3} ]}",
+        );
         let mock = MockQuery::new(tmp.path(), tmp.path());
         let Err(err) = mock.query(request("bad", None)).await else {
             panic!("expected an error")
@@ -222,7 +234,7 @@ mod tests {
     async fn a_recorded_error_fails_the_call() {
         let tmp = tempfile::tempdir().unwrap();
         write(
-            tmp.path(),
+            &tmp.path().join("wf"),
             "a.json",
             r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
         );

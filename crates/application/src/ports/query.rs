@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 pub struct AgentRequest {
     /// The workflow run.
     pub run_id: RunId,
+    /// Name of the workflow the node belongs to (a child run's own name).
+    pub workflow: String,
     /// The node; the mock provider keys fixtures by it.
     pub node_id: NodeId,
     /// The node execution.

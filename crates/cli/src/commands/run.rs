@@ -1,17 +1,26 @@
 //! `awr run` and `awr validate`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::{RunRequest, WorkflowRunner};
+use domain::workflow::NodeKind;
 use domain::{RunStatus, WorkflowDef, WorkflowError};
 use serde_json::Value;
 
 use crate::{Failure, progress::Progress, wiring};
 
-/// Reads and validates a workflow file; errors name the file (and line:column when known).
+/// Reads and validates a workflow file and, recursively, the workflows its
+/// `call_workflow` nodes name (relative to the file that names them), so a
+/// bad child is refused before anything runs. Errors name the file (and
+/// line:column when known); a workflow that calls itself, directly or not,
+/// is refused.
 pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
+    load_tree(file, &mut Vec::new())
+}
+
+fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::Input(anyhow!("cannot read {}: {e}", file.display())))?;
     let is_json = file.extension().is_some_and(|ext| ext == "json");
@@ -20,7 +29,40 @@ pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
     } else {
         WorkflowDef::from_yaml(&text)
     };
-    parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))
+    let mut workflow = parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))?;
+    let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    calling.push(canonical);
+    let dir = file.parent().unwrap_or(Path::new("."));
+    for node in &mut workflow.nodes {
+        if let NodeKind::CallWorkflow {
+            workflow: child,
+            resolved,
+        } = &mut node.kind
+        {
+            let path = dir.join(&*child);
+            let key = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if calling.contains(&key) {
+                return Err(Failure::Input(anyhow!(
+                    "{}: node `{}` calls {}, which is already being called: workflows must not call themselves",
+                    file.display(),
+                    node.id,
+                    path.display()
+                )));
+            }
+            let loaded = load_tree(&path, calling).map_err(|f| match f {
+                Failure::Input(e) => Failure::Input(e.context(format!(
+                    "{}: node `{}` calls {}",
+                    file.display(),
+                    node.id,
+                    path.display()
+                ))),
+                other => other,
+            })?;
+            *resolved = Some(Arc::new(loaded));
+        }
+    }
+    calling.pop();
+    Ok(workflow)
 }
 
 fn located(file: &Path, error: &WorkflowError) -> String {
@@ -69,7 +111,7 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
     let workflow_dir = file.parent().unwrap_or(Path::new("."));
-    let providers = wiring::providers(&workflow, workflow_dir);
+    let providers = wiring::providers(workflow_dir);
 
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();

@@ -106,14 +106,37 @@ pub struct NodeDef {
     pub kind: NodeKind,
 }
 
-/// What a node does. Later node kinds (command, call_workflow, ...) add variants.
-#[derive(Debug, Clone, PartialEq)]
+/// What a node does. Later node kinds (command, parallel, ...) add variants.
+#[derive(Debug, Clone)]
 pub enum NodeKind {
     /// Runs the named agent.
     Agent {
         /// Key into [`WorkflowDef::agents`].
         agent: String,
     },
+    /// Runs another workflow as a child run of its own; its output becomes
+    /// this node's output.
+    CallWorkflow {
+        /// The workflow file, as written (relative to this workflow's file).
+        workflow: String,
+        /// The child's definition, once the caller has loaded it: the domain
+        /// reads no files, so whoever loads workflows resolves these (and
+        /// refuses cycles) before the run starts.
+        resolved: Option<std::sync::Arc<WorkflowDef>>,
+    },
+}
+
+impl PartialEq for NodeKind {
+    /// Compares what was written; a resolved child is derived from it.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Agent { agent: a }, Self::Agent { agent: b }) => a == b,
+            (Self::CallWorkflow { workflow: a, .. }, Self::CallWorkflow { workflow: b, .. }) => {
+                a == b
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A directed edge. An edge with `max_iterations` is a loop edge: it may point
@@ -182,6 +205,7 @@ impl WorkflowDef {
                 .agents
                 .get_key_value(agent)
                 .map(|(k, v)| (k.as_str(), v)),
+            NodeKind::CallWorkflow { .. } => None,
         }
     }
 

@@ -86,16 +86,50 @@ struct RawWorkflow {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a step: `{agent: NAME, id?: ID}`")]
 struct RawStep {
-    agent: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    call_workflow: Option<String>,
     #[serde(default)]
     id: Option<String>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a node: `{id: ID, agent: NAME}`")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a node: `{id: ID, agent: NAME}` or `{id: ID, call_workflow: FILE}`"
+)]
 struct RawNode {
     id: String,
-    agent: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    call_workflow: Option<String>,
+}
+
+/// What a step or node does, before it is checked: exactly one of `agent`
+/// and `call_workflow`.
+fn raw_kind(
+    item: &str,
+    agent: Option<String>,
+    call_workflow: Option<String>,
+) -> Result<NodeKind, WorkflowError> {
+    match (agent, call_workflow) {
+        (Some(agent), None) => Ok(NodeKind::Agent { agent }),
+        (None, Some(workflow)) if !workflow.trim().is_empty() => Ok(NodeKind::CallWorkflow {
+            workflow,
+            resolved: None,
+        }),
+        (None, Some(_)) => Err(invalid(item, "`call_workflow` must name a workflow file")),
+        (Some(_), Some(_)) => Err(invalid(
+            item,
+            "give either `agent` or `call_workflow`, not both",
+        )),
+        (None, None) => Err(invalid(
+            item,
+            "missing `agent` (or `call_workflow`): what does this step do?",
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -281,8 +315,10 @@ impl<'a> NodeSet<'a> {
         }
     }
 
-    fn add(&mut self, item: String, id: &str, agent: String) -> Result<(), WorkflowError> {
-        if !self.agents.contains_key(&agent) {
+    fn add(&mut self, item: String, id: &str, kind: NodeKind) -> Result<(), WorkflowError> {
+        if let NodeKind::Agent { agent } = &kind
+            && !self.agents.contains_key(agent)
+        {
             let known = list(self.agents.keys().map(String::as_str));
             return Err(invalid(
                 item,
@@ -299,10 +335,7 @@ impl<'a> NodeSet<'a> {
             ));
         }
         self.seen.insert(id.to_owned(), (self.nodes.len(), item));
-        self.nodes.push(NodeDef {
-            id: node_id,
-            kind: NodeKind::Agent { agent },
-        });
+        self.nodes.push(NodeDef { id: node_id, kind });
         Ok(())
     }
 }
@@ -316,8 +349,14 @@ fn lower_steps(
     }
     let mut set = NodeSet::new(agents);
     for (i, step) in steps.into_iter().enumerate() {
-        let id = step.id.unwrap_or_else(|| step.agent.clone());
-        set.add(format!("steps[{i}]"), &id, step.agent)?;
+        let item = format!("steps[{i}]");
+        let id = match (step.id, &step.agent) {
+            (Some(id), _) => id,
+            (None, Some(agent)) => agent.clone(),
+            (None, None) => return Err(invalid(item, "a `call_workflow` step needs an `id`")),
+        };
+        let kind = raw_kind(&item, step.agent, step.call_workflow)?;
+        set.add(item, &id, kind)?;
     }
     let edges = set
         .nodes
@@ -343,11 +382,9 @@ fn lower_graph(
     }
     let mut set = NodeSet::new(agents);
     for (i, node) in nodes.into_iter().enumerate() {
-        set.add(
-            format!("nodes[{i}] (id `{}`)", node.id),
-            &node.id,
-            node.agent,
-        )?;
+        let item = format!("nodes[{i}] (id `{}`)", node.id);
+        let kind = raw_kind(&item, node.agent, node.call_workflow)?;
+        set.add(item, &node.id, kind)?;
     }
     let known_node = |item: &str, end: &str, id: &str| -> Result<NodeId, WorkflowError> {
         match set.seen.get(id) {
@@ -562,7 +599,7 @@ mod tests {
         );
         check_err(
             &wf("steps: [{agent: a}, {id: x}]\n"),
-            "steps[1]: missing field `agent`",
+            "steps[1]: missing `agent` (or `call_workflow`)",
         );
         check_err(
             &wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"),
@@ -991,5 +1028,22 @@ edges:
             let src = String::from_utf8_lossy(&bytes);
             let _ = WorkflowDef::from_yaml(&src);
         }
+    }
+
+    #[test]
+    fn call_workflow_nodes_and_steps() {
+        let def = WorkflowDef::from_yaml(
+            "name: p\nagents:\n  a: {provider: mock}\nsteps: [{agent: a}, {id: sub, call_workflow: child.yaml}]\n",
+        )
+        .unwrap();
+        assert!(matches!(&def.nodes[1].kind,
+            NodeKind::CallWorkflow { workflow, resolved: None } if workflow == "child.yaml"));
+        assert!(def.agent_of(&def.nodes[1]).is_none());
+        let both = "name: p\nagents:\n  a: {provider: mock}\nnodes: [{id: x, agent: a, call_workflow: c.yaml}]\n";
+        let err = WorkflowDef::from_yaml(both).unwrap_err().to_string();
+        assert!(err.contains("not both"), "{err}");
+        let no_id = "name: p\nagents:\n  a: {provider: mock}\nsteps: [{call_workflow: c.yaml}]\n";
+        let err = WorkflowDef::from_yaml(no_id).unwrap_err().to_string();
+        assert!(err.contains("needs an `id`"), "{err}");
     }
 }

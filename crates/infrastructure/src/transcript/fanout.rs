@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(slots[0].unreported, 3);
         assert_eq!(sub.dropped(), 4);
         // An interval later, the next drop warns and reports the backlog.
-        slots[0].last_warn = Some(first_warning - WARN_INTERVAL);
+        slots[0].last_warn = first_warning.checked_sub(WARN_INTERVAL);
         broadcast(&mut slots, &event(6), file);
         assert_eq!(slots[0].unreported, 0);
         drop(sub);

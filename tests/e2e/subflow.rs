@@ -1,0 +1,176 @@
+//! `call_workflow`: a child is a run of its own, linked to its parent both
+//! ways, in the event logs and in the transcripts, to any depth.
+
+use domain::{EventKind, RuntimeEvent};
+use serde_json::Value;
+
+use crate::util::{Awr, run_id_of};
+
+fn transcript(awr: &Awr, run: &str) -> Vec<Value> {
+    let path = awr
+        .storage()
+        .join("transcripts")
+        .join(format!("{run}.jsonl"));
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn events(awr: &Awr, run: &str) -> Vec<RuntimeEvent> {
+    std::fs::read_to_string(awr.run_dir(run).join("events.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_sub_workflow_example_links_parent_and_child_both_ways() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/market-brief.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let parent = run_id_of(&out);
+    assert_eq!(awr.run_ids().len(), 2, "the child is a run of its own");
+
+    let lines = transcript(&awr, &parent);
+    let started = lines
+        .iter()
+        .find(|l| l["type"] == "step.call_workflow.started")
+        .expect("parent names its child");
+    let child = started["child_run_id"].as_str().unwrap().to_owned();
+    assert!(lines.iter().any(
+        |l| l["type"] == "step.call_workflow.completed" && l["child_run_id"] == child.as_str()
+    ));
+    assert!(lines.iter().all(|l| l.get("parent_run_id").is_none()));
+
+    let child_lines = transcript(&awr, &child);
+    assert!(
+        child_lines
+            .iter()
+            .all(|l| l["parent_run_id"] == parent.as_str() && l["run_id"] == child.as_str())
+    );
+    for (i, l) in child_lines.iter().enumerate() {
+        assert_eq!(l["seq"], i as u64 + 1, "one seq series per file");
+    }
+
+    let parent_events = events(&awr, &parent);
+    assert!(parent_events.iter().any(|e| matches!(&e.kind,
+        EventKind::SubflowStarted { child_run_id, .. } if child_run_id.to_string() == child)));
+    assert!(parent_events.iter().any(|e| matches!(&e.kind,
+        EventKind::SubflowCompleted { child_run_id, .. } if child_run_id.to_string() == child)));
+    let child_events = events(&awr, &child);
+    assert!(matches!(&child_events[0].kind,
+        EventKind::FlowStarted { parent_run_id: Some(p), .. } if p.to_string() == parent));
+
+    // The child's output is the node's output, and the run's final output.
+    let child_done = child_lines.last().unwrap();
+    assert_eq!(child_done["type"], "run.completed");
+    assert_eq!(
+        out.stdout.trim_end(),
+        child_done["payload"]["result"].as_str().unwrap().trim_end()
+    );
+
+    let path = awr
+        .storage()
+        .join("transcripts")
+        .join(format!("{parent}.jsonl"));
+    let recipe = r#"select(.type == "step.call_workflow.started") | .child_run_id"#;
+    if let Some(children) = crate::transcript_cli::jq(&["-r", recipe], &path) {
+        assert_eq!(
+            children.trim(),
+            child,
+            "the documented recipe finds the child"
+        );
+    }
+
+    let tree = awr.run(&["transcript", &parent, "--tree"]);
+    assert_eq!(tree.code, 0, "{}", tree.stderr);
+    let text = tree.stdout;
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` not in\n{text}"))
+    };
+    assert!(at("market-brief") < at("condense [call_workflow]"));
+    assert!(at("condense [call_workflow]") < at(&format!("run {child} summarize")));
+    assert!(at("summarizer [agent]") < at("fact-checker [agent]"));
+}
+
+#[test]
+fn nesting_goes_to_any_depth_and_cycles_are_refused() {
+    let awr = Awr::new();
+    let leaf = "name: leaf\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n";
+    awr.write(
+        "fx/a.json",
+        r#"{"calls": [{"output": {"text": "from the leaf"}}]}"#,
+    );
+    awr.write("leaf.yaml", leaf);
+    awr.write("middle.yaml", "name: middle\nagents:\n  a: {provider: mock}\nsteps: [{id: down, call_workflow: leaf.yaml}]\n");
+    let top = awr.write("top.yaml", "name: top\nagents:\n  a: {provider: mock}\nsteps: [{id: down, call_workflow: middle.yaml}]\n");
+    let out = awr.run(&["run", top.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "from the leaf");
+    assert_eq!(awr.run_ids().len(), 3);
+    let tree = awr.run(&["transcript", &run_id_of(&out), "--tree"]);
+    assert!(
+        tree.stdout.contains("top (completed)")
+            && tree.stdout.contains("middle (completed)")
+            && tree.stdout.contains("leaf (completed)"),
+        "{}",
+        tree.stdout
+    );
+
+    let cyc = Awr::new();
+    cyc.write(
+        "b.yaml",
+        "name: b\nagents:\n  a: {provider: mock}\nsteps: [{id: back, call_workflow: a.yaml}]\n",
+    );
+    let a = cyc.write(
+        "a.yaml",
+        "name: a\nagents:\n  a: {provider: mock}\nsteps: [{id: there, call_workflow: b.yaml}]\n",
+    );
+    let out = cyc.run(&["run", a.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("must not call themselves"),
+        "{}",
+        out.stderr
+    );
+    assert!(cyc.run_ids().is_empty());
+
+    let missing = Awr::new();
+    let m = missing.write("m.yaml", "name: m\nagents:\n  a: {provider: mock}\nsteps: [{id: gone, call_workflow: nowhere.yaml}]\n");
+    let out = missing.run(&["run", m.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("nowhere.yaml") && out.stderr.contains("`gone`"),
+        "{}",
+        out.stderr
+    );
+    assert!(missing.run_ids().is_empty());
+}
+
+#[test]
+fn a_failing_child_fails_its_parent() {
+    let awr = Awr::new();
+    awr.write(
+        "fx/a.json",
+        r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "boom"}}}]}"#,
+    );
+    awr.write(
+        "child.yaml",
+        "name: child\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
+    );
+    let top = awr.write("top.yaml", "name: top\nagents:\n  a: {provider: mock}\nsteps: [{id: sub, call_workflow: child.yaml}]\n");
+    let out = awr.run(&["run", top.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("boom"), "{}", out.stderr);
+    let parent = run_id_of(&out);
+    let last = events(&awr, &parent).pop().unwrap();
+    assert_eq!(last.kind.type_name(), "flow:failed");
+    assert!(
+        matches!(&events(&awr, &parent).iter().find(|e| e.kind.type_name() == "subflow:completed").unwrap().kind,
+        EventKind::SubflowCompleted { status, .. } if status.as_str() == "failed")
+    );
+}
