@@ -71,27 +71,72 @@ pub(super) fn subscription(id: u64, capacity: usize) -> (Slot, TranscriptSubscri
 }
 
 /// Offers `event` to every subscriber without waiting; forgets subscribers
-/// that closed or went away. Returns how many drops this line caused.
-pub(super) fn broadcast(slots: &mut Vec<Slot>, event: &Arc<ExchangeEvent>, file: &Path) -> u64 {
+/// that closed or went away. Returns the event (for the caller of `append`)
+/// and how many drops it caused.
+pub(super) fn broadcast(
+    slots: &mut Vec<Slot>,
+    event: ExchangeEvent,
+    file: &Path,
+) -> (Delivered, u64) {
     let mut drops = 0;
+    // Fast path when no subscriber has room (typically: only stalled ones):
+    // count the drops without putting the event behind an `Arc`, so a
+    // stalled subscriber costs the writer as little as possible.
+    if slots.iter().all(|slot| slot.tx.capacity() == 0) {
+        slots.retain_mut(|slot| {
+            if slot.is_gone() {
+                return false;
+            }
+            drops += 1;
+            slot.record_drop(event.seq, file);
+            true
+        });
+        return (Delivered::Alone(event), drops);
+    }
+    let shared = Arc::new(event);
     slots.retain_mut(|slot| {
         if slot.shared.closed.load(Ordering::Acquire) {
             return false;
         }
-        match slot.tx.try_send(Arc::clone(event)) {
+        match slot.tx.try_send(Arc::clone(&shared)) {
             Ok(()) => true,
             Err(TrySendError::Closed(_)) => false,
             Err(TrySendError::Full(_)) => {
                 drops += 1;
-                slot.record_drop(event.seq, file);
+                slot.record_drop(shared.seq, file);
                 true
             }
         }
     });
-    drops
+    (Delivered::Shared(shared), drops)
+}
+
+/// A broadcast line, handed back to the writer.
+#[derive(Debug)]
+pub(super) enum Delivered {
+    /// No subscriber took it.
+    Alone(ExchangeEvent),
+    /// Subscribers hold it too.
+    Shared(Arc<ExchangeEvent>),
+}
+
+impl Delivered {
+    /// The line; a copy if subscribers still hold it, which the writer makes
+    /// after releasing its lock.
+    pub(super) fn into_event(self) -> ExchangeEvent {
+        match self {
+            Self::Alone(event) => event,
+            Self::Shared(shared) => Arc::unwrap_or_clone(shared),
+        }
+    }
 }
 
 impl Slot {
+    /// Whether the subscriber closed or was dropped.
+    fn is_gone(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire) || self.tx.is_closed()
+    }
+
     /// Counts a drop and warns if this subscriber has not been warned about
     /// within [`WARN_INTERVAL`].
     fn record_drop(&mut self, seq: u64, file: &Path) {
@@ -193,8 +238,8 @@ mod tests {
 
     use super::*;
 
-    fn event(seq: u64) -> Arc<ExchangeEvent> {
-        Arc::new(ExchangeEvent {
+    fn event(seq: u64) -> ExchangeEvent {
+        ExchangeEvent {
             seq,
             run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
             parent_run_id: None,
@@ -204,7 +249,7 @@ mod tests {
             iteration: 0,
             timestamp: Timestamp::from_millis(0),
             payload: serde_json::Value::Null,
-        })
+        }
     }
 
     #[test]
@@ -212,12 +257,12 @@ mod tests {
         let (slot, sub) = subscription(1, 1);
         let mut slots = vec![slot];
         let file = Path::new("t.jsonl");
-        assert_eq!(broadcast(&mut slots, &event(1), file), 0);
-        assert_eq!(broadcast(&mut slots, &event(2), file), 1);
+        assert_eq!(broadcast(&mut slots, event(1), file).1, 0);
+        assert_eq!(broadcast(&mut slots, event(2), file).1, 1);
         let first_warning = slots[0].last_warn.unwrap();
         assert_eq!(slots[0].unreported, 0, "the first drop is reported at once");
         for seq in 3..6 {
-            assert_eq!(broadcast(&mut slots, &event(seq), file), 1);
+            assert_eq!(broadcast(&mut slots, event(seq), file).1, 1);
         }
         assert_eq!(
             slots[0].last_warn,
@@ -228,10 +273,10 @@ mod tests {
         assert_eq!(sub.dropped(), 4);
         // An interval later, the next drop warns and reports the backlog.
         slots[0].last_warn = first_warning.checked_sub(WARN_INTERVAL);
-        broadcast(&mut slots, &event(6), file);
+        broadcast(&mut slots, event(6), file);
         assert_eq!(slots[0].unreported, 0);
         drop(sub);
-        assert_eq!(broadcast(&mut slots, &event(7), file), 0);
+        assert_eq!(broadcast(&mut slots, event(7), file).1, 0);
         assert!(slots.is_empty(), "a dropped subscriber is forgotten");
     }
 

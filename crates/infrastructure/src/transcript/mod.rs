@@ -385,13 +385,12 @@ impl JsonlTranscript {
         if state.subscribers.is_empty() {
             return Ok(event);
         }
-        let shared = Arc::new(event);
-        let drops = fanout::broadcast(&mut state.subscribers, &shared, &self.path);
+        let (delivered, drops) = fanout::broadcast(&mut state.subscribers, event, &self.path);
         if drops > 0 {
             self.dropped_total.fetch_add(drops, Ordering::Relaxed);
         }
         drop(guard);
-        Ok(Arc::unwrap_or_clone(shared))
+        Ok(delivered.into_event())
     }
 
     /// The work of [`Transcript::close`]: refuses later appends and ends every
