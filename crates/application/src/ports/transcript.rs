@@ -16,6 +16,9 @@ pub enum TranscriptError {
     /// The file could not be opened or written (names the file).
     #[error("transcript I/O error: {0}")]
     Io(String),
+    /// A line that is not the last cannot be read (names the file and line).
+    #[error("corrupt transcript line at {0}")]
+    Corrupt(String),
     /// The transcript was closed.
     #[error("transcript of run {0} is closed")]
     Closed(RunId),

@@ -67,8 +67,8 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Vec<ExchangeEvent>, Transcri
                 tracing::warn!(file = %path.display(), line = number, error = %e, "ignoring a torn last line of the transcript");
             }
             Err(e) => {
-                return Err(TranscriptError::Io(format!(
-                    "{}:{number}: corrupt transcript line: {e}",
+                return Err(TranscriptError::Corrupt(format!(
+                    "{}:{number}: {e}",
                     path.display()
                 )));
             }
