@@ -26,16 +26,30 @@ fn system_prompt(example: &str, agent: &str) -> String {
     workflow.agents[agent].system_prompt.clone()
 }
 
-#[test]
-fn a_run_writes_a_complete_transcript() {
-    let awr = Awr::new();
-    let (run, path) = run_example(&awr, "examples/research-pipeline.yaml");
-    let bytes = std::fs::read(&path).unwrap();
+/// Every system prompt of every example workflow.
+fn example_system_prompts() -> Vec<String> {
+    let mut prompts = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("examples"))
+        .unwrap()
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let workflow = domain::WorkflowDef::from_yaml(&text).unwrap();
+            prompts.extend(workflow.agents.values().map(|a| a.system_prompt.clone()));
+        }
+    }
+    prompts
+}
+
+/// Checks one transcript file against the seed's rules; returns its lines.
+fn check_transcript(path: &std::path::Path, run: &str, prompts: &[String]) -> Vec<Value> {
+    let bytes = std::fs::read(path).unwrap();
     assert!(!bytes.contains(&b'\r'), "LF line endings only");
     assert_eq!(bytes.last(), Some(&b'\n'));
-    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-
     let lines: Vec<Value> = String::from_utf8(bytes)
         .unwrap()
         .lines()
@@ -43,7 +57,7 @@ fn a_run_writes_a_complete_transcript() {
         .collect();
     for (i, line) in lines.iter().enumerate() {
         assert_eq!(line["seq"], i as u64 + 1);
-        assert_eq!(line["run_id"], run.as_str());
+        assert_eq!(line["run_id"], run);
         let event: ExchangeEvent = serde_json::from_value(line.clone()).unwrap();
         assert!(
             !matches!(event.kind, ExchangeType::Unknown(_)),
@@ -55,14 +69,51 @@ fn a_run_writes_a_complete_transcript() {
                 assert!(["router", "agent_emitted"].contains(&fidelity), "{block}");
             }
         }
+        if line["type"] == "message.user" {
+            let system = line["payload"]["blocks"][1]["text"].as_str().unwrap_or("");
+            assert!(
+                prompts.iter().any(|p| p == system),
+                "system prompt verbatim: {line}"
+            );
+        }
     }
     assert_eq!(lines.first().unwrap()["type"], "run.started");
     assert_eq!(lines.last().unwrap()["type"], "run.completed");
-    let first_user = lines.iter().find(|l| l["type"] == "message.user").unwrap();
+    lines
+}
+
+#[test]
+fn every_example_writes_a_complete_transcript() {
+    let prompts = example_system_prompts();
+    for example in [
+        "examples/research-pipeline.yaml",
+        "examples/triage.yaml",
+        "examples/market-brief.yaml",
+        "examples/summarize.yaml",
+    ] {
+        let awr = Awr::new();
+        let (run, path) = run_example(&awr, example);
+        let lines = check_transcript(&path, &run, &prompts);
+        for child in lines.iter().filter_map(|l| l["child_run_id"].as_str()) {
+            let child_path = awr
+                .storage()
+                .join("transcripts")
+                .join(format!("{child}.jsonl"));
+            check_transcript(&child_path, child, &prompts);
+        }
+    }
+    // The first agent's prompt, checked against its own definition.
+    let awr = Awr::new();
+    let (_, path) = run_example(&awr, "examples/research-pipeline.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let first_user: Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["type"] == "message.user")
+        .unwrap();
     assert_eq!(
         first_user["payload"]["blocks"][1]["text"].as_str().unwrap(),
-        system_prompt("examples/research-pipeline.yaml", "researcher"),
-        "message.user carries the system prompt verbatim"
+        system_prompt("examples/research-pipeline.yaml", "researcher")
     );
 }
 
