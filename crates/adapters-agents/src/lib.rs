@@ -6,10 +6,16 @@
 //! is what makes runs reproducible in tests and examples. [`Providers`]
 //! dispatches each call to the provider its agent names.
 //!
+//! CLI agents print JSONL: [`normalize`] frames, repairs and parses it the same
+//! way for every provider, and each provider supplies only a line decoder
+//! ([`claude`]: Claude Code's `stream-json`).
+//!
 //! Architecture invariant: providers never depend on each other, and nothing
 //! here knows about stores or the CLI.
 
+pub mod claude;
 pub mod mock;
+pub mod normalize;
 mod providers;
 
 pub use mock::MockQuery;

@@ -1,19 +1,28 @@
 //! Live progress of `awr run` on stderr: one line per step, with the agent's
 //! text streamed as it arrives when stderr is a terminal, plain lines otherwise.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use application::ports::RunObserver;
-use domain::{EventKind, RuntimeEvent};
+use domain::{EventKind, RunId, RuntimeEvent};
 
 /// Prints events as they are recorded.
 pub struct Progress {
     /// Stream agent text and use symbols (a person is watching) or not (a log file).
     live: bool,
-    /// Whether streamed text left the cursor mid-line. A std mutex: held only
-    /// while formatting one event, never across an await.
-    mid_line: Mutex<bool>,
+    /// Whether streamed text left the cursor mid-line, and how deep each run
+    /// is (children of `call_workflow` nodes print indented under their
+    /// parent). A std mutex: held only while printing one event, never
+    /// across an await.
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    mid_line: bool,
+    depth: HashMap<RunId, usize>,
 }
 
 impl Progress {
@@ -21,17 +30,17 @@ impl Progress {
     pub fn new() -> Self {
         Self {
             live: std::io::stderr().is_terminal(),
-            mid_line: Mutex::new(false),
+            state: Mutex::new(State::default()),
         }
     }
 
     /// Ends a line left open by streamed text.
     pub fn finish(&self) {
-        if let Ok(mut mid) = self.mid_line.lock()
-            && *mid
+        if let Ok(mut state) = self.state.lock()
+            && state.mid_line
         {
             eprintln!();
-            *mid = false;
+            state.mid_line = false;
         }
     }
 
@@ -78,9 +87,16 @@ impl Progress {
 
 impl RunObserver for Progress {
     fn on_event(&self, event: &RuntimeEvent) {
-        let Ok(mut mid) = self.mid_line.lock() else {
+        let Ok(mut state) = self.state.lock() else {
             return;
         };
+        if let EventKind::FlowStarted { parent_run_id, .. } = &event.kind {
+            let depth = parent_run_id
+                .and_then(|p| state.depth.get(&p).copied())
+                .map_or(0, |d| d + 1);
+            state.depth.insert(event.run_id, depth);
+        }
+        let indent = "  ".repeat(state.depth.get(&event.run_id).copied().unwrap_or(0));
         let mut err = std::io::stderr().lock();
         if self.live
             && let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
@@ -90,15 +106,15 @@ impl RunObserver for Progress {
             // Errors writing progress are not worth failing a run over.
             let _ = write!(err, "\x1b[2m{content}\x1b[0m");
             let _ = err.flush();
-            *mid = !content.ends_with('\n');
+            state.mid_line = !content.ends_with('\n');
             return;
         }
         if let Some(line) = self.line(event) {
-            if *mid {
+            if state.mid_line {
                 let _ = writeln!(err);
-                *mid = false;
+                state.mid_line = false;
             }
-            let _ = writeln!(err, "{line}");
+            let _ = writeln!(err, "{indent}{line}");
         }
     }
 }

@@ -1,0 +1,989 @@
+//! Maps Claude Code `stream-json` lines to normalized [`AgentMessage`]s.
+//!
+//! The CLI prints one line per content block (several lines share one
+//! `message.id`), tool results as `user` lines, and a final `result` line.
+//! [`ClaudeDecoder`] pairs each `tool_use` with its `tool_result` by id into one
+//! [`AgentMessage::Tool`], keeps whatever it does not understand as a warning,
+//! and holds the terminal item back until [`Decoder::finish`], so that the
+//! terminal item is always last and dangling tool calls come before it.
+//!
+//! Partial messages (`--include-partial-messages`): `text_delta` and
+//! `thinking_delta` become [`AgentMessage::TextDelta`] /
+//! [`AgentMessage::ThinkingDelta`]. Once a message (by `message.id`) has
+//! streamed text deltas, its complete `text` blocks are not emitted again
+//! (likewise thinking), so consumers never see the same text twice; tool
+//! calls always come from the complete `tool_use` blocks.
+
+use std::collections::{HashMap, HashSet};
+
+use application::ports::{AgentMessage, AgentResult, QueryError};
+use domain::SessionId;
+use domain::event::{ModelUsage, Usage};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::wire::{AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, UserLine};
+use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+
+/// The error recorded for a `tool_use` that never got its `tool_result`.
+pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+
+/// A `tool_use` waiting for its `tool_result`.
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    input: Value,
+}
+
+/// Which kinds of deltas a message streamed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Streamed {
+    text: bool,
+    thinking: bool,
+}
+
+/// Decoder state for one Claude Code invocation.
+#[derive(Debug, Default)]
+pub struct ClaudeDecoder {
+    /// The session announced with [`AgentMessage::Session`].
+    session: Option<SessionId>,
+    /// Tool calls without a result yet, in call order.
+    pending: Vec<PendingTool>,
+    /// Messages that streamed deltas, by `message.id`.
+    streamed: HashMap<String, Streamed>,
+    /// The message the current stream events belong to.
+    current_message: Option<String>,
+    /// Ids whose results were already paired (a repeated result is a warning).
+    answered: HashSet<String>,
+    /// The outcome of the `result` line, emitted at [`Decoder::finish`].
+    terminal: Option<Decoded>,
+    /// `finish` ran.
+    finished: bool,
+}
+
+impl ClaudeDecoder {
+    /// A decoder for a new invocation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The session id, once `system`/`init` announced it.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref()
+    }
+
+    fn system(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match SystemLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("system", &err, value),
+        };
+        match line.subtype.as_deref() {
+            Some("init") => self.init(line, value),
+            Some("api_retry") => {
+                let status = line.error_status;
+                let error_type = if status == Some(429) {
+                    "rate_limit"
+                } else {
+                    "api_error"
+                };
+                let reason = match &line.error {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => "unknown error".to_owned(),
+                };
+                let status = status.map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
+                let message = format!(
+                    "API request failed ({status}, {reason}); retry {} of {} in {} ms",
+                    opt(line.attempt),
+                    opt(line.max_retries),
+                    opt(line.retry_delay_ms),
+                );
+                vec![Ok(AgentMessage::Error {
+                    error_type: error_type.to_owned(),
+                    message,
+                    details: Some(value.clone()),
+                })]
+            }
+            // Progress noise: request status and thinking-token estimates.
+            Some("status" | "thinking_tokens") => Vec::new(),
+            other => unknown(&format!("system line subtype {other:?}"), value),
+        }
+    }
+
+    fn init(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
+        let id = line.session_id.unwrap_or_default();
+        match (&self.session, SessionId::new(id)) {
+            (None, Ok(session_id)) => {
+                self.session = Some(session_id.clone());
+                vec![Ok(AgentMessage::Session {
+                    session_id,
+                    model: line.model,
+                })]
+            }
+            (Some(known), Ok(id)) if *known == id => Vec::new(),
+            (Some(_), Ok(_)) => vec![Ok(warning(
+                "a second system/init line names another session; the first one is kept".to_owned(),
+                json!({ "line": value }),
+            ))],
+            (_, Err(_)) => vec![Ok(warning(
+                "system/init line without a session id".to_owned(),
+                json!({ "line": value }),
+            ))],
+        }
+    }
+
+    fn assistant(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match AssistantLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("assistant", &err, value),
+        };
+        if line.is_api_error_message {
+            // The CLI's own rendering of an API failure, not model output; the
+            // `result` line that follows carries the error.
+            return vec![Ok(warning(
+                "Claude Code reported an API error as a synthetic assistant message".to_owned(),
+                json!({ "line": value }),
+            ))];
+        }
+        let streamed = line
+            .message
+            .id
+            .as_ref()
+            .and_then(|id| self.streamed.get(id))
+            .copied()
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for block in blocks(&line.message.content) {
+            match Block::deserialize(block) {
+                Ok(Block::Text { text }) if !streamed.text => {
+                    out.push(Ok(AgentMessage::Text { content: text }));
+                }
+                Ok(Block::Thinking { thinking }) if !streamed.thinking => {
+                    out.push(Ok(AgentMessage::Thinking {
+                        content: thinking,
+                        token_count: None,
+                    }));
+                }
+                Ok(Block::Text { .. } | Block::Thinking { .. }) => {}
+                Ok(Block::ToolUse { id, name, input }) => {
+                    self.pending.push(PendingTool { id, name, input });
+                }
+                Ok(Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                }) => out.push(self.tool_result(tool_use_id, content, is_error, block)),
+                Err(_) => out.extend(unknown_block(block)),
+            }
+        }
+        out
+    }
+
+    fn user(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match UserLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("user", &err, value),
+        };
+        let mut out = Vec::new();
+        // A plain-string content is the user's own prompt echoed back: not agent output.
+        for block in blocks(&line.message.content) {
+            match Block::deserialize(block) {
+                Ok(Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                }) => out.push(self.tool_result(tool_use_id, content, is_error, block)),
+                // Echoed user text: the runtime already knows its own prompt.
+                Ok(Block::Text { .. }) => {}
+                _ => out.extend(unknown_block(block)),
+            }
+        }
+        out
+    }
+
+    fn tool_result(
+        &mut self,
+        id: String,
+        content: Value,
+        is_error: Option<bool>,
+        raw: &Value,
+    ) -> Decoded {
+        let Some(index) = self.pending.iter().position(|t| t.id == id) else {
+            let why = if self.answered.contains(&id) {
+                "a second tool_result for the same tool_use id"
+            } else {
+                "a tool_result for an unknown tool_use id"
+            };
+            return Ok(warning(why.to_owned(), json!({ "block": raw })));
+        };
+        let tool = self.pending.remove(index);
+        self.answered.insert(tool.id);
+        let output = tool_output(content);
+        let error = is_error.unwrap_or(false).then(|| match &output {
+            Value::String(s) if !s.is_empty() => s.clone(),
+            Value::Null => "tool failed".to_owned(),
+            other => other.to_string(),
+        });
+        Ok(AgentMessage::Tool {
+            name: tool.name,
+            input: tool.input,
+            output,
+            duration_ms: None,
+            error,
+        })
+    }
+
+    fn stream_event(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match StreamEventLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("stream_event", &err, value),
+        };
+        let event = &line.event;
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                self.current_message = event
+                    .pointer("/message/id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or(line.api_message_id);
+                Vec::new()
+            }
+            Some("content_block_delta") => {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                let message = line.api_message_id.or_else(|| self.current_message.clone());
+                match Delta::deserialize(delta) {
+                    Ok(Delta::TextDelta { text }) => {
+                        self.mark(message, |s| s.text = true);
+                        vec![Ok(AgentMessage::TextDelta { content: text })]
+                    }
+                    Ok(Delta::ThinkingDelta { thinking }) => {
+                        self.mark(message, |s| s.thinking = true);
+                        vec![Ok(AgentMessage::ThinkingDelta {
+                            content: thinking,
+                            token_count: None,
+                        })]
+                    }
+                    Err(_) => match delta.get("type").and_then(Value::as_str) {
+                        // Covered by the complete blocks that follow.
+                        Some("signature_delta" | "input_json_delta" | "citations_delta") => {
+                            Vec::new()
+                        }
+                        other => unknown(&format!("stream delta type {other:?}"), value),
+                    },
+                }
+            }
+            Some("error") => {
+                let error = event.get("error").unwrap_or(&Value::Null);
+                let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+                let error_type = if kind == "rate_limit_error" {
+                    "rate_limit"
+                } else {
+                    "api_error"
+                };
+                let message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error event in the model stream")
+                    .to_owned();
+                vec![Ok(AgentMessage::Error {
+                    error_type: error_type.to_owned(),
+                    message,
+                    details: Some(value.clone()),
+                })]
+            }
+            Some(
+                "content_block_start"
+                | "content_block_stop"
+                | "message_delta"
+                | "message_stop"
+                | "ping",
+            ) => Vec::new(),
+            other => unknown(&format!("stream event type {other:?}"), value),
+        }
+    }
+
+    fn mark(&mut self, message: Option<String>, set: impl FnOnce(&mut Streamed)) {
+        if let Some(id) = message {
+            set(self.streamed.entry(id).or_default());
+        }
+    }
+
+    fn result(&mut self, value: &Value) -> Vec<Decoded> {
+        let mut out = Vec::new();
+        if self.terminal.is_some() {
+            out.push(Ok(warning(
+                "a second result line; the last one is kept".to_owned(),
+                json!({ "line": value }),
+            )));
+        }
+        self.terminal = Some(match ResultLine::deserialize(value) {
+            Ok(line) => self.outcome(line, value),
+            Err(err) => Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!("unreadable result line: {err}"),
+                details: Some(value.clone()),
+            }),
+        });
+        out
+    }
+
+    fn outcome(&self, line: ResultLine, value: &Value) -> Decoded {
+        let subtype = line.subtype.as_deref().unwrap_or("");
+        if line.is_error.unwrap_or(false) || subtype.starts_with("error") {
+            let text = line.result.as_deref().unwrap_or("");
+            let error_type = if line.api_error_status == Some(429)
+                || line.terminal_reason.as_deref() == Some("rate_limit")
+            {
+                "rate_limit"
+            } else if subtype.starts_with("error_") {
+                subtype
+            } else if line.terminal_reason.as_deref() == Some("api_error")
+                || text.starts_with("API Error")
+            {
+                "api_error"
+            } else {
+                "error_during_execution"
+            };
+            let errors: Vec<String> = line
+                .errors
+                .iter()
+                .flatten()
+                .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+                .collect();
+            let message = if !text.is_empty() {
+                text.to_owned()
+            } else if !errors.is_empty() {
+                errors.join("; ")
+            } else {
+                format!("Claude Code reported an error (subtype {subtype:?})")
+            };
+            return Err(QueryError::Agent {
+                error_type: error_type.to_owned(),
+                message,
+                details: Some(value.clone()),
+            });
+        }
+        let usage = line.usage.unwrap_or_default();
+        let model_usage = line.model_usage.filter(|m| !m.is_empty()).map(|m| {
+            m.into_iter()
+                .map(|(model, u)| {
+                    let usage = ModelUsage {
+                        input_tokens: u.input_tokens.unwrap_or(0),
+                        output_tokens: u.output_tokens.unwrap_or(0),
+                    };
+                    (model, usage)
+                })
+                .collect()
+        });
+        let session_id = match &self.session {
+            Some(_) => None,
+            None => line.session_id.and_then(|id| SessionId::new(id).ok()),
+        };
+        Ok(AgentMessage::Completed(AgentResult {
+            text: line.result.unwrap_or_default(),
+            usage: Usage {
+                input_tokens: usage.input_tokens.unwrap_or(0),
+                output_tokens: usage.output_tokens.unwrap_or(0),
+                cache_creation_input_tokens: usage.cache_creation_input_tokens,
+                cache_read_input_tokens: usage.cache_read_input_tokens,
+            },
+            model_usage,
+            total_cost_usd: line.total_cost_usd,
+            duration_ms: line.duration_ms,
+            num_turns: line
+                .num_turns
+                .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            session_id,
+        }))
+    }
+}
+
+impl Decoder for ClaudeDecoder {
+    fn line(&mut self, value: Value) -> Vec<Decoded> {
+        match value.get("type").and_then(Value::as_str) {
+            Some("system") => self.system(&value),
+            Some("assistant") => self.assistant(&value),
+            Some("user") => self.user(&value),
+            Some("stream_event") => self.stream_event(&value),
+            Some("result") => self.result(&value),
+            other => unknown(&format!("line type {other:?}"), &value),
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Vec::new();
+        }
+        let mut out: Vec<Decoded> = self
+            .pending
+            .drain(..)
+            .map(|tool| {
+                Ok(AgentMessage::Tool {
+                    name: tool.name,
+                    input: tool.input,
+                    output: Value::Null,
+                    duration_ms: None,
+                    error: Some(DANGLING_TOOL_ERROR.to_owned()),
+                })
+            })
+            .collect();
+        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
+        match self.terminal.take() {
+            Some(Ok(done)) => {
+                if exit_code != Some(0) {
+                    out.push(Ok(warning(
+                        format!(
+                            "Claude Code {} after a successful result",
+                            describe_exit(exit_code)
+                        ),
+                        json!({ "exit_code": exit_code, "stderr_tail": stderr }),
+                    )));
+                }
+                out.push(Ok(done));
+            }
+            Some(Err(err)) => out.push(Err(err)),
+            None => {
+                let stderr_note = if stderr.is_empty() {
+                    "stderr was empty".to_owned()
+                } else {
+                    format!("stderr: {stderr}")
+                };
+                out.push(Err(QueryError::Agent {
+                    error_type: "error_during_execution".to_owned(),
+                    message: format!(
+                        "Claude Code {} without a result line; {stderr_note}",
+                        describe_exit(exit_code)
+                    ),
+                    details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
+                }));
+            }
+        }
+        out
+    }
+}
+
+/// The content blocks of a message (none when the content is not an array).
+fn blocks(content: &Value) -> &[Value] {
+    content.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// A tool result's content: text blocks joined into one string, a string
+/// kept as is, anything else (images, ...) kept raw.
+fn tool_output(content: Value) -> Value {
+    let Value::Array(parts) = content else {
+        return content;
+    };
+    let texts: Option<Vec<&str>> = parts
+        .iter()
+        .map(|p| match p.get("type").and_then(Value::as_str) {
+            Some("text") => p.get("text").and_then(Value::as_str),
+            _ => None,
+        })
+        .collect();
+    match texts {
+        Some(texts) => Value::String(texts.join("\n")),
+        None => Value::Array(parts),
+    }
+}
+
+fn opt(n: Option<u64>) -> String {
+    n.map_or_else(|| "?".to_owned(), |n| n.to_string())
+}
+
+fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("unknown Claude Code {what}; kept as is"),
+        json!({ "line": value }),
+    ))]
+}
+
+fn unknown_block(block: &Value) -> Vec<Decoded> {
+    let kind = block.get("type").and_then(Value::as_str);
+    vec![Ok(warning(
+        format!("unknown or malformed Claude Code content block {kind:?}; kept as is"),
+        json!({ "block": block }),
+    ))]
+}
+
+fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("malformed Claude Code `{kind}` line: {err}"),
+        json!({ "line": value }),
+    ))]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::claude::decode_output;
+
+    /// Decodes a copied capture with its recorded exit code.
+    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
+    }
+
+    fn kind(d: &Decoded) -> &'static str {
+        match d {
+            Ok(AgentMessage::Session { .. }) => "session",
+            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
+            Ok(AgentMessage::Thinking { .. }) => "thinking",
+            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
+            Ok(AgentMessage::Text { .. }) => "text",
+            Ok(AgentMessage::Tool { .. }) => "tool",
+            Ok(AgentMessage::Error { .. }) => "error",
+            Ok(AgentMessage::Warning { .. }) => "warning",
+            Ok(AgentMessage::Completed(_)) => "completed",
+            Err(_) => "ERR",
+        }
+    }
+
+    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+        out.iter().map(kind).collect()
+    }
+
+    fn session(out: &[Decoded]) -> (&str, Option<&str>) {
+        match &out[0] {
+            Ok(AgentMessage::Session { session_id, model }) => {
+                (session_id.as_str(), model.as_deref())
+            }
+            other => panic!("expected a session first, got {other:?}"),
+        }
+    }
+
+    fn completed(out: &[Decoded]) -> &AgentResult {
+        match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result,
+            other => panic!("expected Completed last, got {other:?}"),
+        }
+    }
+
+    fn agent_error(out: &[Decoded]) -> (&str, &str) {
+        match out.last() {
+            Some(Err(QueryError::Agent {
+                error_type,
+                message,
+                ..
+            })) => (error_type.as_str(), message.as_str()),
+            other => panic!("expected an agent error last, got {other:?}"),
+        }
+    }
+
+    fn tool(d: &Decoded) -> (&str, &Value, &Value, Option<&str>) {
+        match d {
+            Ok(AgentMessage::Tool {
+                name,
+                input,
+                output,
+                duration_ms: None,
+                error,
+            }) => (name.as_str(), input, output, error.as_deref()),
+            other => panic!("expected a tool, got {other:?}"),
+        }
+    }
+
+    const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
+
+    #[test]
+    fn text_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/text/stdout.jsonl"),
+            include_str!("../../testdata/claude/text/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(
+            session(&out),
+            (
+                "5e24ee18-a088-46c9-a6b4-9498c4af5185",
+                Some("claude-sonnet-4-5")
+            )
+        );
+        assert_eq!(
+            out[1].as_ref().unwrap(),
+            &AgentMessage::Text {
+                content: "Hello from the fake server.".to_owned()
+            }
+        );
+        let result = completed(&out);
+        assert_eq!(result.text, "Hello from the fake server.");
+        assert_eq!(
+            result.usage,
+            Usage {
+                input_tokens: 120,
+                output_tokens: 25,
+                cache_creation_input_tokens: Some(0),
+                cache_read_input_tokens: Some(0),
+            }
+        );
+        let model_usage = result.model_usage.as_ref().unwrap();
+        assert_eq!(
+            model_usage["claude-sonnet-4-5"],
+            ModelUsage {
+                input_tokens: 120,
+                output_tokens: 25
+            }
+        );
+        assert_eq!(result.total_cost_usd, Some(0.000735));
+        assert_eq!(result.num_turns, 1);
+        assert!(result.duration_ms.is_some());
+        assert_eq!(result.session_id, None, "already announced by Session");
+    }
+
+    #[test]
+    fn tool_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/tool/stdout.jsonl"),
+            include_str!("../../testdata/claude/tool/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            ["session", "thinking", "text", "tool", "text", "completed"]
+        );
+        assert!(
+            matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None })
+            if content == "The user wants me to run echo hi. I'll use the shell tool.")
+        );
+        let (name, input, output, error) = tool(&out[3]);
+        assert_eq!(name, "Bash");
+        assert_eq!(input["command"], "echo hi");
+        assert_eq!(output, &json!("hi"));
+        assert_eq!(error, None);
+        let result = completed(&out);
+        assert_eq!(result.text, TOOL_TEXT);
+        assert_eq!(
+            (result.usage.input_tokens, result.usage.output_tokens),
+            (240, 50)
+        );
+        assert_eq!(result.num_turns, 2);
+        assert_eq!(result.total_cost_usd, Some(0.00147));
+    }
+
+    #[test]
+    fn toolfail_capture_records_the_error() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/toolfail/stdout.jsonl"),
+            include_str!("../../testdata/claude/toolfail/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            ["session", "thinking", "text", "tool", "text", "completed"]
+        );
+        let (name, input, output, error) = tool(&out[3]);
+        assert_eq!(name, "Bash");
+        assert_eq!(input["command"], "echo oops >&2; exit 3");
+        assert_eq!(output, &json!("Exit code 3\noops"));
+        assert_eq!(error, Some("Exit code 3\noops"));
+        assert!(completed(&out).text.starts_with("Tool said: Exit code 3"));
+    }
+
+    #[test]
+    fn resume_capture_keeps_the_session() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/resume/stdout.jsonl"),
+            include_str!("../../testdata/claude/resume/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(session(&out).0, "97708221-dc20-4e93-bfbf-51addfb15a16");
+        let result = completed(&out);
+        // Cost is cumulative over the resumed session; usage is this invocation's.
+        assert_eq!(result.total_cost_usd, Some(0.002205));
+        assert_eq!(
+            (result.usage.input_tokens, result.usage.output_tokens),
+            (120, 25)
+        );
+    }
+
+    #[test]
+    fn errtest_capture_is_an_api_error_despite_subtype_success() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/ERRTEST/stdout.jsonl"),
+            include_str!("../../testdata/claude/ERRTEST/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "error", "warning", "ERR"]);
+        assert!(
+            matches!(&out[1], Ok(AgentMessage::Error { error_type, message, .. })
+            if error_type == "api_error" && message.contains("HTTP 500"))
+        );
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "api_error");
+        assert!(message.starts_with("API Error: 500"), "{message}");
+    }
+
+    #[test]
+    fn miderr_capture_recovers_and_completes() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/MIDERR/stdout.jsonl"),
+            include_str!("../../testdata/claude/MIDERR/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        let result = completed(&out);
+        assert_eq!(result.text, "Hello from the fake server.");
+        assert_eq!(
+            (result.usage.input_tokens, result.usage.output_tokens),
+            (240, 26)
+        );
+    }
+
+    #[test]
+    fn partial_capture_streams_deltas_without_duplicating_blocks() {
+        let out = capture(
+            include_bytes!("../../testdata/claude/tool_partial/stdout.jsonl"),
+            include_str!("../../testdata/claude/tool_partial/rc"),
+        );
+        let mut expected = vec!["session"];
+        expected.extend(["thinking_delta"; 2]);
+        expected.extend(["text_delta"; 5]);
+        expected.push("tool");
+        expected.extend(["text_delta"; 8]);
+        expected.push("completed");
+        assert_eq!(kinds(&out), expected);
+        let text: String = out
+            .iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, format!("I will run a command.{TOOL_TEXT}"));
+        let (name, input, output, _) = tool(&out[8]);
+        assert_eq!(
+            (name, &input["command"], output),
+            ("Bash", &json!("echo hi"), &json!("hi"))
+        );
+        assert_eq!(completed(&out).text, TOOL_TEXT);
+    }
+
+    const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#;
+    const OK_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"usage":{"input_tokens":1,"output_tokens":2}}"#;
+
+    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
+        let mut stdout = lines.join("\n");
+        stdout.push('\n');
+        decode_output(stdout.as_bytes(), rc, stderr)
+    }
+
+    #[test]
+    fn dangling_tool_use_is_recorded_before_the_error() {
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"sleep 99"}}]}}"#,
+            ],
+            Some(137),
+            "Killed\n",
+        );
+        assert_eq!(kinds(&out), ["session", "tool", "ERR"]);
+        let (name, input, output, error) = tool(&out[1]);
+        assert_eq!((name, &input["command"]), ("Bash", &json!("sleep 99")));
+        assert_eq!(output, &Value::Null);
+        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(
+            message.contains("code 137") && message.contains("Killed"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn empty_stdout_is_an_error_naming_the_exit_code() {
+        let out = decode_output(b"", Some(2), "boom: no API key");
+        assert_eq!(kinds(&out), ["ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(message.contains("exited with code 2"), "{message}");
+        assert!(message.contains("boom: no API key"), "{message}");
+        let out = decode_output(b"", None, "");
+        assert!(agent_error(&out).1.contains("killed by a signal"));
+    }
+
+    #[test]
+    fn unknown_lines_and_blocks_are_kept_as_warnings() {
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"brand_new","x":1}"#,
+                r#"{"no_type":true}"#,
+                r#"{"type":"system","subtype":"hook_response"}"#,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"redacted_thinking","data":"xx"},{"type":"text","text":"hi"}]}}"#,
+                r#"{"type":"assistant","message":"not an object"}"#,
+                OK_RESULT,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "warning",
+                "warning",
+                "warning",
+                "text",
+                "warning",
+                "completed"
+            ]
+        );
+        let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
+            panic!()
+        };
+        assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
+        assert_eq!(completed(&out).text, "done");
+    }
+
+    #[test]
+    fn hostile_bytes_do_not_stop_decoding() {
+        let mut stdout = Vec::new();
+        stdout.extend_from_slice(INIT.as_bytes());
+        stdout.extend_from_slice(b"\n");
+        stdout.extend_from_slice(
+            b"{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"text\",\"text\":\"a\0b\xffc\"}]}}\n",
+        );
+        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
+        let big = format!(
+            "{{\"type\":\"assistant\",\"message\":{{\"id\":\"m2\",\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n",
+            "y".repeat(1 << 20)
+        );
+        stdout.extend_from_slice(big.as_bytes());
+        stdout.extend_from_slice(OK_RESULT.as_bytes());
+        // No newline after the last line: it is still decoded.
+        let out = decode_output(&stdout, Some(0), "");
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "text",
+                "warning",
+                "warning",
+                "text",
+                "completed"
+            ]
+        );
+        assert_eq!(
+            out[2].as_ref().unwrap(),
+            &AgentMessage::Text {
+                content: "a\u{0}b\u{fffd}c".to_owned()
+            }
+        );
+        assert!(matches!(&out[5], Ok(AgentMessage::Text { content }) if content.len() == 1 << 20));
+    }
+
+    #[test]
+    fn truncated_result_line_means_no_result() {
+        let out = run(&[INIT], Some(1), "");
+        assert_eq!(kinds(&out), ["session", "ERR"]);
+        let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
+        let out = decode_output(stdout.as_bytes(), Some(1), "");
+        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+    }
+
+    #[test]
+    fn result_errors_map_to_stable_types() {
+        let cases = [
+            (
+                r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":3}"#,
+                "error_max_turns",
+            ),
+            (
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["tool crashed"]}"#,
+                "error_during_execution",
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"result":"API Error: 429 rate limited","terminal_reason":"api_error"}"#,
+                "rate_limit",
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 400 bad"}"#,
+                "api_error",
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":true}"#,
+                "error_during_execution",
+            ),
+            (
+                r#"{"type":"result","usage":"oops"}"#,
+                "error_during_execution",
+            ),
+        ];
+        for (line, expected) in cases {
+            let out = run(&[INIT, line], Some(1), "");
+            assert_eq!(agent_error(&out).0, expected, "{line}");
+        }
+        let out = run(&[INIT, cases[1].0], Some(1), "");
+        assert_eq!(agent_error(&out).1, "tool crashed");
+    }
+
+    #[test]
+    fn api_retry_429_is_a_rate_limit_error_and_success_with_bad_exit_warns() {
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":3,"retry_delay_ms":500,"error_status":429,"error":"rate_limit"}"#,
+                r#"{"type":"stream_event","event":{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}}"#,
+                r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"nope","content":"x"}]}}"#,
+                OK_RESULT,
+            ],
+            Some(3),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "error",
+                "error",
+                "warning",
+                "warning",
+                "completed"
+            ]
+        );
+        assert!(
+            matches!(&out[1], Ok(AgentMessage::Error { error_type, .. }) if error_type == "rate_limit")
+        );
+        assert!(
+            matches!(&out[2], Ok(AgentMessage::Error { error_type, message, .. })
+            if error_type == "api_error" && message == "Overloaded")
+        );
+        let result = completed(&out);
+        assert_eq!(result.session_id, None);
+        assert_eq!(
+            (result.usage.input_tokens, result.usage.output_tokens),
+            (1, 2)
+        );
+        assert_eq!(result.usage.cache_read_input_tokens, None);
+    }
+
+    #[test]
+    fn result_without_init_carries_the_session_and_finish_is_idempotent() {
+        let line = r#"{"type":"result","subtype":"success","result":"ok","session_id":"s9"}"#;
+        let mut decoder = ClaudeDecoder::new();
+        let value: Value = serde_json::from_str(line).unwrap();
+        assert!(decoder.line(value).is_empty());
+        let out = decoder.finish(Some(0), "");
+        assert_eq!(
+            completed(&out).session_id.as_ref().map(SessionId::as_str),
+            Some("s9")
+        );
+        assert!(decoder.finish(Some(0), "").is_empty());
+    }
+
+    #[test]
+    fn tool_result_with_block_content_is_joined_text() {
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"again"}]}}"#,
+                OK_RESULT,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(kinds(&out), ["session", "tool", "warning", "completed"]);
+        assert_eq!(tool(&out[1]).2, &json!("a\nb"));
+    }
+}

@@ -1,0 +1,202 @@
+//! Claude Code's `--output-format stream-json` lines, as serde types.
+//!
+//! Only the fields the decoder reads are declared; everything is optional or
+//! defaulted and unknown fields are ignored, so a newer CLI adding fields
+//! still decodes. Content blocks and stream events are parsed one by one from
+//! [`Value`]s so an unknown one can be kept raw in a warning. Seen on Claude
+//! Code 2.1.330 (see the captures under `testdata/claude/`).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
+#[derive(Debug, Deserialize)]
+pub struct SystemLine {
+    /// Which system line.
+    #[serde(default)]
+    pub subtype: Option<String>,
+    /// The session (on `init`, and on every line).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The model (on `init`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Retry attempt (on `api_retry`).
+    #[serde(default)]
+    pub attempt: Option<u64>,
+    /// Retries allowed (on `api_retry`).
+    #[serde(default)]
+    pub max_retries: Option<u64>,
+    /// Delay before the retry (on `api_retry`).
+    #[serde(default)]
+    pub retry_delay_ms: Option<u64>,
+    /// HTTP status of the failed request (on `api_retry`).
+    #[serde(default)]
+    pub error_status: Option<u64>,
+    /// Error kind, e.g. `server_error` (on `api_retry`).
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// `type: "assistant"`: one content block of a model message per line.
+#[derive(Debug, Deserialize)]
+pub struct AssistantLine {
+    /// The (partial) message.
+    pub message: WireMessage,
+    /// Set on the synthetic message the CLI writes after an API error.
+    #[serde(default)]
+    pub is_api_error_message: bool,
+}
+
+/// `type: "user"`: tool results (or an echoed user message).
+#[derive(Debug, Deserialize)]
+pub struct UserLine {
+    /// The message.
+    pub message: WireMessage,
+}
+
+/// A Messages API message as the CLI prints it.
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    /// Message id, shared by all lines of one model message.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Content: an array of blocks, or a plain string for user text.
+    #[serde(default)]
+    pub content: Value,
+}
+
+/// One content block.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    /// Model text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model thinking.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+    },
+    /// The model asked for a tool.
+    ToolUse {
+        /// Call id, matched by the `tool_result`.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Tool input.
+        #[serde(default)]
+        input: Value,
+    },
+    /// The CLI ran the tool.
+    ToolResult {
+        /// The `tool_use` this answers.
+        tool_use_id: String,
+        /// Output: a string or an array of blocks.
+        #[serde(default)]
+        content: Value,
+        /// The tool failed.
+        #[serde(default)]
+        is_error: Option<bool>,
+    },
+}
+
+/// `type: "stream_event"` (only with `--include-partial-messages`).
+#[derive(Debug, Deserialize)]
+pub struct StreamEventLine {
+    /// The wrapped Messages API event.
+    pub event: Value,
+    /// The message the event belongs to.
+    #[serde(default)]
+    pub api_message_id: Option<String>,
+}
+
+/// The `delta` of a `content_block_delta` the decoder maps.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Delta {
+    /// Text.
+    TextDelta {
+        /// The chunk.
+        text: String,
+    },
+    /// Thinking.
+    ThinkingDelta {
+        /// The chunk.
+        thinking: String,
+    },
+}
+
+/// `type: "result"`: the last line of an invocation.
+#[derive(Debug, Deserialize)]
+pub struct ResultLine {
+    /// `success`, `error_max_turns`, `error_during_execution`, ...
+    #[serde(default)]
+    pub subtype: Option<String>,
+    /// The invocation failed (can be true with `subtype: "success"`).
+    #[serde(default)]
+    pub is_error: Option<bool>,
+    /// Final text (or the error text).
+    #[serde(default)]
+    pub result: Option<String>,
+    /// The session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Cost, cumulative over a resumed session.
+    #[serde(default)]
+    pub total_cost_usd: Option<f64>,
+    /// Token usage of this invocation.
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    /// Per-model usage.
+    #[serde(default, rename = "modelUsage")]
+    pub model_usage: Option<BTreeMap<String, WireModelUsage>>,
+    /// Model turns.
+    #[serde(default)]
+    pub num_turns: Option<u64>,
+    /// Wall time of the invocation.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+    /// Why the loop stopped: `completed`, `api_error`, ...
+    #[serde(default)]
+    pub terminal_reason: Option<String>,
+    /// HTTP status of a failed API call.
+    #[serde(default)]
+    pub api_error_status: Option<u64>,
+    /// Error texts of `error_*` results.
+    #[serde(default)]
+    pub errors: Option<Vec<Value>>,
+}
+
+/// `usage` of a result.
+#[derive(Debug, Default, Deserialize)]
+pub struct WireUsage {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    /// Completion tokens.
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    /// Prompt-cache writes.
+    #[serde(default)]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Prompt-cache reads.
+    #[serde(default)]
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+/// One entry of `modelUsage`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireModelUsage {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    /// Completion tokens.
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+}
