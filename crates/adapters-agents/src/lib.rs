@@ -6,16 +6,22 @@
 //! is what makes runs reproducible in tests and examples. [`Providers`]
 //! dispatches each call to the provider its agent names.
 //!
-//! CLI agents print JSONL: [`normalize`] frames, repairs and parses it the same
-//! way for every provider, and each provider supplies only a line decoder
-//! ([`claude`]: Claude Code's `stream-json`).
+//! CLI agents print JSONL: [`process`] runs each CLI in a process group of
+//! its own (killed on timeout or cancel), [`normalize`] frames, repairs and
+//! parses its output the same way for every provider, and each provider
+//! supplies only its command line and a line decoder ([`claude`], [`codex`],
+//! [`gemini`], [`copilot`]).
 //!
 //! Architecture invariant: providers never depend on each other, and nothing
 //! here knows about stores or the CLI.
 
 pub mod claude;
+pub mod codex;
+pub mod copilot;
+pub mod gemini;
 pub mod mock;
 pub mod normalize;
+pub mod process;
 mod providers;
 
 pub use mock::MockQuery;

@@ -11,6 +11,7 @@ use domain::workflow::Provider;
 #[derive(Clone, Default)]
 pub struct Providers {
     mock: Option<Arc<dyn QueryFn>>,
+    cli: std::collections::HashMap<Provider, Arc<dyn QueryFn>>,
 }
 
 impl Providers {
@@ -25,6 +26,17 @@ impl Providers {
         self.mock = Some(mock);
         self
     }
+
+    /// Serves a CLI provider (`claude-code`, `codex`, ...) with the given adapter.
+    #[must_use]
+    pub fn with(mut self, provider: Provider, adapter: Arc<dyn QueryFn>) -> Self {
+        if provider == Provider::Mock {
+            self.mock = Some(adapter);
+        } else {
+            self.cli.insert(provider, adapter);
+        }
+        self
+    }
 }
 
 #[async_trait]
@@ -33,6 +45,7 @@ impl QueryFn for Providers {
         let provider = request.agent.provider;
         let adapter = match provider {
             Provider::Mock => self.mock.as_ref(),
+            other => self.cli.get(&other),
         };
         match adapter {
             Some(adapter) => adapter.query(request).await,
@@ -42,5 +55,89 @@ impl QueryFn for Providers {
                 provider.as_str()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    //! Each CLI provider, run as a real process that replays what the real
+    //! CLI printed: the command is built, the output decoded, the run ends.
+
+    use super::*;
+    use crate::{claude::ClaudeCode, codex::Codex, copilot::Copilot, gemini::Gemini};
+    use application::ports::AgentMessage;
+    use domain::workflow::AgentDef;
+    use domain::{NodeId, NodeRunId, RunId};
+    use futures::StreamExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    fn providers() -> Providers {
+        Providers::new()
+            .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
+            .with(Provider::Codex, Arc::new(Codex::default()))
+            .with(Provider::Gemini, Arc::new(Gemini))
+            .with(Provider::Copilot, Arc::new(Copilot))
+    }
+
+    #[tokio::test]
+    async fn every_cli_provider_replays_its_recorded_tool_run() {
+        let dir = tempfile::tempdir().unwrap();
+        for (provider, cli) in [
+            (Provider::ClaudeCode, "claude"),
+            (Provider::Codex, "codex"),
+            (Provider::Gemini, "gemini"),
+            (Provider::Copilot, "copilot"),
+        ] {
+            let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata")
+                .join(cli)
+                .join("tool/stdout.jsonl");
+            let exe = dir.path().join(format!("fake-{cli}"));
+            std::fs::write(&exe, format!("#!/bin/sh\ncat '{}'\n", capture.display())).unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let request = AgentRequest {
+                run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
+                workflow: "wf".into(),
+                node_id: NodeId::new("coder").unwrap(),
+                node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
+                agent_name: "coder".into(),
+                agent: AgentDef {
+                    executable: Some(exe.display().to_string()),
+                    ..AgentDef::new(provider)
+                },
+                prompt: "TOOLTEST run echo hi".into(),
+                resume: None,
+            };
+            let out: Vec<_> = providers().query(request).await.unwrap().collect().await;
+            assert!(
+                out.iter()
+                    .any(|m| matches!(m, Ok(AgentMessage::Tool { .. }))),
+                "{cli}: a tool call: {out:?}"
+            );
+            match out.last() {
+                Some(Ok(AgentMessage::Completed(result))) => {
+                    assert!(!result.text.is_empty(), "{cli}: final text")
+                }
+                other => panic!("{cli}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unconfigured_provider_is_a_clear_error() {
+        let request = AgentRequest {
+            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
+            workflow: "wf".into(),
+            node_id: NodeId::new("a").unwrap(),
+            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
+            agent_name: "a".into(),
+            agent: AgentDef::new(Provider::Gemini),
+            prompt: "hi".into(),
+            resume: None,
+        };
+        let err = Providers::new().query(request).await.err().unwrap();
+        assert!(err.to_string().contains("`gemini`"), "{err}");
     }
 }

@@ -3,8 +3,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use adapters_agents::claude::ClaudeCode;
+use adapters_agents::codex::Codex;
+use adapters_agents::copilot::Copilot;
+use adapters_agents::gemini::Gemini;
 use adapters_agents::{MockQuery, Providers};
 use application::ports::RunStore;
+use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::FileRunStore;
 use infrastructure::transcript::JsonlTranscripts;
@@ -22,7 +27,12 @@ pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
 /// under `fixtures/<workflow name>/` there unless an agent says otherwise.
 pub fn providers(workflow_dir: &Path) -> Providers {
     let default_fixtures = workflow_dir.join("fixtures");
-    Providers::new().with_mock(Arc::new(MockQuery::new(workflow_dir, default_fixtures)))
+    Providers::new()
+        .with_mock(Arc::new(MockQuery::new(workflow_dir, default_fixtures)))
+        .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
+        .with(Provider::Codex, Arc::new(Codex::default()))
+        .with(Provider::Gemini, Arc::new(Gemini))
+        .with(Provider::Copilot, Arc::new(Copilot))
 }
 
 /// Wall clock and random ids.

@@ -5,17 +5,233 @@
 //! which we only observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`ClaudeDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes. Spawning the CLI (the `QueryFn`) comes
-//! later; decoding is pure so it is tested on recorded real output.
+//! frames and repairs the raw bytes; [`ClaudeCode`] is the `QueryFn` that
+//! runs the CLI through [`crate::process`]. Decoding is pure, so it is tested
+//! on recorded real output; the process side with fake executables.
 
 mod decode;
 pub mod wire;
 
 pub use decode::{ClaudeDecoder, DANGLING_TOOL_ERROR};
 
+use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
+use async_trait::async_trait;
+
 use crate::normalize::{Decoded, decode_all};
+use crate::process::{CliCommand, run_cli};
+
+/// Tools Claude Code may use without asking when the agent lists none: the
+/// workflow author chose an autonomous agent, and `-p` mode cannot ask.
+/// Names as the CLI's `init` line lists them.
+pub const DEFAULT_ALLOWED_TOOLS: &[&str] = &[
+    "Bash",
+    "Edit",
+    "Read",
+    "Write",
+    "NotebookEdit",
+    "WebFetch",
+    "WebSearch",
+];
+
+/// Runs agents on the Claude Code CLI.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaudeCode;
+
+impl ClaudeCode {
+    /// The command line for one invocation.
+    pub fn command(request: &AgentRequest) -> CliCommand {
+        let agent = &request.agent;
+        let mut args: Vec<String> = vec![
+            "-p".into(),
+            request.prompt.clone(),
+            "--output-format".into(),
+            "stream-json".into(),
+            "--verbose".into(),
+        ];
+        if let Some(model) = &agent.model {
+            args.extend(["--model".into(), model.clone()]);
+        }
+        if !agent.system_prompt.is_empty() {
+            args.extend(["--append-system-prompt".into(), agent.system_prompt.clone()]);
+        }
+        if let Some(turns) = agent.max_turns {
+            args.extend(["--max-turns".into(), turns.to_string()]);
+        }
+        let tools = if agent.tools.is_empty() {
+            DEFAULT_ALLOWED_TOOLS.join(",")
+        } else {
+            agent.tools.join(",")
+        };
+        args.extend(["--allowedTools".into(), tools]);
+        if let Some(session) = &request.resume {
+            args.extend(["--resume".into(), session.to_string()]);
+        }
+        args.extend(agent.args.iter().cloned());
+        CliCommand {
+            program: agent
+                .executable
+                .clone()
+                .unwrap_or_else(|| "claude".into())
+                .into(),
+            args,
+            env: agent.env.clone(),
+            cwd: None,
+            timeout: agent.timeout.map(|t| t.0),
+        }
+    }
+}
+
+#[async_trait]
+impl QueryFn for ClaudeCode {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        run_cli(Self::command(&request), ClaudeDecoder::new())
+    }
+}
 
 /// Decodes a whole captured Claude Code run (stdout, exit code, stderr tail).
 pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
     decode_all(ClaudeDecoder::new(), stdout, exit_code, stderr_tail)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod process_tests {
+    //! The provider against fake executables: shell scripts that print what
+    //! the real CLI printed (or worse) and exit as it did.
+
+    use super::*;
+    use application::ports::AgentMessage;
+    use domain::workflow::{AgentDef, Provider, Timeout};
+    use domain::{NodeId, NodeRunId, RunId, SessionId};
+    use futures::StreamExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    fn script(dir: &Path, body: &str) -> String {
+        let path = dir.join("fake-claude");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    }
+
+    fn request(executable: String, timeout: Option<u64>) -> AgentRequest {
+        AgentRequest {
+            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
+            workflow: "wf".into(),
+            node_id: NodeId::new("coder").unwrap(),
+            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
+            agent_name: "coder".into(),
+            agent: AgentDef {
+                executable: Some(executable),
+                model: Some("claude-sonnet-4-5".into()),
+                system_prompt: "Be brief.".into(),
+                timeout: timeout.map(|s| Timeout(std::time::Duration::from_secs(s))),
+                ..AgentDef::new(Provider::ClaudeCode)
+            },
+            prompt: "run echo hi".into(),
+            resume: Some(SessionId::new("sess-1").unwrap()),
+        }
+    }
+
+    async fn run(request: AgentRequest) -> Vec<Result<AgentMessage, QueryError>> {
+        ClaudeCode.query(request).await.unwrap().collect().await
+    }
+
+    #[test]
+    fn the_command_line_carries_the_agent_settings() {
+        let cmd = ClaudeCode::command(&request("claude".into(), Some(5)));
+        let args = cmd.args.join(" ");
+        assert!(
+            args.starts_with("-p run echo hi --output-format stream-json --verbose"),
+            "{args}"
+        );
+        for part in [
+            "--model claude-sonnet-4-5",
+            "--append-system-prompt Be brief.",
+            "--resume sess-1",
+            "--allowedTools Bash,",
+        ] {
+            assert!(args.contains(part), "{part} in {args}");
+        }
+        assert_eq!(cmd.timeout, Some(std::time::Duration::from_secs(5)));
+    }
+
+    #[tokio::test]
+    async fn a_recorded_run_replays_through_a_real_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let capture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/claude/tool/stdout.jsonl");
+        let exe = script(dir.path(), &format!("cat '{}'", capture.display()));
+        let out = run(request(exe, Some(30))).await;
+        assert!(
+            matches!(out.first(), Some(Ok(AgentMessage::Session { .. }))),
+            "{out:?}"
+        );
+        assert!(
+            out.iter()
+                .any(|m| matches!(m, Ok(AgentMessage::Tool { name, .. }) if name == "Bash"))
+        );
+        assert!(
+            matches!(out.last(), Some(Ok(AgentMessage::Completed(_)))),
+            "{out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_broken_stream_and_a_failing_exit_are_outcomes_not_crashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = script(
+            dir.path(),
+            "printf 'not json\\n{\"type\":\"mystery\"}\\n{\"type\":\"assistant\",\"message\":{\"id\":\"m\",\"content\":[{\"type\":\"text\",\"text\":\"half' ; echo 'oops' >&2; exit 3",
+        );
+        let out = run(request(exe, Some(30))).await;
+        assert!(
+            out.iter()
+                .any(|m| matches!(m, Ok(AgentMessage::Warning { .. }))),
+            "{out:?}"
+        );
+        match out.last() {
+            Some(Err(QueryError::Agent { message, .. })) => {
+                assert!(
+                    message.contains('3') && message.contains("oops"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hanging_cli_is_killed_at_its_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        // The CLI starts a grandchild that would outlive it without the group kill.
+        let exe = script(
+            dir.path(),
+            &format!("sleep 60 & echo $! > '{}'; wait", pidfile.display()),
+        );
+        let started = std::time::Instant::now();
+        let out = run(request(exe, Some(1))).await;
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert!(
+            matches!(out.last(), Some(Err(QueryError::Agent { error_type, .. })) if error_type == "timeout"),
+            "{out:?}"
+        );
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let alive = Path::new(&format!("/proc/{}", pid.trim())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "the grandchild was killed with its group");
+    }
+
+    #[tokio::test]
+    async fn a_missing_executable_is_a_configuration_error() {
+        let err = ClaudeCode
+            .query(request("/nonexistent/claude".into(), None))
+            .await
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent/claude"), "{err}");
+    }
 }

@@ -117,7 +117,7 @@ impl QueryFn for MockQuery {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use domain::workflow::{AgentDef, Policy, Provider};
+    use domain::workflow::{AgentDef, Provider};
     use domain::{NodeRunId, RunId};
     use futures::StreamExt;
 
@@ -129,14 +129,8 @@ mod tests {
             node_run_id: NodeRunId::new(uuid_v4()),
             agent_name: node.into(),
             agent: AgentDef {
-                provider: Provider::Mock,
-                model: None,
-                system_prompt: String::new(),
-                tools: vec![],
-                max_turns: None,
-                output_schema: None,
-                policy: Policy::default(),
                 fixtures: fixtures.map(str::to_owned),
+                ..AgentDef::new(Provider::Mock)
             },
             prompt: "hi".into(),
             resume: None,

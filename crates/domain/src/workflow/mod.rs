@@ -47,6 +47,14 @@ pub struct WorkflowDef {
 pub enum Provider {
     /// Fixture-backed provider (seed 001 §7): replays recorded calls, no network.
     Mock,
+    /// The Claude Code CLI (`claude`), in its stream-json mode.
+    ClaudeCode,
+    /// The Codex CLI (`codex exec --json`).
+    Codex,
+    /// The Gemini CLI (`gemini`, stream-json).
+    Gemini,
+    /// The GitHub Copilot CLI (`copilot`, JSON output).
+    Copilot,
 }
 
 impl Provider {
@@ -54,6 +62,38 @@ impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Mock => "mock",
+            Provider::ClaudeCode => "claude-code",
+            Provider::Codex => "codex",
+            Provider::Gemini => "gemini",
+            Provider::Copilot => "copilot",
+        }
+    }
+}
+
+/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Timeout(pub std::time::Duration);
+
+impl Serialize for Timeout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Seconds(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Seconds(0) => Err(serde::de::Error::custom("timeout must be more than 0 s")),
+            Raw::Seconds(s) => Ok(Timeout(std::time::Duration::from_secs(s))),
+            Raw::Text(t) => humantime::parse_duration(&t).map(Timeout).map_err(|e| {
+                serde::de::Error::custom(format!("bad timeout `{t}`: {e} (e.g. `90s`, `10m`)"))
+            }),
         }
     }
 }
@@ -86,6 +126,38 @@ pub struct AgentDef {
     /// relative to the workflow file. Default: `fixtures/<workflow name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixtures: Option<String>,
+    /// CLI providers: the executable to run (default: the CLI's name on `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<String>,
+    /// CLI providers: extra arguments, after the ones awr passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// CLI providers: extra environment variables (awr's own are inherited).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Give up on (and kill) a call that takes longer than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Timeout>,
+}
+
+impl AgentDef {
+    /// An agent of `provider` with every other setting at its default.
+    pub fn new(provider: Provider) -> Self {
+        Self {
+            provider,
+            model: None,
+            system_prompt: String::new(),
+            tools: Vec::new(),
+            max_turns: None,
+            output_schema: None,
+            policy: Policy::default(),
+            fixtures: None,
+            executable: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            timeout: None,
+        }
+    }
 }
 
 /// Failure policy of an agent.

@@ -652,11 +652,11 @@ mod tests {
             "name: t\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n",
             3,
             17,
-            "agents.a.provider: unknown variant `gpt9`, expected `mock`",
+            "agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`",
         );
         check_json_err(
             "{\"name\": \"t\",\n \"agents\": {\"a\": {\"provider\": \"gpt9\"}}}",
-            "2:36: agents.a.provider: unknown variant `gpt9`, expected `mock`",
+            "2:36: agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`",
         );
     }
 

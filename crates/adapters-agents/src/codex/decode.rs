@@ -1,0 +1,936 @@
+//! Maps Codex `exec --json` lines to normalized [`AgentMessage`]s.
+//!
+//! Codex prints `thread.started`, then per turn `turn.started`, items
+//! (`item.started` / `item.updated` / `item.completed`) and `turn.completed`
+//! or `turn.failed`. [`CodexDecoder`] emits text and thinking when their item
+//! completes, pairs each tool item's start with its completion by `item.id`
+//! into one [`AgentMessage::Tool`], keeps whatever it does not understand as a
+//! warning, and holds the terminal item back until [`Decoder::finish`], so
+//! that it is always last and dangling tool calls come before it.
+//!
+//! Usage: Codex reports no cost, and after a resume `turn.completed.usage` is
+//! cumulative for the whole thread, not for this invocation. A decoder sees
+//! one invocation only, so it cannot correct that alone: the caller passes
+//! the previous invocation's totals with [`CodexDecoder::with_previous_usage`]
+//! and they are subtracted (saturating). Without them the usage is reported as
+//! Codex printed it.
+
+use application::ports::{AgentMessage, AgentResult, QueryError};
+use domain::SessionId;
+use domain::event::Usage;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::wire::{
+    CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
+    ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
+};
+use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+
+/// The error recorded for a tool item that started but never completed.
+pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+
+/// The tool name given to `command_execution` items (Codex names none).
+pub const SHELL_TOOL: &str = "shell";
+
+/// The item types that become [`AgentMessage::Tool`]s.
+const TOOL_ITEMS: [&str; 5] = [
+    "command_execution",
+    "file_change",
+    "mcp_tool_call",
+    "web_search",
+    "todo_list",
+];
+
+/// A tool item seen in `item.started` and not completed yet.
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    /// The latest version of the item (`item.updated` replaces it).
+    item: Value,
+}
+
+/// Decoder state for one Codex invocation.
+#[derive(Debug, Default)]
+pub struct CodexDecoder {
+    /// The thread announced with [`AgentMessage::Session`].
+    session: Option<SessionId>,
+    /// Tool items started and not completed, in start order.
+    pending: Vec<PendingTool>,
+    /// Text of the last `agent_message`: the final text.
+    last_text: Option<String>,
+    /// `turn.completed` lines seen.
+    turns: u32,
+    /// Usage of the last `turn.completed` (cumulative, so the last one counts).
+    usage: Option<WireUsage>,
+    /// Totals of the previous invocation on the same thread, subtracted.
+    previous: Option<Usage>,
+    /// The first `turn.failed`, emitted at [`Decoder::finish`].
+    failure: Option<QueryError>,
+    /// `finish` ran.
+    finished: bool,
+}
+
+impl CodexDecoder {
+    /// A decoder for a new invocation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A decoder for a resumed invocation: Codex then reports the thread's
+    /// cumulative usage, and `previous` (the totals the previous invocation
+    /// reported) is subtracted from it, saturating at zero, so the result
+    /// carries this invocation's usage only.
+    pub fn with_previous_usage(previous: Usage) -> Self {
+        Self {
+            previous: Some(previous),
+            ..Self::default()
+        }
+    }
+
+    /// The thread id, once `thread.started` announced it.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref()
+    }
+
+    fn thread_started(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match ThreadStarted::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("thread.started", &err, value),
+        };
+        let id = line.thread_id.unwrap_or_default();
+        match (&self.session, SessionId::new(id)) {
+            (None, Ok(session_id)) => {
+                self.session = Some(session_id.clone());
+                vec![Ok(AgentMessage::Session {
+                    session_id,
+                    model: None,
+                })]
+            }
+            (Some(known), Ok(id)) if *known == id => Vec::new(),
+            (Some(_), Ok(_)) => vec![Ok(warning(
+                "a second thread.started line names another thread; the first one is kept"
+                    .to_owned(),
+                json!({ "line": value }),
+            ))],
+            (_, Err(_)) => vec![Ok(warning(
+                "thread.started line without a thread id".to_owned(),
+                json!({ "line": value }),
+            ))],
+        }
+    }
+
+    fn item(&mut self, event: &str, value: &Value) -> Vec<Decoded> {
+        let line = match ItemLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed(event, &err, value),
+        };
+        let item = line.item;
+        let head = match ItemHead::deserialize(&item) {
+            Ok(head) => head,
+            Err(err) => return malformed(event, &err, value),
+        };
+        let kind = head.kind.as_deref().unwrap_or("");
+        if TOOL_ITEMS.contains(&kind) {
+            return self.tool_item(event, head.id, item);
+        }
+        if event != "item.completed" {
+            // Text, thinking and warnings are emitted whole, on completion.
+            return Vec::new();
+        }
+        match kind {
+            "agent_message" => match TextItem::deserialize(&item) {
+                Ok(TextItem { text }) => {
+                    self.last_text = Some(text.clone());
+                    vec![Ok(AgentMessage::Text { content: text })]
+                }
+                Err(err) => malformed("agent_message item", &err, &item),
+            },
+            "reasoning" => match TextItem::deserialize(&item) {
+                Ok(TextItem { text }) => vec![Ok(AgentMessage::Thinking {
+                    content: text,
+                    token_count: None,
+                })],
+                Err(err) => malformed("reasoning item", &err, &item),
+            },
+            "error" => {
+                let message = ErrorItem::deserialize(&item)
+                    .map(|e| e.message)
+                    .unwrap_or_default();
+                vec![Ok(warning(
+                    format!("Codex reported: {message}"),
+                    json!({ "item": item }),
+                ))]
+            }
+            other => vec![Ok(warning(
+                format!("unknown Codex item type {other:?}; kept as is"),
+                json!({ "item": item }),
+            ))],
+        }
+    }
+
+    fn tool_item(&mut self, event: &str, id: Option<String>, item: Value) -> Vec<Decoded> {
+        let index = id
+            .as_ref()
+            .and_then(|id| self.pending.iter().position(|t| &t.id == id));
+        match (event, index, id) {
+            ("item.completed", Some(index), _) => {
+                self.pending.remove(index);
+                vec![Ok(tool_message(&item))]
+            }
+            // Codex may report a tool only once it is done.
+            ("item.completed", None, _) => vec![Ok(tool_message(&item))],
+            (_, Some(index), _) => {
+                self.pending[index].item = item;
+                Vec::new()
+            }
+            (_, None, Some(id)) => {
+                self.pending.push(PendingTool { id, item });
+                Vec::new()
+            }
+            (_, None, None) => vec![Ok(warning(
+                format!("a Codex tool item without an id in {event}; it cannot be paired"),
+                json!({ "item": item }),
+            ))],
+        }
+    }
+
+    fn turn_completed(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match TurnCompleted::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("turn.completed", &err, value),
+        };
+        self.turns = self.turns.saturating_add(1);
+        if line.usage.is_some() {
+            self.usage = line.usage;
+        }
+        Vec::new()
+    }
+
+    fn turn_failed(&mut self, value: &Value) -> Vec<Decoded> {
+        let message = TurnFailed::deserialize(value)
+            .ok()
+            .and_then(|l| l.error)
+            .and_then(|e| e.message)
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "Codex reported a failed turn".to_owned());
+        if self.failure.is_some() {
+            return vec![Ok(warning(
+                "a second turn.failed line; the first one is kept".to_owned(),
+                json!({ "line": value }),
+            ))];
+        }
+        self.failure = Some(QueryError::Agent {
+            error_type: classify(&message).to_owned(),
+            message,
+            details: Some(value.clone()),
+        });
+        Vec::new()
+    }
+
+    fn usage(&self) -> Usage {
+        let u = self.usage.unwrap_or_default();
+        let mut usage = Usage {
+            input_tokens: u.input_tokens.unwrap_or(0),
+            output_tokens: u.output_tokens.unwrap_or(0),
+            cache_creation_input_tokens: u.cache_write_input_tokens,
+            cache_read_input_tokens: u.cached_input_tokens,
+        };
+        if let Some(prev) = &self.previous {
+            usage.input_tokens = usage.input_tokens.saturating_sub(prev.input_tokens);
+            usage.output_tokens = usage.output_tokens.saturating_sub(prev.output_tokens);
+            usage.cache_creation_input_tokens = sub_opt(
+                usage.cache_creation_input_tokens,
+                prev.cache_creation_input_tokens,
+            );
+            usage.cache_read_input_tokens =
+                sub_opt(usage.cache_read_input_tokens, prev.cache_read_input_tokens);
+        }
+        usage
+    }
+}
+
+impl Decoder for CodexDecoder {
+    fn line(&mut self, value: Value) -> Vec<Decoded> {
+        match value.get("type").and_then(Value::as_str) {
+            Some("thread.started") => self.thread_started(&value),
+            Some("turn.started") => Vec::new(),
+            Some(event @ ("item.started" | "item.updated" | "item.completed")) => {
+                self.item(event, &value)
+            }
+            Some("turn.completed") => self.turn_completed(&value),
+            Some("turn.failed") => self.turn_failed(&value),
+            Some("error") => {
+                let message = ErrorLine::deserialize(&value)
+                    .ok()
+                    .and_then(|l| l.message)
+                    .unwrap_or_else(|| "Codex reported an error".to_owned());
+                let error_type = match classify(&message) {
+                    "rate_limit" => "rate_limit",
+                    _ => "network_error",
+                };
+                vec![Ok(AgentMessage::Error {
+                    error_type: error_type.to_owned(),
+                    message,
+                    details: Some(value),
+                })]
+            }
+            other => vec![Ok(warning(
+                format!("unknown Codex line type {other:?}; kept as is"),
+                json!({ "line": value }),
+            ))],
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Vec::new();
+        }
+        let mut out: Vec<Decoded> = self
+            .pending
+            .drain(..)
+            .map(|tool| Ok(dangling_message(&tool.item)))
+            .collect();
+        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
+        if let Some(err) = self.failure.take() {
+            out.push(Err(err));
+        } else if self.turns > 0 {
+            if exit_code != Some(0) {
+                out.push(Ok(warning(
+                    format!("Codex {} after a completed turn", describe_exit(exit_code)),
+                    json!({ "exit_code": exit_code, "stderr_tail": stderr }),
+                )));
+            }
+            out.push(Ok(AgentMessage::Completed(AgentResult {
+                text: self.last_text.take().unwrap_or_default(),
+                usage: self.usage(),
+                model_usage: None,
+                total_cost_usd: None,
+                duration_ms: None,
+                num_turns: self.turns,
+                session_id: None,
+            })));
+        } else {
+            let stderr_note = if stderr.is_empty() {
+                "stderr was empty".to_owned()
+            } else {
+                format!("stderr: {stderr}")
+            };
+            out.push(Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!(
+                    "Codex {} without turn.completed or turn.failed; {stderr_note}",
+                    describe_exit(exit_code)
+                ),
+                details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
+            }));
+        }
+        out
+    }
+}
+
+/// A completed tool item as an [`AgentMessage::Tool`].
+fn tool_message(item: &Value) -> AgentMessage {
+    let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+    let status = item.get("status").and_then(Value::as_str);
+    let failed = matches!(status, Some("failed" | "declined"));
+    match kind {
+        "command_execution" => {
+            let cmd = CommandExecution::deserialize(item).unwrap_or(CommandExecution {
+                command: item.get("command").cloned().unwrap_or(Value::Null),
+                aggregated_output: String::new(),
+                exit_code: None,
+                status: None,
+            });
+            let error = match (cmd.exit_code, cmd.status.as_deref()) {
+                (Some(code), _) if code != 0 => Some(command_error(
+                    &format!("command exited with code {code}"),
+                    &cmd.aggregated_output,
+                )),
+                (_, Some(status @ ("failed" | "declined"))) => Some(command_error(
+                    &format!("command {status}"),
+                    &cmd.aggregated_output,
+                )),
+                _ => None,
+            };
+            AgentMessage::Tool {
+                name: SHELL_TOOL.to_owned(),
+                input: json!({ "command": cmd.command }),
+                output: json!({ "output": cmd.aggregated_output, "exit_code": cmd.exit_code }),
+                duration_ms: None,
+                error,
+            }
+        }
+        "mcp_tool_call" => match McpToolCall::deserialize(item) {
+            Ok(call) => {
+                let error = match &call.error {
+                    Value::Null => failed.then(|| "MCP tool call failed".to_owned()),
+                    e => Some(
+                        e.get("message")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| e.to_string(), str::to_owned),
+                    ),
+                };
+                AgentMessage::Tool {
+                    name: call.tool.clone().unwrap_or_else(|| kind.to_owned()),
+                    input: json!({
+                        "server": call.server,
+                        "tool": call.tool,
+                        "arguments": call.arguments,
+                    }),
+                    output: call.result,
+                    duration_ms: None,
+                    error,
+                }
+            }
+            Err(_) => generic_tool(kind, item, failed),
+        },
+        _ => generic_tool(kind, item, failed),
+    }
+}
+
+/// `file_change`, `web_search`, `todo_list`: the item itself is the record.
+fn generic_tool(kind: &str, item: &Value, failed: bool) -> AgentMessage {
+    AgentMessage::Tool {
+        name: kind.to_owned(),
+        input: item.clone(),
+        output: item.clone(),
+        duration_ms: None,
+        error: failed.then(|| format!("{kind} failed")),
+    }
+}
+
+/// A tool item that started and never completed.
+fn dangling_message(item: &Value) -> AgentMessage {
+    let AgentMessage::Tool { name, input, .. } = tool_message(item) else {
+        return warning(DANGLING_TOOL_ERROR.to_owned(), json!({ "item": item }));
+    };
+    AgentMessage::Tool {
+        name,
+        input,
+        output: Value::Null,
+        duration_ms: None,
+        error: Some(DANGLING_TOOL_ERROR.to_owned()),
+    }
+}
+
+/// `"{what}: {output tail}"`, or just `what` when there is no output.
+fn command_error(what: &str, output: &str) -> String {
+    let output = tail(output, STDERR_TAIL_CHARS);
+    if output.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{what}: {output}")
+    }
+}
+
+/// The stable error type of a Codex error message.
+fn classify(message: &str) -> &'static str {
+    let lower = message.to_lowercase();
+    let has_status = |first: char| {
+        lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| w.len() == 3 && w.starts_with(first) && w.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if lower.contains("rate limit")
+        || lower.contains("rate_limit")
+        || lower.contains("too many requests")
+        || lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| w == "429")
+    {
+        "rate_limit"
+    } else if has_status('5')
+        || [
+            "stream",
+            "server error",
+            "internal error",
+            "service unavailable",
+            "overloaded",
+            "high demand",
+            "bad gateway",
+        ]
+        .iter()
+        .any(|needle| lower.contains(needle))
+    {
+        "api_error"
+    } else {
+        "error_during_execution"
+    }
+}
+
+fn sub_opt(total: Option<u64>, previous: Option<u64>) -> Option<u64> {
+    match (total, previous) {
+        (Some(t), Some(p)) => Some(t.saturating_sub(p)),
+        (t, _) => t,
+    }
+}
+
+fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("malformed Codex `{kind}` line: {err}"),
+        json!({ "line": value }),
+    ))]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::codex::decode_output;
+    use crate::normalize::decode_all;
+
+    /// Decodes a copied capture with its recorded exit code.
+    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
+    }
+
+    fn kind(d: &Decoded) -> &'static str {
+        match d {
+            Ok(AgentMessage::Session { .. }) => "session",
+            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
+            Ok(AgentMessage::Thinking { .. }) => "thinking",
+            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
+            Ok(AgentMessage::Text { .. }) => "text",
+            Ok(AgentMessage::Tool { .. }) => "tool",
+            Ok(AgentMessage::Error { .. }) => "error",
+            Ok(AgentMessage::Warning { .. }) => "warning",
+            Ok(AgentMessage::Completed(_)) => "completed",
+            Err(_) => "ERR",
+        }
+    }
+
+    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+        out.iter().map(kind).collect()
+    }
+
+    fn session(out: &[Decoded]) -> &str {
+        match &out[0] {
+            Ok(AgentMessage::Session {
+                session_id,
+                model: None,
+            }) => session_id.as_str(),
+            other => panic!("expected a session first, got {other:?}"),
+        }
+    }
+
+    fn completed(out: &[Decoded]) -> &AgentResult {
+        match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result,
+            other => panic!("expected Completed last, got {other:?}"),
+        }
+    }
+
+    fn agent_error(out: &[Decoded]) -> (&str, &str) {
+        match out.last() {
+            Some(Err(QueryError::Agent {
+                error_type,
+                message,
+                ..
+            })) => (error_type.as_str(), message.as_str()),
+            other => panic!("expected an agent error last, got {other:?}"),
+        }
+    }
+
+    fn tool(d: &Decoded) -> (&str, &Value, &Value, Option<&str>) {
+        match d {
+            Ok(AgentMessage::Tool {
+                name,
+                input,
+                output,
+                duration_ms: None,
+                error,
+            }) => (name.as_str(), input, output, error.as_deref()),
+            other => panic!("expected a tool, got {other:?}"),
+        }
+    }
+
+    fn error_types(out: &[Decoded]) -> Vec<&str> {
+        out.iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::Error { error_type, .. }) => Some(error_type.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn usage(input: u64, cached: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_creation_input_tokens: Some(0),
+            cache_read_input_tokens: Some(cached),
+        }
+    }
+
+    #[test]
+    fn text_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/codex/text/stdout.jsonl"),
+            include_str!("../../testdata/codex/text/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(session(&out), "01a2014c-3adf-7380-b611-f63adb45ee58");
+        assert_eq!(
+            out[1].as_ref().unwrap(),
+            &AgentMessage::Text {
+                content: "Hello from the fake server.".to_owned()
+            }
+        );
+        let result = completed(&out);
+        assert_eq!(result.text, "Hello from the fake server.");
+        assert_eq!(result.usage, usage(120, 20, 25));
+        assert_eq!(result.num_turns, 1);
+        assert_eq!(result.total_cost_usd, None);
+        assert_eq!(result.session_id, None, "already announced by Session");
+    }
+
+    #[test]
+    fn tool_capture_pairs_start_and_completion() {
+        let out = capture(
+            include_bytes!("../../testdata/codex/tool/stdout.jsonl"),
+            include_str!("../../testdata/codex/tool/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            ["session", "thinking", "text", "tool", "text", "completed"]
+        );
+        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(
+            out[1].as_ref().unwrap(),
+            &AgentMessage::Thinking {
+                content: "Running echo hi with the shell tool.".to_owned(),
+                token_count: None
+            }
+        );
+        let (name, input, output, error) = tool(&out[3]);
+        assert_eq!(name, SHELL_TOOL);
+        assert_eq!(input, &json!({ "command": "/bin/bash -lc 'echo hi'" }));
+        assert_eq!(output, &json!({ "output": "hi\n", "exit_code": 0 }));
+        assert_eq!(error, None);
+        let result = completed(&out);
+        assert!(result.text.starts_with("Tool said: "), "{}", result.text);
+        assert!(result.text.ends_with("Output:\nhi"), "{}", result.text);
+        assert_eq!(result.usage, usage(240, 40, 50));
+        assert_eq!(result.num_turns, 1);
+    }
+
+    #[test]
+    fn toolfail_capture_records_the_exit_code() {
+        let out = capture(
+            include_bytes!("../../testdata/codex/toolfail/stdout.jsonl"),
+            include_str!("../../testdata/codex/toolfail/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            ["session", "thinking", "text", "tool", "text", "completed"]
+        );
+        let (name, input, output, error) = tool(&out[3]);
+        assert_eq!(name, "shell");
+        assert_eq!(input["command"], "/bin/bash -lc 'echo oops >&2; exit 3'");
+        assert_eq!(output, &json!({ "output": "oops\n", "exit_code": 3 }));
+        assert_eq!(error, Some("command exited with code 3: oops"));
+    }
+
+    #[test]
+    fn resume_capture_usage_is_cumulative_unless_corrected() {
+        let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
+        let rc = include_str!("../../testdata/codex/resume/rc");
+        let out = capture(stdout, rc);
+        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        // The resumed thread is the one of the tool capture.
+        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(completed(&out).usage, usage(360, 60, 75));
+        // The previous invocation (the tool capture) reported 240/40/50.
+        let decoder = CodexDecoder::with_previous_usage(usage(240, 40, 50));
+        let out = decode_all(decoder, stdout, Some(0), "");
+        assert_eq!(completed(&out).usage, usage(120, 20, 25));
+        // Saturating: totals larger than the current ones give zero.
+        let decoder = CodexDecoder::with_previous_usage(usage(1_000, 1_000, 1_000));
+        let out = decode_all(decoder, stdout, Some(0), "");
+        assert_eq!(completed(&out).usage, usage(0, 0, 0));
+    }
+
+    #[test]
+    fn errtest_capture_is_an_api_error_after_reconnects() {
+        let out = capture(
+            include_bytes!("../../testdata/codex/ERRTEST/stdout.jsonl"),
+            include_str!("../../testdata/codex/ERRTEST/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session", "error", "error", "error", "error", "error", "error", "ERR"
+            ]
+        );
+        assert!(error_types(&out).iter().all(|t| *t == "network_error"));
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "api_error");
+        assert!(message.contains("high demand"), "{message}");
+    }
+
+    #[test]
+    fn miderr_captures_are_api_errors() {
+        for (stdout, rc, reconnects) in [
+            (
+                &include_bytes!("../../testdata/codex/MIDERR/stdout.jsonl")[..],
+                include_str!("../../testdata/codex/MIDERR/rc"),
+                1,
+            ),
+            (
+                &include_bytes!("../../testdata/codex/MIDERR_retry/stdout.jsonl")[..],
+                include_str!("../../testdata/codex/MIDERR_retry/rc"),
+                3,
+            ),
+        ] {
+            let out = capture(stdout, rc);
+            let mut expected = vec!["session"];
+            expected.extend(std::iter::repeat_n("error", reconnects));
+            expected.push("ERR");
+            assert_eq!(kinds(&out), expected);
+            assert!(error_types(&out).iter().all(|t| *t == "network_error"));
+            let (error_type, message) = agent_error(&out);
+            assert_eq!(error_type, "api_error");
+            assert!(message.contains("stream disconnected"), "{message}");
+        }
+    }
+
+    #[test]
+    fn ratetest_capture_is_a_rate_limit() {
+        let out = capture(
+            include_bytes!("../../testdata/codex/RATETEST/stdout.jsonl"),
+            include_str!("../../testdata/codex/RATETEST/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "error", "ERR"]);
+        assert_eq!(error_types(&out), ["rate_limit"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "rate_limit");
+        assert!(message.contains("429"), "{message}");
+    }
+
+    const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;
+    const DONE: &str = r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":1,"output_tokens":2}}"#;
+
+    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
+        let mut stdout = lines.join("\n");
+        stdout.push('\n');
+        decode_output(stdout.as_bytes(), rc, stderr)
+    }
+
+    #[test]
+    fn dangling_command_is_recorded_before_the_error() {
+        let out = run(
+            &[
+                THREAD,
+                r#"{"type":"turn.started"}"#,
+                r#"{"type":"item.started","item":{"id":"item_0","type":"command_execution","command":"sleep 99","aggregated_output":"","exit_code":null,"status":"in_progress"}}"#,
+                r#"{"type":"item.updated","item":{"id":"item_0","type":"command_execution","command":"sleep 99","aggregated_output":"zz","exit_code":null,"status":"in_progress"}}"#,
+            ],
+            Some(137),
+            "Killed\n",
+        );
+        assert_eq!(kinds(&out), ["session", "tool", "ERR"]);
+        let (name, input, output, error) = tool(&out[1]);
+        assert_eq!((name, input), ("shell", &json!({ "command": "sleep 99" })));
+        assert_eq!(output, &Value::Null);
+        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(
+            message.contains("code 137") && message.contains("Killed"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn empty_stdout_is_an_error_naming_the_exit_code() {
+        let out = decode_output(b"", Some(2), "boom: no API key");
+        assert_eq!(kinds(&out), ["ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(message.contains("exited with code 2"), "{message}");
+        assert!(message.contains("boom: no API key"), "{message}");
+        let out = decode_output(b"", None, "");
+        assert!(agent_error(&out).1.contains("killed by a signal"));
+    }
+
+    #[test]
+    fn unknown_items_and_lines_are_kept_as_warnings() {
+        let out = run(
+            &[
+                THREAD,
+                r#"{"type":"brand_new","x":1}"#,
+                r#"{"no_type":true}"#,
+                r#"{"type":"item.completed","item":{"id":"i9","type":"hologram","beam":2}}"#,
+                r#"{"type":"item.completed","item":"not an object"}"#,
+                r#"{"type":"item.completed","item":{"id":"i1","type":"error","message":"fell back to HTTPS"}}"#,
+                r#"{"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"hi"}}"#,
+                DONE,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "warning",
+                "warning",
+                "warning",
+                "warning",
+                "text",
+                "completed"
+            ]
+        );
+        let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
+            panic!()
+        };
+        assert_eq!(details.as_ref().unwrap()["item"]["beam"], 2);
+        let Ok(AgentMessage::Warning { message, .. }) = &out[5] else {
+            panic!()
+        };
+        assert!(message.contains("fell back to HTTPS"), "{message}");
+        let result = completed(&out);
+        assert_eq!(result.text, "hi");
+        assert_eq!(
+            result.usage,
+            Usage {
+                input_tokens: 5,
+                output_tokens: 2,
+                cache_creation_input_tokens: None,
+                cache_read_input_tokens: Some(1),
+            }
+        );
+    }
+
+    #[test]
+    fn hostile_bytes_do_not_stop_decoding() {
+        let mut stdout = Vec::new();
+        stdout.extend_from_slice(THREAD.as_bytes());
+        stdout.extend_from_slice(b"\n");
+        stdout.extend_from_slice(
+            b"{\"type\":\"item.completed\",\"item\":{\"id\":\"i0\",\"type\":\"agent_message\",\"text\":\"a\0b\xffc\"}}\n",
+        );
+        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
+        stdout.extend_from_slice(DONE.as_bytes());
+        // No newline after the last line: it is still decoded.
+        let out = decode_output(&stdout, Some(0), "");
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "text",
+                "warning",
+                "warning",
+                "completed"
+            ]
+        );
+        assert_eq!(
+            out[2].as_ref().unwrap(),
+            &AgentMessage::Text {
+                content: "a\u{0}b\u{fffd}c".to_owned()
+            }
+        );
+        assert_eq!(completed(&out).text, "a\u{0}b\u{fffd}c");
+    }
+
+    #[test]
+    fn other_tool_items_become_tools() {
+        let out = run(
+            &[
+                THREAD,
+                r#"{"type":"item.started","item":{"id":"f","type":"file_change","changes":[{"path":"a.txt","kind":"add"}],"status":"in_progress"}}"#,
+                r#"{"type":"item.completed","item":{"id":"f","type":"file_change","changes":[{"path":"a.txt","kind":"add"}],"status":"completed"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m","type":"mcp_tool_call","server":"docs","tool":"lookup","arguments":{"q":"x"},"result":{"content":[]},"error":null,"status":"completed"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m2","type":"mcp_tool_call","server":"docs","tool":"lookup","arguments":{},"error":{"message":"nope"},"status":"failed"}}"#,
+                r#"{"type":"item.completed","item":{"id":"w","type":"web_search","query":"rust"}}"#,
+                r#"{"type":"item.started","item":{"id":"t","type":"todo_list","items":[{"text":"a","completed":false}]}}"#,
+                r#"{"type":"item.completed","item":{"id":"t","type":"todo_list","items":[{"text":"a","completed":true}]}}"#,
+                r#"{"type":"item.completed","item":{"id":"c","type":"command_execution","command":"x","aggregated_output":"","exit_code":null,"status":"declined"}}"#,
+                DONE,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "tool",
+                "tool",
+                "tool",
+                "tool",
+                "tool",
+                "tool",
+                "completed"
+            ]
+        );
+        let (name, input, _, error) = tool(&out[1]);
+        assert_eq!((name, error), ("file_change", None));
+        assert_eq!(input["changes"][0]["path"], "a.txt");
+        let (name, input, output, error) = tool(&out[2]);
+        assert_eq!((name, error), ("lookup", None));
+        assert_eq!(input["arguments"], json!({ "q": "x" }));
+        assert_eq!(output, &json!({ "content": [] }));
+        assert_eq!(tool(&out[3]).3, Some("nope"));
+        assert_eq!(tool(&out[4]).0, "web_search");
+        let (name, _, output, _) = tool(&out[5]);
+        assert_eq!(name, "todo_list");
+        assert_eq!(output["items"][0]["completed"], true);
+        assert_eq!(tool(&out[6]).3, Some("command declined"));
+        assert_eq!(completed(&out).text, "");
+    }
+
+    #[test]
+    fn turn_failed_wins_and_completed_with_bad_exit_warns() {
+        let out = run(
+            &[
+                THREAD,
+                DONE,
+                r#"{"type":"turn.failed","error":{"message":"unexpected status 503 Service Unavailable"}}"#,
+                r#"{"type":"turn.failed"}"#,
+            ],
+            Some(1),
+            "",
+        );
+        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+        assert_eq!(agent_error(&out).0, "api_error");
+        let out = run(
+            &[
+                THREAD,
+                r#"{"type":"turn.failed","error":{"message":"model refused"}}"#,
+            ],
+            Some(1),
+            "",
+        );
+        assert_eq!(agent_error(&out).0, "error_during_execution");
+        let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
+        assert_eq!(kinds(&out), ["session", "warning", "completed"]);
+        assert_eq!(completed(&out).num_turns, 2);
+    }
+
+    #[test]
+    fn finish_is_idempotent_and_bad_thread_ids_warn() {
+        let mut decoder = CodexDecoder::new();
+        assert!(decoder.line(json!({"type":"thread.started"})).len() == 1);
+        assert!(decoder.session_id().is_none());
+        assert_eq!(
+            kinds(&decoder.line(serde_json::from_str(THREAD).unwrap())),
+            ["session"]
+        );
+        assert!(
+            decoder
+                .line(serde_json::from_str(THREAD).unwrap())
+                .is_empty()
+        );
+        assert_eq!(
+            kinds(&decoder.line(json!({"type":"thread.started","thread_id":"t2"}))),
+            ["warning"]
+        );
+        assert_eq!(decoder.session_id().map(SessionId::as_str), Some("t1"));
+        assert_eq!(kinds(&decoder.finish(Some(0), "")), ["ERR"]);
+        assert!(decoder.finish(Some(0), "").is_empty());
+    }
+}

@@ -1,0 +1,233 @@
+//! The Codex CLI provider (`@openai/codex`, seen 0.169.0).
+//!
+//! Codex is run as `codex exec --json --skip-git-repo-check PROMPT` (resume:
+//! `codex exec resume --json --skip-git-repo-check THREAD_ID PROMPT`) and
+//! prints one JSON event per line; it runs its own tools, which we only
+//! observe. This module maps that output into normalized
+//! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
+//! [`CodexDecoder`] maps them, and the shared [`crate::normalize`] layer
+//! frames and repairs the raw bytes; [`Codex`] is the `QueryFn` that runs the
+//! CLI through [`crate::process`]. Decoding is pure so it is tested on
+//! recorded real output.
+
+mod decode;
+pub mod wire;
+
+pub use decode::{CodexDecoder, DANGLING_TOOL_ERROR, SHELL_TOOL};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use async_trait::async_trait;
+use domain::event::Usage;
+use futures::StreamExt;
+
+use crate::normalize::{Decoded, decode_all};
+use crate::process::{CliCommand, run_cli};
+
+/// Runs agents on the Codex CLI.
+///
+/// Codex reports a thread's cumulative usage after a resume; `agent:complete`
+/// wants this invocation's. The provider remembers each thread's totals it
+/// has seen (in this process) and subtracts them on the next resume.
+#[derive(Debug, Clone, Default)]
+pub struct Codex {
+    /// Cumulative usage last reported per thread id. A std mutex: held for a
+    /// map lookup or insert, never across an await.
+    totals: Arc<Mutex<HashMap<String, Usage>>>,
+}
+
+impl Codex {
+    /// The command line for one invocation. Codex has no system prompt flag in
+    /// `exec` mode, so the agent's system prompt leads the prompt text.
+    pub fn command(request: &AgentRequest) -> CliCommand {
+        let agent = &request.agent;
+        let mut args: Vec<String> = vec!["exec".into()];
+        if request.resume.is_some() {
+            args.push("resume".into());
+        }
+        args.extend(["--json".into(), "--skip-git-repo-check".into()]);
+        if let Some(model) = &agent.model {
+            args.extend(["--model".into(), model.clone()]);
+        }
+        args.extend(agent.args.iter().cloned());
+        if let Some(thread) = &request.resume {
+            args.push(thread.to_string());
+        }
+        let prompt = if agent.system_prompt.is_empty() {
+            request.prompt.clone()
+        } else {
+            format!("{}\n\n{}", agent.system_prompt, request.prompt)
+        };
+        args.push(prompt);
+        CliCommand {
+            program: agent
+                .executable
+                .clone()
+                .unwrap_or_else(|| "codex".into())
+                .into(),
+            args,
+            env: agent.env.clone(),
+            cwd: None,
+            timeout: agent.timeout.map(|t| t.0),
+        }
+    }
+}
+
+#[async_trait]
+impl QueryFn for Codex {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let previous = request.resume.as_ref().and_then(|thread| {
+            let totals = self.totals.lock().ok()?;
+            totals.get(thread.as_str()).cloned()
+        });
+        let decoder = match previous.clone() {
+            Some(usage) => CodexDecoder::with_previous_usage(usage),
+            None => CodexDecoder::new(),
+        };
+        let stream = run_cli(Self::command(&request), decoder)?;
+        let totals = Arc::clone(&self.totals);
+        let mut thread = request.resume.map(|t| t.to_string());
+        Ok(Box::pin(stream.map(move |item| {
+            match &item {
+                Ok(AgentMessage::Session { session_id, .. }) => {
+                    thread = Some(session_id.to_string());
+                }
+                Ok(AgentMessage::Completed(result)) => {
+                    if let (Some(thread), Ok(mut totals)) = (&thread, totals.lock()) {
+                        let before = previous.clone().unwrap_or_default();
+                        let after = Usage {
+                            input_tokens: before.input_tokens + result.usage.input_tokens,
+                            output_tokens: before.output_tokens + result.usage.output_tokens,
+                            cache_creation_input_tokens: add(
+                                before.cache_creation_input_tokens,
+                                result.usage.cache_creation_input_tokens,
+                            ),
+                            cache_read_input_tokens: add(
+                                before.cache_read_input_tokens,
+                                result.usage.cache_read_input_tokens,
+                            ),
+                        };
+                        totals.insert(thread.clone(), after);
+                    }
+                }
+                _ => {}
+            }
+            item
+        })))
+    }
+}
+
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
+}
+
+/// Decodes a whole captured Codex run (stdout, exit code, stderr tail).
+///
+/// Usage is reported as Codex prints it; after a resume that is the thread's
+/// cumulative usage. Use [`CodexDecoder::with_previous_usage`] with
+/// [`decode_all`] to get the usage of this invocation alone.
+pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+    decode_all(CodexDecoder::new(), stdout, exit_code, stderr_tail)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod process_tests {
+    //! The provider against fake executables printing what the real CLI printed.
+
+    use super::*;
+    use domain::workflow::{AgentDef, Provider};
+    use domain::{NodeId, NodeRunId, RunId, SessionId};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    fn replaying(dir: &Path, scenario: &str) -> String {
+        let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/codex")
+            .join(scenario)
+            .join("stdout.jsonl");
+        let path = dir.join(format!("fake-codex-{scenario}"));
+        std::fs::write(&path, format!("#!/bin/sh\ncat '{}'\n", capture.display())).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    }
+
+    fn request(executable: String, resume: Option<SessionId>) -> AgentRequest {
+        AgentRequest {
+            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
+            workflow: "wf".into(),
+            node_id: NodeId::new("coder").unwrap(),
+            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
+            agent_name: "coder".into(),
+            agent: AgentDef {
+                executable: Some(executable),
+                system_prompt: "Be brief.".into(),
+                ..AgentDef::new(Provider::Codex)
+            },
+            prompt: "run echo hi".into(),
+            resume,
+        }
+    }
+
+    fn completed(items: &[Decoded]) -> &application::ports::AgentResult {
+        match items.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn resume_uses_exec_resume_with_the_thread_id() {
+        let cmd = Codex::command(&request(
+            "codex".into(),
+            Some(SessionId::new("th-1").unwrap()),
+        ));
+        assert_eq!(
+            cmd.args,
+            [
+                "exec",
+                "resume",
+                "--json",
+                "--skip-git-repo-check",
+                "th-1",
+                "Be brief.\n\nrun echo hi"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn usage_after_a_resume_is_this_invocations_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let codex = Codex::default();
+        let first: Vec<Decoded> = codex
+            .query(request(replaying(dir.path(), "tool"), None))
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        let Some(Ok(AgentMessage::Session { session_id, .. })) = first.first() else {
+            panic!("{first:?}")
+        };
+        assert_eq!(completed(&first).usage.input_tokens, 240);
+        let second: Vec<Decoded> = codex
+            .query(request(
+                replaying(dir.path(), "resume"),
+                Some(session_id.clone()),
+            ))
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        let usage = &completed(&second).usage;
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens),
+            (120, 25),
+            "not the thread's 360/75"
+        );
+    }
+}

@@ -1,0 +1,770 @@
+//! Maps Copilot CLI `--output-format json` lines to normalized [`AgentMessage`]s.
+//!
+//! The CLI prints session bookkeeping (`session.*`), streamed text
+//! (`assistant.message_delta`) and thinking (`assistant.reasoning_delta`)
+//! followed by the complete `assistant.message` / `assistant.reasoning`, tool
+//! calls (`toolRequests` of the message, then `tool.execution_start` /
+//! `tool.execution_complete` sharing a `toolCallId`), failed model calls
+//! (`model.call_failure`, retried; `session.error` when it gives up), and a
+//! final `result` line carrying the session id — the only place it appears,
+//! so it is returned in [`AgentResult::session_id`], not as an early
+//! [`AgentMessage::Session`].
+//!
+//! [`CopilotDecoder`] streams deltas and skips the complete block a delta
+//! stream already covered, pairs tool calls with their completions into one
+//! [`AgentMessage::Tool`], keeps whatever it does not understand as a warning,
+//! and holds the terminal item back until [`Decoder::finish`]. Copilot reports
+//! a shell command that exits non-zero as `success: true`; the real exit code
+//! comes from `shellExecution.exitCode` (or the output's `exit code N`).
+//! Token counts and cost are not printed on stdout (only with
+//! `--usage-output-file`), so [`AgentResult::usage`] stays zero.
+
+use std::collections::HashSet;
+
+use application::ports::{AgentMessage, AgentResult, QueryError};
+use domain::SessionId;
+use domain::event::Usage;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::wire::{
+    Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
+};
+use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+
+/// The error recorded for a tool call that never completed.
+pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+
+/// Line types that carry nothing the runtime records.
+const NOISE: &[&str] = &[
+    "session.skills_loaded",
+    "session.mcp_servers_loaded",
+    "session.tools_updated",
+    "session.background_tasks_changed",
+    "session.info",
+    "user.message",
+    "assistant.turn_end",
+    "assistant.turn_retry",
+    "assistant.idle",
+    "assistant.message_start",
+    // Fragments of the `toolRequests` of the complete message.
+    "assistant.tool_call_delta",
+    "model.call_start",
+    "model.call_finished",
+    "model.call_final_result",
+    // Output chunks repeated by `tool.execution_complete`.
+    "tool.shell_output",
+    "tool.execution_partial_result",
+];
+
+/// A tool call waiting for its completion.
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    input: Value,
+}
+
+/// Decoder state for one Copilot CLI invocation.
+#[derive(Debug, Default)]
+pub struct CopilotDecoder {
+    /// Tool calls without a completion yet, in call order.
+    pending: Vec<PendingTool>,
+    /// Ids whose completions were already paired.
+    answered: HashSet<String>,
+    /// Messages and reasoning blocks that streamed deltas, by id.
+    streamed: HashSet<String>,
+    /// The last assistant text not followed by tool calls: the final answer.
+    text: String,
+    /// `assistant.turn_start` lines seen.
+    turns: u32,
+    /// The error of a `session.error` line: the invocation failed.
+    fatal: Option<QueryError>,
+    /// The outcome of the `result` line, emitted at [`Decoder::finish`].
+    terminal: Option<Decoded>,
+    /// `finish` ran.
+    finished: bool,
+}
+
+impl CopilotDecoder {
+    /// A decoder for a new invocation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn message_delta(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let delta = match MessageDelta::deserialize(data) {
+            Ok(delta) => delta,
+            Err(err) => return malformed("assistant.message_delta", &err, value),
+        };
+        self.streamed.extend(delta.message_id);
+        vec![Ok(AgentMessage::TextDelta {
+            content: delta.delta_content,
+        })]
+    }
+
+    fn message(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let message = match Message::deserialize(data) {
+            Ok(message) => message,
+            Err(err) => return malformed("assistant.message", &err, value),
+        };
+        let streamed = message
+            .message_id
+            .as_ref()
+            .is_some_and(|id| self.streamed.contains(id));
+        let mut out = Vec::new();
+        if !streamed && !message.content.is_empty() {
+            out.push(Ok(AgentMessage::Text {
+                content: message.content.clone(),
+            }));
+        }
+        if message.tool_requests.is_empty() {
+            if !message.content.is_empty() {
+                self.text = message.content;
+            }
+        } else {
+            // Text before a tool call is commentary, not the final answer.
+            self.text.clear();
+        }
+        for request in message.tool_requests {
+            self.pending.push(PendingTool {
+                id: request.tool_call_id,
+                name: request.name,
+                input: request.arguments,
+            });
+        }
+        out
+    }
+
+    fn reasoning_delta(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let delta = match ReasoningDelta::deserialize(data) {
+            Ok(delta) => delta,
+            Err(err) => return malformed("assistant.reasoning_delta", &err, value),
+        };
+        self.streamed.extend(delta.reasoning_id);
+        vec![Ok(AgentMessage::ThinkingDelta {
+            content: delta.delta_content,
+            token_count: None,
+        })]
+    }
+
+    fn reasoning(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let reasoning = match Reasoning::deserialize(data) {
+            Ok(reasoning) => reasoning,
+            Err(err) => return malformed("assistant.reasoning", &err, value),
+        };
+        let streamed = reasoning
+            .reasoning_id
+            .as_ref()
+            .is_some_and(|id| self.streamed.contains(id));
+        if streamed || reasoning.content.is_empty() {
+            return Vec::new();
+        }
+        vec![Ok(AgentMessage::Thinking {
+            content: reasoning.content,
+            token_count: None,
+        })]
+    }
+
+    fn tool_start(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let start = match ToolStart::deserialize(data) {
+            Ok(start) => start,
+            Err(err) => return malformed("tool.execution_start", &err, value),
+        };
+        // Usually announced by the message's `toolRequests` already.
+        if !self.pending.iter().any(|t| t.id == start.tool_call_id) {
+            self.pending.push(PendingTool {
+                id: start.tool_call_id,
+                name: start.tool_name.unwrap_or_else(|| "unknown".to_owned()),
+                input: start.arguments,
+            });
+        }
+        Vec::new()
+    }
+
+    fn tool_complete(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let done = match ToolComplete::deserialize(data) {
+            Ok(done) => done,
+            Err(err) => return malformed("tool.execution_complete", &err, value),
+        };
+        let Some(index) = self.pending.iter().position(|t| t.id == done.tool_call_id) else {
+            let why = if self.answered.contains(&done.tool_call_id) {
+                "a second tool.execution_complete for the same toolCallId"
+            } else {
+                "a tool.execution_complete for an unknown toolCallId"
+            };
+            return vec![Ok(warning(why.to_owned(), json!({ "line": value })))];
+        };
+        let tool = self.pending.remove(index);
+        self.answered.insert(tool.id);
+        let output = done.result.map_or(Value::Null, |r| r.content);
+        let exit_code = done
+            .shell_execution
+            .and_then(|s| s.exit_code)
+            .or_else(|| output.as_str().and_then(exit_code_in));
+        let error = if done.success == Some(false) {
+            Some(match &done.error {
+                Some(Value::String(s)) => s.clone(),
+                Some(e) => e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| e.to_string(), str::to_owned),
+                None => match exit_code {
+                    Some(code) if code != 0 => format!("command exited with code {code}"),
+                    _ => "tool failed".to_owned(),
+                },
+            })
+        } else {
+            exit_code
+                .filter(|&code| code != 0)
+                .map(|code| format!("command exited with code {code}"))
+        };
+        vec![Ok(AgentMessage::Tool {
+            name: tool.name,
+            input: tool.input,
+            output,
+            duration_ms: None,
+            error,
+        })]
+    }
+
+    fn call_failure(data: &Value, value: &Value) -> Vec<Decoded> {
+        let failure = match Failure::deserialize(data) {
+            Ok(failure) => failure,
+            Err(err) => return malformed("model.call_failure", &err, value),
+        };
+        let reason = failure
+            .error_message
+            .or(failure.message)
+            .unwrap_or_else(|| "unknown error".to_owned());
+        let status = failure
+            .status_code
+            .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
+        vec![Ok(AgentMessage::Error {
+            error_type: error_type(failure.status_code).to_owned(),
+            message: format!("model call failed ({status}): {reason}"),
+            details: Some(value.clone()),
+        })]
+    }
+
+    fn session_error(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
+        let failure = Failure::deserialize(data).ok();
+        let status = failure.as_ref().and_then(|f| f.status_code);
+        let message = failure
+            .and_then(|f| f.message.or(f.error_message))
+            .unwrap_or_else(|| "Copilot CLI reported a session error".to_owned());
+        let mut out = Vec::new();
+        if self.fatal.is_some() {
+            out.push(Ok(warning(
+                "a second session.error line; the last one is kept".to_owned(),
+                json!({ "line": value }),
+            )));
+        }
+        self.fatal = Some(QueryError::Agent {
+            error_type: error_type(status).to_owned(),
+            message,
+            details: Some(value.clone()),
+        });
+        out
+    }
+
+    fn result(&mut self, value: &Value) -> Vec<Decoded> {
+        let mut out = Vec::new();
+        if self.terminal.is_some() {
+            out.push(Ok(warning(
+                "a second result line; the last one is kept".to_owned(),
+                json!({ "line": value }),
+            )));
+        }
+        self.terminal = Some(match ResultLine::deserialize(value) {
+            Ok(line) => self.outcome(line, value),
+            Err(err) => Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!("unreadable result line: {err}"),
+                details: Some(value.clone()),
+            }),
+        });
+        out
+    }
+
+    fn outcome(&mut self, line: ResultLine, value: &Value) -> Decoded {
+        if let Some(QueryError::Agent {
+            error_type,
+            message,
+            details,
+        }) = self.fatal.take()
+        {
+            return Err(QueryError::Agent {
+                error_type,
+                message,
+                details: Some(json!({ "error": details, "result": value })),
+            });
+        }
+        if line.exit_code.is_some_and(|code| code != 0) {
+            return Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!(
+                    "Copilot CLI reported exit code {} without an error line",
+                    line.exit_code.unwrap_or_default()
+                ),
+                details: Some(value.clone()),
+            });
+        }
+        let usage = line.usage.unwrap_or_default();
+        Ok(AgentMessage::Completed(AgentResult {
+            text: self.text.clone(),
+            usage: Usage::default(),
+            model_usage: None,
+            total_cost_usd: None,
+            duration_ms: usage.session_duration_ms,
+            num_turns: self.turns,
+            session_id: line.session_id.and_then(|id| SessionId::new(id).ok()),
+        }))
+    }
+}
+
+impl Decoder for CopilotDecoder {
+    fn line(&mut self, value: Value) -> Vec<Decoded> {
+        let data = value.get("data").cloned().unwrap_or(Value::Null);
+        match value.get("type").and_then(Value::as_str) {
+            Some("assistant.turn_start") => {
+                self.turns = self.turns.saturating_add(1);
+                Vec::new()
+            }
+            Some("assistant.message_delta") => self.message_delta(&data, &value),
+            Some("assistant.message") => self.message(&data, &value),
+            Some("assistant.reasoning_delta") => self.reasoning_delta(&data, &value),
+            Some("assistant.reasoning") => self.reasoning(&data, &value),
+            Some("tool.execution_start") => self.tool_start(&data, &value),
+            Some("tool.execution_complete") => self.tool_complete(&data, &value),
+            Some("model.call_failure") => Self::call_failure(&data, &value),
+            Some("session.error") => self.session_error(&data, &value),
+            Some("session.warning") => {
+                let message = data
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Copilot CLI warning")
+                    .to_owned();
+                vec![Ok(warning(message, json!({ "line": value })))]
+            }
+            Some("result") => self.result(&value),
+            Some(kind) if NOISE.contains(&kind) => Vec::new(),
+            other => unknown(&format!("line type {other:?}"), &value),
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Vec::new();
+        }
+        let mut out: Vec<Decoded> = self
+            .pending
+            .drain(..)
+            .map(|tool| {
+                Ok(AgentMessage::Tool {
+                    name: tool.name,
+                    input: tool.input,
+                    output: Value::Null,
+                    duration_ms: None,
+                    error: Some(DANGLING_TOOL_ERROR.to_owned()),
+                })
+            })
+            .collect();
+        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
+        match self.terminal.take() {
+            Some(Ok(done)) => {
+                if exit_code != Some(0) {
+                    out.push(Ok(warning(
+                        format!(
+                            "Copilot CLI {} after a successful result",
+                            describe_exit(exit_code)
+                        ),
+                        json!({ "exit_code": exit_code, "stderr_tail": stderr }),
+                    )));
+                }
+                out.push(Ok(done));
+            }
+            Some(Err(err)) => out.push(Err(err)),
+            None => match self.fatal.take() {
+                // The CLI gave up on the model but never printed its result.
+                Some(err) => out.push(Err(err)),
+                None => {
+                    let stderr_note = if stderr.is_empty() {
+                        "stderr was empty".to_owned()
+                    } else {
+                        format!("stderr: {stderr}")
+                    };
+                    out.push(Err(QueryError::Agent {
+                        error_type: "error_during_execution".to_owned(),
+                        message: format!(
+                            "Copilot CLI {} without a result line; {stderr_note}",
+                            describe_exit(exit_code)
+                        ),
+                        details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
+                    }));
+                }
+            },
+        }
+        out
+    }
+}
+
+/// The stable error type of a failed model call: `rate_limit` for HTTP 429,
+/// `api_error` for other 4xx/5xx, `error_during_execution` otherwise.
+fn error_type(status: Option<u64>) -> &'static str {
+    match status {
+        Some(429) => "rate_limit",
+        Some(400..=599) => "api_error",
+        _ => "error_during_execution",
+    }
+}
+
+/// The last exit code a tool output names (`... completed with exit code 3>`,
+/// `Exit code: 3`).
+fn exit_code_in(text: &str) -> Option<i64> {
+    let lower = text.to_ascii_lowercase();
+    let key = "exit code";
+    let mut found = None;
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(key) {
+        let rest = lower[from + at + key.len()..].trim_start_matches([':', ' ']);
+        let end = rest
+            .char_indices()
+            .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+            .map_or(rest.len(), |(i, _)| i);
+        if let Ok(code) = rest[..end].parse::<i64>() {
+            found = Some(code);
+        }
+        from += at + key.len();
+    }
+    found
+}
+
+fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("unknown Copilot CLI {what}; kept as is"),
+        json!({ "line": value }),
+    ))]
+}
+
+fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("malformed Copilot CLI `{kind}` line: {err}"),
+        json!({ "line": value }),
+    ))]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::copilot::decode_output;
+
+    /// Decodes a copied capture with its recorded exit code.
+    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
+    }
+
+    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
+        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        decode_output(stdout.as_bytes(), exit_code, stderr)
+    }
+
+    fn kind(d: &Decoded) -> &'static str {
+        match d {
+            Ok(AgentMessage::Session { .. }) => "session",
+            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
+            Ok(AgentMessage::Thinking { .. }) => "thinking",
+            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
+            Ok(AgentMessage::Text { .. }) => "text",
+            Ok(AgentMessage::Tool { .. }) => "tool",
+            Ok(AgentMessage::Error { .. }) => "error",
+            Ok(AgentMessage::Warning { .. }) => "warning",
+            Ok(AgentMessage::Completed(_)) => "completed",
+            Err(_) => "ERR",
+        }
+    }
+
+    /// Kinds with runs of deltas collapsed, so tests don't count chunks.
+    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+        let mut kinds: Vec<&'static str> = Vec::new();
+        for k in out.iter().map(kind) {
+            if k.ends_with("_delta") && kinds.last() == Some(&k) {
+                continue;
+            }
+            kinds.push(k);
+        }
+        kinds
+    }
+
+    fn completed(out: &[Decoded]) -> &AgentResult {
+        match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result,
+            other => panic!("expected Completed last, got {other:?}"),
+        }
+    }
+
+    fn agent_error(out: &[Decoded]) -> (&str, &str) {
+        match out.last() {
+            Some(Err(QueryError::Agent {
+                error_type,
+                message,
+                ..
+            })) => (error_type.as_str(), message.as_str()),
+            other => panic!("expected an agent error last, got {other:?}"),
+        }
+    }
+
+    fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {
+        out.iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::Tool {
+                    name,
+                    input,
+                    output,
+                    error,
+                    ..
+                }) => Some((name.as_str(), input, output, error.as_deref())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn deltas(out: &[Decoded]) -> String {
+        out.iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const OK_RESULT: &str =
+        r#"{"type":"result","sessionId":"s1","exitCode":0,"usage":{"sessionDurationMs":9}}"#;
+
+    #[test]
+    fn text_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/copilot/text/stdout.jsonl"),
+            include_str!("../../testdata/copilot/text/rc"),
+        );
+        assert_eq!(kinds(&out), ["text_delta", "completed"]);
+        assert_eq!(out.len(), 6);
+        assert_eq!(deltas(&out), "Hello from the fake server.");
+        let result = completed(&out);
+        assert_eq!(result.text, "Hello from the fake server.");
+        assert_eq!(
+            result.session_id.as_ref().map(SessionId::as_str),
+            Some("4b5824ef-572f-4f75-a658-89b974246d7b")
+        );
+        assert_eq!(result.usage, Usage::default());
+        assert_eq!(result.duration_ms, Some(543));
+        assert_eq!(result.num_turns, 1);
+        assert_eq!(result.total_cost_usd, None);
+    }
+
+    #[test]
+    fn resume_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/copilot/resume/stdout.jsonl"),
+            include_str!("../../testdata/copilot/resume/rc"),
+        );
+        assert_eq!(kinds(&out), ["text_delta", "completed"]);
+        assert!(completed(&out).session_id.is_some());
+    }
+
+    #[test]
+    fn tool_captures_on_every_wire_api() {
+        let captures: [(&[u8], &str, bool); 3] = [
+            (
+                include_bytes!("../../testdata/copilot/tool/stdout.jsonl"),
+                include_str!("../../testdata/copilot/tool/rc"),
+                false,
+            ),
+            (
+                include_bytes!("../../testdata/copilot/tool_anthropic/stdout.jsonl"),
+                include_str!("../../testdata/copilot/tool_anthropic/rc"),
+                true,
+            ),
+            (
+                include_bytes!("../../testdata/copilot/tool_responses/stdout.jsonl"),
+                include_str!("../../testdata/copilot/tool_responses/rc"),
+                true,
+            ),
+        ];
+        for (stdout, rc, thinks) in captures {
+            let out = capture(stdout, rc);
+            let mut expected = Vec::new();
+            if thinks {
+                expected.push("thinking_delta");
+            }
+            expected.extend(["text_delta", "tool", "text_delta", "completed"]);
+            assert_eq!(kinds(&out), expected);
+            let tools = tools(&out);
+            assert_eq!(tools.len(), 1);
+            let (name, input, output, error) = tools[0];
+            assert_eq!(name, "bash");
+            assert_eq!(input["command"], "echo hi");
+            assert_eq!(
+                output,
+                &json!("hi\n<shellId: 0 completed with exit code 0>")
+            );
+            assert_eq!(error, None);
+            let result = completed(&out);
+            assert!(result.text.starts_with("Tool said: "), "{}", result.text);
+            assert_eq!(result.num_turns, 2);
+            assert!(result.session_id.is_some());
+        }
+    }
+
+    #[test]
+    fn toolfail_capture_records_the_real_exit_code() {
+        let out = capture(
+            include_bytes!("../../testdata/copilot/toolfail/stdout.jsonl"),
+            include_str!("../../testdata/copilot/toolfail/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            ["text_delta", "tool", "text_delta", "completed"]
+        );
+        let (name, input, output, error) = tools(&out)[0];
+        assert_eq!(name, "bash");
+        assert_eq!(input["command"], "echo oops >&2; exit 3");
+        assert_eq!(
+            output,
+            &json!("oops\n<shellId: 0 completed with exit code 3>")
+        );
+        assert_eq!(error, Some("command exited with code 3"));
+        assert_eq!(
+            completed(&out).session_id.as_ref().map(SessionId::as_str),
+            Some("14cf4ff0-b062-42e0-9a67-774515c43533")
+        );
+    }
+
+    #[test]
+    fn badreq_capture_is_an_api_error() {
+        let out = capture(
+            include_bytes!("../../testdata/copilot/BADREQ/stdout.jsonl"),
+            include_str!("../../testdata/copilot/BADREQ/rc"),
+        );
+        assert_eq!(kinds(&out), ["error", "ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "api_error");
+        assert_eq!(message, "400 fake error 400");
+        let Some(Err(QueryError::Agent { details, .. })) = out.last() else {
+            panic!()
+        };
+        assert_eq!(
+            details.as_ref().unwrap()["result"]["sessionId"],
+            "182dcdf4-19e0-426e-97fe-c2fa0298a658"
+        );
+    }
+
+    #[test]
+    fn errtest_capture_is_an_api_error_after_retries() {
+        let out = capture(
+            include_bytes!("../../testdata/copilot/ERRTEST/stdout.jsonl"),
+            include_str!("../../testdata/copilot/ERRTEST/rc"),
+        );
+        let all: Vec<&str> = out.iter().map(kind).collect();
+        assert_eq!(
+            all,
+            ["error", "error", "error", "error", "error", "error", "ERR"]
+        );
+        assert!(
+            matches!(&out[0], Ok(AgentMessage::Error { error_type, message, .. })
+            if error_type == "api_error" && message.contains("HTTP 500"))
+        );
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "api_error");
+        assert!(message.contains("500 fake error 500"), "{message}");
+    }
+
+    #[test]
+    fn rate_limits_and_odd_results() {
+        let fail = r#"{"type":"session.error","data":{"errorType":"query","message":"429 slow","statusCode":429}}"#;
+        let out = run(&[fail], Some(1), "");
+        assert_eq!(agent_error(&out).0, "rate_limit");
+        let out = run(
+            &[r#"{"type":"result","sessionId":"s1","exitCode":2}"#],
+            Some(2),
+            "",
+        );
+        assert_eq!(agent_error(&out).0, "error_during_execution");
+        let out = run(&[r#"{"type":"result","usage":"oops"}"#], Some(0), "");
+        assert_eq!(agent_error(&out).0, "error_during_execution");
+        let out = run(&[OK_RESULT, OK_RESULT], Some(1), "");
+        assert_eq!(kinds(&out), ["warning", "warning", "completed"]);
+    }
+
+    #[test]
+    fn hostile_input_does_not_stop_decoding() {
+        let mut stdout = Vec::new();
+        stdout.extend_from_slice(
+            b"{\"type\":\"assistant.message_delta\",\"data\":{\"messageId\":\"m1\",\"deltaContent\":\"a\0b\"}}\n",
+        );
+        stdout.extend_from_slice(b"not json at all\n");
+        stdout.extend_from_slice(b"{\"type\":\"brand.new\",\"data\":{\"x\":1}}\n");
+        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m2\",\"content\":\"whole\"}}\n");
+        stdout.extend_from_slice(b"{\"type\":\"assistant.reasoning\",\"data\":{\"reasoningId\":\"r1\",\"content\":\"hmm\"}}\n");
+        stdout.extend_from_slice(
+            b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"nope\"}}\n",
+        );
+        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m3\",\"content\":\"\",\"toolRequests\":[{\"toolCallId\":\"t1\",\"name\":\"bash\",\"arguments\":{\"command\":\"sleep 9\"}}]}}\n");
+        stdout.extend_from_slice(b"{\"type\":\"tool.execution_start\",\"data\":{\"toolCallId\":\"t2\",\"toolName\":\"view\",\"arguments\":{}}}\n");
+        stdout.extend_from_slice(b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"t2\",\"success\":false,\"error\":{\"message\":\"denied\"}}}\n");
+        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":\"oops\"}\n");
+        stdout.extend_from_slice(OK_RESULT.as_bytes());
+        let out = decode_output(&stdout, Some(0), "");
+        assert_eq!(
+            kinds(&out),
+            [
+                "warning",
+                "text_delta",
+                "warning",
+                "warning",
+                "text",
+                "thinking",
+                "warning",
+                "tool",
+                "warning",
+                "tool",
+                "completed"
+            ]
+        );
+        assert_eq!(
+            out[1].as_ref().unwrap(),
+            &AgentMessage::TextDelta {
+                content: "a\u{0}b".to_owned()
+            }
+        );
+        let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
+            panic!()
+        };
+        assert_eq!(details.as_ref().unwrap()["line"]["data"]["x"], 1);
+        let tools = tools(&out);
+        assert_eq!(tools[0].0, "view");
+        assert_eq!(tools[0].3, Some("denied"));
+        assert_eq!((tools[1].0, tools[1].2), ("bash", &Value::Null));
+        assert_eq!(tools[1].3, Some(DANGLING_TOOL_ERROR));
+        let result = completed(&out);
+        assert_eq!(result.text, "", "text before a tool call is not the answer");
+        assert_eq!(
+            result.session_id.as_ref().map(SessionId::as_str),
+            Some("s1")
+        );
+    }
+
+    #[test]
+    fn empty_stdout_is_an_error_naming_exit_code_and_stderr() {
+        let out = decode_output(b"", Some(1), "Error: no model configured");
+        assert_eq!(kinds(&out), ["ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(message.contains("exited with code 1"), "{message}");
+        assert!(message.contains("no model configured"), "{message}");
+        let mut decoder = CopilotDecoder::new();
+        assert_eq!(decoder.finish(None, "").len(), 1);
+        assert!(decoder.finish(None, "").is_empty());
+    }
+}

@@ -1,0 +1,805 @@
+//! Maps Gemini CLI `stream-json` lines to normalized [`AgentMessage`]s.
+//!
+//! The CLI prints an `init` line (session and model), the user's prompt echoed
+//! as a `message`, the assistant's text as streamed `message` chunks
+//! (`delta: true`), `tool_use` / `tool_result` pairs sharing a `tool_id`, and a
+//! final `result` line with `stats`. [`GeminiDecoder`] streams text chunks as
+//! [`AgentMessage::TextDelta`], pairs each `tool_use` with its `tool_result`
+//! into one [`AgentMessage::Tool`], keeps whatever it does not understand as a
+//! warning, and holds the terminal item back until [`Decoder::finish`], so it
+//! is always last and dangling tool calls come before it.
+//!
+//! Gemini reports a shell command that exits non-zero as `status: "success"`;
+//! when the tool output names the exit code (`Exit Code: 3`), the tool is
+//! recorded as failed with that code. (Gemini CLI 0.61.0 prints only the
+//! command's output there, so the code is usually not visible on stdout.)
+//! Thoughts are not printed by the CLI and costs are not reported.
+
+use std::collections::HashSet;
+
+use application::ports::{AgentMessage, AgentResult, QueryError};
+use domain::SessionId;
+use domain::event::{ModelUsage, Usage};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::wire::{
+    ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
+};
+use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+
+/// The error recorded for a `tool_use` that never got its `tool_result`.
+pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+
+/// A `tool_use` waiting for its `tool_result`.
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    input: Value,
+}
+
+/// Decoder state for one Gemini CLI invocation.
+#[derive(Debug, Default)]
+pub struct GeminiDecoder {
+    /// The session announced with [`AgentMessage::Session`].
+    session: Option<SessionId>,
+    /// Tool calls without a result yet, in call order.
+    pending: Vec<PendingTool>,
+    /// Ids whose results were already paired (a repeated result is a warning).
+    answered: HashSet<String>,
+    /// Assistant text since the last tool call: the final answer.
+    text: String,
+    /// Model turns seen so far.
+    turns: u32,
+    /// A model turn is under way (closed by a tool result).
+    in_turn: bool,
+    /// The outcome of the `result` line, emitted at [`Decoder::finish`].
+    terminal: Option<Decoded>,
+    /// `finish` ran.
+    finished: bool,
+}
+
+impl GeminiDecoder {
+    /// A decoder for a new invocation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The session id, once `init` announced it.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref()
+    }
+
+    fn init(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match InitLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("init", &err, value),
+        };
+        let id = line.session_id.unwrap_or_default();
+        match (&self.session, SessionId::new(id)) {
+            (None, Ok(session_id)) => {
+                self.session = Some(session_id.clone());
+                vec![Ok(AgentMessage::Session {
+                    session_id,
+                    model: line.model,
+                })]
+            }
+            (Some(known), Ok(id)) if *known == id => Vec::new(),
+            (Some(_), Ok(_)) => vec![Ok(warning(
+                "a second init line names another session; the first one is kept".to_owned(),
+                json!({ "line": value }),
+            ))],
+            (_, Err(_)) => vec![Ok(warning(
+                "init line without a session id".to_owned(),
+                json!({ "line": value }),
+            ))],
+        }
+    }
+
+    fn message(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match MessageLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("message", &err, value),
+        };
+        match line.role.as_deref() {
+            // The user's own prompt echoed back: the runtime already knows it.
+            Some("user") => Vec::new(),
+            Some("assistant") => {
+                self.start_turn();
+                self.text.push_str(&line.content);
+                let content = line.content;
+                if line.delta {
+                    vec![Ok(AgentMessage::TextDelta { content })]
+                } else {
+                    vec![Ok(AgentMessage::Text { content })]
+                }
+            }
+            other => unknown(&format!("message role {other:?}"), value),
+        }
+    }
+
+    fn start_turn(&mut self) {
+        if !self.in_turn {
+            self.in_turn = true;
+            self.turns = self.turns.saturating_add(1);
+        }
+    }
+
+    fn tool_use(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match ToolUseLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("tool_use", &err, value),
+        };
+        self.start_turn();
+        // Text before a tool call is commentary, not the final answer.
+        self.text.clear();
+        self.pending.push(PendingTool {
+            id: line.tool_id,
+            name: line.tool_name,
+            input: line.parameters,
+        });
+        Vec::new()
+    }
+
+    fn tool_result(&mut self, value: &Value) -> Vec<Decoded> {
+        let line = match ToolResultLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("tool_result", &err, value),
+        };
+        let Some(index) = self.pending.iter().position(|t| t.id == line.tool_id) else {
+            let why = if self.answered.contains(&line.tool_id) {
+                "a second tool_result for the same tool_id"
+            } else {
+                "a tool_result for an unknown tool_id"
+            };
+            return vec![Ok(warning(why.to_owned(), json!({ "line": value })))];
+        };
+        let tool = self.pending.remove(index);
+        self.answered.insert(tool.id);
+        self.in_turn = false;
+        let failed = line.status.as_deref().is_some_and(|s| s != "success");
+        let error = if failed {
+            Some(tool_error(line.error.as_ref(), &line.output))
+        } else {
+            output_text(&line.output)
+                .and_then(exit_code_in)
+                .filter(|&code| code != 0)
+                .map(|code| format!("command exited with code {code}"))
+        };
+        vec![Ok(AgentMessage::Tool {
+            name: tool.name,
+            input: tool.input,
+            output: line.output,
+            duration_ms: None,
+            error,
+        })]
+    }
+
+    fn error_line(value: &Value) -> Vec<Decoded> {
+        let line = match ErrorLine::deserialize(value) {
+            Ok(line) => line,
+            Err(err) => return malformed("error", &err, value),
+        };
+        let message = line
+            .message
+            .unwrap_or_else(|| "Gemini CLI reported an error".to_owned());
+        if line.severity.as_deref() == Some("warning") {
+            return vec![Ok(warning(message, json!({ "line": value })))];
+        }
+        let error_type = error_type(None, &message);
+        vec![Ok(AgentMessage::Error {
+            error_type: error_type.to_owned(),
+            message,
+            details: Some(value.clone()),
+        })]
+    }
+
+    fn result(&mut self, value: &Value) -> Vec<Decoded> {
+        let mut out = Vec::new();
+        if self.terminal.is_some() {
+            out.push(Ok(warning(
+                "a second result line; the last one is kept".to_owned(),
+                json!({ "line": value }),
+            )));
+        }
+        self.terminal = Some(match ResultLine::deserialize(value) {
+            Ok(line) => self.outcome(line, value),
+            Err(err) => Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!("unreadable result line: {err}"),
+                details: Some(value.clone()),
+            }),
+        });
+        out
+    }
+
+    fn outcome(&self, line: ResultLine, value: &Value) -> Decoded {
+        if line.status.as_deref() != Some("success") {
+            let error = line.error.unwrap_or_default();
+            let message = error.message.clone().unwrap_or_else(|| {
+                format!("Gemini CLI reported an error (status {:?})", line.status)
+            });
+            return Err(QueryError::Agent {
+                error_type: error_type(Some(&error), &message).to_owned(),
+                message,
+                details: Some(value.clone()),
+            });
+        }
+        let stats = line.stats.unwrap_or_default();
+        let cached = stats.cached;
+        let input_tokens = stats.input.unwrap_or_else(|| {
+            stats
+                .input_tokens
+                .unwrap_or(0)
+                .saturating_sub(cached.unwrap_or(0))
+        });
+        let model_usage = stats.models.filter(|m| !m.is_empty()).map(|m| {
+            m.into_iter()
+                .map(|(model, u)| {
+                    let usage = ModelUsage {
+                        input_tokens: u.input_tokens.unwrap_or(0),
+                        output_tokens: u.output_tokens.unwrap_or(0),
+                    };
+                    (model, usage)
+                })
+                .collect()
+        });
+        Ok(AgentMessage::Completed(AgentResult {
+            text: self.text.clone(),
+            usage: Usage {
+                input_tokens,
+                output_tokens: stats.output_tokens.unwrap_or(0),
+                cache_creation_input_tokens: None,
+                cache_read_input_tokens: cached,
+            },
+            model_usage,
+            total_cost_usd: None,
+            duration_ms: stats.duration_ms,
+            num_turns: self.turns,
+            session_id: None,
+        }))
+    }
+}
+
+impl Decoder for GeminiDecoder {
+    fn line(&mut self, value: Value) -> Vec<Decoded> {
+        match value.get("type").and_then(Value::as_str) {
+            Some("init") => self.init(&value),
+            Some("message") => self.message(&value),
+            Some("tool_use") => self.tool_use(&value),
+            Some("tool_result") => self.tool_result(&value),
+            Some("error") => Self::error_line(&value),
+            Some("result") => self.result(&value),
+            other => unknown(&format!("line type {other:?}"), &value),
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Vec::new();
+        }
+        let mut out: Vec<Decoded> = self
+            .pending
+            .drain(..)
+            .map(|tool| {
+                Ok(AgentMessage::Tool {
+                    name: tool.name,
+                    input: tool.input,
+                    output: Value::Null,
+                    duration_ms: None,
+                    error: Some(DANGLING_TOOL_ERROR.to_owned()),
+                })
+            })
+            .collect();
+        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
+        match self.terminal.take() {
+            Some(Ok(done)) => {
+                if exit_code != Some(0) {
+                    out.push(Ok(warning(
+                        format!(
+                            "Gemini CLI {} after a successful result",
+                            describe_exit(exit_code)
+                        ),
+                        json!({ "exit_code": exit_code, "stderr_tail": stderr }),
+                    )));
+                }
+                out.push(Ok(done));
+            }
+            Some(Err(err)) => out.push(Err(err)),
+            None => {
+                let stderr_note = if stderr.is_empty() {
+                    "stderr was empty".to_owned()
+                } else {
+                    format!("stderr: {stderr}")
+                };
+                out.push(Err(QueryError::Agent {
+                    error_type: "error_during_execution".to_owned(),
+                    message: format!(
+                        "Gemini CLI {} without a result line; {stderr_note}",
+                        describe_exit(exit_code)
+                    ),
+                    details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
+                }));
+            }
+        }
+        out
+    }
+}
+
+/// The stable error type of a failed invocation: `rate_limit` for HTTP 429 or
+/// quota errors, `api_error` for other API failures, `error_during_execution`
+/// otherwise.
+fn error_type(error: Option<&WireError>, message: &str) -> &'static str {
+    let status = error
+        .and_then(|e| e.code.as_ref())
+        .and_then(Value::as_u64)
+        .or_else(|| api_status_in(message));
+    if status == Some(429) || message.contains("RESOURCE_EXHAUSTED") {
+        "rate_limit"
+    } else if status.is_some_and(|s| (400..600).contains(&s)) || message.contains("API Error") {
+        "api_error"
+    } else {
+        "error_during_execution"
+    }
+}
+
+/// The HTTP status in an API error body embedded in a message
+/// (`... {"error":{"code":400, ...}} ...`).
+fn api_status_in(message: &str) -> Option<u64> {
+    let key = "\"code\":";
+    let start = message.find(key)? + key.len();
+    let digits: String = message[start..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|s| (100..600).contains(s))
+}
+
+/// The last exit code a tool output names (`Exit Code: 3`, `exit code 3`).
+fn exit_code_in(text: &str) -> Option<i32> {
+    let lower = text.to_ascii_lowercase();
+    let key = "exit code";
+    let mut found = None;
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(key) {
+        let rest = lower[from + at + key.len()..].trim_start_matches([':', ' ']);
+        let end = rest
+            .char_indices()
+            .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+            .map_or(rest.len(), |(i, _)| i);
+        if let Ok(code) = rest[..end].parse::<i32>() {
+            found = Some(code);
+        }
+        from += at + key.len();
+    }
+    found
+}
+
+/// A tool output as text, when it is a string.
+fn output_text(output: &Value) -> Option<&str> {
+    output.as_str()
+}
+
+/// The error text of a `tool_result` with `status: "error"`.
+fn tool_error(error: Option<&WireError>, output: &Value) -> String {
+    if let Some(message) = error.and_then(|e| e.message.as_deref()) {
+        return message.to_owned();
+    }
+    match output {
+        Value::String(s) if !s.is_empty() => s.clone(),
+        Value::Null | Value::String(_) => "tool failed".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("unknown Gemini CLI {what}; kept as is"),
+        json!({ "line": value }),
+    ))]
+}
+
+fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("malformed Gemini CLI `{kind}` line: {err}"),
+        json!({ "line": value }),
+    ))]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::gemini::decode_output;
+
+    /// Decodes a copied capture with its recorded exit code.
+    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
+    }
+
+    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
+        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        decode_output(stdout.as_bytes(), exit_code, stderr)
+    }
+
+    fn kind(d: &Decoded) -> &'static str {
+        match d {
+            Ok(AgentMessage::Session { .. }) => "session",
+            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
+            Ok(AgentMessage::Thinking { .. }) => "thinking",
+            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
+            Ok(AgentMessage::Text { .. }) => "text",
+            Ok(AgentMessage::Tool { .. }) => "tool",
+            Ok(AgentMessage::Error { .. }) => "error",
+            Ok(AgentMessage::Warning { .. }) => "warning",
+            Ok(AgentMessage::Completed(_)) => "completed",
+            Err(_) => "ERR",
+        }
+    }
+
+    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+        out.iter().map(kind).collect()
+    }
+
+    fn session(out: &[Decoded]) -> (&str, Option<&str>) {
+        match &out[0] {
+            Ok(AgentMessage::Session { session_id, model }) => {
+                (session_id.as_str(), model.as_deref())
+            }
+            other => panic!("expected a session first, got {other:?}"),
+        }
+    }
+
+    fn completed(out: &[Decoded]) -> &AgentResult {
+        match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result,
+            other => panic!("expected Completed last, got {other:?}"),
+        }
+    }
+
+    fn agent_error(out: &[Decoded]) -> (&str, &str) {
+        match out.last() {
+            Some(Err(QueryError::Agent {
+                error_type,
+                message,
+                ..
+            })) => (error_type.as_str(), message.as_str()),
+            other => panic!("expected an agent error last, got {other:?}"),
+        }
+    }
+
+    fn tool(d: &Decoded) -> (&str, &Value, &Value, Option<&str>) {
+        match d {
+            Ok(AgentMessage::Tool {
+                name,
+                input,
+                output,
+                duration_ms: None,
+                error,
+            }) => (name.as_str(), input, output, error.as_deref()),
+            other => panic!("expected a tool, got {other:?}"),
+        }
+    }
+
+    fn deltas(out: &[Decoded]) -> String {
+        out.iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
+    const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
+
+    #[test]
+    fn text_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/gemini/text/stdout.jsonl"),
+            include_str!("../../testdata/gemini/text/rc"),
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "completed"
+            ]
+        );
+        assert_eq!(
+            session(&out),
+            (
+                "10fada5a-1565-433b-a3bd-569381e3039c",
+                Some("gemini-2.5-pro")
+            )
+        );
+        assert_eq!(deltas(&out), "Hello from the fake server.");
+        let result = completed(&out);
+        assert_eq!(result.text, "Hello from the fake server.");
+        assert_eq!(
+            result.usage,
+            Usage {
+                input_tokens: 120,
+                output_tokens: 25,
+                cache_creation_input_tokens: None,
+                cache_read_input_tokens: Some(0),
+            }
+        );
+        assert_eq!(
+            result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
+            ModelUsage {
+                input_tokens: 120,
+                output_tokens: 25
+            }
+        );
+        assert_eq!(result.duration_ms, Some(167));
+        assert_eq!(result.num_turns, 1);
+        assert_eq!(result.total_cost_usd, None);
+        assert_eq!(result.session_id, None, "already announced by Session");
+    }
+
+    #[test]
+    fn tool_capture() {
+        let out = capture(
+            include_bytes!("../../testdata/gemini/tool/stdout.jsonl"),
+            include_str!("../../testdata/gemini/tool/rc"),
+        );
+        let mut expected = vec!["session", "text_delta", "tool"];
+        expected.extend(["text_delta"; 8]);
+        expected.push("completed");
+        assert_eq!(kinds(&out), expected);
+        let (name, input, output, error) = tool(&out[2]);
+        assert_eq!(name, "run_shell_command");
+        assert_eq!(input["command"], "echo hi");
+        assert_eq!(output, &json!("hi"));
+        assert_eq!(error, None);
+        let result = completed(&out);
+        assert!(result.text.starts_with("Tool said: "), "{}", result.text);
+        assert_eq!(result.num_turns, 2);
+        assert_eq!(
+            (result.usage.input_tokens, result.usage.output_tokens),
+            (240, 50)
+        );
+        assert_eq!(result.duration_ms, Some(457));
+    }
+
+    #[test]
+    fn toolfail_capture_reports_success_because_stdout_has_no_exit_code() {
+        let out = capture(
+            include_bytes!("../../testdata/gemini/toolfail/stdout.jsonl"),
+            include_str!("../../testdata/gemini/toolfail/rc"),
+        );
+        let (name, input, output, error) = tool(&out[2]);
+        assert_eq!(name, "run_shell_command");
+        assert_eq!(input["command"], "echo oops >&2; exit 3");
+        assert_eq!(output, &json!("oops"));
+        // Gemini CLI 0.61.0 prints `status: success` and only the output.
+        assert_eq!(error, None);
+        assert_eq!(kind(out.last().unwrap()), "completed");
+    }
+
+    #[test]
+    fn exit_code_in_tool_output_marks_the_tool_failed() {
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t1","parameters":{"command":"exit 3"}}"#,
+                r#"{"type":"tool_result","tool_id":"t1","status":"success","output":"Output: oops\nExit Code: 3\nProcess Group PGID: 1"}"#,
+                r#"{"type":"tool_use","tool_name":"read_file","tool_id":"t2","parameters":{}}"#,
+                r#"{"type":"tool_result","tool_id":"t2","status":"error","output":"","error":{"type":"file_not_found","message":"no such file"}}"#,
+                r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t3","parameters":{}}"#,
+                r#"{"type":"tool_result","tool_id":"t3","status":"success","output":"Exit Code: 0"}"#,
+                OK_RESULT,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            ["session", "tool", "tool", "tool", "completed"]
+        );
+        assert_eq!(tool(&out[1]).3, Some("command exited with code 3"));
+        assert_eq!(tool(&out[2]).3, Some("no such file"));
+        assert_eq!(tool(&out[3]).3, None);
+        assert_eq!(exit_code_in("exit code -1"), Some(-1));
+        assert_eq!(exit_code_in("exit codes"), None);
+    }
+
+    #[test]
+    fn resume_capture_keeps_the_session() {
+        let out = capture(
+            include_bytes!("../../testdata/gemini/resume/stdout.jsonl"),
+            include_str!("../../testdata/gemini/resume/rc"),
+        );
+        assert_eq!(session(&out).0, "2dcad872-3b98-4b4e-aa03-586cb476122c");
+        assert_eq!(deltas(&out), "Hello from the fake server.");
+        assert_eq!(completed(&out).usage.input_tokens, 120);
+    }
+
+    #[test]
+    fn badreq_capture_is_an_api_error() {
+        let out = capture(
+            include_bytes!("../../testdata/gemini/BADREQ/stdout.jsonl"),
+            include_str!("../../testdata/gemini/BADREQ/rc"),
+        );
+        assert_eq!(kinds(&out), ["session", "ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "api_error");
+        assert!(message.contains("fake error 400"), "{message}");
+    }
+
+    #[test]
+    fn errtest_capture_without_result_names_exit_code_and_stderr() {
+        let out = decode_output(
+            include_bytes!("../../testdata/gemini/ERRTEST/stdout.jsonl"),
+            Some(
+                include_str!("../../testdata/gemini/ERRTEST/rc")
+                    .trim()
+                    .parse()
+                    .unwrap(),
+            ),
+            "at async Turn.run (chunk.js:1:2) {\n  status: 500\n}\n",
+        );
+        assert_eq!(kinds(&out), ["session", "ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(message.contains("exited with code 124"), "{message}");
+        assert!(message.contains("status: 500"), "{message}");
+    }
+
+    #[test]
+    fn result_errors_map_to_stable_types() {
+        let cases = [
+            (
+                r#"{"type":"result","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":429,\"message\":\"slow down\",\"status\":\"RESOURCE_EXHAUSTED\"}}]"}}"#,
+                "rate_limit",
+            ),
+            (
+                r#"{"type":"result","status":"error","error":{"message":"[API Error: {\"error\":{\"code\": 503}}]"}}"#,
+                "api_error",
+            ),
+            (
+                r#"{"type":"result","status":"error","error":{"type":"FatalTurnLimitedError","message":"max turns"}}"#,
+                "error_during_execution",
+            ),
+            (
+                r#"{"type":"result","status":"error"}"#,
+                "error_during_execution",
+            ),
+            (
+                r#"{"type":"result","stats":"oops"}"#,
+                "error_during_execution",
+            ),
+        ];
+        for (line, expected) in cases {
+            let out = run(&[INIT, line], Some(1), "");
+            assert_eq!(agent_error(&out).0, expected, "{line}");
+        }
+    }
+
+    #[test]
+    fn hostile_input_does_not_stop_decoding() {
+        let mut stdout = Vec::new();
+        stdout.extend_from_slice(INIT.as_bytes());
+        stdout.extend_from_slice(b"\n");
+        stdout.extend_from_slice(
+            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"a\0b\",\"delta\":true}\n",
+        );
+        stdout.extend_from_slice(b"not json at all\n");
+        stdout.extend_from_slice(b"{\"type\":\"brand_new\",\"x\":1}\n");
+        stdout.extend_from_slice(
+            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"whole\"}\n",
+        );
+        stdout.extend_from_slice(
+            b"{\"type\":\"tool_result\",\"tool_id\":\"nope\",\"status\":\"success\"}\n",
+        );
+        stdout.extend_from_slice(b"{\"type\":\"tool_use\",\"tool_name\":\"run_shell_command\",\"tool_id\":\"t9\",\"parameters\":{\"command\":\"sleep 9\"}}\n");
+        stdout.extend_from_slice(OK_RESULT.as_bytes());
+        let out = decode_output(&stdout, Some(0), "");
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "text_delta",
+                "warning",
+                "warning",
+                "text",
+                "warning",
+                "tool",
+                "completed"
+            ]
+        );
+        assert_eq!(
+            out[2].as_ref().unwrap(),
+            &AgentMessage::TextDelta {
+                content: "a\u{0}b".to_owned()
+            }
+        );
+        let Ok(AgentMessage::Warning { details, .. }) = &out[4] else {
+            panic!()
+        };
+        assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
+        let (name, _, output, error) = tool(&out[7]);
+        assert_eq!((name, output), ("run_shell_command", &Value::Null));
+        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
+        let result = completed(&out);
+        assert_eq!(
+            result.usage,
+            Usage {
+                input_tokens: 6,
+                output_tokens: 2,
+                cache_creation_input_tokens: None,
+                cache_read_input_tokens: Some(4),
+            }
+        );
+        assert_eq!(result.text, "", "text before a tool call is not the answer");
+    }
+
+    #[test]
+    fn empty_stdout_and_signals_are_errors_and_finish_is_idempotent() {
+        let out = decode_output(b"", Some(41), "Invalid auth method selected.");
+        assert_eq!(kinds(&out), ["ERR"]);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "error_during_execution");
+        assert!(message.contains("exited with code 41"), "{message}");
+        assert!(message.contains("Invalid auth method"), "{message}");
+        assert!(
+            agent_error(&decode_output(b"", None, ""))
+                .1
+                .contains("killed by a signal")
+        );
+
+        let mut decoder = GeminiDecoder::new();
+        let value: Value = serde_json::from_str(OK_RESULT).unwrap();
+        assert!(decoder.line(value).is_empty());
+        let out = decoder.finish(Some(2), "");
+        assert_eq!(kinds(&out), ["warning", "completed"]);
+        assert!(decoder.finish(Some(0), "").is_empty());
+    }
+
+    #[test]
+    fn error_lines_and_odd_messages() {
+        let out = run(
+            &[
+                INIT,
+                INIT,
+                r#"{"type":"init","session_id":"other"}"#,
+                r#"{"type":"init"}"#,
+                r#"{"type":"error","severity":"warning","message":"loop detected"}"#,
+                r#"{"type":"error","severity":"error","message":"API Error: 500"}"#,
+                r#"{"type":"message","role":"system","content":"?"}"#,
+                r#"{"type":"message","role":"user","content":"prompt"}"#,
+                r#"{"type":"tool_use","tool_id":"x"}"#,
+                OK_RESULT,
+                OK_RESULT,
+            ],
+            Some(0),
+            "",
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                "session",
+                "warning",
+                "warning",
+                "warning",
+                "error",
+                "warning",
+                "warning",
+                "warning",
+                "completed"
+            ]
+        );
+        assert!(
+            matches!(&out[4], Ok(AgentMessage::Error { error_type, .. }) if error_type == "api_error")
+        );
+    }
+}

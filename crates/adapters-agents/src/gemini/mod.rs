@@ -1,0 +1,79 @@
+//! The Gemini CLI provider (`@google/gemini-cli`, seen 0.61.0).
+//!
+//! Gemini CLI is run as `gemini -p PROMPT --output-format stream-json -m MODEL
+//! --yolo [--resume SESSION_ID]` and prints one JSON object per line; it runs
+//! its own tools, which we only observe. This module maps that output into
+//! normalized [`application::ports::AgentMessage`]s: [`wire`] declares the
+//! lines, [`GeminiDecoder`] maps them, and the shared [`crate::normalize`]
+//! layer frames and repairs the raw bytes. [`Gemini`] is the `QueryFn`
+//! that runs the CLI through [`crate::process`]. Decoding is pure, so it is
+//! tested on recorded real output.
+
+mod decode;
+pub mod wire;
+
+pub use decode::{DANGLING_TOOL_ERROR, GeminiDecoder};
+
+use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
+use async_trait::async_trait;
+
+use crate::normalize::{Decoded, decode_all};
+use crate::process::{CliCommand, run_cli};
+/// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
+/// extra routing call first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gemini;
+
+impl Gemini {
+    /// The command line for one invocation.
+    pub fn command(request: &AgentRequest) -> CliCommand {
+        let agent = &request.agent;
+        // No system prompt flag in `-p` mode: the system prompt leads the prompt.
+        let prompt = if agent.system_prompt.is_empty() {
+            request.prompt.clone()
+        } else {
+            format!("{}\n\n{}", agent.system_prompt, request.prompt)
+        };
+        // `--yolo`: without it the shell tool is not even offered.
+        let mut args: Vec<String> = vec![
+            "-p".into(),
+            prompt,
+            "--output-format".into(),
+            "stream-json".into(),
+            "--yolo".into(),
+        ];
+        if let Some(model) = &agent.model {
+            args.extend(["-m".into(), model.clone()]);
+        }
+        if !agent.tools.is_empty() {
+            args.extend(["--allowed-tools".into(), agent.tools.join(",")]);
+        }
+        if let Some(session) = &request.resume {
+            args.extend(["--resume".into(), session.to_string()]);
+        }
+        args.extend(agent.args.iter().cloned());
+        CliCommand {
+            program: agent
+                .executable
+                .clone()
+                .unwrap_or_else(|| "gemini".into())
+                .into(),
+            args,
+            env: agent.env.clone(),
+            cwd: None,
+            timeout: agent.timeout.map(|t| t.0),
+        }
+    }
+}
+
+#[async_trait]
+impl QueryFn for Gemini {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        run_cli(Self::command(&request), GeminiDecoder::new())
+    }
+}
+
+/// Decodes a whole captured Gemini CLI run (stdout, exit code, stderr tail).
+pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+    decode_all(GeminiDecoder::new(), stdout, exit_code, stderr_tail)
+}
