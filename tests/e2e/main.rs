@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod cli;
+mod cli_agents;
 mod docs;
 mod fold_property;
 mod store_conformance;
