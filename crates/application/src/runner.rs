@@ -200,6 +200,7 @@ impl WorkflowRunner {
             reply: Vec::new(),
             executions: BTreeMap::new(),
             drops_reported: 0,
+            announced_session: None,
         };
         match exec.drive().await {
             Ok(outcome) => Ok(outcome),
@@ -239,6 +240,8 @@ struct Execution<'r> {
     executions: BTreeMap<NodeId, u32>,
     /// Subscriber drops already recorded as `warning` events.
     drops_reported: u64,
+    /// The session id `agent:start` named for the invocation in progress.
+    announced_session: Option<SessionId>,
 }
 
 /// One node execution in progress: who it is, where it sits in the transcript.
@@ -662,6 +665,7 @@ impl Execution<'_> {
                 };
                 let model = model.or_else(|| agent.model.clone());
                 let prompt = Prompt::Text(prompt.clone());
+                self.announced_session = Some(session_id.clone());
                 self.emit(
                     ctx.clone(),
                     EventKind::AgentStart {
@@ -795,6 +799,9 @@ impl Execution<'_> {
                 total_cost_usd: result.total_cost_usd,
                 duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
                 num_turns: result.num_turns,
+                session_id: result
+                    .session_id
+                    .filter(|s| Some(s) != self.announced_session.as_ref()),
             },
         )
         .await?;
@@ -1736,6 +1743,50 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert_eq!(warnings.len(), 1);
         assert!(
             matches!(&warnings[0].kind, EventKind::Warning { message, .. } if message.contains("missed 3"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_id_known_only_at_the_end_is_the_one_saved() {
+        let late = Ok(AgentMessage::Completed(AgentResult {
+            text: "done".into(),
+            num_turns: 1,
+            session_id: Some(SessionId::new("late-session").unwrap()),
+            ..AgentResult::default()
+        }));
+        let h = harness(
+            HashMap::from([
+                (
+                    "a",
+                    vec![vec![
+                        Ok(AgentMessage::TextDelta {
+                            content: "d".into(),
+                        }),
+                        late,
+                    ]],
+                ),
+                ("b", vec![vec![done("2")]]),
+                ("c", vec![vec![done("3")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, CHAIN, json!("x")).await.unwrap();
+        let a = NodeId::new("a").unwrap();
+        assert_eq!(outcome.snapshot.agent_sessions[&a].as_str(), "late-session");
+        let complete = &of_type(&h, "agent:complete")[0];
+        assert!(
+            matches!(&complete.kind, EventKind::AgentComplete { session_id: Some(s), .. } if s.as_str() == "late-session")
+        );
+        let b = &of_type(&h, "agent:complete")[1];
+        assert!(
+            matches!(
+                &b.kind,
+                EventKind::AgentComplete {
+                    session_id: None,
+                    ..
+                }
+            ),
+            "no repeat when unchanged"
         );
     }
 

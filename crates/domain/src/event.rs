@@ -219,6 +219,10 @@ pub enum EventKind {
         total_cost_usd: Option<f64>,
         duration_ms: u64,
         num_turns: u32,
+        /// The provider's session id when it was only known at the end (Copilot
+        /// names it on its last line, after `agent:start` had to use another).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<SessionId>,
     },
     /// The runtime began executing a tool on an agent's behalf.
     #[serde(rename = "tool:started", rename_all = "camelCase")]
@@ -547,6 +551,7 @@ mod tests {
             total_cost_usd: Some(0.25),
             duration_ms: 1234,
             num_turns: 1,
+            session_id: None,
         });
         let json = e.to_json().unwrap();
         assert_eq!(

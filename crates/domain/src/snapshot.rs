@@ -229,7 +229,11 @@ impl RunSnapshot {
                 self.edge_status
                     .insert(edge_id.clone(), EdgeStatus::Skipped);
             }
-            EventKind::AgentStart { session_id, .. } => {
+            EventKind::AgentStart { session_id, .. }
+            | EventKind::AgentComplete {
+                session_id: Some(session_id),
+                ..
+            } => {
                 if let Some(node) = node {
                     self.agent_sessions.insert(node.clone(), session_id.clone());
                 }
