@@ -302,3 +302,21 @@ fn storage_is_accepted_before_or_after_the_subcommand() {
     assert!(out.status.success());
     assert_eq!(awr.run_ids().len(), 1);
 }
+
+#[test]
+fn every_example_validates() {
+    let awr = Awr::new();
+    let mut files = Vec::new();
+    for dir in ["examples", "examples/cli"] {
+        for entry in std::fs::read_dir(repo_root().join(dir)).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "yaml") {
+                files.push(entry.path());
+            }
+        }
+    }
+    assert!(files.len() >= 8, "{files:?}");
+    for file in files {
+        let out = awr.run(&["validate", file.to_str().unwrap()]);
+        assert_eq!(out.code, 0, "{}: {}", file.display(), out.stderr);
+    }
+}
