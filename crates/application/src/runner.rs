@@ -691,9 +691,11 @@ impl Execution<'_> {
                 AgentMessage::Thinking {
                     content,
                     token_count,
+                    signature,
                 } => EventKind::AgentThinking {
                     content,
                     token_count,
+                    signature,
                 },
                 AgentMessage::TextDelta { content } => EventKind::AgentTextDelta { content },
                 AgentMessage::Text { content } => EventKind::AgentText { content },
@@ -1168,9 +1170,11 @@ impl Execution<'_> {
                     });
                 }
             }
-            EventKind::AgentThinking { content, .. } => self.reply.push(ContentBlock::Thinking {
+            EventKind::AgentThinking {
+                content, signature, ..
+            } => self.reply.push(ContentBlock::Thinking {
                 thinking: content.clone(),
-                signature: None,
+                signature: signature.clone(),
                 fidelity,
             }),
             EventKind::AgentTextDelta { content } => {
@@ -1744,6 +1748,37 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert!(
             matches!(&warnings[0].kind, EventKind::Warning { message, .. } if message.contains("missed 3"))
         );
+    }
+
+    #[tokio::test]
+    async fn thinking_signatures_reach_the_log_and_the_transcript() {
+        let thinking = Ok(AgentMessage::Thinking {
+            content: "ponder".into(),
+            token_count: None,
+            signature: Some("c2ln".into()),
+        });
+        let h = harness(
+            HashMap::from([
+                ("a", vec![vec![thinking, done("1")]]),
+                ("b", vec![vec![done("2")]]),
+                ("c", vec![vec![done("3")]]),
+            ]),
+            None,
+        );
+        let (transcripts, lines) = recording_transcripts(0);
+        let h = Harness {
+            runner: h.runner.with_transcripts(Arc::new(transcripts)),
+            ..h
+        };
+        run(&h, CHAIN, json!("x")).await.unwrap();
+        assert!(matches!(&of_type(&h, "agent:thinking")[0].kind,
+            EventKind::AgentThinking { signature: Some(s), .. } if s == "c2ln"));
+        let lines = lines.lock().unwrap();
+        let reply = lines
+            .iter()
+            .find(|l| l.kind == ExchangeType::MessageAssistant)
+            .unwrap();
+        assert_eq!(reply.payload["blocks"][0]["signature"], "c2ln");
     }
 
     #[tokio::test]

@@ -180,6 +180,9 @@ pub enum EventKind {
         content: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token_count: Option<u64>,
+        /// The provider's signature of the block (Claude), kept verbatim.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// A streamed chunk of text.
     #[serde(rename = "agent:text:delta", rename_all = "camelCase")]

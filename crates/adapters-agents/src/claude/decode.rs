@@ -159,10 +159,14 @@ impl ClaudeDecoder {
                 Ok(Block::Text { text }) if !streamed.text => {
                     out.push(Ok(AgentMessage::Text { content: text }));
                 }
-                Ok(Block::Thinking { thinking }) if !streamed.thinking => {
+                Ok(Block::Thinking {
+                    thinking,
+                    signature,
+                }) if !streamed.thinking => {
                     out.push(Ok(AgentMessage::Thinking {
                         content: thinking,
                         token_count: None,
+                        signature,
                     }));
                 }
                 Ok(Block::Text { .. } | Block::Thinking { .. }) => {}
@@ -641,8 +645,10 @@ mod tests {
             ["session", "thinking", "text", "tool", "text", "completed"]
         );
         assert!(
-            matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None })
-            if content == "The user wants me to run echo hi. I'll use the shell tool.")
+            matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None, signature: Some(s) })
+            if content == "The user wants me to run echo hi. I'll use the shell tool." && !s.is_empty()),
+            "thinking is kept with its signature: {:?}",
+            out[1]
         );
         let (name, input, output, error) = tool(&out[3]);
         assert_eq!(name, "Bash");

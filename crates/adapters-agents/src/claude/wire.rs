@@ -81,6 +81,9 @@ pub enum Block {
     Thinking {
         /// The thinking text.
         thinking: String,
+        /// The provider's signature of the block, kept so it can be sent back.
+        #[serde(default)]
+        signature: Option<String>,
     },
     /// The model asked for a tool.
     ToolUse {

@@ -150,6 +150,7 @@ impl CodexDecoder {
                 Ok(TextItem { text }) => vec![Ok(AgentMessage::Thinking {
                     content: text,
                     token_count: None,
+                    signature: None,
                 })],
                 Err(err) => malformed("reasoning item", &err, &item),
             },
@@ -600,7 +601,8 @@ mod tests {
             out[1].as_ref().unwrap(),
             &AgentMessage::Thinking {
                 content: "Running echo hi with the shell tool.".to_owned(),
-                token_count: None
+                token_count: None,
+                signature: None,
             }
         );
         let (name, input, output, error) = tool(&out[3]);

@@ -163,6 +163,7 @@ impl CopilotDecoder {
         vec![Ok(AgentMessage::Thinking {
             content: reasoning.content,
             token_count: None,
+            signature: None,
         })]
     }
 

@@ -175,6 +175,7 @@ fn known_event(kind: &str, event: &Value) -> Option<AgentMessage> {
         "agent:thinking" => AgentMessage::Thinking {
             content: text("content")?,
             token_count: tokens,
+            signature: text("signature"),
         },
         "agent:text:delta" => AgentMessage::TextDelta {
             content: text("content")?,

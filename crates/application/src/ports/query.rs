@@ -75,6 +75,8 @@ pub enum AgentMessage {
         content: String,
         /// Tokens in it.
         token_count: Option<u64>,
+        /// The provider's signature of the block, kept so it can be sent back.
+        signature: Option<String>,
     },
     /// Streamed text.
     TextDelta {
