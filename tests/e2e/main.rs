@@ -4,6 +4,7 @@
 mod cli;
 mod cli_agents;
 mod docs;
+mod fake_model;
 mod fold_property;
 mod store_conformance;
 mod subflow;
