@@ -459,32 +459,7 @@ fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded>
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::copilot::decode_output;
-
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        decode_output(stdout.as_bytes(), exit_code, stderr)
-    }
-
-    fn kind(d: &Decoded) -> &'static str {
-        match d {
-            Ok(AgentMessage::Session { .. }) => "session",
-            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
-            Ok(AgentMessage::Thinking { .. }) => "thinking",
-            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
-            Ok(AgentMessage::Text { .. }) => "text",
-            Ok(AgentMessage::Tool { .. }) => "tool",
-            Ok(AgentMessage::Error { .. }) => "error",
-            Ok(AgentMessage::Warning { .. }) => "warning",
-            Ok(AgentMessage::Completed(_)) => "completed",
-            Err(_) => "ERR",
-        }
-    }
+    use crate::normalize::testing::*;
 
     /// Kinds with runs of deltas collapsed, so tests don't count chunks.
     fn kinds(out: &[Decoded]) -> Vec<&'static str> {
@@ -497,23 +472,16 @@ mod tests {
         }
         kinds
     }
+    use crate::copilot::decode_output;
 
-    fn completed(out: &[Decoded]) -> &AgentResult {
-        match out.last() {
-            Some(Ok(AgentMessage::Completed(result))) => result,
-            other => panic!("expected Completed last, got {other:?}"),
-        }
+    /// Decodes a copied capture with its recorded exit code.
+    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
     }
 
-    fn agent_error(out: &[Decoded]) -> (&str, &str) {
-        match out.last() {
-            Some(Err(QueryError::Agent {
-                error_type,
-                message,
-                ..
-            })) => (error_type.as_str(), message.as_str()),
-            other => panic!("expected an agent error last, got {other:?}"),
-        }
+    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
+        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        decode_output(stdout.as_bytes(), exit_code, stderr)
     }
 
     fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {

@@ -413,6 +413,7 @@ fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded>
 mod tests {
     use super::*;
     use crate::gemini::decode_output;
+    use crate::normalize::testing::*;
 
     /// Decodes a copied capture with its recorded exit code.
     fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
@@ -424,62 +425,12 @@ mod tests {
         decode_output(stdout.as_bytes(), exit_code, stderr)
     }
 
-    fn kind(d: &Decoded) -> &'static str {
-        match d {
-            Ok(AgentMessage::Session { .. }) => "session",
-            Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
-            Ok(AgentMessage::Thinking { .. }) => "thinking",
-            Ok(AgentMessage::TextDelta { .. }) => "text_delta",
-            Ok(AgentMessage::Text { .. }) => "text",
-            Ok(AgentMessage::Tool { .. }) => "tool",
-            Ok(AgentMessage::Error { .. }) => "error",
-            Ok(AgentMessage::Warning { .. }) => "warning",
-            Ok(AgentMessage::Completed(_)) => "completed",
-            Err(_) => "ERR",
-        }
-    }
-
-    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
-        out.iter().map(kind).collect()
-    }
-
     fn session(out: &[Decoded]) -> (&str, Option<&str>) {
         match &out[0] {
             Ok(AgentMessage::Session { session_id, model }) => {
                 (session_id.as_str(), model.as_deref())
             }
             other => panic!("expected a session first, got {other:?}"),
-        }
-    }
-
-    fn completed(out: &[Decoded]) -> &AgentResult {
-        match out.last() {
-            Some(Ok(AgentMessage::Completed(result))) => result,
-            other => panic!("expected Completed last, got {other:?}"),
-        }
-    }
-
-    fn agent_error(out: &[Decoded]) -> (&str, &str) {
-        match out.last() {
-            Some(Err(QueryError::Agent {
-                error_type,
-                message,
-                ..
-            })) => (error_type.as_str(), message.as_str()),
-            other => panic!("expected an agent error last, got {other:?}"),
-        }
-    }
-
-    fn tool(d: &Decoded) -> (&str, &Value, &Value, Option<&str>) {
-        match d {
-            Ok(AgentMessage::Tool {
-                name,
-                input,
-                output,
-                duration_ms: None,
-                error,
-            }) => (name.as_str(), input, output, error.as_deref()),
-            other => panic!("expected a tool, got {other:?}"),
         }
     }
 

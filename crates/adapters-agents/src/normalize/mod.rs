@@ -11,6 +11,8 @@
 
 mod framer;
 mod repair;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use framer::{Line, LineFramer, LineKind, MAX_LINE_BYTES, OVERSIZE_PREVIEW_BYTES};
 pub use repair::{Repair, repair_line};
