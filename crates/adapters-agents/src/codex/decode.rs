@@ -25,10 +25,9 @@ use super::wire::{
     CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
-use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, conclude, tail, warning};
 
-/// The error recorded for a tool item that started but never completed.
-pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+pub use crate::normalize::DANGLING_TOOL_ERROR;
 
 /// The tool name given to `command_execution` items (Codex names none).
 pub const SHELL_TOOL: &str = "shell";
@@ -292,17 +291,10 @@ impl Decoder for CodexDecoder {
             .drain(..)
             .map(|tool| Ok(dangling_message(&tool.item)))
             .collect();
-        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
-        if let Some(err) = self.failure.take() {
-            out.push(Err(err));
+        let outcome = if let Some(err) = self.failure.take() {
+            Some(Err(err))
         } else if self.turns > 0 {
-            if exit_code != Some(0) {
-                out.push(Ok(warning(
-                    format!("Codex {} after a completed turn", describe_exit(exit_code)),
-                    json!({ "exit_code": exit_code, "stderr_tail": stderr }),
-                )));
-            }
-            out.push(Ok(AgentMessage::Completed(AgentResult {
+            Some(Ok(AgentMessage::Completed(AgentResult {
                 text: self.last_text.take().unwrap_or_default(),
                 usage: self.usage(),
                 model_usage: None,
@@ -310,22 +302,17 @@ impl Decoder for CodexDecoder {
                 duration_ms: None,
                 num_turns: self.turns,
                 session_id: None,
-            })));
+            })))
         } else {
-            let stderr_note = if stderr.is_empty() {
-                "stderr was empty".to_owned()
-            } else {
-                format!("stderr: {stderr}")
-            };
-            out.push(Err(QueryError::Agent {
-                error_type: "error_during_execution".to_owned(),
-                message: format!(
-                    "Codex {} without turn.completed or turn.failed; {stderr_note}",
-                    describe_exit(exit_code)
-                ),
-                details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
-            }));
-        }
+            None
+        };
+        out.extend(conclude(
+            "Codex",
+            outcome,
+            "turn.completed or turn.failed",
+            exit_code,
+            stderr_tail,
+        ));
         out
     }
 }

@@ -30,10 +30,9 @@ use serde_json::{Value, json};
 use super::wire::{
     Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
 };
-use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+use crate::normalize::{Decoded, Decoder, conclude, dangling_tool, warning};
 
-/// The error recorded for a tool call that never completed.
-pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+pub use crate::normalize::DANGLING_TOOL_ERROR;
 
 /// Line types that carry nothing the runtime records.
 const NOISE: &[&str] = &[
@@ -361,51 +360,17 @@ impl Decoder for CopilotDecoder {
         let mut out: Vec<Decoded> = self
             .pending
             .drain(..)
-            .map(|tool| {
-                Ok(AgentMessage::Tool {
-                    name: tool.name,
-                    input: tool.input,
-                    output: Value::Null,
-                    duration_ms: None,
-                    error: Some(DANGLING_TOOL_ERROR.to_owned()),
-                })
-            })
+            .map(|tool| Ok(dangling_tool(tool.name, tool.input)))
             .collect();
-        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
-        match self.terminal.take() {
-            Some(Ok(done)) => {
-                if exit_code != Some(0) {
-                    out.push(Ok(warning(
-                        format!(
-                            "Copilot CLI {} after a successful result",
-                            describe_exit(exit_code)
-                        ),
-                        json!({ "exit_code": exit_code, "stderr_tail": stderr }),
-                    )));
-                }
-                out.push(Ok(done));
-            }
-            Some(Err(err)) => out.push(Err(err)),
-            None => match self.fatal.take() {
-                // The CLI gave up on the model but never printed its result.
-                Some(err) => out.push(Err(err)),
-                None => {
-                    let stderr_note = if stderr.is_empty() {
-                        "stderr was empty".to_owned()
-                    } else {
-                        format!("stderr: {stderr}")
-                    };
-                    out.push(Err(QueryError::Agent {
-                        error_type: "error_during_execution".to_owned(),
-                        message: format!(
-                            "Copilot CLI {} without a result line; {stderr_note}",
-                            describe_exit(exit_code)
-                        ),
-                        details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
-                    }));
-                }
-            },
-        }
+        // The CLI may give up on the model without printing its result.
+        let outcome = self.terminal.take().or_else(|| self.fatal.take().map(Err));
+        out.extend(conclude(
+            "Copilot CLI",
+            outcome,
+            "a result line",
+            exit_code,
+            stderr_tail,
+        ));
         out
     }
 }

@@ -26,10 +26,9 @@ use serde_json::{Value, json};
 use super::wire::{
     ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
-use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, describe_exit, tail, warning};
+use crate::normalize::{Decoded, Decoder, conclude, dangling_tool, warning};
 
-/// The error recorded for a `tool_use` that never got its `tool_result`.
-pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+pub use crate::normalize::DANGLING_TOOL_ERROR;
 
 /// A `tool_use` waiting for its `tool_result`.
 #[derive(Debug)]
@@ -282,47 +281,16 @@ impl Decoder for GeminiDecoder {
         let mut out: Vec<Decoded> = self
             .pending
             .drain(..)
-            .map(|tool| {
-                Ok(AgentMessage::Tool {
-                    name: tool.name,
-                    input: tool.input,
-                    output: Value::Null,
-                    duration_ms: None,
-                    error: Some(DANGLING_TOOL_ERROR.to_owned()),
-                })
-            })
+            .map(|tool| Ok(dangling_tool(tool.name, tool.input)))
             .collect();
-        let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
-        match self.terminal.take() {
-            Some(Ok(done)) => {
-                if exit_code != Some(0) {
-                    out.push(Ok(warning(
-                        format!(
-                            "Gemini CLI {} after a successful result",
-                            describe_exit(exit_code)
-                        ),
-                        json!({ "exit_code": exit_code, "stderr_tail": stderr }),
-                    )));
-                }
-                out.push(Ok(done));
-            }
-            Some(Err(err)) => out.push(Err(err)),
-            None => {
-                let stderr_note = if stderr.is_empty() {
-                    "stderr was empty".to_owned()
-                } else {
-                    format!("stderr: {stderr}")
-                };
-                out.push(Err(QueryError::Agent {
-                    error_type: "error_during_execution".to_owned(),
-                    message: format!(
-                        "Gemini CLI {} without a result line; {stderr_note}",
-                        describe_exit(exit_code)
-                    ),
-                    details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr })),
-                }));
-            }
-        }
+        let outcome = self.terminal.take();
+        out.extend(conclude(
+            "Gemini CLI",
+            outcome,
+            "a result line",
+            exit_code,
+            stderr_tail,
+        ));
         out
     }
 }

@@ -173,6 +173,65 @@ pub fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+/// The error of a tool call that never got its result (the CLI died or was
+/// killed first): such a call is recorded as it is, never dropped.
+pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+
+/// A tool call still waiting for its result when the stream ended.
+pub fn dangling_tool(name: String, input: Value) -> AgentMessage {
+    AgentMessage::Tool {
+        name,
+        input,
+        output: Value::Null,
+        duration_ms: None,
+        error: Some(DANGLING_TOOL_ERROR.to_owned()),
+    }
+}
+
+/// How every CLI's stream ends: exactly one outcome after whatever came
+/// before. A result is passed on, after a warning when the process still
+/// exited non-zero; an error is passed on; and no outcome at all (`missing`
+/// names the line that never came) is an `error_during_execution` naming
+/// the exit and the stderr tail.
+pub fn conclude(
+    cli: &str,
+    outcome: Option<Decoded>,
+    missing: &str,
+    exit_code: Option<i32>,
+    stderr_tail: &str,
+) -> Vec<Decoded> {
+    let stderr = tail(stderr_tail, STDERR_TAIL_CHARS);
+    let details = json!({ "exit_code": exit_code, "stderr_tail": stderr });
+    match outcome {
+        Some(Ok(done)) if exit_code != Some(0) => vec![
+            Ok(warning(
+                format!(
+                    "{cli} {} after a successful result",
+                    describe_exit(exit_code)
+                ),
+                details,
+            )),
+            Ok(done),
+        ],
+        Some(outcome) => vec![outcome],
+        None => {
+            let stderr_note = if stderr.is_empty() {
+                "stderr was empty".to_owned()
+            } else {
+                format!("stderr: {stderr}")
+            };
+            vec![Err(QueryError::Agent {
+                error_type: "error_during_execution".to_owned(),
+                message: format!(
+                    "{cli} {} without {missing}; {stderr_note}",
+                    describe_exit(exit_code)
+                ),
+                details: Some(details),
+            })]
+        }
+    }
+}
+
 /// "exited with code N" / "was killed by a signal", for messages.
 pub fn describe_exit(exit_code: Option<i32>) -> String {
     match exit_code {
