@@ -6,6 +6,7 @@ mod cli_agents;
 mod docs;
 mod fake_model;
 mod fold_property;
+mod real_clis;
 mod store_conformance;
 mod subflow;
 mod transcript_cli;
