@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use application::ports::{AgentMessage, AgentStream, QueryError};
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
@@ -40,6 +40,35 @@ pub struct CliCommand {
     pub cwd: Option<PathBuf>,
     /// Kill the CLI after this long.
     pub timeout: Option<Duration>,
+}
+
+impl CliCommand {
+    /// The agent's CLI (its `executable:`, else `default_program` on `PATH`)
+    /// with `args`, the agent's extra `env:` and its `timeout:`.
+    pub fn for_agent(request: &AgentRequest, default_program: &str, args: Vec<String>) -> Self {
+        let agent = &request.agent;
+        CliCommand {
+            program: agent
+                .executable
+                .clone()
+                .unwrap_or_else(|| default_program.to_owned())
+                .into(),
+            args,
+            env: agent.env.clone(),
+            cwd: None,
+            timeout: agent.timeout.map(|t| t.0),
+        }
+    }
+}
+
+/// The prompt for a CLI that has no system prompt flag in its
+/// non-interactive mode: the agent's system prompt leads the prompt text.
+pub fn prompt_with_system(request: &AgentRequest) -> String {
+    if request.agent.system_prompt.is_empty() {
+        request.prompt.clone()
+    } else {
+        format!("{}\n\n{}", request.agent.system_prompt, request.prompt)
+    }
 }
 
 /// Kills a process group when dropped, unless disarmed: the CLI and every

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, UserLine};
-use crate::normalize::{Decoded, Decoder, conclude, dangling_tool, warning};
+use crate::normalize::{Decoded, Decoder, announce_session, conclude, dangling_tool, warning};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -111,25 +111,13 @@ impl ClaudeDecoder {
     }
 
     fn init(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
-        let id = line.session_id.unwrap_or_default();
-        match (&self.session, SessionId::new(id)) {
-            (None, Ok(session_id)) => {
-                self.session = Some(session_id.clone());
-                vec![Ok(AgentMessage::Session {
-                    session_id,
-                    model: line.model,
-                })]
-            }
-            (Some(known), Ok(id)) if *known == id => Vec::new(),
-            (Some(_), Ok(_)) => vec![Ok(warning(
-                "a second system/init line names another session; the first one is kept".to_owned(),
-                json!({ "line": value }),
-            ))],
-            (_, Err(_)) => vec![Ok(warning(
-                "system/init line without a session id".to_owned(),
-                json!({ "line": value }),
-            ))],
-        }
+        announce_session(
+            &mut self.session,
+            line.session_id,
+            line.model,
+            "system/init",
+            value,
+        )
     }
 
     fn assistant(&mut self, value: &Value) -> Vec<Decoded> {

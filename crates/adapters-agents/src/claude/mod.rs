@@ -67,17 +67,7 @@ impl ClaudeCode {
             args.extend(["--resume".into(), session.to_string()]);
         }
         args.extend(agent.args.iter().cloned());
-        CliCommand {
-            program: agent
-                .executable
-                .clone()
-                .unwrap_or_else(|| "claude".into())
-                .into(),
-            args,
-            env: agent.env.clone(),
-            cwd: None,
-            timeout: agent.timeout.map(|t| t.0),
-        }
+        CliCommand::for_agent(request, "claude", args)
     }
 }
 

@@ -24,7 +24,7 @@ use domain::event::Usage;
 use futures::StreamExt;
 
 use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, run_cli};
+use crate::process::{CliCommand, prompt_with_system, run_cli};
 
 /// Runs agents on the Codex CLI.
 ///
@@ -55,23 +55,10 @@ impl Codex {
         if let Some(thread) = &request.resume {
             args.push(thread.to_string());
         }
-        let prompt = if agent.system_prompt.is_empty() {
-            request.prompt.clone()
-        } else {
-            format!("{}\n\n{}", agent.system_prompt, request.prompt)
-        };
+        // No system prompt flag in this mode: the system prompt leads the prompt.
+        let prompt = prompt_with_system(request);
         args.push(prompt);
-        CliCommand {
-            program: agent
-                .executable
-                .clone()
-                .unwrap_or_else(|| "codex".into())
-                .into(),
-            args,
-            env: agent.env.clone(),
-            cwd: None,
-            timeout: agent.timeout.map(|t| t.0),
-        }
+        CliCommand::for_agent(request, "codex", args)
     }
 }
 

@@ -18,7 +18,7 @@ use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
 
 use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, run_cli};
+use crate::process::{CliCommand, prompt_with_system, run_cli};
 /// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
 /// final line; token counts are not printed on stdout.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,11 +28,8 @@ impl Copilot {
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
-        let prompt = if agent.system_prompt.is_empty() {
-            request.prompt.clone()
-        } else {
-            format!("{}\n\n{}", agent.system_prompt, request.prompt)
-        };
+        // No system prompt flag in this mode: the system prompt leads the prompt.
+        let prompt = prompt_with_system(request);
         let mut args: Vec<String> = vec![
             "-p".into(),
             prompt,
@@ -54,17 +51,7 @@ impl Copilot {
             args.push(format!("--resume={session}"));
         }
         args.extend(agent.args.iter().cloned());
-        CliCommand {
-            program: agent
-                .executable
-                .clone()
-                .unwrap_or_else(|| "copilot".into())
-                .into(),
-            args,
-            env: agent.env.clone(),
-            cwd: None,
-            timeout: agent.timeout.map(|t| t.0),
-        }
+        CliCommand::for_agent(request, "copilot", args)
     }
 }
 

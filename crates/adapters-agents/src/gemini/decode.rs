@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use super::wire::{
     ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
-use crate::normalize::{Decoded, Decoder, conclude, dangling_tool, warning};
+use crate::normalize::{Decoded, Decoder, announce_session, conclude, dangling_tool, warning};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -75,25 +75,13 @@ impl GeminiDecoder {
             Ok(line) => line,
             Err(err) => return malformed("init", &err, value),
         };
-        let id = line.session_id.unwrap_or_default();
-        match (&self.session, SessionId::new(id)) {
-            (None, Ok(session_id)) => {
-                self.session = Some(session_id.clone());
-                vec![Ok(AgentMessage::Session {
-                    session_id,
-                    model: line.model,
-                })]
-            }
-            (Some(known), Ok(id)) if *known == id => Vec::new(),
-            (Some(_), Ok(_)) => vec![Ok(warning(
-                "a second init line names another session; the first one is kept".to_owned(),
-                json!({ "line": value }),
-            ))],
-            (_, Err(_)) => vec![Ok(warning(
-                "init line without a session id".to_owned(),
-                json!({ "line": value }),
-            ))],
-        }
+        announce_session(
+            &mut self.session,
+            line.session_id,
+            line.model,
+            "init",
+            value,
+        )
     }
 
     fn message(&mut self, value: &Value) -> Vec<Decoded> {

@@ -18,7 +18,7 @@ use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
 
 use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, run_cli};
+use crate::process::{CliCommand, prompt_with_system, run_cli};
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,12 +28,8 @@ impl Gemini {
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
-        // No system prompt flag in `-p` mode: the system prompt leads the prompt.
-        let prompt = if agent.system_prompt.is_empty() {
-            request.prompt.clone()
-        } else {
-            format!("{}\n\n{}", agent.system_prompt, request.prompt)
-        };
+        // No system prompt flag in this mode: the system prompt leads the prompt.
+        let prompt = prompt_with_system(request);
         // `--yolo`: without it the shell tool is not even offered.
         let mut args: Vec<String> = vec![
             "-p".into(),
@@ -52,17 +48,7 @@ impl Gemini {
             args.extend(["--resume".into(), session.to_string()]);
         }
         args.extend(agent.args.iter().cloned());
-        CliCommand {
-            program: agent
-                .executable
-                .clone()
-                .unwrap_or_else(|| "gemini".into())
-                .into(),
-            args,
-            env: agent.env.clone(),
-            cwd: None,
-            timeout: agent.timeout.map(|t| t.0),
-        }
+        CliCommand::for_agent(request, "gemini", args)
     }
 }
 

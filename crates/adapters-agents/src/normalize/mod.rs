@@ -18,6 +18,7 @@ pub use framer::{Line, LineFramer, LineKind, MAX_LINE_BYTES, OVERSIZE_PREVIEW_BY
 pub use repair::{Repair, repair_line};
 
 use application::ports::{AgentMessage, QueryError};
+use domain::SessionId;
 use serde_json::{Value, json};
 
 /// One normalized item: a message, or the error that ends the invocation.
@@ -171,6 +172,33 @@ pub fn tail(text: &str, max: usize) -> &str {
         start += 1;
     }
     &text[start..]
+}
+
+/// Announces a provider's session the first time a line names it. A later
+/// line naming the same session is silent; one naming another session, or
+/// none, is kept as a warning (`what` names the kind of line).
+pub fn announce_session(
+    known: &mut Option<SessionId>,
+    id: Option<String>,
+    model: Option<String>,
+    what: &str,
+    line: &Value,
+) -> Vec<Decoded> {
+    match (&*known, SessionId::new(id.unwrap_or_default())) {
+        (None, Ok(session_id)) => {
+            *known = Some(session_id.clone());
+            vec![Ok(AgentMessage::Session { session_id, model })]
+        }
+        (Some(first), Ok(id)) if *first == id => Vec::new(),
+        (Some(_), Ok(_)) => vec![Ok(warning(
+            format!("a second {what} line names another session; the first one is kept"),
+            json!({ "line": line }),
+        ))],
+        (_, Err(_)) => vec![Ok(warning(
+            format!("{what} line without a session id"),
+            json!({ "line": line }),
+        ))],
+    }
 }
 
 /// The error of a tool call that never got its result (the CLI died or was
