@@ -50,7 +50,7 @@ struct Cli {
     provider: &'static str,
     exe: &'static str,
     model: &'static str,
-    /// Whether it reports token usage on stdout (Copilot does not).
+    /// Whether it reports token usage (Copilot only through its usage file, which awr reads).
     reports_usage: bool,
 }
 
@@ -385,7 +385,7 @@ async fn copilot_runs_offline_as_a_workflow_agent() {
         provider: "copilot",
         exe: "copilot",
         model: "gpt-5.5",
-        reports_usage: false,
+        reports_usage: true,
     })
     .await;
 }

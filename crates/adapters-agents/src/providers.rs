@@ -78,7 +78,7 @@ mod tests {
             .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
             .with(Provider::Codex, Arc::new(Codex::default()))
             .with(Provider::Gemini, Arc::new(Gemini))
-            .with(Provider::Copilot, Arc::new(Copilot))
+            .with(Provider::Copilot, Arc::new(Copilot::default()))
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@ pub fn providers(workflow_dir: &Path) -> Providers {
         .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
         .with(Provider::Codex, Arc::new(Codex::default()))
         .with(Provider::Gemini, Arc::new(Gemini))
-        .with(Provider::Copilot, Arc::new(Copilot))
+        .with(Provider::Copilot, Arc::new(Copilot::default()))
 }
 
 /// Wall clock and random ids.

@@ -14,19 +14,82 @@ pub mod wire;
 
 pub use decode::{CopilotDecoder, DANGLING_TOOL_ERROR};
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
+use domain::event::{ModelUsage, Usage};
+use futures::StreamExt;
+use serde_json::Value;
 
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, prompt_with_system, run_cli};
+
 /// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
-/// final line; token counts are not printed on stdout.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Copilot;
+/// final line, and token counts are not printed on stdout at all: the CLI
+/// writes them to a `--usage-output-file`, read when the run ends. Those are
+/// cumulative over a resumed session, so the provider remembers each
+/// session's totals (in this process) and reports this invocation's share.
+#[derive(Debug, Clone, Default)]
+pub struct Copilot {
+    /// Cumulative usage last read per session id. A std mutex: held for a
+    /// lookup or insert, never across an await.
+    totals: Arc<Mutex<HashMap<String, Usage>>>,
+}
+
+/// Where one invocation's usage file goes: unique per node execution.
+fn usage_file(request: &AgentRequest) -> PathBuf {
+    std::env::temp_dir().join(format!("awr-copilot-usage-{}.json", request.node_run_id))
+}
+
+/// The totals of a Copilot usage file: summed over its models, and per model.
+pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsage>)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let file: Value = serde_json::from_str(&text).ok()?;
+    let mut total = Usage::default();
+    let mut per_model = BTreeMap::new();
+    for (model, metrics) in file.get("modelMetrics")?.as_object()? {
+        let usage = &metrics["usage"];
+        let count = |field: &str| usage[field].as_u64().unwrap_or(0);
+        total.input_tokens += count("inputTokens");
+        total.output_tokens += count("outputTokens");
+        total.cache_read_input_tokens =
+            Some(total.cache_read_input_tokens.unwrap_or(0) + count("cacheReadTokens"));
+        total.cache_creation_input_tokens =
+            Some(total.cache_creation_input_tokens.unwrap_or(0) + count("cacheWriteTokens"));
+        per_model.insert(
+            model.clone(),
+            ModelUsage {
+                input_tokens: count("inputTokens"),
+                output_tokens: count("outputTokens"),
+            },
+        );
+    }
+    Some((total, per_model))
+}
+
+/// `total - previous`, field by field, never below zero.
+fn minus(total: &Usage, previous: &Usage) -> Usage {
+    let sub = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_sub(b.unwrap_or(0)));
+    Usage {
+        input_tokens: total.input_tokens.saturating_sub(previous.input_tokens),
+        output_tokens: total.output_tokens.saturating_sub(previous.output_tokens),
+        cache_creation_input_tokens: sub(
+            total.cache_creation_input_tokens,
+            previous.cache_creation_input_tokens,
+        ),
+        cache_read_input_tokens: sub(
+            total.cache_read_input_tokens,
+            previous.cache_read_input_tokens,
+        ),
+    }
+}
 
 impl Copilot {
-    /// The command line for one invocation.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+    /// The command line for one invocation (usage goes to `usage_file`).
+    pub fn command(request: &AgentRequest, usage_file: &Path) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         let prompt = prompt_with_system(request);
@@ -50,6 +113,10 @@ impl Copilot {
         if let Some(session) = &request.resume {
             args.push(format!("--resume={session}"));
         }
+        args.extend([
+            "--usage-output-file".into(),
+            usage_file.display().to_string(),
+        ]);
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "copilot", args)
     }
@@ -58,11 +125,102 @@ impl Copilot {
 #[async_trait]
 impl QueryFn for Copilot {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        run_cli(Self::command(&request), CopilotDecoder::new())
+        let path = usage_file(&request);
+        let stream = run_cli(Self::command(&request, &path), CopilotDecoder::new())?;
+        let totals = Arc::clone(&self.totals);
+        let resumed = request.resume.map(|s| s.to_string());
+        Ok(Box::pin(stream.map(move |item| match item {
+            Ok(AgentMessage::Completed(mut result)) => {
+                // The CLI has exited (the result comes at the end): its file is complete.
+                if let Some((total, per_model)) = read_usage_file(&path) {
+                    let session = result
+                        .session_id
+                        .as_ref()
+                        .map(|s| s.to_string())
+                        .or_else(|| resumed.clone());
+                    let previous = session
+                        .as_ref()
+                        .and_then(|s| totals.lock().ok()?.get(s).cloned());
+                    result.usage = minus(&total, &previous.clone().unwrap_or_default());
+                    // Per-model figures are cumulative too: only a first invocation's are its own.
+                    result.model_usage = previous.is_none().then_some(per_model);
+                    if let (Some(session), Ok(mut totals)) = (session, totals.lock()) {
+                        totals.insert(session, total);
+                    }
+                }
+                let _ = std::fs::remove_file(&path);
+                Ok(AgentMessage::Completed(result))
+            }
+            Err(error) => {
+                let _ = std::fs::remove_file(&path);
+                Err(error)
+            }
+            other => other,
+        })))
     }
 }
 
 /// Decodes a whole captured Copilot CLI run (stdout, exit code, stderr tail).
 pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
     decode_all(CopilotDecoder::new(), stdout, exit_code, stderr_tail)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod usage_tests {
+    //! The usage file the genuine Copilot CLI wrote (`--usage-output-file`).
+
+    use super::*;
+
+    #[test]
+    fn a_real_usage_file_gives_totals_and_per_model_usage() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/copilot/usage-output.json");
+        let (total, per_model) = read_usage_file(&path).unwrap();
+        assert_eq!((total.input_tokens, total.output_tokens), (120, 25));
+        assert_eq!(total.cache_read_input_tokens, Some(0));
+        assert_eq!(per_model["gpt-5"].output_tokens, 25);
+        assert!(read_usage_file(Path::new("/nonexistent/usage.json")).is_none());
+    }
+
+    #[test]
+    fn a_resumed_session_reports_only_its_own_share() {
+        let total = Usage {
+            input_tokens: 360,
+            output_tokens: 75,
+            cache_read_input_tokens: Some(10),
+            cache_creation_input_tokens: None,
+        };
+        let before = Usage {
+            input_tokens: 240,
+            output_tokens: 50,
+            cache_read_input_tokens: Some(4),
+            cache_creation_input_tokens: None,
+        };
+        let mine = minus(&total, &before);
+        assert_eq!((mine.input_tokens, mine.output_tokens), (120, 25));
+        assert_eq!(mine.cache_read_input_tokens, Some(6));
+        assert_eq!(minus(&before, &total).input_tokens, 0, "never below zero");
+    }
+
+    #[test]
+    fn the_command_asks_for_the_usage_file() {
+        let request = AgentRequest {
+            run_id: domain::RunId::new(uuid::Uuid::new_v4()).unwrap(),
+            workflow: "wf".into(),
+            node_id: domain::NodeId::new("a").unwrap(),
+            node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
+            agent_name: "a".into(),
+            agent: domain::workflow::AgentDef::new(domain::workflow::Provider::Copilot),
+            prompt: "hi".into(),
+            resume: None,
+        };
+        let path = usage_file(&request);
+        let cmd = Copilot::command(&request, &path);
+        let at = cmd
+            .args
+            .iter()
+            .position(|a| a == "--usage-output-file")
+            .unwrap();
+        assert_eq!(cmd.args[at + 1], path.display().to_string());
+    }
 }
