@@ -344,6 +344,91 @@ async fn run_cli(cli: Cli) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    resume_session(&cli, &bin, &env, &scratch, &server, session).await;
+}
+
+/// Resumes the session of the first run through the provider's `QueryFn`
+/// (what `awr resume` will do): the CLI must continue the same session and
+/// send the earlier conversation back to the model.
+async fn resume_session(
+    cli: &Cli,
+    bin: &Path,
+    env: &[(String, String)],
+    scratch: &Scratch,
+    server: &FakeModel,
+    session: &str,
+) {
+    use adapters_agents::Providers;
+    use adapters_agents::{claude::ClaudeCode, codex::Codex, copilot::Copilot, gemini::Gemini};
+    use application::ports::{AgentMessage, AgentRequest, QueryFn};
+    use domain::workflow::{AgentDef, Provider, Timeout};
+    use futures::StreamExt;
+    use std::sync::Arc;
+
+    let provider = match cli.provider {
+        "claude-code" => Provider::ClaudeCode,
+        "codex" => Provider::Codex,
+        "gemini" => Provider::Gemini,
+        _ => Provider::Copilot,
+    };
+    let providers = Providers::new()
+        .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
+        .with(Provider::Codex, Arc::new(Codex::default()))
+        .with(Provider::Gemini, Arc::new(Gemini))
+        .with(Provider::Copilot, Arc::new(Copilot::default()));
+    let before = server.requests().len();
+    let request = AgentRequest {
+        run_id: domain::RunId::new(uuid::Uuid::new_v4()).expect("run id"),
+        workflow: "resume".into(),
+        node_id: domain::NodeId::new("coder").expect("node"),
+        node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
+        agent_name: "coder".into(),
+        agent: AgentDef {
+            executable: Some(bin.join(cli.exe).display().to_string()),
+            model: Some(cli.model.into()),
+            env: env.iter().cloned().collect(),
+            timeout: Some(Timeout(Duration::from_secs(120))),
+            workdir: Some(scratch.path("work").display().to_string()),
+            ..AgentDef::new(provider)
+        },
+        prompt: "continue".into(),
+        resume: Some(domain::SessionId::new(session).expect("session")),
+    };
+    let out: Vec<_> = providers
+        .query(request)
+        .await
+        .expect("start the resume")
+        .collect()
+        .await;
+    let result = match out.last() {
+        Some(Ok(AgentMessage::Completed(result))) => result.clone(),
+        other => panic!(
+            "{}: resume did not complete: {other:?}\n{out:?}",
+            cli.provider
+        ),
+    };
+    let announced = out.iter().find_map(|m| match m {
+        Ok(AgentMessage::Session { session_id, .. }) => Some(session_id.to_string()),
+        _ => None,
+    });
+    let resumed = announced.or(result.session_id.map(|s| s.to_string()));
+    assert_eq!(
+        resumed.as_deref(),
+        Some(session),
+        "{}: the same session continues",
+        cli.provider
+    );
+    let requests = server.requests();
+    let last = requests
+        .get(before..)
+        .and_then(|r| r.last())
+        .expect("a model call");
+    assert!(
+        last.body.to_string().contains("echo hi"),
+        "{}: the resumed call carries the earlier conversation",
+        cli.provider
+    );
+    println!("{}: resumed session {session}", cli.provider);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,7 +44,7 @@ pub struct CliCommand {
 
 impl CliCommand {
     /// The agent's CLI (its `executable:`, else `default_program` on `PATH`)
-    /// with `args`, the agent's extra `env:` and its `timeout:`.
+    /// with `args`, the agent's extra `env:`, `workdir:` and `timeout:`.
     pub fn for_agent(request: &AgentRequest, default_program: &str, args: Vec<String>) -> Self {
         let agent = &request.agent;
         CliCommand {
@@ -55,7 +55,7 @@ impl CliCommand {
                 .into(),
             args,
             env: agent.env.clone(),
-            cwd: None,
+            cwd: agent.workdir.as_ref().map(PathBuf::from),
             timeout: agent.timeout.map(|t| t.0),
         }
     }

@@ -138,6 +138,10 @@ pub struct AgentDef {
     /// Give up on (and kill) a call that takes longer than this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Timeout>,
+    /// CLI providers: the working directory the CLI runs in (default: awr's).
+    /// CLIs keep their sessions per directory, so a resume must use the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 impl AgentDef {
@@ -156,6 +160,7 @@ impl AgentDef {
             args: Vec::new(),
             env: BTreeMap::new(),
             timeout: None,
+            workdir: None,
         }
     }
 }
