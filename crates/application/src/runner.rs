@@ -1199,11 +1199,24 @@ impl Execution<'_> {
                 ..
             } => {
                 let call_id = self.runner.ids.uuid().to_string();
-                self.reply.push(ContentBlock::ToolUse {
-                    tool_name: tool_name.clone(),
-                    tool_id: call_id.clone(),
-                    tool_input: tool_input.clone(),
-                    fidelity,
+                // A shell command the agent ran, reported with its exit code
+                // (Codex's command executions), is a `command` block.
+                let shell = tool_input
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .zip(tool_output.get("exit_code").and_then(Value::as_i64));
+                self.reply.push(match shell {
+                    Some((command, exit_code)) => ContentBlock::Command {
+                        command: command.to_owned(),
+                        exit_code: Some(exit_code),
+                        fidelity,
+                    },
+                    None => ContentBlock::ToolUse {
+                        tool_name: tool_name.clone(),
+                        tool_id: call_id.clone(),
+                        tool_input: tool_input.clone(),
+                        fidelity,
+                    },
                 });
                 self.reply.push(ContentBlock::ToolResult {
                     tool_id: call_id.clone(),
@@ -1748,6 +1761,41 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert!(
             matches!(&warnings[0].kind, EventKind::Warning { message, .. } if message.contains("missed 3"))
         );
+    }
+
+    #[tokio::test]
+    async fn a_shell_command_with_its_exit_code_is_a_command_block() {
+        let ran = Ok(AgentMessage::Tool {
+            name: "shell".into(),
+            input: json!({"command": "/bin/bash -lc 'exit 3'"}),
+            output: json!({"output": "oops", "exit_code": 3}),
+            duration_ms: None,
+            error: Some("command exited with code 3".into()),
+        });
+        let h = harness(
+            HashMap::from([
+                ("a", vec![vec![ran, done("1")]]),
+                ("b", vec![vec![done("2")]]),
+                ("c", vec![vec![done("3")]]),
+            ]),
+            None,
+        );
+        let (transcripts, lines) = recording_transcripts(0);
+        let h = Harness {
+            runner: h.runner.with_transcripts(Arc::new(transcripts)),
+            ..h
+        };
+        run(&h, CHAIN, json!("x")).await.unwrap();
+        let lines = lines.lock().unwrap();
+        let reply = lines
+            .iter()
+            .find(|l| l.kind == ExchangeType::MessageAssistant)
+            .unwrap();
+        assert_eq!(
+            reply.payload["blocks"][0],
+            json!({"type": "command", "command": "/bin/bash -lc 'exit 3'", "exit_code": 3, "fidelity": "agent_emitted"})
+        );
+        assert_eq!(reply.payload["blocks"][1]["type"], "tool_result");
     }
 
     #[tokio::test]
