@@ -13,5 +13,6 @@
 pub mod inspect;
 pub mod ports;
 pub mod runner;
+pub mod tools;
 
 pub use runner::{CheckpointPolicy, RunOutcome, RunRequest, RunnerError, WorkflowRunner};

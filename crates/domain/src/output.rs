@@ -25,10 +25,17 @@ pub fn parse_structured(text: &str, schema: &Value) -> Result<Value, OutputError
     let body = strip_fence(text.trim());
     let value: Value =
         serde_json::from_str(body).map_err(|e| OutputError::NotJson(e.to_string()))?;
+    validate(&value, schema)?;
+    Ok(value)
+}
+
+/// Checks `value` against `schema`; the error lists every violation with its
+/// JSON pointer. Shared by structured output and tool inputs.
+pub fn validate(value: &Value, schema: &Value) -> Result<(), OutputError> {
     let validator =
         jsonschema::validator_for(schema).map_err(|e| OutputError::BadSchema(e.to_string()))?;
     let problems: Vec<String> = validator
-        .iter_errors(&value)
+        .iter_errors(value)
         .map(|e| {
             let path = e.instance_path().to_string();
             let path = if path.is_empty() {
@@ -40,7 +47,7 @@ pub fn parse_structured(text: &str, schema: &Value) -> Result<Value, OutputError
         })
         .collect();
     if problems.is_empty() {
-        Ok(value)
+        Ok(())
     } else {
         Err(OutputError::Mismatch(problems.join("; ")))
     }

@@ -22,6 +22,7 @@
 
 pub mod clock;
 pub mod store;
+pub mod tools;
 pub mod transcript;
 
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};

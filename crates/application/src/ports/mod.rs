@@ -4,6 +4,7 @@ mod clock;
 mod observer;
 mod query;
 mod store;
+mod tool;
 mod transcript;
 
 pub use clock::{Clock, IdGen};
@@ -16,6 +17,9 @@ pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError
 #[cfg(test)]
 pub use store::MockRunStore;
 pub use store::{EventStream, RunStore, StoreError};
+#[cfg(test)]
+pub use tool::MockTool;
+pub use tool::{Tool, ToolContext, ToolError, ToolSpec};
 #[cfg(test)]
 pub use transcript::{MockTranscript, MockTranscripts};
 pub use transcript::{Transcript, TranscriptError, Transcripts};

@@ -1,0 +1,65 @@
+//! [`Tool`]: something an agent may call through the runtime's own tool loop
+//! (HTTP providers), with a JSON Schema for its input.
+//!
+//! Tools the runtime runs are the ground truth of what happened (fidelity
+//! `router`), so every call goes through [`crate::tools::ToolRouter`], which
+//! checks the input against the schema before the tool sees it.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// What a model is told about a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Unique name.
+    pub name: String,
+    /// What it does, for the model to choose it.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// Where a call runs: tools that touch files are confined to `workspace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolContext {
+    /// The run's workspace directory.
+    pub workspace: PathBuf,
+}
+
+/// Why a call failed; the message goes back to the model, never crashes the run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// No tool of that name is registered.
+    #[error("unknown tool `{0}`")]
+    Unknown(String),
+    /// The agent was not granted the tool.
+    #[error("tool `{0}` is not granted to this agent")]
+    NotGranted(String),
+    /// The input does not match the tool's schema (lists each problem).
+    #[error("invalid input for `{tool}`: {message}")]
+    InvalidInput {
+        /// The tool.
+        tool: String,
+        /// What is wrong, with JSON pointers.
+        message: String,
+    },
+    /// The tool refused (e.g. a path outside the workspace).
+    #[error("refused: {0}")]
+    Denied(String),
+    /// The tool ran and failed.
+    #[error("failed: {0}")]
+    Failed(String),
+}
+
+/// A tool the runtime can execute.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// Name, description and input schema.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool on input already checked against its schema.
+    async fn call(&self, input: Value, context: &ToolContext) -> Result<Value, ToolError>;
+}

@@ -1,0 +1,146 @@
+//! [`ToolRouter`]: the one seam through which the runtime runs tools.
+//!
+//! Every call is checked before the tool sees it — the tool must exist, be
+//! granted to the agent, and the input must match its JSON Schema — and a
+//! refusal comes back as a [`ToolError`] for the model to read, never as a
+//! crash. Built-in tools and tools a library user registers plug in the same way.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use domain::output::validate;
+use serde_json::Value;
+
+use crate::ports::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// The registered tools, by name.
+#[derive(Clone, Default)]
+pub struct ToolRouter {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl ToolRouter {
+    /// No tools yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool; a later tool of the same name replaces an earlier one.
+    #[must_use]
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.insert(tool.spec().name, tool);
+        self
+    }
+
+    /// What the model is told about the tools granted to an agent, in the
+    /// order granted; names that are not registered are skipped.
+    pub fn specs(&self, granted: &[String]) -> Vec<ToolSpec> {
+        granted
+            .iter()
+            .filter_map(|name| self.tools.get(name).map(|t| t.spec()))
+            .collect()
+    }
+
+    /// Names of every registered tool.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    /// Runs `name` with `input` for an agent granted `granted`.
+    pub async fn call(
+        &self,
+        name: &str,
+        input: Value,
+        granted: &[String],
+        context: &ToolContext,
+    ) -> Result<Value, ToolError> {
+        let tool = self
+            .tools
+            .get(name)
+            .ok_or_else(|| ToolError::Unknown(name.to_owned()))?;
+        if !granted.iter().any(|g| g == name) {
+            return Err(ToolError::NotGranted(name.to_owned()));
+        }
+        let spec = tool.spec();
+        validate(&input, &spec.input_schema).map_err(|e| ToolError::InvalidInput {
+            tool: name.to_owned(),
+            message: e.to_string(),
+        })?;
+        tool.call(input, context).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::ports::MockTool;
+    use serde_json::json;
+
+    fn echo_tool(calls: usize) -> MockTool {
+        let mut tool = MockTool::new();
+        tool.expect_spec().returning(|| ToolSpec {
+            name: "echo".into(),
+            description: "Says it back".into(),
+            input_schema: json!({"type": "object", "required": ["text"],
+                "properties": {"text": {"type": "string"}}, "additionalProperties": false}),
+        });
+        tool.expect_call()
+            .times(calls)
+            .returning(|input, _| Ok(input["text"].clone()));
+        tool
+    }
+
+    fn context() -> ToolContext {
+        ToolContext {
+            workspace: "/tmp/ws".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_valid_call_reaches_the_tool() {
+        let router = ToolRouter::new().with(Arc::new(echo_tool(1)));
+        let granted = vec!["echo".to_owned()];
+        let out = router
+            .call("echo", json!({"text": "hi"}), &granted, &context())
+            .await
+            .unwrap();
+        assert_eq!(out, json!("hi"));
+        assert_eq!(router.specs(&granted)[0].name, "echo");
+        assert!(router.specs(&["nope".to_owned()]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn invalid_unknown_and_ungranted_calls_never_reach_a_tool() {
+        let router = ToolRouter::new().with(Arc::new(echo_tool(0)));
+        let granted = vec!["echo".to_owned()];
+        let err = router
+            .call("echo", json!({"text": 3}), &granted, &context())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ToolError::InvalidInput { message, .. } if message.contains("/text")),
+            "{err}"
+        );
+        let err = router
+            .call(
+                "echo",
+                json!({"text": "x", "extra": 1}),
+                &granted,
+                &context(),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput { .. }));
+        assert_eq!(
+            router.call("rm", json!({}), &granted, &context()).await,
+            Err(ToolError::Unknown("rm".into()))
+        );
+        assert_eq!(
+            router
+                .call("echo", json!({"text": "x"}), &[], &context())
+                .await,
+            Err(ToolError::NotGranted("echo".into()))
+        );
+    }
+}
