@@ -23,7 +23,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, UserLine};
-use crate::normalize::{Decoded, Decoder, announce_session, conclude, dangling_tool, warning};
+use crate::normalize::{
+    Decoded, Decoder, announce_session, conclude, dangling_tool, malformed_line, unknown_line,
+    warning,
+};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -452,10 +455,7 @@ fn opt(n: Option<u64>) -> String {
 }
 
 fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("unknown Claude Code {what}; kept as is"),
-        json!({ "line": value }),
-    ))]
+    unknown_line("Claude Code", what, value)
 }
 
 fn unknown_block(block: &Value) -> Vec<Decoded> {
@@ -467,10 +467,7 @@ fn unknown_block(block: &Value) -> Vec<Decoded> {
 }
 
 fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("malformed Claude Code `{kind}` line: {err}"),
-        json!({ "line": value }),
-    ))]
+    malformed_line("Claude Code", kind, err, value)
 }
 
 #[cfg(test)]

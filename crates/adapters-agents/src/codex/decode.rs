@@ -25,7 +25,9 @@ use super::wire::{
     CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
-use crate::normalize::{Decoded, Decoder, STDERR_TAIL_CHARS, conclude, tail, warning};
+use crate::normalize::{
+    Decoded, Decoder, STDERR_TAIL_CHARS, conclude, malformed_line, tail, warning,
+};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -455,10 +457,7 @@ fn sub_opt(total: Option<u64>, previous: Option<u64>) -> Option<u64> {
 }
 
 fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("malformed Codex `{kind}` line: {err}"),
-        json!({ "line": value }),
-    ))]
+    malformed_line("Codex", kind, err, value)
 }
 
 #[cfg(test)]

@@ -30,7 +30,9 @@ use serde_json::{Value, json};
 use super::wire::{
     Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
 };
-use crate::normalize::{Decoded, Decoder, conclude, dangling_tool, warning};
+use crate::normalize::{
+    Decoded, Decoder, conclude, dangling_tool, malformed_line, unknown_line, warning,
+};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -407,17 +409,11 @@ fn exit_code_in(text: &str) -> Option<i64> {
 }
 
 fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("unknown Copilot CLI {what}; kept as is"),
-        json!({ "line": value }),
-    ))]
+    unknown_line("Copilot CLI", what, value)
 }
 
 fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("malformed Copilot CLI `{kind}` line: {err}"),
-        json!({ "line": value }),
-    ))]
+    malformed_line("Copilot CLI", kind, err, value)
 }
 
 #[cfg(test)]

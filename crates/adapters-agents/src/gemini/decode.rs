@@ -26,7 +26,10 @@ use serde_json::{Value, json};
 use super::wire::{
     ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
-use crate::normalize::{Decoded, Decoder, announce_session, conclude, dangling_tool, warning};
+use crate::normalize::{
+    Decoded, Decoder, announce_session, conclude, dangling_tool, malformed_line, unknown_line,
+    warning,
+};
 
 pub use crate::normalize::DANGLING_TOOL_ERROR;
 
@@ -351,17 +354,11 @@ fn tool_error(error: Option<&WireError>, output: &Value) -> String {
 }
 
 fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("unknown Gemini CLI {what}; kept as is"),
-        json!({ "line": value }),
-    ))]
+    unknown_line("Gemini CLI", what, value)
 }
 
 fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    vec![Ok(warning(
-        format!("malformed Gemini CLI `{kind}` line: {err}"),
-        json!({ "line": value }),
-    ))]
+    malformed_line("Gemini CLI", kind, err, value)
 }
 
 #[cfg(test)]

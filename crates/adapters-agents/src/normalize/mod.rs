@@ -174,6 +174,27 @@ pub fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+/// A line of a known type whose fields do not parse: kept as a warning.
+pub fn malformed_line(
+    cli: &str,
+    kind: &str,
+    err: &serde_json::Error,
+    line: &Value,
+) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("malformed {cli} `{kind}` line: {err}"),
+        json!({ "line": line }),
+    ))]
+}
+
+/// A line (or part of one) of a type this version does not know: kept as a warning.
+pub fn unknown_line(cli: &str, what: &str, line: &Value) -> Vec<Decoded> {
+    vec![Ok(warning(
+        format!("unknown {cli} {what}; kept as is"),
+        json!({ "line": line }),
+    ))]
+}
+
 /// Announces a provider's session the first time a line names it. A later
 /// line naming the same session is silent; one naming another session, or
 /// none, is kept as a warning (`what` names the kind of line).
