@@ -19,6 +19,7 @@ pub mod claude;
 pub mod codex;
 pub mod copilot;
 pub mod gemini;
+mod http;
 pub mod mock;
 pub mod normalize;
 pub mod process;

@@ -15,6 +15,7 @@ pub mod condition;
 pub mod event;
 pub mod ids;
 pub mod output;
+pub mod pricing;
 pub mod snapshot;
 pub mod time;
 pub mod transcript;

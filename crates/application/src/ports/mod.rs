@@ -1,5 +1,6 @@
 //! The ports: every way the application reaches the outside world.
 
+mod chat;
 mod clock;
 mod observer;
 mod query;
@@ -7,6 +8,12 @@ mod store;
 mod tool;
 mod transcript;
 
+#[cfg(test)]
+pub use chat::MockChatModel;
+pub use chat::{
+    ChatBlock, ChatError, ChatEvent, ChatMessage, ChatModel, ChatRequest, ChatStream, StopReason,
+    ToolCall, ToolResult, TurnEnd,
+};
 pub use clock::{Clock, IdGen};
 #[cfg(test)]
 pub use clock::{MockClock, MockIdGen};

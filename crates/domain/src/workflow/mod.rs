@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::condition::Condition;
 use crate::ids::NodeId;
+use crate::pricing::PriceTable;
 
 /// A validated workflow.
 #[derive(Debug, Clone)]
@@ -35,6 +36,9 @@ pub struct WorkflowDef {
     pub nodes: Vec<NodeDef>,
     /// Edges in the order they were written.
     pub edges: Vec<EdgeDef>,
+    /// Prices of models this workflow uses, over the built-in table
+    /// ([`crate::pricing`]), so `totalCostUsd` can be computed.
+    pub pricing: PriceTable,
     /// `sha256:<hex>` of the source text, so a snapshot names exactly what it ran.
     pub hash: String,
     /// Incoming/outgoing edges per node, derived from `nodes` and `edges`.
@@ -55,6 +59,12 @@ pub enum Provider {
     Gemini,
     /// The GitHub Copilot CLI (`copilot`, JSON output).
     Copilot,
+    /// Any OpenAI-compatible Chat Completions server (OpenAI, llama.cpp,
+    /// vLLM, Ollama, ...); awr runs the tool loop.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The Anthropic Messages API; awr runs the tool loop.
+    Anthropic,
 }
 
 impl Provider {
@@ -66,7 +76,15 @@ impl Provider {
             Provider::Codex => "codex",
             Provider::Gemini => "gemini",
             Provider::Copilot => "copilot",
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
         }
+    }
+
+    /// Whether awr itself calls the model over HTTP and runs the agent's
+    /// tools (rather than a CLI that runs its own).
+    pub fn is_http(self) -> bool {
+        matches!(self, Provider::OpenAi | Provider::Anthropic)
     }
 }
 
@@ -138,10 +156,30 @@ pub struct AgentDef {
     /// Give up on (and kill) a call that takes longer than this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Timeout>,
-    /// CLI providers: the working directory the CLI runs in (default: awr's).
-    /// CLIs keep their sessions per directory, so a resume must use the same.
+    /// The working directory: where a CLI runs (CLIs keep their sessions
+    /// per directory, so a resume must use the same), and the workspace the
+    /// file tools of an HTTP agent are confined to. Default: awr's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// HTTP providers: the API's base URL (default: the provider's public
+    /// endpoint), e.g. `http://127.0.0.1:8080/v1` for a local server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// HTTP providers: the *name* of the environment variable that holds the
+    /// API key (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`). The key
+    /// itself is never written in a workflow, an event or a log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// HTTP providers: sampling temperature (0 to 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// HTTP providers: the most tokens one model turn may produce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// HTTP providers: attempts after the first for a transient failure
+    /// (429, 5xx, a dropped connection) before the node fails. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 impl AgentDef {
@@ -161,6 +199,11 @@ impl AgentDef {
             env: BTreeMap::new(),
             timeout: None,
             workdir: None,
+            base_url: None,
+            api_key_env: None,
+            temperature: None,
+            max_tokens: None,
+            max_retries: None,
         }
     }
 }

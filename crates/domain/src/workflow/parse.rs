@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use super::{AgentDef, EdgeDef, NodeDef, NodeKind, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
+use crate::pricing::{Price, PriceTable};
 
 impl WorkflowDef {
     /// Parses and validates a workflow written in YAML (a superset of JSON, so
@@ -79,6 +80,8 @@ struct RawWorkflow {
     nodes: Option<Vec<RawNode>>,
     #[serde(default)]
     edges: Option<Vec<RawEdge>>,
+    #[serde(default, deserialize_with = "unique_keys")]
+    pricing: BTreeMap<String, Price>,
 }
 
 /// One element of `steps:`; ids stay strings here so a bad one is reported
@@ -269,6 +272,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         description: raw.description,
         input: raw.input,
         agents: raw.agents,
+        pricing: PriceTable::built_in().extended(raw.pricing),
         links: super::graph::Links::build(&nodes, &edges),
         nodes,
         edges,
@@ -285,6 +289,7 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
     for (name, agent) in agents {
         let item = format!("agents.{name}");
         NodeId::new(name.as_str()).map_err(|e| invalid(&item, e.to_string()))?;
+        check_http_settings(&item, agent)?;
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
             jsonschema::options().offline().build(schema).map_err(|e| {
@@ -294,6 +299,41 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
                 )
             })?;
         }
+    }
+    Ok(())
+}
+
+/// Settings of HTTP providers. `api_key_env` must be a variable *name*: a
+/// pasted key is refused without being echoed, so it reaches no log.
+fn check_http_settings(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
+    if let Some(var) = &agent.api_key_env {
+        let is_name = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !is_name {
+            return Err(invalid(
+                item,
+                "`api_key_env` must be the name of an environment variable (letters, digits, `_`), not the key itself; the value is not shown",
+            ));
+        }
+    }
+    if let Some(t) = agent.temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        return Err(invalid(
+            item,
+            format!("`temperature` must be between 0 and 2, not {t}"),
+        ));
+    }
+    if agent.max_tokens == Some(0) {
+        return Err(invalid(item, "`max_tokens` must be at least 1"));
+    }
+    if let Some(url) = &agent.base_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid(
+            item,
+            format!("`base_url` must start with http:// or https://, not `{url}`"),
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,231 @@
+//! What the HTTP providers share: the client, the API key, the mapping of
+//! HTTP failures onto [`ChatError`] kinds, and the SSE framing.
+//!
+//! The API key is read from the environment variable the agent names, at the
+//! moment of the call, and goes nowhere but into a request header: no error
+//! message, event or log line here ever contains it.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use application::ports::ChatError;
+use domain::workflow::AgentDef;
+use eventsource_stream::{Event, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::header::HeaderMap;
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+/// How long connecting may take before the attempt counts as a network error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One client per process: it pools connections across turns and runs.
+pub(crate) fn client() -> Result<reqwest::Client, ChatError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            // reqwest is built without a default crypto provider (ring is
+            // lighter to build than aws-lc); an earlier install is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .user_agent(concat!("awr/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| ChatError::Config(format!("cannot build the HTTP client: {e}")))
+}
+
+/// The API key from the variable named by `api_key_env` (else `default_env`).
+/// A missing or empty variable is a configuration error naming the variable.
+pub(crate) fn api_key(agent: &AgentDef, default_env: &str) -> Result<String, ChatError> {
+    let var = agent.api_key_env.as_deref().unwrap_or(default_env);
+    match std::env::var(var) {
+        Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_owned()),
+        _ => Err(ChatError::Config(format!(
+            "the API key variable `{var}` is not set (set it, or name another with `api_key_env`)"
+        ))),
+    }
+}
+
+/// `base_url` of the agent (else `default`), without a trailing slash, joined with `path`.
+pub(crate) fn endpoint(agent: &AgentDef, default: &str, path: &str) -> String {
+    let base = agent.base_url.as_deref().unwrap_or(default);
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
+}
+
+/// Sends a request; a non-success status becomes the matching [`ChatError`]
+/// with the provider's own message.
+pub(crate) async fn send(request: RequestBuilder, agent: &AgentDef) -> Result<Response, ChatError> {
+    let request = match agent.timeout {
+        Some(timeout) => request.timeout(timeout.0),
+        None => request,
+    };
+    let response = request.send().await.map_err(network)?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(response.headers());
+    // The body of an error is small; one that cannot be read says nothing more than its status.
+    let body = response.text().await.unwrap_or_default();
+    Err(status_error(status, &body, retry_after))
+}
+
+/// The error for an HTTP failure status: 429 is a rate limit, 5xx (and 529,
+/// Anthropic's "overloaded") may be retried, any other 4xx fails at once.
+pub(crate) fn status_error(
+    status: StatusCode,
+    body: &str,
+    retry_after: Option<Duration>,
+) -> ChatError {
+    let message = error_message(body).unwrap_or_else(|| {
+        status
+            .canonical_reason()
+            .unwrap_or("no error message")
+            .to_owned()
+    });
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return ChatError::RateLimited {
+            message,
+            retry_after,
+        };
+    }
+    ChatError::Api {
+        status: Some(status.as_u16()),
+        message,
+        retryable: status.is_server_error() || status.as_u16() == 529,
+    }
+}
+
+/// The provider's message in an error body: `{"error": {"message": ...}}`
+/// (OpenAI and Anthropic alike), `{"error": "..."}` or `{"message": ...}`
+/// (some compatible servers), else the body's text, shortened.
+pub(crate) fn error_message(body: &str) -> Option<String> {
+    let text = body.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let Ok(json) = serde_json::from_str::<Value>(text) else {
+        return Some(text.chars().take(500).collect());
+    };
+    let error = json.get("error").unwrap_or(&json);
+    error
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| error.as_str())
+        .map(str::to_owned)
+        .or_else(|| Some(text.chars().take(500).collect()))
+}
+
+/// `retry-after-ms` (OpenAI) or `retry-after` in seconds. The HTTP-date form
+/// is not honoured: the backoff then applies.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+    }
+    header("retry-after")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+}
+
+/// A failure of the connection or of reading the stream.
+pub(crate) fn network(error: reqwest::Error) -> ChatError {
+    let what = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else {
+        "connection failed"
+    };
+    // Without the URL: it may carry credentials in its query or user info.
+    ChatError::Network(format!("{what}: {}", error.without_url()))
+}
+
+/// The response body as server-sent events; a broken connection or bad
+/// UTF-8 ends it with a network error.
+pub(crate) fn events(response: Response) -> impl Stream<Item = Result<Event, ChatError>> + Send {
+    response.bytes_stream().eventsource().map(|item| {
+        item.map_err(|e| match e {
+            eventsource_stream::EventStreamError::Transport(e) => network(e),
+            other => ChatError::Network(format!("the event stream is malformed: {other}")),
+        })
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        let body = r#"{"error": {"message": "slow down", "type": "rate_limit_error"}}"#;
+        let e = status_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            body,
+            Some(Duration::from_secs(2)),
+        );
+        assert_eq!(
+            e,
+            ChatError::RateLimited {
+                message: "slow down".into(),
+                retry_after: Some(Duration::from_secs(2))
+            }
+        );
+        assert_eq!(e.error_type(), "rate_limit");
+        let e = status_error(StatusCode::INTERNAL_SERVER_ERROR, "", None);
+        assert!(e.is_transient());
+        assert_eq!(e.to_string(), "API error (HTTP 500): Internal Server Error");
+        let e = status_error(StatusCode::BAD_REQUEST, r#"{"error": "bad model"}"#, None);
+        assert!(!e.is_transient());
+        assert_eq!(e.to_string(), "API error (HTTP 400): bad model");
+        let overloaded = StatusCode::from_u16(529).unwrap();
+        assert!(status_error(overloaded, "{}", None).is_transient());
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+        let mut dated = HeaderMap::new();
+        dated.insert(
+            "retry-after",
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&dated), None);
+    }
+
+    #[test]
+    fn a_missing_key_names_the_variable_only() {
+        let mut agent = AgentDef::new(domain::workflow::Provider::OpenAi);
+        agent.api_key_env = Some("AWR_TEST_SURELY_UNSET_KEY".into());
+        let e = api_key(&agent, "OPENAI_API_KEY").unwrap_err();
+        assert!(e.to_string().contains("AWR_TEST_SURELY_UNSET_KEY"), "{e}");
+    }
+
+    #[test]
+    fn endpoints_join_cleanly() {
+        let mut agent = AgentDef::new(domain::workflow::Provider::OpenAi);
+        assert_eq!(
+            endpoint(&agent, "https://api.openai.com/v1", "chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        agent.base_url = Some("http://127.0.0.1:9/v1/".into());
+        assert_eq!(
+            endpoint(&agent, "x", "/chat/completions"),
+            "http://127.0.0.1:9/v1/chat/completions"
+        );
+    }
+}
