@@ -1,11 +1,13 @@
 //! The end-to-end suite, one binary: each module is one area.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod anthropic_chat;
 mod cli;
 mod cli_agents;
 mod docs;
 mod fake_model;
 mod fold_property;
+mod openai_chat;
 mod real_clis;
 mod store_conformance;
 mod subflow;

@@ -5,7 +5,7 @@
 //! moment of the call, and goes nowhere but into a request header: no error
 //! message, event or log line here ever contains it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use application::ports::ChatError;
@@ -37,15 +37,52 @@ pub(crate) fn client() -> Result<reqwest::Client, ChatError> {
         .map_err(|e| ChatError::Config(format!("cannot build the HTTP client: {e}")))
 }
 
-/// The API key from the variable named by `api_key_env` (else `default_env`).
-/// A missing or empty variable is a configuration error naming the variable.
-pub(crate) fn api_key(agent: &AgentDef, default_env: &str) -> Result<String, ChatError> {
-    let var = agent.api_key_env.as_deref().unwrap_or(default_env);
-    match std::env::var(var) {
-        Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_owned()),
-        _ => Err(ChatError::Config(format!(
-            "the API key variable `{var}` is not set (set it, or name another with `api_key_env`)"
-        ))),
+/// Where API keys come from: a lookup by variable name. The process
+/// environment in production ([`KeySource::env`]); tests pass their own,
+/// since a test cannot safely change its process's environment.
+#[derive(Clone)]
+pub struct KeySource(Arc<dyn Fn(&str) -> Option<String> + Send + Sync>);
+
+impl KeySource {
+    /// Reads the process environment.
+    pub fn env() -> Self {
+        Self(Arc::new(|name| std::env::var(name).ok()))
+    }
+
+    /// Looks keys up with `lookup`.
+    pub fn from_fn(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(lookup))
+    }
+
+    /// The key in the variable named by the agent's `api_key_env` (else
+    /// `default_env`). `Ok(None)` when it is unset but may be: a local
+    /// server (`base_url` set) with the default variable needs no key.
+    /// Otherwise a missing key is an error naming the variable, never a value.
+    pub(crate) fn key(
+        &self,
+        agent: &AgentDef,
+        default_env: &str,
+    ) -> Result<Option<String>, ChatError> {
+        let var = agent.api_key_env.as_deref().unwrap_or(default_env);
+        match (self.0)(var) {
+            Some(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
+            _ if agent.api_key_env.is_none() && agent.base_url.is_some() => Ok(None),
+            _ => Err(ChatError::Config(format!(
+                "the API key variable `{var}` is not set (set it, or name another with `api_key_env`)"
+            ))),
+        }
+    }
+}
+
+impl Default for KeySource {
+    fn default() -> Self {
+        Self::env()
+    }
+}
+
+impl std::fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeySource")
     }
 }
 
@@ -209,10 +246,22 @@ mod tests {
 
     #[test]
     fn a_missing_key_names_the_variable_only() {
+        let keys = KeySource::from_fn(|name| (name == "MY_KEY").then(|| "sk-secret".to_owned()));
         let mut agent = AgentDef::new(domain::workflow::Provider::OpenAi);
-        agent.api_key_env = Some("AWR_TEST_SURELY_UNSET_KEY".into());
-        let e = api_key(&agent, "OPENAI_API_KEY").unwrap_err();
-        assert!(e.to_string().contains("AWR_TEST_SURELY_UNSET_KEY"), "{e}");
+        assert!(keys.key(&agent, "OPENAI_API_KEY").is_err());
+        agent.api_key_env = Some("MY_KEY".into());
+        assert_eq!(
+            keys.key(&agent, "OPENAI_API_KEY").unwrap().as_deref(),
+            Some("sk-secret")
+        );
+        agent.api_key_env = Some("OTHER_KEY".into());
+        agent.base_url = Some("http://127.0.0.1:9/v1".into());
+        let e = keys.key(&agent, "OPENAI_API_KEY").unwrap_err();
+        assert!(e.to_string().contains("`OTHER_KEY`"), "{e}");
+        assert!(!e.to_string().contains("sk-"), "{e}");
+        // A local server with the default variable unset: no key, no error.
+        agent.api_key_env = None;
+        assert_eq!(keys.key(&agent, "OPENAI_API_KEY").unwrap(), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! Architecture invariant: providers never depend on each other, and nothing
 //! here knows about stores or the CLI.
 
+pub mod anthropic;
 pub mod claude;
 pub mod codex;
 pub mod copilot;
@@ -22,8 +23,10 @@ pub mod gemini;
 mod http;
 pub mod mock;
 pub mod normalize;
+pub mod openai;
 pub mod process;
 mod providers;
 
+pub use http::KeySource;
 pub use mock::MockQuery;
 pub use providers::Providers;

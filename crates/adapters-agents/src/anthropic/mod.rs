@@ -1,0 +1,1 @@
+//! The `anthropic` provider: the Anthropic Messages API.

@@ -1,0 +1,1 @@
+//! The `openai` provider: any OpenAI-compatible Chat Completions server.

@@ -1,0 +1,1 @@
+//! The `anthropic` chat adapter against the fake model server.

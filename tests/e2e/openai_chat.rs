@@ -1,0 +1,1 @@
+//! The `openai` chat adapter against the fake model server.
