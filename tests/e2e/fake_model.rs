@@ -414,3 +414,192 @@ async fn unknown_paths_get_404_and_drop_stops_the_server() {
     tokio::task::yield_now().await;
     assert!(TcpStream::connect(&addr).await.is_err());
 }
+
+#[tokio::test]
+async fn rateonce_answers_429_once_per_server_then_normally() {
+    let server = FakeModel::start().await.unwrap();
+    let r = post(&server, CHAT, &[], &chat_body("RATEONCE")).await;
+    assert_eq!(r.status, 429);
+    assert!(r.headers.contains("retry-after: 1\r\n"));
+    let r = post(&server, CHAT, &[], &chat_body("RATEONCE")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.trim_end().ends_with("data: [DONE]"));
+    // Later requests follow the other keywords, in any format.
+    let r = post(
+        &server,
+        ANTHROPIC,
+        &[],
+        &anthropic_body("RATEONCE TOOLTEST"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| e["content_block"]["type"] == "tool_use")
+    );
+
+    let other = FakeModel::start().await.unwrap();
+    let r = post(&other, ANTHROPIC, &[], &anthropic_body("RATEONCE")).await;
+    assert_eq!(r.status, 429);
+    assert!(r.headers.contains("retry-after: 1\r\n"));
+    assert!(r.body.contains("rate_limit_error"));
+    let r = post(&other, ANTHROPIC, &[], &anthropic_body("RATEONCE")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.events().last().unwrap()["type"], "message_stop");
+}
+
+#[tokio::test]
+async fn cutstream_ends_every_format_without_its_terminal_event() {
+    let server = FakeModel::start().await.unwrap();
+
+    let r = post(&server, CHAT, &[], &chat_body("CUTSTREAM")).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.body.contains("[DONE]"));
+    let events = r.events();
+    let text: String = events
+        .iter()
+        .filter_map(|e| {
+            e["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, "This reply is cut off");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["choices"][0]["finish_reason"].is_null() && e.get("usage").is_none())
+    );
+
+    let r = post(&server, ANTHROPIC, &[], &anthropic_body("CUTSTREAM")).await;
+    assert_eq!(r.status, 200);
+    let kinds: Vec<_> = r
+        .events()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds[0], "message_start");
+    assert_eq!(kinds.last().unwrap(), "content_block_delta");
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k == "message_stop" || k == "message_delta")
+    );
+
+    let r = post(&server, RESPONSES, &[], &responses_body("CUTSTREAM")).await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(events.last().unwrap()["type"], "response.output_text.delta");
+    assert!(!events.iter().any(|e| e["type"] == "response.completed"));
+
+    let r = post(&server, GEMINI, &[], &gemini_body("CUTSTREAM")).await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert!(!events.is_empty());
+    assert!(
+        events
+            .iter()
+            .all(|e| e["candidates"][0].get("finishReason").is_none())
+    );
+
+    let mut whole = chat_body("CUTSTREAM");
+    whole["stream"] = json!(false);
+    let r = post(&server, CHAT, &[], &whole).await;
+    assert_eq!(r.status, 200);
+    assert!(serde_json::from_str::<Value>(&r.body).is_err());
+}
+
+#[tokio::test]
+async fn calltool_calls_any_offered_tool_with_the_given_arguments() {
+    let server = FakeModel::start().await.unwrap();
+    let line = r#"CALLTOOL bash {"command": 42, "extra": true}"#;
+
+    // Chat Completions: the arguments string is the text as written.
+    let r = post(&server, CHAT, &[], &chat_body(line)).await;
+    let args: String = r
+        .events()
+        .iter()
+        .filter_map(|e| {
+            e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(args, r#"{"command": 42, "extra": true}"#);
+    let r = post(&server, CHAT, &[], &chat_body("CALLTOOL bash {oops")).await;
+    let args: String = r
+        .events()
+        .iter()
+        .filter_map(|e| {
+            e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(args, "{oops");
+
+    // Responses carries a string too.
+    let r = post(
+        &server,
+        RESPONSES,
+        &[],
+        &responses_body(r#"CALLTOOL exec_command {"cmd": ["x"]}"#),
+    )
+    .await;
+    let item = r
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "function_call")
+        .unwrap();
+    assert_eq!(item["item"]["name"], "exec_command");
+    assert_eq!(item["item"]["arguments"], r#"{"cmd": ["x"]}"#);
+
+    // Anthropic gets the parsed value; once the result is back, the answer quotes it.
+    let line = r#"CALLTOOL Bash {"command": 42, "extra": true}"#;
+    let r = post(&server, ANTHROPIC, &[], &anthropic_body(line)).await;
+    let input: String = r
+        .events()
+        .iter()
+        .filter_map(|e| e["delta"]["partial_json"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&input).unwrap(),
+        json!({"command": 42, "extra": true})
+    );
+    let mut second = anthropic_body(line);
+    second["messages"].as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+            "content": "invalid input for `Bash`", "is_error": true}]}),
+    ]);
+    let r = post(&server, ANTHROPIC, &[], &second).await;
+    let text: String = r
+        .events()
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, "Tool said: invalid input for `Bash`");
+
+    // Gemini gets the parsed value as `args`.
+    let r = post(
+        &server,
+        GEMINI,
+        &[],
+        &gemini_body(r#"CALLTOOL run_shell_command {"command": "ls"}"#),
+    )
+    .await;
+    let call = r
+        .events()
+        .into_iter()
+        .find_map(|e| {
+            e["candidates"][0]["content"]["parts"][0]
+                .get("functionCall")
+                .cloned()
+        })
+        .unwrap();
+    assert_eq!(
+        call,
+        json!({"name": "run_shell_command", "args": {"command": "ls"}})
+    );
+}

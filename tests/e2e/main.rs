@@ -7,6 +7,7 @@ mod cli_agents;
 mod docs;
 mod fake_model;
 mod fold_property;
+mod http_agents;
 mod openai_chat;
 mod real_clis;
 mod store_conformance;

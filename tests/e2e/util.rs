@@ -81,6 +81,14 @@ impl Awr {
         command
     }
 
+    /// Runs `awr --storage <storage> ARGS` in `dir` with extra environment
+    /// variables, and waits for it.
+    pub fn run_in(&self, dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut command = self.command(args);
+        command.current_dir(dir).envs(env.iter().copied());
+        Output::from(command.output().expect("run awr"))
+    }
+
     /// Runs `awr --storage <storage> ARGS` and waits for it.
     pub fn run(&self, args: &[&str]) -> Output {
         let out = self.command(args).output().expect("run awr");

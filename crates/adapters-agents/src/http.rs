@@ -41,7 +41,10 @@ pub(crate) fn client() -> Result<reqwest::Client, ChatError> {
 /// environment in production ([`KeySource::env`]); tests pass their own,
 /// since a test cannot safely change its process's environment.
 #[derive(Clone)]
-pub struct KeySource(Arc<dyn Fn(&str) -> Option<String> + Send + Sync>);
+pub struct KeySource(Arc<Lookup>);
+
+/// A variable name in, its value out.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 
 impl KeySource {
     /// Reads the process environment.

@@ -11,7 +11,7 @@ use domain::workflow::Provider;
 #[derive(Clone, Default)]
 pub struct Providers {
     mock: Option<Arc<dyn QueryFn>>,
-    cli: std::collections::HashMap<Provider, Arc<dyn QueryFn>>,
+    others: std::collections::HashMap<Provider, Arc<dyn QueryFn>>,
 }
 
 impl Providers {
@@ -27,13 +27,13 @@ impl Providers {
         self
     }
 
-    /// Serves a CLI provider (`claude-code`, `codex`, ...) with the given adapter.
+    /// Serves a provider (`claude-code`, `openai`, ...) with the given adapter.
     #[must_use]
     pub fn with(mut self, provider: Provider, adapter: Arc<dyn QueryFn>) -> Self {
         if provider == Provider::Mock {
             self.mock = Some(adapter);
         } else {
-            self.cli.insert(provider, adapter);
+            self.others.insert(provider, adapter);
         }
         self
     }
@@ -45,7 +45,7 @@ impl QueryFn for Providers {
         let provider = request.agent.provider;
         let adapter = match provider {
             Provider::Mock => self.mock.as_ref(),
-            other => self.cli.get(&other),
+            other => self.others.get(&other),
         };
         match adapter {
             Some(adapter) => adapter.query(request).await,

@@ -13,6 +13,7 @@
 pub mod inspect;
 pub mod ports;
 pub mod runner;
+pub mod tool_loop;
 pub mod tools;
 
 pub use runner::{CheckpointPolicy, RunOutcome, RunRequest, RunnerError, WorkflowRunner};

@@ -201,6 +201,7 @@ impl WorkflowRunner {
             executions: BTreeMap::new(),
             drops_reported: 0,
             announced_session: None,
+            announced_model: None,
         };
         match exec.drive().await {
             Ok(outcome) => Ok(outcome),
@@ -242,6 +243,8 @@ struct Execution<'r> {
     drops_reported: u64,
     /// The session id `agent:start` named for the invocation in progress.
     announced_session: Option<SessionId>,
+    /// The model named in the current agent's `agent:start`, for pricing.
+    announced_model: Option<String>,
 }
 
 /// One node execution in progress: who it is, where it sits in the transcript.
@@ -666,6 +669,7 @@ impl Execution<'_> {
                 let model = model.or_else(|| agent.model.clone());
                 let prompt = Prompt::Text(prompt.clone());
                 self.announced_session = Some(session_id.clone());
+                self.announced_model.clone_from(&model);
                 self.emit(
                     ctx.clone(),
                     EventKind::AgentStart {
@@ -727,6 +731,46 @@ impl Execution<'_> {
                 AgentMessage::Warning { message, details } => {
                     EventKind::Warning { message, details }
                 }
+                AgentMessage::ToolStarted {
+                    call_id,
+                    name,
+                    input,
+                } => EventKind::ToolStarted {
+                    call_id,
+                    tool_name: name,
+                    tool_input: input,
+                },
+                AgentMessage::ToolFinished {
+                    call_id,
+                    name,
+                    output,
+                    duration_ms,
+                } => {
+                    tool_calls += 1;
+                    match output {
+                        Ok(tool_output) => EventKind::ToolCompleted {
+                            call_id,
+                            tool_name: name,
+                            tool_output,
+                            duration_ms,
+                        },
+                        Err(error) => EventKind::ToolFailed {
+                            call_id,
+                            tool_name: name,
+                            error,
+                            duration_ms,
+                        },
+                    }
+                }
+                AgentMessage::RateLimited {
+                    provider,
+                    attempt,
+                    retry_after_ms,
+                } => EventKind::RateLimited {
+                    provider,
+                    attempt,
+                    retry_after_ms,
+                },
                 AgentMessage::Completed(result) => {
                     let elapsed = self.runner.clock.now().millis_since(started);
                     return self
@@ -778,6 +822,7 @@ impl Execution<'_> {
             },
             None => None,
         };
+        let total_cost_usd = result.total_cost_usd.or_else(|| self.price(&result));
         let data = structured
             .clone()
             .unwrap_or_else(|| Value::String(result.text.clone()));
@@ -798,7 +843,7 @@ impl Execution<'_> {
                 structured_output: structured,
                 usage: result.usage,
                 model_usage: result.model_usage,
-                total_cost_usd: result.total_cost_usd,
+                total_cost_usd,
                 duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
                 num_turns: result.num_turns,
                 session_id: result
@@ -808,6 +853,18 @@ impl Execution<'_> {
         )
         .await?;
         Ok(Ok((data, tool_calls)))
+    }
+
+    /// The cost of a result whose provider reported none, from the
+    /// workflow's price table: by the one model the usage names, else the
+    /// model the agent started with. Unknown price: no cost.
+    fn price(&self, result: &AgentResult) -> Option<f64> {
+        let reported = match &result.model_usage {
+            Some(models) if models.len() == 1 => models.keys().next(),
+            _ => None,
+        };
+        let model = reported.or(self.announced_model.as_ref())?;
+        self.workflow.pricing.cost(model, &result.usage)
     }
 
     async fn agent_failed<T>(
@@ -1172,11 +1229,19 @@ impl Execution<'_> {
             }
             EventKind::AgentThinking {
                 content, signature, ..
-            } => self.reply.push(ContentBlock::Thinking {
-                thinking: content.clone(),
-                signature: signature.clone(),
-                fidelity,
-            }),
+            } => match self.reply.last_mut() {
+                // The whole block after its deltas: it only adds the signature.
+                Some(ContentBlock::Thinking {
+                    thinking,
+                    signature: pending @ None,
+                    ..
+                }) if thinking == content => pending.clone_from(signature),
+                _ => self.reply.push(ContentBlock::Thinking {
+                    thinking: content.clone(),
+                    signature: signature.clone(),
+                    fidelity,
+                }),
+            },
             EventKind::AgentTextDelta { content } => {
                 if let Some(ContentBlock::Text { text, .. }) = self.reply.last_mut() {
                     text.push_str(content);
@@ -1227,16 +1292,7 @@ impl Execution<'_> {
                     },
                     fidelity,
                 });
-                let path = event
-                    .node_id
-                    .as_ref()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default();
-                let iteration = event
-                    .node_id
-                    .as_ref()
-                    .and_then(|n| self.executions.get(n))
-                    .map_or(0, |n| n.saturating_sub(1));
+                let (path, iteration) = self.transcript_place(event);
                 let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
                 self.record(ExchangeType::ToolCall, &path, iteration, call)
                     .await?;
@@ -1247,9 +1303,81 @@ impl Execution<'_> {
                 self.record(ExchangeType::ToolResult, &path, iteration, result)
                     .await?;
             }
+            EventKind::ToolStarted {
+                call_id,
+                tool_name,
+                tool_input,
+            } => {
+                let fidelity = Fidelity::Router;
+                self.reply.push(ContentBlock::ToolUse {
+                    tool_name: tool_name.clone(),
+                    tool_id: call_id.clone(),
+                    tool_input: tool_input.clone(),
+                    fidelity,
+                });
+                let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
+                let (path, iteration) = self.transcript_place(event);
+                self.record(ExchangeType::ToolCall, &path, iteration, call)
+                    .await?;
+            }
+            EventKind::ToolCompleted {
+                call_id,
+                tool_name,
+                tool_output,
+                duration_ms,
+            } => {
+                let result = json!({"name": tool_name, "call_id": call_id, "output": tool_output,
+                    "duration_ms": duration_ms, "fidelity": Fidelity::Router});
+                self.router_result(event, call_id, tool_output.clone(), result)
+                    .await?;
+            }
+            EventKind::ToolFailed {
+                call_id,
+                tool_name,
+                error,
+                duration_ms,
+            } => {
+                let result = json!({"name": tool_name, "call_id": call_id, "output": null,
+                    "error": error, "duration_ms": duration_ms, "fidelity": Fidelity::Router});
+                self.router_result(event, call_id, Value::Null, result)
+                    .await?;
+            }
             _ => {}
         }
         Ok(())
+    }
+
+    /// The reply block and the `tool.result` line of a tool the runtime ran.
+    async fn router_result(
+        &mut self,
+        event: &RuntimeEvent,
+        call_id: &str,
+        content: Value,
+        line: Value,
+    ) -> Result<(), RunnerError> {
+        self.reply.push(ContentBlock::ToolResult {
+            tool_id: call_id.to_owned(),
+            tool_content: content,
+            fidelity: Fidelity::Router,
+        });
+        let (path, iteration) = self.transcript_place(event);
+        self.record(ExchangeType::ToolResult, &path, iteration, line)
+            .await
+    }
+
+    /// The transcript's step path and iteration of an agent's event.
+    fn transcript_place(&self, event: &RuntimeEvent) -> (String, u32) {
+        let path = event
+            .node_id
+            .as_ref()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        let iteration = event
+            .node_id
+            .as_ref()
+            .and_then(|n| self.executions.get(n))
+            .map_or(0, |n| n.saturating_sub(1));
+        (path, iteration)
     }
 
     /// Records the runtime's own failure, best effort: the store may be what failed.
@@ -1314,7 +1442,8 @@ impl Execution<'_> {
         if let Some(observer) = &self.runner.observer {
             observer.on_event(&event);
         }
-        if event.kind.type_name().starts_with("agent:") {
+        let type_name = event.kind.type_name();
+        if type_name.starts_with("agent:") || type_name.starts_with("tool:") {
             self.collect_reply(&event).await?;
         }
         Ok(())
@@ -1761,6 +1890,104 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         assert!(
             matches!(&warnings[0].kind, EventKind::Warning { message, .. } if message.contains("missed 3"))
         );
+    }
+
+    #[tokio::test]
+    async fn tools_the_runtime_ran_are_router_events_lines_and_blocks() {
+        let started = |id: &str, input: Value| {
+            Ok(AgentMessage::ToolStarted {
+                call_id: id.into(),
+                name: "shell".into(),
+                input,
+            })
+        };
+        let finished = |id: &str, output: Result<Value, String>| {
+            Ok(AgentMessage::ToolFinished {
+                call_id: id.into(),
+                name: "shell".into(),
+                output,
+                duration_ms: 4,
+            })
+        };
+        let limited = Ok(AgentMessage::RateLimited {
+            provider: "openai".into(),
+            attempt: 1,
+            retry_after_ms: Some(1000),
+        });
+        let script = vec![
+            session("conv-1"),
+            limited,
+            started("c1", json!({"command": "echo hi"})),
+            finished("c1", Ok(json!({"exit_code": 0, "stdout": "hi\n"}))),
+            started("c2", json!({"command": 3})),
+            finished("c2", Err("invalid input".into())),
+            done("hi"),
+        ];
+        let h = harness(HashMap::from([("a", vec![script])]), None);
+        let (transcripts, lines) = recording_transcripts(0);
+        let h = Harness {
+            runner: h.runner.with_transcripts(Arc::new(transcripts)),
+            ..h
+        };
+        let yaml = "name: t\nagents:\n  a: {provider: mock, model: my-model-v2}\n\
+            pricing:\n  my-model: {input: 1000000, output: 2000000}\nsteps: [{agent: a}]\n";
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Completed);
+        let types = types(&h);
+        let tool_types: Vec<&str> = types
+            .iter()
+            .map(String::as_str)
+            .filter(|t| t.starts_with("tool:") || *t == "rate:limited")
+            .collect();
+        assert_eq!(
+            tool_types,
+            [
+                "rate:limited",
+                "tool:started",
+                "tool:completed",
+                "tool:started",
+                "tool:failed"
+            ]
+        );
+        let failed = &of_type(&h, "tool:failed")[0];
+        assert!(
+            matches!(&failed.kind, EventKind::ToolFailed { call_id, duration_ms: 4, .. } if call_id == "c2")
+        );
+        let complete = &of_type(&h, "agent:complete")[0];
+        // 10 input tokens at $1 and 5 output tokens at $2 per token: the
+        // workflow's price of `my-model` covers `my-model-v2`.
+        assert!(
+            matches!(&complete.kind, EventKind::AgentComplete { total_cost_usd: Some(c), .. } if (*c - 20.0).abs() < 1e-9),
+            "{complete:?}"
+        );
+        let node = &of_type(&h, "node:completed")[0];
+        assert!(
+            serde_json::to_string(node)
+                .unwrap()
+                .contains(r#""tool_calls_count":2"#),
+            "{node:?}"
+        );
+        let lines = lines.lock().unwrap();
+        let tool_lines: Vec<&ExchangeDraft> = lines
+            .iter()
+            .filter(|l| matches!(l.kind, ExchangeType::ToolCall | ExchangeType::ToolResult))
+            .collect();
+        assert_eq!(tool_lines.len(), 4);
+        assert!(tool_lines.iter().all(|l| l.payload["fidelity"] == "router"));
+        assert_eq!(tool_lines[1].payload["output"]["stdout"], "hi\n");
+        assert_eq!(tool_lines[3].payload["error"], "invalid input");
+        let reply = lines
+            .iter()
+            .find(|l| l.kind == ExchangeType::MessageAssistant)
+            .unwrap();
+        let blocks = reply.payload["blocks"].as_array().unwrap();
+        let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["tool_use", "tool_result", "tool_use", "tool_result", "text"]
+        );
+        assert_eq!(blocks[0]["tool_id"], "c1");
+        assert!(blocks[..4].iter().all(|b| b["fidelity"] == "router"));
     }
 
     #[tokio::test]

@@ -92,9 +92,7 @@ mod tests {
     }
 
     fn context() -> ToolContext {
-        ToolContext {
-            workspace: "/tmp/ws".into(),
-        }
+        ToolContext::new("/tmp/ws")
     }
 
     #[tokio::test]

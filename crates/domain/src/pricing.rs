@@ -52,8 +52,11 @@ pub struct PriceTable {
     prices: BTreeMap<String, Price>,
 }
 
+/// Model, input, output, cache read, cache write.
+type Row = (&'static str, f64, f64, Option<f64>, Option<f64>);
+
 /// List prices (USD per million tokens) as published by the providers.
-const BUILT_IN: &[(&str, f64, f64, Option<f64>, Option<f64>)] = &[
+const BUILT_IN: &[Row] = &[
     ("gpt-4o", 2.5, 10.0, Some(1.25), None),
     ("gpt-4o-mini", 0.15, 0.6, Some(0.075), None),
     ("gpt-4.1", 2.0, 8.0, Some(0.5), None),

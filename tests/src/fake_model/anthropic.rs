@@ -5,7 +5,8 @@
 //! `content_block_delta` / `content_block_stop` → `message_delta`
 //! (`stop_reason`, usage) → `message_stop`. A tool turn has three blocks:
 //! thinking (with a `signature_delta` before it stops), text, and `tool_use`
-//! whose input arrives as `input_json_delta` pieces.
+//! whose input arrives as `input_json_delta` pieces. `CUTSTREAM` stops after
+//! the text deltas, inside the open block.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -17,8 +18,8 @@ use super::sse;
 const THINKING: &str = "The user wants me to run echo hi. I'll use the shell tool.";
 
 /// Answers one Messages request, streaming when the body asks for it.
-pub(super) fn respond(body: &Value) -> Response {
-    let sc = scenario::choose(Api::Anthropic, body);
+pub(super) fn respond(body: &Value, state: &scenario::State) -> Response {
+    let sc = scenario::choose(Api::Anthropic, body, state);
     let model = body["model"].as_str().unwrap_or("claude-fake");
     if let Scenario::Error(status) = sc {
         return error(status);
@@ -27,7 +28,7 @@ pub(super) fn respond(body: &Value) -> Response {
     let usage0 = json!({"input_tokens": 120, "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0, "output_tokens": 1, "service_tier": "standard"});
     let (blocks, stop) = match &sc {
-        Scenario::Tool { name, args } => (
+        Scenario::Tool { name, args, .. } => (
             vec![
                 Block::Thinking(THINKING),
                 Block::Text(TOOL_PREAMBLE.to_owned()),
@@ -36,6 +37,7 @@ pub(super) fn respond(body: &Value) -> Response {
             "tool_use",
         ),
         Scenario::Text(t) => (vec![Block::Text(t.clone())], "end_turn"),
+        Scenario::CutStream => (vec![Block::Text(scenario::CUT_TEXT.to_owned())], "end_turn"),
         _ => (
             vec![Block::Text(scenario::PLAIN_TEXT.to_owned())],
             "end_turn",
@@ -47,6 +49,9 @@ pub(super) fn respond(body: &Value) -> Response {
         usage["output_tokens"] = json!(25);
         let msg = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage});
+        if sc == Scenario::CutStream {
+            return sse::cut_json(&msg);
+        }
         return sse::json(StatusCode::OK, &msg, &[("request-id", sse::id("req_"))]);
     }
     let mut frames = Vec::new();
@@ -108,6 +113,10 @@ pub(super) fn respond(body: &Value) -> Response {
                         "content_block_delta",
                         delta(i, json!({"type": "text_delta", "text": w})),
                     );
+                }
+                if sc == Scenario::CutStream {
+                    // No content_block_stop, message_delta or message_stop.
+                    return sse::stream(frames);
                 }
             }
             Block::ToolUse(_, args) => {

@@ -7,7 +7,7 @@
 //! `tool_calls` fragment (`index`, `id`, `type`, `function.name`) then
 //! argument-only fragments, a chunk with `finish_reason`, and with
 //! `stream_options.include_usage` a last chunk with `choices: []` and `usage`;
-//! then `data: [DONE]`.
+//! then `data: [DONE]`. `CUTSTREAM` stops after the content deltas.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -18,8 +18,8 @@ use super::scenario::{self, Api, Scenario, TOOL_PREAMBLE};
 use super::sse;
 
 /// Answers one Chat Completions request, streaming when the body asks for it.
-pub(super) fn respond(body: &Value) -> Response {
-    let sc = scenario::choose(Api::Chat, body);
+pub(super) fn respond(body: &Value, state: &scenario::State) -> Response {
+    let sc = scenario::choose(Api::Chat, body, state);
     let model = body["model"].as_str().unwrap_or("gpt-fake");
     if let Scenario::Error(status) = sc {
         return error(status);
@@ -31,8 +31,17 @@ pub(super) fn respond(body: &Value) -> Response {
         "completion_tokens_details": {"reasoning_tokens": 0}});
     let call_id = sse::id("call_");
     let (text, tool) = match &sc {
-        Scenario::Tool { name, args } => (TOOL_PREAMBLE.to_owned(), Some((name, args.to_string()))),
+        // Arguments are a string on this wire: a CALLTOOL line goes as written.
+        Scenario::Tool {
+            name,
+            args,
+            raw_args,
+        } => (
+            TOOL_PREAMBLE.to_owned(),
+            Some((name, raw_args.clone().unwrap_or_else(|| args.to_string()))),
+        ),
         Scenario::Text(t) => (t.clone(), None),
+        Scenario::CutStream => (scenario::CUT_TEXT.to_owned(), None),
         _ => (scenario::PLAIN_TEXT.to_owned(), None),
     };
     if body["stream"] != true {
@@ -46,6 +55,9 @@ pub(super) fn respond(body: &Value) -> Response {
         let reply = json!({"id": cid, "object": "chat.completion", "created": created,
             "model": model, "choices": [{"index": 0, "message": msg, "logprobs": null,
             "finish_reason": finish}], "usage": usage, "system_fingerprint": null});
+        if sc == Scenario::CutStream {
+            return sse::cut_json(&reply);
+        }
         return sse::json(StatusCode::OK, &reply, &[]);
     }
     let chunk = |delta: Value, finish: Value| {
@@ -66,6 +78,10 @@ pub(super) fn respond(body: &Value) -> Response {
     }
     for w in sse::words(&text) {
         send(chunk(json!({"content": w}), Value::Null));
+    }
+    if sc == Scenario::CutStream {
+        // No finish_reason chunk, no usage, no [DONE].
+        return sse::stream(frames);
     }
     let mut finish = "stop";
     if let Some((name, arguments)) = &tool {

@@ -5,7 +5,8 @@
 //! holding one candidate with `content.parts`; the last one has
 //! `finishReason: "STOP"` and the full `usageMetadata`. A tool turn sends a
 //! thought part, a text part, then a `functionCall` part with its arguments
-//! whole (Gemini does not stream arguments). When `generationConfig` asks for
+//! whole (Gemini does not stream arguments); `CUTSTREAM` sends text chunks
+//! but none with a `finishReason`. When `generationConfig` asks for
 //! JSON (the CLI's routing and next-speaker checks), the reply is a JSON
 //! document built from the requested schema.
 
@@ -29,7 +30,12 @@ pub(super) fn parse_path(path: &str) -> Option<(&str, &str)> {
 }
 
 /// Answers one Gemini request for `model` and `method` (see [`parse_path`]).
-pub(super) fn respond(model: &str, method: &str, body: &Value) -> Response {
+pub(super) fn respond(
+    model: &str,
+    method: &str,
+    body: &Value,
+    state: &scenario::State,
+) -> Response {
     if method == "countTokens" {
         return sse::json(StatusCode::OK, &json!({"totalTokens": 42}), &[]);
     }
@@ -38,7 +44,10 @@ pub(super) fn respond(model: &str, method: &str, body: &Value) -> Response {
         .into_iter()
         .find(|s| !s.is_null());
     let wants_json = schema.is_some() || gc["responseMimeType"] == "application/json";
-    let sc = scenario::choose(Api::Gemini, body);
+    let sc = scenario::choose(Api::Gemini, body, state);
+    // Like MIDERR, CUTSTREAM spares the CLI's JSON side calls (routing,
+    // next speaker), so the failure lands on the turn under test.
+    let cut = sc == Scenario::CutStream && !wants_json;
     if let Scenario::Error(status) = sc {
         return error(status);
     }
@@ -50,13 +59,17 @@ pub(super) fn respond(model: &str, method: &str, body: &Value) -> Response {
         vec![vec![json!({"text": doc.to_string()})]]
     } else {
         match &sc {
-            Scenario::Tool { name, args } => vec![
+            Scenario::Tool { name, args, .. } => vec![
                 vec![json!({"text": "**Planning** run echo hi.", "thought": true})],
                 vec![json!({"text": TOOL_PREAMBLE})],
                 vec![json!({"functionCall": {"name": name, "args": args},
                     "thoughtSignature": "ZmFrZS1zaWc="})],
             ],
             Scenario::Text(t) => sse::words(t)
+                .into_iter()
+                .map(|w| vec![json!({"text": w})])
+                .collect(),
+            Scenario::CutStream => sse::words(scenario::CUT_TEXT)
                 .into_iter()
                 .map(|w| vec![json!({"text": w})])
                 .collect(),
@@ -74,6 +87,9 @@ pub(super) fn respond(model: &str, method: &str, body: &Value) -> Response {
         let all: Vec<Value> = parts_seq.into_iter().flatten().collect();
         let reply = json!({"candidates": [candidate(all, true)], "usageMetadata": usage,
             "modelVersion": model, "responseId": resp_id});
+        if cut {
+            return sse::cut_json(&reply);
+        }
         return sse::json(StatusCode::OK, &reply, &[]);
     }
     let mut frames = Vec::new();
@@ -87,7 +103,8 @@ pub(super) fn respond(model: &str, method: &str, body: &Value) -> Response {
     }
     let n = parts_seq.len();
     for (i, parts) in parts_seq.into_iter().enumerate() {
-        let last = i + 1 == n;
+        // A cut stream never sends its last chunk (the one with finishReason).
+        let last = i + 1 == n && !cut;
         let usage = if last {
             usage.clone()
         } else {

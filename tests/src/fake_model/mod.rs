@@ -67,6 +67,9 @@ struct Shared {
     /// A `std::sync::Mutex`, not a Tokio one: it is held only to push or
     /// clone, never across an `.await`.
     requests: Mutex<Vec<RecordedRequest>>,
+    /// What the stateful scenarios (`RATEONCE`) remember, per server, so
+    /// tests running side by side never see each other's requests.
+    scenario: scenario::State,
 }
 
 /// A running fake model server bound to 127.0.0.1 on a free port.
@@ -91,7 +94,15 @@ impl FakeModel {
     /// # Errors
     /// Returns the I/O error if the socket cannot be bound or its address read.
     pub async fn start() -> std::io::Result<FakeModel> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::start_on(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Binds `addr` (a loopback address, for the examples) and starts serving.
+    ///
+    /// # Errors
+    /// Returns the I/O error if the socket cannot be bound or its address read.
+    pub async fn start_on(addr: std::net::SocketAddr) -> std::io::Result<FakeModel> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let app = Router::new()
@@ -173,11 +184,11 @@ async fn handle(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(recorded);
-    route(&method, &path, &parsed)
+    route(&method, &path, &parsed, &shared.scenario)
 }
 
 /// Chooses the wire format from the method and path suffix.
-fn route(method: &Method, path: &str, body: &Value) -> Response {
+fn route(method: &Method, path: &str, body: &Value, state: &scenario::State) -> Response {
     if *method == Method::HEAD {
         return sse::status_only(StatusCode::OK);
     }
@@ -194,16 +205,16 @@ fn route(method: &Method, path: &str, body: &Value) -> Response {
         return sse::json(StatusCode::OK, &json!({"input_tokens": 42}), &[]);
     }
     if path.ends_with("/messages") {
-        return anthropic::respond(body);
+        return anthropic::respond(body, state);
     }
     if path.ends_with("/responses") {
-        return responses::respond(body);
+        return responses::respond(body, state);
     }
     if path.ends_with("/chat/completions") {
-        return chat::respond(body);
+        return chat::respond(body, state);
     }
     if let Some((model, method)) = gemini::parse_path(path) {
-        return gemini::respond(model, method, body);
+        return gemini::respond(model, method, body, state);
     }
     not_found(path)
 }

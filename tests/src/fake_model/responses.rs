@@ -7,6 +7,7 @@
 //! the SSE `event:` name and in the data, plus a `sequence_number`. A tool turn
 //! has a reasoning item (summary deltas), a message, and a `function_call`
 //! whose `arguments` arrive as `response.function_call_arguments.delta`.
+//! `CUTSTREAM` stops after the message's text deltas.
 
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -17,8 +18,8 @@ use super::sse;
 const REASONING: &str = "Running echo hi with the shell tool.";
 
 /// Answers one Responses request, streaming when the body asks for it.
-pub(super) fn respond(body: &Value) -> Response {
-    let sc = scenario::choose(Api::Responses, body);
+pub(super) fn respond(body: &Value, state: &scenario::State) -> Response {
+    let sc = scenario::choose(Api::Responses, body, state);
     let model = body["model"].as_str().unwrap_or("gpt-fake");
     if let Scenario::Error(status) = sc {
         return error(status);
@@ -32,18 +33,30 @@ pub(super) fn respond(body: &Value) -> Response {
             "tools": [], "previous_response_id": null})
     };
     let outputs = match &sc {
-        Scenario::Tool { name, args } => vec![
+        // Arguments are a string on this wire: a CALLTOOL line goes as written.
+        Scenario::Tool {
+            name,
+            args,
+            raw_args,
+        } => vec![
             Output::Reasoning(REASONING.to_owned()),
             Output::Message(TOOL_PREAMBLE.to_owned()),
-            Output::FunctionCall(name.clone(), args.to_string()),
+            Output::FunctionCall(
+                name.clone(),
+                raw_args.clone().unwrap_or_else(|| args.to_string()),
+            ),
         ],
         Scenario::Text(t) => vec![Output::Message(t.clone())],
+        Scenario::CutStream => vec![Output::Message(scenario::CUT_TEXT.to_owned())],
         _ => vec![Output::Message(scenario::PLAIN_TEXT.to_owned())],
     };
     let usage = json!({"input_tokens": 120, "input_tokens_details": {"cached_tokens": 20},
         "output_tokens": 25, "output_tokens_details": {"reasoning_tokens": 8}, "total_tokens": 145});
     let items: Vec<Value> = outputs.iter().map(Output::item).collect();
     if body["stream"] != true {
+        if sc == Scenario::CutStream {
+            return sse::cut_json(&base("completed", items, usage));
+        }
         return sse::json(
             axum::http::StatusCode::OK,
             &base("completed", items, usage),
@@ -96,6 +109,10 @@ pub(super) fn respond(body: &Value) -> Response {
                         "response.output_text.delta",
                         with(&at, json!({"delta": w, "logprobs": []})),
                     );
+                }
+                if sc == Scenario::CutStream {
+                    // No output_text.done, output_item.done or response.completed.
+                    return sse::stream(frames);
                 }
                 send(
                     "response.output_text.done",

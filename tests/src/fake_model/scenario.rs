@@ -2,23 +2,55 @@
 //! scripts the server just by the words it puts in its prompt.
 //!
 //! Keywords in the newest user text (checked in this order):
+//! - `RATEONCE` → HTTP 429 with `retry-after: 1` for the first such request
+//!   this server sees; every later one is answered as if the keyword were
+//!   absent (plain text, or the tool scenarios below), so a client's retry
+//!   succeeds;
 //! - `BADREQ` → HTTP 400 (not retryable);
 //! - `RATETEST` → HTTP 429 with `retry-after`;
 //! - `ERRTEST` → HTTP 500;
 //! - `MIDERR` → the stream starts, then an error event arrives inside it;
+//! - `CUTSTREAM` → the stream starts (status 200, a few text deltas of
+//!   [`CUT_TEXT`]) and the body then ends cleanly at the HTTP level but
+//!   without the format's terminal event: no `[DONE]`, `message_stop`,
+//!   `response.completed` or Gemini chunk with a `finishReason`. A
+//!   non-streaming request gets its JSON reply cut in half;
+//! - `CALLTOOL <name> <json>` → if the request offers a tool `<name>`: one
+//!   call of it with the rest of that line as its arguments, verbatim (Chat
+//!   Completions and Responses carry arguments as a string, so even JSON that
+//!   does not parse goes through as written; Anthropic and Gemini get the
+//!   parsed value, `{}` when it does not parse); once the tool result comes
+//!   back, `Tool said: <output>`. Lets a test make the model call any tool
+//!   with any, possibly invalid, arguments;
 //! - `TOOLTEST` → if the request offers a shell-like tool: one call of it
 //!   running `echo hi`; once the tool result comes back, the final text
 //!   `Tool said: <output>`;
 //! - `TOOLFAIL` → the same, with a command that exits 3;
 //! - otherwise → the plain text [`PLAIN_TEXT`].
 //!
-//! Stateless on purpose: the real CLIs resend the whole conversation, so the
-//! newest turn says whether the tool result has arrived.
+//! Stateless on purpose, except for `RATEONCE` (see [`State`]): the real
+//! CLIs resend the whole conversation, so the newest turn says whether the
+//! tool result has arrived.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 
 /// The reply of the plain-text scenario.
 pub(super) const PLAIN_TEXT: &str = "Hello from the fake server.";
+
+/// What `CUTSTREAM` streams before the body ends without its terminal event.
+pub(super) const CUT_TEXT: &str = "This reply is cut off";
+
+/// What one server remembers between requests, for the scenarios that
+/// cannot be decided from the request alone.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// `RATEONCE` requests seen so far; only the first gets a 429. An
+    /// atomic rather than a lock: one counter, bumped once per request,
+    /// and `fetch_add` makes "first" exact even for concurrent requests.
+    rate_once_seen: AtomicU64,
+}
 
 /// Shell tool names the real clients use, most specific first (Claude Code,
 /// Codex, Gemini CLI, Copilot CLI), tried before any name containing "shell".
@@ -56,13 +88,19 @@ pub(super) enum Scenario {
     Tool {
         /// The tool's name as the request offered it.
         name: String,
-        /// Arguments built from the tool's schema, with the shell command.
+        /// Arguments built from the tool's schema, with the shell command
+        /// (or those a `CALLTOOL` line gave, `{}` when they do not parse).
         args: Value,
+        /// For `CALLTOOL`: the arguments exactly as written, which the
+        /// formats that carry arguments as a string send instead of `args`.
+        raw_args: Option<String>,
     },
     /// An HTTP error status with the provider's error body.
     Error(u16),
     /// A stream that breaks with an in-stream error event.
     MidErr,
+    /// A stream whose body ends after a few deltas, without a terminal event.
+    CutStream,
 }
 
 /// The text that precedes a tool call, like a model announcing its action.
@@ -76,10 +114,14 @@ struct Analysis {
     tools: Vec<(String, Value)>,
 }
 
-/// Picks the scenario for a request body in the given wire format.
-pub(super) fn choose(api: Api, body: &Value) -> Scenario {
+/// Picks the scenario for a request body in the given wire format;
+/// `state` is the server's memory for `RATEONCE`.
+pub(super) fn choose(api: Api, body: &Value, state: &State) -> Scenario {
     let a = analyse(api, body);
     let latest = a.latest_text.as_str();
+    if latest.contains("RATEONCE") && state.rate_once_seen.fetch_add(1, Ordering::Relaxed) == 0 {
+        return Scenario::Error(429);
+    }
     if latest.contains("BADREQ") {
         return Scenario::Error(400);
     }
@@ -92,11 +134,25 @@ pub(super) fn choose(api: Api, body: &Value) -> Scenario {
     if latest.contains("MIDERR") {
         return Scenario::MidErr;
     }
+    if latest.contains("CUTSTREAM") {
+        return Scenario::CutStream;
+    }
+    if let Some((name, raw)) = call_tool_line(latest)
+        && a.tools.iter().any(|(n, _)| n == name)
+    {
+        if let Some(out) = a.tool_output {
+            return tool_said(&out);
+        }
+        return Scenario::Tool {
+            name: name.to_owned(),
+            args: serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
+            raw_args: Some(raw.to_owned()),
+        };
+    }
     let failing = latest.contains("TOOLFAIL");
     if (failing || latest.contains("TOOLTEST")) && !a.tools.is_empty() {
         if let Some(out) = a.tool_output {
-            let out: String = out.trim().chars().take(200).collect();
-            return Scenario::Text(format!("Tool said: {out}"));
+            return tool_said(&out);
         }
         if let Some((name, schema)) = pick_shell_tool(&a.tools) {
             let command = if failing {
@@ -107,10 +163,26 @@ pub(super) fn choose(api: Api, body: &Value) -> Scenario {
             return Scenario::Tool {
                 name: name.to_owned(),
                 args: shell_args(schema, command),
+                raw_args: None,
             };
         }
     }
     Scenario::Text(PLAIN_TEXT.to_owned())
+}
+
+/// The final reply once a tool result is back, quoting (the start of) it.
+fn tool_said(output: &str) -> Scenario {
+    let out: String = output.trim().chars().take(200).collect();
+    Scenario::Text(format!("Tool said: {out}"))
+}
+
+/// The tool name and the raw argument text of a `CALLTOOL <name> <json>`
+/// line: the arguments are the rest of the line after the name, trimmed.
+fn call_tool_line(text: &str) -> Option<(&str, &str)> {
+    let (_, after) = text.split_once("CALLTOOL")?;
+    let line = after.lines().next().unwrap_or_default().trim();
+    let (name, raw) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    (!name.is_empty()).then(|| (name, raw.trim()))
 }
 
 fn analyse(api: Api, body: &Value) -> Analysis {
@@ -358,6 +430,7 @@ fn default_for(name: &str, schema: &Value) -> Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -368,6 +441,10 @@ mod tests {
             "required": ["command"]}}])
     }
 
+    fn choose(api: Api, body: &Value) -> Scenario {
+        super::choose(api, body, &State::default())
+    }
+
     #[test]
     fn tooltest_calls_the_shell_tool_then_reports_its_output() {
         let first =
@@ -376,7 +453,8 @@ mod tests {
             choose(Api::Anthropic, &first),
             Scenario::Tool {
                 name: "Bash".into(),
-                args: json!({"command": "echo hi", "description": "Print hi"})
+                args: json!({"command": "echo hi", "description": "Print hi"}),
+                raw_args: None,
             }
         );
         let second = json!({"messages": [
@@ -401,7 +479,8 @@ mod tests {
             choose(Api::Responses, &body),
             Scenario::Tool {
                 name: "exec_command".into(),
-                args: json!({"cmd": "echo oops >&2; exit 3"})
+                args: json!({"cmd": "echo oops >&2; exit 3"}),
+                raw_args: None,
             }
         );
     }
@@ -418,6 +497,106 @@ mod tests {
         assert_eq!(choose(Api::Gemini, &body("MIDERR")), Scenario::MidErr);
         assert_eq!(
             choose(Api::Gemini, &body("TOOLTEST")),
+            Scenario::Text(PLAIN_TEXT.into())
+        );
+    }
+
+    #[test]
+    fn rateonce_refuses_the_first_request_of_each_server_only() {
+        let body = json!({"messages": [{"role": "user", "content": "RATEONCE TOOLTEST"}],
+            "tools": bash_tool()});
+        let state = State::default();
+        assert_eq!(
+            super::choose(Api::Anthropic, &body, &state),
+            Scenario::Error(429)
+        );
+        for _ in 0..2 {
+            assert!(matches!(
+                super::choose(Api::Anthropic, &body, &state),
+                Scenario::Tool { name, .. } if name == "Bash"
+            ));
+        }
+        let plain = json!({"messages": [{"role": "user", "content": "RATEONCE"}]});
+        assert_eq!(
+            super::choose(Api::Chat, &plain, &state),
+            Scenario::Text(PLAIN_TEXT.into())
+        );
+        assert_eq!(
+            super::choose(Api::Chat, &plain, &State::default()),
+            Scenario::Error(429)
+        );
+    }
+
+    #[test]
+    fn cutstream_is_chosen_in_every_format() {
+        let chat = json!({"messages": [{"role": "user", "content": "CUTSTREAM"}]});
+        assert_eq!(choose(Api::Chat, &chat), Scenario::CutStream);
+        assert_eq!(choose(Api::Anthropic, &chat), Scenario::CutStream);
+        let responses = json!({"input": "please CUTSTREAM"});
+        assert_eq!(choose(Api::Responses, &responses), Scenario::CutStream);
+        let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "CUTSTREAM"}]}]});
+        assert_eq!(choose(Api::Gemini, &gemini), Scenario::CutStream);
+    }
+
+    fn read_file_tool() -> Value {
+        json!([{"type": "function", "function": {"name": "read_file", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}])
+    }
+
+    #[test]
+    fn calltool_calls_the_named_tool_with_the_arguments_as_written() {
+        let first = json!({"messages": [{"role": "user",
+            "content": "Do this.\nCALLTOOL read_file {\"path\": \"../secret.txt\"}\nThanks."}],
+            "tools": read_file_tool()});
+        assert_eq!(
+            choose(Api::Chat, &first),
+            Scenario::Tool {
+                name: "read_file".into(),
+                args: json!({"path": "../secret.txt"}),
+                raw_args: Some(r#"{"path": "../secret.txt"}"#.into()),
+            }
+        );
+        let mut second = first.clone();
+        second["messages"].as_array_mut().unwrap().extend([
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+                "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1",
+                "content": "refused: `../secret.txt` leaves the workspace"}),
+        ]);
+        assert_eq!(
+            choose(Api::Chat, &second),
+            Scenario::Text("Tool said: refused: `../secret.txt` leaves the workspace".into())
+        );
+    }
+
+    #[test]
+    fn calltool_passes_unparsable_arguments_raw_and_needs_the_tool_offered() {
+        let body = |text: &str| {
+            json!({"messages": [{"role": "user", "content": text}],
+            "tools": read_file_tool()})
+        };
+        assert_eq!(
+            choose(Api::Chat, &body("CALLTOOL read_file {not json")),
+            Scenario::Tool {
+                name: "read_file".into(),
+                args: json!({}),
+                raw_args: Some("{not json".into()),
+            }
+        );
+        assert_eq!(
+            choose(Api::Chat, &body("CALLTOOL read_file")),
+            Scenario::Tool {
+                name: "read_file".into(),
+                args: json!({}),
+                raw_args: Some(String::new()),
+            }
+        );
+        assert_eq!(
+            choose(Api::Chat, &body("CALLTOOL write_file {}")),
+            Scenario::Text(PLAIN_TEXT.into())
+        );
+        assert_eq!(
+            choose(Api::Chat, &body("CALLTOOL")),
             Scenario::Text(PLAIN_TEXT.into())
         );
     }

@@ -26,6 +26,20 @@ pub(super) fn json(status: StatusCode, body: &Value, extra: &[(&'static str, Str
     resp
 }
 
+/// A JSON reply cut in half (status 200): the non-streaming form of
+/// `CUTSTREAM`, a body that ends before the document does.
+pub(super) fn cut_json(body: &Value) -> Response {
+    let text = body.to_string();
+    let mut cut = text.len() / 2;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut resp = Response::new(Body::from(text[..cut].to_owned()));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
 /// An empty reply, for `HEAD` probes.
 pub(super) fn status_only(status: StatusCode) -> Response {
     let mut resp = Response::new(Body::empty());

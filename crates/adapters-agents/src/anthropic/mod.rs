@@ -1,1 +1,141 @@
-//! The `anthropic` provider: the Anthropic Messages API.
+//! The `anthropic` provider: the Anthropic Messages API, streamed.
+//!
+//! An HTTP provider leaves the tool loop to the runtime, so this module only
+//! speaks the wire format: [`wire`] builds the `POST /v1/messages` body from
+//! the conversation, [`MessagesDecoder`] reads the streamed answer into
+//! [`ChatEvent`](application::ports::ChatEvent)s, and [`AnthropicChat`] sends
+//! one through the shared [`crate::http`] helpers (client, key, error
+//! statuses, SSE framing). Decoding is pure, so it is tested on canned
+//! streams; the whole adapter end to end against the fake model server.
+
+mod decode;
+mod wire;
+
+pub use decode::MessagesDecoder;
+
+use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
+use async_trait::async_trait;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+
+use crate::http::{self, KeySource};
+
+/// The public API; `base_url` replaces it without the `/v1`, as
+/// `ANTHROPIC_BASE_URL` does for Anthropic's own clients.
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The variable holding the key when the agent names none.
+const DEFAULT_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+
+/// The API version this adapter's wire format follows; the API requires it.
+const API_VERSION: &str = "2023-06-01";
+
+/// Runs model turns on the Anthropic Messages API.
+///
+/// `Debug` shows no key: [`KeySource`] prints only its name, and keys are
+/// read per call, never stored here.
+#[derive(Debug, Clone, Default)]
+pub struct AnthropicChat {
+    keys: KeySource,
+}
+
+impl AnthropicChat {
+    /// Reads API keys from the process environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads API keys from `keys` (tests cannot safely set environment variables).
+    pub fn with_keys(keys: KeySource) -> Self {
+        Self { keys }
+    }
+}
+
+#[async_trait]
+impl ChatModel for AnthropicChat {
+    fn provider(&self) -> &'static str {
+        "anthropic"
+    }
+
+    async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
+        let agent = &request.agent;
+        let model = agent.model.as_deref().ok_or_else(|| {
+            ChatError::Config(
+                "`model` is not set (the Anthropic API needs one, e.g. `claude-sonnet-4-5`)".into(),
+            )
+        })?;
+        let url = http::endpoint(agent, DEFAULT_BASE_URL, "v1/messages");
+        // Checked here so a typo is a configuration error, not a network one.
+        // The URL is not quoted: it is the user's own setting.
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| ChatError::Config(format!("`base_url` is not a valid URL: {e}")))?;
+        let key = self.keys.key(agent, DEFAULT_KEY_ENV)?;
+        let body = serde_json::to_vec(&wire::request_body(&request, model))
+            .map_err(|e| ChatError::Config(format!("cannot encode the request: {e}")))?;
+        let mut builder = http::client()?
+            .post(url)
+            .header("anthropic-version", API_VERSION)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body);
+        if let Some(key) = key {
+            let mut value = HeaderValue::from_str(&key).map_err(|_| {
+                let var = agent.api_key_env.as_deref().unwrap_or(DEFAULT_KEY_ENV);
+                ChatError::Config(format!(
+                    "the API key in `{var}` has characters a header cannot carry"
+                ))
+            })?;
+            // Kept out of the `Debug` output of the request and its headers.
+            value.set_sensitive(true);
+            builder = builder.header("x-api-key", value);
+        }
+        let response = http::send(builder, agent).await?;
+        Ok(decode::decode(http::events(response)))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use domain::workflow::{AgentDef, Provider};
+
+    fn request(agent: AgentDef) -> ChatRequest {
+        ChatRequest {
+            agent,
+            system: String::new(),
+            messages: vec![application::ports::ChatMessage::User("hi".into())],
+            tools: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn settings_that_cannot_work_fail_before_any_request() {
+        let chat = AnthropicChat::with_keys(KeySource::from_fn(|_| None));
+        let agent = AgentDef::new(Provider::Anthropic);
+        let Err(error) = chat.turn(request(agent.clone())).await else {
+            panic!("a turn without a model started");
+        };
+        assert!(
+            matches!(&error, ChatError::Config(m) if m.starts_with("`model` is not set")),
+            "{error}"
+        );
+        let mut agent = agent;
+        agent.model = Some("claude-test".into());
+        let Err(error) = chat.turn(request(agent.clone())).await else {
+            panic!("a turn without a key started");
+        };
+        assert!(error.to_string().contains("`ANTHROPIC_API_KEY`"), "{error}");
+        agent.base_url = Some("not a url".into());
+        let Err(error) = chat.turn(request(agent)).await else {
+            panic!("a turn with a bad URL started");
+        };
+        assert!(error.to_string().contains("`base_url`"), "{error}");
+    }
+
+    #[test]
+    fn debug_shows_no_key() {
+        let chat = AnthropicChat::with_keys(KeySource::from_fn(|_| Some("sk-ant-secret".into())));
+        assert_eq!(chat.provider(), "anthropic");
+        assert!(!format!("{chat:?}").contains("secret"));
+    }
+}

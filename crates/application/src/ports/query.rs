@@ -101,6 +101,37 @@ pub enum AgentMessage {
         /// Set when the tool failed.
         error: Option<String>,
     },
+    /// The runtime is about to run a tool the model asked for (HTTP
+    /// providers, through the tool router); becomes `tool:started`.
+    ToolStarted {
+        /// The provider's id of the call.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// The arguments as the model sent them.
+        input: Value,
+    },
+    /// A tool the runtime ran returned or failed; becomes `tool:completed`
+    /// or `tool:failed`. A failure goes back to the model, it ends nothing.
+    ToolFinished {
+        /// The call, as in [`AgentMessage::ToolStarted`].
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// The output, or why the call was refused or failed.
+        output: Result<Value, String>,
+        /// How long it ran.
+        duration_ms: u64,
+    },
+    /// The provider rate-limited a call; the runtime waits, then retries.
+    RateLimited {
+        /// The provider (`openai`, `anthropic`).
+        provider: String,
+        /// The attempt that was refused (1 = the first).
+        attempt: u32,
+        /// How long the runtime waits before the next attempt.
+        retry_after_ms: Option<u64>,
+    },
     /// A non-fatal error the provider reported.
     Error {
         /// Stable error type (`rate_limit`, `error_max_turns`, ...).

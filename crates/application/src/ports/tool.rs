@@ -26,6 +26,27 @@ pub struct ToolSpec {
 pub struct ToolContext {
     /// The run's workspace directory.
     pub workspace: PathBuf,
+    /// Environment variables a tool must not pass on to what it runs: the
+    /// agent's API key variable, so a model cannot have a shell print it
+    /// into the run's records.
+    pub hidden_env: Vec<String>,
+}
+
+impl ToolContext {
+    /// Calls confined to `workspace`, hiding nothing.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            hidden_env: Vec::new(),
+        }
+    }
+
+    /// Also hides the variables `names`.
+    #[must_use]
+    pub fn hiding(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.hidden_env.extend(names);
+        self
+    }
 }
 
 /// Why a call failed; the message goes back to the model, never crashes the run.

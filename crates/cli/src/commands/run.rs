@@ -30,6 +30,7 @@ fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Fai
         WorkflowDef::from_yaml(&text)
     };
     let mut workflow = parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))?;
+    check_tools(file, &workflow)?;
     let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     calling.push(canonical);
     let dir = file.parent().unwrap_or(Path::new("."));
@@ -63,6 +64,25 @@ fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Fai
     }
     calling.pop();
     Ok(workflow)
+}
+
+/// Every tool granted to an HTTP agent must exist: a misspelt name would
+/// otherwise just be a tool the model never sees.
+fn check_tools(file: &Path, workflow: &WorkflowDef) -> Result<(), Failure> {
+    let known = wiring::tools().names();
+    for (name, agent) in &workflow.agents {
+        if !agent.provider.is_http() {
+            continue;
+        }
+        if let Some(tool) = agent.tools.iter().find(|t| !known.contains(t)) {
+            return Err(Failure::Input(anyhow!(
+                "{}: agents.{name}.tools: unknown tool `{tool}` (built-in tools: {})",
+                file.display(),
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn located(file: &Path, error: &WorkflowError) -> String {
@@ -111,10 +131,9 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
     let workflow_dir = file.parent().unwrap_or(Path::new("."));
-    let providers = wiring::providers(workflow_dir);
-
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
+    let providers = wiring::providers(workflow_dir, clock.clone(), ids.clone());
     let progress = Arc::new(Progress::new());
     let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
         .with_transcripts(wiring::transcripts(storage))

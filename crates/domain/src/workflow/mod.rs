@@ -81,6 +81,15 @@ impl Provider {
         }
     }
 
+    /// The variable HTTP providers read their API key from by default.
+    pub fn default_key_env(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi => Some("OPENAI_API_KEY"),
+            Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
+            _ => None,
+        }
+    }
+
     /// Whether awr itself calls the model over HTTP and runs the agent's
     /// tools (rather than a CLI that runs its own).
     pub fn is_http(self) -> bool {
@@ -183,6 +192,14 @@ pub struct AgentDef {
 }
 
 impl AgentDef {
+    /// The environment variable an HTTP agent's API key is read from:
+    /// `api_key_env`, else the provider's usual one.
+    pub fn key_env(&self) -> Option<&str> {
+        self.api_key_env
+            .as_deref()
+            .or_else(|| self.provider.default_key_env())
+    }
+
     /// An agent of `provider` with every other setting at its default.
     pub fn new(provider: Provider) -> Self {
         Self {

@@ -306,6 +306,12 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
 /// Settings of HTTP providers. `api_key_env` must be a variable *name*: a
 /// pasted key is refused without being echoed, so it reaches no log.
 fn check_http_settings(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
+    if agent.provider.is_http() && agent.model.as_deref().is_none_or(str::is_empty) {
+        return Err(invalid(
+            item,
+            format!("provider `{}` needs a `model`", agent.provider.as_str()),
+        ));
+    }
     if let Some(var) = &agent.api_key_env {
         let is_name = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -692,11 +698,11 @@ mod tests {
             "name: t\nagents:\n  a: {provider: gpt9}\nsteps: [{agent: a}]\n",
             3,
             17,
-            "agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`",
+            "agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`, `openai`, `anthropic`",
         );
         check_json_err(
             "{\"name\": \"t\",\n \"agents\": {\"a\": {\"provider\": \"gpt9\"}}}",
-            "2:36: agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`",
+            "2:36: agents.a.provider: unknown variant `gpt9`, expected one of `mock`, `claude-code`, `codex`, `gemini`, `copilot`, `openai`, `anthropic`",
         );
     }
 
@@ -856,6 +862,51 @@ mod tests {
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"when\": \"1 +\"}]}",
             "edges[0] (x->y): `when` does not compile: `1 +`",
+        );
+    }
+
+    #[test]
+    fn http_agent_settings_are_checked_and_a_pasted_key_is_never_echoed() {
+        let agent = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: openai, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        check_err(
+            "name: t\nagents:\n  a: {provider: anthropic}\nsteps: [{agent: a}]\n",
+            "agents.a: provider `anthropic` needs a `model`",
+        );
+        let pasted = agent("model: m, api_key_env: sk-proj-abc123");
+        let err = WorkflowDef::from_yaml(&pasted).unwrap_err().to_string();
+        assert!(err.contains("`api_key_env` must be the name"), "{err}");
+        assert!(!err.contains("sk-proj"), "the value is not shown: {err}");
+        check_err(&agent("model: m, temperature: 3"), "between 0 and 2, not 3");
+        check_err(
+            &agent("model: m, max_tokens: 0"),
+            "`max_tokens` must be at least 1",
+        );
+        check_err(
+            &agent("model: m, base_url: 127.0.0.1:8080"),
+            "`base_url` must start with http://",
+        );
+        let ok = agent(
+            "model: gpt-4o, api_key_env: MY_KEY, temperature: 0.2, max_tokens: 100, max_retries: 0, base_url: 'http://127.0.0.1:1/v1'",
+        );
+        let wf = WorkflowDef::from_yaml(&ok).unwrap();
+        assert_eq!(wf.agents["a"].api_key_env.as_deref(), Some("MY_KEY"));
+        assert_eq!(wf.agents["a"].max_retries, Some(0));
+    }
+
+    #[test]
+    fn pricing_extends_the_built_in_table() {
+        let yaml = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n\
+            pricing:\n  local-llm: {input: 0.5, output: 1}\n";
+        let wf = WorkflowDef::from_yaml(yaml).unwrap();
+        assert_eq!(wf.pricing.price("local-llm").unwrap().output, 1.0);
+        assert!(wf.pricing.price("gpt-4o").is_some(), "the built-ins stay");
+        check_err(
+            &yaml.replace("output: 1}", "output: 1, extra: 2}"),
+            "unknown field `extra`",
         );
     }
 

@@ -177,7 +177,7 @@ mod tests {
             .with(Arc::new(WriteFile))
             .with(Arc::new(ListDir));
         let granted = router.names();
-        (dir, router, ToolContext { workspace }, granted)
+        (dir, router, ToolContext::new(workspace), granted)
     }
 
     #[tokio::test]

@@ -1,0 +1,793 @@
+//! Reads one streamed Messages API turn into [`ChatEvent`]s.
+//!
+//! [`MessagesDecoder`] is pure: it is fed (event name, data) pairs and keeps
+//! the turn's state, so it is tested on canned SSE text with no HTTP;
+//! [`decode`] drives it over a live event stream. A turn is complete only at
+//! `message_stop`: a stream that ends before it was cut, and says so.
+
+use std::collections::BTreeMap;
+
+use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall, TurnEnd};
+use domain::event::Usage;
+use eventsource_stream::Event;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+
+use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
+
+/// How much of unreadable data an error message quotes: enough to recognise
+/// an HTML error page or a proxy's message, not a whole body.
+const QUOTE_CHARS: usize = 200;
+
+/// The state of one streamed turn.
+#[derive(Debug, Default)]
+pub struct MessagesDecoder {
+    /// Open content blocks by index. The API streams one block at a time, but
+    /// routing deltas by index stays right should blocks ever interleave.
+    blocks: BTreeMap<u64, Open>,
+    /// Input from `message_start`, output (cumulative) from `message_delta`.
+    usage: Usage,
+    model: Option<String>,
+    response_id: Option<String>,
+    stop: Option<StopReason>,
+    /// A tool call was emitted: the stop reason when a server gives none.
+    saw_tool_call: bool,
+    /// `message_stop` arrived; anything after it is ignored.
+    done: bool,
+}
+
+/// A content block being streamed.
+#[derive(Debug)]
+enum Open {
+    Text,
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        /// The `partial_json` pieces so far.
+        json: String,
+        /// The input given whole at the start, for a server that does not
+        /// stream it.
+        start_input: Option<Value>,
+    },
+    /// A block not mapped (redacted thinking, server tools): deltas dropped.
+    Ignored,
+}
+
+impl MessagesDecoder {
+    /// A decoder for a new turn.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `message_stop` has arrived: the turn is complete.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Decodes one server-sent event. The JSON `type` decides; the SSE event
+    /// name is used only when the data has none.
+    ///
+    /// # Errors
+    /// An in-stream `error` event as the matching [`ChatError`]; data that is
+    /// not JSON, or not a readable event, as [`ChatError::Api`].
+    pub fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<ChatEvent>, ChatError> {
+        if self.done || data.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut value: Value = serde_json::from_str(data).map_err(|_| {
+            unreadable(format!(
+                "the stream sent data that is not JSON: {}",
+                quote(data)
+            ))
+        })?;
+        if let Some(object) = value.as_object_mut() {
+            object
+                .entry("type")
+                .or_insert_with(|| Value::String(event.to_owned()));
+        }
+        let kind = value["type"].as_str().unwrap_or_default().to_owned();
+        let parsed: StreamEvent = serde_json::from_value(value).map_err(|e| {
+            unreadable(format!(
+                "the stream sent a `{kind}` event that cannot be read ({e}): {}",
+                quote(data)
+            ))
+        })?;
+        let mut out = Vec::new();
+        match parsed {
+            StreamEvent::MessageStart { message } => {
+                self.response_id = message.id;
+                self.model = message.model;
+                if let Some(usage) = &message.usage {
+                    self.take_usage(usage);
+                }
+            }
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => self.start_block(index, content_block, &mut out),
+            StreamEvent::ContentBlockDelta { index, delta } => {
+                self.delta(index, delta, &mut out);
+            }
+            StreamEvent::ContentBlockStop { index } => {
+                if let Some(block) = self.blocks.remove(&index) {
+                    out.extend(self.close(block));
+                }
+            }
+            StreamEvent::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.stop_reason {
+                    self.stop = Some(stop_reason(&reason));
+                }
+                if let Some(usage) = &usage {
+                    self.take_usage(usage);
+                }
+            }
+            StreamEvent::MessageStop => {
+                // Blocks left open are complete all the same: the message is.
+                for block in std::mem::take(&mut self.blocks).into_values() {
+                    out.extend(self.close(block));
+                }
+                let stop = self.stop.take().unwrap_or(if self.saw_tool_call {
+                    StopReason::ToolUse
+                } else {
+                    StopReason::EndTurn
+                });
+                out.push(ChatEvent::End(TurnEnd {
+                    stop,
+                    usage: std::mem::take(&mut self.usage),
+                    model: self.model.take(),
+                    response_id: self.response_id.take(),
+                }));
+                self.done = true;
+            }
+            StreamEvent::Ping => {}
+            StreamEvent::Error { error } => return Err(stream_error(error)),
+            StreamEvent::Unknown => {
+                tracing::debug!(kind, "ignoring an unknown Messages stream event");
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ends the turn when the stream closes.
+    ///
+    /// # Errors
+    /// [`ChatError::Network`] when `message_stop` never came: the stream was cut.
+    pub fn finish(self) -> Result<Vec<ChatEvent>, ChatError> {
+        if self.done {
+            Ok(Vec::new())
+        } else {
+            Err(ChatError::Network(
+                "the stream ended before the turn finished".into(),
+            ))
+        }
+    }
+
+    fn start_block(&mut self, index: u64, block: StartBlock, out: &mut Vec<ChatEvent>) {
+        let open = match block {
+            StartBlock::Text { text } => {
+                if !text.is_empty() {
+                    out.push(ChatEvent::TextDelta(text));
+                }
+                Open::Text
+            }
+            StartBlock::Thinking {
+                thinking,
+                signature,
+            } => {
+                if !thinking.is_empty() {
+                    out.push(ChatEvent::ThinkingDelta(thinking.clone()));
+                }
+                Open::Thinking {
+                    text: thinking,
+                    signature: signature.filter(|s| !s.is_empty()),
+                }
+            }
+            StartBlock::RedactedThinking => {
+                tracing::debug!(index, "ignoring a redacted thinking block");
+                Open::Ignored
+            }
+            StartBlock::ToolUse { id, name, input } => Open::ToolUse {
+                id,
+                name,
+                json: String::new(),
+                start_input: input,
+            },
+            StartBlock::Other => {
+                tracing::debug!(index, "ignoring a content block of an unknown type");
+                Open::Ignored
+            }
+        };
+        self.blocks.insert(index, open);
+    }
+
+    fn delta(&mut self, index: u64, delta: BlockDelta, out: &mut Vec<ChatEvent>) {
+        match delta {
+            BlockDelta::TextDelta { text } => {
+                if !text.is_empty() {
+                    out.push(ChatEvent::TextDelta(text));
+                }
+            }
+            BlockDelta::ThinkingDelta { thinking } => {
+                if let Open::Thinking { text, .. } = self.block(index, thinking_block) {
+                    text.push_str(&thinking);
+                }
+                if !thinking.is_empty() {
+                    out.push(ChatEvent::ThinkingDelta(thinking));
+                }
+            }
+            BlockDelta::SignatureDelta { signature: piece } => {
+                if let Open::Thinking { signature, .. } = self.block(index, thinking_block) {
+                    signature.get_or_insert_default().push_str(&piece);
+                }
+            }
+            BlockDelta::InputJsonDelta { partial_json } => {
+                if let Open::ToolUse { json, .. } = self.block(index, || Open::Ignored) {
+                    json.push_str(&partial_json);
+                }
+            }
+            BlockDelta::CitationsDelta => {}
+            BlockDelta::Other => tracing::debug!(index, "ignoring a delta of an unknown type"),
+        }
+    }
+
+    /// The open block at `index`, opened with `make` if its start was missed.
+    fn block(&mut self, index: u64, make: impl FnOnce() -> Open) -> &mut Open {
+        self.blocks.entry(index).or_insert_with(make)
+    }
+
+    /// What a finished block yields.
+    fn close(&mut self, block: Open) -> Option<ChatEvent> {
+        match block {
+            Open::Thinking { text, signature } => Some(ChatEvent::ThinkingDone { text, signature }),
+            Open::ToolUse {
+                id,
+                name,
+                json,
+                start_input,
+            } => {
+                self.saw_tool_call = true;
+                Some(ChatEvent::ToolCall(ToolCall {
+                    id,
+                    name,
+                    input: tool_input(json, start_input),
+                }))
+            }
+            Open::Text | Open::Ignored => None,
+        }
+    }
+
+    /// Counts present in `usage` replace ours: `output_tokens` is cumulative,
+    /// and a later `input_tokens` is the more complete one.
+    fn take_usage(&mut self, usage: &WireUsage) {
+        if let Some(n) = usage.input_tokens {
+            self.usage.input_tokens = n;
+        }
+        if let Some(n) = usage.output_tokens {
+            self.usage.output_tokens = n;
+        }
+        if let Some(n) = usage.cache_creation_input_tokens {
+            self.usage.cache_creation_input_tokens = Some(n);
+        }
+        if let Some(n) = usage.cache_read_input_tokens {
+            self.usage.cache_read_input_tokens = Some(n);
+        }
+    }
+}
+
+fn thinking_block() -> Open {
+    Open::Thinking {
+        text: String::new(),
+        signature: None,
+    }
+}
+
+/// The call's arguments: the concatenated pieces as JSON; none at all means
+/// no arguments; text that is not JSON stays as a string, for the schema
+/// check to refuse with a reason the model can act on.
+fn tool_input(json: String, start_input: Option<Value>) -> Value {
+    if json.trim().is_empty() {
+        return match start_input {
+            Some(input) if input.is_object() => input,
+            _ => json!({}),
+        };
+    }
+    serde_json::from_str(&json).unwrap_or(Value::String(json))
+}
+
+fn stop_reason(reason: &str) -> StopReason {
+    match reason {
+        "end_turn" | "stop_sequence" => StopReason::EndTurn,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" => StopReason::MaxTokens,
+        other => StopReason::Other(other.to_owned()),
+    }
+}
+
+/// An in-stream `error` event: overload and internal errors may pass on a
+/// retry, a rate limit is one, anything else (a bad request) will not.
+fn stream_error(error: WireError) -> ChatError {
+    let message = match (error.message.is_empty(), error.kind.is_empty()) {
+        (false, _) => error.message,
+        (true, false) => error.kind.clone(),
+        (true, true) => "the stream reported an error without a message".to_owned(),
+    };
+    match error.kind.as_str() {
+        "rate_limit_error" => ChatError::RateLimited {
+            message,
+            retry_after: None,
+        },
+        kind => ChatError::Api {
+            status: None,
+            message,
+            retryable: matches!(kind, "overloaded_error" | "api_error"),
+        },
+    }
+}
+
+/// Data the decoder cannot read: the server is not speaking the Messages
+/// API (a proxy's page, a wrong `base_url`), which a retry will not fix.
+fn unreadable(message: String) -> ChatError {
+    ChatError::Api {
+        status: None,
+        message,
+        retryable: false,
+    }
+}
+
+fn quote(data: &str) -> String {
+    let data = data.trim();
+    let mut quoted: String = data.chars().take(QUOTE_CHARS).collect();
+    if quoted.len() < data.len() {
+        quoted.push('…');
+    }
+    quoted
+}
+
+/// A turn's events from its server-sent events. It ends after the turn's
+/// [`ChatEvent::End`] or after the first error, whatever follows.
+pub(crate) fn decode<S>(events: S) -> ChatStream
+where
+    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
+{
+    Box::pin(async_stream::stream! {
+        let mut decoder = MessagesDecoder::new();
+        let mut events = Box::pin(events);
+        while let Some(item) = events.next().await {
+            match item.and_then(|e| decoder.on_event(&e.event, &e.data)) {
+                Ok(decoded) => {
+                    for event in decoded {
+                        yield Ok(event);
+                    }
+                }
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
+            }
+            // A server may hold the connection open after the turn.
+            if decoder.is_done() {
+                return;
+            }
+        }
+        match decoder.finish() {
+            Ok(decoded) => {
+                for event in decoded {
+                    yield Ok(event);
+                }
+            }
+            Err(error) => yield Err(error),
+        }
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use eventsource_stream::Eventsource;
+
+    use super::*;
+
+    /// Runs SSE text through the real framing and [`decode`], in chunks cut
+    /// at odd places, as a network would deliver them.
+    async fn run(sse: &str) -> Vec<Result<ChatEvent, ChatError>> {
+        let chunks: Vec<Result<Vec<u8>, Infallible>> =
+            sse.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
+        let events = futures::stream::iter(chunks)
+            .eventsource()
+            .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
+        decode(events).collect().await
+    }
+
+    /// SSE text from (event, data) pairs.
+    fn sse(events: &[(&str, Value)]) -> String {
+        events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect()
+    }
+
+    fn message_start() -> (&'static str, Value) {
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 12, "cache_creation_input_tokens": 3,
+                    "cache_read_input_tokens": 40, "output_tokens": 1}}}),
+        )
+    }
+
+    fn ping() -> (&'static str, Value) {
+        ("ping", json!({"type": "ping"}))
+    }
+
+    fn block_start(index: u64, block: Value) -> (&'static str, Value) {
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )
+    }
+
+    fn delta(index: u64, delta: Value) -> (&'static str, Value) {
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        )
+    }
+
+    fn text(index: u64, text: &str) -> (&'static str, Value) {
+        delta(index, json!({"type": "text_delta", "text": text}))
+    }
+
+    fn block_stop(index: u64) -> (&'static str, Value) {
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        )
+    }
+
+    fn message_delta(stop: &str, usage: Value) -> (&'static str, Value) {
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+                "usage": usage}),
+        )
+    }
+
+    fn message_stop() -> (&'static str, Value) {
+        ("message_stop", json!({"type": "message_stop"}))
+    }
+
+    fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
+        events.into_iter().map(Result::unwrap).collect()
+    }
+
+    fn end(events: &[ChatEvent]) -> &TurnEnd {
+        match events.last() {
+            Some(ChatEvent::End(end)) => end,
+            other => panic!("the turn did not end: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn text_with_pings_between() {
+        let events = ok(run(&sse(&[
+            message_start(),
+            ping(),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text(0, "Hello "),
+            ping(),
+            text(0, "there."),
+            block_stop(0),
+            ping(),
+            message_delta("end_turn", json!({"output_tokens": 9})),
+            message_stop(),
+        ]))
+        .await);
+        assert_eq!(
+            events[..2],
+            [
+                ChatEvent::TextDelta("Hello ".into()),
+                ChatEvent::TextDelta("there.".into())
+            ]
+        );
+        assert_eq!(
+            end(&events),
+            &TurnEnd {
+                stop: StopReason::EndTurn,
+                usage: Usage {
+                    input_tokens: 12,
+                    output_tokens: 9,
+                    cache_creation_input_tokens: Some(3),
+                    cache_read_input_tokens: Some(40),
+                },
+                model: Some("claude-test".into()),
+                response_id: Some("msg_1".into()),
+            }
+        );
+        assert_eq!(events.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn thinking_text_and_a_streamed_tool_call_in_one_turn() {
+        let events = ok(run(&sse(&[
+            message_start(),
+            block_start(
+                0,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+            ),
+            delta(0, json!({"type": "thinking_delta", "thinking": "Run "})),
+            delta(0, json!({"type": "thinking_delta", "thinking": "it."})),
+            delta(0, json!({"type": "signature_delta", "signature": "c2ln"})),
+            block_stop(0),
+            block_start(1, json!({"type": "text", "text": "On "})),
+            text(1, "it."),
+            delta(1, json!({"type": "citations_delta", "citation": {}})),
+            block_stop(1),
+            block_start(
+                2,
+                json!({"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {}}),
+            ),
+            delta(2, json!({"type": "input_json_delta", "partial_json": ""})),
+            delta(
+                2,
+                json!({"type": "input_json_delta", "partial_json": "{\"comm"}),
+            ),
+            delta(
+                2,
+                json!({"type": "input_json_delta", "partial_json": "and\": \"echo hi\"}"}),
+            ),
+            block_stop(2),
+            block_start(
+                3,
+                json!({"type": "tool_use", "id": "toolu_2", "name": "noargs"}),
+            ),
+            block_stop(3),
+            message_delta("tool_use", json!({"output_tokens": 30})),
+            message_stop(),
+        ]))
+        .await);
+        let call = |id: &str, name: &str, input: Value| {
+            ChatEvent::ToolCall(ToolCall {
+                id: id.into(),
+                name: name.into(),
+                input,
+            })
+        };
+        assert_eq!(
+            events[..events.len() - 1],
+            [
+                ChatEvent::ThinkingDelta("Run ".into()),
+                ChatEvent::ThinkingDelta("it.".into()),
+                ChatEvent::ThinkingDone {
+                    text: "Run it.".into(),
+                    signature: Some("c2ln".into())
+                },
+                ChatEvent::TextDelta("On ".into()),
+                ChatEvent::TextDelta("it.".into()),
+                call("toolu_1", "shell", json!({"command": "echo hi"})),
+                call("toolu_2", "noargs", json!({})),
+            ]
+        );
+        assert_eq!(end(&events).stop, StopReason::ToolUse);
+        assert_eq!(end(&events).usage.output_tokens, 30);
+    }
+
+    /// A turn in the shape Claude Code received it (from the reference
+    /// captures), framed as the API sends it.
+    #[tokio::test]
+    async fn a_captured_tool_turn() {
+        let events = ok(run(include_str!("../../testdata/anthropic/tool_turn.sse")).await);
+        let done = events
+            .iter()
+            .find(|e| matches!(e, ChatEvent::ThinkingDone { .. }))
+            .unwrap();
+        assert_eq!(
+            done,
+            &ChatEvent::ThinkingDone {
+                text: "The user wants me to run echo hi. I'll use the shell tool.".into(),
+                signature: Some("ZmFrZS1zaWduYXR1cmU=".into())
+            }
+        );
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ChatEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "I will run a command.");
+        assert!(events.contains(&ChatEvent::ToolCall(ToolCall {
+            id: "toolu_f22dc0ea2bd54be1a9b1".into(),
+            name: "Bash".into(),
+            input: json!({"command": "echo hi", "description": "Print hi"}),
+        })));
+        let end = end(&events);
+        assert_eq!(end.stop, StopReason::ToolUse);
+        assert_eq!(
+            end.usage,
+            Usage {
+                input_tokens: 120,
+                output_tokens: 25,
+                cache_creation_input_tokens: Some(0),
+                cache_read_input_tokens: Some(0),
+            }
+        );
+        assert_eq!(end.response_id.as_deref(), Some("msg_d3425df8825845e5ba68"));
+        assert_eq!(end.model.as_deref(), Some("claude-sonnet-4-5"));
+    }
+
+    #[tokio::test]
+    async fn invalid_tool_json_becomes_a_string() {
+        let events = ok(run(&sse(&[
+            message_start(),
+            block_start(
+                0,
+                json!({"type": "tool_use", "id": "t", "name": "shell", "input": {}}),
+            ),
+            delta(
+                0,
+                json!({"type": "input_json_delta", "partial_json": "{\"command\": "}),
+            ),
+            block_stop(0),
+            message_delta("tool_use", json!({"output_tokens": 5})),
+            message_stop(),
+        ]))
+        .await);
+        assert_eq!(
+            events[0],
+            ChatEvent::ToolCall(ToolCall {
+                id: "t".into(),
+                name: "shell".into(),
+                input: Value::String("{\"command\": ".into()),
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn late_usage_and_stop_reasons() {
+        let events = ok(run(&sse(&[
+            message_start(),
+            message_delta(
+                "max_tokens",
+                json!({"input_tokens": 15, "cache_read_input_tokens": 41, "output_tokens": 4}),
+            ),
+            message_delta("max_tokens", json!({"output_tokens": 8})),
+            message_stop(),
+        ]))
+        .await);
+        let end = end(&events);
+        assert_eq!(end.stop, StopReason::MaxTokens);
+        assert_eq!(
+            end.usage,
+            Usage {
+                input_tokens: 15,
+                output_tokens: 8,
+                cache_creation_input_tokens: Some(3),
+                cache_read_input_tokens: Some(41),
+            }
+        );
+        assert_eq!(stop_reason("stop_sequence"), StopReason::EndTurn);
+        assert_eq!(stop_reason("refusal"), StopReason::Other("refusal".into()));
+    }
+
+    #[tokio::test]
+    async fn a_cut_stream_is_a_network_error() {
+        let events = run(&sse(&[
+            message_start(),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text(0, "Partial"),
+        ]))
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(ChatEvent::TextDelta("Partial".into())));
+        let error = events[1].clone().unwrap_err();
+        assert_eq!(
+            error,
+            ChatError::Network("the stream ended before the turn finished".into())
+        );
+        assert!(error.is_transient());
+    }
+
+    #[tokio::test]
+    async fn an_error_event_mid_stream_ends_it() {
+        let mut frames = vec![
+            message_start(),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text(0, "Partial "),
+            (
+                "error",
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            ),
+        ];
+        frames.extend([text(0, "never seen"), message_stop()]);
+        let events = run(&sse(&frames)).await;
+        assert_eq!(
+            events,
+            [
+                Ok(ChatEvent::TextDelta("Partial ".into())),
+                Err(ChatError::Api {
+                    status: None,
+                    message: "Overloaded".into(),
+                    retryable: true
+                })
+            ]
+        );
+    }
+
+    #[test]
+    fn error_kinds_map_to_chat_errors() {
+        let error = |kind: &str| {
+            let mut decoder = MessagesDecoder::new();
+            let data = json!({"type": "error", "error": {"type": kind, "message": "m"}});
+            decoder.on_event("error", &data.to_string()).unwrap_err()
+        };
+        assert!(error("api_error").is_transient());
+        assert_eq!(
+            error("rate_limit_error"),
+            ChatError::RateLimited {
+                message: "m".into(),
+                retry_after: None
+            }
+        );
+        assert_eq!(
+            error("invalid_request_error"),
+            ChatError::Api {
+                status: None,
+                message: "m".into(),
+                retryable: false
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn data_that_is_not_json_is_named() {
+        let long = "x".repeat(1000);
+        let events = run(&format!(
+            "event: message_start\ndata: <html>{long}</html>\n\n"
+        ))
+        .await;
+        assert_eq!(events.len(), 1);
+        let Err(ChatError::Api {
+            status: None,
+            message,
+            retryable: false,
+        }) = &events[0]
+        else {
+            panic!("{events:?}");
+        };
+        assert!(message.contains("not JSON: <html>xxx"), "{message}");
+        assert!(message.chars().count() < 300, "{message}");
+        // JSON of the wrong shape is named too.
+        let mut decoder = MessagesDecoder::new();
+        let error = decoder
+            .on_event("content_block_start", r#"{"type": "content_block_start"}"#)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("`content_block_start`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_event_name_stands_in_for_a_missing_type_and_unknowns_are_skipped() {
+        let mut decoder = MessagesDecoder::new();
+        assert_eq!(decoder.on_event("ping", "{}").unwrap(), []);
+        assert_eq!(
+            decoder
+                .on_event("brand_new_event", r#"{"type": "brand_new_event"}"#)
+                .unwrap(),
+            []
+        );
+        assert_eq!(decoder.on_event("message", "").unwrap(), []);
+        let events = decoder.on_event("message_stop", "{}").unwrap();
+        assert!(matches!(events[..], [ChatEvent::End(_)]));
+        assert!(decoder.is_done());
+        assert_eq!(decoder.finish().unwrap(), []);
+    }
+}
