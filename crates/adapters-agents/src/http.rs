@@ -12,8 +12,8 @@ use application::ports::ChatError;
 use domain::workflow::AgentDef;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
-use reqwest::header::HeaderMap;
-use reqwest::{RequestBuilder, Response, StatusCode};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use serde_json::Value;
 
 /// How long connecting may take before the attempt counts as a network error.
@@ -58,15 +58,16 @@ impl KeySource {
     }
 
     /// The key in the variable named by the agent's `api_key_env` (else
-    /// `default_env`). `Ok(None)` when it is unset but may be: a local
-    /// server (`base_url` set) with the default variable needs no key.
+    /// its provider's usual one). `Ok(None)` when that default variable is
+    /// unset but a `base_url` is given: a local server needs no key.
     /// Otherwise a missing key is an error naming the variable, never a value.
-    pub(crate) fn key(
-        &self,
-        agent: &AgentDef,
-        default_env: &str,
-    ) -> Result<Option<String>, ChatError> {
-        let var = agent.api_key_env.as_deref().unwrap_or(default_env);
+    pub(crate) fn key(&self, agent: &AgentDef) -> Result<Option<String>, ChatError> {
+        let Some(var) = agent.key_env() else {
+            return Err(ChatError::Config(format!(
+                "provider `{}` takes no API key",
+                agent.provider.as_str()
+            )));
+        };
         match (self.0)(var) {
             Some(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
             _ if agent.api_key_env.is_none() && agent.base_url.is_some() => Ok(None),
@@ -75,6 +76,18 @@ impl KeySource {
             ))),
         }
     }
+}
+
+/// A header carrying `key`, marked sensitive so no `Debug` output shows it.
+pub(crate) fn key_header(key: &str, agent: &AgentDef) -> Result<HeaderValue, ChatError> {
+    let mut value = HeaderValue::from_str(key).map_err(|_| {
+        let var = agent.key_env().unwrap_or("api_key_env");
+        ChatError::Config(format!(
+            "the API key in `{var}` has characters a header cannot carry"
+        ))
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 impl Default for KeySource {
@@ -89,14 +102,25 @@ impl std::fmt::Debug for KeySource {
     }
 }
 
-/// `base_url` of the agent (else `default`), without a trailing slash, joined with `path`.
-pub(crate) fn endpoint(agent: &AgentDef, default: &str, path: &str) -> String {
+/// `base_url` of the agent (else `default`) joined with `path`, checked
+/// here so a typo is a configuration error rather than a network one. The
+/// URL is left out of the message: it may carry credentials.
+pub(crate) fn endpoint(agent: &AgentDef, default: &str, path: &str) -> Result<Url, ChatError> {
     let base = agent.base_url.as_deref().unwrap_or(default);
-    format!(
+    let joined = format!(
         "{}/{}",
         base.trim_end_matches('/'),
         path.trim_start_matches('/')
-    )
+    );
+    let url = Url::parse(&joined)
+        .map_err(|e| ChatError::Config(format!("`base_url` does not make a valid URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ChatError::Config(format!(
+            "`base_url` must start with http:// or https:// (it starts with `{}:`)",
+            url.scheme()
+        )));
+    }
+    Ok(url)
 }
 
 /// Sends a request; a non-success status becomes the matching [`ChatError`]
@@ -106,15 +130,41 @@ pub(crate) async fn send(request: RequestBuilder, agent: &AgentDef) -> Result<Re
         Some(timeout) => request.timeout(timeout.0),
         None => request,
     };
-    let response = request.send().await.map_err(network)?;
+    let response = request
+        .header(ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .map_err(network)?;
     let status = response.status();
     if status.is_success() {
-        return Ok(response);
+        return expect_stream(response).await;
     }
     let retry_after = retry_after(response.headers());
     // The body of an error is small; one that cannot be read says nothing more than its status.
     let body = response.text().await.unwrap_or_default();
     Err(status_error(status, &body, retry_after))
+}
+
+/// A success that is a JSON document instead of an event stream (a server
+/// that ignored `stream: true`, or one that reports errors with status 200)
+/// is refused with what it said, rather than read as a stream that ended.
+async fn expect_stream(response: Response) -> Result<Response, ChatError> {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    if !is_json {
+        return Ok(response);
+    }
+    let status = response.status().as_u16();
+    let text = response.text().await.map_err(network)?;
+    let said = error_message(&text).unwrap_or_else(|| "an empty body".to_owned());
+    Err(ChatError::Api {
+        status: Some(status),
+        message: format!("expected an event stream, got JSON: {said}"),
+        retryable: false,
+    })
 }
 
 /// The error for an HTTP failure status: 429 is a rate limit, 5xx (and 529,
@@ -251,33 +301,37 @@ mod tests {
     fn a_missing_key_names_the_variable_only() {
         let keys = KeySource::from_fn(|name| (name == "MY_KEY").then(|| "sk-secret".to_owned()));
         let mut agent = AgentDef::new(domain::workflow::Provider::OpenAi);
-        assert!(keys.key(&agent, "OPENAI_API_KEY").is_err());
+        assert!(keys.key(&agent).is_err());
         agent.api_key_env = Some("MY_KEY".into());
-        assert_eq!(
-            keys.key(&agent, "OPENAI_API_KEY").unwrap().as_deref(),
-            Some("sk-secret")
-        );
+        assert_eq!(keys.key(&agent).unwrap().as_deref(), Some("sk-secret"));
         agent.api_key_env = Some("OTHER_KEY".into());
         agent.base_url = Some("http://127.0.0.1:9/v1".into());
-        let e = keys.key(&agent, "OPENAI_API_KEY").unwrap_err();
+        let e = keys.key(&agent).unwrap_err();
         assert!(e.to_string().contains("`OTHER_KEY`"), "{e}");
         assert!(!e.to_string().contains("sk-"), "{e}");
         // A local server with the default variable unset: no key, no error.
         agent.api_key_env = None;
-        assert_eq!(keys.key(&agent, "OPENAI_API_KEY").unwrap(), None);
+        assert_eq!(keys.key(&agent).unwrap(), None);
+        let header = key_header("sk-secret", &agent).unwrap();
+        assert!(!format!("{header:?}").contains("sk-secret"));
+        assert!(key_header("bad\nkey", &agent).is_err());
     }
 
     #[test]
-    fn endpoints_join_cleanly() {
+    fn endpoints_join_cleanly_and_refuse_what_is_not_http() {
         let mut agent = AgentDef::new(domain::workflow::Provider::OpenAi);
-        assert_eq!(
-            endpoint(&agent, "https://api.openai.com/v1", "chat/completions"),
-            "https://api.openai.com/v1/chat/completions"
-        );
+        let url = endpoint(&agent, "https://api.openai.com/v1", "chat/completions").unwrap();
+        assert_eq!(url.as_str(), "https://api.openai.com/v1/chat/completions");
         agent.base_url = Some("http://127.0.0.1:9/v1/".into());
-        assert_eq!(
-            endpoint(&agent, "x", "/chat/completions"),
-            "http://127.0.0.1:9/v1/chat/completions"
+        let url = endpoint(&agent, "x", "/chat/completions").unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/chat/completions");
+        agent.base_url = Some("ftp://user:pw@host".into());
+        let e = endpoint(&agent, "x", "v1/messages").unwrap_err();
+        assert!(
+            matches!(&e, ChatError::Config(m) if !m.contains("pw")),
+            "{e}"
         );
+        agent.base_url = Some("localhost:8080/v1".into());
+        assert!(endpoint(&agent, "x", "v1").is_err());
     }
 }

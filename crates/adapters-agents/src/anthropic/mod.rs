@@ -15,16 +15,13 @@ pub use decode::MessagesDecoder;
 
 use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
 use async_trait::async_trait;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use reqwest::header::CONTENT_TYPE;
 
 use crate::http::{self, KeySource};
 
 /// The public API; `base_url` replaces it without the `/v1`, as
 /// `ANTHROPIC_BASE_URL` does for Anthropic's own clients.
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-
-/// The variable holding the key when the agent names none.
-const DEFAULT_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 /// The API version this adapter's wire format follows; the API requires it.
 const API_VERSION: &str = "2023-06-01";
@@ -63,30 +60,17 @@ impl ChatModel for AnthropicChat {
                 "`model` is not set (the Anthropic API needs one, e.g. `claude-sonnet-4-5`)".into(),
             )
         })?;
-        let url = http::endpoint(agent, DEFAULT_BASE_URL, "v1/messages");
-        // Checked here so a typo is a configuration error, not a network one.
-        // The URL is not quoted: it is the user's own setting.
-        let url = reqwest::Url::parse(&url)
-            .map_err(|e| ChatError::Config(format!("`base_url` is not a valid URL: {e}")))?;
-        let key = self.keys.key(agent, DEFAULT_KEY_ENV)?;
+        let url = http::endpoint(agent, DEFAULT_BASE_URL, "v1/messages")?;
+        let key = self.keys.key(agent)?;
         let body = serde_json::to_vec(&wire::request_body(&request, model))
             .map_err(|e| ChatError::Config(format!("cannot encode the request: {e}")))?;
         let mut builder = http::client()?
             .post(url)
             .header("anthropic-version", API_VERSION)
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
             .body(body);
         if let Some(key) = key {
-            let mut value = HeaderValue::from_str(&key).map_err(|_| {
-                let var = agent.api_key_env.as_deref().unwrap_or(DEFAULT_KEY_ENV);
-                ChatError::Config(format!(
-                    "the API key in `{var}` has characters a header cannot carry"
-                ))
-            })?;
-            // Kept out of the `Debug` output of the request and its headers.
-            value.set_sensitive(true);
-            builder = builder.header("x-api-key", value);
+            builder = builder.header("x-api-key", http::key_header(&key, agent)?);
         }
         let response = http::send(builder, agent).await?;
         Ok(decode::decode(http::events(response)))

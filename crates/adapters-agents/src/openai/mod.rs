@@ -22,16 +22,13 @@ pub use decode::ChunkDecoder;
 
 use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
 use async_trait::async_trait;
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
 
 use crate::http::{self, KeySource};
 
 /// The public endpoint, used when the agent sets no `base_url`.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-/// The variable the key is read from when the agent names none.
-const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 
 /// Runs agent turns on an OpenAI-compatible Chat Completions server.
 ///
@@ -74,61 +71,19 @@ impl ChatModel for OpenAiChat {
     async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
         let agent = &request.agent;
         let body = wire::request_body(&request)?;
-        let key = self.keys.key(agent, DEFAULT_KEY_ENV)?;
-        let url = endpoint(agent)?;
+        let key = self.keys.key(agent)?;
+        let url = http::endpoint(agent, DEFAULT_BASE_URL, "chat/completions")?;
         let mut builder = http::client()?
             .post(url)
-            .header(ACCEPT, "text/event-stream")
-            // reqwest is built without its `json` feature; `Value`'s
-            // Display is its JSON text.
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_string());
         if let Some(key) = key {
-            // `bearer_auth` marks the header sensitive, so it is redacted
-            // from reqwest's own Debug output too.
-            builder = builder.bearer_auth(key);
+            let bearer = http::key_header(&format!("Bearer {key}"), agent)?;
+            builder = builder.header(AUTHORIZATION, bearer);
         }
         let response = http::send(builder, agent).await?;
-        if is_json(&response) {
-            // A server that ignored `stream: true` (some proxies do), or one
-            // that reports an error with status 200: say what it said rather
-            // than "the stream ended before the turn finished".
-            let status = response.status().as_u16();
-            let text = response.text().await.map_err(http::network)?;
-            let said = http::error_message(&text).unwrap_or_else(|| "an empty body".to_owned());
-            return Err(ChatError::Api {
-                status: Some(status),
-                message: format!("expected an event stream, got JSON: {said}"),
-                retryable: false,
-            });
-        }
         Ok(decode::decode(http::events(response)))
     }
-}
-
-/// The Chat Completions URL, checked here so a bad `base_url` is a
-/// configuration error rather than a "network error" from the client. The
-/// URL itself is left out of the message: it may carry credentials.
-fn endpoint(agent: &domain::workflow::AgentDef) -> Result<reqwest::Url, ChatError> {
-    let url = http::endpoint(agent, DEFAULT_BASE_URL, "chat/completions");
-    let url = reqwest::Url::parse(&url)
-        .map_err(|e| ChatError::Config(format!("`base_url` does not make a valid URL ({e})")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(ChatError::Config(format!(
-            "`base_url` must start with http:// or https:// (it starts with `{}:`)",
-            url.scheme()
-        )));
-    }
-    Ok(url)
-}
-
-/// Whether the response is a JSON document instead of an event stream.
-fn is_json(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/json"))
 }
 
 #[cfg(test)]
