@@ -129,6 +129,8 @@ async fn an_agent_runs_echo_hi_through_the_shell_tool_on_each_provider() {
             "{provider}: {}",
             out.stdout
         );
+        let shown = "  tool shell (";
+        assert!(out.stderr.contains(shown), "{provider}: {}", out.stderr);
         let run = run_id_of(&out);
         let events = s.events(&run);
 
@@ -249,6 +251,8 @@ async fn a_provider_that_always_rate_limits_fails_the_run_after_its_retries() {
         assert_eq!(limited.len(), 1, "{provider}: one retry");
         assert_eq!(limited[0]["provider"], provider);
         assert_eq!(limited[0]["retryAfterMs"], 1000, "retry-after is honoured");
+        let shown = format!("rate limited by {provider} (attempt 1), retrying in 1000 ms");
+        assert!(out.stderr.contains(&shown), "{provider}: {}", out.stderr);
         let error = of_type(&events, "agent:error");
         assert_eq!(error[0]["errorType"], "rate_limit");
         assert_eq!(events.last().unwrap()["type"], "flow:failed");

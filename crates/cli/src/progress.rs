@@ -70,6 +70,23 @@ impl Progress {
             }
             EventKind::NodeSkipped { reason } => format!("node {node} skipped: {reason}"),
             EventKind::AgentTool { tool_name, .. } => format!("  tool {tool_name}"),
+            EventKind::ToolCompleted {
+                tool_name,
+                duration_ms,
+                ..
+            } => format!("  tool {tool_name} ({duration_ms} ms)"),
+            EventKind::ToolFailed {
+                tool_name, error, ..
+            } => format!("  tool {tool_name} {bad}: {error}"),
+            EventKind::RateLimited {
+                provider,
+                attempt,
+                retry_after_ms,
+            } => {
+                let wait =
+                    retry_after_ms.map_or_else(String::new, |ms| format!(", retrying in {ms} ms"));
+                format!("  rate limited by {provider} (attempt {attempt}){wait}")
+            }
             EventKind::AgentError {
                 error_type,
                 message,
