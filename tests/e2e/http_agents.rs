@@ -208,6 +208,10 @@ async fn an_agent_runs_echo_hi_through_the_shell_tool_on_each_provider() {
             "{provider}: the key goes in `{header}`"
         );
         assert_eq!(requests.len(), 2, "{provider}: one request per turn");
+        assert_eq!(
+            requests[0].peer, requests[1].peer,
+            "{provider}: the second turn reuses the connection"
+        );
         s.assert_key_kept_secret(&out);
     }
 }

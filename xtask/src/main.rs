@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ci" => ci(),
         "bench" => bench(),
-        "bench-report" => report_steps(),
+        "bench-report" => report(),
         _ => {
             eprintln!("usage: cargo xtask <ci|bench|bench-report>");
             return ExitCode::from(2);
@@ -51,7 +51,13 @@ fn ci() -> anyhow::Result<()> {
 /// Every benchmark of the workspace, then the derived per-step figures.
 fn bench() -> anyhow::Result<()> {
     cargo(&["bench", "--workspace"])?;
-    report_steps()
+    report()
+}
+
+/// Every figure `cargo bench` left that has a raw reference beside it.
+fn report() -> anyhow::Result<()> {
+    report_steps()?;
+    report_http()
 }
 
 /// Median of one criterion benchmark, in microseconds.
@@ -82,6 +88,25 @@ fn report_steps() -> anyhow::Result<()> {
             per_step / sync,
             per_step / step_bytes
         );
+    }
+    Ok(())
+}
+
+/// Prints each HTTP provider's turn beside the raw round trip of the same
+/// run (see `tests/benches/http.rs`); skipped when that bench has not run.
+fn report_http() -> anyhow::Result<()> {
+    for provider in ["openai", "anthropic"] {
+        let Ok(raw) = median_us("http_turn", &format!("{provider}_raw")) else {
+            continue;
+        };
+        println!("{provider}: raw POST + read          {raw:>9.1} µs");
+        for what in ["raw_sse", "adapter", "tool_loop"] {
+            let us = median_us("http_turn", &format!("{provider}_{what}"))?;
+            println!(
+                "{provider}: {what:<24} {us:>9.1} µs   ({:.2} x raw)",
+                us / raw
+            );
+        }
     }
     Ok(())
 }

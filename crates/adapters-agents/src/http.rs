@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use application::ports::ChatError;
+use application::ports::{ChatError, ChatEvent, ChatStream};
 use domain::workflow::AgentDef;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
@@ -246,6 +246,65 @@ pub(crate) fn events(response: Response) -> impl Stream<Item = Result<Event, Cha
             eventsource_stream::EventStreamError::Transport(e) => network(e),
             other => ChatError::Network(format!("the event stream is malformed: {other}")),
         })
+    })
+}
+
+/// How long a finished turn waits for the rest of its response: the end of
+/// the body, so the connection goes back to the pool and the next turn
+/// skips a new connection (and TLS handshake). A server that holds the
+/// connection open after the turn costs at most this, once.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// One streamed turn's decoder, fed one server-sent event at a time.
+pub(crate) trait TurnDecoder: Send + 'static {
+    /// Decodes one event.
+    fn on_event(&mut self, event: &Event) -> Result<Vec<ChatEvent>, ChatError>;
+    /// Whether the turn is over.
+    fn is_done(&self) -> bool;
+    /// The stream ended: ends the turn, or says it was cut.
+    fn finish(self) -> Result<Vec<ChatEvent>, ChatError>;
+}
+
+/// Drives `decoder` over `events`: yields what it decodes, stops at the
+/// first error, and once the turn is over reads the response to its end
+/// (within [`DRAIN`]) before the last events go out.
+pub(crate) fn decode<D, S>(mut decoder: D, events: S) -> ChatStream
+where
+    D: TurnDecoder,
+    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
+{
+    Box::pin(async_stream::stream! {
+        let mut events = Box::pin(events);
+        while let Some(item) = events.next().await {
+            match item.and_then(|e| decoder.on_event(&e)) {
+                Ok(decoded) => {
+                    if decoder.is_done() {
+                        let rest = async { while events.next().await.is_some() {} };
+                        // Whatever comes after the end is ignored; only the
+                        // connection's reuse is at stake.
+                        let _ = tokio::time::timeout(DRAIN, rest).await;
+                    }
+                    for event in decoded {
+                        yield Ok(event);
+                    }
+                }
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
+            }
+            if decoder.is_done() {
+                return;
+            }
+        }
+        match decoder.finish() {
+            Ok(decoded) => {
+                for event in decoded {
+                    yield Ok(event);
+                }
+            }
+            Err(error) => yield Err(error),
+        }
     })
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -45,6 +45,9 @@ pub struct RecordedRequest {
     /// are not valid UTF-8 are stored lossily. Kept as a list, not a map,
     /// because repeated headers are legal and a test may want to see them.
     pub headers: Vec<(String, String)>,
+    /// The client's address: requests from one address came over one
+    /// connection, so a test can see whether a client reuses it.
+    pub peer: std::net::SocketAddr,
     /// The body parsed as JSON; `Value::Null` when empty or not JSON (for
     /// example a compressed body), because tests only assert on JSON bodies.
     pub body: Value,
@@ -113,6 +116,7 @@ impl FakeModel {
             .with_state(Arc::clone(&shared));
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
             let server = axum::serve(listener, app).with_graceful_shutdown(async move {
                 // Either a send or the sender being dropped means "stop".
                 let _ = rx.await;
@@ -157,6 +161,7 @@ impl Drop for FakeModel {
 /// The single handler: record the request, then route by path suffix.
 async fn handle(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -177,6 +182,7 @@ async fn handle(
                 )
             })
             .collect(),
+        peer,
         body: parsed.clone(),
     };
     shared

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::http::header::{CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
@@ -48,14 +48,14 @@ pub(super) fn status_only(status: StatusCode) -> Response {
 }
 
 /// A `text/event-stream` reply sending each frame as its own body chunk, as a
-/// real server flushes each event; the connection closes after the last one.
+/// real server flushes each event. The connection stays open for the next
+/// request, as with the real APIs, so clients that reuse it are tested too.
 pub(super) fn stream(frames: Vec<String>) -> Response {
     let chunks = futures::stream::iter(frames.into_iter().map(Ok::<String, Infallible>));
     let mut resp = Response::new(Body::from_stream(chunks));
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(CONNECTION, HeaderValue::from_static("close"));
     resp
 }
 

@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall, TurnEnd};
 use domain::event::Usage;
 use eventsource_stream::Event;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::{Value, json};
 
 use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
+use crate::http;
 
 /// How much of unreadable data an error message quotes: enough to recognise
 /// an HTML error page or a proxy's message, not a whole body.
@@ -347,41 +348,26 @@ fn quote(data: &str) -> String {
     quoted
 }
 
-/// A turn's events from its server-sent events. It ends after the turn's
-/// [`ChatEvent::End`] or after the first error, whatever follows.
+impl http::TurnDecoder for MessagesDecoder {
+    fn on_event(&mut self, event: &Event) -> Result<Vec<ChatEvent>, ChatError> {
+        MessagesDecoder::on_event(self, &event.event, &event.data)
+    }
+
+    fn is_done(&self) -> bool {
+        MessagesDecoder::is_done(self)
+    }
+
+    fn finish(self) -> Result<Vec<ChatEvent>, ChatError> {
+        MessagesDecoder::finish(self)
+    }
+}
+
+/// The turn of a response's event stream.
 pub(crate) fn decode<S>(events: S) -> ChatStream
 where
     S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
 {
-    Box::pin(async_stream::stream! {
-        let mut decoder = MessagesDecoder::new();
-        let mut events = Box::pin(events);
-        while let Some(item) = events.next().await {
-            match item.and_then(|e| decoder.on_event(&e.event, &e.data)) {
-                Ok(decoded) => {
-                    for event in decoded {
-                        yield Ok(event);
-                    }
-                }
-                Err(error) => {
-                    yield Err(error);
-                    return;
-                }
-            }
-            // A server may hold the connection open after the turn.
-            if decoder.is_done() {
-                return;
-            }
-        }
-        match decoder.finish() {
-            Ok(decoded) => {
-                for event in decoded {
-                    yield Ok(event);
-                }
-            }
-            Err(error) => yield Err(error),
-        }
-    })
+    http::decode(MessagesDecoder::new(), events)
 }
 
 #[cfg(test)]
@@ -390,6 +376,7 @@ mod tests {
     use std::convert::Infallible;
 
     use eventsource_stream::Eventsource;
+    use futures::StreamExt;
 
     use super::*;
 

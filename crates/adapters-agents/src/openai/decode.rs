@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall, TurnEnd};
 use domain::event::Usage;
 use eventsource_stream::Event;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::Value;
 use tracing::debug;
 
@@ -228,41 +228,26 @@ impl ChunkDecoder {
     }
 }
 
-/// Drives a [`ChunkDecoder`] over a response's SSE events. Nothing follows
-/// the first error: the turn is over, and the loop decides what next.
+impl http::TurnDecoder for ChunkDecoder {
+    fn on_event(&mut self, event: &Event) -> Result<Vec<ChatEvent>, ChatError> {
+        self.on_data(&event.data)
+    }
+
+    fn is_done(&self) -> bool {
+        ChunkDecoder::is_done(self)
+    }
+
+    fn finish(self) -> Result<Vec<ChatEvent>, ChatError> {
+        ChunkDecoder::finish(self)
+    }
+}
+
+/// The turn of a response's event stream.
 pub(crate) fn decode<S>(events: S) -> ChatStream
 where
     S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
 {
-    Box::pin(async_stream::stream! {
-        let mut decoder = ChunkDecoder::new();
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            match event.and_then(|e| decoder.on_data(&e.data)) {
-                Ok(decoded) => {
-                    for e in decoded {
-                        yield Ok(e);
-                    }
-                }
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
-            }
-            if decoder.is_done() {
-                // Stop reading: anything after `[DONE]` would be ignored anyway.
-                return;
-            }
-        }
-        match decoder.finish() {
-            Ok(decoded) => {
-                for e in decoded {
-                    yield Ok(e);
-                }
-            }
-            Err(e) => yield Err(e),
-        }
-    })
+    http::decode(ChunkDecoder::new(), events)
 }
 
 /// Maps `finish_reason`; `function_call` is the pre-tools name of `tool_calls`.
@@ -345,6 +330,7 @@ fn quote(data: &str) -> String {
 mod tests {
     use super::*;
     use eventsource_stream::Eventsource;
+    use futures::StreamExt;
     use serde_json::json;
 
     /// Streams `sse` through the real SSE framing in small pieces (so events
