@@ -387,5 +387,9 @@ async fn the_http_examples_run_against_the_fake_server() {
         );
         let events = s.events(&run_id_of(&out));
         assert_eq!(of_type(&events, "tool:completed").len(), 1, "{example}");
+        if example == "anthropic" {
+            let asked = &s.server.requests()[0].body;
+            assert_eq!(asked["thinking"]["budget_tokens"], 2048, "{asked}");
+        }
     }
 }

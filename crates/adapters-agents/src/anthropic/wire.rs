@@ -31,6 +31,12 @@ pub(super) fn request_body(request: &ChatRequest, model: &str) -> Value {
     if let Some(temperature) = agent.temperature {
         body.insert("temperature".into(), json!(temperature));
     }
+    if let Some(budget) = agent.thinking_budget {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
     if !request.tools.is_empty() {
         let tools: Vec<Value> = request
             .tools
@@ -315,6 +321,10 @@ mod tests {
         assert_eq!(body["system"], "Be brief.");
         assert_eq!(body["temperature"], 0.5);
         assert_eq!(body["max_tokens"], 100);
+        assert!(body.get("thinking").is_none());
+        req.agent.thinking_budget = Some(2048);
+        let thinking = &request_body(&req, "m")["thinking"];
+        assert_eq!(*thinking, json!({"type": "enabled", "budget_tokens": 2048}));
         assert_eq!(
             body["tools"],
             json!([{"name": "shell", "description": "Runs a command.",

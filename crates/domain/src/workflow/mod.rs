@@ -185,6 +185,10 @@ pub struct AgentDef {
     /// HTTP providers: the most tokens one model turn may produce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// `anthropic`: tokens the model may spend thinking before it answers
+    /// (extended thinking; at least 1024 and below `max_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<u32>,
     /// HTTP providers: attempts after the first for a transient failure
     /// (429, 5xx, a dropped connection) before the node fails. Default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +224,7 @@ impl AgentDef {
             api_key_env: None,
             temperature: None,
             max_tokens: None,
+            thinking_budget: None,
             max_retries: None,
         }
     }

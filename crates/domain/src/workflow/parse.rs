@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{AgentDef, EdgeDef, NodeDef, NodeKind, WorkflowDef, WorkflowError};
+use super::{AgentDef, EdgeDef, NodeDef, NodeKind, Provider, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};
@@ -333,12 +333,46 @@ fn check_http_settings(item: &str, agent: &AgentDef) -> Result<(), WorkflowError
     if agent.max_tokens == Some(0) {
         return Err(invalid(item, "`max_tokens` must be at least 1"));
     }
+    if let Some(budget) = agent.thinking_budget {
+        check_thinking(item, agent, budget)?;
+    }
     if let Some(url) = &agent.base_url
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {
         return Err(invalid(
             item,
             format!("`base_url` must start with http:// or https://, not `{url}`"),
+        ));
+    }
+    Ok(())
+}
+
+/// Extended thinking (Anthropic's): at least 1024 tokens, fewer than the
+/// turn's `max_tokens` (default 8192), and no `temperature` beside it, as the
+/// API requires; refused here rather than by the API mid-run.
+fn check_thinking(item: &str, agent: &AgentDef, budget: u32) -> Result<(), WorkflowError> {
+    if agent.provider != Provider::Anthropic {
+        return Err(invalid(
+            item,
+            format!(
+                "`thinking_budget` is for provider `anthropic`, not `{}`",
+                agent.provider.as_str()
+            ),
+        ));
+    }
+    let max_tokens = agent.max_tokens.unwrap_or(8192);
+    if budget < 1024 || budget >= max_tokens {
+        return Err(invalid(
+            item,
+            format!(
+                "`thinking_budget` must be at least 1024 and below `max_tokens` ({max_tokens}), not {budget}"
+            ),
+        ));
+    }
+    if agent.temperature.is_some() {
+        return Err(invalid(
+            item,
+            "`temperature` cannot be set with `thinking_budget` (the API refuses it)",
         ));
     }
     Ok(())
@@ -894,6 +928,28 @@ mod tests {
         );
         let wf = WorkflowDef::from_yaml(&ok).unwrap();
         assert_eq!(wf.agents["a"].api_key_env.as_deref(), Some("MY_KEY"));
+        check_err(
+            &agent("model: m, thinking_budget: 2048"),
+            "is for provider `anthropic`, not `openai`",
+        );
+        let thinking = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: anthropic, model: m, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        check_err(
+            &thinking("thinking_budget: 512"),
+            "at least 1024 and below `max_tokens` (8192), not 512",
+        );
+        check_err(
+            &thinking("thinking_budget: 4096, max_tokens: 4096"),
+            "below `max_tokens` (4096)",
+        );
+        check_err(
+            &thinking("thinking_budget: 2048, temperature: 0.5"),
+            "`temperature` cannot be set",
+        );
+        assert!(WorkflowDef::from_yaml(&thinking("thinking_budget: 2048")).is_ok());
         assert_eq!(wf.agents["a"].max_retries, Some(0));
     }
 
