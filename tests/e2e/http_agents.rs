@@ -393,3 +393,19 @@ async fn the_http_examples_run_against_the_fake_server() {
         }
     }
 }
+
+#[test]
+fn a_key_pasted_into_the_workflow_is_refused_and_never_echoed() {
+    let awr = Awr::new();
+    let yaml = "name: pasted\nagents:\n  a:\n    provider: openai\n    model: gpt-4o\n    \
+                api_key_env: sk-proj-PASTED0123456789\nsteps: [{agent: a}]\n";
+    let file = awr.write("pasted.yaml", yaml).display().to_string();
+    for command in ["validate", "run"] {
+        let out = awr.run(&[command, &file]);
+        assert_eq!(out.code, 2, "{command}: {}", out.stderr);
+        assert!(out.stderr.contains("agents.a"), "{command}: {}", out.stderr);
+        assert!(out.stderr.contains("api_key_env"), "{command}: {}", out.stderr);
+        assert!(!out.stderr.contains("PASTED"), "{command}: {}", out.stderr);
+    }
+    assert!(awr.run_ids().is_empty());
+}
