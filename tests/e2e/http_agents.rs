@@ -404,7 +404,11 @@ fn a_key_pasted_into_the_workflow_is_refused_and_never_echoed() {
         let out = awr.run(&[command, &file]);
         assert_eq!(out.code, 2, "{command}: {}", out.stderr);
         assert!(out.stderr.contains("agents.a"), "{command}: {}", out.stderr);
-        assert!(out.stderr.contains("api_key_env"), "{command}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("api_key_env"),
+            "{command}: {}",
+            out.stderr
+        );
         assert!(!out.stderr.contains("PASTED"), "{command}: {}", out.stderr);
     }
     assert!(awr.run_ids().is_empty());
