@@ -16,6 +16,15 @@ struct Reply {
 }
 
 impl Reply {
+    /// The strings at `pointer` (a JSON pointer) of every event, joined:
+    /// the text, or the tool arguments, a stream sent in pieces.
+    fn joined(&self, pointer: &str) -> String {
+        self.events()
+            .iter()
+            .filter_map(|e| e.pointer(pointer).and_then(Value::as_str))
+            .collect()
+    }
+
     /// The JSON `data:` payloads of an SSE body, in order (`[DONE]` skipped).
     fn events(&self) -> Vec<Value> {
         self.body
@@ -128,11 +137,7 @@ async fn anthropic_plain_text_streams_blocks_and_usage() {
     assert!(kinds.contains(&"ping".to_owned()));
     assert_eq!(kinds[kinds.len() - 2..], ["message_delta", "message_stop"]);
     assert!(r.body.contains("event: content_block_delta\n"));
-    let text: String = r
-        .events()
-        .iter()
-        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
-        .collect();
+    let text = r.joined("/delta/text");
     assert_eq!(text, "Hello from the fake server.");
     let delta = r
         .events()
@@ -171,11 +176,7 @@ async fn anthropic_tooltest_calls_bash_with_echo_hi_then_reports() {
         json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "hi\n"}]}),
     ]);
     let r = post(&server, ANTHROPIC, &[], &second).await;
-    let text: String = r
-        .events()
-        .iter()
-        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
-        .collect();
+    let text = r.joined("/delta/text");
     assert_eq!(text, "Tool said: hi");
 }
 
@@ -517,26 +518,10 @@ async fn calltool_calls_any_offered_tool_with_the_given_arguments() {
 
     // Chat Completions: the arguments string is the text as written.
     let r = post(&server, CHAT, &[], &chat_body(line)).await;
-    let args: String = r
-        .events()
-        .iter()
-        .filter_map(|e| {
-            e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect();
+    let args = r.joined("/choices/0/delta/tool_calls/0/function/arguments");
     assert_eq!(args, r#"{"command": 42, "extra": true}"#);
     let r = post(&server, CHAT, &[], &chat_body("CALLTOOL bash {oops")).await;
-    let args: String = r
-        .events()
-        .iter()
-        .filter_map(|e| {
-            e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect();
+    let args = r.joined("/choices/0/delta/tool_calls/0/function/arguments");
     assert_eq!(args, "{oops");
 
     // Responses carries a string too.
@@ -558,11 +543,7 @@ async fn calltool_calls_any_offered_tool_with_the_given_arguments() {
     // Anthropic gets the parsed value; once the result is back, the answer quotes it.
     let line = r#"CALLTOOL Bash {"command": 42, "extra": true}"#;
     let r = post(&server, ANTHROPIC, &[], &anthropic_body(line)).await;
-    let input: String = r
-        .events()
-        .iter()
-        .filter_map(|e| e["delta"]["partial_json"].as_str().map(str::to_owned))
-        .collect();
+    let input = r.joined("/delta/partial_json");
     assert_eq!(
         serde_json::from_str::<Value>(&input).unwrap(),
         json!({"command": 42, "extra": true})
@@ -574,11 +555,7 @@ async fn calltool_calls_any_offered_tool_with_the_given_arguments() {
             "content": "invalid input for `Bash`", "is_error": true}]}),
     ]);
     let r = post(&server, ANTHROPIC, &[], &second).await;
-    let text: String = r
-        .events()
-        .iter()
-        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
-        .collect();
+    let text = r.joined("/delta/text");
     assert_eq!(text, "Tool said: invalid input for `Bash`");
 
     // Gemini gets the parsed value as `args`.
