@@ -1767,6 +1767,19 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
         }
     }
 
+    /// The harness, writing its transcripts where the test can read them.
+    fn with_recorded_transcript(
+        h: Harness,
+        drops: u64,
+    ) -> (Harness, Arc<Mutex<Vec<ExchangeDraft>>>) {
+        let (transcripts, lines) = recording_transcripts(drops);
+        let h = Harness {
+            runner: h.runner.with_transcripts(Arc::new(transcripts)),
+            ..h
+        };
+        (h, lines)
+    }
+
     /// A transcript that keeps every draft and reports `drops` missed events.
     fn recording_transcripts(
         drops: u64,
@@ -1835,11 +1848,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             ]),
             None,
         );
-        let (transcripts, lines) = recording_transcripts(3);
-        let h = Harness {
-            runner: h.runner.with_transcripts(Arc::new(transcripts)),
-            ..h
-        };
+        let (h, lines) = with_recorded_transcript(h, 3);
         run(&h, CHAIN, json!("topic")).await.unwrap();
         let lines = lines.lock().unwrap();
         let kinds: Vec<&str> = lines.iter().map(|l| l.kind.as_str()).collect();
@@ -1924,11 +1933,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             done("hi"),
         ];
         let h = harness(HashMap::from([("a", vec![script])]), None);
-        let (transcripts, lines) = recording_transcripts(0);
-        let h = Harness {
-            runner: h.runner.with_transcripts(Arc::new(transcripts)),
-            ..h
-        };
+        let (h, lines) = with_recorded_transcript(h, 0);
         let yaml = "name: t\nagents:\n  a: {provider: mock, model: my-model-v2}\n\
             pricing:\n  my-model: {input: 1000000, output: 2000000}\nsteps: [{agent: a}]\n";
         let outcome = run(&h, yaml, json!("x")).await.unwrap();
@@ -2007,11 +2012,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             ]),
             None,
         );
-        let (transcripts, lines) = recording_transcripts(0);
-        let h = Harness {
-            runner: h.runner.with_transcripts(Arc::new(transcripts)),
-            ..h
-        };
+        let (h, lines) = with_recorded_transcript(h, 0);
         run(&h, CHAIN, json!("x")).await.unwrap();
         let lines = lines.lock().unwrap();
         let reply = lines
@@ -2040,11 +2041,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             ]),
             None,
         );
-        let (transcripts, lines) = recording_transcripts(0);
-        let h = Harness {
-            runner: h.runner.with_transcripts(Arc::new(transcripts)),
-            ..h
-        };
+        let (h, lines) = with_recorded_transcript(h, 0);
         run(&h, CHAIN, json!("x")).await.unwrap();
         assert!(matches!(&of_type(&h, "agent:thinking")[0].kind,
             EventKind::AgentThinking { signature: Some(s), .. } if s == "c2ln"));
