@@ -23,11 +23,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
 
 /// Fetches a URL with GET.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct HttpGet {
-    /// Built once so connections are pooled across calls; an error is kept
-    /// (and reported per call) rather than making construction fallible.
-    client: Result<reqwest::Client, String>,
+    /// Built at the first call (a run that never fetches pays nothing) and
+    /// kept so connections are pooled across calls; an error is kept too and
+    /// reported per call rather than making anything fallible.
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
     timeout: Duration,
     max_bytes: usize,
 }
@@ -41,18 +42,26 @@ impl HttpGet {
     /// `timeout` bounds the whole fetch, body included; at most `max_bytes`
     /// of body are kept.
     pub fn with_limits(timeout: Duration, max_bytes: usize) -> Self {
-        // reqwest is built without a default crypto provider (ring is
-        // lighter to build than aws-lc); an earlier install is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("awr/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| e.without_url().to_string());
         Self {
-            client,
+            client: std::sync::OnceLock::new(),
             timeout,
             max_bytes,
         }
+    }
+
+    fn client(&self) -> Result<&reqwest::Client, ToolError> {
+        self.client
+            .get_or_init(|| {
+                // reqwest is built without a default crypto provider (ring
+                // is lighter to build than aws-lc); an earlier install is fine.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::builder()
+                    .user_agent(concat!("awr/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(|e| e.without_url().to_string())
+            })
+            .as_ref()
+            .map_err(|e| ToolError::Failed(format!("cannot build the HTTP client: {e}")))
     }
 
     /// Sends the request and reads at most `max_bytes` of the body.
@@ -117,10 +126,7 @@ impl Tool for HttpGet {
                 url.scheme()
             )));
         }
-        let client = self
-            .client
-            .as_ref()
-            .map_err(|e| ToolError::Failed(format!("cannot build the HTTP client: {e}")))?;
+        let client = self.client()?;
         match tokio::time::timeout(self.timeout, self.fetch(client, url)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) => Err(ToolError::Failed(failure(e))),
