@@ -108,3 +108,127 @@ fn a_cli_that_fails_or_hangs_fails_the_run_with_a_clear_error() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("timeout"), "{}", out.stderr);
 }
+
+/// The run's event log and transcript as JSON lines.
+fn records(awr: &Awr, run: &str) -> (Vec<Value>, Vec<Value>) {
+    let read = |path: std::path::PathBuf| -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    (
+        read(awr.run_dir(run).join("events.ndjson")),
+        read(
+            awr.storage()
+                .join("transcripts")
+                .join(format!("{run}.jsonl")),
+        ),
+    )
+}
+
+/// `(type, tool id or text)` of each block of the first assistant message.
+fn reply_blocks(transcript: &[Value]) -> Vec<(String, String)> {
+    let reply = transcript
+        .iter()
+        .find(|l| l["type"] == "message.assistant")
+        .expect("an assistant message");
+    reply["payload"]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let detail = ["tool_id", "text", "thinking"]
+                .iter()
+                .find_map(|k| b[*k].as_str())
+                .unwrap_or("");
+            (b["type"].as_str().unwrap().to_owned(), detail.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn agent_tool_calls_keep_their_ids_their_order_and_their_missing_results() {
+    let awr = Awr::new();
+    // One Claude message: thinking, text, a tool call, more text, a second
+    // call that never gets its result; then the first call's result and a
+    // last message.
+    let lines = [
+        r#"{"type":"system","subtype":"init","session_id":"sess-order","model":"m"}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"thinking","thinking":"plan","signature":"c2ln"}]}}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"running a"}]}}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_A","name":"Bash","input":{"command":"echo a"}}]}}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"and b"}]}}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_B","name":"Bash","input":{"command":"sleep 99"}}]}}"#,
+        r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_A","content":"a"}]}}"#,
+        r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"done"}]}}"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":2,"usage":{"input_tokens":1,"output_tokens":1}}"#,
+    ];
+    let stdout = awr.write("stdout.jsonl", &(lines.join("\n") + "\n"));
+    let exe = fake_cli(&awr, "fake-claude", &format!("cat '{}'", stdout.display()));
+    let out = awr.run(&["run", &flow(&awr, &exe, "")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (events, transcript) = records(&awr, &run_id_of(&out));
+
+    let pair = |t: &str, d: &str| (t.to_owned(), d.to_owned());
+    assert_eq!(
+        reply_blocks(&transcript),
+        [
+            pair("thinking", "plan"),
+            pair("text", "running a"),
+            pair("tool_use", "toolu_A"),
+            pair("text", "and b"),
+            pair("tool_use", "toolu_B"),
+            pair("tool_result", "toolu_A"),
+            pair("text", "done"),
+        ],
+        "blocks in the order the agent produced them, with its ids, and no result for toolu_B"
+    );
+    let tool_lines: Vec<(String, String)> = transcript
+        .iter()
+        .filter(|l| l["type"] == "tool.call" || l["type"] == "tool.result")
+        .map(|l| {
+            let id = l["payload"]["call_id"].as_str().unwrap_or("").to_owned();
+            (l["type"].as_str().unwrap().to_owned(), id)
+        })
+        .collect();
+    assert_eq!(
+        tool_lines,
+        [
+            pair("tool.call", "toolu_A"),
+            pair("tool.call", "toolu_B"),
+            pair("tool.result", "toolu_A"),
+        ]
+    );
+
+    let agent_events: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| {
+            e["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("agent:") && t != "agent:start")
+        })
+        .map(|e| {
+            let detail = ["toolUseId", "content"]
+                .iter()
+                .find_map(|k| e[*k].as_str())
+                .unwrap_or("");
+            (e["type"].as_str().unwrap().to_owned(), detail.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        agent_events,
+        [
+            pair("agent:thinking", "plan"),
+            pair("agent:text", "running a"),
+            pair("agent:tool:use", "toolu_A"),
+            pair("agent:text", "and b"),
+            pair("agent:tool:use", "toolu_B"),
+            pair("agent:tool", "toolu_A"),
+            pair("agent:text", "done"),
+            pair("agent:complete", ""),
+        ],
+        "the log keeps the same order and ids, and invents no result for toolu_B"
+    );
+}

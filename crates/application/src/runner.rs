@@ -198,6 +198,7 @@ impl WorkflowRunner {
             candidates: BTreeSet::new(),
             transcript: None,
             reply: Vec::new(),
+            open_tool_uses: Vec::new(),
             executions: BTreeMap::new(),
             drops_reported: 0,
             announced_session: None,
@@ -237,6 +238,9 @@ struct Execution<'r> {
     transcript: Option<Arc<dyn Transcript>>,
     /// Blocks of the agent reply in progress, in the order the agent produced them.
     reply: Vec<ContentBlock>,
+    /// Ids of the tool calls the agent announced in the reply in progress
+    /// (`agent:tool:use`) that have no result yet.
+    open_tool_uses: Vec<Option<String>>,
     /// Executions started per node: the transcript's `iteration` of the next one.
     executions: BTreeMap<NodeId, u32>,
     /// Subscriber drops already recorded as `warning` events.
@@ -500,6 +504,7 @@ impl Execution<'_> {
         self.record(ExchangeType::MessageUser, &step.path, step.iteration, user)
             .await?;
         self.reply.clear();
+        self.open_tool_uses.clear();
         let started = self.runner.clock.now();
         let request = AgentRequest {
             run_id: self.snapshot.run_id,
@@ -703,15 +708,28 @@ impl Execution<'_> {
                 },
                 AgentMessage::TextDelta { content } => EventKind::AgentTextDelta { content },
                 AgentMessage::Text { content } => EventKind::AgentText { content },
+                AgentMessage::ToolUse { id, name, input } => {
+                    tool_calls += 1;
+                    EventKind::AgentToolUse {
+                        tool_use_id: id,
+                        tool_name: name,
+                        tool_input: input,
+                    }
+                }
                 AgentMessage::Tool {
+                    id,
                     name,
                     input,
                     output,
                     duration_ms,
                     error,
                 } => {
-                    tool_calls += 1;
+                    // A call announced by its use was counted then.
+                    if !self.open_tool_uses.contains(&id) {
+                        tool_calls += 1;
+                    }
                     EventKind::AgentTool {
+                        tool_use_id: id,
                         tool_name: name,
                         tool_input: input,
                         tool_output: output,
@@ -1256,35 +1274,37 @@ impl Execution<'_> {
                 text: content.clone(),
                 fidelity,
             }),
+            EventKind::AgentToolUse {
+                tool_use_id,
+                tool_name,
+                tool_input,
+            } => {
+                self.open_tool_uses.push(tool_use_id.clone());
+                self.agent_tool_use(event, tool_use_id, tool_name, tool_input)
+                    .await?;
+            }
             EventKind::AgentTool {
+                tool_use_id,
                 tool_name,
                 tool_input,
                 tool_output,
                 error,
                 ..
             } => {
-                let call_id = self.runner.ids.uuid().to_string();
-                // A shell command the agent ran, reported with its exit code
-                // (Codex's command executions), is a `command` block.
-                let shell = tool_input
-                    .get("command")
-                    .and_then(Value::as_str)
-                    .zip(tool_output.get("exit_code").and_then(Value::as_i64));
-                self.reply.push(match shell {
-                    Some((command, exit_code)) => ContentBlock::Command {
-                        command: command.to_owned(),
-                        exit_code: Some(exit_code),
-                        fidelity,
-                    },
-                    None => ContentBlock::ToolUse {
-                        tool_name: tool_name.clone(),
-                        tool_id: call_id.clone(),
-                        tool_input: tool_input.clone(),
-                        fidelity,
-                    },
-                });
+                // The use is already in place when the agent announced it;
+                // a provider that reports only the whole call gets it here.
+                match self.open_tool_uses.iter().position(|id| id == tool_use_id) {
+                    Some(at) => {
+                        self.open_tool_uses.remove(at);
+                    }
+                    None => {
+                        self.agent_tool_use(event, tool_use_id, tool_name, tool_input)
+                            .await?;
+                    }
+                }
+                let tool_id = tool_use_id.clone().unwrap_or_default();
                 self.reply.push(ContentBlock::ToolResult {
-                    tool_id: call_id.clone(),
+                    tool_id,
                     tool_content: if error.is_some() {
                         Value::Null
                     } else {
@@ -1293,10 +1313,11 @@ impl Execution<'_> {
                     fidelity,
                 });
                 let (path, iteration) = self.transcript_place(event);
-                let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
-                self.record(ExchangeType::ToolCall, &path, iteration, call)
-                    .await?;
-                let mut result = json!({"name": tool_name, "call_id": call_id, "output": tool_output, "fidelity": fidelity});
+                let mut result =
+                    json!({"name": tool_name, "output": tool_output, "fidelity": fidelity});
+                if let Some(id) = tool_use_id {
+                    result["call_id"] = Value::String(id.clone());
+                }
                 if let Some(error) = error {
                     result["error"] = Value::String(error.clone());
                 }
@@ -1345,6 +1366,32 @@ impl Execution<'_> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The `tool_use` block and the `tool.call` line of a tool call the
+    /// agent made, with the provider's own id (none when it gave none: an id
+    /// is never invented, it is how a reader joins a call to its result).
+    async fn agent_tool_use(
+        &mut self,
+        event: &RuntimeEvent,
+        tool_use_id: &Option<String>,
+        tool_name: &str,
+        tool_input: &Value,
+    ) -> Result<(), RunnerError> {
+        let fidelity = Fidelity::AgentEmitted;
+        self.reply.push(ContentBlock::ToolUse {
+            tool_name: tool_name.to_owned(),
+            tool_id: tool_use_id.clone().unwrap_or_default(),
+            tool_input: tool_input.clone(),
+            fidelity,
+        });
+        let mut call = json!({"name": tool_name, "input": tool_input, "fidelity": fidelity});
+        if let Some(id) = tool_use_id {
+            call["call_id"] = Value::String(id.clone());
+        }
+        let (path, iteration) = self.transcript_place(event);
+        self.record(ExchangeType::ToolCall, &path, iteration, call)
+            .await
     }
 
     /// The reply block and the `tool.result` line of a tool the runtime ran.
@@ -1834,6 +1881,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
                             content: "m a".into(),
                         }),
                         Ok(AgentMessage::Tool {
+                            id: Some("toolu_1".into()),
                             name: "search".into(),
                             input: json!({"q": 1}),
                             output: json!("found"),
@@ -1884,6 +1932,12 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             .collect();
         assert_eq!(types, ["thinking", "text", "tool_use", "tool_result"]);
         assert_eq!(reply[1]["text"], "from a", "deltas join one block");
+        assert_eq!(
+            (&reply[2]["tool_id"], &reply[3]["tool_id"]),
+            (&json!("toolu_1"), &json!("toolu_1"))
+        );
+        assert_eq!(lines[3].payload["call_id"], "toolu_1");
+        assert_eq!(lines[4].payload["call_id"], "toolu_1");
         assert!(
             reply
                 .as_array()
@@ -1996,17 +2050,56 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
     }
 
     #[tokio::test]
-    async fn a_shell_command_with_its_exit_code_is_a_command_block() {
-        let ran = Ok(AgentMessage::Tool {
-            name: "shell".into(),
-            input: json!({"command": "/bin/bash -lc 'exit 3'"}),
-            output: json!({"output": "oops", "exit_code": 3}),
-            duration_ms: None,
-            error: Some("command exited with code 3".into()),
-        });
+    async fn agent_tool_calls_keep_the_provider_ids_and_order_and_dangling_uses_stay_alone() {
+        let use_of = |id: Option<&str>, command: &str| {
+            Ok(AgentMessage::ToolUse {
+                id: id.map(str::to_owned),
+                name: "shell".into(),
+                input: json!({ "command": command }),
+            })
+        };
+        let text = |t: &str| Ok(AgentMessage::Text { content: t.into() });
+        let script = vec![
+            Ok(AgentMessage::Thinking {
+                content: "plan".into(),
+                token_count: None,
+                signature: None,
+            }),
+            text("running a"),
+            use_of(Some("toolu_A"), "echo a"),
+            text("and b"),
+            use_of(Some("toolu_B"), "sleep 99"),
+            use_of(None, "echo c"),
+            Ok(AgentMessage::Tool {
+                id: Some("toolu_A".into()),
+                name: "shell".into(),
+                input: json!({"command": "echo a"}),
+                output: json!({"output": "oops", "exit_code": 3}),
+                duration_ms: None,
+                error: Some("command exited with code 3".into()),
+            }),
+            Ok(AgentMessage::Tool {
+                id: None,
+                name: "shell".into(),
+                input: json!({"command": "echo c"}),
+                output: json!("c"),
+                duration_ms: None,
+                error: None,
+            }),
+            // A provider that reports only the whole call.
+            Ok(AgentMessage::Tool {
+                id: Some("item_9".into()),
+                name: "web_search".into(),
+                input: json!({"q": "x"}),
+                output: json!("found"),
+                duration_ms: None,
+                error: None,
+            }),
+            done("1"),
+        ];
         let h = harness(
             HashMap::from([
-                ("a", vec![vec![ran, done("1")]]),
+                ("a", vec![script]),
                 ("b", vec![vec![done("2")]]),
                 ("c", vec![vec![done("3")]]),
             ]),
@@ -2019,11 +2112,80 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
             .iter()
             .find(|l| l.kind == ExchangeType::MessageAssistant)
             .unwrap();
+        let fidelity = "agent_emitted";
+        let tool_use = |id: &str, command: &str| {
+            let mut b = json!({"type": "tool_use", "tool_name": "shell",
+                "tool_input": {"command": command}, "fidelity": fidelity});
+            if !id.is_empty() {
+                b["tool_id"] = json!(id);
+            }
+            b
+        };
         assert_eq!(
-            reply.payload["blocks"][0],
-            json!({"type": "command", "command": "/bin/bash -lc 'exit 3'", "exit_code": 3, "fidelity": "agent_emitted"})
+            reply.payload["blocks"],
+            json!([
+                {"type": "thinking", "thinking": "plan", "fidelity": fidelity},
+                {"type": "text", "text": "running a", "fidelity": fidelity},
+                tool_use("toolu_A", "echo a"),
+                {"type": "text", "text": "and b", "fidelity": fidelity},
+                tool_use("toolu_B", "sleep 99"),
+                tool_use("", "echo c"),
+                {"type": "tool_result", "tool_id": "toolu_A", "tool_content": null, "fidelity": fidelity},
+                {"type": "tool_result", "tool_content": "c", "fidelity": fidelity},
+                {"type": "tool_use", "tool_name": "web_search", "tool_id": "item_9",
+                    "tool_input": {"q": "x"}, "fidelity": fidelity},
+                {"type": "tool_result", "tool_id": "item_9", "tool_content": "found", "fidelity": fidelity},
+            ])
         );
-        assert_eq!(reply.payload["blocks"][1]["type"], "tool_result");
+        let tool_lines: Vec<(&str, Option<&str>)> = lines
+            .iter()
+            .filter(|l| matches!(l.kind, ExchangeType::ToolCall | ExchangeType::ToolResult))
+            .map(|l| (l.kind.as_str(), l.payload["call_id"].as_str()))
+            .collect();
+        assert_eq!(
+            tool_lines,
+            [
+                ("tool.call", Some("toolu_A")),
+                ("tool.call", Some("toolu_B")),
+                ("tool.call", None),
+                ("tool.result", Some("toolu_A")),
+                ("tool.result", None),
+                ("tool.call", Some("item_9")),
+                ("tool.result", Some("item_9")),
+            ],
+            "no result is invented for toolu_B"
+        );
+        let tools: Vec<(String, Option<String>)> = h
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::AgentToolUse { tool_use_id, .. } => {
+                    Some(("use".into(), tool_use_id.clone()))
+                }
+                EventKind::AgentTool { tool_use_id, .. } => {
+                    Some(("tool".into(), tool_use_id.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let id = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            tools,
+            [
+                ("use".into(), id("toolu_A")),
+                ("use".into(), id("toolu_B")),
+                ("use".into(), None),
+                ("tool".into(), id("toolu_A")),
+                ("tool".into(), None),
+                ("tool".into(), id("item_9")),
+            ]
+        );
+        let EventKind::NodeCompleted { output } = &of_type(&h, "node:completed")[0].kind else {
+            panic!()
+        };
+        assert_eq!(output["metadata"]["tool_calls_count"], json!(4));
     }
 
     #[tokio::test]

@@ -190,9 +190,23 @@ pub enum EventKind {
     /// A complete text block (when the provider does not stream).
     #[serde(rename = "agent:text", rename_all = "camelCase")]
     AgentText { content: String },
+    /// The agent asked for a tool it runs itself, where it asked; its
+    /// `agent:tool` follows with the same `toolUseId` when a result comes.
+    #[serde(rename = "agent:tool:use", rename_all = "camelCase")]
+    AgentToolUse {
+        /// The provider's own id of the call; absent when it gave none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
+        tool_name: String,
+        #[serde(default)]
+        tool_input: Value,
+    },
     /// A tool the agent ran, with full input and output.
     #[serde(rename = "agent:tool", rename_all = "camelCase")]
     AgentTool {
+        /// The provider's own id of the call, joining it to its `agent:tool:use`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
         tool_name: String,
         tool_input: Value,
         tool_output: Value,
@@ -331,6 +345,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "agent:thinking",
     "agent:text:delta",
     "agent:text",
+    "agent:tool:use",
     "agent:tool",
     "agent:error",
     "agent:complete",
@@ -368,6 +383,7 @@ impl EventKind {
             EventKind::AgentThinking { .. } => "agent:thinking",
             EventKind::AgentTextDelta { .. } => "agent:text:delta",
             EventKind::AgentText { .. } => "agent:text",
+            EventKind::AgentToolUse { .. } => "agent:tool:use",
             EventKind::AgentTool { .. } => "agent:tool",
             EventKind::AgentError { .. } => "agent:error",
             EventKind::AgentComplete { .. } => "agent:complete",

@@ -129,7 +129,8 @@ pub enum ContentBlock {
     ToolUse {
         /// Tool name.
         tool_name: String,
-        /// Links the use to its result.
+        /// The provider's id of the call, linking the use to its result
+        /// (empty, and not written, when the provider gave none).
         tool_id: String,
         /// Arguments.
         tool_input: Value,
@@ -180,11 +181,14 @@ enum KnownBlock {
     },
     ToolUse {
         tool_name: String,
+        // Empty when the provider named no id: omitted, never invented.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         tool_id: String,
         tool_input: Value,
         fidelity: Fidelity,
     },
     ToolResult {
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         tool_id: String,
         tool_content: Value,
         fidelity: Fidelity,

@@ -2,10 +2,11 @@
 //!
 //! The CLI prints one line per content block (several lines share one
 //! `message.id`), tool results as `user` lines, and a final `result` line.
-//! [`ClaudeDecoder`] pairs each `tool_use` with its `tool_result` by id into one
-//! [`AgentMessage::Tool`], keeps whatever it does not understand as a warning,
-//! and holds the terminal item back until [`Decoder::finish`], so that the
-//! terminal item is always last and dangling tool calls come before it.
+//! [`ClaudeDecoder`] emits each block where it appears — a `tool_use` as an
+//! [`AgentMessage::ToolUse`] with its `id` — and its `tool_result`, paired by
+//! that id, as an [`AgentMessage::Tool`]; a call without a result stays a use
+//! alone. It keeps whatever it does not understand as a warning and holds the
+//! terminal item back until [`Decoder::finish`], so that it is always last.
 //!
 //! Partial messages (`--include-partial-messages`): `text_delta` and
 //! `thinking_delta` become [`AgentMessage::TextDelta`] /
@@ -14,7 +15,7 @@
 //! (likewise thinking), so consumers never see the same text twice; tool
 //! calls always come from the complete `tool_use` blocks.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use application::ports::{AgentMessage, AgentResult, QueryError};
 use domain::SessionId;
@@ -24,19 +25,9 @@ use serde_json::{Value, json};
 
 use super::wire::{AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, UserLine};
 use crate::normalize::{
-    Decoded, Decoder, announce_session, conclude, dangling_tool, malformed_line, unknown_line,
-    warning,
+    Answer, Decoded, Decoder, ToolCalls, announce_session, conclude, malformed_line, unknown_line,
+    unpaired_result, warning,
 };
-
-pub use crate::normalize::DANGLING_TOOL_ERROR;
-
-/// A `tool_use` waiting for its `tool_result`.
-#[derive(Debug)]
-struct PendingTool {
-    id: String,
-    name: String,
-    input: Value,
-}
 
 /// Which kinds of deltas a message streamed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -50,14 +41,12 @@ struct Streamed {
 pub struct ClaudeDecoder {
     /// The session announced with [`AgentMessage::Session`].
     session: Option<SessionId>,
-    /// Tool calls without a result yet, in call order.
-    pending: Vec<PendingTool>,
+    /// Tool calls and their results.
+    tools: ToolCalls,
     /// Messages that streamed deltas, by `message.id`.
     streamed: HashMap<String, Streamed>,
     /// The message the current stream events belong to.
     current_message: Option<String>,
-    /// Ids whose results were already paired (a repeated result is a warning).
-    answered: HashSet<String>,
     /// The outcome of the `result` line, emitted at [`Decoder::finish`].
     terminal: Option<Decoded>,
     /// `finish` ran.
@@ -161,7 +150,7 @@ impl ClaudeDecoder {
                 }
                 Ok(Block::Text { .. } | Block::Thinking { .. }) => {}
                 Ok(Block::ToolUse { id, name, input }) => {
-                    self.pending.push(PendingTool { id, name, input });
+                    out.push(Ok(self.tools.call(id, name, input)));
                 }
                 Ok(Block::ToolResult {
                     tool_use_id,
@@ -198,21 +187,15 @@ impl ClaudeDecoder {
 
     fn tool_result(
         &mut self,
-        id: String,
+        id: Option<String>,
         content: Value,
         is_error: Option<bool>,
         raw: &Value,
     ) -> Decoded {
-        let Some(index) = self.pending.iter().position(|t| t.id == id) else {
-            let why = if self.answered.contains(&id) {
-                "a second tool_result for the same tool_use id"
-            } else {
-                "a tool_result for an unknown tool_use id"
-            };
-            return Ok(warning(why.to_owned(), json!({ "block": raw })));
+        let tool = match self.tools.answer(id.as_deref()) {
+            Answer::Call(call) => call,
+            other => return Ok(unpaired_result(&other, "tool_result", "block", raw)),
         };
-        let tool = self.pending.remove(index);
-        self.answered.insert(tool.id);
         let output = tool_output(content);
         let error = is_error.unwrap_or(false).then(|| match &output {
             Value::String(s) if !s.is_empty() => s.clone(),
@@ -220,6 +203,7 @@ impl ClaudeDecoder {
             other => other.to_string(),
         });
         Ok(AgentMessage::Tool {
+            id: tool.id,
             name: tool.name,
             input: tool.input,
             output,
@@ -409,20 +393,15 @@ impl Decoder for ClaudeDecoder {
         if std::mem::replace(&mut self.finished, true) {
             return Vec::new();
         }
-        let mut out: Vec<Decoded> = self
-            .pending
-            .drain(..)
-            .map(|tool| Ok(dangling_tool(tool.name, tool.input)))
-            .collect();
+        // Calls still without a result were recorded as uses: nothing to add.
         let outcome = self.terminal.take();
-        out.extend(conclude(
+        conclude(
             "Claude Code",
             outcome,
             "a result line",
             exit_code,
             stderr_tail,
-        ));
-        out
+        )
     }
 }
 
@@ -546,7 +525,27 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["session", "thinking", "text", "tool", "text", "completed"]
+            [
+                "session",
+                "thinking",
+                "text",
+                "tool_use",
+                "tool",
+                "text",
+                "completed"
+            ]
+        );
+        let input = json!({"command": "echo hi", "description": "Print hi"});
+        let id = Some("toolu_0dea5dcde1614d95a1f1");
+        let (messages, _) = split(out.clone());
+        assert_eq!(
+            messages[2..6],
+            [
+                text_of("I will run a command."),
+                use_of(id, "Bash", input.clone()),
+                tool_of(id, "Bash", input, json!("hi"), None),
+                text_of(TOOL_TEXT),
+            ]
         );
         assert!(
             matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None, signature: Some(s) })
@@ -554,11 +553,6 @@ mod tests {
             "thinking is kept with its signature: {:?}",
             out[1]
         );
-        let (name, input, output, error) = tool(&out[3]);
-        assert_eq!(name, "Bash");
-        assert_eq!(input["command"], "echo hi");
-        assert_eq!(output, &json!("hi"));
-        assert_eq!(error, None);
         let result = completed(&out);
         assert_eq!(result.text, TOOL_TEXT);
         assert_eq!(
@@ -577,9 +571,17 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["session", "thinking", "text", "tool", "text", "completed"]
+            [
+                "session",
+                "thinking",
+                "text",
+                "tool_use",
+                "tool",
+                "text",
+                "completed"
+            ]
         );
-        let (name, input, output, error) = tool(&out[3]);
+        let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "Bash");
         assert_eq!(input["command"], "echo oops >&2; exit 3");
         assert_eq!(output, &json!("Exit code 3\noops"));
@@ -644,7 +646,7 @@ mod tests {
         let mut expected = vec!["session"];
         expected.extend(["thinking_delta"; 2]);
         expected.extend(["text_delta"; 5]);
-        expected.push("tool");
+        expected.extend(["tool_use", "tool"]);
         expected.extend(["text_delta"; 8]);
         expected.push("completed");
         assert_eq!(kinds(&out), expected);
@@ -656,7 +658,7 @@ mod tests {
             })
             .collect();
         assert_eq!(text, format!("I will run a command.{TOOL_TEXT}"));
-        let (name, input, output, _) = tool(&out[8]);
+        let (name, input, output, _) = tool(&out[9]);
         assert_eq!(
             (name, &input["command"], output),
             ("Bash", &json!("echo hi"), &json!("hi"))
@@ -674,26 +676,95 @@ mod tests {
     }
 
     #[test]
-    fn dangling_tool_use_is_recorded_before_the_error() {
+    fn mixed_blocks_keep_their_order_ids_and_a_dangling_call_stays_a_use() {
+        // One message: thinking + text + tool_use in one line, then a line
+        // with text after a call, a call without its id, and a call that
+        // never gets a result (the CLI is killed).
         let out = run(
             &[
                 INIT,
-                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"sleep 99"}}]}}"#,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"thinking","thinking":"plan","signature":"c2ln"},{"type":"text","text":"running"},{"type":"tool_use","id":"toolu_A","name":"Bash","input":{"command":"echo a"}}]}}"#,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_B","name":"Bash","input":{"command":"sleep 99"}},{"type":"text","text":"meanwhile"}]}}"#,
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","name":"Read","input":{}}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_A","content":"a"}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"file","is_error":false}]}}"#,
+                r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"waiting"}]}}"#,
             ],
             Some(137),
             "Killed\n",
         );
-        assert_eq!(kinds(&out), ["session", "tool", "ERR"]);
-        let (name, input, output, error) = tool(&out[1]);
-        assert_eq!((name, &input["command"]), ("Bash", &json!("sleep 99")));
-        assert_eq!(output, &Value::Null);
-        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
-        let (error_type, message) = agent_error(&out);
+        let (messages, error) = split(out);
+        assert_eq!(
+            messages,
+            [
+                AgentMessage::Session {
+                    session_id: SessionId::new("s1").unwrap(),
+                    model: Some("m".into()),
+                },
+                AgentMessage::Thinking {
+                    content: "plan".into(),
+                    token_count: None,
+                    signature: Some("c2ln".into()),
+                },
+                text_of("running"),
+                use_of(Some("toolu_A"), "Bash", json!({"command": "echo a"})),
+                use_of(Some("toolu_B"), "Bash", json!({"command": "sleep 99"})),
+                text_of("meanwhile"),
+                use_of(None, "Read", json!({})),
+                tool_of(
+                    Some("toolu_A"),
+                    "Bash",
+                    json!({"command": "echo a"}),
+                    json!("a"),
+                    None
+                ),
+                tool_of(None, "Read", json!({}), json!("file"), None),
+                text_of("waiting"),
+            ],
+            "toolu_B stays a use alone: no result is made up for it"
+        );
+        let Some(QueryError::Agent {
+            error_type,
+            message,
+            ..
+        }) = error
+        else {
+            panic!("expected an agent error")
+        };
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn lines_of_another_cli_version_are_kept_whole() {
+        let future = r#"{"type":"assistant_v9","message":{"id":"m1"}}"#;
+        let block = json!({"type": "server_tool_use", "id": "srv_1", "name": "web"});
+        let with_block = format!(
+            r#"{{"type":"assistant","message":{{"id":"m1","content":[{block},{{"type":"text","text":"hi"}}]}}}}"#
+        );
+        let out = run(&[INIT, future, &with_block, OK_RESULT], Some(0), "");
+        let (messages, error) = split(out);
+        assert!(error.is_none());
+        let future: Value = serde_json::from_str(future).unwrap();
+        assert_eq!(
+            messages[1..4],
+            [
+                warning_of(
+                    "unknown Claude Code line type Some(\"assistant_v9\"); kept as is",
+                    json!({ "line": future })
+                ),
+                warning_of(
+                    "unknown or malformed Claude Code content block Some(\"server_tool_use\"); kept as is",
+                    json!({ "block": block })
+                ),
+                text_of("hi"),
+            ]
+        );
+        assert_eq!(messages.len(), 5);
+        assert!(matches!(messages[4], AgentMessage::Completed(_)));
     }
 
     #[test]
@@ -893,7 +964,10 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(kinds(&out), ["session", "tool", "warning", "completed"]);
-        assert_eq!(tool(&out[1]).2, &json!("a\nb"));
+        assert_eq!(
+            kinds(&out),
+            ["session", "tool_use", "tool", "warning", "completed"]
+        );
+        assert_eq!(tool(&out[2]).2, &json!("a\nb"));
     }
 }

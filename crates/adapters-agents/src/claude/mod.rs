@@ -12,7 +12,7 @@
 mod decode;
 pub mod wire;
 
-pub use decode::{ClaudeDecoder, DANGLING_TOOL_ERROR};
+pub use decode::ClaudeDecoder;
 
 use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;

@@ -87,8 +87,9 @@ pub enum Block {
     },
     /// The model asked for a tool.
     ToolUse {
-        /// Call id, matched by the `tool_result`.
-        id: String,
+        /// Call id, matched by the `tool_result` (kept absent when missing).
+        #[serde(default)]
+        id: Option<String>,
         /// Tool name.
         name: String,
         /// Tool input.
@@ -98,7 +99,8 @@ pub enum Block {
     /// The CLI ran the tool.
     ToolResult {
         /// The `tool_use` this answers.
-        tool_use_id: String,
+        #[serde(default)]
+        tool_use_id: Option<String>,
         /// Output: a string or an array of blocks.
         #[serde(default)]
         content: Value,

@@ -3,10 +3,12 @@
 //! Codex prints `thread.started`, then per turn `turn.started`, items
 //! (`item.started` / `item.updated` / `item.completed`) and `turn.completed`
 //! or `turn.failed`. [`CodexDecoder`] emits text and thinking when their item
-//! completes, pairs each tool item's start with its completion by `item.id`
-//! into one [`AgentMessage::Tool`], keeps whatever it does not understand as a
-//! warning, and holds the terminal item back until [`Decoder::finish`], so
-//! that it is always last and dangling tool calls come before it.
+//! completes, a tool item's start as an [`AgentMessage::ToolUse`] and its
+//! completion as an [`AgentMessage::Tool`], both with the `item.id` (Codex
+//! names no call id; the item id is its own id of the call), so a call that
+//! never completes stays a use alone. It keeps whatever it does not
+//! understand as a warning and holds the terminal item back until
+//! [`Decoder::finish`], so that it is always last.
 //!
 //! Usage: Codex reports no cost, and after a resume `turn.completed.usage` is
 //! cumulative for the whole thread, not for this invocation. A decoder sees
@@ -26,10 +28,9 @@ use super::wire::{
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
 use crate::normalize::{
-    Decoded, Decoder, STDERR_TAIL_CHARS, conclude, malformed_line, tail, warning,
+    Answer, Decoded, Decoder, STDERR_TAIL_CHARS, ToolCalls, conclude, malformed_line, tail,
+    unpaired_result, warning,
 };
-
-pub use crate::normalize::DANGLING_TOOL_ERROR;
 
 /// The tool name given to `command_execution` items (Codex names none).
 pub const SHELL_TOOL: &str = "shell";
@@ -43,21 +44,13 @@ const TOOL_ITEMS: [&str; 5] = [
     "todo_list",
 ];
 
-/// A tool item seen in `item.started` and not completed yet.
-#[derive(Debug)]
-struct PendingTool {
-    id: String,
-    /// The latest version of the item (`item.updated` replaces it).
-    item: Value,
-}
-
 /// Decoder state for one Codex invocation.
 #[derive(Debug, Default)]
 pub struct CodexDecoder {
     /// The thread announced with [`AgentMessage::Session`].
     session: Option<SessionId>,
     /// Tool items started and not completed, in start order.
-    pending: Vec<PendingTool>,
+    tools: ToolCalls,
     /// Text of the last `agent_message`: the final text.
     last_text: Option<String>,
     /// `turn.completed` lines seen.
@@ -133,7 +126,7 @@ impl CodexDecoder {
         };
         let kind = head.kind.as_deref().unwrap_or("");
         if TOOL_ITEMS.contains(&kind) {
-            return self.tool_item(event, head.id, item);
+            return self.tool_item(event, head.id, &item);
         }
         if event != "item.completed" {
             // Text, thinking and warnings are emitted whole, on completion.
@@ -171,28 +164,25 @@ impl CodexDecoder {
         }
     }
 
-    fn tool_item(&mut self, event: &str, id: Option<String>, item: Value) -> Vec<Decoded> {
-        let index = id
-            .as_ref()
-            .and_then(|id| self.pending.iter().position(|t| &t.id == id));
-        match (event, index, id) {
-            ("item.completed", Some(index), _) => {
-                self.pending.remove(index);
-                vec![Ok(tool_message(&item))]
+    fn tool_item(&mut self, event: &str, id: Option<String>, item: &Value) -> Vec<Decoded> {
+        if event != "item.completed" {
+            // `item.started` announces the call; `item.updated` only adds output.
+            if self.tools.is_pending(id.as_deref()) {
+                return Vec::new();
             }
-            // Codex may report a tool only once it is done.
-            ("item.completed", None, _) => vec![Ok(tool_message(&item))],
-            (_, Some(index), _) => {
-                self.pending[index].item = item;
-                Vec::new()
-            }
-            (_, None, Some(id)) => {
-                self.pending.push(PendingTool { id, item });
-                Vec::new()
-            }
-            (_, None, None) => vec![Ok(warning(
-                format!("a Codex tool item without an id in {event}; it cannot be paired"),
-                json!({ "item": item }),
+            let AgentMessage::Tool { name, input, .. } = tool_message(id.clone(), item) else {
+                return Vec::new();
+            };
+            return vec![Ok(self.tools.call(id, name, input))];
+        }
+        match self.tools.answer(id.as_deref()) {
+            // Codex may report a tool only once it is done: the whole call.
+            Answer::Call(_) | Answer::Unknown => vec![Ok(tool_message(id, item))],
+            repeated @ Answer::Repeated => vec![Ok(unpaired_result(
+                &repeated,
+                "item.completed",
+                "item",
+                item,
             ))],
         }
     }
@@ -288,11 +278,7 @@ impl Decoder for CodexDecoder {
         if std::mem::replace(&mut self.finished, true) {
             return Vec::new();
         }
-        let mut out: Vec<Decoded> = self
-            .pending
-            .drain(..)
-            .map(|tool| Ok(dangling_message(&tool.item)))
-            .collect();
+        // Tool items that never completed were recorded as uses: nothing to add.
         let outcome = if let Some(err) = self.failure.take() {
             Some(Err(err))
         } else if self.turns > 0 {
@@ -308,19 +294,19 @@ impl Decoder for CodexDecoder {
         } else {
             None
         };
-        out.extend(conclude(
+        conclude(
             "Codex",
             outcome,
             "turn.completed or turn.failed",
             exit_code,
             stderr_tail,
-        ));
-        out
+        )
     }
 }
 
-/// A completed tool item as an [`AgentMessage::Tool`].
-fn tool_message(item: &Value) -> AgentMessage {
+/// A tool item as an [`AgentMessage::Tool`] (its name and input are also
+/// what the item's start announces).
+fn tool_message(id: Option<String>, item: &Value) -> AgentMessage {
     let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
     let status = item.get("status").and_then(Value::as_str);
     let failed = matches!(status, Some("failed" | "declined"));
@@ -344,6 +330,7 @@ fn tool_message(item: &Value) -> AgentMessage {
                 _ => None,
             };
             AgentMessage::Tool {
+                id,
                 name: SHELL_TOOL.to_owned(),
                 input: json!({ "command": cmd.command }),
                 output: json!({ "output": cmd.aggregated_output, "exit_code": cmd.exit_code }),
@@ -362,6 +349,7 @@ fn tool_message(item: &Value) -> AgentMessage {
                     ),
                 };
                 AgentMessage::Tool {
+                    id,
                     name: call.tool.clone().unwrap_or_else(|| kind.to_owned()),
                     input: json!({
                         "server": call.server,
@@ -373,34 +361,21 @@ fn tool_message(item: &Value) -> AgentMessage {
                     error,
                 }
             }
-            Err(_) => generic_tool(kind, item, failed),
+            Err(_) => generic_tool(id, kind, item, failed),
         },
-        _ => generic_tool(kind, item, failed),
+        _ => generic_tool(id, kind, item, failed),
     }
 }
 
 /// `file_change`, `web_search`, `todo_list`: the item itself is the record.
-fn generic_tool(kind: &str, item: &Value, failed: bool) -> AgentMessage {
+fn generic_tool(id: Option<String>, kind: &str, item: &Value, failed: bool) -> AgentMessage {
     AgentMessage::Tool {
+        id,
         name: kind.to_owned(),
         input: item.clone(),
         output: item.clone(),
         duration_ms: None,
         error: failed.then(|| format!("{kind} failed")),
-    }
-}
-
-/// A tool item that started and never completed.
-fn dangling_message(item: &Value) -> AgentMessage {
-    let AgentMessage::Tool { name, input, .. } = tool_message(item) else {
-        return warning(DANGLING_TOOL_ERROR.to_owned(), json!({ "item": item }));
-    };
-    AgentMessage::Tool {
-        name,
-        input,
-        output: Value::Null,
-        duration_ms: None,
-        error: Some(DANGLING_TOOL_ERROR.to_owned()),
     }
 }
 
@@ -531,9 +506,33 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["session", "thinking", "text", "tool", "text", "completed"]
+            [
+                "session",
+                "thinking",
+                "text",
+                "tool_use",
+                "tool",
+                "text",
+                "completed"
+            ]
         );
         assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        let command = json!({ "command": "/bin/bash -lc 'echo hi'" });
+        let (messages, _) = split(out.clone());
+        assert_eq!(
+            messages[2..5],
+            [
+                text_of("I will run a command."),
+                use_of(Some("item_2"), SHELL_TOOL, command.clone()),
+                tool_of(
+                    Some("item_2"),
+                    SHELL_TOOL,
+                    command,
+                    json!({ "output": "hi\n", "exit_code": 0 }),
+                    None
+                ),
+            ]
+        );
         assert_eq!(
             out[1].as_ref().unwrap(),
             &AgentMessage::Thinking {
@@ -542,7 +541,7 @@ mod tests {
                 signature: None,
             }
         );
-        let (name, input, output, error) = tool(&out[3]);
+        let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, SHELL_TOOL);
         assert_eq!(input, &json!({ "command": "/bin/bash -lc 'echo hi'" }));
         assert_eq!(output, &json!({ "output": "hi\n", "exit_code": 0 }));
@@ -562,9 +561,17 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["session", "thinking", "text", "tool", "text", "completed"]
+            [
+                "session",
+                "thinking",
+                "text",
+                "tool_use",
+                "tool",
+                "text",
+                "completed"
+            ]
         );
-        let (name, input, output, error) = tool(&out[3]);
+        let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "shell");
         assert_eq!(input["command"], "/bin/bash -lc 'echo oops >&2; exit 3'");
         assert_eq!(output, &json!({ "output": "oops\n", "exit_code": 3 }));
@@ -657,23 +664,55 @@ mod tests {
     }
 
     #[test]
-    fn dangling_command_is_recorded_before_the_error() {
+    fn calls_keep_their_item_ids_and_order_and_a_dangling_one_stays_a_use() {
         let out = run(
             &[
                 THREAD,
                 r#"{"type":"turn.started"}"#,
-                r#"{"type":"item.started","item":{"id":"item_0","type":"command_execution","command":"sleep 99","aggregated_output":"","exit_code":null,"status":"in_progress"}}"#,
-                r#"{"type":"item.updated","item":{"id":"item_0","type":"command_execution","command":"sleep 99","aggregated_output":"zz","exit_code":null,"status":"in_progress"}}"#,
+                r#"{"type":"item.completed","item":{"id":"item_0","type":"reasoning","text":"plan"}}"#,
+                r#"{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"echo a","aggregated_output":"","exit_code":null,"status":"in_progress"}}"#,
+                r#"{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"meanwhile"}}"#,
+                r#"{"type":"item.started","item":{"type":"command_execution","command":"echo b","status":"in_progress"}}"#,
+                r#"{"type":"item.started","item":{"id":"item_3","type":"command_execution","command":"sleep 99","aggregated_output":"","exit_code":null,"status":"in_progress"}}"#,
+                r#"{"type":"item.updated","item":{"id":"item_3","type":"command_execution","command":"sleep 99","aggregated_output":"zz","exit_code":null,"status":"in_progress"}}"#,
+                r#"{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"echo a","aggregated_output":"a\n","exit_code":0,"status":"completed"}}"#,
+                r#"{"type":"item.completed","item":{"type":"command_execution","command":"echo b","aggregated_output":"b\n","exit_code":0,"status":"completed"}}"#,
             ],
             Some(137),
             "Killed\n",
         );
-        assert_eq!(kinds(&out), ["session", "tool", "ERR"]);
-        let (name, input, output, error) = tool(&out[1]);
-        assert_eq!((name, input), ("shell", &json!({ "command": "sleep 99" })));
-        assert_eq!(output, &Value::Null);
-        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
-        let (error_type, message) = agent_error(&out);
+        let (messages, error) = split(out);
+        let cmd = |c: &str| json!({ "command": c });
+        let ran = |o: &str| json!({ "output": o, "exit_code": 0 });
+        assert_eq!(
+            messages,
+            [
+                AgentMessage::Session {
+                    session_id: SessionId::new("t1").unwrap(),
+                    model: None,
+                },
+                AgentMessage::Thinking {
+                    content: "plan".into(),
+                    token_count: None,
+                    signature: None,
+                },
+                use_of(Some("item_1"), SHELL_TOOL, cmd("echo a")),
+                text_of("meanwhile"),
+                use_of(None, SHELL_TOOL, cmd("echo b")),
+                use_of(Some("item_3"), SHELL_TOOL, cmd("sleep 99")),
+                tool_of(Some("item_1"), SHELL_TOOL, cmd("echo a"), ran("a\n"), None),
+                tool_of(None, SHELL_TOOL, cmd("echo b"), ran("b\n"), None),
+            ],
+            "item_3 stays a use alone: no result is made up for it"
+        );
+        let Some(QueryError::Agent {
+            error_type,
+            message,
+            ..
+        }) = error
+        else {
+            panic!("expected an agent error")
+        };
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
@@ -797,28 +836,30 @@ mod tests {
             kinds(&out),
             [
                 "session",
+                "tool_use",
                 "tool",
                 "tool",
                 "tool",
                 "tool",
+                "tool_use",
                 "tool",
                 "tool",
                 "completed"
             ]
         );
-        let (name, input, _, error) = tool(&out[1]);
+        let (name, input, _, error) = tool(&out[2]);
         assert_eq!((name, error), ("file_change", None));
         assert_eq!(input["changes"][0]["path"], "a.txt");
-        let (name, input, output, error) = tool(&out[2]);
+        let (name, input, output, error) = tool(&out[3]);
         assert_eq!((name, error), ("lookup", None));
         assert_eq!(input["arguments"], json!({ "q": "x" }));
         assert_eq!(output, &json!({ "content": [] }));
-        assert_eq!(tool(&out[3]).3, Some("nope"));
-        assert_eq!(tool(&out[4]).0, "web_search");
-        let (name, _, output, _) = tool(&out[5]);
+        assert_eq!(tool(&out[4]).3, Some("nope"));
+        assert_eq!(tool(&out[5]).0, "web_search");
+        let (name, _, output, _) = tool(&out[7]);
         assert_eq!(name, "todo_list");
         assert_eq!(output["items"][0]["completed"], true);
-        assert_eq!(tool(&out[6]).3, Some("command declined"));
+        assert_eq!(tool(&out[8]).3, Some("command declined"));
         assert_eq!(completed(&out).text, "");
     }
 

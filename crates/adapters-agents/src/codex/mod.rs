@@ -13,7 +13,7 @@
 mod decode;
 pub mod wire;
 
-pub use decode::{CodexDecoder, DANGLING_TOOL_ERROR, SHELL_TOOL};
+pub use decode::{CodexDecoder, SHELL_TOOL};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,9 +11,11 @@
 //! [`AgentMessage::Session`].
 //!
 //! [`CopilotDecoder`] streams deltas and skips the complete block a delta
-//! stream already covered, pairs tool calls with their completions into one
-//! [`AgentMessage::Tool`], keeps whatever it does not understand as a warning,
-//! and holds the terminal item back until [`Decoder::finish`]. Copilot reports
+//! stream already covered, emits each tool call where it is requested as an
+//! [`AgentMessage::ToolUse`] with its `toolCallId` and its completion as an
+//! [`AgentMessage::Tool`] (a call without a completion stays a use alone),
+//! keeps whatever it does not understand as a warning, and holds the terminal
+//! item back until [`Decoder::finish`]. Copilot reports
 //! a shell command that exits non-zero as `success: true`; the real exit code
 //! comes from `shellExecution.exitCode` (or the output's `exit code N`).
 //! Token counts and cost are not printed on stdout (only with
@@ -31,10 +33,9 @@ use super::wire::{
     Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
 };
 use crate::normalize::{
-    Decoded, Decoder, conclude, dangling_tool, malformed_line, unknown_line, warning,
+    Answer, Decoded, Decoder, ToolCalls, conclude, malformed_line, unknown_line, unpaired_result,
+    warning,
 };
-
-pub use crate::normalize::DANGLING_TOOL_ERROR;
 
 /// Line types that carry nothing the runtime records.
 const NOISE: &[&str] = &[
@@ -58,21 +59,11 @@ const NOISE: &[&str] = &[
     "tool.execution_partial_result",
 ];
 
-/// A tool call waiting for its completion.
-#[derive(Debug)]
-struct PendingTool {
-    id: String,
-    name: String,
-    input: Value,
-}
-
 /// Decoder state for one Copilot CLI invocation.
 #[derive(Debug, Default)]
 pub struct CopilotDecoder {
-    /// Tool calls without a completion yet, in call order.
-    pending: Vec<PendingTool>,
-    /// Ids whose completions were already paired.
-    answered: HashSet<String>,
+    /// Tool calls and their completions.
+    tools: ToolCalls,
     /// Messages and reasoning blocks that streamed deltas, by id.
     streamed: HashSet<String>,
     /// The last assistant text not followed by tool calls: the final answer.
@@ -128,11 +119,10 @@ impl CopilotDecoder {
             self.text.clear();
         }
         for request in message.tool_requests {
-            self.pending.push(PendingTool {
-                id: request.tool_call_id,
-                name: request.name,
-                input: request.arguments,
-            });
+            let call = self
+                .tools
+                .call(request.tool_call_id, request.name, request.arguments);
+            out.push(Ok(call));
         }
         out
     }
@@ -174,14 +164,15 @@ impl CopilotDecoder {
             Err(err) => return malformed("tool.execution_start", &err, value),
         };
         // Usually announced by the message's `toolRequests` already.
-        if !self.pending.iter().any(|t| t.id == start.tool_call_id) {
-            self.pending.push(PendingTool {
-                id: start.tool_call_id,
-                name: start.tool_name.unwrap_or_else(|| "unknown".to_owned()),
-                input: start.arguments,
-            });
+        if self.tools.is_pending(start.tool_call_id.as_deref()) {
+            return Vec::new();
         }
-        Vec::new()
+        let name = start.tool_name.unwrap_or_else(|| "unknown".to_owned());
+        vec![Ok(self.tools.call(
+            start.tool_call_id,
+            name,
+            start.arguments,
+        ))]
     }
 
     fn tool_complete(&mut self, data: &Value, value: &Value) -> Vec<Decoded> {
@@ -189,16 +180,13 @@ impl CopilotDecoder {
             Ok(done) => done,
             Err(err) => return malformed("tool.execution_complete", &err, value),
         };
-        let Some(index) = self.pending.iter().position(|t| t.id == done.tool_call_id) else {
-            let why = if self.answered.contains(&done.tool_call_id) {
-                "a second tool.execution_complete for the same toolCallId"
-            } else {
-                "a tool.execution_complete for an unknown toolCallId"
-            };
-            return vec![Ok(warning(why.to_owned(), json!({ "line": value })))];
+        let tool = match self.tools.answer(done.tool_call_id.as_deref()) {
+            Answer::Call(call) => call,
+            other => {
+                let what = "tool.execution_complete";
+                return vec![Ok(unpaired_result(&other, what, "line", value))];
+            }
         };
-        let tool = self.pending.remove(index);
-        self.answered.insert(tool.id);
         let output = done.result.map_or(Value::Null, |r| r.content);
         let exit_code = done
             .shell_execution
@@ -222,6 +210,7 @@ impl CopilotDecoder {
                 .map(|code| format!("command exited with code {code}"))
         };
         vec![Ok(AgentMessage::Tool {
+            id: tool.id,
             name: tool.name,
             input: tool.input,
             output,
@@ -359,21 +348,16 @@ impl Decoder for CopilotDecoder {
         if std::mem::replace(&mut self.finished, true) {
             return Vec::new();
         }
-        let mut out: Vec<Decoded> = self
-            .pending
-            .drain(..)
-            .map(|tool| Ok(dangling_tool(tool.name, tool.input)))
-            .collect();
+        // Calls still without a result were recorded as uses: nothing to add.
         // The CLI may give up on the model without printing its result.
         let outcome = self.terminal.take().or_else(|| self.fatal.take().map(Err));
-        out.extend(conclude(
+        conclude(
             "Copilot CLI",
             outcome,
             "a result line",
             exit_code,
             stderr_tail,
-        ));
-        out
+        )
     }
 }
 
@@ -460,6 +444,15 @@ mod tests {
             .collect()
     }
 
+    fn tools_with_ids(out: &[Decoded]) -> Vec<Option<String>> {
+        out.iter()
+            .filter_map(|d| match d {
+                Ok(AgentMessage::Tool { id, .. }) => Some(id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn deltas(out: &[Decoded]) -> String {
         out.iter()
             .filter_map(|d| match d {
@@ -528,8 +521,21 @@ mod tests {
             if thinks {
                 expected.push("thinking_delta");
             }
-            expected.extend(["text_delta", "tool", "text_delta", "completed"]);
+            expected.extend(["text_delta", "tool_use", "tool", "text_delta", "completed"]);
             assert_eq!(kinds(&out), expected);
+            let uses: Vec<&AgentMessage> = out
+                .iter()
+                .filter_map(|d| d.as_ref().ok())
+                .filter(|m| matches!(m, AgentMessage::ToolUse { .. }))
+                .collect();
+            assert_eq!(uses.len(), 1);
+            let AgentMessage::ToolUse { id: Some(id), .. } = uses[0] else {
+                panic!("the call keeps its toolCallId: {uses:?}")
+            };
+            assert!(
+                matches!(tools_with_ids(&out)[..], [Some(ref t)] if t == id),
+                "the completion names the same call"
+            );
             let tools = tools(&out);
             assert_eq!(tools.len(), 1);
             let (name, input, output, error) = tools[0];
@@ -555,7 +561,7 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["text_delta", "tool", "text_delta", "completed"]
+            ["text_delta", "tool_use", "tool", "text_delta", "completed"]
         );
         let (name, input, output, error) = tools(&out)[0];
         assert_eq!(name, "bash");
@@ -656,9 +662,10 @@ mod tests {
                 "text",
                 "thinking",
                 "warning",
+                "tool_use",
+                "tool_use",
                 "tool",
                 "warning",
-                "tool",
                 "completed"
             ]
         );
@@ -672,16 +679,76 @@ mod tests {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["data"]["x"], 1);
+        assert_eq!(
+            out[7].as_ref().unwrap(),
+            &use_of(Some("t1"), "bash", json!({"command": "sleep 9"})),
+            "t1 never completes: it stays a use alone"
+        );
         let tools = tools(&out);
+        assert_eq!(tools.len(), 1);
         assert_eq!(tools[0].0, "view");
         assert_eq!(tools[0].3, Some("denied"));
-        assert_eq!((tools[1].0, tools[1].2), ("bash", &Value::Null));
-        assert_eq!(tools[1].3, Some(DANGLING_TOOL_ERROR));
         let result = completed(&out);
         assert_eq!(result.text, "", "text before a tool call is not the answer");
         assert_eq!(
             result.session_id.as_ref().map(SessionId::as_str),
             Some("s1")
+        );
+    }
+
+    #[test]
+    fn calls_keep_their_ids_order_and_missing_fields() {
+        // Thinking, text and two requests in one message; text of the next
+        // message before the first completion; a start without its
+        // toolCallId (answered by a completion without one); a call that
+        // never completes; a line of a newer CLI.
+        let future = r#"{"type":"tool.execution_progress","data":{"toolCallId":"c1","pct":5}}"#;
+        let out = run(
+            &[
+                r#"{"type":"assistant.reasoning","data":{"reasoningId":"r1","content":"plan"}}"#,
+                r#"{"type":"assistant.message","data":{"messageId":"m1","content":"running","toolRequests":[{"toolCallId":"c1","name":"bash","arguments":{"command":"echo a"}},{"toolCallId":"c2","name":"bash","arguments":{"command":"sleep 99"}}]}}"#,
+                r#"{"type":"tool.execution_start","data":{"toolCallId":"c1","toolName":"bash","arguments":{"command":"echo a"}}}"#,
+                r#"{"type":"tool.execution_start","data":{"toolName":"view","arguments":{"path":"a"}}}"#,
+                future,
+                r#"{"type":"assistant.message","data":{"messageId":"m2","content":"meanwhile"}}"#,
+                r#"{"type":"tool.execution_complete","data":{"toolCallId":"c1","success":true,"result":{"content":"a"}}}"#,
+                r#"{"type":"tool.execution_complete","data":{"success":true,"result":{"content":"file"}}}"#,
+                OK_RESULT,
+            ],
+            Some(0),
+            "",
+        );
+        let (mut messages, error) = split(out);
+        assert!(error.is_none());
+        assert!(matches!(messages.pop(), Some(AgentMessage::Completed(_))));
+        let future: Value = serde_json::from_str(future).unwrap();
+        assert_eq!(
+            messages,
+            [
+                AgentMessage::Thinking {
+                    content: "plan".into(),
+                    token_count: None,
+                    signature: None,
+                },
+                text_of("running"),
+                use_of(Some("c1"), "bash", json!({"command": "echo a"})),
+                use_of(Some("c2"), "bash", json!({"command": "sleep 99"})),
+                use_of(None, "view", json!({"path": "a"})),
+                warning_of(
+                    "unknown Copilot CLI line type Some(\"tool.execution_progress\"); kept as is",
+                    json!({ "line": future })
+                ),
+                text_of("meanwhile"),
+                tool_of(
+                    Some("c1"),
+                    "bash",
+                    json!({"command": "echo a"}),
+                    json!("a"),
+                    None
+                ),
+                tool_of(None, "view", json!({"path": "a"}), json!("file"), None),
+            ],
+            "c2 stays a use alone: no result is made up for it"
         );
     }
 

@@ -12,7 +12,7 @@
 mod decode;
 pub mod wire;
 
-pub use decode::{CopilotDecoder, DANGLING_TOOL_ERROR};
+pub use decode::CopilotDecoder;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

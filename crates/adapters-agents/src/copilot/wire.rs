@@ -40,8 +40,9 @@ pub struct Message {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolRequest {
-    /// Call id, matched by `tool.execution_complete`.
-    pub tool_call_id: String,
+    /// Call id, matched by `tool.execution_complete` (kept absent when missing).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
     /// Tool name, e.g. `bash`.
     pub name: String,
     /// Tool input.
@@ -77,8 +78,9 @@ pub struct Reasoning {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolStart {
-    /// Call id.
-    pub tool_call_id: String,
+    /// Call id (kept absent when missing).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
     /// Tool name.
     #[serde(default)]
     pub tool_name: Option<String>,
@@ -91,8 +93,9 @@ pub struct ToolStart {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolComplete {
-    /// Call id.
-    pub tool_call_id: String,
+    /// Call id (kept absent when missing).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
     /// The tool ran (true even when a shell command exits non-zero).
     #[serde(default)]
     pub success: Option<bool>,

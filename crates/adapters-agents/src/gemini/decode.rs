@@ -4,18 +4,17 @@
 //! as a `message`, the assistant's text as streamed `message` chunks
 //! (`delta: true`), `tool_use` / `tool_result` pairs sharing a `tool_id`, and a
 //! final `result` line with `stats`. [`GeminiDecoder`] streams text chunks as
-//! [`AgentMessage::TextDelta`], pairs each `tool_use` with its `tool_result`
-//! into one [`AgentMessage::Tool`], keeps whatever it does not understand as a
-//! warning, and holds the terminal item back until [`Decoder::finish`], so it
-//! is always last and dangling tool calls come before it.
+//! [`AgentMessage::TextDelta`], emits each `tool_use` where it appears as an
+//! [`AgentMessage::ToolUse`] and its `tool_result`, paired by `tool_id`, as an
+//! [`AgentMessage::Tool`] (a call without a result stays a use alone), keeps
+//! whatever it does not understand as a warning, and holds the terminal item
+//! back until [`Decoder::finish`], so it is always last.
 //!
 //! Gemini reports a shell command that exits non-zero as `status: "success"`;
 //! when the tool output names the exit code (`Exit Code: 3`), the tool is
 //! recorded as failed with that code. (Gemini CLI 0.61.0 prints only the
 //! command's output there, so the code is usually not visible on stdout.)
 //! Thoughts are not printed by the CLI and costs are not reported.
-
-use std::collections::HashSet;
 
 use application::ports::{AgentMessage, AgentResult, QueryError};
 use domain::SessionId;
@@ -27,29 +26,17 @@ use super::wire::{
     ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
 use crate::normalize::{
-    Decoded, Decoder, announce_session, conclude, dangling_tool, malformed_line, unknown_line,
-    warning,
+    Answer, Decoded, Decoder, ToolCalls, announce_session, conclude, malformed_line, unknown_line,
+    unpaired_result, warning,
 };
-
-pub use crate::normalize::DANGLING_TOOL_ERROR;
-
-/// A `tool_use` waiting for its `tool_result`.
-#[derive(Debug)]
-struct PendingTool {
-    id: String,
-    name: String,
-    input: Value,
-}
 
 /// Decoder state for one Gemini CLI invocation.
 #[derive(Debug, Default)]
 pub struct GeminiDecoder {
     /// The session announced with [`AgentMessage::Session`].
     session: Option<SessionId>,
-    /// Tool calls without a result yet, in call order.
-    pending: Vec<PendingTool>,
-    /// Ids whose results were already paired (a repeated result is a warning).
-    answered: HashSet<String>,
+    /// Tool calls and their results.
+    tools: ToolCalls,
     /// Assistant text since the last tool call: the final answer.
     text: String,
     /// Model turns seen so far.
@@ -124,12 +111,11 @@ impl GeminiDecoder {
         self.start_turn();
         // Text before a tool call is commentary, not the final answer.
         self.text.clear();
-        self.pending.push(PendingTool {
-            id: line.tool_id,
-            name: line.tool_name,
-            input: line.parameters,
-        });
-        Vec::new()
+        vec![Ok(self.tools.call(
+            line.tool_id,
+            line.tool_name,
+            line.parameters,
+        ))]
     }
 
     fn tool_result(&mut self, value: &Value) -> Vec<Decoded> {
@@ -137,16 +123,10 @@ impl GeminiDecoder {
             Ok(line) => line,
             Err(err) => return malformed("tool_result", &err, value),
         };
-        let Some(index) = self.pending.iter().position(|t| t.id == line.tool_id) else {
-            let why = if self.answered.contains(&line.tool_id) {
-                "a second tool_result for the same tool_id"
-            } else {
-                "a tool_result for an unknown tool_id"
-            };
-            return vec![Ok(warning(why.to_owned(), json!({ "line": value })))];
+        let tool = match self.tools.answer(line.tool_id.as_deref()) {
+            Answer::Call(call) => call,
+            other => return vec![Ok(unpaired_result(&other, "tool_result", "line", value))],
         };
-        let tool = self.pending.remove(index);
-        self.answered.insert(tool.id);
         self.in_turn = false;
         let failed = line.status.as_deref().is_some_and(|s| s != "success");
         let error = if failed {
@@ -158,6 +138,7 @@ impl GeminiDecoder {
                 .map(|code| format!("command exited with code {code}"))
         };
         vec![Ok(AgentMessage::Tool {
+            id: tool.id,
             name: tool.name,
             input: tool.input,
             output: line.output,
@@ -269,20 +250,15 @@ impl Decoder for GeminiDecoder {
         if std::mem::replace(&mut self.finished, true) {
             return Vec::new();
         }
-        let mut out: Vec<Decoded> = self
-            .pending
-            .drain(..)
-            .map(|tool| Ok(dangling_tool(tool.name, tool.input)))
-            .collect();
+        // Calls still without a result were recorded as uses: nothing to add.
         let outcome = self.terminal.take();
-        out.extend(conclude(
+        conclude(
             "Gemini CLI",
             outcome,
             "a result line",
             exit_code,
             stderr_tail,
-        ));
-        out
+        )
     }
 }
 
@@ -455,11 +431,24 @@ mod tests {
             include_bytes!("../../testdata/gemini/tool/stdout.jsonl"),
             include_str!("../../testdata/gemini/tool/rc"),
         );
-        let mut expected = vec!["session", "text_delta", "tool"];
+        let mut expected = vec!["session", "text_delta", "tool_use", "tool"];
         expected.extend(["text_delta"; 8]);
         expected.push("completed");
         assert_eq!(kinds(&out), expected);
-        let (name, input, output, error) = tool(&out[2]);
+        let id = Some("run_shell_command__run_shell_command_1795318120450_0");
+        let input = json!({"command": "echo hi", "description": "Print hi"});
+        let (messages, _) = split(out.clone());
+        assert_eq!(
+            messages[1..4],
+            [
+                AgentMessage::TextDelta {
+                    content: "I will run a command.".into()
+                },
+                use_of(id, "run_shell_command", input.clone()),
+                tool_of(id, "run_shell_command", input, json!("hi"), None),
+            ]
+        );
+        let (name, input, output, error) = tool(&out[3]);
         assert_eq!(name, "run_shell_command");
         assert_eq!(input["command"], "echo hi");
         assert_eq!(output, &json!("hi"));
@@ -480,7 +469,8 @@ mod tests {
             include_bytes!("../../testdata/gemini/toolfail/stdout.jsonl"),
             include_str!("../../testdata/gemini/toolfail/rc"),
         );
-        let (name, input, output, error) = tool(&out[2]);
+        assert_eq!(kind(&out[2]), "tool_use");
+        let (name, input, output, error) = tool(&out[3]);
         assert_eq!(name, "run_shell_command");
         assert_eq!(input["command"], "echo oops >&2; exit 3");
         assert_eq!(output, &json!("oops"));
@@ -507,11 +497,20 @@ mod tests {
         );
         assert_eq!(
             kinds(&out),
-            ["session", "tool", "tool", "tool", "completed"]
+            [
+                "session",
+                "tool_use",
+                "tool",
+                "tool_use",
+                "tool",
+                "tool_use",
+                "tool",
+                "completed"
+            ]
         );
-        assert_eq!(tool(&out[1]).3, Some("command exited with code 3"));
-        assert_eq!(tool(&out[2]).3, Some("no such file"));
-        assert_eq!(tool(&out[3]).3, None);
+        assert_eq!(tool(&out[2]).3, Some("command exited with code 3"));
+        assert_eq!(tool(&out[4]).3, Some("no such file"));
+        assert_eq!(tool(&out[6]).3, None);
         assert_eq!(exit_code_in("exit code -1"), Some(-1));
         assert_eq!(exit_code_in("exit codes"), None);
     }
@@ -589,6 +588,61 @@ mod tests {
     }
 
     #[test]
+    fn calls_keep_their_ids_order_and_missing_fields() {
+        // Text after a call and before its result, a call without its id
+        // (answered by a result without one), a call that never returns, and
+        // a line of a newer CLI.
+        let future = r#"{"type":"tool_progress","tool_id":"t1","percent":50}"#;
+        let out = run(
+            &[
+                INIT,
+                r#"{"type":"message","role":"assistant","content":"first ","delta":true}"#,
+                r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t1","parameters":{"command":"echo a"}}"#,
+                r#"{"type":"message","role":"assistant","content":"meanwhile","delta":true}"#,
+                r#"{"type":"tool_use","tool_name":"read_file","parameters":{"path":"a"}}"#,
+                r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t3","parameters":{"command":"sleep 99"}}"#,
+                future,
+                r#"{"type":"tool_result","tool_id":"t1","status":"success","output":"a"}"#,
+                r#"{"type":"tool_result","status":"success","output":"file"}"#,
+            ],
+            Some(137),
+            "",
+        );
+        let (messages, error) = split(out);
+        let delta = |c: &str| AgentMessage::TextDelta { content: c.into() };
+        let shell = "run_shell_command";
+        let future: Value = serde_json::from_str(future).unwrap();
+        assert_eq!(
+            messages,
+            [
+                AgentMessage::Session {
+                    session_id: SessionId::new("s1").unwrap(),
+                    model: Some("gemini-2.5-pro".into()),
+                },
+                delta("first "),
+                use_of(Some("t1"), shell, json!({"command": "echo a"})),
+                delta("meanwhile"),
+                use_of(None, "read_file", json!({"path": "a"})),
+                use_of(Some("t3"), shell, json!({"command": "sleep 99"})),
+                warning_of(
+                    "unknown Gemini CLI line type Some(\"tool_progress\"); kept as is",
+                    json!({ "line": future })
+                ),
+                tool_of(
+                    Some("t1"),
+                    shell,
+                    json!({"command": "echo a"}),
+                    json!("a"),
+                    None
+                ),
+                tool_of(None, "read_file", json!({"path": "a"}), json!("file"), None),
+            ],
+            "t3 stays a use alone: no result is made up for it"
+        );
+        assert!(error.is_some());
+    }
+
+    #[test]
     fn hostile_input_does_not_stop_decoding() {
         let mut stdout = Vec::new();
         stdout.extend_from_slice(INIT.as_bytes());
@@ -617,7 +671,7 @@ mod tests {
                 "warning",
                 "text",
                 "warning",
-                "tool",
+                "tool_use",
                 "completed"
             ]
         );
@@ -631,9 +685,15 @@ mod tests {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
-        let (name, _, output, error) = tool(&out[7]);
-        assert_eq!((name, output), ("run_shell_command", &Value::Null));
-        assert_eq!(error, Some(DANGLING_TOOL_ERROR));
+        assert_eq!(
+            out[7].as_ref().unwrap(),
+            &use_of(
+                Some("t9"),
+                "run_shell_command",
+                json!({"command": "sleep 9"})
+            ),
+            "a call without its result stays a use alone"
+        );
         let result = completed(&out);
         assert_eq!(
             result.usage,

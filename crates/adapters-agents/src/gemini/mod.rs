@@ -12,7 +12,7 @@
 mod decode;
 pub mod wire;
 
-pub use decode::{DANGLING_TOOL_ERROR, GeminiDecoder};
+pub use decode::GeminiDecoder;
 
 use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;

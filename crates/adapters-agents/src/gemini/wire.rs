@@ -40,8 +40,9 @@ pub struct MessageLine {
 pub struct ToolUseLine {
     /// Tool name, e.g. `run_shell_command`.
     pub tool_name: String,
-    /// Call id, matched by the `tool_result`.
-    pub tool_id: String,
+    /// Call id, matched by the `tool_result` (kept absent when missing).
+    #[serde(default)]
+    pub tool_id: Option<String>,
     /// Tool input.
     #[serde(default)]
     pub parameters: Value,
@@ -51,7 +52,8 @@ pub struct ToolUseLine {
 #[derive(Debug, Deserialize)]
 pub struct ToolResultLine {
     /// The `tool_use` this answers.
-    pub tool_id: String,
+    #[serde(default)]
+    pub tool_id: Option<String>,
     /// `success` or `error` (`success` even when a shell command exits non-zero).
     #[serde(default)]
     pub status: Option<String>,

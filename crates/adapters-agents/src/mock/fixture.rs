@@ -183,7 +183,13 @@ fn known_event(kind: &str, event: &Value) -> Option<AgentMessage> {
         "agent:text" => AgentMessage::Text {
             content: text("content")?,
         },
+        "agent:tool:use" => AgentMessage::ToolUse {
+            id: text("toolUseId"),
+            name: text("toolName")?,
+            input: event.get("toolInput").cloned().unwrap_or(Value::Null),
+        },
         "agent:tool" => AgentMessage::Tool {
+            id: text("toolUseId"),
             name: text("toolName")?,
             input: event.get("toolInput").cloned().unwrap_or(Value::Null),
             output: event.get("toolOutput").cloned().unwrap_or(Value::Null),

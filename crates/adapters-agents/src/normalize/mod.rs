@@ -19,6 +19,8 @@ pub use repair::{Repair, repair_line};
 
 use application::ports::{AgentMessage, QueryError};
 use domain::SessionId;
+use std::collections::HashSet;
+
 use serde_json::{Value, json};
 
 /// One normalized item: a message, or the error that ends the invocation.
@@ -222,19 +224,90 @@ pub fn announce_session(
     }
 }
 
-/// The error of a tool call that never got its result (the CLI died or was
-/// killed first): such a call is recorded as it is, never dropped.
-pub const DANGLING_TOOL_ERROR: &str = "no result (the agent stopped before the tool returned)";
+/// A tool call an agent announced, waiting for its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingCall {
+    /// The provider's own id of the call (`None` when its line had none).
+    pub id: Option<String>,
+    /// Tool name.
+    pub name: String,
+    /// Full input.
+    pub input: Value,
+}
 
-/// A tool call still waiting for its result when the stream ended.
-pub fn dangling_tool(name: String, input: Value) -> AgentMessage {
-    AgentMessage::Tool {
-        name,
-        input,
-        output: Value::Null,
-        duration_ms: None,
-        error: Some(DANGLING_TOOL_ERROR.to_owned()),
+/// What a tool result found among the calls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The call it answers, now taken from the pending ones.
+    Call(PendingCall),
+    /// A call with this id was already answered.
+    Repeated,
+    /// No call with this id was announced.
+    Unknown,
+}
+
+/// The tool calls of one invocation, shared by every CLI decoder: a call is
+/// emitted as [`AgentMessage::ToolUse`] where the agent made it, with the
+/// provider's own id; its result is paired with it by that id later. A call
+/// that never gets a result is recorded as it is, a use alone: nothing is
+/// made up for it when the stream ends.
+#[derive(Debug, Default)]
+pub struct ToolCalls {
+    /// Calls without a result yet, in call order.
+    pending: Vec<PendingCall>,
+    /// Ids whose results were already paired (a repeated result is a warning).
+    answered: HashSet<String>,
+}
+
+impl ToolCalls {
+    /// Records a call the agent made; returns the message that announces it.
+    pub fn call(&mut self, id: Option<String>, name: String, input: Value) -> AgentMessage {
+        self.pending.push(PendingCall {
+            id: id.clone(),
+            name: name.clone(),
+            input: input.clone(),
+        });
+        AgentMessage::ToolUse { id, name, input }
     }
+
+    /// Whether a call with this id waits for its result.
+    pub fn is_pending(&self, id: Option<&str>) -> bool {
+        self.pending.iter().any(|c| c.id.as_deref() == id)
+    }
+
+    /// Takes the call a result names: the first pending one with this id (a
+    /// result without an id answers the first call that had none).
+    pub fn answer(&mut self, id: Option<&str>) -> Answer {
+        match self.pending.iter().position(|c| c.id.as_deref() == id) {
+            Some(at) => {
+                let call = self.pending.remove(at);
+                if let Some(id) = &call.id {
+                    self.answered.insert(id.clone());
+                }
+                Answer::Call(call)
+            }
+            None if id.is_some_and(|id| self.answered.contains(id)) => Answer::Repeated,
+            None => Answer::Unknown,
+        }
+    }
+
+    /// Calls still without a result (they stay uses alone in the record).
+    pub fn pending(&self) -> &[PendingCall] {
+        &self.pending
+    }
+}
+
+/// The warning for a tool result that answers no pending call; `what`
+/// names the result (`tool_result`, `tool.execution_complete`) and `raw`
+/// is kept whole.
+pub fn unpaired_result(answer: &Answer, what: &str, key: &str, raw: &Value) -> AgentMessage {
+    let why = match answer {
+        Answer::Repeated => format!("a second {what} for the same call id; kept as is"),
+        _ => format!("a {what} for a call that was never announced; kept as is"),
+    };
+    let mut details = serde_json::Map::new();
+    details.insert(key.to_owned(), raw.clone());
+    warning(why, Value::Object(details))
 }
 
 /// How every CLI's stream ends: exactly one outcome after whatever came

@@ -13,6 +13,7 @@ pub(crate) fn kind(d: &Decoded) -> &'static str {
         Ok(AgentMessage::Thinking { .. }) => "thinking",
         Ok(AgentMessage::TextDelta { .. }) => "text_delta",
         Ok(AgentMessage::Text { .. }) => "text",
+        Ok(AgentMessage::ToolUse { .. }) => "tool_use",
         Ok(AgentMessage::Tool { .. }) => "tool",
         Ok(AgentMessage::ToolStarted { .. }) => "tool_started",
         Ok(AgentMessage::ToolFinished { .. }) => "tool_finished",
@@ -56,5 +57,67 @@ pub(crate) fn tool(d: &Decoded) -> (&str, &Value, &Value, Option<&str>) {
             ..
         }) => (name.as_str(), input, output, error.as_deref()),
         other => panic!("expected a tool, got {other:?}"),
+    }
+}
+
+/// The messages of a decoded stream, all of them, and the error that ends
+/// it, if any: tests compare whole sequences, not samples.
+pub(crate) fn split(out: Vec<Decoded>) -> (Vec<AgentMessage>, Option<QueryError>) {
+    let mut messages = Vec::new();
+    let mut error = None;
+    for (i, d) in out.into_iter().enumerate() {
+        match d {
+            Ok(m) => {
+                assert!(error.is_none(), "message {i} after the error: {m:?}");
+                messages.push(m);
+            }
+            Err(e) => {
+                assert!(error.is_none(), "a second error at {i}: {e:?}");
+                error = Some(e);
+            }
+        }
+    }
+    (messages, error)
+}
+
+/// An [`AgentMessage::ToolUse`].
+pub(crate) fn use_of(id: Option<&str>, name: &str, input: Value) -> AgentMessage {
+    AgentMessage::ToolUse {
+        id: id.map(str::to_owned),
+        name: name.to_owned(),
+        input,
+    }
+}
+
+/// An [`AgentMessage::Tool`] without a duration.
+pub(crate) fn tool_of(
+    id: Option<&str>,
+    name: &str,
+    input: Value,
+    output: Value,
+    error: Option<&str>,
+) -> AgentMessage {
+    AgentMessage::Tool {
+        id: id.map(str::to_owned),
+        name: name.to_owned(),
+        input,
+        output,
+        duration_ms: None,
+        error: error.map(str::to_owned),
+    }
+}
+
+/// An [`AgentMessage::Text`].
+pub(crate) fn text_of(content: &str) -> AgentMessage {
+    AgentMessage::Text {
+        content: content.to_owned(),
+    }
+}
+
+/// An [`AgentMessage::Warning`] with its details.
+pub(crate) fn warning_of(message: &str, details: Value) -> AgentMessage {
+    AgentMessage::Warning {
+        message: message.to_owned(),
+        details: Some(details),
     }
 }

@@ -88,8 +88,24 @@ pub enum AgentMessage {
         /// The block.
         content: String,
     },
-    /// A tool the agent ran itself.
+    /// The agent asked for a tool it runs itself (a CLI's `tool_use`),
+    /// recorded where the agent produced it; becomes `agent:tool:use`. Its
+    /// result, if one ever comes, follows as [`AgentMessage::Tool`] with the
+    /// same id. A call that never gets a result stays a use alone.
+    ToolUse {
+        /// The provider's own id of the call (`None` when its line had none).
+        id: Option<String>,
+        /// Tool name.
+        name: String,
+        /// Full input.
+        input: Value,
+    },
+    /// A tool the agent ran itself, with its result; becomes `agent:tool`.
+    /// Follows its [`AgentMessage::ToolUse`] when the provider announced the
+    /// call first; stands alone when the provider reports only the whole call.
     Tool {
+        /// The provider's own id of the call, as in its `ToolUse`.
+        id: Option<String>,
         /// Tool name.
         name: String,
         /// Full input.
