@@ -190,6 +190,10 @@ impl Turn {
                 self.calls.push(call);
                 None
             }
+            ChatEvent::Unknown { what, raw } => Some(AgentMessage::Warning {
+                message: format!("{what}; kept as is"),
+                details: Some(raw),
+            }),
             ChatEvent::End(end) => {
                 self.end = Some(end);
                 None
@@ -259,7 +263,8 @@ impl Conversation {
                             match stream.next().await {
                                 Some(Ok(event)) => {
                                     if let Some(message) = turn.add(event) {
-                                        shown = true;
+                                        // A kept unknown is no model output: a retry stays possible.
+                                        shown |= !matches!(message, AgentMessage::Warning { .. });
                                         yield Ok(message);
                                     }
                                     if turn.end.is_some() {

@@ -11,6 +11,7 @@ use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall,
 use domain::event::Usage;
 use eventsource_stream::Event;
 use futures::Stream;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
@@ -91,7 +92,7 @@ impl MessagesDecoder {
                 .or_insert_with(|| Value::String(event.to_owned()));
         }
         let kind = value["type"].as_str().unwrap_or_default().to_owned();
-        let parsed: StreamEvent = serde_json::from_value(value).map_err(|e| {
+        let parsed = StreamEvent::deserialize(&value).map_err(|e| {
             unreadable(format!(
                 "the stream sent a `{kind}` event that cannot be read ({e}): {}",
                 quote(data)
@@ -108,8 +109,25 @@ impl MessagesDecoder {
             }
             StreamEvent::ContentBlockStart {
                 index,
+                content_block: StartBlock::Other,
+            } => {
+                self.blocks.insert(index, Open::Ignored);
+                out.push(unknown(
+                    "a content block of a type this version does not know",
+                    value,
+                ));
+            }
+            StreamEvent::ContentBlockStart {
+                index,
                 content_block,
             } => self.start_block(index, content_block, &mut out),
+            StreamEvent::ContentBlockDelta {
+                delta: BlockDelta::Other,
+                ..
+            } => out.push(unknown(
+                "a delta of a type this version does not know",
+                value,
+            )),
             StreamEvent::ContentBlockDelta { index, delta } => {
                 self.delta(index, delta, &mut out);
             }
@@ -147,7 +165,10 @@ impl MessagesDecoder {
             StreamEvent::Ping => {}
             StreamEvent::Error { error } => return Err(stream_error(error)),
             StreamEvent::Unknown => {
-                tracing::debug!(kind, "ignoring an unknown Messages stream event");
+                out.push(unknown(
+                    &format!("a Messages stream event `{kind}` this version does not know"),
+                    value,
+                ));
             }
         }
         Ok(out)
@@ -197,10 +218,8 @@ impl MessagesDecoder {
                 json: String::new(),
                 start_input: input,
             },
-            StartBlock::Other => {
-                tracing::debug!(index, "ignoring a content block of an unknown type");
-                Open::Ignored
-            }
+            // Kept by the caller as an unknown.
+            StartBlock::Other => Open::Ignored,
         };
         self.blocks.insert(index, open);
     }
@@ -230,8 +249,8 @@ impl MessagesDecoder {
                     json.push_str(&partial_json);
                 }
             }
-            BlockDelta::CitationsDelta => {}
-            BlockDelta::Other => tracing::debug!(index, "ignoring a delta of an unknown type"),
+            // Citations are not shown; an unknown delta is kept by the caller.
+            BlockDelta::CitationsDelta | BlockDelta::Other => {}
         }
     }
 
@@ -276,6 +295,14 @@ impl MessagesDecoder {
         if let Some(n) = usage.cache_read_input_tokens {
             self.usage.cache_read_input_tokens = Some(n);
         }
+    }
+}
+
+/// Something of a newer API, kept whole for the record.
+fn unknown(what: &str, raw: Value) -> ChatEvent {
+    ChatEvent::Unknown {
+        what: format!("Anthropic: {what}"),
+        raw,
     }
 }
 
@@ -565,6 +592,59 @@ mod tests {
         assert_eq!(end(&events).usage.output_tokens, 30);
     }
 
+    #[tokio::test]
+    async fn unknown_blocks_and_deltas_are_kept_in_place_and_a_call_without_id_is_a_call() {
+        let server_tool =
+            json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"});
+        let odd_delta = json!({"type": "hologram_delta", "beam": 1});
+        let events = ok(run(&sse(&[
+            message_start(),
+            block_start(0, json!({"type": "thinking", "thinking": "plan"})),
+            block_stop(0),
+            block_start(1, json!({"type": "text", "text": "Looking."})),
+            delta(1, odd_delta.clone()),
+            block_stop(1),
+            block_start(2, server_tool.clone()),
+            block_stop(2),
+            block_start(
+                3,
+                json!({"type": "tool_use", "name": "shell", "input": {"command": "ls"}}),
+            ),
+            block_stop(3),
+            message_stop(),
+        ]))
+        .await);
+        let framed = |kind: &str, index: u64, field: &str, inner: &Value| {
+            let mut v = json!({"type": kind, "index": index});
+            v[field] = inner.clone();
+            v
+        };
+        assert_eq!(
+            events[..events.len() - 1],
+            [
+                ChatEvent::ThinkingDelta("plan".into()),
+                ChatEvent::ThinkingDone {
+                    text: "plan".into(),
+                    signature: None
+                },
+                ChatEvent::TextDelta("Looking.".into()),
+                ChatEvent::Unknown {
+                    what: "Anthropic: a delta of a type this version does not know".into(),
+                    raw: framed("content_block_delta", 1, "delta", &odd_delta),
+                },
+                ChatEvent::Unknown {
+                    what: "Anthropic: a content block of a type this version does not know".into(),
+                    raw: framed("content_block_start", 2, "content_block", &server_tool),
+                },
+                ChatEvent::ToolCall(ToolCall {
+                    id: String::new(),
+                    name: "shell".into(),
+                    input: json!({"command": "ls"}),
+                }),
+            ]
+        );
+    }
+
     /// A turn in the shape Claude Code received it (from the reference
     /// captures), framed as the API sends it.
     #[tokio::test]
@@ -762,14 +842,17 @@ mod tests {
     }
 
     #[test]
-    fn the_event_name_stands_in_for_a_missing_type_and_unknowns_are_skipped() {
+    fn the_event_name_stands_in_for_a_missing_type_and_unknowns_are_kept() {
         let mut decoder = MessagesDecoder::new();
         assert_eq!(decoder.on_event("ping", "{}").unwrap(), []);
         assert_eq!(
             decoder
-                .on_event("brand_new_event", r#"{"type": "brand_new_event"}"#)
+                .on_event("brand_new_event", r#"{"x": 1}"#)
                 .unwrap(),
-            []
+            [ChatEvent::Unknown {
+                what: "Anthropic: a Messages stream event `brand_new_event` this version does not know".into(),
+                raw: json!({"type": "brand_new_event", "x": 1}),
+            }]
         );
         assert_eq!(decoder.on_event("message", "").unwrap(), []);
         let events = decoder.on_event("message_stop", "{}").unwrap();

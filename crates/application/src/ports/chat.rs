@@ -126,6 +126,14 @@ pub enum ChatEvent {
     },
     /// A tool call, complete.
     ToolCall(ToolCall),
+    /// Something the adapter does not know (an event, block or delta type
+    /// of a newer API), kept whole so the record loses nothing.
+    Unknown {
+        /// What it is, for the record's warning.
+        what: String,
+        /// The raw data.
+        raw: Value,
+    },
     /// The turn is over.
     End(TurnEnd),
 }
