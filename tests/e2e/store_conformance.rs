@@ -62,6 +62,7 @@ fn event(run: RunId, offset: u64, kind: EventKind) -> RuntimeEvent {
         node_id: None,
         node_run_id: None,
         kind,
+        extra: Default::default(),
     }
 }
 

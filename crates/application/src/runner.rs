@@ -1428,6 +1428,7 @@ impl Execution<'_> {
             node_id,
             node_run_id,
             kind,
+            extra: Default::default(),
         };
         self.runner
             .store
@@ -1807,6 +1808,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
                     iteration: draft.iteration,
                     timestamp: draft.timestamp,
                     payload: draft.payload,
+                    extra: Default::default(),
                 })
             });
             t.expect_dropped().returning(move || drops);
