@@ -56,7 +56,11 @@ fn finished_run(awr: &Awr) -> String {
 }
 
 fn assert_exit(out: &Output, code: i32, needle: &str) {
-    assert_eq!(out.code, code, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code, code,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
     assert!(
         out.stderr.contains(needle),
         "stderr lacks `{needle}`:\n{}",
@@ -105,7 +109,8 @@ fn snapshots_of_older_and_newer_writers_are_read_and_kept() {
     let s: Value = serde_json::from_str(&older.stdout).unwrap();
     assert_eq!(s["status"], "completed", "the stale snapshot is caught up");
     assert_eq!(s["lastOffset"], 6);
-    assert_eq!(s["workflow"]["name"], "older-writer");
+    assert_eq!(s["nodeStatus"]["a"], "done");
+    assert_eq!(s["agentSessions"]["a"], "s-1");
 
     let newer = awr.run(&["show", NEWER, "--json"]);
     assert_eq!(newer.code, 0, "{}", newer.stderr);
@@ -130,7 +135,11 @@ fn transcripts_of_older_and_newer_writers_are_read_and_shown_whole() {
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(json_lines(&newer), written, "every field of every line is kept");
+    assert_eq!(
+        json_lines(&newer),
+        written,
+        "every field of every line is kept"
+    );
     let human = awr.run(&["transcript", NEWER]);
     assert_eq!(human.code, 0, "{}", human.stderr);
     assert!(human.stdout.contains("message.system"), "{}", human.stdout);
@@ -150,7 +159,12 @@ fn a_bad_event_line_is_reported_with_its_line_and_the_rest_is_shown() {
 
     let events = awr.run(&["events", &run, "--json"]);
     assert_exit(&events, 2, "events.ndjson line 3");
-    assert_eq!(events.stdout.lines().count(), total - 1, "{}", events.stdout);
+    assert_eq!(
+        events.stdout.lines().count(),
+        total - 1,
+        "{}",
+        events.stdout
+    );
 
     let show = awr.run(&["show", &run]);
     assert_exit(&show, 2, "events.ndjson line 3");
@@ -161,7 +175,10 @@ fn a_bad_event_line_is_reported_with_its_line_and_the_rest_is_shown() {
 fn a_bad_transcript_line_is_reported_with_its_line_and_the_rest_is_shown() {
     let awr = Awr::new();
     let run = finished_run(&awr);
-    let path = awr.storage().join("transcripts").join(format!("{run}.jsonl"));
+    let path = awr
+        .storage()
+        .join("transcripts")
+        .join(format!("{run}.jsonl"));
     let mut lines = lines_of(&path);
     let total = lines.len();
     lines[1] = "{\"seq\": \"two\"}".into();
@@ -202,7 +219,10 @@ fn duplicate_missing_or_out_of_order_offsets_are_corruption() {
 fn duplicate_or_out_of_order_seq_in_a_transcript_is_corruption() {
     let awr = Awr::new();
     let run = finished_run(&awr);
-    let path = awr.storage().join("transcripts").join(format!("{run}.jsonl"));
+    let path = awr
+        .storage()
+        .join("transcripts")
+        .join(format!("{run}.jsonl"));
     let mut lines = lines_of(&path);
     lines.insert(2, lines[1].clone());
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
@@ -294,7 +314,10 @@ fn show_of_a_failed_run_names_the_node_and_its_error() {
         .lines()
         .find(|l| l.starts_with("error"))
         .unwrap_or_else(|| panic!("no error line:\n{}", show.stdout));
-    assert!(error.contains("a") && error.contains("slow down"), "{error}");
+    assert!(
+        error.contains("a") && error.contains("slow down"),
+        "{error}"
+    );
     let json = awr.run(&["show", &run, "--json"]);
     let s: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(s["failure"]["node"], "a", "{s}");
@@ -324,7 +347,11 @@ fn read_only_commands_on_a_missing_storage_exit_2_and_create_nothing() {
     ] {
         let out = awr.run(&args);
         assert_exit(&out, 2, "storage");
-        assert!(!awr.storage().exists(), "`awr {}` created it", args.join(" "));
+        assert!(
+            !awr.storage().exists(),
+            "`awr {}` created it",
+            args.join(" ")
+        );
     }
 }
 
@@ -373,7 +400,9 @@ fn run_files_that_are_not_regular_files_are_errors_not_hangs() {
         let awr = Awr::new();
         let run = finished_run(&awr);
         let path = if file == "transcript" {
-            awr.storage().join("transcripts").join(format!("{run}.jsonl"))
+            awr.storage()
+                .join("transcripts")
+                .join(format!("{run}.jsonl"))
         } else {
             awr.run_dir(&run).join(file)
         };

@@ -216,7 +216,10 @@ const BLOCK_FIELDS: [(&str, &[&str]); 6] = [
         "tool_use",
         &["type", "tool_name", "tool_id", "tool_input", "fidelity"],
     ),
-    ("tool_result", &["type", "tool_id", "tool_content", "fidelity"]),
+    (
+        "tool_result",
+        &["type", "tool_id", "tool_content", "fidelity"],
+    ),
     ("command", &["type", "command", "exit_code", "fidelity"]),
     ("stream", &["type", "chunk", "fidelity"]),
 ];

@@ -86,9 +86,7 @@ impl FileReadError {
 pub fn open_regular_with(mut options: OpenOptions, path: &Path) -> Result<File, FileReadError> {
     let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
     options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
-    let file = options
-        .open(path)
-        .map_err(|e| FileReadError::io(path, e))?;
+    let file = options.open(path).map_err(|e| FileReadError::io(path, e))?;
     let kind = file
         .metadata()
         .map_err(|e| FileReadError::io(path, e))?
@@ -129,7 +127,10 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
         path: path.to_path_buf(),
         limit,
     };
-    let len = file.metadata().map_err(|e| FileReadError::io(path, e))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| FileReadError::io(path, e))?
+        .len();
     if len > limit {
         return Err(too_big());
     }

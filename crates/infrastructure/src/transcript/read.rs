@@ -13,7 +13,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use application::ports::TranscriptError;
-use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -35,8 +34,7 @@ pub struct TranscriptLines {
     pub events: Vec<ExchangeEvent>,
     /// One message per bad line, naming the file and line number: not JSON,
     /// not a transcript line, a `seq` that repeats or goes back (the line is
-    /// left out) or skips ahead (the line is kept), a line of another run,
-    /// a line over [`MAX_RECORD_LINE`].
+    /// left out) or skips ahead (the line is kept), a line over [`MAX_RECORD_LINE`].
     pub problems: Vec<String>,
 }
 
@@ -84,7 +82,10 @@ pub fn read_transcript_lines(path: impl AsRef<Path>) -> Result<TranscriptLines, 
         }
         if line.last() != Some(&b'\n') {
             if line.len() as u64 > MAX_RECORD_LINE {
-                checker.problem(number, format!("longer than the limit of {MAX_RECORD_LINE} bytes"));
+                checker.problem(
+                    number,
+                    format!("longer than the limit of {MAX_RECORD_LINE} bytes"),
+                );
                 skip_rest_of_line(&mut reader, path)?;
                 continue;
             }
@@ -113,14 +114,12 @@ fn skip_rest_of_line(reader: &mut impl BufRead, path: &Path) -> Result<(), Trans
     }
 }
 
-/// Checks lines one by one: shape, `seq` series and run.
+/// Checks lines one by one: shape and `seq` series.
 struct LineChecker<'a> {
     path: &'a Path,
     read: TranscriptLines,
     /// The `seq` the next line should have.
     next_seq: u64,
-    /// The run of the file (from its first good line).
-    run: Option<RunId>,
     /// A complete line that is not JSON: a crash's remains if nothing
     /// follows it, corruption otherwise.
     pending_torn: Option<(usize, String)>,
@@ -133,7 +132,6 @@ impl<'a> LineChecker<'a> {
             path,
             read: TranscriptLines::default(),
             next_seq: 1,
-            run: None,
             pending_torn: None,
             unknown: 0,
         }
@@ -160,13 +158,6 @@ impl<'a> LineChecker<'a> {
             }
             Err(e) => return self.problem(number, e),
         };
-        let run = *self.run.get_or_insert(event.run_id);
-        if event.run_id != run {
-            return self.problem(
-                number,
-                format!("a line of run {}, in the file of run {run}", event.run_id),
-            );
-        }
         if event.seq < self.next_seq {
             return self.problem(
                 number,
@@ -255,8 +246,7 @@ pub(super) fn scan_tail(file: &File, path: &Path) -> Result<Tail, TranscriptErro
                 });
             }
             Err(_)
-                if !tolerated_bad_line
-                    && serde_json::from_slice::<IgnoredAny>(&line).is_err() =>
+                if !tolerated_bad_line && serde_json::from_slice::<IgnoredAny>(&line).is_err() =>
             {
                 end = start;
                 tolerated_bad_line = true;
@@ -410,7 +400,11 @@ mod tests {
         let dup = lines_of(&format!("{}{}{}{}", line(1), line(2), line(2), line(3)));
         assert_eq!(dup.events.len(), 3);
         assert_eq!(dup.problems.len(), 1);
-        assert!(dup.problems[0].contains(":3: seq 2 repeats"), "{:?}", dup.problems);
+        assert!(
+            dup.problems[0].contains(":3: seq 2 repeats"),
+            "{:?}",
+            dup.problems
+        );
         let swapped = lines_of(&format!("{}{}{}", line(1), line(3), line(2)));
         assert_eq!(swapped.problems.len(), 2, "{:?}", swapped.problems);
         let gap = lines_of(&format!("{}{}", line(1), line(3)));

@@ -470,7 +470,10 @@ impl ReadPlan {
                 return Err(corrupt(
                     paths,
                     line_no,
-                    format!("holds offset {} where offset {line_no} belongs", event.offset),
+                    format!(
+                        "holds offset {} where offset {line_no} belongs",
+                        event.offset
+                    ),
                 ));
             }
             if event.run_id != paths.run_id {

@@ -43,8 +43,8 @@ use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent};
 use tokio::sync::Notify;
 
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
-use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 use super::{LogSource, follow_log};
+use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 
 /// Mode of every directory the store creates.
 const DIR_MODE: u32 = 0o700;
