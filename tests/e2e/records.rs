@@ -191,7 +191,8 @@ fn a_bad_transcript_line_is_reported_with_its_line_and_the_rest_is_shown() {
 
 #[test]
 fn duplicate_missing_or_out_of_order_offsets_are_corruption() {
-    let edits: [(&str, fn(&mut Vec<String>)); 3] = [
+    type Edit = fn(&mut Vec<String>);
+    let edits: [(&str, Edit); 3] = [
         ("duplicate", |l| l.insert(3, l[2].clone())),
         ("missing", |l| {
             l.remove(2);

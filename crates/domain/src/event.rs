@@ -627,7 +627,7 @@ mod keys {
         };
     }
 
-    impl<'a> ser::Serializer for &'a mut Keys {
+    impl ser::Serializer for &mut Keys {
         type Ok = ();
         type Error = NotAStruct;
         type SerializeSeq = No;
