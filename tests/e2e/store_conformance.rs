@@ -62,6 +62,7 @@ fn event(run: RunId, offset: u64, kind: EventKind) -> RuntimeEvent {
         node_id: None,
         node_run_id: None,
         kind,
+        extra: Default::default(),
     }
 }
 
@@ -563,17 +564,17 @@ mod file_store {
 
         let result = store.read(run, 0, 10).await;
         match result {
-            Err(StoreError::Corrupt(message)) => {
-                assert!(message.contains("events.ndjson line 3"), "{message}");
+            Err(StoreError::BadEvent { offset: 3, detail }) => {
+                assert!(detail.contains("events.ndjson line 3"), "{detail}");
             }
-            other => panic!("expected Corrupt, got {other:?}"),
+            other => panic!("expected BadEvent at offset 3, got {other:?}"),
         }
         assert_eq!(offsets(&store.read(run, 3, 10).await.unwrap()), vec![4, 5]);
         assert_eq!(offsets(&store.read(run, 0, 2).await.unwrap()), vec![1, 2]);
         let mut stream = store.follow(run, 0).await.unwrap();
         let first = tokio::time::timeout(PATIENCE, stream.next()).await.unwrap();
         assert!(
-            matches!(first, Some(Err(StoreError::Corrupt(_)))),
+            matches!(first, Some(Err(StoreError::BadEvent { offset: 3, .. }))),
             "{first:?}"
         );
     }

@@ -1,11 +1,19 @@
-//! Reading a run's current state, whatever a crash left behind.
+//! Reading a run's current state, whatever a crash left behind, and never a
+//! state its log contradicts.
 //!
 //! The snapshot on disk may lag the log (a crash between an event and the
 //! next checkpoint) or be unreadable; since `fold(events) = snapshot`, the
 //! current state is the saved snapshot brought up to date with the events
 //! after its `lastOffset`, or the fold of all events (design §4.2).
+//!
+//! A snapshot is only used when the log agrees with it: it names this run,
+//! its `lastOffset` is within the log, and the event at that offset is the
+//! one it reflects (same timestamp; a terminal event for a terminal status).
+//! Every event folded must be the next offset of this run. Anything else is
+//! [`StoreError::Corrupt`] or [`StoreError::BadEvent`]: reported, never
+//! papered over, because a status the log contradicts is worse than none.
 
-use domain::{RunId, RunSnapshot};
+use domain::{EventKind, RunId, RunSnapshot, RunStatus, RuntimeEvent};
 
 use crate::ports::{RunStore, StoreError};
 
@@ -25,17 +33,96 @@ pub async fn current_snapshot(
         }
         Err(e) => return Err(e),
     };
-    let mut snapshot = saved.unwrap_or_else(|| RunSnapshot::new(run_id));
+    let mut snapshot = match saved {
+        Some(saved) => {
+            check_saved(store, run_id, &saved).await?;
+            saved
+        }
+        None => RunSnapshot::new(run_id),
+    };
     loop {
         let events = store.read(run_id, snapshot.last_offset, BATCH).await?;
-        for event in &events {
-            snapshot.apply(event);
-        }
-        if events.len() < BATCH {
+        if events.is_empty() {
             break;
+        }
+        for event in &events {
+            check_next(run_id, snapshot.last_offset, event)?;
+            snapshot.apply(event);
         }
     }
     Ok(snapshot)
+}
+
+/// Whether the log agrees with a saved snapshot (see the module docs).
+async fn check_saved(
+    store: &dyn RunStore,
+    run_id: RunId,
+    saved: &RunSnapshot,
+) -> Result<(), StoreError> {
+    if saved.run_id != run_id {
+        return Err(StoreError::Corrupt(format!(
+            "the snapshot of run {run_id} is the snapshot of run {}",
+            saved.run_id
+        )));
+    }
+    if saved.last_offset == 0 {
+        return Ok(());
+    }
+    let last = store.last_offset(run_id).await?;
+    if saved.last_offset > last {
+        return Err(StoreError::Corrupt(format!(
+            "run {run_id}: the snapshot reflects events up to offset {} (lastOffset) but the log ends at offset {last}: the log was truncated or replaced",
+            saved.last_offset
+        )));
+    }
+    let at = store.read(run_id, saved.last_offset - 1, 1).await?;
+    let Some(event) = at.first() else {
+        return Err(StoreError::Corrupt(format!(
+            "run {run_id}: no event at the snapshot's lastOffset {}",
+            saved.last_offset
+        )));
+    };
+    check_next(run_id, saved.last_offset - 1, event)?;
+    let status_agrees = match &event.kind {
+        EventKind::FlowCompleted { .. } => saved.status == RunStatus::Completed,
+        EventKind::FlowFailed { .. } => saved.status == RunStatus::Failed,
+        EventKind::FlowCancelled { .. } => saved.status == RunStatus::Cancelled,
+        _ => !saved.status.is_terminal(),
+    };
+    let time_agrees = saved.updated_at.is_none_or(|t| t == event.timestamp);
+    if !status_agrees || !time_agrees {
+        return Err(StoreError::Corrupt(format!(
+            "run {run_id}: the snapshot (status {}, lastOffset {}) does not match the log's `{}` event at that offset",
+            saved.status.as_str(),
+            saved.last_offset,
+            event.kind.type_name()
+        )));
+    }
+    Ok(())
+}
+
+/// An event folded after offset `last` must be offset `last + 1` of this run.
+fn check_next(run_id: RunId, last: u64, event: &RuntimeEvent) -> Result<(), StoreError> {
+    let expected = last + 1;
+    if event.run_id != run_id {
+        return Err(StoreError::BadEvent {
+            offset: expected,
+            detail: format!(
+                "run {run_id}: the event at offset {expected} belongs to run {}",
+                event.run_id
+            ),
+        });
+    }
+    if event.offset.get() != expected {
+        return Err(StoreError::BadEvent {
+            offset: expected,
+            detail: format!(
+                "run {run_id}: offset {} found where offset {expected} belongs",
+                event.offset
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -43,7 +130,7 @@ pub async fn current_snapshot(
 mod tests {
     use super::*;
     use crate::ports::MockRunStore;
-    use domain::{EventKind, Offset, RuntimeEvent, Timestamp};
+    use domain::{Offset, Timestamp};
     use mockall::predicate::eq;
 
     fn run_id() -> RunId {
@@ -62,21 +149,40 @@ mod tests {
                 message: "w".into(),
                 details: None,
             },
+            extra: Default::default(),
         }
+    }
+
+    /// A store holding `log` and, maybe, a saved snapshot.
+    fn store_of(log: Vec<RuntimeEvent>, saved: Option<RunSnapshot>) -> MockRunStore {
+        let mut store = MockRunStore::new();
+        store
+            .expect_load_snapshot()
+            .returning(move |_| Ok(saved.clone()));
+        let last = log.len() as u64;
+        store.expect_last_offset().returning(move |_| Ok(last));
+        store.expect_read().returning(move |_, after, limit| {
+            Ok(log
+                .iter()
+                .skip(after as usize)
+                .take(limit)
+                .cloned()
+                .collect())
+        });
+        store
+    }
+
+    fn log(n: u64) -> Vec<RuntimeEvent> {
+        (1..=n).map(warning).collect()
+    }
+
+    fn saved_at(offset: u64) -> RunSnapshot {
+        RunSnapshot::fold(&log(offset)).unwrap()
     }
 
     #[tokio::test]
     async fn a_stale_snapshot_is_caught_up_from_its_last_offset() {
-        let mut store = MockRunStore::new();
-        let mut stale = RunSnapshot::new(run_id());
-        stale.last_offset = 2;
-        store
-            .expect_load_snapshot()
-            .returning(move |_| Ok(Some(stale.clone())));
-        store
-            .expect_read()
-            .with(eq(run_id()), eq(2), eq(BATCH))
-            .returning(|_, _, _| Ok(vec![warning(3), warning(4)]));
+        let store = store_of(log(4), Some(saved_at(2)));
         let current = current_snapshot(&store, run_id()).await.unwrap();
         assert_eq!(current.last_offset, 4);
     }
@@ -91,7 +197,55 @@ mod tests {
             .expect_read()
             .with(eq(run_id()), eq(0), eq(BATCH))
             .returning(|_, _, _| Ok(vec![warning(1)]));
+        store
+            .expect_read()
+            .with(eq(run_id()), eq(1), eq(BATCH))
+            .returning(|_, _, _| Ok(vec![]));
         let current = current_snapshot(&store, run_id()).await.unwrap();
         assert_eq!(current.last_offset, 1);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_the_log_contradicts_is_corruption() {
+        let other: RunId = "7c9e6679-7425-40de-944b-e07fc1f90ae7".parse().unwrap();
+        let mut foreign = saved_at(2);
+        foreign.run_id = other;
+        let mut wrong_status = saved_at(2);
+        wrong_status.status = RunStatus::Completed;
+        let mut wrong_time = saved_at(2);
+        wrong_time.updated_at = Some(Timestamp::from_millis(99));
+        for (what, saved, needle) in [
+            ("foreign", foreign, "snapshot of run 7c9e6679"),
+            ("beyond the log", saved_at(5), "lastOffset"),
+            ("wrong status", wrong_status, "does not match"),
+            ("wrong time", wrong_time, "does not match"),
+        ] {
+            let store = store_of(log(3), Some(saved));
+            let err = current_snapshot(&store, run_id()).await.unwrap_err();
+            assert!(matches!(err, StoreError::Corrupt(_)), "{what}: {err}");
+            assert!(err.to_string().contains(needle), "{what}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn events_out_of_order_or_of_another_run_are_corruption() {
+        let mut shuffled = log(4);
+        shuffled.swap(1, 2);
+        let mut foreign = log(3);
+        foreign[1].run_id = "7c9e6679-7425-40de-944b-e07fc1f90ae7".parse().unwrap();
+        let mut repeated = log(3);
+        repeated.insert(2, warning(2));
+        for (what, events) in [
+            ("shuffled", shuffled),
+            ("foreign", foreign),
+            ("repeated", repeated),
+        ] {
+            let store = store_of(events, None);
+            let err = current_snapshot(&store, run_id()).await.unwrap_err();
+            assert!(
+                matches!(err, StoreError::BadEvent { offset: 2 | 3, .. }),
+                "{what}: {err}"
+            );
+        }
     }
 }

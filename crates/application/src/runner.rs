@@ -1475,6 +1475,7 @@ impl Execution<'_> {
             node_id,
             node_run_id,
             kind,
+            extra: Default::default(),
         };
         self.runner
             .store
@@ -1854,6 +1855,7 @@ steps: [{agent: a}, {agent: b}, {agent: c}]
                     iteration: draft.iteration,
                     timestamp: draft.timestamp,
                     payload: draft.payload,
+                    extra: Default::default(),
                 })
             });
             t.expect_dropped().returning(move || drops);

@@ -28,6 +28,14 @@ pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
         .map_err(|e| Failure::Run(anyhow::anyhow!("storage {}: {e}", storage.display())))
 }
 
+/// The file store over the existing directory `storage`, for commands that
+/// only read: it creates nothing, and a missing storage is bad input (exit 2).
+pub fn read_store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
+    FileRunStore::open_existing(storage)
+        .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+}
+
 /// Providers for a workflow loaded from `workflow_dir`: mock fixtures are
 /// under `fixtures/<workflow name>/` there unless an agent says otherwise.
 /// HTTP agents run their tools in awr's working directory (or their

@@ -3,8 +3,17 @@
 //! The envelope (`id`, `offset`, `timestamp`, `type`, `runId`, `nodeId`,
 //! `nodeRunId`) is shared; the rest depends on `type`. Names follow seed 001
 //! (`flow:*`, `node:*`, `agent:*`, ...), fields are camelCase. A reader keeps
-//! types it does not know as [`EventKind::Unknown`] with the whole raw line, so
-//! a log written by a newer awr never makes an older one fail.
+//! types it does not know as [`EventKind::Unknown`] with the whole raw line, and
+//! fields it does not know of a known type in [`RuntimeEvent::extra`], so a log
+//! written by a newer awr never makes an older one fail or lose data.
+//!
+//! What a line must have (design §3, seed 001): the envelope (`id`, `offset`,
+//! `timestamp`, `type`, `runId`); for the `agent:*` types the fields seed 001
+//! requires; for the other types only the ids that say what the event is
+//! about (`edgeId`, `from`, `to`, `callId`, `toolName`, `childRunId`,
+//! `snapshotOffset`, `status`). Every other field, awr's own additions
+//! included, is optional on read and reads as empty (null, 0, "", []) when
+//! an older writer left it out.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -34,6 +43,11 @@ pub struct RuntimeEvent {
     /// `type` and the fields that go with it.
     #[serde(flatten)]
     pub kind: EventKind,
+    /// Fields of a known `type` that this version does not know (a newer
+    /// writer's), kept so they are shown and written back unchanged.
+    /// Always empty for events this version writes.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Token counts of one agent invocation (seed 001 `agent:complete.usage`).
@@ -66,8 +80,10 @@ pub struct ModelUsage {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkflowRef {
     /// `name:` of the workflow file.
+    #[serde(default)]
     pub name: String,
     /// `sha256:<hex>` of the file's bytes.
+    #[serde(default)]
     pub hash: String,
 }
 
@@ -89,12 +105,16 @@ pub enum EventKind {
     /// The run began; lists its nodes and edges so the snapshot can be folded from events alone.
     #[serde(rename = "flow:started", rename_all = "camelCase")]
     FlowStarted {
+        #[serde(default)]
         workflow: WorkflowRef,
+        #[serde(default)]
         input: Value,
         /// The run that called this one (`call_workflow`), for a child run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_run_id: Option<RunId>,
+        #[serde(default)]
         nodes: Vec<NodeId>,
+        #[serde(default)]
         edges: Vec<String>,
     },
     /// The run stopped at a safe point and may be resumed.
@@ -111,13 +131,20 @@ pub enum EventKind {
     },
     /// Terminal: every reachable node finished.
     #[serde(rename = "flow:completed", rename_all = "camelCase")]
-    FlowCompleted { output: Value, duration_ms: u64 },
+    FlowCompleted {
+        #[serde(default)]
+        output: Value,
+        #[serde(default)]
+        duration_ms: u64,
+    },
     /// Terminal: a node failed and its policy stopped the run, or the runtime failed.
     #[serde(rename = "flow:failed", rename_all = "camelCase")]
     FlowFailed {
+        #[serde(default)]
         error: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failed_node: Option<NodeId>,
+        #[serde(default)]
         duration_ms: u64,
     },
     /// Terminal: a user cancelled the run.
@@ -128,16 +155,30 @@ pub enum EventKind {
     },
     /// A node execution began, with the input its agent receives.
     #[serde(rename = "node:started", rename_all = "camelCase")]
-    NodeStarted { input: Value },
+    NodeStarted {
+        #[serde(default)]
+        input: Value,
+    },
     /// A node execution succeeded; `output` is `{data, metadata}`.
     #[serde(rename = "node:completed", rename_all = "camelCase")]
-    NodeCompleted { output: Value },
+    NodeCompleted {
+        #[serde(default)]
+        output: Value,
+    },
     /// A node execution failed; `continued` says the policy let the run go on.
     #[serde(rename = "node:failed", rename_all = "camelCase")]
-    NodeFailed { error: String, continued: bool },
+    NodeFailed {
+        #[serde(default)]
+        error: String,
+        #[serde(default)]
+        continued: bool,
+    },
     /// A node will not run in this pass (no incoming edge fired).
     #[serde(rename = "node:skipped", rename_all = "camelCase")]
-    NodeSkipped { reason: String },
+    NodeSkipped {
+        #[serde(default)]
+        reason: String,
+    },
     /// An edge passed its condition. A loop edge also names what it resets.
     #[serde(rename = "edge:fired", rename_all = "camelCase")]
     EdgeFired {
@@ -157,6 +198,7 @@ pub enum EventKind {
         edge_id: String,
         from: NodeId,
         to: NodeId,
+        #[serde(default)]
         reason: String,
     },
     /// An agent invocation began; its session id is known.
@@ -246,6 +288,7 @@ pub enum EventKind {
     ToolStarted {
         call_id: String,
         tool_name: String,
+        #[serde(default)]
         tool_input: Value,
     },
     /// A runtime-executed tool returned.
@@ -253,7 +296,9 @@ pub enum EventKind {
     ToolCompleted {
         call_id: String,
         tool_name: String,
+        #[serde(default)]
         tool_output: Value,
+        #[serde(default)]
         duration_ms: u64,
     },
     /// A runtime-executed tool failed; the error goes back to the model.
@@ -261,13 +306,17 @@ pub enum EventKind {
     ToolFailed {
         call_id: String,
         tool_name: String,
+        #[serde(default)]
         error: String,
+        #[serde(default)]
         duration_ms: u64,
     },
     /// A command arrived; rejected ones are recorded too, with the raw payload.
     #[serde(rename = "command:received", rename_all = "camelCase")]
     CommandReceived {
+        #[serde(default)]
         command: Value,
+        #[serde(default)]
         accepted: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
@@ -278,14 +327,19 @@ pub enum EventKind {
     /// A run budget (tokens, cost, turns, deadline) ran out.
     #[serde(rename = "budget:exceeded", rename_all = "camelCase")]
     BudgetExceeded {
+        #[serde(default)]
         budget: String,
+        #[serde(default)]
         limit: f64,
+        #[serde(default)]
         used: f64,
     },
     /// A provider rate-limited a call; the runtime waits and retries.
     #[serde(rename = "rate:limited", rename_all = "camelCase")]
     RateLimited {
+        #[serde(default)]
         provider: String,
+        #[serde(default)]
         attempt: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_ms: Option<u64>,
@@ -293,6 +347,7 @@ pub enum EventKind {
     /// Something worth knowing that is not an error (a dropped subscriber, a repaired line).
     #[serde(rename = "warning", rename_all = "camelCase")]
     Warning {
+        #[serde(default)]
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
@@ -301,6 +356,7 @@ pub enum EventKind {
     #[serde(rename = "subflow:started", rename_all = "camelCase")]
     SubflowStarted {
         child_run_id: RunId,
+        #[serde(default)]
         workflow: String,
     },
     /// A child run ended.
@@ -312,6 +368,7 @@ pub enum EventKind {
     /// The runtime itself failed (storage, bug); the run is marked failed.
     #[serde(rename = "system:error", rename_all = "camelCase")]
     SystemError {
+        #[serde(default)]
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
@@ -469,17 +526,30 @@ impl RuntimeEvent {
                 });
             }
         };
-        let kind = if KNOWN_TYPES.contains(&type_name.as_str()) {
-            serde_json::from_value(Value::Object(map)).map_err(|e| EventParseError::Body {
+        let (kind, extra) = if KNOWN_TYPES.contains(&type_name.as_str()) {
+            // Deserialized from a borrow, so the map is not copied.
+            let value = Value::Object(map);
+            let kind = EventKind::deserialize(&value).map_err(|e| EventParseError::Body {
                 type_name,
                 message: e.to_string(),
-            })?
+            })?;
+            let mut map = match value {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            };
+            // Whatever the kind did not take is a newer writer's field: keep it.
+            let mut taken = keys::Keys::default();
+            if kind.serialize(&mut taken).is_ok() {
+                map.retain(|k, _| !taken.0.contains(&k.as_str()));
+            }
+            (kind, map)
         } else {
             map.remove("type");
-            EventKind::Unknown {
+            let kind = EventKind::Unknown {
                 type_name,
                 raw: map,
-            }
+            };
+            (kind, Map::new())
         };
         Ok(RuntimeEvent {
             id,
@@ -489,6 +559,7 @@ impl RuntimeEvent {
             node_id,
             node_run_id,
             kind,
+            extra,
         })
     }
 
@@ -537,6 +608,125 @@ impl<'de> Deserialize<'de> for RuntimeEvent {
     }
 }
 
+/// Which top-level fields a known kind serializes, without touching their
+/// values (an output may be megabytes): a serializer that records the field
+/// names of one struct and refuses everything else.
+mod keys {
+    use serde::ser::{self, Impossible, Serialize};
+
+    /// The names seen, in order (the `type` tag first).
+    #[derive(Default)]
+    pub(super) struct Keys(pub Vec<&'static str>);
+
+    #[derive(Debug)]
+    pub(super) struct NotAStruct;
+
+    impl std::fmt::Display for NotAStruct {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not a struct")
+        }
+    }
+
+    impl std::error::Error for NotAStruct {}
+
+    impl ser::Error for NotAStruct {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            NotAStruct
+        }
+    }
+
+    type No = Impossible<(), NotAStruct>;
+
+    macro_rules! refuse {
+        ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
+            $(fn $name(self, $(_: $arg),*) -> Result<$ret, NotAStruct> { Err(NotAStruct) })*
+        };
+    }
+
+    impl ser::Serializer for &mut Keys {
+        type Ok = ();
+        type Error = NotAStruct;
+        type SerializeSeq = No;
+        type SerializeTuple = No;
+        type SerializeTupleStruct = No;
+        type SerializeTupleVariant = No;
+        type SerializeMap = No;
+        type SerializeStruct = Self;
+        type SerializeStructVariant = No;
+
+        refuse! {
+            serialize_bool(bool) -> ();
+            serialize_i8(i8) -> ();
+            serialize_i16(i16) -> ();
+            serialize_i32(i32) -> ();
+            serialize_i64(i64) -> ();
+            serialize_u8(u8) -> ();
+            serialize_u16(u16) -> ();
+            serialize_u32(u32) -> ();
+            serialize_u64(u64) -> ();
+            serialize_f32(f32) -> ();
+            serialize_f64(f64) -> ();
+            serialize_char(char) -> ();
+            serialize_str(&str) -> ();
+            serialize_bytes(&[u8]) -> ();
+            serialize_none() -> ();
+            serialize_unit() -> ();
+            serialize_unit_struct(&'static str) -> ();
+            serialize_unit_variant(&'static str, u32, &'static str) -> ();
+            serialize_seq(Option<usize>) -> No;
+            serialize_tuple(usize) -> No;
+            serialize_tuple_struct(&'static str, usize) -> No;
+            serialize_tuple_variant(&'static str, u32, &'static str, usize) -> No;
+            serialize_map(Option<usize>) -> No;
+            serialize_struct_variant(&'static str, u32, &'static str, usize) -> No;
+        }
+
+        fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), NotAStruct> {
+            Err(NotAStruct)
+        }
+
+        fn serialize_newtype_struct<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), NotAStruct> {
+            Err(NotAStruct)
+        }
+
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), NotAStruct> {
+            Err(NotAStruct)
+        }
+
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, NotAStruct> {
+            Ok(self)
+        }
+    }
+
+    impl ser::SerializeStruct for &mut Keys {
+        type Ok = ();
+        type Error = NotAStruct;
+
+        fn serialize_field<T: Serialize + ?Sized>(
+            &mut self,
+            key: &'static str,
+            _: &T,
+        ) -> Result<(), NotAStruct> {
+            self.0.push(key);
+            Ok(())
+        }
+
+        fn end(self) -> Result<(), NotAStruct> {
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -553,6 +743,7 @@ mod tests {
             node_id: Some(NodeId::new("writer").unwrap()),
             node_run_id: None,
             kind,
+            extra: Map::new(),
         }
     }
 
@@ -589,6 +780,36 @@ mod tests {
         );
         let e = RuntimeEvent::from_json(line.as_bytes()).unwrap();
         assert_eq!(e.kind.type_name(), "future:thing");
+        let back: Value = serde_json::from_str(&e.to_json().unwrap()).unwrap();
+        let orig: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, orig);
+    }
+
+    #[test]
+    fn older_lines_without_awr_additions_read_with_empty_fields() {
+        let line = format!(
+            r#"{{"id":"x","offset":1,"timestamp":"2026-01-01T00:00:00.000Z","type":"flow:started","runId":"{RUN}","workflow":{{"name":"w"}}}}"#
+        );
+        let e = RuntimeEvent::from_json(line.as_bytes()).unwrap();
+        let EventKind::FlowStarted { nodes, input, .. } = &e.kind else {
+            panic!("{e:?}")
+        };
+        assert!(nodes.is_empty() && input.is_null());
+        assert!(e.extra.is_empty());
+        let line = format!(
+            r#"{{"id":"x","offset":2,"timestamp":"2026-01-01T00:00:00.000Z","type":"flow:completed","runId":"{RUN}"}}"#
+        );
+        assert!(RuntimeEvent::from_json(line.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_of_known_types_are_kept_and_written_back() {
+        let line = format!(
+            r#"{{"id":"x","offset":4,"timestamp":"2026-01-01T00:00:00.000Z","runId":"{RUN}","nodeId":"a","type":"node:completed","output":{{"data":1}},"cacheHit":true,"attempt":{{"n":2}},"reason":null}}"#
+        );
+        let e = RuntimeEvent::from_json(line.as_bytes()).unwrap();
+        assert!(matches!(e.kind, EventKind::NodeCompleted { .. }));
+        assert_eq!(e.extra.len(), 3, "{:?}", e.extra);
         let back: Value = serde_json::from_str(&e.to_json().unwrap()).unwrap();
         let orig: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(back, orig);

@@ -6,6 +6,13 @@
 //! into state, so a stale or missing snapshot can always be rebuilt from the
 //! log, and a property test checks that folding a run's events reproduces
 //! every snapshot it saved.
+//!
+//! Reading (seed 001 §4): `status`, `outputs`, `state`, `nodeStatus`,
+//! `edgeStatus`, `loopCounters`, `inbox` and `agentSessions` are required;
+//! awr's additions (`runId`, `workflow`, `lastOffset`, `version`, `startedAt`,
+//! `updatedAt`, `failure`) are optional, and fields this version does not
+//! know are kept in [`RunSnapshot::extra`]. A snapshot without `lastOffset`
+//! reads as reflecting no event, so the whole log is folded onto it.
 
 use std::collections::BTreeMap;
 
@@ -85,16 +92,34 @@ pub enum EdgeStatus {
     Skipped,
 }
 
+/// Why a run failed: the error of its `flow:failed` event and the node whose
+/// failure stopped it, so a reader need not search the log for them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// The error, as recorded.
+    #[serde(default)]
+    pub error: String,
+    /// The node whose failure stopped the run, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeId>,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
 /// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
 /// `lastOffset` and `version` (design §3), and the run's start and last update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunSnapshot {
-    /// Schema version ([`SNAPSHOT_VERSION`]).
+    /// Schema version ([`SNAPSHOT_VERSION`]); 1 when absent.
+    #[serde(default = "first_version")]
     pub version: u32,
     /// The run.
     pub run_id: RunId,
     /// The definition it runs.
+    #[serde(default)]
     pub workflow: WorkflowRef,
     /// Lifecycle.
     pub status: RunStatus,
@@ -113,6 +138,7 @@ pub struct RunSnapshot {
     /// Provider session of each agent node, for resume.
     pub agent_sessions: BTreeMap<NodeId, SessionId>,
     /// Offset of the last event this snapshot reflects.
+    #[serde(default)]
     pub last_offset: u64,
     /// When the run started (`flow:started`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +146,13 @@ pub struct RunSnapshot {
     /// Timestamp of the last event reflected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Timestamp>,
+    /// Why the run failed, while its status is `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
+    /// Fields this version does not know (a newer writer's), kept so they are
+    /// shown and saved back unchanged.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 impl RunSnapshot {
@@ -140,7 +173,18 @@ impl RunSnapshot {
             last_offset: 0,
             started_at: None,
             updated_at: None,
+            failure: None,
+            extra: Map::new(),
         }
+    }
+
+    /// Parses `snapshot.json` of `run_id`; a snapshot that does not name its
+    /// run (`runId` is optional in seed 001) is taken to be that run's.
+    pub fn from_json(bytes: &[u8], run_id: RunId) -> Result<Self, serde_json::Error> {
+        let mut map: Map<String, Value> = serde_json::from_slice(bytes)?;
+        map.entry("runId")
+            .or_insert_with(|| Value::String(run_id.to_string()));
+        serde_json::from_value(Value::Object(map))
     }
 
     /// Folds events (in offset order) onto an empty snapshot; `None` for no events.
@@ -168,6 +212,7 @@ impl RunSnapshot {
             } => {
                 self.workflow = workflow.clone();
                 self.status = RunStatus::Running;
+                self.failure = None;
                 self.started_at = Some(event.timestamp);
                 self.node_status = nodes
                     .iter()
@@ -179,9 +224,20 @@ impl RunSnapshot {
                     .collect();
             }
             EventKind::FlowPaused { .. } => self.status = RunStatus::Paused,
-            EventKind::FlowResumed { .. } => self.status = RunStatus::Running,
+            EventKind::FlowResumed { .. } => {
+                self.status = RunStatus::Running;
+                self.failure = None;
+            }
             EventKind::FlowCompleted { .. } => self.status = RunStatus::Completed,
-            EventKind::FlowFailed { .. } => self.status = RunStatus::Failed,
+            EventKind::FlowFailed {
+                error, failed_node, ..
+            } => {
+                self.status = RunStatus::Failed;
+                self.failure = Some(RunFailure {
+                    error: error.clone(),
+                    node: failed_node.clone(),
+                });
+            }
             EventKind::FlowCancelled { .. } => self.status = RunStatus::Cancelled,
             EventKind::NodeStarted { .. } => {
                 if let Some(node) = node {
@@ -275,6 +331,7 @@ mod tests {
             node_id: node.map(|n| NodeId::new(n).unwrap()),
             node_run_id: None,
             kind,
+            extra: Map::new(),
         }
     }
 

@@ -5,6 +5,13 @@
 //! an unknown `type` and a block of an unknown `type` are kept whole
 //! ([`ExchangeType::Unknown`], [`ContentBlock::Unknown`]) and written back
 //! unchanged, so a file from a newer awr never breaks an older reader.
+//!
+//! What a line must have (seed 000): `seq`, `run_id`, `type`, `path`,
+//! `timestamp` and `payload`. awr's own additions (`iteration`) are optional
+//! on read, and envelope fields this version does not know are kept in
+//! [`ExchangeEvent::extra`]. A block of a known type that carries fields
+//! this version does not know, or lacks one it needs, is kept whole as
+//! [`ContentBlock::Unknown`] rather than trimmed or refused.
 
 use std::fmt;
 
@@ -205,13 +212,20 @@ enum KnownBlock {
     },
 }
 
-const BLOCK_TYPES: [&str; 6] = [
-    "text",
-    "thinking",
-    "tool_use",
-    "tool_result",
-    "command",
-    "stream",
+/// Each known block type with every field it may carry.
+const BLOCK_FIELDS: [(&str, &[&str]); 6] = [
+    ("text", &["type", "text", "fidelity"]),
+    ("thinking", &["type", "thinking", "signature", "fidelity"]),
+    (
+        "tool_use",
+        &["type", "tool_name", "tool_id", "tool_input", "fidelity"],
+    ),
+    (
+        "tool_result",
+        &["type", "tool_id", "tool_content", "fidelity"],
+    ),
+    ("command", &["type", "command", "exit_code", "fidelity"]),
+    ("stream", &["type", "chunk", "fidelity"]),
 ];
 
 impl ContentBlock {
@@ -333,16 +347,23 @@ impl Serialize for ContentBlock {
 impl<'de> Deserialize<'de> for ContentBlock {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = serde_json::Map::<String, Value>::deserialize(d)?;
-        let known = raw
+        let fields = raw
             .get("type")
             .and_then(Value::as_str)
-            .is_some_and(|t| BLOCK_TYPES.contains(&t));
-        if !known {
+            .and_then(|t| BLOCK_FIELDS.iter().find(|(name, _)| *name == t))
+            .map(|(_, fields)| *fields);
+        let exact = fields.is_some_and(|fields| raw.keys().all(|k| fields.contains(&k.as_str())));
+        if !exact {
             return Ok(Self::Unknown(raw));
         }
-        serde_json::from_value::<KnownBlock>(Value::Object(raw))
-            .map(Self::from_known)
-            .map_err(serde::de::Error::custom)
+        let value = Value::Object(raw);
+        match KnownBlock::deserialize(&value) {
+            Ok(known) => Ok(Self::from_known(known)),
+            Err(_) => match value {
+                Value::Object(raw) => Ok(Self::Unknown(raw)),
+                _ => Err(serde::de::Error::custom("a block must be an object")),
+            },
+        }
     }
 }
 
@@ -364,12 +385,17 @@ pub struct ExchangeEvent {
     pub kind: ExchangeType,
     /// Dot-separated step path; empty for run-level lines.
     pub path: String,
-    /// Zero-based loop or retry iteration.
+    /// Zero-based loop or retry iteration (awr's addition; 0 when absent).
+    #[serde(default)]
     pub iteration: u32,
     /// When it was emitted (UTC).
     pub timestamp: Timestamp,
     /// Shape chosen by `type`; kept as JSON so unknown shapes survive.
     pub payload: Value,
+    /// Envelope fields this version does not know (a newer writer's), kept so
+    /// they are shown and written back unchanged. Empty for lines awr writes.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 /// A transcript line before the recorder gives it its `seq`.
@@ -445,6 +471,50 @@ mod tests {
             serde_json::to_value(&block).unwrap(),
             json!({"type": "smell", "odour": "ozone"})
         );
+    }
+
+    #[test]
+    fn block_field_table_matches_what_blocks_write() {
+        let full = [
+            json!({"type": "text", "text": "t", "fidelity": "router"}),
+            json!({"type": "thinking", "thinking": "t", "signature": "s", "fidelity": "router"}),
+            json!({"type": "tool_use", "tool_name": "n", "tool_id": "i", "tool_input": {}, "fidelity": "router"}),
+            json!({"type": "tool_result", "tool_id": "i", "tool_content": "c", "fidelity": "router"}),
+            json!({"type": "command", "command": "ls", "exit_code": 0, "fidelity": "router"}),
+            json!({"type": "stream", "chunk": {}, "fidelity": "router"}),
+        ];
+        assert_eq!(full.len(), BLOCK_FIELDS.len());
+        for value in full {
+            let block: ContentBlock = serde_json::from_value(value.clone()).unwrap();
+            assert!(!matches!(block, ContentBlock::Unknown(_)), "{value}");
+            assert_eq!(serde_json::to_value(&block).unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn known_blocks_a_newer_or_older_writer_shaped_differently_are_kept_whole() {
+        for value in [
+            json!({"type": "text", "text": "y", "fidelity": "agent_emitted", "citations": [1]}),
+            json!({"type": "tool_result", "tool_content": "out", "fidelity": "router"}),
+            json!({"type": "text", "text": "no fidelity"}),
+        ] {
+            let block: ContentBlock = serde_json::from_value(value.clone()).unwrap();
+            assert!(matches!(block, ContentBlock::Unknown(_)), "{value}");
+            assert_eq!(serde_json::to_value(&block).unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn lines_without_awr_additions_and_with_unknown_fields_read_and_round_trip() {
+        let older = json!({"seq": 1, "run_id": "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f", "type": "run.started",
+            "path": "", "timestamp": "2026-01-01T00:00:00.000Z", "payload": null});
+        let e: ExchangeEvent = serde_json::from_value(older).unwrap();
+        assert_eq!(e.iteration, 0);
+        let newer = json!({"seq": 1, "run_id": "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f", "type": "run.started",
+            "path": "", "iteration": 0, "timestamp": "2026-01-01T00:00:00.000Z", "payload": null,
+            "span_id": "s-1", "trace": {"a": 1}});
+        let e: ExchangeEvent = serde_json::from_value(newer.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&e).unwrap(), newer);
     }
 
     #[test]

@@ -82,6 +82,7 @@ fn sample_event(run: RunId, offset: u64) -> RuntimeEvent {
         kind: EventKind::AgentTextDelta {
             content: "The quick brown fox jumps over the lazy dog. ".to_owned(),
         },
+        extra: Default::default(),
     }
 }
 

@@ -144,6 +144,7 @@ fn append(c: &mut Criterion) {
         iteration: 0,
         timestamp: draft.timestamp,
         payload: draft.payload.clone(),
+        extra: Default::default(),
     };
     let mut line = serde_json::to_vec(&sample).unwrap();
     line.push(b'\n');

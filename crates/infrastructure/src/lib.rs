@@ -21,6 +21,7 @@
 //! store passes the one conformance suite in `tests/e2e/store_conformance.rs`.
 
 pub mod clock;
+pub mod fs;
 pub mod store;
 pub mod tools;
 pub mod transcript;
@@ -28,6 +29,6 @@ pub mod transcript;
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
 pub use store::{FileRunStore, FileStoreConfig, MemoryRunStore, SyncPolicy};
 pub use transcript::{
-    JsonlTranscript, JsonlTranscripts, TranscriptStats, TranscriptSubscriber, read_transcript,
-    transcript_path,
+    JsonlTranscript, JsonlTranscripts, TranscriptLines, TranscriptStats, TranscriptSubscriber,
+    read_transcript, read_transcript_lines, transcript_path,
 };

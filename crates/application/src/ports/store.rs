@@ -26,6 +26,17 @@ pub enum StoreError {
     /// Stored data cannot be read (names the file/row and what is wrong).
     #[error("corrupt store data: {0}")]
     Corrupt(String),
+    /// The event at `offset` cannot be read, or is not the event that belongs
+    /// there (another offset, another run); `detail` names the file and line.
+    /// The events before it are intact, and a reader that may skip (a log
+    /// viewer) can go on after it; a fold must not.
+    #[error("corrupt store data: {detail}")]
+    BadEvent {
+        /// The position of the bad line (line `k` holds offset `k`).
+        offset: u64,
+        /// What is wrong, naming the file and line.
+        detail: String,
+    },
     /// The medium failed.
     #[error("storage I/O error: {0}")]
     Io(String),
@@ -47,7 +58,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// Makes what was appended durable per the store's sync policy (called at step boundaries).
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError>;
 
-    /// Up to `limit` events with offset greater than `after`, in order.
+    /// Up to `limit` events with offset greater than `after`, in order. May
+    /// return fewer than `limit` (a store bounds the bytes of one batch);
+    /// only an empty batch means there is nothing after `after`. A line that
+    /// is not the event of its position is [`StoreError::BadEvent`].
     async fn read(
         &self,
         run_id: RunId,

@@ -1,4 +1,8 @@
 //! `awr runs`, `awr show`, `awr events`: reading what runs did.
+//!
+//! These commands only read: they open an existing storage and create
+//! nothing. Any store error, corruption included, is exit 2; a status is
+//! only printed when the log agrees with it (`inspect::current_snapshot`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,13 +13,14 @@ use application::ports::{RunStore, StoreError};
 use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
 
-use crate::{Failure, wiring};
+use crate::{Failure, say, wiring};
 
+/// Bad lines `awr events` reports one by one before summing the rest up.
+const MAX_REPORTED_BAD_LINES: usize = 20;
+
+/// A store error of a read-only command: bad input or bad storage, exit 2.
 fn store_failure(e: StoreError) -> Failure {
-    match e {
-        StoreError::NotFound(_) => Failure::Input(anyhow!(e)),
-        other => Failure::Run(anyhow!(other)),
-    }
+    Failure::Input(anyhow!(e))
 }
 
 /// Finds the run a user named by its id or a unique prefix of it.
@@ -40,45 +45,68 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
 
 /// Resolves a run id or prefix against the store under `storage`.
 pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
-    let store = wiring::store(storage)?;
+    let store = wiring::read_store(storage)?;
     resolve(store.as_ref(), wanted).await
 }
 
-/// `awr runs`.
+/// `awr runs`. A run whose records are corrupt is listed with the status
+/// `corrupt`, its problem goes to stderr, and the command exits 2 after
+/// listing every run.
 pub async fn runs(storage: &Path) -> Result<(), Failure> {
-    let store = wiring::store(storage)?;
-    let mut rows: Vec<RunSnapshot> = Vec::new();
+    let store = wiring::read_store(storage)?;
+    let mut rows: Vec<(RunId, Result<RunSnapshot, StoreError>)> = Vec::new();
     for id in store.list_runs().await.map_err(store_failure)? {
-        match current_snapshot(store.as_ref(), id).await {
-            Ok(snapshot) => rows.push(snapshot),
-            Err(e) => tracing::warn!(run = %id, error = %e, "skipping unreadable run"),
-        }
+        let state = current_snapshot(store.as_ref(), id).await;
+        rows.push((id, state));
     }
-    rows.sort_by_key(|s| s.started_at);
-    println!(
+    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|s| s.started_at), *id));
+    say(&format!(
         "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
         "RUN", "WORKFLOW", "STATUS", "STARTED"
-    );
-    for s in rows {
+    ))?;
+    let mut corrupt = Vec::new();
+    for (id, state) in rows {
+        let s = match state {
+            Ok(s) => s,
+            Err(e) => {
+                say(&format!(
+                    "{:<36}  {:<24}  {:<9}",
+                    id.to_string(),
+                    "?",
+                    "corrupt"
+                ))?;
+                corrupt.push(format!("run {id}: {e}"));
+                continue;
+            }
+        };
         let started = s.started_at.map(|t| t.to_string()).unwrap_or_default();
         let duration = match (s.started_at, s.updated_at) {
             (Some(a), Some(b)) => format!("{} ms", b.millis_since(a)),
             _ => String::new(),
         };
-        println!(
+        say(&format!(
             "{:<36}  {:<24}  {:<9}  {:<24}  {duration}",
             s.run_id.to_string(),
             s.workflow.name,
             s.status.as_str(),
             started
-        );
+        ))?;
     }
-    Ok(())
+    if corrupt.is_empty() {
+        return Ok(());
+    }
+    for problem in &corrupt {
+        eprintln!("awr: {problem}");
+    }
+    Err(Failure::Input(anyhow!(
+        "{} of the runs listed cannot be read (status `corrupt`)",
+        corrupt.len()
+    )))
 }
 
 /// `awr show RUN`.
 pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
-    let store = wiring::store(storage)?;
+    let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     let s = current_snapshot(store.as_ref(), id)
         .await
@@ -88,46 +116,59 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
     }
     if json {
         let text = serde_json::to_string_pretty(&s).map_err(|e| Failure::Run(anyhow!(e)))?;
-        println!("{text}");
-        return Ok(());
+        return say(&text);
     }
-    println!("run       {}", s.run_id);
-    println!("workflow  {} ({})", s.workflow.name, s.workflow.hash);
-    println!("status    {}", s.status.as_str());
+    say(&format!("run       {}", s.run_id))?;
+    say(&format!(
+        "workflow  {} ({})",
+        s.workflow.name, s.workflow.hash
+    ))?;
+    say(&format!("status    {}", s.status.as_str()))?;
+    if let Some(failure) = &s.failure {
+        let node = failure
+            .node
+            .as_ref()
+            .map(|n| format!("node `{n}`: "))
+            .unwrap_or_default();
+        say(&format!(
+            "error     {node}{}",
+            failure.error.replace('\n', " ")
+        ))?;
+    }
     if let Some(t) = s.started_at {
-        println!("started   {t}");
+        say(&format!("started   {t}"))?;
     }
-    println!("events    {}", s.last_offset);
-    println!("nodes");
+    say(&format!("events    {}", s.last_offset))?;
+    say("nodes")?;
     for (node, status) in &s.node_status {
         let session = s
             .agent_sessions
             .get(node)
             .map(|sid| format!("  session {sid}"))
             .unwrap_or_default();
-        println!(
+        say(&format!(
             "  {node:<24} {:<8}{session}",
             format!("{status:?}").to_lowercase()
-        );
+        ))?;
     }
     if !s.edge_status.is_empty() {
-        println!("edges");
+        say("edges")?;
         for (edge, status) in &s.edge_status {
             let count = s
                 .loop_counters
                 .get(edge)
                 .map(|n| format!("  iterations {n}"))
                 .unwrap_or_default();
-            println!(
+            say(&format!(
                 "  {edge:<24} {:<8}{count}",
                 format!("{status:?}").to_lowercase()
-            );
+            ))?;
         }
     }
     if !s.outputs.is_empty() {
-        println!("outputs");
+        say("outputs")?;
         for (node, output) in &s.outputs {
-            println!("  {node}: {}", preview(&output["data"], 100));
+            say(&format!("  {node}: {}", preview(&output["data"], 100)))?;
         }
     }
     Ok(())
@@ -141,7 +182,7 @@ pub async fn events(
     follow: bool,
     json: bool,
 ) -> Result<(), Failure> {
-    let store = wiring::store(storage)?;
+    let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     if follow {
         let mut stream = store.follow(id, offset).await.map_err(store_failure)?;
@@ -153,6 +194,9 @@ pub async fn events(
     print_history(&store, id, offset, json).await
 }
 
+/// Prints the events after `after`. A line that is not its event is
+/// reported on stderr with its file and line and skipped; the command then
+/// exits 2 once the rest is printed.
 async fn print_history(
     store: &Arc<dyn RunStore>,
     id: RunId,
@@ -162,15 +206,46 @@ async fn print_history(
     const BATCH: usize = 1024;
     // Fail on a run that does not exist rather than printing nothing.
     store.last_offset(id).await.map_err(store_failure)?;
+    let mut bad = 0usize;
     loop {
-        let batch = store.read(id, after, BATCH).await.map_err(store_failure)?;
+        let batch = match store.read(id, after, BATCH).await {
+            Ok(batch) => batch,
+            // Print the good events before the bad one first.
+            Err(StoreError::BadEvent { offset, .. }) if offset > after + 1 => {
+                let before = usize::try_from(offset - after - 1).unwrap_or(BATCH);
+                store
+                    .read(id, after, before.min(BATCH))
+                    .await
+                    .map_err(store_failure)?
+            }
+            Err(StoreError::BadEvent { offset, detail }) => {
+                bad += 1;
+                if bad <= MAX_REPORTED_BAD_LINES {
+                    eprintln!("awr: skipping a bad line: {detail}");
+                }
+                after = offset;
+                continue;
+            }
+            Err(e) => return Err(store_failure(e)),
+        };
+        if batch.is_empty() {
+            break;
+        }
         for event in &batch {
             print_event(event, json)?;
             after = event.offset.get();
         }
-        if batch.len() < BATCH {
-            return Ok(());
-        }
+    }
+    match bad {
+        0 => Ok(()),
+        n => Err(Failure::Input(anyhow!(
+            "run {id}: {n} line(s) of its event log are corrupt{}",
+            if n > MAX_REPORTED_BAD_LINES {
+                format!(" (the first {MAX_REPORTED_BAD_LINES} are named above)")
+            } else {
+                String::new()
+            }
+        ))),
     }
 }
 
@@ -184,6 +259,7 @@ fn print_event(event: &RuntimeEvent, json: bool) -> Result<(), Failure> {
         };
         if let Some(map) = body.as_object_mut() {
             map.remove("type");
+            map.extend(event.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         let node = event.node_id.as_ref().map(|n| n.as_str()).unwrap_or("-");
         format!(

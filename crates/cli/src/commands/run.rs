@@ -21,8 +21,8 @@ pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
 }
 
 fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Failure> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Failure::Input(anyhow!("cannot read {}: {e}", file.display())))?;
+    let text = infrastructure::fs::read_text_bounded(file, infrastructure::fs::MAX_WORKFLOW_FILE)
+        .map_err(|e| Failure::Input(anyhow!("cannot read the workflow: {e}")))?;
     let is_json = file.extension().is_some_and(|ext| ext == "json");
     let parsed = if is_json {
         WorkflowDef::from_json(&text)
@@ -112,8 +112,11 @@ fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failu
     };
     let (text, origin) = match raw.strip_prefix('@') {
         Some(path) => (
-            std::fs::read_to_string(path)
-                .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
+            infrastructure::fs::read_text_bounded(
+                Path::new(path),
+                infrastructure::fs::MAX_INPUT_FILE,
+            )
+            .map_err(|e| Failure::Input(anyhow!("--input: {e}")))?,
             Some(path),
         ),
         None => (raw.to_owned(), None),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
-use infrastructure::{read_transcript, transcript_path};
+use infrastructure::{TranscriptLines, read_transcript_lines, transcript_path};
 use serde_json::Value;
 
 use crate::{Failure, say};
@@ -31,26 +31,49 @@ pub async fn transcript(
         )));
     }
     if tree {
-        return print_tree(storage, run, 0, &mut HashSet::new());
+        let mut bad = 0;
+        print_tree(storage, run, 0, &mut HashSet::new(), &mut bad)?;
+        return bad_lines(bad);
     }
     let mut printed = 0u64;
+    let mut reported = 0usize;
     loop {
-        let events = read(&path)?;
+        let read = read(&path)?;
         let already = printed;
-        for event in events.iter().filter(|e| e.seq > already) {
+        for event in read.events.iter().filter(|e| e.seq > already) {
             say(&render(event, json)?)?;
             printed = event.seq;
         }
-        let ended = events.iter().any(|e| e.kind == ExchangeType::RunCompleted);
+        for problem in read.problems.iter().skip(reported) {
+            eprintln!("awr: skipping a bad line: {problem}");
+        }
+        reported = reported.max(read.problems.len());
+        let ended = read
+            .events
+            .iter()
+            .any(|e| e.kind == ExchangeType::RunCompleted);
         if !follow || ended {
-            return Ok(());
+            return bad_lines(reported);
         }
         tokio::time::sleep(FOLLOW_POLL).await;
     }
 }
 
-fn read(path: &Path) -> Result<Vec<ExchangeEvent>, Failure> {
-    read_transcript(path).map_err(|e| Failure::Run(anyhow!(e)))
+/// Bad lines were reported (each on stderr, with its file and line): exit 2
+/// once everything readable is printed.
+fn bad_lines(count: usize) -> Result<(), Failure> {
+    match count {
+        0 => Ok(()),
+        n => Err(Failure::Input(anyhow!(
+            "{n} line(s) of the transcript are corrupt"
+        ))),
+    }
+}
+
+/// The lines of a transcript file and its bad lines; an unreadable file is
+/// exit 2 (bad storage).
+fn read(path: &Path) -> Result<TranscriptLines, Failure> {
+    read_transcript_lines(path).map_err(|e| Failure::Input(anyhow!(e)))
 }
 
 fn render(event: &ExchangeEvent, json: bool) -> Result<String, Failure> {
@@ -142,20 +165,31 @@ fn cut(text: &str, max: usize) -> String {
 
 /// The execution tree: the run, its steps, and the runs they called,
 /// followed through `child_run_id` into the children's own files.
+/// `bad` counts the bad lines found (reported on stderr).
 fn print_tree(
     storage: &Path,
     run: RunId,
     depth: usize,
     seen: &mut HashSet<RunId>,
+    bad: &mut usize,
 ) -> Result<(), Failure> {
     let indent = "  ".repeat(depth);
     if !seen.insert(run) {
         return say(&format!("{indent}run {run} (already shown)"));
     }
     let path = transcript_path(storage, run);
-    let events = match read_transcript(&path) {
-        Ok(events) => events,
-        Err(e) => return say(&format!("{indent}run {run}: {e}")),
+    let events = match read_transcript_lines(&path) {
+        Ok(read) => {
+            for problem in &read.problems {
+                eprintln!("awr: skipping a bad line: {problem}");
+            }
+            *bad += read.problems.len();
+            read.events
+        }
+        Err(e) => {
+            *bad += 1;
+            return say(&format!("{indent}run {run}: {e}"));
+        }
     };
     let name = events
         .iter()
@@ -187,7 +221,7 @@ fn print_tree(
             }
             ExchangeType::CallWorkflowStarted => {
                 if let Some(child) = event.child_run_id {
-                    print_tree(storage, child, depth + 2, seen)?;
+                    print_tree(storage, child, depth + 2, seen, bad)?;
                 }
             }
             _ => {}

@@ -249,6 +249,7 @@ mod tests {
             iteration: 0,
             timestamp: Timestamp::from_millis(0),
             payload: serde_json::Value::Null,
+            extra: Default::default(),
         }
     }
 

@@ -38,7 +38,7 @@ use rustix::fs::{FlockOperation, flock};
 pub use fanout::{
     DEFAULT_SUBSCRIBER_CAPACITY, SubscriberStats, TranscriptStats, TranscriptSubscriber,
 };
-pub use read::read_transcript;
+pub use read::{TranscriptLines, read_transcript, read_transcript_lines};
 
 /// Mode of transcript files: private to their user (seed 000).
 const FILE_MODE: u32 = 0o600;
@@ -360,6 +360,7 @@ impl JsonlTranscript {
             iteration: draft.iteration,
             timestamp: draft.timestamp,
             payload: draft.payload,
+            extra: Default::default(),
         };
         state.buf.clear();
         serde_json::to_writer(&mut state.buf, &event).map_err(|e| {

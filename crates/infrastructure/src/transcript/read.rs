@@ -4,16 +4,20 @@
 //! Both follow the run store's crash rule (design §4): a torn last line — no
 //! newline, or a final line that is not JSON — is the remains of a crash and
 //! is ignored (reader) or cut (writer); a bad line anywhere else is
-//! corruption and is reported with its file and line number, never skipped.
+//! corruption and is reported with its file and line number: the lenient
+//! reader goes on past it, the strict one stops there.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use application::ports::TranscriptError;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use crate::fs::MAX_RECORD_LINE;
 
 use super::io_err;
 
@@ -22,62 +26,172 @@ use super::io_err;
 /// tool output takes a few more.
 const TAIL_CHUNK: u64 = 64 * 1024;
 
-/// Every line of the transcript at `path`, in file order.
+/// A transcript as read: the lines that are what they should be, and a
+/// report of each one that is not.
+#[derive(Debug, Default)]
+pub struct TranscriptLines {
+    /// The good lines, in file order.
+    pub events: Vec<ExchangeEvent>,
+    /// One message per bad line, naming the file and line number: not JSON,
+    /// not a transcript line, a `seq` that repeats or goes back (the line is
+    /// left out) or skips ahead (the line is kept), a line over [`MAX_RECORD_LINE`].
+    pub problems: Vec<String>,
+}
+
+/// Every line of the transcript at `path`, strictly: the first bad line
+/// (see [`read_transcript_lines`]) is [`TranscriptError::Corrupt`], naming
+/// the file and line number.
+pub fn read_transcript(path: impl AsRef<Path>) -> Result<Vec<ExchangeEvent>, TranscriptError> {
+    let read = read_transcript_lines(path)?;
+    match read.problems.first() {
+        None => Ok(read.events),
+        Some(first) if read.problems.len() == 1 => Err(TranscriptError::Corrupt(first.clone())),
+        Some(first) => Err(TranscriptError::Corrupt(format!(
+            "{first} (and {} more bad lines)",
+            read.problems.len() - 1
+        ))),
+    }
+}
+
+/// Every line of the transcript at `path`, in file order, going on past bad
+/// lines, which are reported in [`TranscriptLines::problems`].
 ///
 /// Lines of unknown event types and blocks of unknown types are kept whole
 /// (one warning per file says how many lines were of unknown types); blank
-/// lines are skipped; a torn last line is skipped with a warning. Errors:
-/// [`TranscriptError::Io`] when the file cannot be read, or naming the file
-/// and line number of a corrupt line that is not the last.
-pub fn read_transcript(path: impl AsRef<Path>) -> Result<Vec<ExchangeEvent>, TranscriptError> {
+/// lines are skipped; a torn last line (no newline, or a final line that is
+/// not JSON) is the remains of a crash and is skipped with a warning. The
+/// file is read a line at a time, so its size does not matter, only a line's.
+/// Errors: [`TranscriptError::Io`] when the file cannot be read or is not a
+/// regular file (a FIFO, a device).
+pub fn read_transcript_lines(path: impl AsRef<Path>) -> Result<TranscriptLines, TranscriptError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| io_err("read", path, &e))?;
-    parse_lines(&bytes, path)
-}
-
-/// [`read_transcript`] over bytes already read; `path` names them in messages.
-fn parse_lines(bytes: &[u8], path: &Path) -> Result<Vec<ExchangeEvent>, TranscriptError> {
-    let mut events = Vec::new();
-    let mut unknown = 0usize;
-    let mut lines = bytes
-        .split_inclusive(|b| *b == b'\n')
-        .enumerate()
-        .peekable();
-    while let Some((index, line)) = lines.next() {
-        let is_last = lines.peek().is_none();
-        let number = index + 1;
-        let complete = line.last() == Some(&b'\n');
-        if !complete {
+    let file = crate::fs::open_regular(path).map_err(|e| TranscriptError::Io(e.to_string()))?;
+    let mut reader = BufReader::new(file);
+    let mut checker = LineChecker::new(path);
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        number += 1;
+        let read = (&mut reader)
+            .take(MAX_RECORD_LINE + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_err("read", path, &e))?;
+        if read == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            if line.len() as u64 > MAX_RECORD_LINE {
+                checker.problem(
+                    number,
+                    format!("longer than the limit of {MAX_RECORD_LINE} bytes"),
+                );
+                skip_rest_of_line(&mut reader, path)?;
+                continue;
+            }
             tracing::warn!(file = %path.display(), line = number, "ignoring a torn last line of the transcript");
             break;
         }
+        checker.line(number, &line);
+    }
+    Ok(checker.finish())
+}
+
+/// Reads up to and including the next newline, keeping nothing.
+fn skip_rest_of_line(reader: &mut impl BufRead, path: &Path) -> Result<(), TranscriptError> {
+    loop {
+        let (done, used) = {
+            let buf = reader.fill_buf().map_err(|e| io_err("read", path, &e))?;
+            match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (buf.is_empty(), buf.len()),
+            }
+        };
+        reader.consume(used);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// Checks lines one by one: shape and `seq` series.
+struct LineChecker<'a> {
+    path: &'a Path,
+    read: TranscriptLines,
+    /// The `seq` the next line should have.
+    next_seq: u64,
+    /// A complete line that is not JSON: a crash's remains if nothing
+    /// follows it, corruption otherwise.
+    pending_torn: Option<(usize, String)>,
+    unknown: usize,
+}
+
+impl<'a> LineChecker<'a> {
+    fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            read: TranscriptLines::default(),
+            next_seq: 1,
+            pending_torn: None,
+            unknown: 0,
+        }
+    }
+
+    fn problem(&mut self, number: usize, what: impl std::fmt::Display) {
+        self.read
+            .problems
+            .push(format!("{}:{number}: {what}", self.path.display()));
+    }
+
+    fn line(&mut self, number: usize, line: &[u8]) {
+        if let Some((at, error)) = self.pending_torn.take() {
+            self.problem(at, error);
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return;
         }
-        match serde_json::from_slice::<ExchangeEvent>(line) {
-            Ok(event) => {
-                if matches!(event.kind, ExchangeType::Unknown(_)) {
-                    unknown += 1;
-                }
-                events.push(event);
+        let event = match serde_json::from_slice::<ExchangeEvent>(line) {
+            Ok(event) => event,
+            Err(e) if serde_json::from_slice::<IgnoredAny>(line).is_err() => {
+                self.pending_torn = Some((number, e.to_string()));
+                return;
             }
-            // A final complete line that is not JSON is a crash's remains too;
-            // valid JSON of the wrong shape is not.
-            Err(e) if is_last && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err() => {
-                tracing::warn!(file = %path.display(), line = number, error = %e, "ignoring a torn last line of the transcript");
-            }
-            Err(e) => {
-                return Err(TranscriptError::Corrupt(format!(
-                    "{}:{number}: {e}",
-                    path.display()
-                )));
-            }
+            Err(e) => return self.problem(number, e),
+        };
+        if event.seq < self.next_seq {
+            return self.problem(
+                number,
+                format!(
+                    "seq {} repeats or goes back (seq {} expected); line left out",
+                    event.seq, self.next_seq
+                ),
+            );
         }
+        if event.seq > self.next_seq {
+            self.problem(
+                number,
+                format!(
+                    "seq {} skips ahead (seq {} expected): lines are missing",
+                    event.seq, self.next_seq
+                ),
+            );
+        }
+        self.next_seq = event.seq.saturating_add(1);
+        if matches!(event.kind, ExchangeType::Unknown(_)) {
+            self.unknown += 1;
+        }
+        self.read.events.push(event);
     }
-    if unknown > 0 {
-        tracing::warn!(file = %path.display(), lines = unknown, "transcript has lines of event types this version does not know; kept as they are");
+
+    fn finish(self) -> TranscriptLines {
+        if let Some((at, error)) = &self.pending_torn {
+            tracing::warn!(file = %self.path.display(), line = at, %error, "ignoring a torn last line of the transcript");
+        }
+        if self.unknown > 0 {
+            tracing::warn!(file = %self.path.display(), lines = self.unknown, "transcript has lines of event types this version does not know; kept as they are");
+        }
+        self.read
     }
-    Ok(events)
 }
 
 /// Where a recorder reopening a file stands.
@@ -132,8 +246,7 @@ pub(super) fn scan_tail(file: &File, path: &Path) -> Result<Tail, TranscriptErro
                 });
             }
             Err(_)
-                if !tolerated_bad_line
-                    && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() =>
+                if !tolerated_bad_line && serde_json::from_slice::<IgnoredAny>(&line).is_err() =>
             {
                 end = start;
                 tolerated_bad_line = true;
@@ -264,22 +377,39 @@ mod tests {
         assert_eq!(tail_of(long.as_bytes()).unwrap().last_seq, 7);
     }
 
+    fn lines_of(content: &str) -> TranscriptLines {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(content.as_bytes()).unwrap();
+        read_transcript_lines(f.path()).unwrap()
+    }
+
     #[test]
-    fn reader_reports_corrupt_middle_lines_with_their_number() {
-        let content = format!("{}garbage\n{}", line(1), line(3));
-        let err = parse_lines(content.as_bytes(), Path::new("t.jsonl")).unwrap_err();
-        assert!(err.to_string().contains("t.jsonl:2:"), "{err}");
-        let torn = format!("{}{}{{\"seq\"", line(1), line(2));
-        assert_eq!(
-            parse_lines(torn.as_bytes(), Path::new("t")).unwrap().len(),
-            2
+    fn reader_reports_corrupt_middle_lines_with_their_number_and_goes_on() {
+        let read = lines_of(&format!("{}garbage\n{}", line(1), line(2)));
+        assert_eq!(read.events.len(), 2);
+        assert_eq!(read.problems.len(), 1);
+        assert!(read.problems[0].contains(":2:"), "{:?}", read.problems);
+        let torn = lines_of(&format!("{}{}{{\"seq\"", line(1), line(2)));
+        assert_eq!((torn.events.len(), torn.problems.len()), (2, 0));
+        let torn_json = lines_of(&format!("{}{}garbage\n", line(1), line(2)));
+        assert_eq!((torn_json.events.len(), torn_json.problems.len()), (2, 0));
+    }
+
+    #[test]
+    fn seq_that_repeats_goes_back_or_skips_is_reported() {
+        let dup = lines_of(&format!("{}{}{}{}", line(1), line(2), line(2), line(3)));
+        assert_eq!(dup.events.len(), 3);
+        assert_eq!(dup.problems.len(), 1);
+        assert!(
+            dup.problems[0].contains(":3: seq 2 repeats"),
+            "{:?}",
+            dup.problems
         );
-        let torn_json = format!("{}{}garbage\n", line(1), line(2));
-        assert_eq!(
-            parse_lines(torn_json.as_bytes(), Path::new("t"))
-                .unwrap()
-                .len(),
-            2
-        );
+        let swapped = lines_of(&format!("{}{}{}", line(1), line(3), line(2)));
+        assert_eq!(swapped.problems.len(), 2, "{:?}", swapped.problems);
+        let gap = lines_of(&format!("{}{}", line(1), line(3)));
+        assert_eq!((gap.events.len(), gap.problems.len()), (2, 1));
+        let first_not_one = lines_of(&line(2));
+        assert_eq!(first_not_one.problems.len(), 1);
     }
 }

@@ -7,13 +7,14 @@
 //! garbage, stale after a cut) makes the reader trust less of it or rebuild
 //! it by scanning the log, never fail.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
 use serde::Deserialize;
 
 use super::log::RunPaths;
+use crate::fs::{FileReadError, read_bounded};
 
 /// Width of one entry.
 pub(super) const ENTRY_BYTES: usize = 8;
@@ -57,19 +58,16 @@ fn decode(bytes: &[u8]) -> Vec<u64> {
 /// which makes the caller index the log by scanning it.
 pub(super) fn load(paths: &RunPaths, log: &File, log_len: u64) -> Vec<u64> {
     // A log of n bytes has at most n lines: a larger file is not its index,
-    // and is not worth reading into memory.
-    if fs::metadata(&paths.idx).is_ok_and(|m| m.len() / ENTRY_BYTES as u64 > log_len) {
-        tracing::warn!(file = %paths.idx.display(), "offset index is larger than the log; rebuilding it");
-        return Vec::new();
-    }
-    let bytes = match fs::read(&paths.idx) {
+    // and is not worth reading into memory. Nor is a FIFO or a device.
+    let limit = log_len.saturating_add(1).saturating_mul(ENTRY_BYTES as u64);
+    let bytes = match read_bounded(&paths.idx, limit) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Err(FileReadError::NotFound { .. }) => {
             tracing::debug!(file = %paths.idx.display(), "no offset index; scanning the log");
             return Vec::new();
         }
         Err(e) => {
-            tracing::warn!(file = %paths.idx.display(), error = %e, "cannot read the offset index; rebuilding it");
+            tracing::warn!(error = %e, "cannot use the offset index; rebuilding it");
             return Vec::new();
         }
     };

@@ -16,6 +16,7 @@ use domain::{RunId, RuntimeEvent};
 use serde::de::IgnoredAny;
 
 use super::index;
+use crate::fs::{FileReadError, MAX_RECORD_LINE};
 use crate::store::check_continuation;
 
 /// Mode of every file the store creates: run data is private to its user.
@@ -33,6 +34,10 @@ const SCAN_CHUNK: usize = 1 << 20;
 /// the persisted part, and a crash loses nothing the next open cannot
 /// re-derive the same way.
 const IDX_BATCH: usize = 1024;
+
+/// Bytes one read batch may span (at least one line is always read): bounds
+/// a reader's memory whatever `limit` it asks for.
+const MAX_BATCH_BYTES: u64 = 64 << 20;
 
 /// The serialization buffer is kept between appends so that serializing
 /// costs no allocation; one giant batch must not pin its size forever.
@@ -79,18 +84,16 @@ pub(super) fn io_err(what: &str, path: &Path, e: &io::Error) -> StoreError {
 
 /// Opens the log; the writer may create it (a run whose creation was
 /// interrupted between its directory and its log), a reader may not.
+/// Anything but a regular file (a FIFO, a device) is refused at once.
 fn open_log_file(paths: &RunPaths, writable: bool) -> Result<File, StoreError> {
     let mut options = OpenOptions::new();
     options.read(true);
     if writable {
         options.append(true).create(true).mode(FILE_MODE);
     }
-    options.open(&paths.log).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound {
-            StoreError::NotFound(paths.run_id)
-        } else {
-            io_err("open", &paths.log, &e)
-        }
+    crate::fs::open_regular_with(options, &paths.log).map_err(|e| match e {
+        FileReadError::NotFound { .. } => StoreError::NotFound(paths.run_id),
+        other => StoreError::Io(other.to_string()),
     })
 }
 
@@ -227,13 +230,14 @@ impl LogState {
     }
 
     fn open_idx_for_writing(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
-        let idx = OpenOptions::new()
+        let mut options = OpenOptions::new();
+        options
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(FILE_MODE)
-            .open(&paths.idx)
-            .map_err(|e| io_err("open", &paths.idx, &e))?;
+            .mode(FILE_MODE);
+        let idx = crate::fs::open_regular_with(options, &paths.idx)
+            .map_err(|e| StoreError::Io(e.to_string()))?;
         // Drop whatever the index holds beyond what was verified.
         idx.set_len((self.idx_persisted * index::ENTRY_BYTES) as u64)
             .map_err(|e| io_err("truncate", &paths.idx, &e))?;
@@ -266,8 +270,19 @@ impl LogState {
                 .map_err(|e| io_err("read", &paths.log, &e))?;
             for (i, &byte) in chunk.iter().enumerate() {
                 if byte == b'\n' {
+                    let next = pos + i as u64 + 1;
+                    if next - line_start > MAX_RECORD_LINE + 1 {
+                        return Err(StoreError::BadEvent {
+                            offset: self.index.len() as u64 + 1,
+                            detail: format!(
+                                "{} line {}: longer than the limit of {MAX_RECORD_LINE} bytes",
+                                paths.log.display(),
+                                self.index.len() + 1
+                            ),
+                        });
+                    }
                     self.index.push(line_start);
-                    line_start = pos + i as u64 + 1;
+                    line_start = next;
                 }
             }
             pos += n;
@@ -408,13 +423,23 @@ impl LogState {
         if limit == 0 || after >= n {
             return Ok(None);
         }
-        let stop_line = want.min(n);
+        let mut stop_line = want.min(n);
         let start = self.index[after as usize];
-        let stop = if stop_line < n {
-            self.index[stop_line as usize]
-        } else {
-            self.end
+        let line_end = |line: u64| {
+            if line < n {
+                self.index[line as usize]
+            } else {
+                self.end
+            }
         };
+        if line_end(stop_line) - start > MAX_BATCH_BYTES {
+            // The most lines (at least one) that fit in the byte budget.
+            let budget_end = start + MAX_BATCH_BYTES;
+            let fits = self.index[after as usize + 1..stop_line as usize]
+                .partition_point(|&pos| pos <= budget_end) as u64;
+            stop_line = after + fits.max(1);
+        }
+        let stop = line_end(stop_line);
         Ok(Some(ReadPlan {
             file: Arc::clone(&self.file),
             start,
@@ -445,7 +470,20 @@ impl ReadPlan {
                 return Err(corrupt(
                     paths,
                     line_no,
-                    format!("holds offset {}", event.offset),
+                    format!(
+                        "holds offset {} where offset {line_no} belongs",
+                        event.offset
+                    ),
+                ));
+            }
+            if event.run_id != paths.run_id {
+                return Err(corrupt(
+                    paths,
+                    line_no,
+                    format!(
+                        "holds an event of run {}, not of run {}",
+                        event.run_id, paths.run_id
+                    ),
                 ));
             }
             events.push(event);
@@ -461,8 +499,12 @@ impl ReadPlan {
     }
 }
 
+/// The line of offset `line` is not its event.
 fn corrupt(paths: &RunPaths, line: u64, what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{} line {line}: {what}", paths.log.display()))
+    StoreError::BadEvent {
+        offset: line,
+        detail: format!("{} line {line}: {what}", paths.log.display()),
+    }
 }
 
 impl Drop for LogState {
@@ -498,6 +540,7 @@ mod tests {
                 message: "x".repeat(offset as usize % 50),
                 details: None,
             },
+            extra: Default::default(),
         }
     }
 

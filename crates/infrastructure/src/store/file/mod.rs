@@ -39,11 +39,12 @@ use std::time::Duration;
 
 use application::ports::{EventStream, RunStore, StoreError};
 use async_trait::async_trait;
-use domain::{RunId, RunSnapshot, RuntimeEvent};
+use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent};
 use tokio::sync::Notify;
 
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
 use super::{LogSource, follow_log};
+use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 
 /// Mode of every directory the store creates.
 const DIR_MODE: u32 = 0o700;
@@ -147,6 +148,43 @@ impl FileRunStore {
         Self::open_with(root, FileStoreConfig::default())
     }
 
+    /// A store over the existing directory `root`, for commands that only
+    /// read: creates nothing, and fails with `NotFound`-style `Io` error
+    /// naming `root` when it does not exist or is not a directory. (Its
+    /// `runs` directory may be missing: then there are no runs.)
+    pub fn open_existing(root: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let root = root.as_ref().to_path_buf();
+        match fs::metadata(&root) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(StoreError::Io(format!(
+                    "storage {} is not a directory",
+                    root.display()
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::Io(format!(
+                    "storage {} does not exist",
+                    root.display()
+                )));
+            }
+            Err(e) => return Err(io_err("open storage", &root, &e)),
+        }
+        Ok(Self::at(root, FileStoreConfig::default()))
+    }
+
+    fn at(root: PathBuf, config: FileStoreConfig) -> Self {
+        let runs_dir = root.join("runs");
+        Self {
+            inner: Arc::new(Inner {
+                root,
+                runs_dir,
+                config,
+                handles: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
     /// A store under `root` with explicit settings.
     pub fn open_with(root: impl AsRef<Path>, config: FileStoreConfig) -> Result<Self, StoreError> {
         let root = root.as_ref().to_path_buf();
@@ -156,14 +194,7 @@ impl FileRunStore {
             .mode(DIR_MODE)
             .create(&runs_dir)
             .map_err(|e| io_err("create", &runs_dir, &e))?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                root,
-                runs_dir,
-                config,
-                handles: Mutex::new(HashMap::new()),
-            }),
-        })
+        Ok(Self::at(root, config))
     }
 
     /// The directory given to [`FileRunStore::open`].
@@ -257,7 +288,7 @@ impl RunHandle {
             return Ok(Vec::new());
         };
         match plan.execute(&self.paths) {
-            Err(StoreError::Corrupt(_)) if !plan.trusted => {
+            Err(StoreError::Corrupt(_) | StoreError::BadEvent { .. }) if !plan.trusted => {
                 // The index came from events.idx and may be the culprit:
                 // re-derive it from the log and read again.
                 let plan = self.with_log(false, |log, paths| {
@@ -388,13 +419,14 @@ fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), Stor
         ))
     })?;
     let _turn = lock(&handle.snapshot_lock);
-    let mut tmp = OpenOptions::new()
+    let mut options = OpenOptions::new();
+    options
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(FILE_MODE)
-        .open(&paths.snapshot_tmp)
-        .map_err(|e| io_err("create", &paths.snapshot_tmp, &e))?;
+        .mode(FILE_MODE);
+    let mut tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp)
+        .map_err(|e| StoreError::Io(format!("cannot create {e}")))?;
     tmp.write_all(&bytes)
         .and_then(|()| tmp.set_len(bytes.len() as u64))
         .map_err(|e| io_err("write", &paths.snapshot_tmp, &e))?;
@@ -407,26 +439,44 @@ fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), Stor
         rustix::fs::RenameFlags::EXCHANGE,
     );
     match exchanged {
-        Ok(()) => Ok(()),
+        Ok(()) => {}
         // No snapshot yet (ENOENT), or a filesystem without exchange: plain rename.
         Err(_) => fs::rename(&paths.snapshot_tmp, &paths.snapshot)
-            .map_err(|e| io_err("rename onto", &paths.snapshot, &e)),
+            .map_err(|e| io_err("rename onto", &paths.snapshot, &e))?,
     }
+    // At rest (ended or paused) the run writes no snapshot until it is
+    // resumed: the old one, swapped into the temporary name, goes now.
+    if !matches!(snapshot.status, RunStatus::Running | RunStatus::Pending) {
+        match fs::remove_file(&paths.snapshot_tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &paths.snapshot_tmp, &e)),
+        }
+    }
+    Ok(())
 }
 
+/// The saved snapshot. Not JSON or not a snapshot is `Corrupt` (the state can
+/// be rebuilt from the log); not a regular file or over
+/// [`MAX_SNAPSHOT_FILE`] is `Io`.
 fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, StoreError> {
-    let bytes = match fs::read(&paths.snapshot) {
+    let bytes = match read_bounded(&paths.snapshot, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("read", &paths.snapshot, &e)),
+        Err(FileReadError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(StoreError::Io(e.to_string())),
     };
-    serde_json::from_slice(&bytes)
+    RunSnapshot::from_json(&bytes, paths.run_id)
         .map(Some)
         .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))
 }
 
 fn list_run_dirs(runs_dir: &Path) -> Result<Vec<RunId>, StoreError> {
-    let entries = fs::read_dir(runs_dir).map_err(|e| io_err("list", runs_dir, &e))?;
+    let entries = match fs::read_dir(runs_dir) {
+        Ok(entries) => entries,
+        // A read-only store over storage where no run was made yet.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list", runs_dir, &e)),
+    };
     let mut runs = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| io_err("list", runs_dir, &e))?;
@@ -567,6 +617,7 @@ mod tests {
                 message: "m".into(),
                 details: None,
             },
+            extra: Default::default(),
         }
     }
 

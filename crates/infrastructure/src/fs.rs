@@ -1,0 +1,205 @@
+//! Bounded, typed file reads: the one way awr reads a file a user named (a
+//! workflow, an `--input @FILE`) or a file found in storage (a snapshot, a
+//! transcript, an index).
+//!
+//! A path can name a FIFO (a read waits for a writer forever), a device
+//! (`/dev/zero` never ends) or a symlink to one, or a file far larger than
+//! anything awr writes. So a file is opened with `O_NONBLOCK` (opening a FIFO
+//! then returns at once instead of waiting for a writer), its type is checked
+//! on the opened descriptor (no race with a rename), and at most `limit + 1`
+//! bytes are ever read: every read ends in bounded time and memory, with an
+//! error that names the file.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Largest workflow file (YAML or JSON) awr reads: 4 MiB, a thousand times a
+/// large hand-written workflow.
+pub const MAX_WORKFLOW_FILE: u64 = 4 << 20;
+
+/// Largest `--input @FILE` awr reads: 256 MiB.
+pub const MAX_INPUT_FILE: u64 = 256 << 20;
+
+/// Largest `snapshot.json` awr reads: 1 GiB. A larger one is an error, not a
+/// reason to rebuild the state from the log.
+pub const MAX_SNAPSHOT_FILE: u64 = 1 << 30;
+
+/// Largest single line of an event log or transcript awr reads: 256 MiB. The
+/// files themselves may be any size; they are read a line or a batch at a time.
+pub const MAX_RECORD_LINE: u64 = 256 << 20;
+
+/// Why a file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FileReadError {
+    /// Nothing at that path.
+    #[error("{}: no such file", path.display())]
+    NotFound {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A FIFO, device, socket or directory (or a symlink to one).
+    #[error("{}: not a regular file (a {kind})", path.display())]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than the limit for its kind of file.
+    #[error("{}: larger than the limit of {limit} bytes", path.display())]
+    TooBig {
+        /// The path.
+        path: PathBuf,
+        /// The limit that applies.
+        limit: u64,
+    },
+    /// The medium failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl FileReadError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound {
+            Self::NotFound {
+                path: path.to_path_buf(),
+            }
+        } else {
+            Self::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    }
+}
+
+/// Opens `path` with `options` plus `O_NONBLOCK`, and refuses anything that is
+/// not a regular file once opened. For regular files `O_NONBLOCK` changes
+/// nothing, so the file may be used as usual afterwards.
+pub fn open_regular_with(mut options: OpenOptions, path: &Path) -> Result<File, FileReadError> {
+    let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
+    options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
+    let file = options.open(path).map_err(|e| FileReadError::io(path, e))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| FileReadError::io(path, e))?
+        .file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let kind = if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    };
+    Err(FileReadError::NotRegular {
+        path: path.to_path_buf(),
+        kind,
+    })
+}
+
+/// Opens a regular file for reading (see [`open_regular_with`]).
+pub fn open_regular(path: &Path) -> Result<File, FileReadError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    open_regular_with(options, path)
+}
+
+/// The bytes of the regular file at `path`, if it holds at most `limit`.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
+    let file = open_regular(path)?;
+    let too_big = || FileReadError::TooBig {
+        path: path.to_path_buf(),
+        limit,
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| FileReadError::io(path, e))?
+        .len();
+    if len > limit {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // The file may grow after the check: never read past the limit.
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileReadError::io(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big());
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`] for text: the file must be UTF-8.
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, FileReadError> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|e| FileReadError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regular_files_within_the_limit_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "hello").unwrap();
+        assert_eq!(read_bounded(&path, 5).unwrap(), b"hello");
+        assert!(matches!(
+            read_bounded(&path, 4),
+            Err(FileReadError::TooBig { limit: 4, .. })
+        ));
+        assert!(matches!(
+            read_bounded(&dir.path().join("nope"), 4),
+            Err(FileReadError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn devices_directories_and_symlinks_to_them_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        for path in [Path::new("/dev/zero"), &link, dir.path()] {
+            let err = read_bounded(path, 10).unwrap_err();
+            assert!(
+                matches!(err, FileReadError::NotRegular { .. }),
+                "{}: {err}",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = read_bounded(&fifo, 10).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+    }
+}
