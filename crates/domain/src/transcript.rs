@@ -495,7 +495,7 @@ mod tests {
     fn known_blocks_a_newer_or_older_writer_shaped_differently_are_kept_whole() {
         for value in [
             json!({"type": "text", "text": "y", "fidelity": "agent_emitted", "citations": [1]}),
-            json!({"type": "tool_result", "tool_content": "out", "fidelity": "router"}),
+            json!({"type": "tool_result", "tool_id": "t1", "fidelity": "router"}),
             json!({"type": "text", "text": "no fidelity"}),
         ] {
             let block: ContentBlock = serde_json::from_value(value.clone()).unwrap();
