@@ -97,9 +97,31 @@ impl Provider {
     }
 }
 
-/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds.
+/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds;
+/// more than 0 and at most [`Timeout::MAX`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Timeout(pub std::time::Duration);
+
+impl Timeout {
+    /// The longest timeout a workflow may give: 7 days. A deadline is the
+    /// clock's now plus the timeout, and that sum must stay representable.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 60 * 60);
+
+    /// `duration` as a timeout, or why it cannot be one.
+    pub fn new(duration: std::time::Duration) -> Result<Self, String> {
+        if duration.is_zero() {
+            Err("`timeout` must be more than 0 s".into())
+        } else if duration > Self::MAX {
+            Err(format!(
+                "`timeout` must be at most 7 days ({} s), not {}",
+                Self::MAX.as_secs(),
+                humantime::format_duration(duration)
+            ))
+        } else {
+            Ok(Timeout(duration))
+        }
+    }
+}
 
 impl Serialize for Timeout {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -113,15 +135,27 @@ impl<'de> Deserialize<'de> for Timeout {
         #[serde(untagged)]
         enum Raw {
             Seconds(u64),
+            Negative(i64),
+            Fraction(f64),
             Text(String),
         }
-        match Raw::deserialize(d)? {
-            Raw::Seconds(0) => Err(serde::de::Error::custom("timeout must be more than 0 s")),
-            Raw::Seconds(s) => Ok(Timeout(std::time::Duration::from_secs(s))),
-            Raw::Text(t) => humantime::parse_duration(&t).map(Timeout).map_err(|e| {
-                serde::de::Error::custom(format!("bad timeout `{t}`: {e} (e.g. `90s`, `10m`)"))
-            }),
-        }
+        let duration = match Raw::deserialize(d)? {
+            Raw::Seconds(s) => std::time::Duration::from_secs(s),
+            Raw::Negative(n) => {
+                return Err(serde::de::Error::custom(format!(
+                    "`timeout` must be more than 0 s, not {n}"
+                )));
+            }
+            Raw::Fraction(f) => {
+                return Err(serde::de::Error::custom(format!(
+                    "bad `timeout` {f}: give whole seconds or text (e.g. `1.5s`, `90s`, `10m`)"
+                )));
+            }
+            Raw::Text(t) => humantime::parse_duration(&t).map_err(|e| {
+                serde::de::Error::custom(format!("bad `timeout` `{t}`: {e} (e.g. `90s`, `10m`)"))
+            })?,
+        };
+        Timeout::new(duration).map_err(serde::de::Error::custom)
     }
 }
 
@@ -295,6 +329,21 @@ pub struct EdgeDef {
     pub when: Option<Condition>,
     /// Loop limit; `Some` makes this a loop edge.
     pub max_iterations: Option<u32>,
+    /// What a loop edge does when its condition still holds at its limit.
+    pub on_limit: OnLimit,
+}
+
+/// What a loop edge does when it would fire once more than `max_iterations`
+/// allows. A loop that never converged is usually a failure, so that is the
+/// default; `continue` goes on to the source node's other edges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// The run fails, naming the edge and its limit.
+    #[default]
+    Fail,
+    /// The loop edge is skipped and the run goes on.
+    Continue,
 }
 
 impl EdgeDef {

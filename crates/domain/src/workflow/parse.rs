@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{AgentDef, EdgeDef, NodeDef, NodeKind, Provider, WorkflowDef, WorkflowError};
+use super::{AgentDef, EdgeDef, NodeDef, NodeKind, OnLimit, Provider, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};
@@ -138,7 +138,7 @@ fn raw_kind(
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "an edge: `{from: ID, to: ID, when?: CEL, max_iterations?: N, id?: ID}`"
+    expecting = "an edge: `{from: ID, to: ID, when?: CEL, max_iterations?: N, on_limit?: fail|continue, id?: ID}`"
 )]
 struct RawEdge {
     from: String,
@@ -147,6 +147,8 @@ struct RawEdge {
     when: Option<String>,
     #[serde(default)]
     max_iterations: Option<u32>,
+    #[serde(default)]
+    on_limit: Option<OnLimit>,
     #[serde(default)]
     id: Option<String>,
 }
@@ -241,6 +243,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         return Err(invalid("name", "must not be empty"));
     }
     check_agents(&raw.agents)?;
+    check_pricing(&raw.pricing)?;
 
     let (nodes, edges) = match (raw.steps, raw.nodes) {
         (Some(_), Some(_)) => {
@@ -289,6 +292,9 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
     for (name, agent) in agents {
         let item = format!("agents.{name}");
         NodeId::new(name.as_str()).map_err(|e| invalid(&item, e.to_string()))?;
+        if agent.max_turns == Some(0) {
+            return Err(invalid(&item, "`max_turns` must be at least 1"));
+        }
         check_http_settings(&item, agent)?;
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
@@ -298,6 +304,27 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
                     format!("`output_schema` is not a valid JSON Schema: {e}"),
                 )
             })?;
+        }
+    }
+    Ok(())
+}
+
+/// Prices are finite and not negative: a cost computed from them is shown as money.
+fn check_pricing(pricing: &BTreeMap<String, Price>) -> Result<(), WorkflowError> {
+    for (model, price) in pricing {
+        let fields = [
+            ("input", Some(price.input)),
+            ("output", Some(price.output)),
+            ("cache_read", price.cache_read),
+            ("cache_write", price.cache_write),
+        ];
+        for (field, value) in fields {
+            if let Some(v) = value.filter(|v| !v.is_finite() || *v < 0.0) {
+                return Err(invalid(
+                    format!("pricing.{model}"),
+                    format!("`{field}` must be a price of 0 or more, not {v}"),
+                ));
+            }
         }
     }
     Ok(())
@@ -447,6 +474,7 @@ fn lower_steps(
             to: pair[1].id.clone(),
             when: None,
             max_iterations: None,
+            on_limit: OnLimit::default(),
         })
         .collect();
     Ok((set.nodes, edges))
@@ -501,8 +529,27 @@ fn lower_graph(
         if raw.max_iterations == Some(0) {
             return Err(invalid(item, "`max_iterations` must be at least 1"));
         }
+        if raw.on_limit.is_some() && raw.max_iterations.is_none() {
+            return Err(invalid(
+                item,
+                "`on_limit` goes with `max_iterations`: only a loop edge has a limit",
+            ));
+        }
         let when = (raw.when.as_deref().map(Condition::compile).transpose())
             .map_err(|e| invalid(&item, format!("`when` does not compile: {e}")))?;
+        if let Some(unknown) = when
+            .iter()
+            .flat_map(Condition::nodes)
+            .find(|n| !set.seen.contains_key(n.as_str()))
+        {
+            let known = list(set.nodes.iter().map(|n| n.id.as_str()));
+            return Err(invalid(
+                item,
+                format!(
+                    "`when` reads `outputs.{unknown}`, but there is no node `{unknown}` (known: {known})"
+                ),
+            ));
+        }
         edge_ids.insert(id.clone(), i);
         edges.push(EdgeDef {
             id,
@@ -510,6 +557,7 @@ fn lower_graph(
             to,
             when,
             max_iterations: raw.max_iterations,
+            on_limit: raw.on_limit.unwrap_or_default(),
         });
     }
     Ok((set.nodes, edges))
@@ -878,6 +926,107 @@ mod tests {
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"max_iterations\": 2}]}",
             "edges[0] (x->y): `max_iterations` makes this a loop edge",
         );
+    }
+
+    #[test]
+    fn zero_negative_and_oversized_limits_name_their_field() {
+        let agent = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: mock, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        check_err(
+            &agent("max_turns: 0"),
+            "agents.a: `max_turns` must be at least 1",
+        );
+        check_err(
+            &agent("max_turns: -1"),
+            "agents.a.max_turns: invalid type: integer `-1`, expected u32",
+        );
+        check_err(
+            &agent("timeout: 0"),
+            "agents.a: `timeout` must be more than 0 s",
+        );
+        check_err(
+            &agent("timeout: '0s'"),
+            "agents.a: `timeout` must be more than 0 s",
+        );
+        check_err(
+            &agent("timeout: -5"),
+            "agents.a: `timeout` must be more than 0 s, not -5",
+        );
+        check_err(&agent("timeout: 1.5"), "agents.a: bad `timeout` 1.5");
+        check_err(
+            &agent("timeout: 18446744073709551615"),
+            "agents.a: `timeout` must be at most 7 days (604800 s)",
+        );
+        check_err(
+            &agent("timeout: '500000000000y'"),
+            "agents.a: `timeout` must be at most 7 days (604800 s), not 500000000000years",
+        );
+        check_err(
+            &agent("timeout: '8 days'"),
+            "`timeout` must be at most 7 days",
+        );
+        let ok = WorkflowDef::from_yaml(&agent("timeout: '7 days', max_turns: 1")).unwrap();
+        assert_eq!(
+            ok.agents["a"].timeout.map(|t| t.0),
+            Some(super::super::Timeout::MAX)
+        );
+        check_err(
+            "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: -1, output: 1}}\n",
+            "pricing.m: `input` must be a price of 0 or more, not -1",
+        );
+        check_err(
+            "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: 1, output: .nan}}\n",
+            "pricing.m: `output` must be a price of 0 or more",
+        );
+    }
+
+    #[test]
+    fn on_limit_is_fail_by_default_and_only_on_loop_edges() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        let def = WorkflowDef::from_yaml(&wf(&format!(
+            "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 2}}, {{from: y, to: x, id: again, max_iterations: 2, on_limit: continue}}]\n"
+        )))
+        .unwrap();
+        assert_eq!(
+            def.edges.iter().map(|e| e.on_limit).collect::<Vec<_>>(),
+            [OnLimit::Fail, OnLimit::Fail, OnLimit::Continue]
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, on_limit: continue}}]\n"
+            )),
+            "edges[0] (x->y): `on_limit` goes with `max_iterations`",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 1, on_limit: stop}}]\n"
+            )),
+            "edges[1].on_limit: unknown variant `stop`, expected `fail` or `continue`",
+        );
+    }
+
+    #[test]
+    fn conditions_read_known_variables_and_nodes() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, when: 'outptu.ok'}}]\n"
+            )),
+            "edges[0] (x->y): `when` does not compile: `outptu.ok` reads `outptu`, which is not a variable",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, when: 'outputs.z.ok'}}]\n"
+            )),
+            "edges[0] (x->y): `when` reads `outputs.z`, but there is no node `z` (known: x, y)",
+        );
+        assert!(WorkflowDef::from_yaml(&wf(&format!(
+            "{nodes}edges: [{{from: x, to: y, when: 'outputs.x.ok && has(outputs.y) && input.all(k, k != \"\")'}}]\n"
+        )))
+        .is_ok());
     }
 
     #[test]
