@@ -13,6 +13,7 @@ mod parse;
 pub use graph::LoopBody;
 
 use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -201,9 +202,16 @@ pub struct AgentDef {
     pub timeout: Option<Timeout>,
     /// The working directory: where a CLI runs (CLIs keep their sessions
     /// per directory, so a resume must use the same), and the workspace the
-    /// file tools of an HTTP agent are confined to. Default: awr's own.
+    /// file tools of an HTTP agent are confined to. Default: awr's own, the
+    /// project directory; it must lie inside that unless
+    /// `allow_outside_project` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Lets `workdir` be `/`, an absolute path outside the project directory,
+    /// or a path that leaves it through `..`. Off by default: an agent runs
+    /// tools, and its directory is what they reach first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_outside_project: bool,
     /// HTTP providers: the API's base URL (default: the provider's public
     /// endpoint), e.g. `http://127.0.0.1:8080/v1` for a local server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +262,7 @@ impl AgentDef {
             env: BTreeMap::new(),
             timeout: None,
             workdir: None,
+            allow_outside_project: false,
             base_url: None,
             api_key_env: None,
             temperature: None,
@@ -262,6 +271,45 @@ impl AgentDef {
             max_retries: None,
         }
     }
+}
+
+/// Why `workdir` lies outside `project` (the directory awr runs in,
+/// absolute), or `None` when it lies inside. Decided on the text alone:
+/// `..` steps are resolved, symlinks are not (the caller resolves those
+/// of a directory that exists).
+pub fn workdir_outside(workdir: &str, project: &Path) -> Option<String> {
+    let path = Path::new(workdir);
+    if path.has_root() && path.components().all(|c| matches!(c, Component::RootDir)) {
+        return Some("`/` is the whole file system".into());
+    }
+    let relative = !path.has_root();
+    let (start, rest) = if path.has_root() {
+        (PathBuf::new(), path)
+    } else {
+        (project.to_path_buf(), path)
+    };
+    let mut resolved = start;
+    for part in rest.components() {
+        match part {
+            Component::ParentDir => {
+                // `/..` is `/`; a relative path must not step above the project.
+                let popped = resolved.pop();
+                if relative && (!popped || !resolved.starts_with(project)) {
+                    return Some(format!(
+                        "`{workdir}` leaves the project directory through `..`"
+                    ));
+                }
+            }
+            Component::CurDir => {}
+            other => resolved.push(other),
+        }
+    }
+    (!resolved.starts_with(project)).then(|| {
+        format!(
+            "`{workdir}` is outside the project directory {}",
+            project.display()
+        )
+    })
 }
 
 /// Failure policy of an agent.

@@ -32,6 +32,12 @@ impl WorkflowDef {
         build(raw.ok_or(WorkflowError::Empty)?, src)
     }
 
+    /// `sha256:<hex>` of a workflow's source text: what [`WorkflowDef::hash`]
+    /// holds once it is parsed, so a loader can tell files apart before parsing.
+    pub fn source_hash(src: &str) -> String {
+        hash(src)
+    }
+
     /// Parses and validates a workflow written in strict JSON, for callers
     /// that want JSON's error positions and no YAML leniency.
     pub fn from_json(src: &str) -> Result<WorkflowDef, WorkflowError> {
@@ -295,6 +301,7 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
         if agent.max_turns == Some(0) {
             return Err(invalid(&item, "`max_turns` must be at least 1"));
         }
+        check_workdir(&item, agent)?;
         check_http_settings(&item, agent)?;
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
@@ -307,6 +314,31 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
         }
     }
     Ok(())
+}
+
+/// What can be decided without knowing the project directory: `/` and a
+/// relative `workdir` that climbs out through `..` are refused unless the
+/// agent sets `allow_outside_project`. An absolute path is checked by
+/// whoever knows where awr runs ([`super::workdir_outside`]).
+fn check_workdir(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
+    let Some(dir) = agent
+        .workdir
+        .as_deref()
+        .filter(|_| !agent.allow_outside_project)
+    else {
+        return Ok(());
+    };
+    let placeholder = std::path::Path::new("/project");
+    if dir.starts_with('/') && !dir.trim_end_matches('/').is_empty() {
+        return Ok(());
+    }
+    match super::workdir_outside(dir, placeholder) {
+        Some(why) => Err(invalid(
+            item,
+            format!("`workdir`: {why}; set `allow_outside_project: true` to allow it"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Prices are finite and not negative: a cost computed from them is shown as money.
@@ -981,6 +1013,64 @@ mod tests {
             "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: 1, output: .nan}}\n",
             "pricing.m: `output` must be a price of 0 or more",
         );
+    }
+
+    #[test]
+    fn a_workdir_stays_in_the_project_unless_allowed_out() {
+        let agent = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: mock, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        for dir in ["/", "//", "..", "../x", "a/../../x", "./.."] {
+            check_err(
+                &agent(&format!("workdir: '{dir}'")),
+                "agents.a: `workdir`: ",
+            );
+            check_err(
+                &agent(&format!("workdir: '{dir}'")),
+                "set `allow_outside_project: true` to allow it",
+            );
+            let allowed = agent(&format!("workdir: '{dir}', allow_outside_project: true"));
+            assert!(WorkflowDef::from_yaml(&allowed).unwrap().agents["a"].allow_outside_project);
+        }
+        for dir in ["work", "./work", "a/../b", "a/b/../..", ""] {
+            assert!(
+                WorkflowDef::from_yaml(&agent(&format!("workdir: '{dir}'"))).is_ok(),
+                "{dir}"
+            );
+        }
+        check_err(
+            &agent("allow_outside: true"),
+            "unknown field `allow_outside`",
+        );
+    }
+
+    #[test]
+    fn absolute_workdirs_are_judged_against_the_project() {
+        let project = std::path::Path::new("/home/me/proj");
+        let outside = |dir: &str| super::super::workdir_outside(dir, project);
+        assert_eq!(outside("/home/me/proj"), None);
+        assert_eq!(outside("/home/me/proj/sub/"), None);
+        assert_eq!(outside("/home/me/proj/a/../b"), None);
+        assert_eq!(outside("sub/dir"), None);
+        assert!(outside("/").unwrap().contains("whole file system"));
+        assert!(
+            outside("/home/me")
+                .unwrap()
+                .contains("outside the project directory /home/me/proj")
+        );
+        assert!(
+            outside("/home/me/project-2").is_some(),
+            "a sibling with a common prefix"
+        );
+        assert!(
+            outside("/home/me/proj/../other")
+                .unwrap()
+                .contains("outside the project")
+        );
+        assert_eq!(outside("/home/me/x/../proj/sub"), None);
+        assert!(outside("../proj2").unwrap().contains("through `..`"));
     }
 
     #[test]
