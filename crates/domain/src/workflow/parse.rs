@@ -28,6 +28,7 @@ impl WorkflowDef {
         if src.trim().is_empty() {
             return Err(WorkflowError::Empty);
         }
+        check_flow_nesting(src)?;
         let raw: Option<RawWorkflow> = yaml_serde::from_str(src).map_err(yaml_error)?;
         build(raw.ok_or(WorkflowError::Empty)?, src)
     }
@@ -185,6 +186,67 @@ where
         }
     }
     de.deserialize_map(Unique(PhantomData))
+}
+
+/// How deep `[` and `{` may nest in a YAML file. The YAML reader refuses
+/// anything deeper than 128 levels anyway, but only after scanning the whole
+/// file, in time that grows with the square of the depth (minutes for a
+/// file of 100,000 `[`): refused first, here.
+const MAX_FLOW_NESTING: usize = 128;
+
+/// Refuses YAML whose flow collections nest deeper than [`MAX_FLOW_NESTING`].
+/// Quoted scalars and comments are skipped; a bracket in a block scalar
+/// counts, which only matters for 128 unclosed ones.
+fn check_flow_nesting(src: &str) -> Result<(), WorkflowError> {
+    let (mut depth, mut line, mut column) = (0usize, 1usize, 0usize);
+    let mut chars = src.chars().peekable();
+    let mut previous = '\n';
+    while let Some(c) = chars.next() {
+        column += 1;
+        match c {
+            '\n' => {
+                line += 1;
+                column = 0;
+            }
+            '#' if previous.is_whitespace() => while chars.next_if(|&n| n != '\n').is_some() {},
+            '\'' | '"' if !previous.is_alphanumeric() => {
+                let mut escaped = false;
+                while let Some(n) = chars.next() {
+                    column += 1;
+                    if n == '\n' {
+                        line += 1;
+                        column = 0;
+                    }
+                    match n {
+                        '\\' if c == '"' && !escaped => escaped = true,
+                        n if n == c && !escaped => {
+                            // `''` inside single quotes is a quote.
+                            if c == '\'' && chars.next_if_eq(&'\'').is_some() {
+                                column += 1;
+                                continue;
+                            }
+                            break;
+                        }
+                        _ => escaped = false,
+                    }
+                }
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_FLOW_NESTING {
+                    return Err(WorkflowError::Parse {
+                        line: Some(line),
+                        column: Some(column),
+                        message: format!("`[` and `{{` nest deeper than {MAX_FLOW_NESTING} levels"),
+                    });
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        previous = c;
+    }
+    Ok(())
 }
 
 fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
@@ -1012,6 +1074,33 @@ mod tests {
         check_err(
             "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: 1, output: .nan}}\n",
             "pricing.m: `output` must be a price of 0 or more",
+        );
+    }
+
+    #[test]
+    fn deep_yaml_brackets_are_refused_at_once() {
+        let agents = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        let deep = format!(
+            "{agents}input: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let started = std::time::Instant::now();
+        check_parse(&deep, 4, 136, "`[` and `{` nest deeper than 128 levels");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let fine = format!("{agents}input: {}{}\n", "[".repeat(100), "]".repeat(100));
+        assert!(WorkflowDef::from_yaml(&fine).is_ok());
+        let quoted = format!(
+            "{agents}description: \"{q} \\\" {q}\"\ninput: '{q}'' {q}' # {q}\n",
+            q = "[".repeat(300)
+        );
+        assert!(
+            WorkflowDef::from_yaml(&quoted).is_ok(),
+            "quoted and commented brackets are text"
         );
     }
 
