@@ -209,14 +209,13 @@ fn located(file: &Path, error: &WorkflowError) -> String {
 /// `awr validate FILE`.
 pub fn validate(file: &Path) -> Result<(), Failure> {
     let workflow = load_workflow(file)?;
-    println!(
+    crate::say(&format!(
         "{}: ok ({} agents, {} nodes, {} edges)",
         file.display(),
         workflow.agents.len(),
         workflow.nodes.len(),
         workflow.edges.len()
-    );
-    Ok(())
+    ))
 }
 
 /// What `awr run` was given as input.
