@@ -77,7 +77,7 @@ impl Condition {
     /// expression beyond the size limits ([`MAX_LEN`], [`MAX_NESTING`],
     /// [`MAX_DEPTH`]) and on a name that is not one of [`VARIABLES`].
     pub fn compile(src: &str) -> Result<Condition, ConditionError> {
-        let refuse = |why: String| ConditionError::Compile(format!("`{src}` {why}"));
+        let refuse = |why: String| ConditionError::Compile(format!("`{}` {why}", shorten(src)));
         if src.len() > MAX_LEN {
             return Err(ConditionError::Compile(format!(
                 "the condition is {} bytes long; at most {MAX_LEN} are allowed",
@@ -131,7 +131,10 @@ impl Condition {
     /// Variables are JSON values (objects become CEL maps, arrays lists, etc.).
     pub fn evaluate(&self, vars: &Map<String, Value>) -> Result<bool, ConditionError> {
         let eval_err = |e: &dyn fmt::Display| {
-            ConditionError::Eval(format!("`{}` failed to evaluate: {e}", self.source))
+            ConditionError::Eval(format!(
+                "`{}` failed to evaluate: {e}",
+                shorten(&self.source)
+            ))
         };
         let mut ctx = cel::Context::default();
         for (name, value) in vars {
@@ -142,11 +145,20 @@ impl Condition {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(ConditionError::NotBool(format!(
                 "`{}` evaluated to {}, not a bool",
-                self.source,
+                shorten(&self.source),
                 describe(&other)
             ))),
             Err(e) => Err(eval_err(&e)),
         }
+    }
+}
+
+/// An expression as quoted in a message: up to 120 characters, then `...`.
+fn shorten(src: &str) -> String {
+    const SHOWN: usize = 120;
+    match src.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", &src[..cut]),
+        None => src.to_owned(),
     }
 }
 
@@ -624,6 +636,17 @@ mod tests {
         assert!(Condition::compile("[1, 2].map(x, x * 2).filter(y, y > 2).size() > 0").is_ok());
         let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
         assert_eq!(c.nodes(), ["draft", "fix", "review"]);
+    }
+
+    #[test]
+    fn messages_quote_a_long_expression_shortened() {
+        let src = format!("1{} == ", " + 1".repeat(500));
+        let err = compile_err(src).to_string();
+        assert!(err.len() < 400, "{err}");
+        assert!(
+            err.starts_with("`1 + 1") && err.contains("...` is not a valid CEL expression"),
+            "{err}"
+        );
     }
 
     #[test]
