@@ -197,15 +197,251 @@ fn a_failing_agent_exits_1_and_records_the_failure() {
 }
 
 #[test]
-fn a_missing_fixture_names_the_node_and_call() {
+fn a_missing_fixture_file_is_refused_before_the_run() {
     let awr = Awr::new();
     let flow = awr.write(
         "flow.yaml",
         "name: nofix\nagents:\n  lonely: {provider: mock, fixtures: nowhere}\nsteps: [{agent: lonely}]\n",
     );
     let out = awr.run(&["run", flow.to_str().unwrap()]);
-    assert_eq!(out.code, 1);
-    assert!(out.stderr.contains("`lonely`"), "{}", out.stderr);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("node `lonely`: mock agent `lonely` has no fixture file")
+            && out.stderr.contains("nowhere/lonely.json"),
+        "{}",
+        out.stderr
+    );
+    assert!(awr.run_ids().is_empty());
+}
+
+#[test]
+fn a_fixture_without_the_call_asked_for_names_the_node_and_call() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: short\nagents:\n  lonely: {provider: mock, fixtures: fx}\nsteps: [{agent: lonely}]\n",
+    );
+    awr.write("fx/lonely.json", r#"{"calls": []}"#);
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("`lonely` call 0"), "{}", out.stderr);
+}
+
+/// `awr validate` and `awr run` on `file`: exit 2, `needle` in the message,
+/// no panic, no run.
+fn refused(awr: &Awr, file: &str, needle: &str) {
+    for command in ["validate", "run"] {
+        let out = awr.run(&[command, file]);
+        assert_eq!(out.code, 2, "{command} {file}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("panicked"),
+            "{command} {file}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(needle),
+            "{command} {file}: `{needle}` not in {}",
+            out.stderr
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
+    }
+    assert!(awr.run_ids().is_empty(), "{file}: a run was created");
+}
+
+/// Each file under `tests/workflows/bad/` opens with `# expect: TEXT`.
+#[test]
+fn hostile_workflow_files_are_refused_naming_the_field() {
+    let dir = repo_root().join("tests/workflows/bad");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "{files:?}");
+    let awr = Awr::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let needle = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} lacks `# expect: `", file.display()));
+        let name = format!(
+            "tests/workflows/bad/{}",
+            file.file_name().unwrap().to_str().unwrap()
+        );
+        refused(&awr, &name, needle);
+    }
+}
+
+#[test]
+fn conditions_too_long_or_too_deep_are_refused_without_a_panic() {
+    let awr = Awr::new();
+    let graph =
+        "name: t\nagents: {a: {provider: codex}}\nnodes: [{id: x, agent: a}, {id: y, agent: a}]\n";
+    let cases = [
+        (
+            format!("{}1 +", " ".repeat(70_000)),
+            "the condition is 70003 bytes long; at most 4096",
+        ),
+        (
+            format!("{}1 +", " ".repeat(4_000)),
+            "is not a valid CEL expression: 1:",
+        ),
+        (
+            format!("1{} == 1", " + 1".repeat(1_000)),
+            "levels deep; at most 32",
+        ),
+        (
+            format!("{}true{}", "[".repeat(2_000), "]".repeat(2_000)),
+            "nests brackets 2000 deep",
+        ),
+    ];
+    for (i, (when, needle)) in cases.iter().enumerate() {
+        let flow = awr.write(
+            &format!("cel-{i}.yaml"),
+            &format!("{graph}edges: [{{from: x, to: y, when: '{when}'}}]\n"),
+        );
+        refused(&awr, flow.to_str().unwrap(), needle);
+    }
+}
+
+#[test]
+fn a_workdir_outside_the_project_is_allowed_only_when_asked() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: t\nagents:\n  a: {provider: codex, workdir: /etc, allow_outside_project: true}\n  b: {provider: codex, workdir: examples}\nsteps: [{agent: a}, {agent: b}]\n",
+    );
+    let out = awr.run(&["validate", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The project directory is where awr runs: the same file from elsewhere.
+    let inside = awr.write(
+        "proj/flow.yaml",
+        "name: t\nagents: {a: {provider: codex, workdir: '/PROJ/sub'}}\nsteps: [{agent: a}]\n",
+    );
+    let proj = inside.parent().unwrap().canonicalize().unwrap();
+    std::fs::write(
+        &inside,
+        std::fs::read_to_string(&inside)
+            .unwrap()
+            .replace("/PROJ", proj.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = awr.run_in(&proj, &[], &["validate", "flow.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = awr.run(&["validate", inside.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("is outside the project directory"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn bad_json_input_is_an_error_and_text_needs_input_text() {
+    let awr = Awr::new();
+    let out = awr.run(&["run", "examples/triage.yaml", "--input", "{bad"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--input: not JSON: key must be a string at line 1 column 2")
+            && out.stderr.contains("--input-text"),
+        "{}",
+        out.stderr
+    );
+    let plain = awr.run(&["run", "examples/triage.yaml", "--input", "hello"]);
+    assert_eq!(plain.code, 2, "{}", plain.stderr);
+    assert!(awr.run_ids().is_empty());
+
+    let out = awr.run(&["run", "examples/triage.yaml", "--input-text", "{bad"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let events = events_of(&awr, &run_id_of(&out));
+    let EventKind::FlowStarted { input, .. } = &events[0].kind else {
+        panic!("{:?}", events[0].kind)
+    };
+    assert_eq!(input, &Value::String("{bad".into()));
+    let both = awr.run(&[
+        "run",
+        "examples/triage.yaml",
+        "--input",
+        "1",
+        "--input-text",
+        "x",
+    ]);
+    assert_eq!(both.code, 2, "{}", both.stderr);
+}
+
+/// `n` files, each calling the next `calls` times; the last runs an agent.
+fn call_chain(awr: &Awr, n: usize, calls: usize) -> String {
+    for i in 0..n {
+        let body = if i + 1 == n {
+            "steps: [{agent: a}]\n".to_owned()
+        } else {
+            let steps: Vec<String> = (0..calls)
+                .map(|c| format!("{{id: c{c}, call_workflow: f{}.yaml}}", i + 1))
+                .collect();
+            format!("steps: [{}]\n", steps.join(", "))
+        };
+        awr.write(
+            &format!("chain/f{i}.yaml"),
+            &format!("name: f{i}\nagents: {{a: {{provider: mock}}}}\n{body}"),
+        );
+    }
+    awr.write(
+        &format!("chain/fixtures/f{}/a.json", n - 1),
+        r#"{"calls": []}"#,
+    );
+    awr.dir
+        .path()
+        .join("chain/f0.yaml")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn call_workflow_chains_nest_at_most_64_deep() {
+    let awr = Awr::new();
+    let top = call_chain(&awr, 64, 1);
+    let out = awr.run(&["validate", &top]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let awr = Awr::new();
+    let top = call_chain(&awr, 65, 1);
+    let out = awr.run(&["validate", &top]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("f63.yaml: node `c0` calls"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("`call_workflow` nests more than 64 workflows deep"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("overflow"), "{}", out.stderr);
+}
+
+/// 20 files, each calling the next twice: 2^19 paths through the calls,
+/// each file loaded once.
+#[test]
+fn a_diamond_of_calls_loads_each_file_once() {
+    let awr = Awr::new();
+    let top = call_chain(&awr, 20, 2);
+    crate::util::awr_bin(); // built before the clock starts
+    let started = std::time::Instant::now();
+    let out = awr.run(&["validate", &top]);
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "validate took {took:?}"
+    );
 }
 
 /// Each broken workflow exits 2, names what is wrong, and leaves no run behind.

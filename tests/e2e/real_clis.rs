@@ -248,9 +248,11 @@ async fn run_cli(cli: Cli) {
     let scratch = std::sync::Arc::new(scratch);
     let out = {
         let scratch = std::sync::Arc::clone(&scratch);
-        tokio::task::spawn_blocking(move || scratch.awr(180, &["run", &flow, "--input", PROMPT]))
-            .await
-            .expect("awr task")
+        tokio::task::spawn_blocking(move || {
+            scratch.awr(180, &["run", &flow, "--input-text", PROMPT])
+        })
+        .await
+        .expect("awr task")
     };
     let elapsed = started.elapsed();
     let requests = server.requests();

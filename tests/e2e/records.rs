@@ -390,6 +390,7 @@ fn workflow_files_that_are_not_regular_or_too_big_are_refused_at_once() {
         "ok.yaml",
         "name: ok\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
     );
+    awr.write("fx/a.json", r#"{"calls": []}"#);
     let input = format!("@{}", zero.display());
     let out = awr.run_within(20, &["run", ok.to_str().unwrap(), "--input", &input]);
     assert_exit(&out, 2, "not a regular file");

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use domain::event::{Prompt, WorkflowRef};
 use domain::output::parse_structured;
-use domain::workflow::{EdgeDef, NodeDef, NodeKind};
+use domain::workflow::{EdgeDef, NodeDef, NodeKind, OnLimit};
 use domain::{
     EdgeStatus, EventKind, NodeId, NodeRunId, NodeStatus, Offset, RunId, RunSnapshot, RunStatus,
     RuntimeEvent, SessionId, Timestamp, WorkflowDef,
@@ -959,6 +959,19 @@ impl Execution<'_> {
                 .await?;
                 return Ok(Ok(()));
             }
+        }
+        // No loop edge fired: one that still holds at its limit ends the run
+        // unless it says `on_limit: continue`.
+        let exhausted = edges.iter().zip(&decisions).find_map(|(edge, holds)| {
+            let limit = edge.max_iterations.filter(|_| *holds)?;
+            (edge.on_limit == OnLimit::Fail).then_some((edge, limit))
+        });
+        if let Some((edge, limit)) = exhausted {
+            return Ok(Err(NodeFailure(format!(
+                "edge `{}` reached its loop limit (max_iterations: {limit}) and its condition still holds; \
+                 give it `on_limit: continue` to go on instead",
+                edge.id
+            ))));
         }
         for (edge, holds) in edges.iter().zip(decisions) {
             let ctx = (Some(node.id.clone()), None);
@@ -2400,7 +2413,7 @@ agents:
 nodes: [{id: writer, agent: writer}, {id: critic, agent: critic}, {id: publish, agent: publish}]
 edges:
   - {from: writer, to: critic}
-  - {from: critic, to: writer, when: '!output.contains("OK")', max_iterations: 2}
+  - {from: critic, to: writer, when: '!output.contains("OK")', max_iterations: 2, on_limit: continue}
   - {from: critic, to: publish}
 "#;
         let h = harness(
@@ -2442,6 +2455,51 @@ edges:
             panic!()
         };
         assert_eq!(reason, "loop limit reached");
+    }
+
+    #[tokio::test]
+    async fn a_loop_edge_at_its_limit_fails_the_run_by_default() {
+        let yaml = r#"
+name: refine
+agents:
+  writer: {provider: mock}
+  critic: {provider: mock}
+  publish: {provider: mock}
+nodes: [{id: writer, agent: writer}, {id: critic, agent: critic}, {id: publish, agent: publish}]
+edges:
+  - {from: writer, to: critic}
+  - {from: critic, to: writer, id: revise, when: '!output.contains("OK")', max_iterations: 1}
+  - {from: critic, to: publish}
+"#;
+        let h = harness(
+            HashMap::from([
+                ("writer", vec![vec![done("draft 1")], vec![done("draft 2")]]),
+                ("critic", vec![vec![done("again")], vec![done("still bad")]]),
+                ("publish", vec![vec![done("published")]]),
+            ]),
+            None,
+        );
+        let outcome = run(&h, yaml, json!("x")).await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Failed);
+        let error = outcome.error.unwrap();
+        assert!(
+            error.contains("edge `revise` reached its loop limit (max_iterations: 1)"),
+            "{error}"
+        );
+        assert_eq!(outcome.snapshot.loop_counters["revise"], 1);
+        let failed = of_type(&h, "flow:failed");
+        let EventKind::FlowFailed { failed_node, .. } = &failed[0].kind else {
+            panic!()
+        };
+        assert_eq!(failed_node.as_ref().map(NodeId::as_str), Some("critic"));
+        assert!(
+            h.prompts
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|(n, _)| n != "publish"),
+            "publish never ran"
+        );
     }
 
     #[tokio::test]

@@ -36,9 +36,12 @@ enum Command {
         /// Workflow file (YAML or JSON).
         file: PathBuf,
         /// Input of the first agent: JSON text, or `@FILE` to read it from a file.
-        /// Text that is not JSON is taken as a string.
+        /// Text that is not JSON is an error; use --input-text for a string.
         #[arg(long)]
         input: Option<String>,
+        /// Input of the first agent: this text, as a string.
+        #[arg(long, value_name = "TEXT", conflicts_with = "input")]
+        input_text: Option<String>,
     },
     /// Check a workflow file without running it.
     Validate {
@@ -129,7 +132,18 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     let storage = cli.storage;
     match cli.command {
-        Command::Run { file, input } => commands::run::run(&storage, &file, input.as_deref()).await,
+        Command::Run {
+            file,
+            input,
+            input_text,
+        } => {
+            let input = match (&input, &input_text) {
+                (Some(json), _) => commands::run::Input::Json(json),
+                (None, Some(text)) => commands::run::Input::Text(text),
+                (None, None) => commands::run::Input::Default,
+            };
+            commands::run::run(&storage, &file, input).await
+        }
         Command::Validate { file } => commands::run::validate(&file),
         Command::Runs => commands::inspect::runs(&storage).await,
         Command::Show { run, json } => commands::inspect::show(&storage, &run, json).await,

@@ -7,10 +7,43 @@
 //! runner then evaluates them against JSON variables (`output`, `outputs`,
 //! `input`; see `docs/workflow-format.md`).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::{Map, Value};
+
+/// The variables a condition may read (see `docs/workflow-format.md`).
+pub const VARIABLES: [&str; 3] = ["output", "outputs", "input"];
+
+/// Longest condition accepted, in bytes. Conditions are one-liners; the bound
+/// keeps parsing cheap and every error position small.
+pub const MAX_LEN: usize = 4096;
+
+/// Deepest nesting of `(`, `[` and `{` accepted. CEL's parser recurses
+/// through about ten grammar rules per bracket, so depth is checked on the
+/// text, before parsing: a few hundred brackets would overflow the stack.
+pub const MAX_NESTING: usize = 8;
+
+/// Deepest expression tree accepted (`1 + 1 + ...` nests without brackets).
+/// Evaluation recurses over the tree, so this bounds its stack too.
+pub const MAX_DEPTH: usize = 32;
+
+/// Type names CEL resolves as identifiers (`type(output) == string`).
+const TYPE_NAMES: [&str; 11] = [
+    "bool",
+    "bytes",
+    "double",
+    "dyn",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "type",
+    "uint",
+];
 
 /// A compiled `when:` expression. Cheap to clone and shareable across threads,
 /// because the runner evaluates conditions from whichever task finished a node.
@@ -18,6 +51,9 @@ use serde_json::{Map, Value};
 pub struct Condition {
     source: Arc<str>,
     program: Arc<cel::Program>,
+    /// Node ids read as `outputs.<id>` or `outputs["<id>"]`, so validation
+    /// can check that they exist.
+    nodes: Arc<[String]>,
 }
 
 /// Why a condition could not be compiled or did not yield a decision.
@@ -37,15 +73,53 @@ pub enum ConditionError {
 }
 
 impl Condition {
-    /// Compiles `src` as a CEL expression; fails on a syntax error.
+    /// Compiles `src` as a CEL expression; fails on a syntax error, on an
+    /// expression beyond the size limits ([`MAX_LEN`], [`MAX_NESTING`],
+    /// [`MAX_DEPTH`]) and on a name that is not one of [`VARIABLES`].
     pub fn compile(src: &str) -> Result<Condition, ConditionError> {
+        let refuse = |why: String| ConditionError::Compile(format!("`{}` {why}", shorten(src)));
+        if src.len() > MAX_LEN {
+            return Err(ConditionError::Compile(format!(
+                "the condition is {} bytes long; at most {MAX_LEN} are allowed",
+                src.len()
+            )));
+        }
+        let nesting = nesting(src);
+        if nesting > MAX_NESTING {
+            return Err(refuse(format!(
+                "nests brackets {nesting} deep; at most {MAX_NESTING} levels are allowed"
+            )));
+        }
         let program = cel::Program::compile(src).map_err(|e| {
-            ConditionError::Compile(format!("`{src}` is not a valid CEL expression: {e}"))
+            refuse(format!(
+                "is not a valid CEL expression: {}",
+                parse_errors(&e)
+            ))
         })?;
+        let depth = depth(program.expression());
+        if depth > MAX_DEPTH {
+            return Err(refuse(format!(
+                "is {depth} levels deep; at most {MAX_DEPTH} are allowed (split it, or use `&&` / `||`)"
+            )));
+        }
+        let mut names = Names::default();
+        names.walk(program.expression(), &mut Vec::new());
+        if let Some(unknown) = names.unknown.first() {
+            return Err(refuse(format!(
+                "reads `{unknown}`, which is not a variable (conditions may read {})",
+                VARIABLES.map(|v| format!("`{v}`")).join(", ")
+            )));
+        }
         Ok(Condition {
             source: Arc::from(src),
             program: Arc::new(program),
+            nodes: names.nodes.into_iter().collect(),
         })
+    }
+
+    /// Node ids this condition reads through `outputs`.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
     }
 
     /// The expression as written, for messages and snapshots.
@@ -57,7 +131,10 @@ impl Condition {
     /// Variables are JSON values (objects become CEL maps, arrays lists, etc.).
     pub fn evaluate(&self, vars: &Map<String, Value>) -> Result<bool, ConditionError> {
         let eval_err = |e: &dyn fmt::Display| {
-            ConditionError::Eval(format!("`{}` failed to evaluate: {e}", self.source))
+            ConditionError::Eval(format!(
+                "`{}` failed to evaluate: {e}",
+                shorten(&self.source)
+            ))
         };
         let mut ctx = cel::Context::default();
         for (name, value) in vars {
@@ -68,11 +145,188 @@ impl Condition {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(ConditionError::NotBool(format!(
                 "`{}` evaluated to {}, not a bool",
-                self.source,
+                shorten(&self.source),
                 describe(&other)
             ))),
             Err(e) => Err(eval_err(&e)),
         }
+    }
+}
+
+/// An expression as quoted in a message: up to 120 characters, then `...`.
+fn shorten(src: &str) -> String {
+    const SHOWN: usize = 120;
+    match src.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", &src[..cut]),
+        None => src.to_owned(),
+    }
+}
+
+/// CEL's parse errors as `line:column: message`. Its own rendering draws a
+/// caret line with a width format argument, which panics past column 65,535.
+fn parse_errors(errors: &cel::ParseErrors) -> String {
+    let mut shown: Vec<String> = errors
+        .errors
+        .iter()
+        .take(3)
+        .map(|e| {
+            let msg: String = e.msg.chars().take(200).collect();
+            format!("{}:{}: {msg}", e.pos.0, e.pos.1)
+        })
+        .collect();
+    if errors.errors.len() > 3 {
+        shown.push(format!("and {} more", errors.errors.len() - 3));
+    }
+    shown.join("; ")
+}
+
+/// The deepest nesting of brackets in `src`, outside string literals. An
+/// unterminated string is read as code, so a bracket the parser may still
+/// see is never missed; brackets in comments count (too many, never too few).
+fn nesting(src: &str) -> usize {
+    let bytes = src.as_bytes();
+    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            quote @ (b'"' | b'\'') => {
+                if let Some(end) = string_end(bytes, i, quote) {
+                    i = end;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+/// Where the string literal opened by the quote at `start` closes (the index
+/// of its last quote), or `None` when it does not: CEL's `"..."`, `'...'`,
+/// their tripled forms, and raw strings (`r"..."`, no escapes).
+fn string_end(bytes: &[u8], start: usize, quote: u8) -> Option<usize> {
+    let raw = start > 0 && matches!(bytes[start - 1], b'r' | b'R');
+    let triple = bytes.get(start..start + 3) == Some(&[quote, quote, quote][..]);
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if !raw => i += 1,
+            b'\n' | b'\r' if !triple => return None,
+            c if c == quote => {
+                if !triple {
+                    return Some(i);
+                }
+                if bytes.get(i..i + 3) == Some(&[quote, quote, quote][..]) {
+                    return Some(i + 2);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The depth of an expression tree, walked without recursion: the tree may
+/// be deeper than the stack allows before it is refused.
+fn depth(root: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut todo = vec![(root, 1usize)];
+    while let Some((expr, d)) = todo.pop() {
+        deepest = deepest.max(d);
+        todo.extend(children(expr).into_iter().map(|c| (c, d + 1)));
+    }
+    deepest
+}
+
+fn children(expr: &IdedExpr) -> Vec<&IdedExpr> {
+    match &expr.expr {
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => Vec::new(),
+        Expr::Call(call) => call.target.iter().map(|t| &**t).chain(&call.args).collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::List(list) => list.elements.iter().collect(),
+        Expr::Map(map) => map.entries.iter().flat_map(|e| entry(&e.expr)).collect(),
+        Expr::Struct(st) => st.entries.iter().flat_map(|e| entry(&e.expr)).collect(),
+        Expr::Select(select) => vec![&*select.operand],
+    }
+}
+
+fn entry(e: &EntryExpr) -> Vec<&IdedExpr> {
+    match e {
+        EntryExpr::StructField(field) => vec![&field.value],
+        EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+    }
+}
+
+/// The free names of an expression: unknown ones, and the node ids read
+/// through `outputs`. Recursive; only run on trees within [`MAX_DEPTH`].
+#[derive(Default)]
+struct Names {
+    unknown: Vec<String>,
+    nodes: BTreeSet<String>,
+}
+
+impl Names {
+    /// `bound`: the comprehension variables in scope (`i` in `exists(i, ...)`).
+    fn walk<'a>(&mut self, expr: &'a IdedExpr, bound: &mut Vec<&'a str>) {
+        match &expr.expr {
+            Expr::Ident(name) => {
+                let known = bound.contains(&name.as_str())
+                    || VARIABLES.contains(&name.as_str())
+                    || TYPE_NAMES.contains(&name.as_str());
+                if !known {
+                    self.unknown.push(name.clone());
+                }
+            }
+            Expr::Comprehension(c) => {
+                self.walk(&c.iter_range, bound);
+                self.walk(&c.accu_init, bound);
+                let before = bound.len();
+                bound.push(&c.iter_var);
+                bound.extend(c.iter_var2.as_deref());
+                bound.push(&c.accu_var);
+                for e in [&c.loop_cond, &c.loop_step, &c.result] {
+                    self.walk(e, bound);
+                }
+                bound.truncate(before);
+            }
+            _ => {
+                if let Some(node) = output_of(expr, bound) {
+                    self.nodes.insert(node.to_owned());
+                }
+                for child in children(expr) {
+                    self.walk(child, bound);
+                }
+            }
+        }
+    }
+}
+
+/// `outputs.<id>` or `outputs["<id>"]`, with `outputs` the variable: the id.
+fn output_of<'a>(expr: &'a IdedExpr, bound: &[&str]) -> Option<&'a str> {
+    let is_outputs = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == "outputs" && !bound.contains(&"outputs"));
+    match &expr.expr {
+        Expr::Select(select) if is_outputs(&select.operand) => Some(&select.field),
+        Expr::Call(call) if call.func_name == "_[_]" && call.target.is_none() => {
+            match call.args.as_slice() {
+                [map, key] if is_outputs(map) => match &key.expr {
+                    Expr::Literal(LiteralValue::String(id)) => Some(id.inner()),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -230,7 +484,7 @@ mod tests {
     #[test]
     fn evaluation_failures_are_errors() {
         for (src, v) in [
-            ("missing == 1", json!({})),
+            ("outputs.missing == 1", json!({"outputs": {}})),
             ("output.nope == 1", json!({"output": {}})),
             ("output > 1", json!({"output": "text"})),
             ("1 / output == 0", json!({"output": 0})),
@@ -249,6 +503,156 @@ mod tests {
         assert_eq!(c.source(), "true");
         assert_eq!(c, c.clone());
         assert_eq!(format!("{c:?}"), "Condition(\"true\")");
+    }
+
+    /// Compiles on a thread with the CLI main thread's stack (8 MiB): that
+    /// is where workflows are loaded.
+    fn compile_on_main_sized_stack(src: String) -> Result<Condition, ConditionError> {
+        std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || Condition::compile(&src))
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    /// The end of a long message, which holds what it says about the expression.
+    fn tail(s: &str) -> &str {
+        let from = s.len().saturating_sub(300);
+        s.get(from..).unwrap_or(s)
+    }
+
+    fn compile_err(src: String) -> String {
+        match compile_on_main_sized_stack(src) {
+            Err(ConditionError::Compile(m)) => m,
+            other => panic!("expected a compile error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_past_column_65535_is_reported_not_a_panic() {
+        let src = format!("{}1 +", " ".repeat(70_000));
+        let err = compile_err(src);
+        assert!(err.contains("at most 4096"), "{}", tail(&err));
+        let src = format!("{}1 +", " ".repeat(MAX_LEN - 10));
+        let err = compile_err(src);
+        assert!(
+            err.contains("not a valid CEL expression: 1:"),
+            "{}",
+            tail(&err)
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        for (open, close) in [("(", ")"), ("[", "]"), ("size(", ")"), ("{1: ", "}")] {
+            let most = (MAX_LEN - 10) / (open.len() + close.len());
+            for n in [MAX_NESTING + 1, most] {
+                let src = format!("{}1{} == 1", open.repeat(n), close.repeat(n));
+                let err = compile_err(src);
+                assert!(
+                    err.contains(&format!("nests brackets {n} deep; at most 8")),
+                    "{open}: {}",
+                    tail(&err)
+                );
+            }
+        }
+        let ok = format!("{}true{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
+        assert!(compile_on_main_sized_stack(ok).is_ok());
+        // Brackets in strings are text; a string left open is read as code.
+        assert!(
+            Condition::compile(r#"output.contains("((((((((((((") && output.contains(r'\')"#)
+                .is_ok()
+        );
+        let open_string = format!("\"{}", "(".repeat(20));
+        assert!(compile_err(open_string).contains("nests brackets 20 deep"));
+        let newline = format!("'x\n{}'", "[".repeat(20));
+        assert!(compile_err(newline).contains("nests brackets 20 deep"));
+    }
+
+    #[test]
+    fn deep_trees_without_brackets_are_refused() {
+        for chain in [" + 1", "['a']", ".a"] {
+            let src = format!("output{} == 1", chain.repeat(800));
+            let err = compile_err(src);
+            assert!(
+                err.contains("levels deep; at most 32"),
+                "{chain}: {}",
+                tail(&err)
+            );
+        }
+        assert!(Condition::compile(&format!("1{} == 21", " + 1".repeat(20))).is_ok());
+        let many_ors = format!("output == 0{}", " || output == 1".repeat(200));
+        assert!(
+            Condition::compile(&many_ors).is_ok(),
+            "`||` chains are balanced"
+        );
+    }
+
+    #[test]
+    fn the_worst_accepted_shapes_compile_and_evaluate_on_a_small_stack() {
+        let inner = format!("1{}", " + 1".repeat(25));
+        let shapes = [
+            format!("{}{inner}{} > 0", "size([".repeat(4), "])".repeat(4)),
+            format!(
+                "{}{inner}{} > 0",
+                "(".repeat(MAX_NESTING),
+                ")".repeat(MAX_NESTING)
+            ),
+            format!(
+                "{}output{} == 1",
+                "size(".repeat(MAX_NESTING),
+                ")".repeat(MAX_NESTING)
+            ),
+        ];
+        for src in shapes {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    if let Ok(c) = Condition::compile(&src) {
+                        let _ = c.evaluate(&vars(json!({"output": "x"})));
+                    }
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn only_known_variables_may_be_read() {
+        let err = Condition::compile("outptu.score > 1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reads `outptu`, which is not a variable (conditions may read `output`, `outputs`, `input`)"), "{err}");
+        assert!(
+            Condition::compile("output.items.exists(i, i.done) && input.all(k, k != '')").is_ok()
+        );
+        assert!(
+            Condition::compile("output.items.exists(i, i.done) && i").is_err(),
+            "`i` is bound only inside"
+        );
+        assert!(Condition::compile("type(output) == string || type(output) == map").is_ok());
+        assert!(Condition::compile("[1, 2].map(x, x * 2).filter(y, y > 2).size() > 0").is_ok());
+        let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
+        assert_eq!(c.nodes(), ["draft", "fix", "review"]);
+    }
+
+    #[test]
+    fn messages_quote_a_long_expression_shortened() {
+        let src = format!("1{} == ", " + 1".repeat(500));
+        let err = compile_err(src).to_string();
+        assert!(err.len() < 400, "{err}");
+        assert!(
+            err.starts_with("`1 + 1") && err.contains("...` is not a valid CEL expression"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn long_chains_of_operators_never_overflow_the_stack() {
+        let src = format!("1{}", " + 1".repeat(1000));
+        assert!(compile_on_main_sized_stack(src).is_err());
     }
 
     proptest::proptest! {

@@ -1,56 +1,113 @@
 //! `awr run` and `awr validate`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::{RunRequest, WorkflowRunner};
-use domain::workflow::NodeKind;
+use domain::workflow::{NodeKind, Provider};
 use domain::{RunStatus, WorkflowDef, WorkflowError};
 use serde_json::Value;
 
 use crate::{Failure, progress::Progress, wiring};
 
+/// How deeply `call_workflow` may nest: the top-level file is depth 1, so a
+/// chain of at most this many files loads.
+pub const MAX_CALL_DEPTH: usize = 64;
+
 /// Reads and validates a workflow file and, recursively, the workflows its
 /// `call_workflow` nodes name (relative to the file that names them), so a
 /// bad child is refused before anything runs. Errors name the file (and
 /// line:column when known); a workflow that calls itself, directly or not,
-/// is refused.
-pub fn load_workflow(file: &Path) -> Result<WorkflowDef, Failure> {
-    load_tree(file, &mut Vec::new())
+/// and a chain deeper than [`MAX_CALL_DEPTH`] are refused.
+///
+/// Each file is read, parsed and checked once per load, however many nodes
+/// call it: a child is shared by canonical path and content hash.
+pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
+    let project = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
+    let mut loader = Loader {
+        fixtures: file.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        project,
+        loaded: HashMap::new(),
+        calling: Vec::new(),
+    };
+    loader.load(file)
 }
 
-fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Failure> {
-    let text = infrastructure::fs::read_text_bounded(file, infrastructure::fs::MAX_WORKFLOW_FILE)
-        .map_err(|e| Failure::Input(anyhow!("cannot read the workflow: {e}")))?;
-    let is_json = file.extension().is_some_and(|ext| ext == "json");
-    let parsed = if is_json {
-        WorkflowDef::from_json(&text)
-    } else {
-        WorkflowDef::from_yaml(&text)
-    };
-    let mut workflow = parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))?;
-    check_tools(file, &workflow)?;
-    let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
-    calling.push(canonical);
-    let dir = file.parent().unwrap_or(Path::new("."));
-    for node in &mut workflow.nodes {
-        if let NodeKind::CallWorkflow {
-            workflow: child,
-            resolved,
-        } = &mut node.kind
-        {
+/// State of one [`load_workflow`].
+struct Loader {
+    /// Where mock fixtures are found: the top-level file's directory (see
+    /// `wiring::providers`).
+    fixtures: PathBuf,
+    /// The directory awr runs in, canonical; agents' `workdir`s stay inside.
+    project: PathBuf,
+    /// Files already loaded, by canonical path and content hash.
+    loaded: HashMap<(PathBuf, String), Arc<WorkflowDef>>,
+    /// The files being loaded, outermost first: a cycle and the depth.
+    calling: Vec<PathBuf>,
+}
+
+impl Loader {
+    fn load(&mut self, file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
+        let text = read_workflow_text(file)?;
+        let canonical = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+        let key = (canonical, WorkflowDef::source_hash(&text));
+        if let Some(done) = self.loaded.get(&key) {
+            return Ok(Arc::clone(done));
+        }
+        let is_json = file.extension().is_some_and(|ext| ext == "json");
+        let parsed = if is_json {
+            WorkflowDef::from_json(&text)
+        } else {
+            WorkflowDef::from_yaml(&text)
+        };
+        let mut workflow = parsed.map_err(|e| Failure::Input(anyhow!("{}", located(file, &e))))?;
+        check_tools(file, &workflow)?;
+        check_workdirs(file, &workflow, &self.project)?;
+        check_fixtures(file, &workflow, &self.fixtures)?;
+        self.calling.push(key.0.clone());
+        let children = self.load_children(file, &mut workflow);
+        self.calling.pop();
+        children?;
+        let workflow = Arc::new(workflow);
+        self.loaded.insert(key, Arc::clone(&workflow));
+        Ok(workflow)
+    }
+
+    fn load_children(&mut self, file: &Path, workflow: &mut WorkflowDef) -> Result<(), Failure> {
+        let dir = file.parent().unwrap_or(Path::new("."));
+        for node in &mut workflow.nodes {
+            let NodeKind::CallWorkflow {
+                workflow: child,
+                resolved,
+            } = &mut node.kind
+            else {
+                continue;
+            };
             let path = dir.join(&*child);
-            let key = path.canonicalize().unwrap_or_else(|_| path.clone());
-            if calling.contains(&key) {
-                return Err(Failure::Input(anyhow!(
-                    "{}: node `{}` calls {}, which is already being called: workflows must not call themselves",
+            let calls = |why: String| {
+                Failure::Input(anyhow!(
+                    "{}: node `{}` calls {}{why}",
                     file.display(),
                     node.id,
                     path.display()
+                ))
+            };
+            let key = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if self.calling.contains(&key) {
+                return Err(calls(
+                    ", which is already being called: workflows must not call themselves".into(),
+                ));
+            }
+            if self.calling.len() >= MAX_CALL_DEPTH {
+                return Err(calls(format!(
+                    ": `call_workflow` nests more than {MAX_CALL_DEPTH} workflows deep"
                 )));
             }
-            let loaded = load_tree(&path, calling).map_err(|f| match f {
+            let loaded = self.load(&path).map_err(|f| match f {
                 Failure::Input(e) => Failure::Input(e.context(format!(
                     "{}: node `{}` calls {}",
                     file.display(),
@@ -59,11 +116,16 @@ fn load_tree(file: &Path, calling: &mut Vec<PathBuf>) -> Result<WorkflowDef, Fai
                 ))),
                 other => other,
             })?;
-            *resolved = Some(Arc::new(loaded));
+            *resolved = Some(loaded);
         }
+        Ok(())
     }
-    calling.pop();
-    Ok(workflow)
+}
+
+/// The text of a workflow file.
+fn read_workflow_text(file: &Path) -> Result<String, Failure> {
+    infrastructure::fs::read_text_bounded(file, infrastructure::fs::MAX_WORKFLOW_FILE)
+        .map_err(|e| Failure::Input(anyhow!(e)))
 }
 
 /// Every tool granted to an HTTP agent must exist: a misspelt name would
@@ -85,6 +147,58 @@ fn check_tools(file: &Path, workflow: &WorkflowDef) -> Result<(), Failure> {
     Ok(())
 }
 
+/// An absolute `workdir` must lie inside the project directory (the domain
+/// has already refused `/` and relative `..` escapes, which need no disk).
+/// A directory that exists is judged by its real path, symlinks resolved.
+fn check_workdirs(file: &Path, workflow: &WorkflowDef, project: &Path) -> Result<(), Failure> {
+    for (name, agent) in &workflow.agents {
+        let Some(dir) = agent.workdir.as_deref() else {
+            continue;
+        };
+        if agent.allow_outside_project || !Path::new(dir).has_root() {
+            continue;
+        }
+        let real = Path::new(dir).canonicalize();
+        let judged = real.as_deref().ok().and_then(Path::to_str).unwrap_or(dir);
+        if let Some(why) = domain::workflow::workdir_outside(judged, project) {
+            return Err(Failure::Input(anyhow!(
+                "{}: agents.{name}: `workdir`: {why}; set `allow_outside_project: true` to allow it",
+                file.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every node of a `mock` agent has its fixture file, where the mock
+/// provider will look for it (`wiring::providers`): `<fixtures>/<node>.json`,
+/// with `<fixtures>` the agent's `fixtures:` directory or
+/// `fixtures/<workflow name>`, both under the top-level file's directory.
+fn check_fixtures(file: &Path, workflow: &WorkflowDef, base: &Path) -> Result<(), Failure> {
+    for node in &workflow.nodes {
+        let Some((name, agent)) = workflow.agent_of(node) else {
+            continue;
+        };
+        if agent.provider != Provider::Mock {
+            continue;
+        }
+        let dir = match &agent.fixtures {
+            Some(dir) => base.join(dir),
+            None => base.join("fixtures").join(&workflow.name),
+        };
+        let fixture = dir.join(format!("{}.json", node.id));
+        if !fixture.is_file() {
+            return Err(Failure::Input(anyhow!(
+                "{}: node `{}`: mock agent `{name}` has no fixture file {}",
+                file.display(),
+                node.id,
+                fixture.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn located(file: &Path, error: &WorkflowError) -> String {
     match error {
         WorkflowError::Parse { line: Some(_), .. } => format!("{}:{error}", file.display()),
@@ -95,20 +209,33 @@ fn located(file: &Path, error: &WorkflowError) -> String {
 /// `awr validate FILE`.
 pub fn validate(file: &Path) -> Result<(), Failure> {
     let workflow = load_workflow(file)?;
-    println!(
+    crate::say(&format!(
         "{}: ok ({} agents, {} nodes, {} edges)",
         file.display(),
         workflow.agents.len(),
         workflow.nodes.len(),
         workflow.edges.len()
-    );
-    Ok(())
+    ))
 }
 
-/// Parses `--input`: JSON text, `@FILE`, or else the text as a string.
-fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failure> {
-    let Some(raw) = raw else {
-        return Ok(workflow.input.clone().unwrap_or(Value::Null));
+/// What `awr run` was given as input.
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    /// None: the workflow's own `input`, else `null`.
+    Default,
+    /// `--input`: JSON text, or `@FILE` to read JSON from a file.
+    Json(&'a str),
+    /// `--input-text`: the text itself, as a string.
+    Text(&'a str),
+}
+
+/// The run's input. JSON that does not parse is an error naming the problem,
+/// never silently a string: a string is asked for with `--input-text`.
+fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Failure> {
+    let raw = match input {
+        Input::Default => return Ok(workflow.input.clone().unwrap_or(Value::Null)),
+        Input::Text(text) => return Ok(Value::String(text.to_owned())),
+        Input::Json(raw) => raw,
     };
     let (text, origin) = match raw.strip_prefix('@') {
         Some(path) => (
@@ -116,20 +243,20 @@ fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failu
                 Path::new(path),
                 infrastructure::fs::MAX_INPUT_FILE,
             )
-            .map_err(|e| Failure::Input(anyhow!("--input: {e}")))?,
-            Some(path),
+            .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
+            format!("--input @{path}"),
         ),
-        None => (raw.to_owned(), None),
+        None => (raw.to_owned(), "--input".to_owned()),
     };
-    match (serde_json::from_str(&text), origin) {
-        (Ok(value), _) => Ok(value),
-        (Err(_), None) => Ok(Value::String(text)),
-        (Err(e), Some(path)) => Err(Failure::Input(anyhow!("--input @{path}: not JSON: {e}"))),
-    }
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::Input(anyhow!(
+            "{origin}: not JSON: {e} (to pass text as a string, use --input-text)"
+        ))
+    })
 }
 
-/// `awr run FILE [--input ...]`.
-pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(), Failure> {
+/// `awr run FILE [--input JSON | --input-text TEXT]`.
+pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Failure> {
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
@@ -148,13 +275,7 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
         .map_err(Failure::Run)?;
     eprintln!("run {run_id}");
     let outcome = runner
-        .run(
-            run_id,
-            RunRequest {
-                workflow: Arc::new(workflow),
-                input,
-            },
-        )
+        .run(run_id, RunRequest { workflow, input })
         .await
         .with_context(|| format!("run {run_id}"))
         .map_err(Failure::Run)?;

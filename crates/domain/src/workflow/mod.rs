@@ -13,6 +13,7 @@ mod parse;
 pub use graph::LoopBody;
 
 use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -97,9 +98,31 @@ impl Provider {
     }
 }
 
-/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds.
+/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds;
+/// more than 0 and at most [`Timeout::MAX`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Timeout(pub std::time::Duration);
+
+impl Timeout {
+    /// The longest timeout a workflow may give: 7 days. A deadline is the
+    /// clock's now plus the timeout, and that sum must stay representable.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 60 * 60);
+
+    /// `duration` as a timeout, or why it cannot be one.
+    pub fn new(duration: std::time::Duration) -> Result<Self, String> {
+        if duration.is_zero() {
+            Err("`timeout` must be more than 0 s".into())
+        } else if duration > Self::MAX {
+            Err(format!(
+                "`timeout` must be at most 7 days ({} s), not {}",
+                Self::MAX.as_secs(),
+                humantime::format_duration(duration)
+            ))
+        } else {
+            Ok(Timeout(duration))
+        }
+    }
+}
 
 impl Serialize for Timeout {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -113,15 +136,27 @@ impl<'de> Deserialize<'de> for Timeout {
         #[serde(untagged)]
         enum Raw {
             Seconds(u64),
+            Negative(i64),
+            Fraction(f64),
             Text(String),
         }
-        match Raw::deserialize(d)? {
-            Raw::Seconds(0) => Err(serde::de::Error::custom("timeout must be more than 0 s")),
-            Raw::Seconds(s) => Ok(Timeout(std::time::Duration::from_secs(s))),
-            Raw::Text(t) => humantime::parse_duration(&t).map(Timeout).map_err(|e| {
-                serde::de::Error::custom(format!("bad timeout `{t}`: {e} (e.g. `90s`, `10m`)"))
-            }),
-        }
+        let duration = match Raw::deserialize(d)? {
+            Raw::Seconds(s) => std::time::Duration::from_secs(s),
+            Raw::Negative(n) => {
+                return Err(serde::de::Error::custom(format!(
+                    "`timeout` must be more than 0 s, not {n}"
+                )));
+            }
+            Raw::Fraction(f) => {
+                return Err(serde::de::Error::custom(format!(
+                    "bad `timeout` {f}: give whole seconds or text (e.g. `1.5s`, `90s`, `10m`)"
+                )));
+            }
+            Raw::Text(t) => humantime::parse_duration(&t).map_err(|e| {
+                serde::de::Error::custom(format!("bad `timeout` `{t}`: {e} (e.g. `90s`, `10m`)"))
+            })?,
+        };
+        Timeout::new(duration).map_err(serde::de::Error::custom)
     }
 }
 
@@ -167,9 +202,16 @@ pub struct AgentDef {
     pub timeout: Option<Timeout>,
     /// The working directory: where a CLI runs (CLIs keep their sessions
     /// per directory, so a resume must use the same), and the workspace the
-    /// file tools of an HTTP agent are confined to. Default: awr's own.
+    /// file tools of an HTTP agent are confined to. Default: awr's own, the
+    /// project directory; it must lie inside that unless
+    /// `allow_outside_project` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Lets `workdir` be `/`, an absolute path outside the project directory,
+    /// or a path that leaves it through `..`. Off by default: an agent runs
+    /// tools, and its directory is what they reach first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_outside_project: bool,
     /// HTTP providers: the API's base URL (default: the provider's public
     /// endpoint), e.g. `http://127.0.0.1:8080/v1` for a local server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +262,7 @@ impl AgentDef {
             env: BTreeMap::new(),
             timeout: None,
             workdir: None,
+            allow_outside_project: false,
             base_url: None,
             api_key_env: None,
             temperature: None,
@@ -228,6 +271,45 @@ impl AgentDef {
             max_retries: None,
         }
     }
+}
+
+/// Why `workdir` lies outside `project` (the directory awr runs in,
+/// absolute), or `None` when it lies inside. Decided on the text alone:
+/// `..` steps are resolved, symlinks are not (the caller resolves those
+/// of a directory that exists).
+pub fn workdir_outside(workdir: &str, project: &Path) -> Option<String> {
+    let path = Path::new(workdir);
+    if path.has_root() && path.components().all(|c| matches!(c, Component::RootDir)) {
+        return Some("`/` is the whole file system".into());
+    }
+    let relative = !path.has_root();
+    let (start, rest) = if path.has_root() {
+        (PathBuf::new(), path)
+    } else {
+        (project.to_path_buf(), path)
+    };
+    let mut resolved = start;
+    for part in rest.components() {
+        match part {
+            Component::ParentDir => {
+                // `/..` is `/`; a relative path must not step above the project.
+                let popped = resolved.pop();
+                if relative && (!popped || !resolved.starts_with(project)) {
+                    return Some(format!(
+                        "`{workdir}` leaves the project directory through `..`"
+                    ));
+                }
+            }
+            Component::CurDir => {}
+            other => resolved.push(other),
+        }
+    }
+    (!resolved.starts_with(project)).then(|| {
+        format!(
+            "`{workdir}` is outside the project directory {}",
+            project.display()
+        )
+    })
 }
 
 /// Failure policy of an agent.
@@ -295,6 +377,21 @@ pub struct EdgeDef {
     pub when: Option<Condition>,
     /// Loop limit; `Some` makes this a loop edge.
     pub max_iterations: Option<u32>,
+    /// What a loop edge does when its condition still holds at its limit.
+    pub on_limit: OnLimit,
+}
+
+/// What a loop edge does when it would fire once more than `max_iterations`
+/// allows. A loop that never converged is usually a failure, so that is the
+/// default; `continue` goes on to the source node's other edges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// The run fails, naming the edge and its limit.
+    #[default]
+    Fail,
+    /// The loop edge is skipped and the run goes on.
+    Continue,
 }
 
 impl EdgeDef {

@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{AgentDef, EdgeDef, NodeDef, NodeKind, Provider, WorkflowDef, WorkflowError};
+use super::{AgentDef, EdgeDef, NodeDef, NodeKind, OnLimit, Provider, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};
@@ -28,8 +28,15 @@ impl WorkflowDef {
         if src.trim().is_empty() {
             return Err(WorkflowError::Empty);
         }
+        check_flow_nesting(src)?;
         let raw: Option<RawWorkflow> = yaml_serde::from_str(src).map_err(yaml_error)?;
         build(raw.ok_or(WorkflowError::Empty)?, src)
+    }
+
+    /// `sha256:<hex>` of a workflow's source text: what [`WorkflowDef::hash`]
+    /// holds once it is parsed, so a loader can tell files apart before parsing.
+    pub fn source_hash(src: &str) -> String {
+        hash(src)
     }
 
     /// Parses and validates a workflow written in strict JSON, for callers
@@ -138,7 +145,7 @@ fn raw_kind(
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "an edge: `{from: ID, to: ID, when?: CEL, max_iterations?: N, id?: ID}`"
+    expecting = "an edge: `{from: ID, to: ID, when?: CEL, max_iterations?: N, on_limit?: fail|continue, id?: ID}`"
 )]
 struct RawEdge {
     from: String,
@@ -147,6 +154,8 @@ struct RawEdge {
     when: Option<String>,
     #[serde(default)]
     max_iterations: Option<u32>,
+    #[serde(default)]
+    on_limit: Option<OnLimit>,
     #[serde(default)]
     id: Option<String>,
 }
@@ -177,6 +186,67 @@ where
         }
     }
     de.deserialize_map(Unique(PhantomData))
+}
+
+/// How deep `[` and `{` may nest in a YAML file. The YAML reader refuses
+/// anything deeper than 128 levels anyway, but only after scanning the whole
+/// file, in time that grows with the square of the depth (minutes for a
+/// file of 100,000 `[`): refused first, here.
+const MAX_FLOW_NESTING: usize = 128;
+
+/// Refuses YAML whose flow collections nest deeper than [`MAX_FLOW_NESTING`].
+/// Quoted scalars and comments are skipped; a bracket in a block scalar
+/// counts, which only matters for 128 unclosed ones.
+fn check_flow_nesting(src: &str) -> Result<(), WorkflowError> {
+    let (mut depth, mut line, mut column) = (0usize, 1usize, 0usize);
+    let mut chars = src.chars().peekable();
+    let mut previous = '\n';
+    while let Some(c) = chars.next() {
+        column += 1;
+        match c {
+            '\n' => {
+                line += 1;
+                column = 0;
+            }
+            '#' if previous.is_whitespace() => while chars.next_if(|&n| n != '\n').is_some() {},
+            '\'' | '"' if !previous.is_alphanumeric() => {
+                let mut escaped = false;
+                while let Some(n) = chars.next() {
+                    column += 1;
+                    if n == '\n' {
+                        line += 1;
+                        column = 0;
+                    }
+                    match n {
+                        '\\' if c == '"' && !escaped => escaped = true,
+                        n if n == c && !escaped => {
+                            // `''` inside single quotes is a quote.
+                            if c == '\'' && chars.next_if_eq(&'\'').is_some() {
+                                column += 1;
+                                continue;
+                            }
+                            break;
+                        }
+                        _ => escaped = false,
+                    }
+                }
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_FLOW_NESTING {
+                    return Err(WorkflowError::Parse {
+                        line: Some(line),
+                        column: Some(column),
+                        message: format!("`[` and `{{` nest deeper than {MAX_FLOW_NESTING} levels"),
+                    });
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        previous = c;
+    }
+    Ok(())
 }
 
 fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
@@ -241,6 +311,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         return Err(invalid("name", "must not be empty"));
     }
     check_agents(&raw.agents)?;
+    check_pricing(&raw.pricing)?;
 
     let (nodes, edges) = match (raw.steps, raw.nodes) {
         (Some(_), Some(_)) => {
@@ -289,6 +360,10 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
     for (name, agent) in agents {
         let item = format!("agents.{name}");
         NodeId::new(name.as_str()).map_err(|e| invalid(&item, e.to_string()))?;
+        if agent.max_turns == Some(0) {
+            return Err(invalid(&item, "`max_turns` must be at least 1"));
+        }
+        check_workdir(&item, agent)?;
         check_http_settings(&item, agent)?;
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
@@ -298,6 +373,52 @@ fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError
                     format!("`output_schema` is not a valid JSON Schema: {e}"),
                 )
             })?;
+        }
+    }
+    Ok(())
+}
+
+/// What can be decided without knowing the project directory: `/` and a
+/// relative `workdir` that climbs out through `..` are refused unless the
+/// agent sets `allow_outside_project`. An absolute path is checked by
+/// whoever knows where awr runs ([`super::workdir_outside`]).
+fn check_workdir(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
+    let Some(dir) = agent
+        .workdir
+        .as_deref()
+        .filter(|_| !agent.allow_outside_project)
+    else {
+        return Ok(());
+    };
+    let placeholder = std::path::Path::new("/project");
+    if dir.starts_with('/') && !dir.trim_end_matches('/').is_empty() {
+        return Ok(());
+    }
+    match super::workdir_outside(dir, placeholder) {
+        Some(why) => Err(invalid(
+            item,
+            format!("`workdir`: {why}; set `allow_outside_project: true` to allow it"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Prices are finite and not negative: a cost computed from them is shown as money.
+fn check_pricing(pricing: &BTreeMap<String, Price>) -> Result<(), WorkflowError> {
+    for (model, price) in pricing {
+        let fields = [
+            ("input", Some(price.input)),
+            ("output", Some(price.output)),
+            ("cache_read", price.cache_read),
+            ("cache_write", price.cache_write),
+        ];
+        for (field, value) in fields {
+            if let Some(v) = value.filter(|v| !v.is_finite() || *v < 0.0) {
+                return Err(invalid(
+                    format!("pricing.{model}"),
+                    format!("`{field}` must be a price of 0 or more, not {v}"),
+                ));
+            }
         }
     }
     Ok(())
@@ -447,6 +568,7 @@ fn lower_steps(
             to: pair[1].id.clone(),
             when: None,
             max_iterations: None,
+            on_limit: OnLimit::default(),
         })
         .collect();
     Ok((set.nodes, edges))
@@ -501,8 +623,27 @@ fn lower_graph(
         if raw.max_iterations == Some(0) {
             return Err(invalid(item, "`max_iterations` must be at least 1"));
         }
+        if raw.on_limit.is_some() && raw.max_iterations.is_none() {
+            return Err(invalid(
+                item,
+                "`on_limit` goes with `max_iterations`: only a loop edge has a limit",
+            ));
+        }
         let when = (raw.when.as_deref().map(Condition::compile).transpose())
             .map_err(|e| invalid(&item, format!("`when` does not compile: {e}")))?;
+        if let Some(unknown) = when
+            .iter()
+            .flat_map(Condition::nodes)
+            .find(|n| !set.seen.contains_key(n.as_str()))
+        {
+            let known = list(set.nodes.iter().map(|n| n.id.as_str()));
+            return Err(invalid(
+                item,
+                format!(
+                    "`when` reads `outputs.{unknown}`, but there is no node `{unknown}` (known: {known})"
+                ),
+            ));
+        }
         edge_ids.insert(id.clone(), i);
         edges.push(EdgeDef {
             id,
@@ -510,6 +651,7 @@ fn lower_graph(
             to,
             when,
             max_iterations: raw.max_iterations,
+            on_limit: raw.on_limit.unwrap_or_default(),
         });
     }
     Ok((set.nodes, edges))
@@ -878,6 +1020,192 @@ mod tests {
             "{\"name\": \"t\", \"agents\": {\"a\": {\"provider\": \"mock\"}}, \"nodes\": [{\"id\": \"x\", \"agent\": \"a\"}, {\"id\": \"y\", \"agent\": \"a\"}], \"edges\": [{\"from\": \"x\", \"to\": \"y\", \"max_iterations\": 2}]}",
             "edges[0] (x->y): `max_iterations` makes this a loop edge",
         );
+    }
+
+    #[test]
+    fn zero_negative_and_oversized_limits_name_their_field() {
+        let agent = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: mock, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        check_err(
+            &agent("max_turns: 0"),
+            "agents.a: `max_turns` must be at least 1",
+        );
+        check_err(
+            &agent("max_turns: -1"),
+            "agents.a.max_turns: invalid type: integer `-1`, expected u32",
+        );
+        check_err(
+            &agent("timeout: 0"),
+            "agents.a: `timeout` must be more than 0 s",
+        );
+        check_err(
+            &agent("timeout: '0s'"),
+            "agents.a: `timeout` must be more than 0 s",
+        );
+        check_err(
+            &agent("timeout: -5"),
+            "agents.a: `timeout` must be more than 0 s, not -5",
+        );
+        check_err(&agent("timeout: 1.5"), "agents.a: bad `timeout` 1.5");
+        check_err(
+            &agent("timeout: 18446744073709551615"),
+            "agents.a: `timeout` must be at most 7 days (604800 s)",
+        );
+        check_err(
+            &agent("timeout: '500000000000y'"),
+            "agents.a: `timeout` must be at most 7 days (604800 s), not 500000000000years",
+        );
+        check_err(
+            &agent("timeout: '8 days'"),
+            "`timeout` must be at most 7 days",
+        );
+        let ok = WorkflowDef::from_yaml(&agent("timeout: '7 days', max_turns: 1")).unwrap();
+        assert_eq!(
+            ok.agents["a"].timeout.map(|t| t.0),
+            Some(super::super::Timeout::MAX)
+        );
+        check_err(
+            "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: -1, output: 1}}\n",
+            "pricing.m: `input` must be a price of 0 or more, not -1",
+        );
+        check_err(
+            "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: 1, output: .nan}}\n",
+            "pricing.m: `output` must be a price of 0 or more",
+        );
+    }
+
+    #[test]
+    fn deep_yaml_brackets_are_refused_at_once() {
+        let agents = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        let deep = format!(
+            "{agents}input: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let started = std::time::Instant::now();
+        check_parse(&deep, 4, 136, "`[` and `{` nest deeper than 128 levels");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let fine = format!("{agents}input: {}{}\n", "[".repeat(100), "]".repeat(100));
+        assert!(WorkflowDef::from_yaml(&fine).is_ok());
+        let quoted = format!(
+            "{agents}description: \"{q} \\\" {q}\"\ninput: '{q}'' {q}' # {q}\n",
+            q = "[".repeat(300)
+        );
+        assert!(
+            WorkflowDef::from_yaml(&quoted).is_ok(),
+            "quoted and commented brackets are text"
+        );
+    }
+
+    #[test]
+    fn a_workdir_stays_in_the_project_unless_allowed_out() {
+        let agent = |settings: &str| {
+            format!(
+                "name: t\nagents:\n  a: {{provider: mock, {settings}}}\nsteps: [{{agent: a}}]\n"
+            )
+        };
+        for dir in ["/", "//", "..", "../x", "a/../../x", "./.."] {
+            check_err(
+                &agent(&format!("workdir: '{dir}'")),
+                "agents.a: `workdir`: ",
+            );
+            check_err(
+                &agent(&format!("workdir: '{dir}'")),
+                "set `allow_outside_project: true` to allow it",
+            );
+            let allowed = agent(&format!("workdir: '{dir}', allow_outside_project: true"));
+            assert!(WorkflowDef::from_yaml(&allowed).unwrap().agents["a"].allow_outside_project);
+        }
+        for dir in ["work", "./work", "a/../b", "a/b/../..", ""] {
+            assert!(
+                WorkflowDef::from_yaml(&agent(&format!("workdir: '{dir}'"))).is_ok(),
+                "{dir}"
+            );
+        }
+        check_err(
+            &agent("allow_outside: true"),
+            "unknown field `allow_outside`",
+        );
+    }
+
+    #[test]
+    fn absolute_workdirs_are_judged_against_the_project() {
+        let project = std::path::Path::new("/home/me/proj");
+        let outside = |dir: &str| super::super::workdir_outside(dir, project);
+        assert_eq!(outside("/home/me/proj"), None);
+        assert_eq!(outside("/home/me/proj/sub/"), None);
+        assert_eq!(outside("/home/me/proj/a/../b"), None);
+        assert_eq!(outside("sub/dir"), None);
+        assert!(outside("/").unwrap().contains("whole file system"));
+        assert!(
+            outside("/home/me")
+                .unwrap()
+                .contains("outside the project directory /home/me/proj")
+        );
+        assert!(
+            outside("/home/me/project-2").is_some(),
+            "a sibling with a common prefix"
+        );
+        assert!(
+            outside("/home/me/proj/../other")
+                .unwrap()
+                .contains("outside the project")
+        );
+        assert_eq!(outside("/home/me/x/../proj/sub"), None);
+        assert!(outside("../proj2").unwrap().contains("through `..`"));
+    }
+
+    #[test]
+    fn on_limit_is_fail_by_default_and_only_on_loop_edges() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        let def = WorkflowDef::from_yaml(&wf(&format!(
+            "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 2}}, {{from: y, to: x, id: again, max_iterations: 2, on_limit: continue}}]\n"
+        )))
+        .unwrap();
+        assert_eq!(
+            def.edges.iter().map(|e| e.on_limit).collect::<Vec<_>>(),
+            [OnLimit::Fail, OnLimit::Fail, OnLimit::Continue]
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, on_limit: continue}}]\n"
+            )),
+            "edges[0] (x->y): `on_limit` goes with `max_iterations`",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y}}, {{from: y, to: x, max_iterations: 1, on_limit: stop}}]\n"
+            )),
+            "edges[1].on_limit: unknown variant `stop`, expected `fail` or `continue`",
+        );
+    }
+
+    #[test]
+    fn conditions_read_known_variables_and_nodes() {
+        let nodes = "nodes: [{id: x, agent: a}, {id: y, agent: b}]\n";
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, when: 'outptu.ok'}}]\n"
+            )),
+            "edges[0] (x->y): `when` does not compile: `outptu.ok` reads `outptu`, which is not a variable",
+        );
+        check_err(
+            &wf(&format!(
+                "{nodes}edges: [{{from: x, to: y, when: 'outputs.z.ok'}}]\n"
+            )),
+            "edges[0] (x->y): `when` reads `outputs.z`, but there is no node `z` (known: x, y)",
+        );
+        assert!(WorkflowDef::from_yaml(&wf(&format!(
+            "{nodes}edges: [{{from: x, to: y, when: 'outputs.x.ok && has(outputs.y) && input.all(k, k != \"\")'}}]\n"
+        )))
+        .is_ok());
     }
 
     #[test]
