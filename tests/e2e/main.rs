@@ -10,6 +10,7 @@ mod fold_property;
 mod http_agents;
 mod openai_chat;
 mod real_clis;
+mod secrets;
 mod store_conformance;
 mod subflow;
 mod transcript_cli;

@@ -106,6 +106,7 @@ impl Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    wiring::hide_environment();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -120,7 +121,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             let (Failure::Input(e) | Failure::Run(e)) = &failure;
-            eprintln!("awr: {e:#}");
+            eprintln!("awr: {}", wiring::redact_env(&format!("{e:#}")));
             ExitCode::from(failure.code())
         }
     }

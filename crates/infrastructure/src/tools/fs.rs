@@ -173,10 +173,12 @@ impl Tool for WriteFile {
             {
                 // `create_dir_all` reports a link out as "exists"; asking
                 // where the parent leads tells an escape apart.
-                ws.dir.create_dir_all(parent).map_err(|e| match ws.dir.metadata(parent) {
-                    Err(escape) if is_escape(&escape) => ws.error(escape),
-                    _ => ws.error(e),
-                })?;
+                ws.dir
+                    .create_dir_all(parent)
+                    .map_err(|e| match ws.dir.metadata(parent) {
+                        Err(escape) if is_escape(&escape) => ws.error(escape),
+                        _ => ws.error(e),
+                    })?;
             }
             ws.dir
                 .write(&ws.path, content.as_bytes())
@@ -360,7 +362,10 @@ mod tests {
         for (tool, input) in [
             ("read_file", json!({"path": "away/b.md"})),
             ("list_dir", json!({"path": "away"})),
-            ("write_file", json!({"path": "away/new/c.md", "content": "c"})),
+            (
+                "write_file",
+                json!({"path": "away/new/c.md", "content": "c"}),
+            ),
         ] {
             let out = router.call(tool, input.clone(), &granted, &ctx).await;
             assert!(denied(&out), "{tool} {input}: {out:?}");
@@ -380,7 +385,10 @@ mod tests {
             )
             .await;
         assert_eq!(read, Ok(json!("# A")));
-        for path in ["notes/../../secret.txt", "notes/../notes/../../ws/notes/a.md"] {
+        for path in [
+            "notes/../../secret.txt",
+            "notes/../notes/../../ws/notes/a.md",
+        ] {
             let read = router
                 .call("read_file", json!({"path": path}), &granted, &ctx)
                 .await;
