@@ -133,7 +133,12 @@ say "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":
             exe.display()
         );
         let file = awr.write("cli-keys.yaml", &yaml).display().to_string();
-        let env = [("ANTHROPIC_API_KEY", anthropic), ("MY_CLI_CREDENTIAL", own)];
+        // Debug logs carry the CLI's stderr too.
+        let env = [
+            ("ANTHROPIC_API_KEY", anthropic),
+            ("MY_CLI_CREDENTIAL", own),
+            ("AWR_LOG", "debug"),
+        ];
         let out = awr.run_in(awr.dir.path(), &env, &["run", &file]);
         let expected = if fail.is_empty() { 0 } else { 1 };
         assert_eq!(out.code, expected, "{}", out.stderr);

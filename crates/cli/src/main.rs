@@ -121,7 +121,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             let (Failure::Input(e) | Failure::Run(e)) = &failure;
-            eprintln!("awr: {}", wiring::redact_env(&format!("{e:#}")));
+            eprintln!("awr: {}", wiring::redact_printed(&format!("{e:#}")));
             ExitCode::from(failure.code())
         }
     }
@@ -170,7 +170,7 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(wiring::log_writer)
         .with_target(false)
         .init();
 }

@@ -102,8 +102,8 @@ pub fn transcripts(storage: &Path) -> Arc<JsonlTranscripts> {
 }
 
 /// The key variables of a run and the redactor of their values: everything
-/// a run writes (events, snapshot, transcript, progress, its output and
-/// errors) goes through it.
+/// a run writes (events, snapshot, transcript, progress, its output) goes
+/// through it, and it becomes the redactor of logs and the last error.
 pub struct Secrets {
     keys: KeyNames,
     redactor: Redactor,
@@ -115,6 +115,7 @@ impl Secrets {
     pub fn of(workflow: &WorkflowDef) -> Self {
         let keys = KeyNames::of_workflow(workflow);
         let redactor = Redactor::new(keys.secret_values(env_vars(), Some(workflow)));
+        set_printed(&redactor);
         Self { keys, redactor }
     }
 
@@ -150,28 +151,56 @@ impl Secrets {
         self.redactor.value(&mut value);
         value
     }
+}
 
-    /// `failure` with its message redacted.
-    pub fn failure(&self, failure: Failure) -> Failure {
-        let redact = |e: anyhow::Error| {
-            let text = format!("{e:#}");
-            match self.redactor.text(&text) {
-                std::borrow::Cow::Owned(clean) => anyhow::anyhow!(clean),
-                std::borrow::Cow::Borrowed(_) => e,
-            }
-        };
-        match failure {
-            Failure::Input(e) => Failure::Input(redact(e)),
-            Failure::Run(e) => Failure::Run(redact(e)),
-        }
+/// The redactor of what awr prints besides a run's records (logs, the last
+/// error): process-wide, as the log subscriber is. Built from awr's
+/// environment at first use; a run's [`Secrets`] replace it with theirs,
+/// which also know the workflow's configured key names.
+static PRINTED: std::sync::RwLock<Option<Redactor>> = std::sync::RwLock::new(None);
+
+fn printed() -> Redactor {
+    if let Ok(guard) = PRINTED.read()
+        && let Some(redactor) = guard.as_ref()
+    {
+        return redactor.clone();
+    }
+    let redactor = Redactor::new(KeyNames::default().secret_values(env_vars(), None));
+    set_printed(&redactor);
+    redactor
+}
+
+fn set_printed(redactor: &Redactor) {
+    if let Ok(mut guard) = PRINTED.write() {
+        *guard = Some(redactor.clone());
     }
 }
 
-/// Redacts key values of awr's environment from `text` (an error about to
-/// be printed, whatever command it came from).
-pub fn redact_env(text: &str) -> String {
-    let values = KeyNames::default().secret_values(env_vars(), None);
-    Redactor::new(values).text(text).into_owned()
+/// `text` (an error about to be printed, whatever command it came from)
+/// with key values redacted.
+pub fn redact_printed(text: &str) -> String {
+    printed().text(text).into_owned()
+}
+
+/// Where logs go: stderr, key values redacted. The log subscriber formats
+/// each event whole and writes it in one call, so no value is split.
+pub fn log_writer() -> RedactedStderr {
+    RedactedStderr(printed())
+}
+
+/// Stderr through the process-wide redactor.
+pub struct RedactedStderr(Redactor);
+
+impl std::io::Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(self.0.text(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// awr's environment, the variables that are text.

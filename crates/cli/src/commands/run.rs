@@ -155,17 +155,17 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
         )
         .await
         .with_context(|| format!("run {run_id}"))
-        .map_err(|e| secrets.failure(Failure::Run(e)))?;
+        .map_err(Failure::Run)?;
     progress.finish();
     match outcome.status {
         RunStatus::Completed => {
             print_output(&secrets.value(outcome.output));
             Ok(())
         }
-        _ => Err(secrets.failure(Failure::Run(anyhow!(
+        _ => Err(Failure::Run(anyhow!(
             "run {run_id} failed: {}",
             outcome.error.unwrap_or_else(|| "unknown error".into())
-        )))),
+        ))),
     }
 }
 
