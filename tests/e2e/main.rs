@@ -11,6 +11,7 @@ mod http_agents;
 mod openai_chat;
 mod real_clis;
 mod records;
+mod secrets;
 mod store_conformance;
 mod subflow;
 mod transcript_cli;

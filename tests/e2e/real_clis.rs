@@ -374,9 +374,9 @@ async fn resume_session(
         _ => Provider::Copilot,
     };
     let providers = Providers::new()
-        .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
+        .with(Provider::ClaudeCode, Arc::new(ClaudeCode::default()))
         .with(Provider::Codex, Arc::new(Codex::default()))
-        .with(Provider::Gemini, Arc::new(Gemini))
+        .with(Provider::Gemini, Arc::new(Gemini::default()))
         .with(Provider::Copilot, Arc::new(Copilot::default()));
     let before = server.requests().len();
     let request = AgentRequest {

@@ -7,6 +7,9 @@
 //! to errors, never parsed as events); and the whole group is killed when the
 //! timeout passes, when the caller drops the stream (cancel), or when the
 //! reader task ends early — a CLI that spawned shells leaves none behind.
+//! The CLI inherits awr's environment less every key variable its own node
+//! does not need ([`application::secrets`]): a claude-code agent sees the
+//! Anthropic key, never the OpenAI one.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
+use application::secrets::{KeyNames, needed_by};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
@@ -34,8 +38,13 @@ pub struct CliCommand {
     pub program: PathBuf,
     /// Arguments.
     pub args: Vec<String>,
-    /// Extra environment (the CLI inherits awr's own environment too).
+    /// Extra environment, set last (the CLI inherits awr's own environment
+    /// too, less the key variables it does not need).
     pub env: BTreeMap<String, String>,
+    /// Recognizes key variables of awr's environment, withheld from the CLI...
+    pub keys: KeyNames,
+    /// ...except these, which its node needs.
+    pub needed_keys: Vec<String>,
     /// Working directory, when not awr's own.
     pub cwd: Option<PathBuf>,
     /// Kill the CLI after this long.
@@ -55,9 +64,18 @@ impl CliCommand {
                 .into(),
             args,
             env: agent.env.clone(),
+            keys: KeyNames::default(),
+            needed_keys: needed_by(agent),
             cwd: agent.workdir.as_ref().map(PathBuf::from),
             timeout: agent.timeout.map(|t| t.0),
         }
+    }
+
+    /// Withholds `keys` (the workflow's configured key names besides the
+    /// fixed rules) too.
+    pub fn withholding(mut self, keys: &KeyNames) -> Self {
+        self.keys = keys.clone();
+        self
     }
 }
 
@@ -97,6 +115,10 @@ pub fn run_cli<D: Decoder + Send + 'static>(
     decoder: D,
 ) -> Result<AgentStream, QueryError> {
     let mut cmd = tokio::process::Command::new(&command.program);
+    let inherited = std::env::vars_os().map(|(name, _)| name);
+    for name in command.keys.withheld(inherited, &command.needed_keys) {
+        cmd.env_remove(name);
+    }
     cmd.args(&command.args)
         .envs(&command.env)
         .stdin(Stdio::null())

@@ -75,9 +75,9 @@ mod tests {
 
     fn providers() -> Providers {
         Providers::new()
-            .with(Provider::ClaudeCode, Arc::new(ClaudeCode))
+            .with(Provider::ClaudeCode, Arc::new(ClaudeCode::default()))
             .with(Provider::Codex, Arc::new(Codex::default()))
-            .with(Provider::Gemini, Arc::new(Gemini))
+            .with(Provider::Gemini, Arc::new(Gemini::default()))
             .with(Provider::Copilot, Arc::new(Copilot::default()))
     }
 

@@ -6,13 +6,18 @@
 //!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
 //! - [`runner`]: [`runner::WorkflowRunner`], which executes a validated
 //!   workflow graph, records every step, and keeps the snapshot current.
+//! - [`secrets`] and [`redact`]: which variables hold keys, what a child
+//!   process may see of them, and decorators that keep their values out of
+//!   every record written.
 //!
 //! Architecture invariant: this crate names no concrete store, provider, file
 //! path or clock. The composition root (`cli`, test harnesses) wires those in.
 
 pub mod inspect;
 pub mod ports;
+pub mod redact;
 pub mod runner;
+pub mod secrets;
 pub mod tool_loop;
 pub mod tools;
 

@@ -109,6 +109,7 @@ impl Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    wiring::hide_environment();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -123,7 +124,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             let (Failure::Input(e) | Failure::Run(e)) = &failure;
-            eprintln!("awr: {e:#}");
+            eprintln!("awr: {}", wiring::redact_printed(&format!("{e:#}")));
             ExitCode::from(failure.code())
         }
     }
@@ -183,7 +184,7 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(wiring::log_writer)
         .with_target(false)
         .init();
 }

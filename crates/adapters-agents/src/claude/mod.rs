@@ -15,6 +15,7 @@ pub mod wire;
 pub use decode::ClaudeDecoder;
 
 use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
+use application::secrets::KeyNames;
 use async_trait::async_trait;
 
 use crate::normalize::{Decoded, decode_all};
@@ -34,10 +35,18 @@ pub const DEFAULT_ALLOWED_TOOLS: &[&str] = &[
 ];
 
 /// Runs agents on the Claude Code CLI.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ClaudeCode;
+#[derive(Debug, Clone, Default)]
+pub struct ClaudeCode {
+    keys: KeyNames,
+}
 
 impl ClaudeCode {
+    /// Withholds `keys` from the CLI besides the fixed rules, except the
+    /// ones its node needs.
+    pub fn withholding(keys: KeyNames) -> Self {
+        Self { keys }
+    }
+
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
@@ -74,7 +83,8 @@ impl ClaudeCode {
 #[async_trait]
 impl QueryFn for ClaudeCode {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        run_cli(Self::command(&request), ClaudeDecoder::new())
+        let command = Self::command(&request).withholding(&self.keys);
+        run_cli(command, ClaudeDecoder::new())
     }
 }
 
@@ -124,7 +134,12 @@ mod process_tests {
     }
 
     async fn run(request: AgentRequest) -> Vec<Result<AgentMessage, QueryError>> {
-        ClaudeCode.query(request).await.unwrap().collect().await
+        ClaudeCode::default()
+            .query(request)
+            .await
+            .unwrap()
+            .collect()
+            .await
     }
 
     #[test]
@@ -144,6 +159,35 @@ mod process_tests {
             assert!(args.contains(part), "{part} in {args}");
         }
         assert_eq!(cmd.timeout, Some(std::time::Duration::from_secs(5)));
+    }
+
+    /// The test cannot set variables of its own (that is `unsafe`), so it
+    /// marks ones it has (`HOME`, and one cargo sets) as keys.
+    #[tokio::test]
+    async fn the_cli_sees_only_the_keys_its_node_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("seen");
+        let exe = script(
+            dir.path(),
+            &format!(
+                "echo \"${{HOME:-withheld}} ${{CARGO_PKG_NAME:-withheld}} ${{PATH:+path}}\" > '{}'",
+                seen.display()
+            ),
+        );
+        let keys = KeyNames::new(["HOME".to_owned(), "CARGO_PKG_NAME".to_owned()]);
+        let mut request = request(exe, Some(30));
+        request.agent.api_key_env = Some("CARGO_PKG_NAME".into());
+        let _: Vec<_> = ClaudeCode::withholding(keys)
+            .query(request)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        let seen = std::fs::read_to_string(&seen).unwrap();
+        let words: Vec<&str> = seen.split_whitespace().collect();
+        assert_eq!(words[0], "withheld", "{seen}");
+        assert_eq!(words[1], "adapters-agents", "its own key passes: {seen}");
+        assert_eq!(words[2], "path", "{seen}");
     }
 
     #[tokio::test]
@@ -217,7 +261,7 @@ mod process_tests {
 
     #[tokio::test]
     async fn a_missing_executable_is_a_configuration_error() {
-        let err = ClaudeCode
+        let err = ClaudeCode::default()
             .query(request("/nonexistent/claude".into(), None))
             .await
             .err()

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use application::secrets::KeyNames;
 use async_trait::async_trait;
 use domain::event::Usage;
 use futures::StreamExt;
@@ -36,9 +37,20 @@ pub struct Codex {
     /// Cumulative usage last reported per thread id. A std mutex: held for a
     /// map lookup or insert, never across an await.
     totals: Arc<Mutex<HashMap<String, Usage>>>,
+    /// Key names withheld from the CLI besides the fixed rules.
+    keys: KeyNames,
 }
 
 impl Codex {
+    /// Withholds `keys` from the CLI besides the fixed rules, except the
+    /// ones its node needs.
+    pub fn withholding(keys: KeyNames) -> Self {
+        Self {
+            keys,
+            ..Self::default()
+        }
+    }
+
     /// The command line for one invocation. Codex has no system prompt flag in
     /// `exec` mode, so the agent's system prompt leads the prompt text.
     pub fn command(request: &AgentRequest) -> CliCommand {
@@ -73,7 +85,7 @@ impl QueryFn for Codex {
             Some(usage) => CodexDecoder::with_previous_usage(usage),
             None => CodexDecoder::new(),
         };
-        let stream = run_cli(Self::command(&request), decoder)?;
+        let stream = run_cli(Self::command(&request).withholding(&self.keys), decoder)?;
         let totals = Arc::clone(&self.totals);
         let mut thread = request.resume.map(|t| t.to_string());
         Ok(Box::pin(stream.map(move |item| {

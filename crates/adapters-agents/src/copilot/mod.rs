@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use application::secrets::KeyNames;
 use async_trait::async_trait;
 use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
@@ -37,6 +38,8 @@ pub struct Copilot {
     /// Cumulative usage last read per session id. A std mutex: held for a
     /// lookup or insert, never across an await.
     totals: Arc<Mutex<HashMap<String, Usage>>>,
+    /// Key names withheld from the CLI besides the fixed rules.
+    keys: KeyNames,
 }
 
 /// Where one invocation's usage file goes: unique per node execution.
@@ -88,6 +91,15 @@ fn minus(total: &Usage, previous: &Usage) -> Usage {
 }
 
 impl Copilot {
+    /// Withholds `keys` from the CLI besides the fixed rules, except the
+    /// ones its node needs.
+    pub fn withholding(keys: KeyNames) -> Self {
+        Self {
+            keys,
+            ..Self::default()
+        }
+    }
+
     /// The command line for one invocation (usage goes to `usage_file`).
     pub fn command(request: &AgentRequest, usage_file: &Path) -> CliCommand {
         let agent = &request.agent;
@@ -126,7 +138,10 @@ impl Copilot {
 impl QueryFn for Copilot {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = usage_file(&request);
-        let stream = run_cli(Self::command(&request, &path), CopilotDecoder::new())?;
+        let stream = run_cli(
+            Self::command(&request, &path).withholding(&self.keys),
+            CopilotDecoder::new(),
+        )?;
         let totals = Arc::clone(&self.totals);
         let resumed = request.resume.map(|s| s.to_string());
         Ok(Box::pin(stream.map(move |item| match item {

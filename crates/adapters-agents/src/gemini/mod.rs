@@ -15,16 +15,25 @@ pub mod wire;
 pub use decode::GeminiDecoder;
 
 use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
+use application::secrets::KeyNames;
 use async_trait::async_trait;
 
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, prompt_with_system, run_cli};
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Gemini;
+#[derive(Debug, Clone, Default)]
+pub struct Gemini {
+    keys: KeyNames,
+}
 
 impl Gemini {
+    /// Withholds `keys` from the CLI besides the fixed rules, except the
+    /// ones its node needs.
+    pub fn withholding(keys: KeyNames) -> Self {
+        Self { keys }
+    }
+
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
@@ -55,7 +64,8 @@ impl Gemini {
 #[async_trait]
 impl QueryFn for Gemini {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        run_cli(Self::command(&request), GeminiDecoder::new())
+        let command = Self::command(&request).withholding(&self.keys);
+        run_cli(command, GeminiDecoder::new())
     }
 }
 

@@ -261,13 +261,14 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
     let workflow_dir = file.parent().unwrap_or(Path::new("."));
-    let store = wiring::store(storage)?;
+    let secrets = wiring::Secrets::of(&workflow);
+    let store = secrets.store(wiring::store(storage)?);
     let (clock, ids) = wiring::clock_and_ids();
-    let providers = wiring::providers(workflow_dir, clock.clone(), ids.clone());
+    let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
     let progress = Arc::new(Progress::new());
     let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
-        .with_transcripts(wiring::transcripts(storage))
-        .with_observer(progress.clone());
+        .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
+        .with_observer(secrets.observer(progress.clone()));
     let run_id = runner
         .create()
         .await
@@ -282,7 +283,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     progress.finish();
     match outcome.status {
         RunStatus::Completed => {
-            print_output(&outcome.output);
+            print_output(&secrets.value(outcome.output));
             Ok(())
         }
         _ => Err(Failure::Run(anyhow!(

@@ -2,20 +2,28 @@
 //! workspace directory.
 //!
 //! A path is refused when it is absolute, when it climbs out with `..`, or
-//! when it resolves (through symbolic links) to somewhere outside the
-//! workspace: a model must not reach the rest of the machine by naming it.
+//! when it resolves through a symbolic link (dangling or not) to somewhere
+//! outside the workspace: a model must not reach the rest of the machine by
+//! naming it. Resolution is openat-style (`cap-std`): every component is
+//! opened beneath the workspace directory handle, so a link swapped in
+//! while a call runs cannot lead out either — there is no check-then-use gap.
 
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
 use async_trait::async_trait;
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use serde_json::{Value, json};
 
 /// Largest file `read_file` returns whole; more would flood the model's context.
 const MAX_READ_BYTES: u64 = 1024 * 1024;
 
-/// Resolves `relative` inside `workspace`, refusing anything that escapes it.
-pub fn confine(workspace: &Path, relative: &str) -> Result<PathBuf, ToolError> {
+/// Checks `relative` names a place inside a workspace by its text alone:
+/// not absolute, and no `..` climbing above its start. Symbolic links are
+/// the business of [`Workspace`], which resolves beneath the directory.
+pub fn confine(relative: &str) -> Result<PathBuf, ToolError> {
     let path = Path::new(relative);
     if path.is_absolute() {
         return Err(ToolError::Denied(format!(
@@ -35,27 +43,60 @@ pub fn confine(workspace: &Path, relative: &str) -> Result<PathBuf, ToolError> {
             )));
         }
     }
-    let root = workspace
-        .canonicalize()
-        .map_err(|e| ToolError::Failed(format!("workspace {}: {e}", workspace.display())))?;
-    let joined = root.join(path);
-    // The deepest existing ancestor decides where the path really leads.
-    let mut existing = joined.as_path();
-    while !existing.exists() {
-        existing = match existing.parent() {
-            Some(parent) => parent,
-            None => break,
-        };
+    Ok(if relative.is_empty() {
+        PathBuf::from(".")
+    } else {
+        path.to_path_buf()
+    })
+}
+
+/// The workspace directory, opened once per call; every path is resolved
+/// beneath this handle.
+struct Workspace {
+    dir: Dir,
+    relative: String,
+    path: PathBuf,
+}
+
+impl Workspace {
+    fn open(context: &ToolContext, relative: &str) -> Result<Self, ToolError> {
+        let path = confine(relative)?;
+        let dir = Dir::open_ambient_dir(&context.workspace, ambient_authority()).map_err(|e| {
+            ToolError::Failed(format!("workspace {}: {e}", context.workspace.display()))
+        })?;
+        Ok(Self {
+            dir,
+            relative: relative.to_owned(),
+            path,
+        })
     }
-    let real = existing
-        .canonicalize()
-        .map_err(|e| ToolError::Failed(format!("{relative}: {e}")))?;
-    if !real.starts_with(&root) {
-        return Err(ToolError::Denied(format!(
-            "`{relative}` leads outside the workspace"
-        )));
+
+    /// An IO error as the model sees it: an escape is a refusal.
+    fn error(&self, e: std::io::Error) -> ToolError {
+        if is_escape(&e) {
+            ToolError::Denied(format!(
+                "`{}` leads outside the workspace (through a symbolic link)",
+                self.relative
+            ))
+        } else {
+            ToolError::Failed(format!("{}: {e}", self.relative))
+        }
     }
-    Ok(joined)
+}
+
+/// `cap-std` reports a path that resolved outside the directory as
+/// `PermissionDenied` without an OS error code; a real `EACCES` carries one.
+fn is_escape(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
+}
+
+/// Runs blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ToolError::Failed(format!("file task ended: {e}")))?
 }
 
 fn path_arg(input: &Value) -> &str {
@@ -78,21 +119,33 @@ impl Tool for ReadFile {
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<Value, ToolError> {
-        let path = confine(&context.workspace, path_arg(&input))?;
-        let meta = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", path_arg(&input))))?;
-        if meta.len() > MAX_READ_BYTES {
-            return Err(ToolError::Failed(format!(
-                "{} is {} bytes; the limit is {MAX_READ_BYTES}",
-                path_arg(&input),
-                meta.len()
-            )));
-        }
-        let text = tokio::fs::read_to_string(&path)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", path_arg(&input))))?;
-        Ok(Value::String(text))
+        let ws = Workspace::open(context, path_arg(&input))?;
+        blocking(move || {
+            // Checked before opening: opening a FIFO would wait for a writer.
+            let meta = ws.dir.metadata(&ws.path).map_err(|e| ws.error(e))?;
+            if !meta.is_file() {
+                return Err(ToolError::Failed(format!(
+                    "{} is not a regular file",
+                    ws.relative
+                )));
+            }
+            if meta.len() > MAX_READ_BYTES {
+                return Err(ToolError::Failed(format!(
+                    "{} is {} bytes; the limit is {MAX_READ_BYTES}",
+                    ws.relative,
+                    meta.len()
+                )));
+            }
+            let file = ws.dir.open(&ws.path).map_err(|e| ws.error(e))?;
+            let mut bytes = Vec::new();
+            file.take(MAX_READ_BYTES)
+                .read_to_end(&mut bytes)
+                .map_err(|e| ws.error(e))?;
+            String::from_utf8(bytes)
+                .map(Value::String)
+                .map_err(|e| ToolError::Failed(format!("{}: not UTF-8 text: {e}", ws.relative)))
+        })
+        .await
     }
 }
 
@@ -112,17 +165,27 @@ impl Tool for WriteFile {
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<Value, ToolError> {
-        let path = confine(&context.workspace, path_arg(&input))?;
-        let content = input["content"].as_str().unwrap_or_default();
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| ToolError::Failed(format!("{}: {e}", path_arg(&input))))?;
-        }
-        tokio::fs::write(&path, content)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", path_arg(&input))))?;
-        Ok(json!({"written": content.len()}))
+        let ws = Workspace::open(context, path_arg(&input))?;
+        let content = input["content"].as_str().unwrap_or_default().to_owned();
+        blocking(move || {
+            if let Some(parent) = ws.path.parent()
+                && !parent.as_os_str().is_empty()
+            {
+                // `create_dir_all` reports a link out as "exists"; asking
+                // where the parent leads tells an escape apart.
+                ws.dir
+                    .create_dir_all(parent)
+                    .map_err(|e| match ws.dir.metadata(parent) {
+                        Err(escape) if is_escape(&escape) => ws.error(escape),
+                        _ => ws.error(e),
+                    })?;
+            }
+            ws.dir
+                .write(&ws.path, content.as_bytes())
+                .map_err(|e| ws.error(e))?;
+            Ok(json!({"written": content.len()}))
+        })
+        .await
     }
 }
 
@@ -142,20 +205,21 @@ impl Tool for ListDir {
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<Value, ToolError> {
-        let path = confine(&context.workspace, path_arg(&input))?;
-        let mut entries = tokio::fs::read_dir(&path)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", path_arg(&input))))?;
-        let mut names = Vec::new();
-        while let Ok(Some(entry)) = entries.next_entry().await {
-            let mut name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
-                name.push('/');
+        let ws = Workspace::open(context, path_arg(&input))?;
+        blocking(move || {
+            let entries = ws.dir.read_dir(&ws.path).map_err(|e| ws.error(e))?;
+            let mut names = Vec::new();
+            for entry in entries.flatten() {
+                let mut name = entry.file_name().to_string_lossy().into_owned();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    name.push('/');
+                }
+                names.push(name);
             }
-            names.push(name);
-        }
-        names.sort();
-        Ok(json!(names))
+            names.sort();
+            Ok(json!(names))
+        })
+        .await
     }
 }
 
@@ -237,6 +301,120 @@ mod tests {
             .call("list_dir", json!({"path": ".."}), &granted, &ctx)
             .await;
         assert!(matches!(list, Err(ToolError::Denied(_))));
+    }
+
+    fn denied(result: &Result<Value, ToolError>) -> bool {
+        matches!(result, Err(ToolError::Denied(_)))
+    }
+
+    #[tokio::test]
+    async fn a_dangling_symlink_out_of_the_workspace_is_not_followed() {
+        let (dir, router, ctx, granted) = setup();
+        let target = dir.path().join("planted.txt");
+        std::os::unix::fs::symlink(&target, ctx.workspace.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../planted.txt", ctx.workspace.join("rel")).unwrap();
+        for path in ["abs", "rel", "notes/../abs"] {
+            let write = router
+                .call(
+                    "write_file",
+                    json!({"path": path, "content": "x"}),
+                    &granted,
+                    &ctx,
+                )
+                .await;
+            assert!(denied(&write), "{path}: {write:?}");
+            assert!(!target.exists(), "{path}: a file was planted outside");
+            let read = router
+                .call("read_file", json!({"path": path}), &granted, &ctx)
+                .await;
+            assert!(denied(&read), "{path}: {read:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_symlinked_directory_is_followed_inside_and_refused_outside() {
+        let (dir, router, ctx, granted) = setup();
+        std::os::unix::fs::symlink("notes", ctx.workspace.join("docs")).unwrap();
+        let outside = dir.path().join("elsewhere");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("b.md"), "# B").unwrap();
+        std::os::unix::fs::symlink(&outside, ctx.workspace.join("away")).unwrap();
+
+        let read = router
+            .call("read_file", json!({"path": "docs/a.md"}), &granted, &ctx)
+            .await;
+        assert_eq!(read, Ok(json!("# A")));
+        let listed = router
+            .call("list_dir", json!({"path": "docs"}), &granted, &ctx)
+            .await;
+        assert_eq!(listed, Ok(json!(["a.md"])));
+        let wrote = router
+            .call(
+                "write_file",
+                json!({"path": "docs/sub/c.md", "content": "c"}),
+                &granted,
+                &ctx,
+            )
+            .await;
+        assert_eq!(wrote, Ok(json!({"written": 1})));
+        assert!(ctx.workspace.join("notes/sub/c.md").exists());
+
+        for (tool, input) in [
+            ("read_file", json!({"path": "away/b.md"})),
+            ("list_dir", json!({"path": "away"})),
+            (
+                "write_file",
+                json!({"path": "away/new/c.md", "content": "c"}),
+            ),
+        ] {
+            let out = router.call(tool, input.clone(), &granted, &ctx).await;
+            assert!(denied(&out), "{tool} {input}: {out:?}");
+        }
+        assert!(!outside.join("new").exists());
+    }
+
+    #[tokio::test]
+    async fn nested_parent_steps_are_fine_while_they_stay_inside() {
+        let (_dir, router, ctx, granted) = setup();
+        let read = router
+            .call(
+                "read_file",
+                json!({"path": "notes/../notes/./a.md"}),
+                &granted,
+                &ctx,
+            )
+            .await;
+        assert_eq!(read, Ok(json!("# A")));
+        for path in [
+            "notes/../../secret.txt",
+            "notes/../notes/../../ws/notes/a.md",
+        ] {
+            let read = router
+                .call("read_file", json!({"path": path}), &granted, &ctx)
+                .await;
+            assert!(denied(&read), "{path}: {read:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fifo_is_refused_rather_than_waited_on() {
+        let (_dir, router, ctx, granted) = setup();
+        let fifo = ctx.workspace.join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            router.call("read_file", json!({"path": "pipe"}), &granted, &ctx),
+        )
+        .await
+        .expect("read_file returns");
+        assert!(
+            matches!(&read, Err(ToolError::Failed(m)) if m.contains("not a regular file")),
+            "{read:?}"
+        );
     }
 
     #[tokio::test]

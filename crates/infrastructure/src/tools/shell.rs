@@ -1,8 +1,9 @@
 //! `shell`: runs a command with `sh -c` in the run's workspace directory.
 //!
-//! Never granted by default: a shell reaches the whole machine (and inherits
-//! awr's environment, less the agent's API key variable and any other
-//! `*_API_KEY`), so an agent gets it only when its `tools:` lists it.
+//! Never granted by default: a shell reaches the whole machine, so an agent
+//! gets it only when its `tools:` lists it. It inherits awr's environment
+//! less every key variable ([`application::secrets`]): the agent's own key
+//! is awr's to use, so a shell needs none.
 //! The command runs in a process group of its own with stdin closed, and the
 //! whole group is killed when it exits, times out, or the call is dropped, so
 //! nothing it started in the background outlives the call. Output is capped
@@ -14,6 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
+use application::secrets::KeyNames;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -31,10 +33,11 @@ const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 const MAX_TIMEOUT_SECS: u64 = 600;
 
 /// Runs a shell command in the workspace.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Shell {
     timeout: Duration,
     max_output_bytes: usize,
+    keys: KeyNames,
 }
 
 impl Shell {
@@ -50,7 +53,15 @@ impl Shell {
         Self {
             timeout,
             max_output_bytes,
+            keys: KeyNames::default(),
         }
+    }
+
+    /// Withholds `keys` (the workflow's configured key names besides the
+    /// fixed rules) from every command.
+    pub fn withholding(mut self, keys: KeyNames) -> Self {
+        self.keys = keys;
+        self
     }
 }
 
@@ -82,7 +93,7 @@ impl Tool for Shell {
             .as_u64()
             .map_or(self.timeout, |s| self.timeout.min(Duration::from_secs(s)));
         let mut sh = tokio::process::Command::new("sh");
-        for name in hidden_env(context) {
+        for name in self.hidden_env(context) {
             sh.env_remove(name);
         }
         let mut child = sh
@@ -184,17 +195,16 @@ pub(super) fn lossy_text(mut bytes: Vec<u8>, truncated: bool) -> String {
     }
 }
 
-/// The variables the command must not see: those the context hides, and
-/// every `*_API_KEY` of awr's environment (keys of other agents included).
-fn hidden_env(context: &ToolContext) -> impl Iterator<Item = std::ffi::OsString> + '_ {
-    let keys = std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| name.to_string_lossy().ends_with("_API_KEY"));
-    context
-        .hidden_env
-        .iter()
-        .map(std::ffi::OsString::from)
-        .chain(keys)
+impl Shell {
+    /// The variables the command must not see: those the context hides, and
+    /// every key variable of awr's environment.
+    fn hidden_env(&self, context: &ToolContext) -> Vec<std::ffi::OsString> {
+        let mut names = self
+            .keys
+            .withheld(std::env::vars_os().map(|(name, _)| name), &[]);
+        names.extend(context.hidden_env.iter().map(std::ffi::OsString::from));
+        names
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +245,13 @@ mod tests {
             .unwrap();
         assert_eq!(out["stdout"], "hidden\n");
         drop(dir);
+    }
+
+    #[tokio::test]
+    async fn configured_key_names_do_not_reach_the_command() {
+        let shell = Shell::new().withholding(KeyNames::new(["HOME".to_owned()]));
+        let (_dir, out) = run(shell, "echo \"${HOME:-withheld}\"").await;
+        assert_eq!(out.unwrap()["stdout"], "withheld\n");
     }
 
     /// True once `pid` no longer runs: absent, or a zombie nobody reaped

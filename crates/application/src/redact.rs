@@ -1,0 +1,310 @@
+//! Keeps key values out of everything awr writes.
+//!
+//! [`Redactor`] replaces each secret value with `[redacted]` in text and in
+//! every string (and object key) of a JSON value. Values shorter than
+//! [`MIN_SECRET_LEN`] characters are left alone: a key is long, and
+//! replacing a short value (`1`, `true`, `dev`) would deface unrelated text
+//! everywhere. The decorators apply it where records are written — the run
+//! store (events, snapshots), the transcripts, and the live observer — so
+//! no writer has to remember it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use async_trait::async_trait;
+use domain::transcript::{ExchangeDraft, ExchangeEvent};
+use domain::{RunId, RunSnapshot, RuntimeEvent};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::ports::{
+    EventStream, RunObserver, RunStore, StoreError, Transcript, TranscriptError, Transcripts,
+};
+
+/// What a secret value is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// Shortest value redacted, in characters.
+pub const MIN_SECRET_LEN: usize = 8;
+
+/// Replaces secret values; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    matcher: Option<Arc<AhoCorasick>>,
+}
+
+impl Redactor {
+    /// Redacts each of `secrets` at least [`MIN_SECRET_LEN`] characters long;
+    /// where two overlap, the longer wins.
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
+        let mut values: Vec<String> = secrets
+            .into_iter()
+            .filter(|s| s.chars().count() >= MIN_SECRET_LEN)
+            .collect();
+        values.sort();
+        values.dedup();
+        if values.is_empty() {
+            return Self::default();
+        }
+        let matcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&values)
+            .map_err(|e| tracing::error!(error = %e, "cannot build the secret matcher"))
+            .ok();
+        Self {
+            matcher: matcher.map(Arc::new),
+        }
+    }
+
+    /// Whether there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// `text` with every secret replaced.
+    pub fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match &self.matcher {
+            Some(m) if m.is_match(text) => {
+                Cow::Owned(m.replace_all(text, &vec![REDACTED; m.patterns_len()]))
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// Redacts every string and object key of `value` in place; says whether
+    /// anything changed.
+    pub fn value(&self, value: &mut Value) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        match value {
+            Value::String(s) => match self.text(s) {
+                Cow::Owned(new) => {
+                    *s = new;
+                    true
+                }
+                Cow::Borrowed(_) => false,
+            },
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, item| self.value(item) | changed),
+            Value::Object(map) => {
+                let mut changed = false;
+                let keys: Vec<String> = map.keys().cloned().collect();
+                for key in keys {
+                    if let Cow::Owned(new) = self.text(&key)
+                        && let Some(item) = map.remove(&key)
+                    {
+                        map.insert(new, item);
+                        changed = true;
+                    }
+                }
+                map.values_mut()
+                    .fold(changed, |changed, item| self.value(item) | changed)
+            }
+            _ => false,
+        }
+    }
+
+    /// `record` with every secret replaced: unchanged records are borrowed.
+    /// A record whose redacted form no longer reads as its type (a secret
+    /// inside an id) is an error, never written as it was.
+    pub fn record<'a, T: Serialize + DeserializeOwned + Clone>(
+        &self,
+        record: &'a T,
+    ) -> Result<Cow<'a, T>, String> {
+        if self.is_empty() {
+            return Ok(Cow::Borrowed(record));
+        }
+        let mut value = serde_json::to_value(record).map_err(|e| e.to_string())?;
+        if !self.value(&mut value) {
+            return Ok(Cow::Borrowed(record));
+        }
+        serde_json::from_value(value)
+            .map(Cow::Owned)
+            .map_err(|e| format!("a key value sits where it cannot be redacted: {e}"))
+    }
+}
+
+/// A [`RunStore`] that redacts events and snapshots before they are written.
+pub struct RedactingStore {
+    inner: Arc<dyn RunStore>,
+    redactor: Redactor,
+}
+
+impl RedactingStore {
+    /// Writes through `inner`, redacting with `redactor`.
+    pub fn new(inner: Arc<dyn RunStore>, redactor: Redactor) -> Self {
+        Self { inner, redactor }
+    }
+}
+
+#[async_trait]
+impl RunStore for RedactingStore {
+    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.create_run(run_id).await
+    }
+
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+        let mut redacted: Option<Vec<RuntimeEvent>> = None;
+        for (i, event) in events.iter().enumerate() {
+            if let Cow::Owned(new) = self.redactor.record(event).map_err(StoreError::Io)? {
+                redacted.get_or_insert_with(|| events.to_vec())[i] = new;
+            }
+        }
+        self.inner
+            .append(run_id, redacted.as_deref().unwrap_or(events))
+            .await
+    }
+
+    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.flush(run_id).await
+    }
+
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read(run_id, after, limit).await
+    }
+
+    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
+        self.inner.last_offset(run_id).await
+    }
+
+    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        self.inner.follow(run_id, after).await
+    }
+
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+        let snapshot = self.redactor.record(snapshot).map_err(StoreError::Io)?;
+        self.inner.save_snapshot(&snapshot).await
+    }
+
+    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        self.inner.load_snapshot(run_id).await
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        self.inner.list_runs().await
+    }
+}
+
+/// [`Transcripts`] whose lines are redacted before they are written.
+pub struct RedactingTranscripts {
+    inner: Arc<dyn Transcripts>,
+    redactor: Redactor,
+}
+
+impl RedactingTranscripts {
+    /// Opens through `inner`, redacting with `redactor`.
+    pub fn new(inner: Arc<dyn Transcripts>, redactor: Redactor) -> Self {
+        Self { inner, redactor }
+    }
+}
+
+#[async_trait]
+impl Transcripts for RedactingTranscripts {
+    async fn open(
+        &self,
+        run_id: RunId,
+        parent_run_id: Option<RunId>,
+    ) -> Result<Arc<dyn Transcript>, TranscriptError> {
+        let inner = self.inner.open(run_id, parent_run_id).await?;
+        Ok(Arc::new(RedactingTranscript {
+            inner,
+            redactor: self.redactor.clone(),
+        }))
+    }
+}
+
+struct RedactingTranscript {
+    inner: Arc<dyn Transcript>,
+    redactor: Redactor,
+}
+
+#[async_trait]
+impl Transcript for RedactingTranscript {
+    async fn append(&self, mut draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
+        // The payload holds every text of a line; the rest are ids, a kind,
+        // a step path of node names, a count and a time.
+        self.redactor.value(&mut draft.payload);
+        if let Cow::Owned(path) = self.redactor.text(&draft.path) {
+            draft.path = path;
+        }
+        self.inner.append(draft).await
+    }
+
+    fn dropped(&self) -> u64 {
+        self.inner.dropped()
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+}
+
+/// A [`RunObserver`] that sees events redacted (it prints them).
+pub struct RedactingObserver {
+    inner: Arc<dyn RunObserver>,
+    redactor: Redactor,
+}
+
+impl RedactingObserver {
+    /// Shows `inner` events redacted with `redactor`.
+    pub fn new(inner: Arc<dyn RunObserver>, redactor: Redactor) -> Self {
+        Self { inner, redactor }
+    }
+}
+
+impl RunObserver for RedactingObserver {
+    fn on_event(&self, event: &RuntimeEvent) {
+        match self.redactor.record(event) {
+            Ok(event) => self.inner.on_event(&event),
+            Err(e) => tracing::warn!(error = %e, "an event was not shown"),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const KEY: &str = "sk-test-0123456789";
+
+    #[test]
+    fn every_occurrence_in_text_and_json_is_replaced() {
+        let r = Redactor::new([KEY.to_owned(), "short".to_owned()]);
+        assert_eq!(
+            r.text(&format!("a {KEY} b {KEY}")),
+            "a [redacted] b [redacted]"
+        );
+        assert!(matches!(r.text("short and clean"), Cow::Borrowed(_)));
+        let mut value = json!({"k": [format!("x{KEY}"), 3]});
+        value[KEY] = json!({"n": KEY});
+        assert!(r.value(&mut value));
+        assert_eq!(
+            value,
+            json!({"k": ["x[redacted]", 3], "[redacted]": {"n": "[redacted]"}})
+        );
+    }
+
+    #[test]
+    fn the_longer_of_overlapping_secrets_wins() {
+        let r = Redactor::new(["abcdefgh".to_owned(), "abcdefgh-longer".to_owned()]);
+        assert_eq!(r.text("<abcdefgh-longer>"), "<[redacted]>");
+    }
+
+    #[test]
+    fn values_shorter_than_the_minimum_are_not_redacted() {
+        let r = Redactor::new(["1234567".to_owned(), String::new()]);
+        assert!(r.is_empty());
+        assert_eq!(r.text("1234567"), "1234567");
+    }
+}
