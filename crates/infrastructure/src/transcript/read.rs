@@ -6,6 +6,7 @@
 //! is ignored (reader) or cut (writer); a bad line anywhere else is
 //! corruption and is reported with its file and line number, never skipped.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -16,6 +17,7 @@ use domain::transcript::{ExchangeEvent, ExchangeType};
 use serde::Deserialize;
 
 use super::io_err;
+use crate::blobs::{BlobDir, BlobError, transcript_blob_dir};
 
 /// Bytes read per step when scanning a file backwards for its last line:
 /// most lines are a few hundred bytes, so one read usually suffices; a long
@@ -39,6 +41,7 @@ pub fn read_transcript(path: impl AsRef<Path>) -> Result<Vec<ExchangeEvent>, Tra
 fn parse_lines(bytes: &[u8], path: &Path) -> Result<Vec<ExchangeEvent>, TranscriptError> {
     let mut events = Vec::new();
     let mut unknown = 0usize;
+    let blobs = BlobDir::new(transcript_blob_dir(path), false);
     let mut lines = bytes
         .split_inclusive(|b| *b == b'\n')
         .enumerate()
@@ -54,7 +57,16 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Vec<ExchangeEvent>, Transcri
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<ExchangeEvent>(line) {
+        // Large values are stored apart, in the run's blobs; a line that is
+        // not JSON is judged below.
+        let resolved = match blobs.resolve(line) {
+            Ok(resolved) => resolved,
+            Err(BlobError::Json(_)) => Cow::Borrowed(line),
+            Err(e) => {
+                return Err(TranscriptError::Corrupt(format!("{}:{number}: {e}", path.display())));
+            }
+        };
+        match serde_json::from_slice::<ExchangeEvent>(&resolved) {
             Ok(event) => {
                 if matches!(event.kind, ExchangeType::Unknown(_)) {
                     unknown += 1;
