@@ -636,3 +636,204 @@ mod tests {
         }
     }
 }
+
+/// The blobs as the file store and the transcript use them.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod record_tests {
+    use std::sync::Arc;
+
+    use application::ports::{RunStore, StoreError, Transcripts};
+    use domain::transcript::{ContentBlock, ExchangeDraft, ExchangeType, Fidelity};
+    use domain::{EventKind, NodeId, Offset, RunId, RunSnapshot, RuntimeEvent, Timestamp};
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::FileRunStore;
+    use crate::transcript::{JsonlTranscripts, read_transcript};
+
+    const PAYLOAD_BYTES: usize = 3 * 1024 * 1024;
+
+    fn payload() -> String {
+        (0..PAYLOAD_BYTES)
+            .map(|i| char::from(b'a' + (i % 23) as u8))
+            .collect()
+    }
+
+    fn event(run: RunId, offset: u64, node: Option<&str>, kind: EventKind) -> RuntimeEvent {
+        RuntimeEvent {
+            id: format!("e{offset}"),
+            offset: Offset::new(offset).unwrap(),
+            timestamp: Timestamp::from_millis(0),
+            run_id: run,
+            node_id: node.map(|n| NodeId::new(n).unwrap()),
+            node_run_id: None,
+            kind,
+        }
+    }
+
+    fn events(run: RunId, text: &str) -> Vec<RuntimeEvent> {
+        vec![
+            event(
+                run,
+                1,
+                None,
+                EventKind::FlowStarted {
+                    workflow: domain::event::WorkflowRef::default(),
+                    input: json!(text),
+                    parent_run_id: None,
+                    nodes: vec![NodeId::new("a").unwrap()],
+                    edges: vec![],
+                },
+            ),
+            event(
+                run,
+                2,
+                Some("a"),
+                EventKind::NodeStarted {
+                    input: json!({"data": text, "metadata": {"step_index": 0, "previous_agent": null}}),
+                },
+            ),
+            event(
+                run,
+                3,
+                Some("a"),
+                EventKind::NodeCompleted {
+                    output: json!({"data": text, "metadata": {"agent_name": "a"}}),
+                },
+            ),
+            event(
+                run,
+                4,
+                None,
+                EventKind::FlowCompleted {
+                    output: json!(text),
+                    duration_ms: 1,
+                },
+            ),
+        ]
+    }
+
+    /// Every file under `dir` and its size.
+    fn tree(dir: &Path) -> Vec<(PathBuf, u64)> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                out.extend(tree(&entry.path()));
+            } else {
+                out.push((entry.path(), meta.len()));
+            }
+        }
+        out
+    }
+
+    fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {
+        memchr::memmem::find_iter(haystack, needle).count()
+    }
+
+    #[tokio::test]
+    async fn a_run_that_carries_a_large_value_everywhere_stores_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let transcripts = JsonlTranscripts::new(dir.path());
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let text = payload();
+        store.create_run(run).await.unwrap();
+        let written = events(run, &text);
+        store.append(run, &written).await.unwrap();
+        store.flush(run).await.unwrap();
+        let snapshot = RunSnapshot::fold(&written).unwrap();
+        store.save_snapshot(&snapshot).await.unwrap();
+        let transcript = transcripts.open(run, None).await.unwrap();
+        transcript
+            .append(ExchangeDraft {
+                kind: ExchangeType::MessageUser,
+                path: "a".into(),
+                iteration: 0,
+                timestamp: Timestamp::from_millis(0),
+                payload: json!({"role": "user", "blocks": [
+                    serde_json::to_value(ContentBlock::Text { text: text.clone(), fidelity: Fidelity::Router }).unwrap()
+                ]}),
+                child_run_id: None,
+            })
+            .await
+            .unwrap();
+        transcript.close().await;
+
+        let files = tree(dir.path());
+        let total: u64 = files.iter().map(|(_, n)| n).sum();
+        assert!(
+            total < PAYLOAD_BYTES as u64 * 12 / 10,
+            "{total} bytes on disk for a {PAYLOAD_BYTES}-byte value: {files:?}"
+        );
+        let needle = &text.as_bytes()[..4096];
+        let holding: Vec<_> = files
+            .iter()
+            .filter(|(path, _)| occurrences(&std::fs::read(path).unwrap(), needle) > 0)
+            .collect();
+        assert_eq!(holding.len(), 1, "{holding:?}");
+        assert_eq!(
+            occurrences(&std::fs::read(&holding[0].0).unwrap(), text.as_bytes()),
+            1
+        );
+
+        assert_eq!(store.read(run, 0, 100).await.unwrap(), written);
+        assert_eq!(store.load_snapshot(run).await.unwrap().unwrap(), snapshot);
+        let lines = read_transcript(transcripts.path(run)).unwrap();
+        let block = &lines[0].payload["blocks"][0];
+        assert_eq!(block["text"].as_str(), Some(text.as_str()));
+
+        // A second store (another process) reads the same values.
+        let other = FileRunStore::open(dir.path()).unwrap();
+        assert_eq!(other.read(run, 0, 100).await.unwrap(), written);
+    }
+
+    #[tokio::test]
+    async fn a_missing_blob_is_reported_with_the_log_line_and_the_blob_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        store.create_run(run).await.unwrap();
+        let written = events(run, &big_text());
+        store.append(run, &written[..1]).await.unwrap();
+        let blob_dir = run_blob_dir(dir.path(), run);
+        let [(blob, _)] = tree(&blob_dir).try_into().unwrap();
+        std::fs::remove_file(&blob).unwrap();
+        let fresh = FileRunStore::open(dir.path()).unwrap();
+        let err = fresh.read(run, 0, 10).await.unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("events.ndjson line 1"), "{msg}");
+        assert!(msg.contains(&blob.display().to_string()), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_transcript_refers_to_the_blob_its_log_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let transcripts = Arc::new(JsonlTranscripts::new(dir.path()));
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let recorder = transcripts.open_recorder(run, None).unwrap();
+        let text = big_text();
+        recorder
+            .append_line(ExchangeDraft {
+                kind: ExchangeType::RunCompleted,
+                path: String::new(),
+                iteration: 0,
+                timestamp: Timestamp::from_millis(0),
+                payload: json!({"name": "w", "kind": "workflow", "result": text}),
+                child_run_id: None,
+            })
+            .unwrap();
+        let line = std::fs::read_to_string(transcripts.path(run)).unwrap();
+        assert!(line.len() < 400 && line.contains("\"$blob\":\"sha256:"), "{line}");
+        assert!(run_blob_dir(dir.path(), run).is_dir());
+        let read = read_transcript(transcripts.path(run)).unwrap();
+        assert_eq!(read[0].payload["result"].as_str(), Some(text.as_str()));
+    }
+
+    fn big_text() -> String {
+        "b".repeat(INLINE_LIMIT * 2)
+    }
+}
