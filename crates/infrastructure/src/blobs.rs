@@ -51,6 +51,8 @@ const REF_KEY: &str = "$blob";
 const BYTES_KEY: &str = "bytes";
 /// How `$blob` appears in serialized JSON; a line without it holds no reference.
 const REF_NEEDLE: &[u8] = b"\"$blob\"";
+/// How a reference written by this module begins.
+const REF_OPEN: &[u8] = b"{\"$blob\":\"sha256:";
 /// Prefix of a reference's hash.
 const HASH_PREFIX: &str = "sha256:";
 /// Mode of blob files and of the `blobs` directory.
@@ -151,26 +153,59 @@ impl BlobDir {
     /// Rewrites the JSON document `buf[start..]` in place, each large value
     /// replaced by a reference to its blob (written first). A document that
     /// needs nothing is left untouched, byte for byte.
+    ///
+    /// Long strings are cut out of the serialized text as they are (a
+    /// string's JSON is the same bytes wherever serde_json writes it), which
+    /// costs one scan; only a document that is still large after that (a
+    /// big array of small items), or that mentions `"$blob"`, is parsed.
     pub fn externalize_tail(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), BlobError> {
         let doc = buf.get(start..).unwrap_or_default();
-        if doc.len() <= INLINE_LIMIT && !mentions_ref(doc) {
+        let has_refs = mentions_ref(doc);
+        if doc.len() <= INLINE_LIMIT && !has_refs {
             return Ok(());
         }
-        let mut value: Value = serde_json::from_slice(doc)?;
-        let mut writer = Writer {
-            blobs: self,
-            changed: false,
-            created: false,
-        };
-        writer.walk(&mut value, true)?;
-        if !writer.changed {
-            return Ok(());
+        let mut created = false;
+        let mut rewritten = None;
+        if !has_refs {
+            let spans = long_strings(doc);
+            if !spans.is_empty() {
+                let mut out = Vec::with_capacity(doc.len().min(INLINE_LIMIT * 2));
+                let mut at = 0;
+                for (from, to) in spans {
+                    out.extend_from_slice(&doc[at..from]);
+                    let content = &doc[from..to];
+                    let (hex, new) = self.put(content)?;
+                    created |= new;
+                    out.extend_from_slice(reference_text(&hex, content.len() as u64).as_bytes());
+                    at = to;
+                }
+                out.extend_from_slice(&doc[at..]);
+                rewritten = Some(out);
+            }
         }
-        if writer.created && self.sync {
+        let current = rewritten.as_deref().unwrap_or(doc);
+        if current.len() > INLINE_LIMIT || has_refs {
+            let mut value: Value = serde_json::from_slice(current)?;
+            let mut writer = Writer {
+                blobs: self,
+                changed: false,
+                created: false,
+                // Without `"$blob"` in the original, every reference is ours.
+                trust_refs: !has_refs,
+            };
+            writer.walk(&mut value, true)?;
+            created |= writer.created;
+            if writer.changed {
+                rewritten = Some(serde_json::to_vec(&value)?);
+            }
+        }
+        if created && self.sync {
             sync_dir(&self.dir)?;
         }
-        buf.truncate(start);
-        serde_json::to_writer(&mut *buf, &value)?;
+        if let Some(out) = rewritten {
+            buf.truncate(start);
+            buf.extend_from_slice(&out);
+        }
         Ok(())
     }
 
@@ -182,15 +217,46 @@ impl BlobDir {
 
     /// The JSON document `doc` with every reference replaced by its value;
     /// borrowed as is when it holds none.
+    ///
+    /// References in the form this module writes are replaced in the text,
+    /// by the blob's bytes; a document that mentions `"$blob"` any other way
+    /// is parsed and judged value by value.
     pub fn resolve<'a>(&self, doc: &'a [u8]) -> Result<Cow<'a, [u8]>, BlobError> {
         if !mentions_ref(doc) {
             return Ok(Cow::Borrowed(doc));
+        }
+        if let Some(spliced) = self.splice(doc)? {
+            return Ok(Cow::Owned(spliced));
         }
         let mut value: Value = serde_json::from_slice(doc)?;
         if !self.resolve_value(&mut value, true)? {
             return Ok(Cow::Borrowed(doc));
         }
         Ok(Cow::Owned(serde_json::to_vec(&value)?))
+    }
+
+    /// `doc` with its references replaced in the text, or `None` when it
+    /// mentions `"$blob"` other than in references of the written form.
+    ///
+    /// In valid JSON the bytes `{"$blob":` can only open an object (inside a
+    /// string, a `"` is escaped), so a match is a reference, never text.
+    fn splice(&self, doc: &[u8]) -> Result<Option<Vec<u8>>, BlobError> {
+        let mentions = memchr::memmem::find_iter(doc, REF_NEEDLE).count();
+        let found: Vec<_> = memchr::memmem::find_iter(doc, REF_OPEN)
+            .filter_map(|at| parse_reference(doc, at))
+            .collect();
+        if found.len() != mentions {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        let mut at = 0;
+        for found in found {
+            out.extend_from_slice(&doc[at..found.from]);
+            out.extend_from_slice(&self.read(&found.hex, found.bytes)?);
+            at = found.to;
+        }
+        out.extend_from_slice(&doc[at..]);
+        Ok(Some(out))
     }
 
     /// Replaces the references inside `value`; whether there were any.
@@ -225,19 +291,27 @@ impl BlobDir {
             .get(REF_KEY)
             .and_then(Value::as_str)
             .and_then(|h| h.strip_prefix(HASH_PREFIX))
-            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            .ok_or_else(|| {
-                bad_reference(shown(), "`$blob` is not `sha256:` and 64 hex digits")
-            })?
+            .filter(|h| is_hex_hash(h.as_bytes()))
+            .ok_or_else(|| bad_reference(shown(), "`$blob` is not `sha256:` and 64 hex digits"))?
             .to_ascii_lowercase();
         let bytes = reference
             .get(BYTES_KEY)
             .and_then(Value::as_u64)
             .ok_or_else(|| bad_reference(shown(), "`bytes` is not a byte count"))?;
+        let content = self.read(&hex, bytes)?;
+        serde_json::from_slice(&content).map_err(|e| BlobError::Corrupt {
+            path: self.path_of(&hex),
+            why: format!("not JSON: {e}"),
+        })
+    }
+
+    /// The bytes of blob `hex`, checked against the size its reference gives
+    /// (before reading: memory stays bounded) and against its hash.
+    fn read(&self, hex: &str, bytes: u64) -> Result<Vec<u8>, BlobError> {
         if bytes > MAX_BLOB_BYTES {
             return Err(BlobError::TooLarge { bytes });
         }
-        let path = self.path_of(&hex);
+        let path = self.path_of(hex);
         let corrupt = |why: String| BlobError::Corrupt {
             path: path.clone(),
             why,
@@ -282,7 +356,19 @@ impl BlobDir {
         if hex_digest(&content) != hex {
             return Err(corrupt("content does not match its hash".into()));
         }
-        serde_json::from_slice(&content).map_err(|e| corrupt(format!("not JSON: {e}")))
+        Ok(content)
+    }
+
+    /// Stores `content` (one value's JSON) under its hash; returns the hash
+    /// and whether a new file was created.
+    fn put(&self, content: &[u8]) -> Result<(String, bool), BlobError> {
+        let bytes = content.len() as u64;
+        if bytes > MAX_BLOB_BYTES {
+            return Err(BlobError::TooLarge { bytes });
+        }
+        let hex = hex_digest(content);
+        let created = self.store(&hex, content)?;
+        Ok((hex, created))
     }
 
     /// Writes `content` as the blob `hex` unless it is there already.
@@ -316,17 +402,15 @@ impl BlobDir {
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE))
             .tempfile_in(&self.dir)
             .map_err(io("create a temporary file in", &self.dir))?;
-        tmp.write_all(content)
-            .map_err(io("write", tmp.path()))?;
+        tmp.write_all(content).map_err(io("write", tmp.path()))?;
         if self.sync {
             tmp.as_file().sync_data().map_err(io("sync", tmp.path()))?;
         }
-        tmp.persist(&path)
-            .map_err(|e| BlobError::Io {
-                what: "rename a temporary file onto",
-                path: path.clone(),
-                source: e.error,
-            })?;
+        tmp.persist(&path).map_err(|e| BlobError::Io {
+            what: "rename a temporary file onto",
+            path: path.clone(),
+            source: e.error,
+        })?;
         tracing::debug!(blob = %path.display(), bytes = content.len(), "stored a large value");
         Ok(true)
     }
@@ -344,6 +428,9 @@ struct Writer<'a> {
     changed: bool,
     /// Whether a new blob file was created (its directory entry needs a sync).
     created: bool,
+    /// Whether reference-shaped objects are references this write made
+    /// (rather than user values to be escaped).
+    trust_refs: bool,
 }
 
 impl Writer<'_> {
@@ -354,7 +441,13 @@ impl Writer<'_> {
         let size = match value {
             // A user's object of the reference's shape is stored as a blob,
             // so that reading does not take it for a reference.
-            Value::Object(map) if !top && is_ref_shaped(map) => return self.replace(value),
+            Value::Object(map) if !top && is_ref_shaped(map) => {
+                if self.trust_refs {
+                    self.changed = true;
+                    return Ok(json_len(value));
+                }
+                return self.replace(value);
+            }
             // Bigger than the limit even before escaping: no need to count.
             Value::String(s) if s.len() + 2 > INLINE_LIMIT => return self.replace(value),
             Value::Object(map) => {
@@ -397,19 +490,77 @@ impl Writer<'_> {
     /// Stores `value` as a blob and puts a reference in its place.
     fn replace(&mut self, value: &mut Value) -> Result<usize, BlobError> {
         let content = serde_json::to_vec(value)?;
-        let bytes = content.len() as u64;
-        if bytes > MAX_BLOB_BYTES {
-            return Err(BlobError::TooLarge { bytes });
-        }
-        let hex = hex_digest(&content);
-        self.created |= self.blobs.store(&hex, &content)?;
-        let mut reference = Map::new();
-        reference.insert(REF_KEY.into(), Value::String(format!("{HASH_PREFIX}{hex}")));
-        reference.insert(BYTES_KEY.into(), Value::from(bytes));
-        *value = Value::Object(reference);
+        let (hex, created) = self.blobs.put(&content)?;
+        self.created |= created;
+        let text = reference_text(&hex, content.len() as u64);
+        *value = serde_json::from_str(&text)?;
         self.changed = true;
-        Ok(json_len(value))
+        Ok(text.len())
     }
+}
+
+/// A reference as this module writes it (and as serde_json would write the
+/// same object: keys in sorted order, compact).
+fn reference_text(hex: &str, bytes: u64) -> String {
+    format!(r#"{{"{REF_KEY}":"{HASH_PREFIX}{hex}","{BYTES_KEY}":{bytes}}}"#)
+}
+
+/// A reference found in a document's text.
+struct Found {
+    from: usize,
+    to: usize,
+    hex: String,
+    bytes: u64,
+}
+
+/// The reference of the written form at `doc[at..]`, if there is one.
+fn parse_reference(doc: &[u8], at: usize) -> Option<Found> {
+    let rest = doc.get(at + REF_OPEN.len()..)?;
+    let hex = rest.get(..64).filter(|h| is_hex_hash(h))?;
+    let rest = rest[64..].strip_prefix(br#"","bytes":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits) != Some(&b'}') {
+        return None;
+    }
+    let bytes = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let to = doc.len() - rest.len() + digits + 1;
+    Some(Found {
+        from: at,
+        to,
+        hex: String::from_utf8_lossy(hex).to_ascii_lowercase(),
+        bytes,
+    })
+}
+
+/// 64 hex digits.
+fn is_hex_hash(h: &[u8]) -> bool {
+    h.len() == 64 && h.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// Byte ranges (quotes included) of the string *values* of the serialized
+/// document `doc` longer than [`INLINE_LIMIT`]; object keys are left alone.
+/// A document that ends inside a string yields what was found before it.
+fn long_strings(doc: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    while let Some(open) = doc.get(at..).and_then(|d| memchr::memchr(b'"', d)) {
+        let open = at + open;
+        let mut pos = open + 1;
+        let close = loop {
+            match doc.get(pos..).and_then(|d| memchr::memchr2(b'"', b'\\', d)) {
+                None => return spans,
+                Some(k) if doc[pos + k] == b'\\' => pos += k + 2,
+                Some(k) => break pos + k,
+            }
+        };
+        let end = close + 1;
+        let next = doc[end..].iter().find(|b| !b.is_ascii_whitespace());
+        if end - open > INLINE_LIMIT && next != Some(&b':') {
+            spans.push((open, end));
+        }
+        at = end;
+    }
+    spans
 }
 
 /// Whether `map` has exactly the keys of a reference.
@@ -524,13 +675,46 @@ mod tests {
     }
 
     #[test]
+    fn escapes_and_long_keys_survive_and_both_paths_share_a_blob() {
+        let (_d, blobs) = blobs();
+        let tricky: String = std::iter::repeat_n("a\"b\\\"\\n\u{1}é{\"$x\":", 8_000).collect();
+        let key = big('k');
+        let plain = json!({"t": tricky, "nested": [{"again": tricky}], key.clone(): 1});
+        let line = blobs
+            .externalize(serde_json::to_vec(&plain).unwrap())
+            .unwrap();
+        let stored: Value = serde_json::from_slice(&line).unwrap();
+        assert!(stored["t"]["$blob"].is_string(), "the string was cut out");
+        assert_eq!(stored[key.as_str()], 1, "a long key stays a key");
+        let back: Value = serde_json::from_slice(&blobs.resolve(&line).unwrap()).unwrap();
+        assert_eq!(back, plain);
+        // The same string in a document that is parsed (it mentions `$blob`).
+        let parsed = json!({"t": tricky, "note": "$blob"});
+        let line = blobs
+            .externalize(serde_json::to_vec(&parsed).unwrap())
+            .unwrap();
+        let back: Value = serde_json::from_slice(&blobs.resolve(&line).unwrap()).unwrap();
+        assert_eq!(back, parsed);
+        assert_eq!(
+            files(&blobs).len(),
+            1,
+            "one string, one blob, whichever path stored it"
+        );
+    }
+
+    #[test]
     fn a_large_container_of_small_parts_is_stored_whole() {
         let (_d, blobs) = blobs();
         let items: Vec<Value> = (0..20_000).map(|i| json!({"i": i})).collect();
         let doc = json!({"type": "t", "input": {"items": items}});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let reference: Value = serde_json::from_slice(&line).unwrap();
-        assert!(reference["input"]["items"]["$blob"].is_string(), "{reference}");
+        assert!(
+            reference["input"]["items"]["$blob"].is_string(),
+            "{reference}"
+        );
         let resolved: Value = serde_json::from_slice(&blobs.resolve(&line).unwrap()).unwrap();
         assert_eq!(resolved, doc);
     }
@@ -540,7 +724,9 @@ mod tests {
         let (_d, blobs) = blobs();
         let filler: Vec<Value> = (0..8_000).map(|i| json!(format!("item {i}"))).collect();
         let doc = json!({"input": {"big": big('y'), "filler": filler}});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let stored: Value = serde_json::from_slice(&line).unwrap();
         assert!(stored["input"]["big"]["$blob"].is_string());
         assert!(stored["input"]["filler"]["$blob"].is_string());
@@ -557,7 +743,9 @@ mod tests {
         let (_d, blobs) = blobs();
         let fake = json!({"$blob": "sha256:not-a-hash", "bytes": 3});
         let doc = json!({"input": fake, "other": {"$blob": 1, "bytes": 2, "more": 3}});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let resolved: Value = serde_json::from_slice(&blobs.resolve(&line).unwrap()).unwrap();
         assert_eq!(resolved, doc);
     }
@@ -566,12 +754,17 @@ mod tests {
     fn a_missing_blob_is_reported_naming_its_file() {
         let (_d, blobs) = blobs();
         let doc = json!({"input": big('z')});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let [file] = files(&blobs).try_into().unwrap();
         std::fs::remove_file(&file).unwrap();
         let err = blobs.resolve(&line).unwrap_err();
         assert!(matches!(err, BlobError::Corrupt { .. }), "{err:?}");
-        assert!(err.to_string().contains(&file.display().to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&file.display().to_string()),
+            "{err}"
+        );
         assert!(err.to_string().contains("missing"), "{err}");
     }
 
@@ -579,7 +772,9 @@ mod tests {
     fn a_damaged_blob_is_reported_naming_its_file() {
         let (_d, blobs) = blobs();
         let doc = json!({"input": big('z')});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let [file] = files(&blobs).try_into().unwrap();
         let mut content = std::fs::read(&file).unwrap();
         content[5] = b'q';
@@ -591,18 +786,27 @@ mod tests {
         content.truncate(100);
         std::fs::write(&file, &content).unwrap();
         let err = blobs.resolve(&line).unwrap_err().to_string();
-        assert!(err.contains(&file.display().to_string()) && err.contains("holds 100 bytes"), "{err}");
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains("holds 100 bytes"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_fifo_in_place_of_a_blob_is_refused_without_waiting() {
         let (_d, blobs) = blobs();
         let doc = json!({"input": big('f')});
-        let line = blobs.externalize(serde_json::to_vec(&doc).unwrap()).unwrap();
+        let line = blobs
+            .externalize(serde_json::to_vec(&doc).unwrap())
+            .unwrap();
         let [file] = files(&blobs).try_into().unwrap();
         std::fs::remove_file(&file).unwrap();
-        rustix::fs::mkfifoat(rustix::fs::CWD, &file, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR)
-            .unwrap();
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &file,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        )
+        .unwrap();
         let err = blobs.resolve(&line).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
     }
@@ -614,7 +818,10 @@ mod tests {
         let err = blobs.resolve(bad).unwrap_err().to_string();
         assert!(err.contains("md5:abc"), "{err}");
         let hash = "0".repeat(64);
-        let huge = format!(r#"{{"input":{{"$blob":"sha256:{hash}","bytes":{}}}}}"#, MAX_BLOB_BYTES + 1);
+        let huge = format!(
+            r#"{{"input":{{"$blob":"sha256:{hash}","bytes":{}}}}}"#,
+            MAX_BLOB_BYTES + 1
+        );
         let err = blobs.resolve(huge.as_bytes()).unwrap_err();
         assert!(matches!(err, BlobError::TooLarge { .. }), "{err:?}");
         assert!(blobs.resolve(br#"{"$blob" not json"#).is_err());
@@ -632,7 +839,13 @@ mod tests {
         for file in files(&blobs) {
             let mode = std::fs::metadata(&file).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, FILE_MODE, "{}", file.display());
-            assert!(!file.file_name().unwrap().to_string_lossy().starts_with(".tmp"));
+            assert!(
+                !file
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".tmp")
+            );
         }
     }
 }
@@ -827,7 +1040,10 @@ mod record_tests {
             })
             .unwrap();
         let line = std::fs::read_to_string(transcripts.path(run)).unwrap();
-        assert!(line.len() < 400 && line.contains("\"$blob\":\"sha256:"), "{line}");
+        assert!(
+            line.len() < 400 && line.contains("\"$blob\":\"sha256:"),
+            "{line}"
+        );
         assert!(run_blob_dir(dir.path(), run).is_dir());
         let read = read_transcript(transcripts.path(run)).unwrap();
         assert_eq!(read[0].payload["result"].as_str(), Some(text.as_str()));

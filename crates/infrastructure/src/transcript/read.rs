@@ -63,7 +63,10 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Vec<ExchangeEvent>, Transcri
             Ok(resolved) => resolved,
             Err(BlobError::Json(_)) => Cow::Borrowed(line),
             Err(e) => {
-                return Err(TranscriptError::Corrupt(format!("{}:{number}: {e}", path.display())));
+                return Err(TranscriptError::Corrupt(format!(
+                    "{}:{number}: {e}",
+                    path.display()
+                )));
             }
         };
         match serde_json::from_slice::<ExchangeEvent>(&resolved) {

@@ -358,7 +358,13 @@ impl LogState {
             }
             if let Err(e) = paths.blobs.externalize_tail(&mut self.buf, line_start) {
                 self.index.truncate(before);
-                return Err(super::blobs_err(format!("event {} (offset {}) of run {}", event.id, event.offset, paths.run_id), e));
+                return Err(super::blobs_err(
+                    format!(
+                        "event {} (offset {}) of run {}",
+                        event.id, event.offset, paths.run_id
+                    ),
+                    e,
+                ));
             }
             self.buf.push(b'\n');
         }
@@ -449,8 +455,9 @@ impl ReadPlan {
             };
             let (line, tail) = rest.split_at(newline);
             rest = &tail[1..];
-            let line = (paths.blobs.resolve(line))
-                .map_err(|e| super::blobs_err(format!("{} line {line_no}", paths.log.display()), e))?;
+            let line = (paths.blobs.resolve(line)).map_err(|e| {
+                super::blobs_err(format!("{} line {line_no}", paths.log.display()), e)
+            })?;
             let event = RuntimeEvent::from_json(&line).map_err(|e| corrupt(paths, line_no, e))?;
             if event.offset.get() != line_no {
                 return Err(corrupt(
