@@ -63,7 +63,10 @@ fn a_50_mb_input_is_stored_once_and_every_reader_gives_it_back() {
     let input_arg = format!("@{}", input.display());
     let out = awr.run(&["run", flow.to_str().unwrap(), "--input", &input_arg]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.stdout.strip_suffix('\n') == Some(text.as_str()), "awr run prints the whole output");
+    assert!(
+        out.stdout.strip_suffix('\n') == Some(text.as_str()),
+        "awr run prints the whole output"
+    );
     let run = run_id_of(&out);
 
     let stored = files(&awr.storage());
@@ -107,7 +110,10 @@ fn a_50_mb_input_is_stored_once_and_every_reader_gives_it_back() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let shown: RunSnapshot = serde_json::from_str(&out.stdout).unwrap();
     assert!(shown.outputs["echo"]["data"] == text.as_str());
-    assert!(RunSnapshot::fold(&events).unwrap() == shown, "fold(events) == snapshot");
+    assert!(
+        RunSnapshot::fold(&events).unwrap() == shown,
+        "fold(events) == snapshot"
+    );
 
     // `awr transcript --json`: the prompt and the answer, whole.
     let out = awr.run(&["transcript", &run, "--json"]);
@@ -119,4 +125,38 @@ fn a_50_mb_input_is_stored_once_and_every_reader_gives_it_back() {
         .find(|l| l["type"] == "message.user")
         .unwrap();
     assert!(user["payload"]["blocks"][0]["text"] == text.as_str());
+}
+
+#[test]
+fn an_input_over_the_limit_is_refused_naming_its_size_and_the_limit() {
+    let awr = Awr::new();
+    let flow = echo_workflow(&awr, "ok");
+    // 64 MiB + 1 byte, sparse: nothing is written to disk.
+    let input = awr.write("huge.json", "");
+    std::fs::File::options()
+        .write(true)
+        .open(&input)
+        .unwrap()
+        .set_len(64 * 1024 * 1024 + 1)
+        .unwrap();
+    let arg = format!("@{}", input.display());
+    let out = awr.run(&["run", flow.to_str().unwrap(), "--input", &arg]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("67108865 bytes"), "{}", out.stderr);
+    assert!(out.stderr.contains("67108864"), "{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    assert!(awr.run_ids().is_empty(), "no run is created");
+
+    // A stream with no end is read no further than the limit.
+    let out = awr.run_within(
+        60,
+        &["run", flow.to_str().unwrap(), "--input", "@/dev/zero"],
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("more than 67108864 bytes"),
+        "{}",
+        out.stderr
+    );
+    assert!(awr.run_ids().is_empty(), "no run is created");
 }

@@ -111,11 +111,7 @@ fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failu
         return Ok(workflow.input.clone().unwrap_or(Value::Null));
     };
     let (text, origin) = match raw.strip_prefix('@') {
-        Some(path) => (
-            std::fs::read_to_string(path)
-                .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
-            Some(path),
-        ),
+        Some(path) => (read_input_file(path)?, Some(path)),
         None => (raw.to_owned(), None),
     };
     match (serde_json::from_str(&text), origin) {
@@ -123,6 +119,39 @@ fn parse_input(raw: Option<&str>, workflow: &WorkflowDef) -> Result<Value, Failu
         (Err(_), None) => Ok(Value::String(text)),
         (Err(e), Some(path)) => Err(Failure::Input(anyhow!("--input @{path}: not JSON: {e}"))),
     }
+}
+
+/// The largest `--input` read: 64 MiB. A run's input is held in memory and
+/// written to its records (once, see docs/events.md), so it is bounded.
+const MAX_INPUT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The text of `--input @FILE`, read no further than [`MAX_INPUT_BYTES`]
+/// (`@/dev/zero` ends too).
+fn read_input_file(path: &str) -> Result<String, Failure> {
+    use std::io::Read;
+    let fail = |what: String| Failure::Input(anyhow!("--input @{path}: {what}"));
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let size = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let too_large = |size: String| {
+        fail(format!(
+            "{size} is larger than the limit of {MAX_INPUT_BYTES} bytes (64 MiB)"
+        ))
+    };
+    if let Some(n) = size.filter(|n| *n > MAX_INPUT_BYTES) {
+        return Err(too_large(format!("{n} bytes")));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(too_large(format!("more than {MAX_INPUT_BYTES} bytes")));
+    }
+    String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8: {e}")))
 }
 
 /// `awr run FILE [--input ...]`.
