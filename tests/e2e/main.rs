@@ -9,6 +9,7 @@ mod fake_model;
 mod fold_property;
 mod http_agents;
 mod openai_chat;
+mod payloads;
 mod real_clis;
 mod records;
 mod secrets;

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 /// large hand-written workflow.
 pub const MAX_WORKFLOW_FILE: u64 = 4 << 20;
 
-/// Largest `--input @FILE` awr reads: 256 MiB.
-pub const MAX_INPUT_FILE: u64 = 256 << 20;
+/// Largest `--input @FILE` awr reads: 64 MiB. A run's input is held in
+/// memory and written to its records (once: large values are blobs).
+pub const MAX_INPUT_FILE: u64 = 64 << 20;
 
 /// Largest `snapshot.json` awr reads: 1 GiB. A larger one is an error, not a
 /// reason to rebuild the state from the log.
@@ -48,10 +49,12 @@ pub enum FileReadError {
         kind: &'static str,
     },
     /// Larger than the limit for its kind of file.
-    #[error("{}: larger than the limit of {limit} bytes", path.display())]
+    #[error("{}: {size} is larger than the limit of {limit} bytes", path.display())]
     TooBig {
         /// The path.
         path: PathBuf,
+        /// How big it is: `N bytes`, or `more than N bytes` when it grew while read.
+        size: String,
         /// The limit that applies.
         limit: u64,
     },
@@ -123,8 +126,9 @@ pub fn open_regular(path: &Path) -> Result<File, FileReadError> {
 /// The bytes of the regular file at `path`, if it holds at most `limit`.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
     let file = open_regular(path)?;
-    let too_big = || FileReadError::TooBig {
+    let too_big = |size: String| FileReadError::TooBig {
         path: path.to_path_buf(),
+        size,
         limit,
     };
     let len = file
@@ -132,7 +136,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
         .map_err(|e| FileReadError::io(path, e))?
         .len();
     if len > limit {
-        return Err(too_big());
+        return Err(too_big(format!("{len} bytes")));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     // The file may grow after the check: never read past the limit.
@@ -140,7 +144,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
         .read_to_end(&mut bytes)
         .map_err(|e| FileReadError::io(path, e))?;
     if bytes.len() as u64 > limit {
-        return Err(too_big());
+        return Err(too_big(format!("more than {limit} bytes")));
     }
     Ok(bytes)
 }

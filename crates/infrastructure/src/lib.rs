@@ -12,6 +12,8 @@
 //!   ([`application::ports::Transcripts`], seed 000) — one append-only
 //!   `transcripts/<run-id>.jsonl` per run, one `write` per line, then a
 //!   bounded, drop-newest fan-out to live subscribers.
+//! - [`blobs`]: large values (over 64 KiB) of any record stored once, as
+//!   content-addressed files beside the run's log, and put back on reading.
 //! - [`clock`]: the system clock and random ids, and deterministic ones
 //!   ([`clock::FixedClock`], [`clock::SeededIds`]) so replays and tests can
 //!   pin time and ids.
@@ -20,6 +22,7 @@
 //! the stores move opaque [`domain::RuntimeEvent`]s and snapshots, and every
 //! store passes the one conformance suite in `tests/e2e/store_conformance.rs`.
 
+pub mod blobs;
 pub mod clock;
 pub mod fs;
 pub mod store;

@@ -17,6 +17,9 @@
 //!   a full buffer drops that subscriber's newest line (see [`fanout`]).
 //! - Files are 0600 and the directory 0700: transcripts hold prompts and tool
 //!   arguments verbatim (seed 000, "Security").
+//! - A value over 64 KiB is stored once, in the run's blob directory shared
+//!   with its event log, and the line holds a reference (see [`crate::blobs`]):
+//!   a large prompt is then on disk once, not once per record.
 
 mod fanout;
 mod read;
@@ -34,6 +37,8 @@ use async_trait::async_trait;
 use domain::RunId;
 use domain::transcript::{ExchangeDraft, ExchangeEvent};
 use rustix::fs::{FlockOperation, flock};
+
+use crate::blobs::{BlobDir, transcript_blob_dir};
 
 pub use fanout::{
     DEFAULT_SUBSCRIBER_CAPACITY, SubscriberStats, TranscriptStats, TranscriptSubscriber,
@@ -157,6 +162,9 @@ pub struct JsonlTranscript {
     run_id: RunId,
     parent_run_id: Option<RunId>,
     path: PathBuf,
+    /// Where large values go: the run's blob directory, beside its log. Not
+    /// synced: the transcript itself is not (the log syncs a blob it shares).
+    blobs: BlobDir,
     /// Everything an append touches. A `std` mutex, not a Tokio one: it is
     /// held for one page-cache `write()` and non-blocking sends, never across
     /// an `.await`, and holding it over the broadcast keeps every
@@ -270,6 +278,7 @@ impl JsonlTranscript {
         Self {
             run_id,
             parent_run_id,
+            blobs: BlobDir::new(transcript_blob_dir(&path), false),
             path,
             state: Mutex::new(State {
                 file,
@@ -370,6 +379,13 @@ impl JsonlTranscript {
                 self.path.display()
             ))
         })?;
+        if let Err(e) = self.blobs.externalize_tail(&mut state.buf, 0) {
+            return Err(TranscriptError::Io(format!(
+                "cannot store a large value of line {} of {}: {e}",
+                event.seq,
+                self.path.display()
+            )));
+        }
         state.buf.push(b'\n');
         let written = write_line(&state.file, &state.buf);
         if state.buf.capacity() > MAX_KEPT_BUF {

@@ -7,6 +7,7 @@
 //! corruption and is reported with its file and line number: the lenient
 //! reader goes on past it, the strict one stops there.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
@@ -20,6 +21,7 @@ use serde::de::IgnoredAny;
 use crate::fs::MAX_RECORD_LINE;
 
 use super::io_err;
+use crate::blobs::{BlobDir, BlobError, transcript_blob_dir};
 
 /// Bytes read per step when scanning a file backwards for its last line:
 /// most lines are a few hundred bytes, so one read usually suffices; a long
@@ -117,6 +119,8 @@ fn skip_rest_of_line(reader: &mut impl BufRead, path: &Path) -> Result<(), Trans
 /// Checks lines one by one: shape and `seq` series.
 struct LineChecker<'a> {
     path: &'a Path,
+    /// The run's blob files: large values a line refers to.
+    blobs: BlobDir,
     read: TranscriptLines,
     /// The `seq` the next line should have.
     next_seq: u64,
@@ -130,6 +134,7 @@ impl<'a> LineChecker<'a> {
     fn new(path: &'a Path) -> Self {
         Self {
             path,
+            blobs: BlobDir::new(transcript_blob_dir(path), false),
             read: TranscriptLines::default(),
             next_seq: 1,
             pending_torn: None,
@@ -150,7 +155,14 @@ impl<'a> LineChecker<'a> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let event = match serde_json::from_slice::<ExchangeEvent>(line) {
+        // Large values are stored apart, in the run's blobs; a line that is
+        // not JSON is judged below.
+        let resolved = match self.blobs.resolve(line) {
+            Ok(resolved) => resolved,
+            Err(BlobError::Json(_)) => Cow::Borrowed(line),
+            Err(e) => return self.problem(number, e),
+        };
+        let event = match serde_json::from_slice::<ExchangeEvent>(&resolved) {
             Ok(event) => event,
             Err(e) if serde_json::from_slice::<IgnoredAny>(line).is_err() => {
                 self.pending_torn = Some((number, e.to_string()));

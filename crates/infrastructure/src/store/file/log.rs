@@ -16,6 +16,7 @@ use domain::{RunId, RuntimeEvent};
 use serde::de::IgnoredAny;
 
 use super::index;
+use crate::blobs::BlobDir;
 use crate::fs::{FileReadError, MAX_RECORD_LINE};
 use crate::store::check_continuation;
 
@@ -60,6 +61,8 @@ pub(super) struct RunPaths {
     pub snapshot: PathBuf,
     /// `snapshot.json.tmp`, renamed over `snapshot.json`.
     pub snapshot_tmp: PathBuf,
+    /// `blobs/`: large values of the log and snapshot (see [`crate::blobs`]).
+    pub blobs: BlobDir,
 }
 
 impl RunPaths {
@@ -72,6 +75,7 @@ impl RunPaths {
             idx: dir.join("events.idx"),
             snapshot: dir.join("snapshot.json"),
             snapshot_tmp: dir.join("snapshot.json.tmp"),
+            blobs: BlobDir::new(dir.join("blobs"), true),
             dir,
         }
     }
@@ -359,12 +363,23 @@ impl LogState {
         self.buf.clear();
         for event in events {
             self.index.push(self.end + self.buf.len() as u64);
+            let line_start = self.buf.len();
             if let Err(e) = event.write_json(&mut self.buf) {
                 self.index.truncate(before);
                 return Err(StoreError::Io(format!(
                     "cannot serialize event {} (offset {}) of run {}: {e}",
                     event.id, event.offset, paths.run_id
                 )));
+            }
+            if let Err(e) = paths.blobs.externalize_tail(&mut self.buf, line_start) {
+                self.index.truncate(before);
+                return Err(super::blobs_err(
+                    format!(
+                        "event {} (offset {}) of run {}",
+                        event.id, event.offset, paths.run_id
+                    ),
+                    e,
+                ));
             }
             self.buf.push(b'\n');
         }
@@ -465,7 +480,10 @@ impl ReadPlan {
             };
             let (line, tail) = rest.split_at(newline);
             rest = &tail[1..];
-            let event = RuntimeEvent::from_json(line).map_err(|e| corrupt(paths, line_no, e))?;
+            let line = (paths.blobs.resolve(line)).map_err(|e| {
+                super::blobs_err(format!("{} line {line_no}", paths.log.display()), e)
+            })?;
+            let event = RuntimeEvent::from_json(&line).map_err(|e| corrupt(paths, line_no, e))?;
             if event.offset.get() != line_no {
                 return Err(corrupt(
                     paths,

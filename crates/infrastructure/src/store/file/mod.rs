@@ -4,6 +4,7 @@
 //! <root>/runs/<run-id>/events.ndjson   the log: one RuntimeEvent per line, offset k on line k
 //! <root>/runs/<run-id>/events.idx      derived: byte position of each line (see `index`)
 //! <root>/runs/<run-id>/snapshot.json   the state to resume from, replaced by rename
+//! <root>/runs/<run-id>/blobs/          values over 64 KiB, stored once (see `crate::blobs`)
 //! ```
 //!
 //! Why it is shaped this way:
@@ -44,6 +45,7 @@ use tokio::sync::Notify;
 
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
 use super::{LogSource, follow_log};
+use crate::blobs::BlobError;
 use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 
 /// Mode of every directory the store creates.
@@ -216,8 +218,10 @@ impl FileRunStore {
 
 impl Inner {
     fn new_handle(&self, run_id: RunId) -> RunHandle {
+        let mut paths = RunPaths::new(&self.runs_dir, run_id);
+        paths.blobs = paths.blobs.with_sync(self.config.sync != SyncPolicy::Never);
         RunHandle {
-            paths: RunPaths::new(&self.runs_dir, run_id),
+            paths,
             log: Mutex::new(None),
             changed: Notify::new(),
             sync_gate: tokio::sync::Mutex::new(()),
@@ -418,6 +422,8 @@ fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), Stor
             paths.run_id
         ))
     })?;
+    let bytes = (paths.blobs.externalize(bytes))
+        .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
     let mut options = OpenOptions::new();
     options
@@ -465,9 +471,22 @@ fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, StoreError> {
         Err(FileReadError::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(StoreError::Io(e.to_string())),
     };
+    let bytes = (paths.blobs.resolve(&bytes))
+        .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
     RunSnapshot::from_json(&bytes, paths.run_id)
         .map(Some)
         .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))
+}
+
+/// A blob failure while writing or reading `what`. Failing to store is an
+/// I/O error; failing to read is one only when the medium failed, otherwise
+/// the stored data is wrong.
+fn blobs_err(what: String, e: BlobError) -> StoreError {
+    if e.is_io() || matches!(e, BlobError::TooLarge { .. }) {
+        StoreError::Io(format!("{what}: {e}"))
+    } else {
+        StoreError::Corrupt(format!("{what}: {e}"))
+    }
 }
 
 fn list_run_dirs(runs_dir: &Path) -> Result<Vec<RunId>, StoreError> {
