@@ -73,8 +73,7 @@ impl MockQuery {
             Some(file) => file,
             None => {
                 let file = Arc::new(
-                    FixtureFile::load(path)
-                        .map_err(|e| QueryError::Fixture(format!("node `{node}`: {e}")))?,
+                    FixtureFile::load(path).map_err(|e| QueryError::Fixture(e.to_string()))?,
                 );
                 let mut state = self.state.lock().map_err(|_| poisoned())?;
                 Arc::clone(state.files.entry(path.to_owned()).or_insert(file))
@@ -101,9 +100,9 @@ impl QueryFn for MockQuery {
         let path = self.fixture_path(&request);
         let (index, file) = self.next_call(&request.workflow, &request.node_id, &path)?;
         let call = file.calls.get(index).ok_or_else(|| {
+            // The runner names the node; the error says which call.
             QueryError::Fixture(format!(
-                "no fixture for node `{}` call {index} in {} (it records {} call(s))",
-                request.node_id,
+                "no fixture for call {index} in {} (it records {} call(s))",
                 path.display(),
                 file.calls.len()
             ))

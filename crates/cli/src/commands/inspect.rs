@@ -11,11 +11,9 @@ use futures::StreamExt;
 
 use crate::{Failure, wiring};
 
+/// A run that is not there, or storage that cannot be read: exit 2.
 fn store_failure(e: StoreError) -> Failure {
-    match e {
-        StoreError::NotFound(_) => Failure::Input(anyhow!(e)),
-        other => Failure::Run(anyhow!(other)),
-    }
+    Failure::Input(anyhow!(e))
 }
 
 /// Finds the run a user named by its id or a unique prefix of it.
@@ -55,23 +53,23 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
         }
     }
     rows.sort_by_key(|s| s.started_at);
-    println!(
+    crate::say(&format!(
         "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
         "RUN", "WORKFLOW", "STATUS", "STARTED"
-    );
+    ))?;
     for s in rows {
         let started = s.started_at.map(|t| t.to_string()).unwrap_or_default();
         let duration = match (s.started_at, s.updated_at) {
             (Some(a), Some(b)) => format!("{} ms", b.millis_since(a)),
             _ => String::new(),
         };
-        println!(
+        crate::say(&format!(
             "{:<36}  {:<24}  {:<9}  {:<24}  {duration}",
             s.run_id.to_string(),
             s.workflow.name,
             s.status.as_str(),
             started
-        );
+        ))?;
     }
     Ok(())
 }
@@ -88,46 +86,49 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
     }
     if json {
         let text = serde_json::to_string_pretty(&s).map_err(|e| Failure::Run(anyhow!(e)))?;
-        println!("{text}");
+        crate::say(&text)?;
         return Ok(());
     }
-    println!("run       {}", s.run_id);
-    println!("workflow  {} ({})", s.workflow.name, s.workflow.hash);
-    println!("status    {}", s.status.as_str());
+    crate::say(&format!("run       {}", s.run_id))?;
+    crate::say(&format!(
+        "workflow  {} ({})",
+        s.workflow.name, s.workflow.hash
+    ))?;
+    crate::say(&format!("status    {}", s.status.as_str()))?;
     if let Some(t) = s.started_at {
-        println!("started   {t}");
+        crate::say(&format!("started   {t}"))?;
     }
-    println!("events    {}", s.last_offset);
-    println!("nodes");
+    crate::say(&format!("events    {}", s.last_offset))?;
+    crate::say("nodes")?;
     for (node, status) in &s.node_status {
         let session = s
             .agent_sessions
             .get(node)
             .map(|sid| format!("  session {sid}"))
             .unwrap_or_default();
-        println!(
+        crate::say(&format!(
             "  {node:<24} {:<8}{session}",
             format!("{status:?}").to_lowercase()
-        );
+        ))?;
     }
     if !s.edge_status.is_empty() {
-        println!("edges");
+        crate::say("edges")?;
         for (edge, status) in &s.edge_status {
             let count = s
                 .loop_counters
                 .get(edge)
                 .map(|n| format!("  iterations {n}"))
                 .unwrap_or_default();
-            println!(
+            crate::say(&format!(
                 "  {edge:<24} {:<8}{count}",
                 format!("{status:?}").to_lowercase()
-            );
+            ))?;
         }
     }
     if !s.outputs.is_empty() {
-        println!("outputs");
+        crate::say("outputs")?;
         for (node, output) in &s.outputs {
-            println!("  {node}: {}", preview(&output["data"], 100));
+            crate::say(&format!("  {node}: {}", preview(&output["data"], 100)))?;
         }
     }
     Ok(())

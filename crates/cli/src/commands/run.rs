@@ -95,14 +95,13 @@ fn located(file: &Path, error: &WorkflowError) -> String {
 /// `awr validate FILE`.
 pub fn validate(file: &Path) -> Result<(), Failure> {
     let workflow = load_workflow(file)?;
-    println!(
+    crate::say(&format!(
         "{}: ok ({} agents, {} nodes, {} edges)",
         file.display(),
         workflow.agents.len(),
         workflow.nodes.len(),
         workflow.edges.len()
-    );
-    Ok(())
+    ))
 }
 
 /// Parses `--input`: JSON text, `@FILE`, or else the text as a string.
@@ -142,8 +141,8 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
         .create()
         .await
         .context("cannot create the run")
-        .map_err(Failure::Run)?;
-    eprintln!("run {run_id}");
+        .map_err(Failure::Input)?;
+    crate::note(&format!("run {run_id}"));
     let outcome = runner
         .run(
             run_id,
@@ -157,10 +156,7 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
         .map_err(Failure::Run)?;
     progress.finish();
     match outcome.status {
-        RunStatus::Completed => {
-            print_output(&outcome.output);
-            Ok(())
-        }
+        RunStatus::Completed => print_output(&outcome.output),
         _ => Err(Failure::Run(anyhow!(
             "run {run_id} failed: {}",
             outcome.error.unwrap_or_else(|| "unknown error".into())
@@ -168,12 +164,11 @@ pub async fn run(storage: &Path, file: &Path, input: Option<&str>) -> Result<(),
     }
 }
 
-fn print_output(output: &Value) {
+fn print_output(output: &Value) -> Result<(), Failure> {
     match output {
-        Value::String(text) => println!("{text}"),
-        other => println!(
-            "{}",
-            serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string())
-        ),
+        Value::String(text) => crate::say(text),
+        other => {
+            crate::say(&serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()))
+        }
     }
 }

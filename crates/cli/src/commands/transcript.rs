@@ -50,7 +50,7 @@ pub async fn transcript(
 }
 
 fn read(path: &Path) -> Result<Vec<ExchangeEvent>, Failure> {
-    read_transcript(path).map_err(|e| Failure::Run(anyhow!(e)))
+    read_transcript(path).map_err(|e| Failure::Input(anyhow!(e)))
 }
 
 fn render(event: &ExchangeEvent, json: bool) -> Result<String, Failure> {
