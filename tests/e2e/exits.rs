@@ -233,3 +233,30 @@ fn no_color_turns_escapes_off_on_a_terminal() {
     assert!(progress.contains("✓ writer"), "{progress:?}");
     assert!(!progress.contains('\x1b'), "{progress:?}");
 }
+
+/// A cause that spans lines (a CLI's stderr) still ends on one `awr:` line.
+#[test]
+fn an_error_is_one_line_even_when_its_cause_spans_several() {
+    use std::os::unix::fs::PermissionsExt;
+    let awr = Awr::new();
+    let exe = awr.write(
+        "fake-claude",
+        "#!/bin/sh\necho 'first line' >&2\necho 'second line' >&2\nexit 3\n",
+    );
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let flow = awr.write(
+        "flow.yaml",
+        &format!(
+            "name: cli\nagents:\n  coder:\n    provider: claude-code\n    executable: {}\n    system_prompt: x\nsteps: [{{agent: coder}}]\n",
+            exe.display()
+        ),
+    );
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("awr: run ") && last.contains("first line second line"),
+        "{}",
+        out.stderr
+    );
+}

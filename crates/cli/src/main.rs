@@ -123,8 +123,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             let (Failure::Input(e) | Failure::Run(e)) = &failure;
-            // `{:#}` prints the cause chain on one line, outermost first.
-            note(&format!("awr: {e:#}"));
+            note(&format!("awr: {}", one_line(&format!("{e:#}"))));
             ExitCode::from(failure.code())
         }
     }
@@ -165,6 +164,18 @@ pub fn say(line: &str) -> Result<(), Failure> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         Err(e) => Err(Failure::Run(anyhow::anyhow!("cannot write to stdout: {e}"))),
     }
+}
+
+/// An error's cause chain (`{:#}`: outermost first, `: ` between causes)
+/// on one line: a cause that spans lines, such as an agent's stderr, has its
+/// lines joined by spaces, so the error stays one line for `tail -1` and logs.
+fn one_line(chain: &str) -> String {
+    chain
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Writes one line to stderr. An error is ignored: with stderr gone there
