@@ -211,8 +211,8 @@ fn stderr_on_a_terminal(mut command: Command) -> (i32, String) {
     (code, reader.join().expect("pty reader"))
 }
 
-/// On a terminal, logs and streamed agent text are coloured, unless
-/// `NO_COLOR` is set.
+/// On a terminal, logs, streamed agent text and usage errors are coloured,
+/// unless `NO_COLOR` is set.
 #[test]
 fn no_color_turns_escapes_off_on_a_terminal() {
     let awr = Awr::new();
@@ -232,6 +232,13 @@ fn no_color_turns_escapes_off_on_a_terminal() {
     assert_eq!(code, 0, "{progress}");
     assert!(progress.contains("✓ writer"), "{progress:?}");
     assert!(!progress.contains('\x1b'), "{progress:?}");
+
+    let mut command = awr.command(&["frobnicate"]);
+    command.env("NO_COLOR", "1");
+    let (code, usage) = stderr_on_a_terminal(command);
+    assert_eq!(code, 2, "{usage}");
+    assert!(usage.contains("frobnicate"), "{usage:?}");
+    assert!(!usage.contains('\x1b'), "{usage:?}");
 }
 
 /// A cause that spans lines (a CLI's stderr) still ends on one `awr:` line.
