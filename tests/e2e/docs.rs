@@ -34,3 +34,93 @@ fn every_event_type_is_documented_with_a_line_that_parses() {
         );
     }
 }
+
+/// The line under a type's heading in `docs/events.md` that marks it as
+/// reserved: defined and read, but never written by this version.
+const RESERVED: &str = "**Reserved:**";
+
+/// The `EventKind` variant of a type name: `agent:text:delta` -> `AgentTextDelta`.
+fn variant_of(type_name: &str) -> String {
+    type_name
+        .split(':')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The production code (test modules cut off) of the crates that write events.
+fn writer_sources() -> String {
+    fn walk(dir: &std::path::Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push_str(text.split("#[cfg(test)]").next().unwrap_or(""));
+            }
+        }
+    }
+    let mut out = String::new();
+    for krate in ["application", "infrastructure", "adapters-agents"] {
+        walk(
+            &repo_root().join("crates").join(krate).join("src"),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// Whether `code` names `EventKind::<variant>` (not a longer variant).
+fn names_variant(code: &str, variant: &str) -> bool {
+    let needle = format!("EventKind::{variant}");
+    code.match_indices(&needle).any(|(at, _)| {
+        !code[at + needle.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// `docs/events.md` marks exactly the types no production code writes as
+/// reserved (a type the runtime, a store or an adapter never names cannot be
+/// written), so the page never promises an event awr does not emit.
+#[test]
+fn reserved_event_types_are_marked_as_such() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/events.md")).unwrap();
+    let mut reserved = Vec::new();
+    let mut heading = None;
+    for line in doc.lines() {
+        if let Some(t) = line.strip_prefix("### `").and_then(|l| l.strip_suffix('`')) {
+            heading = Some(t.to_owned());
+        } else if line.starts_with(RESERVED) {
+            reserved.push(heading.clone().expect("a reserved mark under a heading"));
+        }
+    }
+    let code = writer_sources();
+    for t in KNOWN_TYPES {
+        let written = names_variant(&code, &variant_of(t));
+        let marked = reserved.iter().any(|r| r == t);
+        assert!(
+            written != marked,
+            "docs/events.md: `{t}` is {} but {}",
+            if marked {
+                "marked reserved"
+            } else {
+                "not marked reserved"
+            },
+            if written {
+                "awr writes it"
+            } else {
+                "nothing writes it"
+            }
+        );
+    }
+    assert!(names_variant("EventKind::AgentText {", "AgentText"));
+    assert!(!names_variant("EventKind::AgentTextDelta {", "AgentText"));
+}

@@ -5,6 +5,7 @@ mod anthropic_chat;
 mod cli;
 mod cli_agents;
 mod docs;
+mod exits;
 mod fake_model;
 mod fold_property;
 mod http_agents;

@@ -4,7 +4,8 @@
 //!
 //! Gated on `AWR_AGENT_CLIS`: the directory holding the CLIs' executables
 //! (`.ci/install-agent-clis` installs the pinned versions and prints it;
-//! `.ci/run` sets it). Without it every test here prints a notice and passes.
+//! `.ci/run` and `cargo xtask test` set it). Without it every test here says
+//! on the test output that it skipped, and passes.
 //!
 //! Each CLI gets a `HOME` (and XDG directories, `CODEX_HOME`) of its own in
 //! the test's temporary directory, with the settings it needs to run offline
@@ -32,13 +33,13 @@ const PROMPT: &str = "TOOLTEST: run the shell command `echo hi` and tell me what
 /// output as the CLI sent it back (each CLI wraps `hi` differently).
 const FINAL_PREFIX: &str = "Tool said: ";
 
-/// The CLIs' bin directory, or `None` (after printing why) when the tests
-/// are not enabled.
+/// The CLIs' bin directory, or `None` (after saying the test skipped) when
+/// the tests are not enabled.
 fn clis_dir() -> Option<PathBuf> {
     match std::env::var_os(CLIS_VAR) {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
-            println!("skipped: {CLIS_VAR} not set");
+            awr_tests::skipped(&format!("{CLIS_VAR} is not set"), "cargo xtask test");
             None
         }
     }
@@ -475,4 +476,26 @@ async fn copilot_runs_offline_as_a_workflow_agent() {
         reports_usage: true,
     })
     .await;
+}
+
+/// Without the CLIs, a test here passes without checking anything; it must
+/// say so in the test output (past libtest's capture of passing tests'
+/// output), with the reason and the command that runs it for real.
+#[test]
+fn without_the_clis_a_test_says_it_skipped_and_how_to_run_it() {
+    let test = "real_clis::claude_code_runs_offline_as_a_workflow_agent";
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test])
+        .env_remove(CLIS_VAR)
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "SKIPPED {test}: {CLIS_VAR} is not set; run it with: cargo xtask test"
+        )),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 }

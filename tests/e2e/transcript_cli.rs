@@ -117,13 +117,17 @@ fn every_example_writes_a_complete_transcript() {
     );
 }
 
-/// `jq` is installed by `.ci/run` (which sets `AWR_REQUIRE_JQ`); elsewhere a
-/// machine without it skips these checks and says so.
+/// `jq` is required by `.ci/run` and `cargo xtask test` (which set
+/// `AWR_REQUIRE_JQ`); elsewhere a machine without it skips these checks and
+/// says so on the test output.
 pub(crate) fn jq(args: &[&str], file: &std::path::Path) -> Option<String> {
     let out = match Command::new("jq").args(args).arg(file).output() {
         Ok(out) => out,
         Err(_) if std::env::var_os("AWR_REQUIRE_JQ").is_none() => {
-            eprintln!("skipped: jq is not installed");
+            awr_tests::skipped(
+                "jq is not on PATH",
+                "cargo xtask test (after installing jq)",
+            );
             return None;
         }
         Err(e) => panic!("jq is required here: {e}"),

@@ -69,7 +69,7 @@ impl Awr {
     }
 
     /// `awr --storage <storage> ARGS`, from the repository root, no stdin.
-    fn command(&self, args: &[&str]) -> Command {
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(awr_bin());
         command
             .arg("--storage")

@@ -4,3 +4,21 @@
 //! benches can reuse it; it holds only harness code, never product code.
 
 pub mod fake_model;
+
+/// Says that the running test skipped its checks, why, and the command that
+/// runs it for real: `SKIPPED <test>: <reason>; run it with: <command>`.
+///
+/// A skipped test still counts as passed in libtest's summary, and libtest
+/// hides what a passing test prints; so this writes to the process's stderr
+/// itself, not through `eprintln!` (which the harness captures), and the
+/// line shows in `cargo test`'s output. The test's name is its thread's,
+/// which libtest sets.
+pub fn skipped(reason: &str, command: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {reason}; run it with: {command}"
+    );
+}

@@ -1,6 +1,11 @@
 //! Developer tasks, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
 //!
-//! - `ci`: exactly what `.ci/run` runs — format check, clippy, the test suite.
+//! - `test`: the whole test suite, with what it drives: checks that `jq` is
+//!   on PATH, installs the pinned agent CLIs (`.ci/install-agent-clis`), then
+//!   runs `cargo test --workspace` with both required, so none of their tests
+//!   can pass by skipping.
+//! - `ci`: format check, clippy, then `test`; `.ci/run` runs this after
+//!   installing `jq` on a fresh machine, so the two cannot drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
 //!   (`bench-report` prints those again from the last results).
 //!
@@ -18,10 +23,11 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
         "ci" => ci(),
+        "test" => test(),
         "bench" => bench(),
         "bench-report" => report(),
         _ => {
-            eprintln!("usage: cargo xtask <ci|bench|bench-report>");
+            eprintln!("usage: cargo xtask <test|ci|bench|bench-report>");
             return ExitCode::from(2);
         }
     };
@@ -34,7 +40,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// The checks of `.ci/run`, in its order.
+/// The checks CI runs (`.ci/run` calls this): format, lints, the whole suite.
 fn ci() -> anyhow::Result<()> {
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&[
@@ -45,7 +51,55 @@ fn ci() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace"])
+    test()
+}
+
+/// The whole test suite: the tests that drive `jq` and the genuine agent
+/// CLIs are required, not skipped.
+fn test() -> anyhow::Result<()> {
+    let jq = Command::new("jq").arg("--version").output();
+    if !jq.is_ok_and(|out| out.status.success()) {
+        bail!("the test suite needs `jq` on PATH (e.g. `apt-get install jq` or `brew install jq`)");
+    }
+    let clis = agent_clis()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command
+        .args(["test", "--workspace"])
+        .env("AWR_REQUIRE_JQ", "1")
+        .env("AWR_AGENT_CLIS", &clis);
+    run(command, "cargo test --workspace")
+}
+
+/// Installs the pinned agent CLIs (a no-op when the cache holds them) and
+/// returns the directory of their executables.
+fn agent_clis() -> anyhow::Result<String> {
+    let script = workspace_root().join(".ci/install-agent-clis");
+    let out = Command::new(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}); it needs node and npm",
+            script.display(),
+            out.status
+        );
+    }
+    let dir = String::from_utf8(out.stdout)
+        .context("the agent CLIs' directory is not UTF-8")?
+        .trim()
+        .to_owned();
+    if dir.is_empty() {
+        bail!("{} printed no directory", script.display());
+    }
+    Ok(dir)
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> std::path::PathBuf {
+    let xtask = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
 }
 
 /// Every benchmark of the workspace, then the derived per-step figures.
@@ -113,12 +167,39 @@ fn report_http() -> anyhow::Result<()> {
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(args)
+    let mut command = Command::new(&cargo);
+    command.args(args);
+    run(command, &format!("cargo {}", args.join(" ")))
+}
+
+/// Runs `command` to its end; `what` names it in the error.
+fn run(mut command: Command, what: &str) -> anyhow::Result<()> {
+    let status = command
         .status()
-        .with_context(|| format!("cannot start {cargo}"))?;
+        .with_context(|| format!("cannot start `{what}`"))?;
     if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
+        bail!("`{what}` failed ({status})");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! CI and `cargo xtask ci` are one list of steps, kept here.
+
+    use super::workspace_root;
+
+    /// `.ci/run` only prepares the machine and hands over to `cargo xtask
+    /// ci`: a step added to one cannot be missing from the other.
+    #[test]
+    fn ci_run_calls_xtask_ci_and_runs_no_cargo_step_of_its_own() {
+        let script = std::fs::read_to_string(workspace_root().join(".ci/run")).unwrap_or_default();
+        let cargo_lines: Vec<&str> = script
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split_whitespace().any(|word| word == "cargo"))
+            .collect();
+        assert_eq!(cargo_lines, ["exec cargo xtask ci"], "{script}");
+    }
 }

@@ -5,8 +5,11 @@
 //! application's services, and presents the results. It holds no logic of
 //! its own beyond presentation.
 //!
-//! Exit codes: 0 success, 1 the run failed (or the runtime did), 2 bad usage
-//! or bad input — and on 2 nothing has been written to the store.
+//! Exit codes: 0 success, 1 the run failed (or the runtime did), 2 bad usage,
+//! bad input or a storage error — and on 2 no run has been started.
+//!
+//! Output goes through [`say`] (stdout) and [`note`] (stderr) only: a reader
+//! that closed its end of a pipe ends the program quietly, never a panic.
 
 mod commands;
 mod progress;
@@ -91,7 +94,7 @@ enum Command {
 /// How a command failed, which decides the exit code.
 #[derive(Debug)]
 pub enum Failure {
-    /// Bad usage or input: exit 2.
+    /// Bad usage, bad input, or storage that cannot be read or written: exit 2.
     Input(anyhow::Error),
     /// The run failed or the runtime did: exit 1.
     Run(anyhow::Error),
@@ -116,7 +119,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("awr: cannot start the async runtime: {e}");
+            note(&format!("awr: cannot start the async runtime: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -124,7 +127,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             let (Failure::Input(e) | Failure::Run(e)) = &failure;
-            eprintln!("awr: {}", wiring::redact_printed(&format!("{e:#}")));
+            note(&format!(
+                "awr: {}",
+                one_line(&wiring::redact_printed(&format!("{e:#}")))
+            ));
             ExitCode::from(failure.code())
         }
     }
@@ -178,13 +184,44 @@ pub fn say(line: &str) -> Result<(), Failure> {
     }
 }
 
-/// Logs go to stderr, filtered by `AWR_LOG` (default: warnings and errors).
+/// An error's cause chain (`{:#}`: outermost first, `: ` between causes)
+/// on one line: a cause that spans lines, such as an agent's stderr, has its
+/// lines joined by spaces, so the error stays one line for `tail -1` and logs.
+fn one_line(chain: &str) -> String {
+    chain
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Writes one line to stderr. An error is ignored: with stderr gone there
+/// is nowhere left to report it, and it is no reason to stop a run.
+pub fn note(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Whether stderr may carry colour escapes: it is a terminal and `NO_COLOR`
+/// (<https://no-color.org>) is unset or empty.
+pub fn stderr_color() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Logs go to stderr, filtered by `AWR_LOG` (default: warnings and errors),
+/// coloured only per [`stderr_color`]. A log line that cannot be written is
+/// dropped without a word (the subscriber would otherwise report it on the
+/// same closed stderr, which panics).
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AWR_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(wiring::log_writer)
+        .with_ansi(stderr_color())
+        .log_internal_errors(false)
         .with_target(false)
         .init();
 }

@@ -1,5 +1,10 @@
 //! Live progress of `awr run` on stderr: one line per step, with the agent's
 //! text streamed as it arrives when stderr is a terminal, plain lines otherwise.
+//! Colour escapes only where [`crate::stderr_color`] allows them. Write errors
+//! are ignored: a closed stderr is no reason to stop a run.
+//!
+//! A failure's message is not printed here when it ends the node: the error
+//! that `awr` prints last carries it, so each error is printed once.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -12,6 +17,8 @@ use domain::{EventKind, RunId, RuntimeEvent};
 pub struct Progress {
     /// Stream agent text and use symbols (a person is watching) or not (a log file).
     live: bool,
+    /// Dim the streamed text (a terminal that accepts colour).
+    color: bool,
     /// Whether streamed text left the cursor mid-line, and how deep each run
     /// is (children of `call_workflow` nodes print indented under their
     /// parent). A std mutex: held only while printing one event, never
@@ -30,6 +37,7 @@ impl Progress {
     pub fn new() -> Self {
         Self {
             live: std::io::stderr().is_terminal(),
+            color: crate::stderr_color(),
             state: Mutex::new(State::default()),
         }
     }
@@ -39,7 +47,7 @@ impl Progress {
         if let Ok(mut state) = self.state.lock()
             && state.mid_line
         {
-            eprintln!();
+            let _ = writeln!(std::io::stderr().lock());
             state.mid_line = false;
         }
     }
@@ -64,10 +72,11 @@ impl Progress {
                     format!("node {node} {ok} in {ms} ms")
                 }
             }
-            EventKind::NodeFailed { error, continued } => {
-                let tail = if *continued { " (continuing)" } else { "" };
-                format!("node {node} {bad}: {error}{tail}")
-            }
+            EventKind::NodeFailed {
+                error,
+                continued: true,
+            } => format!("node {node} {bad} (continuing): {error}"),
+            EventKind::NodeFailed { .. } => format!("node {node} {bad}"),
             EventKind::NodeSkipped { reason } => format!("node {node} skipped: {reason}"),
             EventKind::AgentTool { tool_name, .. } => format!("  tool {tool_name}"),
             EventKind::ToolCompleted {
@@ -87,16 +96,14 @@ impl Progress {
                     retry_after_ms.map_or_else(String::new, |ms| format!(", retrying in {ms} ms"));
                 format!("  rate limited by {provider} (attempt {attempt}){wait}")
             }
-            EventKind::AgentError {
-                error_type,
-                message,
-                ..
-            } => format!("  agent error {error_type}: {message}"),
+            EventKind::AgentError { error_type, .. } => format!("  agent error {error_type}"),
             EventKind::Warning { message, .. } => format!("  warning: {message}"),
             EventKind::FlowCompleted { duration_ms, .. } => {
                 format!("run completed in {duration_ms} ms")
             }
-            EventKind::FlowFailed { error, .. } => format!("run failed: {error}"),
+            EventKind::FlowFailed { duration_ms, .. } => {
+                format!("run failed after {duration_ms} ms")
+            }
             _ => return None,
         })
     }
@@ -120,8 +127,11 @@ impl RunObserver for Progress {
                 &event.kind
         {
             // Streamed text is dimmed so it reads apart from the step lines.
-            // Errors writing progress are not worth failing a run over.
-            let _ = write!(err, "\x1b[2m{content}\x1b[0m");
+            let _ = if self.color {
+                write!(err, "\x1b[2m{content}\x1b[0m")
+            } else {
+                write!(err, "{content}")
+            };
             let _ = err.flush();
             state.mid_line = !content.ends_with('\n');
             return;

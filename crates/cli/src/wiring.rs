@@ -24,11 +24,11 @@ use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
 
-/// The file store under `storage`.
+/// The file store under `storage`; one that cannot be opened is a storage error (exit 2).
 pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
     FileRunStore::open(storage)
         .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-        .map_err(|e| Failure::Run(anyhow::anyhow!("storage {}: {e}", storage.display())))
+        .map_err(|e| Failure::Input(anyhow::anyhow!("storage {}: {e}", storage.display())))
 }
 
 /// The file store over the existing directory `storage`, for commands that

@@ -96,7 +96,7 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
         return Ok(());
     }
     for problem in &corrupt {
-        eprintln!("awr: {problem}");
+        crate::note(&format!("awr: {problem}"));
     }
     Err(Failure::Input(anyhow!(
         "{} of the runs listed cannot be read (status `corrupt`)",
@@ -221,7 +221,7 @@ async fn print_history(
             Err(StoreError::BadEvent { offset, detail }) => {
                 bad += 1;
                 if bad <= MAX_REPORTED_BAD_LINES {
-                    eprintln!("awr: skipping a bad line: {detail}");
+                    crate::note(&format!("awr: skipping a bad line: {detail}"));
                 }
                 after = offset;
                 continue;

@@ -273,8 +273,8 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
         .create()
         .await
         .context("cannot create the run")
-        .map_err(Failure::Run)?;
-    eprintln!("run {run_id}");
+        .map_err(Failure::Input)?;
+    crate::note(&format!("run {run_id}"));
     let outcome = runner
         .run(run_id, RunRequest { workflow, input })
         .await
@@ -282,10 +282,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
         .map_err(Failure::Run)?;
     progress.finish();
     match outcome.status {
-        RunStatus::Completed => {
-            print_output(&secrets.value(outcome.output));
-            Ok(())
-        }
+        RunStatus::Completed => print_output(&secrets.value(outcome.output)),
         _ => Err(Failure::Run(anyhow!(
             "run {run_id} failed: {}",
             outcome.error.unwrap_or_else(|| "unknown error".into())
@@ -293,12 +290,11 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     }
 }
 
-fn print_output(output: &Value) {
+fn print_output(output: &Value) -> Result<(), Failure> {
     match output {
-        Value::String(text) => println!("{text}"),
-        other => println!(
-            "{}",
-            serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string())
-        ),
+        Value::String(text) => crate::say(text),
+        other => {
+            crate::say(&serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()))
+        }
     }
 }

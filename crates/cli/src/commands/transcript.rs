@@ -45,7 +45,7 @@ pub async fn transcript(
             printed = event.seq;
         }
         for problem in read.problems.iter().skip(reported) {
-            eprintln!("awr: skipping a bad line: {problem}");
+            crate::note(&format!("awr: skipping a bad line: {problem}"));
         }
         reported = reported.max(read.problems.len());
         let ended = read
@@ -181,7 +181,7 @@ fn print_tree(
     let events = match read_transcript_lines(&path) {
         Ok(read) => {
             for problem in &read.problems {
-                eprintln!("awr: skipping a bad line: {problem}");
+                crate::note(&format!("awr: skipping a bad line: {problem}"));
             }
             *bad += read.problems.len();
             read.events
