@@ -225,7 +225,11 @@ fn a_fixture_without_the_call_asked_for_names_the_node_and_call() {
     awr.write("fx/lonely.json", r#"{"calls": []}"#);
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    assert!(out.stderr.contains("`lonely` call 0"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("node `lonely` failed") && out.stderr.contains("call 0"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// `awr validate` and `awr run` on `file`: exit 2, `needle` in the message,

@@ -76,15 +76,43 @@ fn writer_sources() -> String {
     out
 }
 
-/// Whether `code` names `EventKind::<variant>` (not a longer variant).
+/// Whether `code` builds `EventKind::<variant>` (not a longer variant). A
+/// pattern that only reads it (`EventKind::X { .. }`, `EventKind::X { a, .. }`)
+/// does not count: its braces end in `..`, which a construction's never do.
 fn names_variant(code: &str, variant: &str) -> bool {
     let needle = format!("EventKind::{variant}");
     code.match_indices(&needle).any(|(at, _)| {
-        !code[at + needle.len()..]
+        let rest = &code[at + needle.len()..];
+        if rest
             .chars()
             .next()
             .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            return false;
+        }
+        !is_rest_pattern(rest)
     })
+}
+
+/// Whether `rest` opens with a brace block whose last token is `..`.
+fn is_rest_pattern(rest: &str) -> bool {
+    let Some(body) = rest.trim_start().strip_prefix('{') else {
+        return false;
+    };
+    let mut depth = 1usize;
+    for (i, c) in body.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return body[..i].trim_end().ends_with("..");
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `docs/events.md` marks exactly the types no production code writes as

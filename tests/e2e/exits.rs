@@ -32,8 +32,11 @@ fn finished_run(awr: &Awr) -> String {
 fn failing_flow(awr: &Awr) -> String {
     let flow = awr.write(
         "flow.yaml",
-        "name: nofix\nagents:\n  lonely: {provider: mock, fixtures: nowhere}\nsteps: [{agent: lonely}]\n",
+        "name: nofix\nagents:\n  lonely: {provider: mock, fixtures: fx}\nsteps: [{agent: lonely}]\n",
     );
+    // The fixture file exists (validation checks that) but records no call,
+    // so the run itself fails.
+    awr.write("fx/lonely.json", r#"{"calls": []}"#);
     flow.to_str().unwrap().to_owned()
 }
 
@@ -94,7 +97,7 @@ fn a_failed_run_prints_its_error_once() {
     let out = awr.run(&["run", &failing_flow(&awr)]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert_eq!(
-        out.stderr.matches("cannot read fixture file").count(),
+        out.stderr.matches("no fixture for call 0").count(),
         1,
         "{}",
         out.stderr
