@@ -1,5 +1,6 @@
 //! The documentation tells the truth: every example line in `docs/events.md`
-//! parses as the event type it documents, and every type has an entry.
+//! parses as the event type it documents, every type has an entry, and no
+//! page offers what is not built (resuming a run).
 
 use domain::event::KNOWN_TYPES;
 use domain::{EventKind, RuntimeEvent};
@@ -151,4 +152,33 @@ fn reserved_event_types_are_marked_as_such() {
     }
     assert!(names_variant("EventKind::AgentText {", "AgentText"));
     assert!(!names_variant("EventKind::AgentTextDelta {", "AgentText"));
+}
+
+/// Resuming a stopped run is not implemented, so no page offers it: the
+/// README says so once, and no page calls a record the means to resume.
+#[test]
+fn no_page_promises_resuming_a_run() {
+    let root = repo_root();
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap().replace('\n', " ");
+        for claim in [
+            "for resuming",
+            "to resume a run",
+            "resumes the run",
+            "awr resume",
+        ] {
+            assert!(
+                !text.contains(claim),
+                "{}: says `{claim}`, but resuming a run is not implemented",
+                page.display()
+            );
+        }
+    }
 }

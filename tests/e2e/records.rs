@@ -166,6 +166,23 @@ fn a_bad_event_line_is_reported_with_its_line_and_the_rest_is_shown() {
         events.stdout
     );
 
+    // Following a run reads the same: the bad line is named, the rest printed, exit 2 at the end.
+    let followed = awr.run_within(20, &["events", &run, "--follow", "--json"]);
+    assert_exit(&followed, 2, "events.ndjson line 3");
+    assert!(
+        followed.stdout == events.stdout,
+        "follow printed {} lines, a plain read {}",
+        followed.stdout.lines().count(),
+        events.stdout.lines().count()
+    );
+    let followed = awr.run_within(20, &["events", &run, "--follow"]);
+    assert_exit(&followed, 2, "events.ndjson line 3");
+    assert!(
+        followed.stdout.contains("flow:completed"),
+        "{}",
+        followed.stdout
+    );
+
     let show = awr.run(&["show", &run]);
     assert_exit(&show, 2, "events.ndjson line 3");
     assert!(!show.stdout.contains("completed"), "{}", show.stdout);

@@ -571,12 +571,20 @@ mod file_store {
         }
         assert_eq!(offsets(&store.read(run, 3, 10).await.unwrap()), vec![4, 5]);
         assert_eq!(offsets(&store.read(run, 0, 2).await.unwrap()), vec![1, 2]);
+        // A follower reports the bad line in its place and goes on.
         let mut stream = store.follow(run, 0).await.unwrap();
-        let first = tokio::time::timeout(PATIENCE, stream.next()).await.unwrap();
-        assert!(
-            matches!(first, Some(Err(StoreError::BadEvent { offset: 3, .. }))),
-            "{first:?}"
-        );
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            match tokio::time::timeout(PATIENCE, stream.next()).await.unwrap() {
+                Some(Ok(event)) => seen.push(format!("{}", event.offset)),
+                Some(Err(StoreError::BadEvent { offset, detail })) => {
+                    assert!(detail.contains("events.ndjson line 3"), "{detail}");
+                    seen.push(format!("bad {offset}"));
+                }
+                other => panic!("after {seen:?}: {other:?}"),
+            }
+        }
+        assert_eq!(seen, ["1", "2", "bad 3", "4", "5"]);
     }
 
     #[tokio::test]

@@ -52,7 +52,25 @@ impl Progress {
         }
     }
 
+    /// The line shown for `event`, if any. Control characters from what an
+    /// agent or tool wrote (a tool name, an error) are shown escaped
+    /// (`\u{1b}`), so no escape sequence reaches the terminal or a log file.
     fn line(&self, event: &RuntimeEvent) -> Option<String> {
+        let line = self.describe(event)?;
+        Some(
+            line.chars()
+                .fold(String::with_capacity(line.len()), |mut out, c| {
+                    if c.is_control() {
+                        out.extend(c.escape_default());
+                    } else {
+                        out.push(c);
+                    }
+                    out
+                }),
+        )
+    }
+
+    fn describe(&self, event: &RuntimeEvent) -> Option<String> {
         let node = event.node_id.as_ref().map(|n| n.as_str()).unwrap_or("");
         let (ok, bad, arrow) = if self.live {
             ("✓", "✗", "▸")
@@ -78,6 +96,7 @@ impl Progress {
             } => format!("node {node} {bad} (continuing): {error}"),
             EventKind::NodeFailed { .. } => format!("node {node} {bad}"),
             EventKind::NodeSkipped { reason } => format!("node {node} skipped: {reason}"),
+            EventKind::AgentToolUse { tool_name, .. } => format!("  tool {tool_name} {arrow}"),
             EventKind::AgentTool { tool_name, .. } => format!("  tool {tool_name}"),
             EventKind::ToolCompleted {
                 tool_name,
@@ -142,6 +161,58 @@ impl RunObserver for Progress {
                 state.mid_line = false;
             }
             let _ = writeln!(err, "{indent}{line}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn plain() -> Progress {
+        Progress {
+            live: false,
+            color: false,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn event(kind: serde_json::Value) -> RuntimeEvent {
+        let mut line = serde_json::json!({
+            "id": "e1", "offset": 3, "timestamp": "2026-01-01T00:00:00.000Z",
+            "runId": "22222222-2222-4222-8222-222222222222", "nodeId": "writer",
+        });
+        line.as_object_mut()
+            .unwrap()
+            .extend(kind.as_object().unwrap().clone());
+        serde_json::from_value(line).unwrap()
+    }
+
+    #[test]
+    fn a_tool_call_gets_a_line_before_its_result() {
+        let call = event(serde_json::json!({
+            "type": "agent:tool:use", "toolUseId": "toolu_1", "toolName": "Read",
+            "toolInput": {"path": "a.md"},
+        }));
+        assert_eq!(plain().line(&call).as_deref(), Some("  tool Read started"));
+        let live = Progress {
+            live: true,
+            ..plain()
+        };
+        assert_eq!(live.line(&call).as_deref(), Some("  tool Read ▸"));
+    }
+
+    #[test]
+    fn lines_carry_no_escapes_from_what_an_agent_wrote() {
+        for kind in [
+            serde_json::json!({"type": "agent:tool:use", "toolName": "Re\u{1b}[31mad\r", "toolInput": {}}),
+            serde_json::json!({"type": "agent:tool", "toolName": "Re\u{1b}[2Jad", "toolInput": {}, "toolOutput": "x"}),
+            serde_json::json!({"type": "warning", "message": "bad\u{1b}]0;title\u{7}\nnext"}),
+        ] {
+            let line = plain().line(&event(kind)).unwrap();
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+            assert!(line.contains("\\u{1b}"), "{line:?}");
         }
     }
 }

@@ -30,6 +30,18 @@ pub const MAX_NESTING: usize = 8;
 /// Evaluation recurses over the tree, so this bounds its stack too.
 pub const MAX_DEPTH: usize = 32;
 
+/// Most comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) in
+/// one condition. They are CEL's only loops, so with the rules below they bound
+/// its run-time cost: no comprehension ranges over another's result (a chain
+/// of `.map(x, [x, x])` doubles its value each time), and they nest at most
+/// [`MAX_COMPREHENSION_NESTING`] deep, so the cost grows with the size of the
+/// variables at most to that power.
+pub const MAX_COMPREHENSIONS: usize = 4;
+
+/// Deepest nesting of comprehensions, each in the body of the one around it
+/// (`output.items.exists(i, i.tags.exists(t, ...))` is 2).
+pub const MAX_COMPREHENSION_NESTING: usize = 2;
+
 /// Type names CEL resolves as identifiers (`type(output) == string`).
 const TYPE_NAMES: [&str; 11] = [
     "bool",
@@ -75,7 +87,9 @@ pub enum ConditionError {
 impl Condition {
     /// Compiles `src` as a CEL expression; fails on a syntax error, on an
     /// expression beyond the size limits ([`MAX_LEN`], [`MAX_NESTING`],
-    /// [`MAX_DEPTH`]) and on a name that is not one of [`VARIABLES`].
+    /// [`MAX_DEPTH`]) or the cost limits ([`MAX_COMPREHENSIONS`],
+    /// [`MAX_COMPREHENSION_NESTING`], no comprehension over another's result)
+    /// and on a name that is not one of [`VARIABLES`].
     pub fn compile(src: &str) -> Result<Condition, ConditionError> {
         let refuse = |why: String| ConditionError::Compile(format!("`{}` {why}", shorten(src)));
         if src.len() > MAX_LEN {
@@ -100,6 +114,25 @@ impl Condition {
         if depth > MAX_DEPTH {
             return Err(refuse(format!(
                 "is {depth} levels deep; at most {MAX_DEPTH} are allowed (split it, or use `&&` / `||`)"
+            )));
+        }
+        let mut loops = Loops::default();
+        loops.walk(program.expression(), 0, false);
+        if loops.count > MAX_COMPREHENSIONS {
+            return Err(refuse(format!(
+                "has {} comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`); at most {MAX_COMPREHENSIONS} are allowed",
+                loops.count
+            )));
+        }
+        if loops.chained {
+            return Err(refuse(
+                "ranges over the result of another comprehension (as in `.map(...).map(...)`), which can grow exponentially; compute each from `output`, `outputs` or `input`".to_owned(),
+            ));
+        }
+        if loops.deepest > MAX_COMPREHENSION_NESTING {
+            return Err(refuse(format!(
+                "nests comprehensions {} deep; at most {MAX_COMPREHENSION_NESTING} are allowed",
+                loops.deepest
             )));
         }
         let mut names = Names::default();
@@ -265,6 +298,37 @@ fn entry(e: &EntryExpr) -> Vec<&IdedExpr> {
     match e {
         EntryExpr::StructField(field) => vec![&field.value],
         EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+    }
+}
+
+/// The comprehensions of an expression, the loops that set its run-time cost.
+/// Recursive; only run on trees within [`MAX_DEPTH`].
+#[derive(Default)]
+struct Loops {
+    count: usize,
+    /// Deepest nesting of comprehensions in bodies.
+    deepest: usize,
+    /// Some comprehension ranges over an expression holding another one.
+    chained: bool,
+}
+
+impl Loops {
+    /// `nesting`: comprehensions around `expr`; `in_range`: `expr` is part of
+    /// a comprehension's range.
+    fn walk(&mut self, expr: &IdedExpr, nesting: usize, in_range: bool) {
+        if let Expr::Comprehension(c) = &expr.expr {
+            self.count += 1;
+            self.chained |= in_range;
+            self.deepest = self.deepest.max(nesting + 1);
+            self.walk(&c.iter_range, nesting, true);
+            for e in [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                self.walk(e, nesting + 1, false);
+            }
+        } else {
+            for child in children(expr) {
+                self.walk(child, nesting, in_range);
+            }
+        }
     }
 }
 
@@ -633,9 +697,58 @@ mod tests {
             "`i` is bound only inside"
         );
         assert!(Condition::compile("type(output) == string || type(output) == map").is_ok());
-        assert!(Condition::compile("[1, 2].map(x, x * 2).filter(y, y > 2).size() > 0").is_ok());
+        assert!(Condition::compile("[1, 2].map(x, x * 2).size() > 0").is_ok());
         let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
         assert_eq!(c.nodes(), ["draft", "fix", "review"]);
+    }
+
+    #[test]
+    fn comprehensions_are_bounded_before_evaluation() {
+        // Each chained `map` doubles its elements: 25 of them would not finish.
+        let chain = format!("size(output{}) > 0", ".map(x, [x, x])".repeat(25));
+        assert!(chain.len() < MAX_LEN);
+        let err = compile_err(chain);
+        assert!(
+            err.contains("has 25 comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`); at most 4 are allowed"),
+            "{}",
+            tail(&err)
+        );
+        for src in [
+            "size(output.map(x, [x, x]).map(x, [x, x])) > 0",
+            "output.filter(x, x > 1).exists(y, y > 2)",
+            "[output.map(x, x)].all(y, true)",
+        ] {
+            let err = compile_err(src.to_owned());
+            assert!(
+                err.contains("ranges over the result of another comprehension"),
+                "{src}: {err}"
+            );
+        }
+        let nested = "output.all(a, output.all(b, output.all(c, a == b && b == c)))";
+        let err = compile_err(nested.to_owned());
+        assert!(
+            err.contains("nests comprehensions 3 deep; at most 2 are allowed"),
+            "{err}"
+        );
+        for ok in [
+            "output.items.exists(i, i.tags.exists(t, t == 'urgent'))",
+            "output.all(x, x > 0) && output.exists(x, x > 2) && size(output.map(x, [x, x])) > 0 && size(output.filter(x, x > 1)) > 0",
+        ] {
+            assert!(Condition::compile(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_costliest_accepted_comprehensions_finish_quickly() {
+        // Four maps, each building a list of 100 copies of its element, over a list of 100.
+        let copies = vec!["x"; 100].join(", ");
+        let map = format!("size(output.map(x, [{copies}]))");
+        let src = format!("{map} + {map} + {map} + {map} > 0");
+        let c = Condition::compile(&src).unwrap();
+        let started = std::time::Instant::now();
+        let list: Vec<Value> = (0..100).map(|i| json!(i)).collect();
+        assert_eq!(c.evaluate(&vars(json!({"output": list}))), Ok(true));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!   looked at, so the common small line costs one substring search.
 //! - A blob is written to a temporary file and renamed into place, and (when
 //!   the records are synced) synced before the line that refers to it is
-//!   appended: a line on disk never names a blob that is not.
+//!   appended: a line on disk never names a blob that is not. The temporary
+//!   files a crash leaves are removed by the run's next writer.
 //! - Blobs never contain references: a container is stored whole only when
 //!   none of its parts was, so resolving is one level deep. A value of the
 //!   reference's own shape that came from a user is always stored as a blob,
@@ -44,6 +45,14 @@ pub const INLINE_LIMIT: usize = 64 * 1024;
 /// larger one is refused when written, and a reference naming a larger one
 /// is refused when read, so no record makes a reader allocate more.
 pub const MAX_BLOB_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Prefix of the temporary file a blob is written to before its rename.
+const TEMP_PREFIX: &str = ".tmp-";
+/// A temporary blob file untouched this long (1 hour) was left by a crash:
+/// no write of even [`MAX_BLOB_BYTES`] takes that long, and a younger one may
+/// be a blob another writer of the run (its transcript, its snapshot) is
+/// writing right now.
+pub const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Key of a reference object.
 const REF_KEY: &str = "$blob";
@@ -359,6 +368,46 @@ impl BlobDir {
         Ok(content)
     }
 
+    /// Removes the temporary files a crash left behind (older than
+    /// [`STALE_TEMP_AGE`]); called by the writer of the run when it opens
+    /// its log. Returns how many were removed. Best effort: a file that
+    /// cannot be removed is logged and left, since it holds nothing a
+    /// record names.
+    pub fn remove_stale_temps(&self) -> usize {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return 0,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot list the blob directory");
+                return 0;
+            }
+        };
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let stale = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
+                && entry.metadata().is_ok_and(|meta| {
+                    meta.is_file()
+                        && meta.modified().is_ok_and(|at| {
+                            now.duration_since(at).is_ok_and(|age| age > STALE_TEMP_AGE)
+                        })
+                });
+            if !stale {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove a stale temporary blob file")
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(dir = %self.dir.display(), removed, "removed temporary blob files a crash left behind");
+        }
+        removed
+    }
+
     /// Stores `content` (one value's JSON) under its hash; returns the hash
     /// and whether a new file was created.
     fn put(&self, content: &[u8]) -> Result<(String, bool), BlobError> {
@@ -398,7 +447,7 @@ impl BlobDir {
             .create(&self.dir)
             .map_err(io("create", &self.dir))?;
         let mut tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
+            .prefix(TEMP_PREFIX)
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE))
             .tempfile_in(&self.dir)
             .map_err(io("create a temporary file in", &self.dir))?;
@@ -1002,6 +1051,53 @@ mod record_tests {
         // A second store (another process) reads the same values.
         let other = FileRunStore::open(dir.path()).unwrap();
         assert_eq!(other.read(run, 0, 100).await.unwrap(), written);
+    }
+
+    /// A temporary file modified `age` ago.
+    fn temp_file(dir: &Path, name: &str, age: std::time::Duration) -> PathBuf {
+        let path = dir.join(name);
+        let file = File::create(&path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - age)
+            .unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn the_writer_that_opens_a_log_removes_stale_blob_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let text = payload();
+        store.create_run(run).await.unwrap();
+        let written = events(run, &text);
+        store.append(run, &written[..2]).await.unwrap();
+        store.flush(run).await.unwrap();
+        drop(store);
+        let blobs = run_blob_dir(dir.path(), run);
+        let day = std::time::Duration::from_secs(24 * 3600);
+        // What a crash mid-write leaves, a blob being written right now, and
+        // a file of another name.
+        let stale = temp_file(&blobs, ".tmp-crashed", day);
+        let fresh = temp_file(&blobs, ".tmp-in-flight", std::time::Duration::ZERO);
+        let other = temp_file(&blobs, "notes", day);
+        let kept: Vec<_> = tree(&blobs).into_iter().map(|(p, _)| p).collect();
+
+        // Readers leave them alone.
+        let reader = FileRunStore::open(dir.path()).unwrap();
+        assert_eq!(reader.read(run, 0, 10).await.unwrap(), written[..2]);
+        assert!(stale.exists());
+
+        let writer = FileRunStore::open(dir.path()).unwrap();
+        writer.append(run, &written[2..]).await.unwrap();
+        assert!(!stale.exists(), "{:?}", tree(&blobs));
+        assert!(fresh.exists() && other.exists());
+        let mut left: Vec<_> = tree(&blobs).into_iter().map(|(p, _)| p).collect();
+        left.push(stale);
+        left.sort();
+        let mut kept = kept;
+        kept.sort();
+        assert_eq!(left, kept);
+        assert_eq!(writer.read(run, 0, 10).await.unwrap(), written);
     }
 
     #[tokio::test]

@@ -6,7 +6,8 @@
 //! - an appended event is readable by `read` and `follow` at once;
 //! - `read(after)` costs the same wherever `after` lies;
 //! - `follow` yields history after `after`, then live events, and ends after
-//!   the run's terminal event;
+//!   the run's terminal event; a bad line is yielded as
+//!   [`StoreError::BadEvent`] in its place and the stream goes on;
 //! - `flush` makes everything appended so far durable, as the store's sync
 //!   policy defines durable.
 
@@ -73,6 +74,8 @@ pub trait RunStore: Send + Sync + 'static {
     async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError>;
 
     /// Events after `after`, then live ones; ends after the terminal event.
+    /// A [`StoreError::BadEvent`] takes the place of its line and the stream
+    /// goes on after it; any other error ends the stream.
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError>;
 
     /// Replaces the run's snapshot atomically.

@@ -174,7 +174,8 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
     Ok(())
 }
 
-/// `awr events RUN [--offset N] [--follow] [--json]`.
+/// `awr events RUN [--offset N] [--follow] [--json]`. A bad line of the log
+/// is reported on stderr and skipped, following or not; exit 2 at the end.
 pub async fn events(
     storage: &Path,
     run: &str,
@@ -186,12 +187,40 @@ pub async fn events(
     let id = resolve(store.as_ref(), run).await?;
     if follow {
         let mut stream = store.follow(id, offset).await.map_err(store_failure)?;
+        let mut bad = 0usize;
         while let Some(event) = stream.next().await {
-            print_event(&event.map_err(store_failure)?, json)?;
+            match event {
+                Ok(event) => print_event(&event, json)?,
+                Err(StoreError::BadEvent { detail, .. }) => report_bad_line(&mut bad, &detail),
+                Err(e) => return Err(store_failure(e)),
+            }
         }
-        return Ok(());
+        return bad_lines(id, bad);
     }
     print_history(&store, id, offset, json).await
+}
+
+/// Reports a skipped bad line on stderr, the first [`MAX_REPORTED_BAD_LINES`] one by one.
+fn report_bad_line(bad: &mut usize, detail: &str) {
+    *bad += 1;
+    if *bad <= MAX_REPORTED_BAD_LINES {
+        crate::note(&format!("awr: skipping a bad line: {detail}"));
+    }
+}
+
+/// Exit 2 when `n` lines were skipped, naming how many.
+fn bad_lines(id: RunId, n: usize) -> Result<(), Failure> {
+    match n {
+        0 => Ok(()),
+        n => Err(Failure::Input(anyhow!(
+            "run {id}: {n} line(s) of its event log are corrupt{}",
+            if n > MAX_REPORTED_BAD_LINES {
+                format!(" (the first {MAX_REPORTED_BAD_LINES} are named above)")
+            } else {
+                String::new()
+            }
+        ))),
+    }
 }
 
 /// Prints the events after `after`. A line that is not its event is
@@ -219,10 +248,7 @@ async fn print_history(
                     .map_err(store_failure)?
             }
             Err(StoreError::BadEvent { offset, detail }) => {
-                bad += 1;
-                if bad <= MAX_REPORTED_BAD_LINES {
-                    crate::note(&format!("awr: skipping a bad line: {detail}"));
-                }
+                report_bad_line(&mut bad, &detail);
                 after = offset;
                 continue;
             }
@@ -236,17 +262,7 @@ async fn print_history(
             after = event.offset.get();
         }
     }
-    match bad {
-        0 => Ok(()),
-        n => Err(Failure::Input(anyhow!(
-            "run {id}: {n} line(s) of its event log are corrupt{}",
-            if n > MAX_REPORTED_BAD_LINES {
-                format!(" (the first {MAX_REPORTED_BAD_LINES} are named above)")
-            } else {
-                String::new()
-            }
-        ))),
-    }
+    bad_lines(id, bad)
 }
 
 fn print_event(event: &RuntimeEvent, json: bool) -> Result<(), Failure> {

@@ -55,7 +55,10 @@ struct Follower<S> {
 
 /// `follow` for any [`LogSource`]: history after `after`, then live events,
 /// ending after the terminal event (or at once when the run already ended at
-/// or before `after`). An error is yielded once and ends the stream.
+/// or before `after`). A line that is not its event
+/// ([`StoreError::BadEvent`]) is yielded in its place, after the good events
+/// before it, and the stream goes on after it, as `awr events` reads a log;
+/// any other error is yielded once and ends the stream.
 pub(crate) fn follow_log<S: LogSource>(source: Arc<S>, after: u64) -> EventStream {
     let follower = Follower {
         source,
@@ -91,6 +94,27 @@ async fn next_event<S: LogSource>(
                 continue;
             }
             Ok(_) => {}
+            Err(StoreError::BadEvent { offset, detail }) => {
+                // The good events before the bad line come first, in order.
+                if offset > f.after + 1 {
+                    let before = usize::try_from(offset - f.after - 1)
+                        .unwrap_or(FOLLOW_BATCH)
+                        .min(FOLLOW_BATCH);
+                    match source.read_after(f.after, before) {
+                        Ok(batch) if !batch.is_empty() => {
+                            f.pending.extend(batch);
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            f.done = true;
+                            return Some((Err(e), f));
+                        }
+                    }
+                }
+                f.after = f.after.max(offset);
+                return Some((Err(StoreError::BadEvent { offset, detail }), f));
+            }
             Err(e) => {
                 f.done = true;
                 return Some((Err(e), f));

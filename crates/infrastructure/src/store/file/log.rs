@@ -218,8 +218,10 @@ impl LogState {
     }
 
     /// The writer's part of opening: nothing after `end` may stay, or the
-    /// next append would leave a corrupt line in the middle of the log.
+    /// next append would leave a corrupt line in the middle of the log; and
+    /// the temporary blob files a crashed writer left go.
     fn settle_writer(&mut self, paths: &RunPaths, len: u64) -> Result<(), StoreError> {
+        paths.blobs.remove_stale_temps();
         if len > self.end {
             tracing::warn!(
                 file = %paths.log.display(),
