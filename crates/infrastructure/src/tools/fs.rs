@@ -8,13 +8,13 @@
 //! opened beneath the workspace directory handle, so a link swapped in
 //! while a call runs cannot lead out either — there is no check-then-use gap.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
 use async_trait::async_trait;
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use serde_json::{Value, json};
 
 /// Largest file `read_file` returns whole; more would flood the model's context.
@@ -69,6 +69,27 @@ impl Workspace {
             relative: relative.to_owned(),
             path,
         })
+    }
+
+    /// Opens the path without blocking on a FIFO (`O_NONBLOCK`: a FIFO
+    /// without a peer would otherwise wait forever, holding a thread the
+    /// runtime waits for on exit) and refuses anything but a regular file,
+    /// judged on the opened file, so a swap after a check cannot slip by.
+    fn open_regular(&self, options: &mut OpenOptions) -> Result<cap_std::fs::File, ToolError> {
+        let not_regular = || ToolError::Failed(format!("{} is not a regular file", self.relative));
+        // A FIFO without a peer fails the open with ENXIO: told by its type.
+        if self.dir.metadata(&self.path).is_ok_and(|m| !m.is_file()) {
+            return Err(not_regular());
+        }
+        let nonblock = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+        let file = self
+            .dir
+            .open_with(&self.path, options.custom_flags(nonblock))
+            .map_err(|e| self.error(e))?;
+        if !file.metadata().map_err(|e| self.error(e))?.is_file() {
+            return Err(not_regular());
+        }
+        Ok(file)
     }
 
     /// An IO error as the model sees it: an escape is a refusal.
@@ -136,7 +157,7 @@ impl Tool for ReadFile {
                     meta.len()
                 )));
             }
-            let file = ws.dir.open(&ws.path).map_err(|e| ws.error(e))?;
+            let file = ws.open_regular(OpenOptions::new().read(true))?;
             let mut bytes = Vec::new();
             file.take(MAX_READ_BYTES)
                 .read_to_end(&mut bytes)
@@ -180,8 +201,9 @@ impl Tool for WriteFile {
                         _ => ws.error(e),
                     })?;
             }
-            ws.dir
-                .write(&ws.path, content.as_bytes())
+            let mut file = ws.open_regular(OpenOptions::new().write(true).create(true))?;
+            file.set_len(0)
+                .and_then(|()| file.write_all(content.as_bytes()))
                 .map_err(|e| ws.error(e))?;
             Ok(json!({"written": content.len()}))
         })
@@ -414,6 +436,32 @@ mod tests {
         assert!(
             matches!(&read, Err(ToolError::Failed(m)) if m.contains("not a regular file")),
             "{read:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn writing_to_a_fifo_is_refused_rather_than_waited_on() {
+        let (_dir, router, ctx, granted) = setup();
+        let fifo = ctx.workspace.join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let write = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            router.call(
+                "write_file",
+                json!({"path": "pipe", "content": "x"}),
+                &granted,
+                &ctx,
+            ),
+        )
+        .await
+        .expect("write_file returns");
+        assert!(
+            matches!(&write, Err(ToolError::Failed(m)) if m.contains("not a regular file")),
+            "{write:?}"
         );
     }
 
