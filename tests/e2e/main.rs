@@ -8,6 +8,7 @@ mod docs;
 mod exits;
 mod fake_model;
 mod fold_property;
+mod hostile;
 mod http_agents;
 mod openai_chat;
 mod payloads;

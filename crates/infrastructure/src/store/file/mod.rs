@@ -431,12 +431,12 @@ fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), Stor
         .create(true)
         .truncate(false)
         .mode(FILE_MODE);
-    let mut tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp)
+    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp)
         .map_err(|e| StoreError::Io(format!("cannot create {e}")))?;
-    tmp.write_all(&bytes)
-        .and_then(|()| tmp.set_len(bytes.len() as u64))
-        .map_err(|e| io_err("write", &paths.snapshot_tmp, &e))?;
-    drop(tmp);
+    fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
+        tmp.write_all(&bytes)
+            .and_then(|()| tmp.set_len(bytes.len() as u64))
+    })?;
     let exchanged = rustix::fs::renameat_with(
         rustix::fs::CWD,
         &paths.snapshot_tmp,
@@ -460,6 +460,24 @@ fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), Stor
         }
     }
     Ok(())
+}
+
+/// Runs `fill` on the temporary file `tmp` at `path`; when it fails (a full
+/// disk), the half-written file is removed, so a failed write leaves no
+/// `snapshot.json.tmp` behind (the saved `snapshot.json` is untouched).
+fn fill_or_remove(
+    mut tmp: File,
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<(), StoreError> {
+    let filled = fill(&mut tmp);
+    drop(tmp);
+    filled.map_err(|e| {
+        if let Err(removal) = fs::remove_file(path) {
+            tracing::warn!(file = %path.display(), error = %removal, "cannot remove a half-written snapshot");
+        }
+        io_err("write", path, &e)
+    })
 }
 
 /// The saved snapshot. Not JSON or not a snapshot is `Corrupt` (the state can
@@ -622,6 +640,20 @@ impl RunStore for FileRunStore {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_write_that_fails_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snapshot.json.tmp");
+        let tmp = File::create(&path).unwrap();
+        let err = fill_or_remove(tmp, &path, |tmp| {
+            tmp.write_all(b"{\"half")?;
+            Err(io::Error::from_raw_os_error(28))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("snapshot.json.tmp"), "{err}");
+        assert!(!path.exists(), "the half-written file is gone");
+    }
     use domain::{EventKind, Offset, Timestamp};
 
     fn warning(run: RunId, offset: u64) -> RuntimeEvent {

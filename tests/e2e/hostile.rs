@@ -1,0 +1,169 @@
+//! Hostile input against the built binary: what an agent, a storage
+//! directory or the machine can throw at `awr` must end in a clear error or
+//! a truthful record, never a panic, a hang or a terminal taken over.
+
+use std::path::Path;
+
+use crate::util::{Awr, Output, awr_bin, repo_root, run_id_of};
+
+/// Text an agent may return to take over a terminal: colour, a window
+/// title (OSC ending in BEL), a carriage return and an erase-line, DEL and
+/// a C1 control (CSI).
+const EVIL: &str = "evil \u{1b}[31mRED\u{1b}]0;pwned\u{7} \r\u{1b}[2K\u{7f}\u{9b}2J end";
+
+/// A workflow whose one mock agent answers with [`EVIL`] (`fails: true`: its
+/// call fails with [`EVIL`] as the error message instead).
+fn evil_flow(awr: &Awr, fails: bool) -> String {
+    let output = if fails {
+        serde_json::json!({"error": {"errorType": "evil", "message": EVIL}})
+    } else {
+        serde_json::json!({"text": EVIL})
+    };
+    let calls = serde_json::json!({"calls": [{"output": output}]});
+    awr.write("fixtures/evil/a.json", &calls.to_string());
+    awr.write(
+        "flow.yaml",
+        "name: evil\nagents:\n  a: {provider: mock}\nsteps: [{agent: a}]\n",
+    )
+    .display()
+    .to_string()
+}
+
+/// Whether `text` holds a control character a terminal acts on.
+fn has_terminal_controls(text: &str) -> bool {
+    text.chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+}
+
+fn assert_inert(what: &str, out: &Output) {
+    assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+    for (stream, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        assert!(
+            !has_terminal_controls(text),
+            "{what}: {stream} carries control characters: {text:?}"
+        );
+    }
+}
+
+#[test]
+fn agent_text_reaches_no_terminal_as_control_characters() {
+    let awr = Awr::new();
+    let flow = evil_flow(&awr, false);
+    let out = awr.run_in(awr.dir.path(), &[], &["run", &flow]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The run's own output is the agent's answer, byte for byte: data for a pipe.
+    assert_eq!(out.stdout.trim_end(), EVIL);
+    let run = run_id_of(&out);
+    for args in [
+        &["show", run.as_str()][..],
+        &["events", &run],
+        &["transcript", &run],
+        &["transcript", &run, "--tree"],
+    ] {
+        let out = awr.run(args);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        assert!(out.stdout.contains("evil"), "{args:?}: {}", out.stdout);
+        assert_inert(&format!("{args:?}"), &out);
+    }
+    // The JSON forms stay exact JSON, escapes and all.
+    let json = awr.run(&["show", &run, "--json"]);
+    let snapshot: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(snapshot["outputs"]["a"]["data"], EVIL);
+}
+
+#[test]
+fn an_agent_error_reaches_no_terminal_as_control_characters() {
+    let awr = Awr::new();
+    let flow = evil_flow(&awr, true);
+    let out = awr.run_in(awr.dir.path(), &[], &["run", &flow]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("evil"), "{}", out.stderr);
+    assert_inert("awr run", &out);
+    let run = run_id_of(&out);
+    for args in [&["show", run.as_str()][..], &["transcript", &run]] {
+        let out = awr.run(args);
+        assert!(out.stdout.contains("evil"), "{args:?}: {}", out.stdout);
+        assert_inert(&format!("{args:?}"), &out);
+    }
+}
+
+/// A small tmpfs mounted for the life of the value (root only).
+struct Tmpfs<'a>(&'a Path);
+
+impl<'a> Tmpfs<'a> {
+    fn mount(dir: &'a Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self(dir))
+    }
+}
+
+impl Drop for Tmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_the_run_truthfully_and_leaves_no_temporary_snapshot() {
+    let awr = Awr::new();
+    let disk = awr.dir.path().join("disk");
+    let Some(_mounted) = Tmpfs::mount(&disk, "1m") else {
+        awr_tests::skipped(
+            "mounting a 1 MiB tmpfs needs root",
+            "sudo -E cargo test -p awr-tests full_disk",
+        );
+        return;
+    };
+    let storage = disk.join("storage");
+    let pad = disk.join("pad");
+    // From room for the whole run down to room for almost nothing: the disk
+    // fills at every step of the run in turn.
+    let awr_on_disk = |args: &[&str]| {
+        let mut command = std::process::Command::new(awr_bin());
+        command
+            .arg("--storage")
+            .arg(&storage)
+            .args(args)
+            .current_dir(repo_root())
+            .env_remove("AWR_STORAGE");
+        Output::from(command.output().unwrap())
+    };
+    for kib in 990..=1023 {
+        let _ = std::fs::remove_dir_all(&storage);
+        std::fs::write(&pad, vec![0u8; kib * 1024]).ok();
+        let out = awr_on_disk(&["run", "examples/summarize.yaml"]);
+        assert!(
+            !out.stderr.contains("panicked"),
+            "{kib} KiB: {}",
+            out.stderr
+        );
+        assert!(matches!(out.code, 0..=2), "{kib} KiB: {}", out.stderr);
+        let Ok(runs) = std::fs::read_dir(storage.join("runs")) else {
+            continue;
+        };
+        for run in runs.flatten() {
+            let tmp = run.path().join("snapshot.json.tmp");
+            assert!(
+                !tmp.exists(),
+                "{kib} KiB (exit {}): {} left behind; {}",
+                out.code,
+                tmp.display(),
+                out.stderr
+            );
+        }
+        if out.code != 0 {
+            let listed = awr_on_disk(&["runs"]);
+            assert!(
+                !listed.stdout.contains("completed"),
+                "{kib} KiB: a run that failed is listed as completed: {}",
+                listed.stdout
+            );
+        }
+    }
+}
