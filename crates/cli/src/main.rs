@@ -196,11 +196,33 @@ fn one_line(chain: &str) -> String {
         .join(" ")
 }
 
-/// Writes one line to stderr. An error is ignored: with stderr gone there
-/// is nowhere left to report it, and it is no reason to stop a run.
+/// Writes one line to stderr, [`inert`]. An error is ignored: with stderr
+/// gone there is nowhere left to report it, and it is no reason to stop a run.
 pub fn note(line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let _ = writeln!(std::io::stderr().lock(), "{}", inert(line));
+}
+
+/// Text that an agent, a file or a server controls, made safe to show on a
+/// terminal: every control character but newline and tab (ESC, CR, BEL,
+/// DEL, the C1 range) is shown as its escape (`\u{1b}`), so hostile output
+/// cannot colour, move the cursor, rewrite a line or retitle the window,
+/// whatever `NO_COLOR` says. Data meant for pipes (`awr run`'s output, the
+/// `--json` forms) is printed as it is, never through this.
+pub fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Whether stderr may carry colour escapes: it is a terminal and `NO_COLOR`

@@ -1,6 +1,7 @@
 //! Live progress of `awr run` on stderr: one line per step, with the agent's
 //! text streamed as it arrives when stderr is a terminal, plain lines otherwise.
-//! Colour escapes only where [`crate::stderr_color`] allows them. Write errors
+//! Colour escapes only where [`crate::stderr_color`] allows them, and agent
+//! text only [`crate::inert`]. Write errors
 //! are ignored: a closed stderr is no reason to stop a run.
 //!
 //! A failure's message is not printed here when it ends the node: the error
@@ -146,6 +147,7 @@ impl RunObserver for Progress {
                 &event.kind
         {
             // Streamed text is dimmed so it reads apart from the step lines.
+            let content = crate::inert(content);
             let _ = if self.color {
                 write!(err, "\x1b[2m{content}\x1b[0m")
             } else {
@@ -160,7 +162,7 @@ impl RunObserver for Progress {
                 let _ = writeln!(err);
                 state.mid_line = false;
             }
-            let _ = writeln!(err, "{indent}{line}");
+            let _ = writeln!(err, "{indent}{}", crate::inert(&line));
         }
     }
 }

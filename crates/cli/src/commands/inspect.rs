@@ -87,7 +87,7 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
         say(&format!(
             "{:<36}  {:<24}  {:<9}  {:<24}  {duration}",
             s.run_id.to_string(),
-            s.workflow.name,
+            crate::inert(&s.workflow.name),
             s.status.as_str(),
             started
         ))?;
@@ -121,7 +121,8 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
     say(&format!("run       {}", s.run_id))?;
     say(&format!(
         "workflow  {} ({})",
-        s.workflow.name, s.workflow.hash
+        crate::inert(&s.workflow.name),
+        s.workflow.hash
     ))?;
     say(&format!("status    {}", s.status.as_str()))?;
     if let Some(failure) = &s.failure {
@@ -132,7 +133,7 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
             .unwrap_or_default();
         say(&format!(
             "error     {node}{}",
-            failure.error.replace('\n', " ")
+            crate::inert(&failure.error).replace('\n', " ")
         ))?;
     }
     if let Some(t) = s.started_at {
@@ -278,14 +279,15 @@ fn print_event(event: &RuntimeEvent, json: bool) -> Result<(), Failure> {
             map.extend(event.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         let node = event.node_id.as_ref().map(|n| n.as_str()).unwrap_or("-");
-        format!(
+        let line = format!(
             "{:>6}  {}  {:<22} {:<16} {}",
             event.offset,
             event.timestamp,
             event.kind.type_name(),
             node,
             preview(&body, 120)
-        )
+        );
+        crate::inert(&line).into_owned()
     };
     crate::say(&line)
 }
@@ -296,7 +298,7 @@ fn preview(value: &serde_json::Value, max: usize) -> String {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let flat = text.replace('\n', " ");
+    let flat = crate::inert(&text).replace('\n', " ");
     if flat.chars().count() > max {
         let cut: String = flat.chars().take(max).collect();
         format!("{cut}…")

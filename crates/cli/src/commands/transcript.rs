@@ -85,14 +85,15 @@ fn render(event: &ExchangeEvent, json: bool) -> Result<String, Failure> {
     } else {
         &event.path
     };
-    Ok(format!(
+    let line = format!(
         "{:>5}  {}  {:<28} {:<16} {}",
         event.seq,
         event.timestamp,
         event.kind.as_str(),
         path,
         summary(event)
-    ))
+    );
+    Ok(crate::inert(&line).into_owned())
 }
 
 /// One line saying what the payload holds.
@@ -188,7 +189,7 @@ fn print_tree(
         }
         Err(e) => {
             *bad += 1;
-            return say(&format!("{indent}run {run}: {e}"));
+            return say(&crate::inert(&format!("{indent}run {run}: {e}")));
         }
     };
     let name = events
@@ -207,7 +208,9 @@ fn print_tree(
             }
         })
         .unwrap_or("running");
-    say(&format!("{indent}run {run} {name} ({outcome})"))?;
+    say(&crate::inert(&format!(
+        "{indent}run {run} {name} ({outcome})"
+    )))?;
     for event in &events {
         match &event.kind {
             ExchangeType::StepStarted => {
@@ -217,7 +220,10 @@ fn print_tree(
                 } else {
                     String::new()
                 };
-                say(&format!("{indent}  {} [{kind}]{iteration}", event.path))?;
+                say(&crate::inert(&format!(
+                    "{indent}  {} [{kind}]{iteration}",
+                    event.path
+                )))?;
             }
             ExchangeType::CallWorkflowStarted => {
                 if let Some(child) = event.child_run_id {
