@@ -167,3 +167,35 @@ fn a_full_disk_fails_the_run_truthfully_and_leaves_no_temporary_snapshot() {
         }
     }
 }
+
+#[test]
+fn a_relative_workdir_that_is_a_symlink_out_of_the_project_is_refused() {
+    let awr = Awr::new();
+    let project = awr.dir.path().join("proj");
+    std::fs::create_dir_all(project.join("real")).unwrap();
+    std::os::unix::fs::symlink("/", project.join("innocent")).unwrap();
+    std::os::unix::fs::symlink("/etc", project.join("real/deeper")).unwrap();
+    std::os::unix::fs::symlink("real", project.join("inside")).unwrap();
+    let flow = |workdir: &str, extra: &str| {
+        let yaml = format!(
+            "name: t\nagents:\n  a: {{provider: codex, workdir: '{workdir}'{extra}}}\nsteps: [{{agent: a}}]\n"
+        );
+        std::fs::write(project.join("flow.yaml"), yaml).unwrap();
+        awr.run_in(&project, &[], &["validate", "flow.yaml"])
+    };
+    for workdir in ["innocent", "real/deeper", "./innocent/tmp"] {
+        let out = flow(workdir, "");
+        assert_eq!(out.code, 2, "{workdir}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("allow_outside_project"),
+            "{workdir}: {}",
+            out.stderr
+        );
+    }
+    for workdir in ["inside", "real", "not-yet-made"] {
+        let out = flow(workdir, "");
+        assert_eq!(out.code, 0, "{workdir}: {}", out.stderr);
+    }
+    let out = flow("innocent", ", allow_outside_project: true");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

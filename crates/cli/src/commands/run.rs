@@ -147,22 +147,29 @@ fn check_tools(file: &Path, workflow: &WorkflowDef) -> Result<(), Failure> {
     Ok(())
 }
 
-/// An absolute `workdir` must lie inside the project directory (the domain
-/// has already refused `/` and relative `..` escapes, which need no disk).
-/// A directory that exists is judged by its real path, symlinks resolved.
+/// A `workdir` must lie inside the project directory (the domain has
+/// already refused `/` and relative `..` escapes, which need no disk). A
+/// directory that exists is judged by its real path, symlinks resolved,
+/// whether it is named absolute or relative: `work -> /` leads out as surely
+/// as `/` does.
 fn check_workdirs(file: &Path, workflow: &WorkflowDef, project: &Path) -> Result<(), Failure> {
     for (name, agent) in &workflow.agents {
         let Some(dir) = agent.workdir.as_deref() else {
             continue;
         };
-        if agent.allow_outside_project || !Path::new(dir).has_root() {
+        if agent.allow_outside_project {
             continue;
         }
-        let real = Path::new(dir).canonicalize();
+        let real = project.join(dir).canonicalize();
         let judged = real.as_deref().ok().and_then(Path::to_str).unwrap_or(dir);
         if let Some(why) = domain::workflow::workdir_outside(judged, project) {
+            let via = if judged == dir {
+                String::new()
+            } else {
+                format!("`{dir}` leads to {judged}: ")
+            };
             return Err(Failure::Input(anyhow!(
-                "{}: agents.{name}: `workdir`: {why}; set `allow_outside_project: true` to allow it",
+                "{}: agents.{name}: `workdir`: {via}{why}; set `allow_outside_project: true` to allow it",
                 file.display()
             )));
         }
