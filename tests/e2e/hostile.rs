@@ -199,3 +199,30 @@ fn a_relative_workdir_that_is_a_symlink_out_of_the_project_is_refused() {
     let out = flow("innocent", ", allow_outside_project: true");
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+#[test]
+fn a_transcript_of_another_run_is_reported_not_shown_as_this_one() {
+    let awr = Awr::new();
+    let first = run_id_of(&awr.run(&["run", "examples/summarize.yaml"]));
+    let second = run_id_of(&awr.run(&["run", "examples/triage.yaml"]));
+    let transcripts = awr.storage().join("transcripts");
+    std::fs::copy(
+        transcripts.join(format!("{second}.jsonl")),
+        transcripts.join(format!("{first}.jsonl")),
+    )
+    .unwrap();
+    for args in [
+        &["transcript", first.as_str()][..],
+        &["transcript", &first, "--json"],
+        &["transcript", &first, "--tree"],
+    ] {
+        let out = awr.run(args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("belongs to run {second}")),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stdout.contains("triage"), "{args:?}: {}", out.stdout);
+    }
+}

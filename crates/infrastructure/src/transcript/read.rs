@@ -14,6 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use application::ports::TranscriptError;
+use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -35,7 +36,8 @@ pub struct TranscriptLines {
     /// The good lines, in file order.
     pub events: Vec<ExchangeEvent>,
     /// One message per bad line, naming the file and line number: not JSON,
-    /// not a transcript line, a `seq` that repeats or goes back (the line is
+    /// not a transcript line, a line of another run than the file is named
+    /// after (left out), a `seq` that repeats or goes back (the line is
     /// left out) or skips ahead (the line is kept), a line over [`MAX_RECORD_LINE`].
     pub problems: Vec<String>,
 }
@@ -121,6 +123,10 @@ struct LineChecker<'a> {
     path: &'a Path,
     /// The run's blob files: large values a line refers to.
     blobs: BlobDir,
+    /// The run the file is named after (`<run-id>.jsonl`): a line of another
+    /// run is left out, so a file copied or mixed in is never shown as this
+    /// run's. `None` for a file not named so.
+    run: Option<RunId>,
     read: TranscriptLines,
     /// The `seq` the next line should have.
     next_seq: u64,
@@ -135,6 +141,10 @@ impl<'a> LineChecker<'a> {
         Self {
             path,
             blobs: BlobDir::new(transcript_blob_dir(path), false),
+            run: path
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .and_then(|stem| stem.parse().ok()),
             read: TranscriptLines::default(),
             next_seq: 1,
             pending_torn: None,
@@ -170,6 +180,17 @@ impl<'a> LineChecker<'a> {
             }
             Err(e) => return self.problem(number, e),
         };
+        if let Some(run) = self.run
+            && event.run_id != run
+        {
+            return self.problem(
+                number,
+                format!(
+                    "the line belongs to run {}, not to run {run}; line left out",
+                    event.run_id
+                ),
+            );
+        }
         if event.seq < self.next_seq {
             return self.problem(
                 number,
