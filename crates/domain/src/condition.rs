@@ -171,8 +171,7 @@ impl Condition {
         };
         let mut ctx = cel::Context::default();
         for (name, value) in vars {
-            ctx.add_variable(name.as_str(), value)
-                .map_err(|e| eval_err(&e))?;
+            ctx.add_variable_from_value(name.as_str(), to_cel(value));
         }
         match self.program.execute(&ctx) {
             Ok(cel::Value::Bool(b)) => Ok(b),
@@ -183,6 +182,29 @@ impl Condition {
             ))),
             Err(e) => Err(eval_err(&e)),
         }
+    }
+}
+
+/// A JSON value as CEL sees it. Whole numbers that fit are `int`, so
+/// `output.count + 1` works: serde would hand CEL a non-negative number as
+/// `uint`, and CEL has no `uint + int`.
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            (None, None) => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(text) => cel::Value::from(text.as_str()),
+        Value::Array(items) => cel::Value::from(items.iter().map(to_cel).collect::<Vec<_>>()),
+        Value::Object(fields) => cel::Value::from(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), to_cel(v)))
+                .collect::<std::collections::HashMap<_, _>>(),
+        ),
     }
 }
 
@@ -462,6 +484,26 @@ mod tests {
                 false,
             ),
             ("output.count >= 3", json!({"output": {"count": 5}}), true),
+            (
+                "output.count + 1 == 6",
+                json!({"output": {"count": 5}}),
+                true,
+            ),
+            (
+                "output.delta - 1 < 0",
+                json!({"output": {"delta": -2}}),
+                true,
+            ),
+            (
+                "output.score * 2.0 > 1.0",
+                json!({"output": {"score": 0.7}}),
+                true,
+            ),
+            (
+                "size(input.items) + 1 == 3",
+                json!({"input": {"items": [1, 2]}}),
+                true,
+            ),
             (
                 "input.mode == \"fast\"",
                 json!({"input": {"mode": "fast"}}),
