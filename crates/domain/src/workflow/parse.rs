@@ -249,9 +249,26 @@ fn check_flow_nesting(src: &str) -> Result<(), WorkflowError> {
     Ok(())
 }
 
+/// A parser's message, cut in the middle when long: serde quotes the value it
+/// did not expect, which may be the whole file; what it expected is at the end.
+fn bounded(message: String) -> String {
+    const HEAD: usize = 80;
+    const TAIL: usize = 160;
+    let chars = message.chars().count();
+    if chars <= HEAD + TAIL + 20 {
+        return message;
+    }
+    let head: String = message.chars().take(HEAD).collect();
+    let tail: String = message.chars().skip(chars - TAIL).collect();
+    format!(
+        "{head} … ({} characters left out) … {tail}",
+        chars - HEAD - TAIL
+    )
+}
+
 fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
     let loc = e.location();
-    let message = e.to_string();
+    let message = bounded(e.to_string());
     match loc {
         // The position moves into `line`/`column`; drop its copy from the text.
         Some(l) => WorkflowError::Parse {
@@ -272,7 +289,7 @@ fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
 }
 
 fn json_error(path: String, e: &serde_json::Error) -> WorkflowError {
-    let mut message = e.to_string();
+    let mut message = bounded(e.to_string());
     let known = e.line() != 0;
     if known {
         message = message.replacen(
@@ -1075,6 +1092,23 @@ mod tests {
             "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\npricing: {m: {input: 1, output: .nan}}\n",
             "pricing.m: `output` must be a price of 0 or more",
         );
+    }
+
+    #[test]
+    fn a_message_quoting_a_whole_file_is_cut_in_the_middle() {
+        let text = format!(
+            "{}\nfoo\n",
+            "root:x:0:0:root:/root:/bin/bash ".repeat(10_000)
+        );
+        for err in [
+            WorkflowDef::from_yaml(&text).unwrap_err(),
+            WorkflowDef::from_json(&format!("{:?}", text)).unwrap_err(),
+        ] {
+            let message = err.to_string();
+            assert!(message.chars().count() < 400, "{message}");
+            assert!(message.contains("characters left out"), "{message}");
+            assert!(message.contains("expected"), "{message}");
+        }
     }
 
     #[test]
