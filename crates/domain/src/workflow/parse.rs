@@ -266,6 +266,10 @@ fn bounded(message: String) -> String {
     )
 }
 
+/// The most retries an HTTP agent may ask for: with backoff capped at 60 s a
+/// wait, more would keep a failing node alive for hours.
+const MAX_RETRIES: u32 = 100;
+
 fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
     let loc = e.location();
     let message = bounded(e.to_string());
@@ -470,6 +474,12 @@ fn check_http_settings(item: &str, agent: &AgentDef) -> Result<(), WorkflowError
     }
     if agent.max_tokens == Some(0) {
         return Err(invalid(item, "`max_tokens` must be at least 1"));
+    }
+    if let Some(n) = agent.max_retries.filter(|n| *n > MAX_RETRIES) {
+        return Err(invalid(
+            item,
+            format!("`max_retries` must be at most {MAX_RETRIES}, not {n}"),
+        ));
     }
     if let Some(budget) = agent.thinking_budget {
         check_thinking(item, agent, budget)?;
@@ -1280,6 +1290,10 @@ mod tests {
         check_err(
             &agent("model: m, max_tokens: 0"),
             "`max_tokens` must be at least 1",
+        );
+        check_err(
+            &agent("model: m, max_retries: 4294967295"),
+            "`max_retries` must be at most 100, not 4294967295",
         );
         check_err(
             &agent("model: m, base_url: 127.0.0.1:8080"),
