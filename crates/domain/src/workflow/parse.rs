@@ -1129,13 +1129,9 @@ mod tests {
             "[".repeat(100_000),
             "]".repeat(100_000)
         );
-        let started = std::time::Instant::now();
+        // Refused at the 129th bracket (column 136), before the scanner,
+        // whose time grows with the square of the depth, ever sees it.
         check_parse(&deep, 4, 136, "`[` and `{` nest deeper than 128 levels");
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
         let fine = format!("{agents}input: {}{}\n", "[".repeat(100), "]".repeat(100));
         assert!(WorkflowDef::from_yaml(&fine).is_ok());
         let quoted = format!(
