@@ -123,6 +123,7 @@ fn assert_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run: RunI
 fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot {
     let mut s = RunSnapshot::new(run);
     s.workflow = WorkflowRef {
+        extra: Default::default(),
         name: "flow".into(),
         hash: "sha256:00".into(),
     };

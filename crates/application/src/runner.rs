@@ -310,6 +310,7 @@ impl Execution<'_> {
             RUN_LEVEL,
             EventKind::FlowStarted {
                 workflow: WorkflowRef {
+                    extra: Default::default(),
                     name: wf.name.clone(),
                     hash: wf.hash.clone(),
                 },

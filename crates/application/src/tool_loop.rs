@@ -324,6 +324,7 @@ impl Conversation {
                     let text = turn.text();
                     let model_usage = reported_model.or(model_name).map(|model| {
                         let per_model = ModelUsage {
+                            extra: Default::default(),
                             input_tokens: usage.input_tokens,
                             output_tokens: usage.output_tokens,
                         };

@@ -64,6 +64,9 @@ pub struct Usage {
     /// Tokens read from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_input_tokens: Option<u64>,
+    /// Counts this version does not know (a newer writer's), kept whole.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Per-model token counts, when a provider reports them.
@@ -74,6 +77,9 @@ pub struct ModelUsage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Counts this version does not know (a newer writer's), kept whole.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// The definition a run executes: its name and the hash of its source.
@@ -85,6 +91,9 @@ pub struct WorkflowRef {
     /// `sha256:<hex>` of the file's bytes.
     #[serde(default)]
     pub hash: String,
+    /// Fields this version does not know (a newer writer's), kept whole.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// The prompt given to an agent: plain text or a list of provider messages.
@@ -771,6 +780,17 @@ mod tests {
             )
         );
         assert_eq!(RuntimeEvent::from_json(json.as_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn unknown_fields_inside_known_objects_round_trip_intact() {
+        let line = format!(
+            r#"{{"id":"x","offset":7,"timestamp":"2026-01-01T00:00:00.000Z","type":"agent:complete","runId":"{RUN}","nodeId":"writer","result":"ok","usage":{{"inputTokens":1,"outputTokens":2,"reasoningTokens":9}},"modelUsage":{{"m":{{"inputTokens":1,"outputTokens":2,"webSearches":1}}}},"durationMs":5,"numTurns":1}}"#
+        );
+        let e = RuntimeEvent::from_json(line.as_bytes()).unwrap();
+        let back: Value = serde_json::from_str(&e.to_json().unwrap()).unwrap();
+        let orig: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, orig);
     }
 
     #[test]

@@ -343,6 +343,7 @@ mod tests {
                 None,
                 EventKind::FlowStarted {
                     workflow: WorkflowRef {
+                        extra: Default::default(),
                         name: "w".into(),
                         hash: "sha256:00".into(),
                     },

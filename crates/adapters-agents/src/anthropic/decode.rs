@@ -515,6 +515,7 @@ mod tests {
             &TurnEnd {
                 stop: StopReason::EndTurn,
                 usage: Usage {
+                    extra: Default::default(),
                     input_tokens: 12,
                     output_tokens: 9,
                     cache_creation_input_tokens: Some(3),
@@ -679,6 +680,7 @@ mod tests {
         assert_eq!(
             end.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 120,
                 output_tokens: 25,
                 cache_creation_input_tokens: Some(0),
@@ -733,6 +735,7 @@ mod tests {
         assert_eq!(
             end.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 15,
                 output_tokens: 8,
                 cache_creation_input_tokens: Some(3),

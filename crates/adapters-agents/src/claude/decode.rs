@@ -347,6 +347,7 @@ impl ClaudeDecoder {
             m.into_iter()
                 .map(|(model, u)| {
                     let usage = ModelUsage {
+                        extra: Default::default(),
                         input_tokens: u.input_tokens.unwrap_or(0),
                         output_tokens: u.output_tokens.unwrap_or(0),
                     };
@@ -361,6 +362,7 @@ impl ClaudeDecoder {
         Ok(AgentMessage::Completed(AgentResult {
             text: line.result.unwrap_or_default(),
             usage: Usage {
+                extra: Default::default(),
                 input_tokens: usage.input_tokens.unwrap_or(0),
                 output_tokens: usage.output_tokens.unwrap_or(0),
                 cache_creation_input_tokens: usage.cache_creation_input_tokens,
@@ -497,6 +499,7 @@ mod tests {
         assert_eq!(
             result.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 120,
                 output_tokens: 25,
                 cache_creation_input_tokens: Some(0),
@@ -507,6 +510,7 @@ mod tests {
         assert_eq!(
             model_usage["claude-sonnet-4-5"],
             ModelUsage {
+                extra: Default::default(),
                 input_tokens: 120,
                 output_tokens: 25
             }

@@ -223,6 +223,7 @@ impl CodexDecoder {
     fn usage(&self) -> Usage {
         let u = self.usage.unwrap_or_default();
         let mut usage = Usage {
+            extra: Default::default(),
             input_tokens: u.input_tokens.unwrap_or(0),
             output_tokens: u.output_tokens.unwrap_or(0),
             cache_creation_input_tokens: u.cache_write_input_tokens,
@@ -469,6 +470,7 @@ mod tests {
 
     fn usage(input: u64, cached: u64, output: u64) -> Usage {
         Usage {
+            extra: Default::default(),
             input_tokens: input,
             output_tokens: output,
             cache_creation_input_tokens: Some(0),
@@ -774,6 +776,7 @@ mod tests {
         assert_eq!(
             result.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 5,
                 output_tokens: 2,
                 cache_creation_input_tokens: None,

@@ -97,6 +97,7 @@ impl QueryFn for Codex {
                     if let (Some(thread), Ok(mut totals)) = (&thread, totals.lock()) {
                         let before = previous.clone().unwrap_or_default();
                         let after = Usage {
+                            extra: Default::default(),
                             input_tokens: before.input_tokens + result.usage.input_tokens,
                             output_tokens: before.output_tokens + result.usage.output_tokens,
                             cache_creation_input_tokens: add(

@@ -65,6 +65,7 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
         per_model.insert(
             model.clone(),
             ModelUsage {
+                extra: Default::default(),
                 input_tokens: count("inputTokens"),
                 output_tokens: count("outputTokens"),
             },
@@ -77,6 +78,7 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
 fn minus(total: &Usage, previous: &Usage) -> Usage {
     let sub = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_sub(b.unwrap_or(0)));
     Usage {
+        extra: Default::default(),
         input_tokens: total.input_tokens.saturating_sub(previous.input_tokens),
         output_tokens: total.output_tokens.saturating_sub(previous.output_tokens),
         cache_creation_input_tokens: sub(
@@ -200,12 +202,14 @@ mod usage_tests {
     #[test]
     fn a_resumed_session_reports_only_its_own_share() {
         let total = Usage {
+            extra: Default::default(),
             input_tokens: 360,
             output_tokens: 75,
             cache_read_input_tokens: Some(10),
             cache_creation_input_tokens: None,
         };
         let before = Usage {
+            extra: Default::default(),
             input_tokens: 240,
             output_tokens: 50,
             cache_read_input_tokens: Some(4),

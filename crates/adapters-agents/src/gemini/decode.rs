@@ -209,6 +209,7 @@ impl GeminiDecoder {
             m.into_iter()
                 .map(|(model, u)| {
                     let usage = ModelUsage {
+                        extra: Default::default(),
                         input_tokens: u.input_tokens.unwrap_or(0),
                         output_tokens: u.output_tokens.unwrap_or(0),
                     };
@@ -219,6 +220,7 @@ impl GeminiDecoder {
         Ok(AgentMessage::Completed(AgentResult {
             text: self.text.clone(),
             usage: Usage {
+                extra: Default::default(),
                 input_tokens,
                 output_tokens: stats.output_tokens.unwrap_or(0),
                 cache_creation_input_tokens: None,
@@ -406,6 +408,7 @@ mod tests {
         assert_eq!(
             result.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 120,
                 output_tokens: 25,
                 cache_creation_input_tokens: None,
@@ -415,6 +418,7 @@ mod tests {
         assert_eq!(
             result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
             ModelUsage {
+                extra: Default::default(),
                 input_tokens: 120,
                 output_tokens: 25
             }
@@ -698,6 +702,7 @@ mod tests {
         assert_eq!(
             result.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 6,
                 output_tokens: 2,
                 cache_creation_input_tokens: None,

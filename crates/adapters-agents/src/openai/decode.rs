@@ -271,6 +271,7 @@ fn normalize_usage(usage: &WireUsage) -> Usage {
         .and_then(|d| d.cached_tokens)
         .unwrap_or(0);
     Usage {
+        extra: Default::default(),
         input_tokens: prompt.saturating_sub(cached),
         output_tokens: usage.completion_tokens.unwrap_or(0),
         cache_creation_input_tokens: None,
@@ -484,6 +485,7 @@ mod tests {
         assert_eq!(
             end.usage,
             Usage {
+                extra: Default::default(),
                 input_tokens: 200,
                 output_tokens: 40,
                 cache_creation_input_tokens: None,
