@@ -35,6 +35,13 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+mod text;
+
+use self::text::{
+    is_hex_hash, is_ref_shaped, json_len, long_strings, mentions_ref, parse_reference,
+    reference_text,
+};
+
 /// Values whose serialized JSON is longer than this (64 KiB) are stored as
 /// blobs: large enough that ordinary prompts, outputs and tool results stay
 /// inline and readable in the log, small enough that a large payload is not
@@ -546,98 +553,6 @@ impl Writer<'_> {
         self.changed = true;
         Ok(text.len())
     }
-}
-
-/// A reference as this module writes it (and as serde_json would write the
-/// same object: keys in sorted order, compact).
-fn reference_text(hex: &str, bytes: u64) -> String {
-    format!(r#"{{"{REF_KEY}":"{HASH_PREFIX}{hex}","{BYTES_KEY}":{bytes}}}"#)
-}
-
-/// A reference found in a document's text.
-struct Found {
-    from: usize,
-    to: usize,
-    hex: String,
-    bytes: u64,
-}
-
-/// The reference of the written form at `doc[at..]`, if there is one.
-fn parse_reference(doc: &[u8], at: usize) -> Option<Found> {
-    let rest = doc.get(at + REF_OPEN.len()..)?;
-    let hex = rest.get(..64).filter(|h| is_hex_hash(h))?;
-    let rest = rest[64..].strip_prefix(br#"","bytes":"#)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || rest.get(digits) != Some(&b'}') {
-        return None;
-    }
-    let bytes = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    let to = doc.len() - rest.len() + digits + 1;
-    Some(Found {
-        from: at,
-        to,
-        hex: String::from_utf8_lossy(hex).to_ascii_lowercase(),
-        bytes,
-    })
-}
-
-/// 64 hex digits.
-fn is_hex_hash(h: &[u8]) -> bool {
-    h.len() == 64 && h.iter().all(u8::is_ascii_hexdigit)
-}
-
-/// Byte ranges (quotes included) of the string *values* of the serialized
-/// document `doc` longer than [`INLINE_LIMIT`]; object keys are left alone.
-/// A document that ends inside a string yields what was found before it.
-fn long_strings(doc: &[u8]) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut at = 0;
-    while let Some(open) = doc.get(at..).and_then(|d| memchr::memchr(b'"', d)) {
-        let open = at + open;
-        let mut pos = open + 1;
-        let close = loop {
-            match doc.get(pos..).and_then(|d| memchr::memchr2(b'"', b'\\', d)) {
-                None => return spans,
-                Some(k) if doc[pos + k] == b'\\' => pos += k + 2,
-                Some(k) => break pos + k,
-            }
-        };
-        let end = close + 1;
-        let next = doc[end..].iter().find(|b| !b.is_ascii_whitespace());
-        if end - open > INLINE_LIMIT && next != Some(&b':') {
-            spans.push((open, end));
-        }
-        at = end;
-    }
-    spans
-}
-
-/// Whether `map` has exactly the keys of a reference.
-fn is_ref_shaped(map: &Map<String, Value>) -> bool {
-    map.len() == 2 && map.contains_key(REF_KEY) && map.contains_key(BYTES_KEY)
-}
-
-/// Whether a serialized document may hold a reference.
-fn mentions_ref(doc: &[u8]) -> bool {
-    memchr::memmem::find(doc, REF_NEEDLE).is_some()
-}
-
-/// Length of the compact JSON serialization of `value`.
-fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
-    struct Count(usize);
-    impl Write for Count {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serializing a `Value` or a string into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
