@@ -7,6 +7,7 @@
 //! condition compiles and every output schema is a valid JSON Schema.
 //! `steps:` (a list) is sugar for a chain and is lowered to nodes and edges here.
 
+mod agents;
 mod graph;
 mod parse;
 
