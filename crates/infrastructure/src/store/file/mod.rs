@@ -28,10 +28,11 @@
 
 mod index;
 mod log;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,13 +41,12 @@ use std::time::Duration;
 
 use application::ports::{EventStream, RunStore, StoreError};
 use async_trait::async_trait;
-use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent};
+use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
 
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
+use self::snapshot::{blobs_err, read_snapshot, write_snapshot};
 use super::{LogSource, follow_log};
-use crate::blobs::BlobError;
-use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 
 /// Mode of every directory the store creates.
 const DIR_MODE: u32 = 0o700;
@@ -405,108 +405,6 @@ impl LogSource for RunHandle {
     }
 }
 
-/// Replaces `snapshot.json` atomically without allocating an inode per write.
-///
-/// The new snapshot is written into `snapshot.json.tmp`, then the two names
-/// are swapped with `renameat2(RENAME_EXCHANGE)`: readers see the old or the
-/// new file, never a mix, and the old snapshot's inode becomes the next
-/// write's temporary file. Creating a fresh file and renaming it over the
-/// old one (the portable way, used when the filesystem cannot exchange)
-/// costs an inode allocation and release per step, which on ext4 was most of
-/// a step's cost.
-fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), StoreError> {
-    let paths = &handle.paths;
-    let bytes = serde_json::to_vec(snapshot).map_err(|e| {
-        StoreError::Io(format!(
-            "cannot serialize the snapshot of run {}: {e}",
-            paths.run_id
-        ))
-    })?;
-    let bytes = (paths.blobs.externalize(bytes))
-        .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
-    let _turn = lock(&handle.snapshot_lock);
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE);
-    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp)
-        .map_err(|e| StoreError::Io(format!("cannot create {e}")))?;
-    fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
-        tmp.write_all(&bytes)
-            .and_then(|()| tmp.set_len(bytes.len() as u64))
-    })?;
-    let exchanged = rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        &paths.snapshot_tmp,
-        rustix::fs::CWD,
-        &paths.snapshot,
-        rustix::fs::RenameFlags::EXCHANGE,
-    );
-    match exchanged {
-        Ok(()) => {}
-        // No snapshot yet (ENOENT), or a filesystem without exchange: plain rename.
-        Err(_) => fs::rename(&paths.snapshot_tmp, &paths.snapshot)
-            .map_err(|e| io_err("rename onto", &paths.snapshot, &e))?,
-    }
-    // At rest (ended or paused) the run writes no snapshot until it is
-    // resumed: the old one, swapped into the temporary name, goes now.
-    if !matches!(snapshot.status, RunStatus::Running | RunStatus::Pending) {
-        match fs::remove_file(&paths.snapshot_tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove", &paths.snapshot_tmp, &e)),
-        }
-    }
-    Ok(())
-}
-
-/// Runs `fill` on the temporary file `tmp` at `path`; when it fails (a full
-/// disk), the half-written file is removed, so a failed write leaves no
-/// `snapshot.json.tmp` behind (the saved `snapshot.json` is untouched).
-fn fill_or_remove(
-    mut tmp: File,
-    path: &Path,
-    fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> Result<(), StoreError> {
-    let filled = fill(&mut tmp);
-    drop(tmp);
-    filled.map_err(|e| {
-        if let Err(removal) = fs::remove_file(path) {
-            tracing::warn!(file = %path.display(), error = %removal, "cannot remove a half-written snapshot");
-        }
-        io_err("write", path, &e)
-    })
-}
-
-/// The saved snapshot. Not JSON or not a snapshot is `Corrupt` (the state can
-/// be rebuilt from the log); not a regular file or over
-/// [`MAX_SNAPSHOT_FILE`] is `Io`.
-fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, StoreError> {
-    let bytes = match read_bounded(&paths.snapshot, MAX_SNAPSHOT_FILE) {
-        Ok(bytes) => bytes,
-        Err(FileReadError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(StoreError::Io(e.to_string())),
-    };
-    let bytes = (paths.blobs.resolve(&bytes))
-        .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
-    RunSnapshot::from_json(&bytes, paths.run_id)
-        .map(Some)
-        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))
-}
-
-/// A blob failure while writing or reading `what`. Failing to store is an
-/// I/O error; failing to read is one only when the medium failed, otherwise
-/// the stored data is wrong.
-fn blobs_err(what: String, e: BlobError) -> StoreError {
-    if e.is_io() || matches!(e, BlobError::TooLarge { .. }) {
-        StoreError::Io(format!("{what}: {e}"))
-    } else {
-        StoreError::Corrupt(format!("{what}: {e}"))
-    }
-}
-
 fn list_run_dirs(runs_dir: &Path) -> Result<Vec<RunId>, StoreError> {
     let entries = match fs::read_dir(runs_dir) {
         Ok(entries) => entries,
@@ -639,6 +537,8 @@ impl RunStore for FileRunStore {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     #[test]
@@ -646,7 +546,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("snapshot.json.tmp");
         let tmp = File::create(&path).unwrap();
-        let err = fill_or_remove(tmp, &path, |tmp| {
+        let err = snapshot::fill_or_remove(tmp, &path, |tmp| {
             tmp.write_all(b"{\"half")?;
             Err(io::Error::from_raw_os_error(28))
         })
