@@ -430,6 +430,9 @@ impl Execution<'_> {
                 self.subflow_step(node, &step, workflow, resolved.clone(), &data)
                     .await?
             }
+            NodeKind::Command(_) => {
+                Finished::failed("command", "command nodes are not supported yet".into())
+            }
         };
         let Finished {
             kind,

@@ -17,6 +17,10 @@ use serde_json::{Map, Value};
 /// The variables a condition may read (see `docs/workflow-format.md`).
 pub const VARIABLES: [&str; 3] = ["output", "outputs", "input"];
 
+/// The variables a node's `input:` and `for_each:` expressions may read
+/// (`item` and `index` are bound only under `for_each`).
+pub const INPUT_VARIABLES: [&str; 5] = ["input", "outputs", "loops", "item", "index"];
+
 /// Longest condition accepted, in bytes. Conditions are one-liners; the bound
 /// keeps parsing cheap and every error position small.
 pub const MAX_LEN: usize = 4096;
@@ -91,6 +95,11 @@ impl Condition {
     /// [`MAX_COMPREHENSION_NESTING`], no comprehension over another's result)
     /// and on a name that is not one of [`VARIABLES`].
     pub fn compile(src: &str) -> Result<Condition, ConditionError> {
+        Self::compile_reading(src, &VARIABLES)
+    }
+
+    /// [`Self::compile`] for an expression that may read `variables`.
+    fn compile_reading(src: &str, variables: &[&str]) -> Result<Condition, ConditionError> {
         let refuse = |why: String| ConditionError::Compile(format!("`{}` {why}", shorten(src)));
         if src.len() > MAX_LEN {
             return Err(ConditionError::Compile(format!(
@@ -135,12 +144,17 @@ impl Condition {
                 loops.deepest
             )));
         }
-        let mut names = Names::default();
+        let mut names = Names {
+            variables,
+            unknown: Vec::new(),
+            nodes: BTreeSet::new(),
+        };
         names.walk(program.expression(), &mut Vec::new());
         if let Some(unknown) = names.unknown.first() {
+            let known: Vec<String> = variables.iter().map(|v| format!("`{v}`")).collect();
             return Err(refuse(format!(
-                "reads `{unknown}`, which is not a variable (conditions may read {})",
-                VARIABLES.map(|v| format!("`{v}`")).join(", ")
+                "reads `{unknown}`, which is not a variable (it may read {})",
+                known.join(", ")
             )));
         }
         Ok(Condition {
@@ -163,25 +177,67 @@ impl Condition {
     /// Evaluates the condition with `vars` bound as CEL variables.
     /// Variables are JSON values (objects become CEL maps, arrays lists, etc.).
     pub fn evaluate(&self, vars: &Map<String, Value>) -> Result<bool, ConditionError> {
-        let eval_err = |e: &dyn fmt::Display| {
-            ConditionError::Eval(format!(
-                "`{}` failed to evaluate: {e}",
-                shorten(&self.source)
-            ))
-        };
-        let mut ctx = cel::Context::default();
-        for (name, value) in vars {
-            ctx.add_variable_from_value(name.as_str(), to_cel(value));
-        }
-        match self.program.execute(&ctx) {
-            Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(ConditionError::NotBool(format!(
+        match self.execute(vars)? {
+            cel::Value::Bool(b) => Ok(b),
+            other => Err(ConditionError::NotBool(format!(
                 "`{}` evaluated to {}, not a bool",
                 shorten(&self.source),
                 describe(&other)
             ))),
-            Err(e) => Err(eval_err(&e)),
         }
+    }
+
+    fn execute(&self, vars: &Map<String, Value>) -> Result<cel::Value, ConditionError> {
+        let mut ctx = cel::Context::default();
+        for (name, value) in vars {
+            ctx.add_variable_from_value(name.as_str(), to_cel(value));
+        }
+        self.program.execute(&ctx).map_err(|e| {
+            ConditionError::Eval(format!(
+                "`{}` failed to evaluate: {e}",
+                shorten(&self.source)
+            ))
+        })
+    }
+}
+
+/// A compiled CEL expression whose value is data: a node's `input:` or
+/// `for_each:`. Same language, limits and checks as [`Condition`]; it reads
+/// [`INPUT_VARIABLES`].
+#[derive(Clone, PartialEq)]
+pub struct Expression(Condition);
+
+impl Expression {
+    /// Compiles `src`; fails as [`Condition::compile`] does.
+    pub fn compile(src: &str) -> Result<Expression, ConditionError> {
+        Condition::compile_reading(src, &INPUT_VARIABLES).map(Expression)
+    }
+
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        self.0.source()
+    }
+
+    /// Node ids it reads through `outputs`.
+    pub fn nodes(&self) -> &[String] {
+        self.0.nodes()
+    }
+
+    /// Its value as JSON, with `vars` bound.
+    pub fn evaluate(&self, vars: &Map<String, Value>) -> Result<Value, ConditionError> {
+        let value = self.0.execute(vars)?;
+        value.json().map_err(|e| {
+            ConditionError::Eval(format!(
+                "`{}` evaluated to a value with no JSON form: {e}",
+                shorten(self.source())
+            ))
+        })
+    }
+}
+
+impl fmt::Debug for Expression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Expression").field(&self.source()).finish()
     }
 }
 
@@ -356,19 +412,19 @@ impl Loops {
 
 /// The free names of an expression: unknown ones, and the node ids read
 /// through `outputs`. Recursive; only run on trees within [`MAX_DEPTH`].
-#[derive(Default)]
-struct Names {
+struct Names<'v> {
+    variables: &'v [&'v str],
     unknown: Vec<String>,
     nodes: BTreeSet<String>,
 }
 
-impl Names {
+impl Names<'_> {
     /// `bound`: the comprehension variables in scope (`i` in `exists(i, ...)`).
     fn walk<'a>(&mut self, expr: &'a IdedExpr, bound: &mut Vec<&'a str>) {
         match &expr.expr {
             Expr::Ident(name) => {
                 let known = bound.contains(&name.as_str())
-                    || VARIABLES.contains(&name.as_str())
+                    || self.variables.contains(&name.as_str())
                     || TYPE_NAMES.contains(&name.as_str());
                 if !known {
                     self.unknown.push(name.clone());
@@ -730,7 +786,12 @@ mod tests {
         let err = Condition::compile("outptu.score > 1")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("reads `outptu`, which is not a variable (conditions may read `output`, `outputs`, `input`)"), "{err}");
+        assert!(
+            err.contains(
+                "reads `outptu`, which is not a variable (it may read `output`, `outputs`, `input`)"
+            ),
+            "{err}"
+        );
         assert!(
             Condition::compile("output.items.exists(i, i.done) && input.all(k, k != '')").is_ok()
         );

@@ -6,6 +6,9 @@
 //! so two runs of one recording write byte-identical logs.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use application::ports::{Clock, IdGen};
 use chrono::Utc;
@@ -20,6 +23,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         Timestamp::new(Utc::now())
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
     }
 }
 
@@ -62,6 +69,14 @@ impl Default for FixedClock {
 impl Clock for FixedClock {
     fn now(&self) -> Timestamp {
         Timestamp::from_millis(self.next_millis.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Virtual time: the clock moves on by `duration` and the wait ends at
+    /// once, so a replay of a run that waited takes no real time.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        self.next_millis.fetch_add(millis, Ordering::Relaxed);
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod chat;
 mod clock;
+mod command;
 mod observer;
 mod query;
 mod store;
@@ -17,6 +18,9 @@ pub use chat::{
 pub use clock::{Clock, IdGen};
 #[cfg(test)]
 pub use clock::{MockClock, MockIdGen};
+#[cfg(test)]
+pub use command::MockCommandRunner;
+pub use command::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
 pub use observer::RunObserver;
 #[cfg(test)]
 pub use query::MockQueryFn;

@@ -19,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::condition::Condition;
+use crate::condition::{Condition, Expression};
 use crate::ids::NodeId;
 use crate::pricing::PriceTable;
 
@@ -43,6 +43,11 @@ pub struct WorkflowDef {
     pub pricing: PriceTable,
     /// `sha256:<hex>` of the source text, so a snapshot names exactly what it ran.
     pub hash: String,
+    /// Limits of the whole run (`budget:`).
+    pub budget: Budget,
+    /// Node runs in flight at once in one run (`max_concurrency:`, default
+    /// [`WorkflowDef::DEFAULT_CONCURRENCY`]).
+    pub max_concurrency: u32,
     /// Incoming/outgoing edges per node, derived from `nodes` and `edges`.
     links: graph::Links,
 }
@@ -329,6 +334,133 @@ pub struct NodeDef {
     pub id: NodeId,
     /// What the node does.
     pub kind: NodeKind,
+    /// `input:`, a CEL expression whose value becomes the node's input data
+    /// (instead of the data of the edges that fired into it). It reads
+    /// `input` (the run input), `outputs` (data of finished nodes), `loops`
+    /// (loop counters by edge id) and, under `for_each`, `item` and `index`.
+    pub input: Option<Expression>,
+    /// `for_each:`: run the node once per item of a list.
+    pub for_each: Option<ForEach>,
+    /// When a node with several incoming edges may start.
+    pub join: Join,
+    /// Attempts for a transient failure (rate limit, network, 5xx).
+    pub retry: Retry,
+    /// Limits of this node's own runs (all its attempts and items together).
+    pub budget: Budget,
+}
+
+impl NodeDef {
+    /// A node of `kind` with every other setting at its default.
+    pub fn new(id: NodeId, kind: NodeKind) -> Self {
+        Self {
+            id,
+            kind,
+            input: None,
+            for_each: None,
+            join: Join::default(),
+            retry: Retry::default(),
+            budget: Budget::default(),
+        }
+    }
+}
+
+/// `for_each:` of a node: one node run per item of the list `items`
+/// evaluates to, at most `max_concurrency` at a time; the node's output
+/// data is the list of the items' output data, in item order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForEach {
+    /// CEL over `input`, `outputs` and `loops`; must yield a list.
+    pub items: Expression,
+    /// Item runs in flight at once (default [`ForEach::DEFAULT_CONCURRENCY`]).
+    pub max_concurrency: u32,
+}
+
+impl ForEach {
+    /// Item runs in flight at once when the workflow does not say.
+    pub const DEFAULT_CONCURRENCY: u32 = 4;
+}
+
+/// When a node with several forward incoming edges may start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Join {
+    /// Once every incoming edge is decided, if at least one fired (default):
+    /// the node sees the data of every branch that fired.
+    #[default]
+    All,
+    /// As soon as one incoming edge fires; the edges decided later are
+    /// ignored for this pass.
+    Any,
+}
+
+/// Retries of a node run whose failure is transient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts in all, the first included (1: no retry).
+    pub max_attempts: u32,
+    /// Wait before the second attempt; doubled for each one after.
+    pub backoff: std::time::Duration,
+    /// Longest wait between two attempts.
+    pub max_backoff: std::time::Duration,
+}
+
+impl Default for Retry {
+    /// Three attempts, waiting 1 s then 2 s (at most 30 s).
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+impl Retry {
+    /// The wait before attempt `attempt` (2 for the first retry).
+    pub fn wait_before(&self, attempt: u32) -> std::time::Duration {
+        let doublings = attempt.saturating_sub(2).min(31);
+        self.backoff
+            .saturating_mul(1u32 << doublings)
+            .min(self.max_backoff)
+    }
+}
+
+/// Limits of a run (`budget:` at the top level) or of one node's runs.
+/// Crossing one writes `budget:exceeded` and fails the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Budget {
+    /// Input plus output tokens.
+    pub tokens: Option<u64>,
+    /// Cost in US dollars (`totalCostUsd` as reported or priced).
+    pub cost_usd: Option<f64>,
+    /// Model turns (`numTurns` of each agent run).
+    pub turns: Option<u64>,
+    /// Wall-clock time from the start of the run (or of the node's first run).
+    pub deadline: Option<Timeout>,
+}
+
+impl Budget {
+    /// Whether no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == Budget::default()
+    }
+}
+
+/// A `command` node: a shell step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandDef {
+    /// The script, run by `sh -c` in its own process group.
+    pub run: String,
+    /// Give up on (and kill the group of) a command that runs longer.
+    pub timeout: Option<Timeout>,
+    /// Where it runs (as an agent's `workdir`, same rules).
+    pub workdir: Option<String>,
+    /// Lets `workdir` leave the project directory.
+    pub allow_outside_project: bool,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// What a failure (non-zero exit, timeout) does to the run.
+    pub policy: Policy,
 }
 
 /// What a node does. Later node kinds (command, parallel, ...) add variants.
@@ -339,6 +471,8 @@ pub enum NodeKind {
         /// Key into [`WorkflowDef::agents`].
         agent: String,
     },
+    /// Runs a shell command; its output data is `{exit_code, stdout, stderr}`.
+    Command(CommandDef),
     /// Runs another workflow as a child run of its own; its output becomes
     /// this node's output.
     CallWorkflow {
@@ -359,6 +493,7 @@ impl PartialEq for NodeKind {
             (Self::CallWorkflow { workflow: a, .. }, Self::CallWorkflow { workflow: b, .. }) => {
                 a == b
             }
+            (Self::Command(a), Self::Command(b)) => a == b,
             _ => false,
         }
     }
@@ -438,6 +573,10 @@ fn location_prefix(line: Option<usize>, column: Option<usize>) -> String {
 }
 
 impl WorkflowDef {
+    /// Node runs in flight at once when the workflow does not say: enough
+    /// for a fan-out of agents, few enough not to start dozens of CLIs.
+    pub const DEFAULT_CONCURRENCY: u32 = 8;
+
     /// The agent a node runs, if it is an agent node.
     pub fn agent_of(&self, node: &NodeDef) -> Option<(&str, &AgentDef)> {
         match &node.kind {
@@ -445,7 +584,17 @@ impl WorkflowDef {
                 .agents
                 .get_key_value(agent)
                 .map(|(k, v)| (k.as_str(), v)),
-            NodeKind::CallWorkflow { .. } => None,
+            NodeKind::CallWorkflow { .. } | NodeKind::Command(_) => None,
+        }
+    }
+
+    /// Whether a failure of `node` lets the run go on (`continue_on_error`).
+    pub fn continues_on_error(&self, node: &NodeDef) -> bool {
+        match &node.kind {
+            NodeKind::Command(command) => command.policy.continue_on_error,
+            _ => self
+                .agent_of(node)
+                .is_some_and(|(_, agent)| agent.policy.continue_on_error),
         }
     }
 

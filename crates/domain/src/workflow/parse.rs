@@ -366,6 +366,8 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         nodes,
         edges,
         hash: hash(src),
+        budget: super::Budget::default(),
+        max_concurrency: WorkflowDef::DEFAULT_CONCURRENCY,
     };
     check_graph(&def)?;
     Ok(def)
@@ -408,7 +410,7 @@ impl<'a> NodeSet<'a> {
             ));
         }
         self.seen.insert(id.to_owned(), (self.nodes.len(), item));
-        self.nodes.push(NodeDef { id: node_id, kind });
+        self.nodes.push(NodeDef::new(node_id, kind));
         Ok(())
     }
 }
