@@ -24,7 +24,7 @@ use adapters_agents::{MockQuery, Providers};
 use application::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn,
 };
-use application::{RunRequest, WorkflowRunner};
+use application::{Executor, RunRequest};
 use async_trait::async_trait;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use domain::WorkflowDef;
@@ -99,7 +99,7 @@ fn bench_runner(c: &mut Criterion) {
             ("stub_sync_never", SyncPolicy::Never),
             ("stub_sync_step", SyncPolicy::StepBoundary),
         ] {
-            let runner = WorkflowRunner::new(
+            let runner = Executor::new(
                 store(dir.path(), name, sync),
                 Arc::new(Stub),
                 Arc::new(SystemClock),
@@ -126,7 +126,7 @@ fn bench_runner(c: &mut Criterion) {
                 || {
                     // A fresh provider per run: its call counters start at 0 again.
                     let mock = MockQuery::new(dir.path(), dir.path());
-                    let runner = WorkflowRunner::new(
+                    let runner = Executor::new(
                         mock_store.clone(),
                         Arc::new(Providers::new().with_mock(Arc::new(mock))),
                         Arc::new(SystemClock),

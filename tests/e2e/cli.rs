@@ -185,7 +185,7 @@ fn a_failing_agent_exits_1_and_records_the_failure() {
     );
     awr.write(
         "fx/a.json",
-        r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
+        r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "slow down"}}}]}"#,
     );
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -193,7 +193,7 @@ fn a_failing_agent_exits_1_and_records_the_failure() {
     let events = events_of(&awr, &run_id_of(&out));
     assert_eq!(events.last().unwrap().kind.type_name(), "flow:failed");
     assert!(events.iter().any(|e| matches!(&e.kind,
-        EventKind::AgentError { error_type, .. } if error_type == "rate_limit")));
+        EventKind::AgentError { error_type, .. } if error_type == "api_error")));
 }
 
 #[test]

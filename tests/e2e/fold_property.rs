@@ -11,7 +11,7 @@ use application::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
     RunStore, StoreError,
 };
-use application::{RunRequest, WorkflowRunner};
+use application::{Executor, RunRequest};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
 use infrastructure::{FixedClock, MemoryRunStore, SeededIds};
@@ -200,7 +200,7 @@ proptest! {
             let store = Arc::new(Recording { inner: MemoryRunStore::new(), saved: Mutex::new(Vec::new()) });
             let outcomes = (0..case.nodes).map(|i| (format!("n{i}"), case.outcomes[i].clone())).collect();
             let query = Arc::new(Scripted { outcomes, calls: Mutex::new(HashMap::new()) });
-            let runner = WorkflowRunner::new(
+            let runner = Executor::new(
                 store.clone(),
                 query,
                 Arc::new(FixedClock::default()),

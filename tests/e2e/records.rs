@@ -320,7 +320,7 @@ fn show_of_a_failed_run_names_the_node_and_its_error() {
     );
     awr.write(
         "fx/a.json",
-        r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
+        r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "slow down"}}}]}"#,
     );
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);

@@ -4,8 +4,8 @@
 //!   (event log + snapshots), [`ports::QueryFn`] (one agent invocation),
 //!   [`ports::Clock`] and [`ports::IdGen`] (so replays can pin time and ids),
 //!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
-//! - [`runner`]: [`runner::WorkflowRunner`], which executes a validated
-//!   workflow graph, records every step, and keeps the snapshot current.
+//! - [`run`]: the [`run::Executor`], which executes a validated workflow
+//!   graph; a run's whole state is the fold of its event log (design §5.1).
 //! - [`secrets`] and [`redact`]: which variables hold keys, what a child
 //!   process may see of them, and decorators that keep their values out of
 //!   every record written.
@@ -16,9 +16,9 @@
 pub mod inspect;
 pub mod ports;
 pub mod redact;
-pub mod runner;
+pub mod run;
 pub mod secrets;
 pub mod tool_loop;
 pub mod tools;
 
-pub use runner::{CheckpointPolicy, RunOutcome, RunRequest, RunnerError, WorkflowRunner};
+pub use run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};

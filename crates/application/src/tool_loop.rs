@@ -297,7 +297,7 @@ impl Conversation {
                             details: None,
                         },
                     });
-                    tokio::time::sleep(wait).await;
+                    self.clock.sleep(wait).await;
                 };
                 let Attempted::Done(turn) = outcome else {
                     return;
@@ -470,6 +470,9 @@ mod tests {
         clock
             .expect_now()
             .returning(|| Timestamp::from_millis(1_700_000_000_000));
+        clock
+            .expect_sleep()
+            .returning(|d| Box::pin(tokio::time::sleep(d)));
         let mut ids = MockIdGen::new();
         ids.expect_uuid().returning(Uuid::new_v4);
         let router = ToolRouter::new().with(Arc::new(echo_tool()));

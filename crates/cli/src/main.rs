@@ -13,6 +13,7 @@
 
 mod commands;
 mod progress;
+mod signals;
 mod wiring;
 
 use std::path::PathBuf;
@@ -98,6 +99,9 @@ pub enum Failure {
     Input(anyhow::Error),
     /// The run failed or the runtime did: exit 1.
     Run(anyhow::Error),
+    /// A signal cancelled the run: exit 128 + the signal's number (130 for
+    /// SIGINT, 143 for SIGTERM), as a shell reports a process it killed.
+    Cancelled(u8, anyhow::Error),
 }
 
 impl Failure {
@@ -105,6 +109,7 @@ impl Failure {
         match self {
             Failure::Input(_) => 2,
             Failure::Run(_) => 1,
+            Failure::Cancelled(code, _) => *code,
         }
     }
 }
@@ -126,7 +131,7 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            let (Failure::Input(e) | Failure::Run(e)) = &failure;
+            let (Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e)) = &failure;
             note(&format!(
                 "awr: {}",
                 one_line(&wiring::redact_printed(&format!("{e:#}")))

@@ -162,11 +162,23 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
-    /// A node execution began, with the input its agent receives.
+    /// A node run began (or began again: `attempt` > 1 is a retry of the
+    /// same `nodeRunId`), with the input its agent receives. The item run of
+    /// a `for_each` node names its `item`; the node run that spawns the
+    /// items names their count in `items`.
     #[serde(rename = "node:started", rename_all = "camelCase")]
     NodeStarted {
         #[serde(default)]
         input: Value,
+        /// 1 for the first attempt; absent (an older writer) reads as 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+        /// Index of the `for_each` item this node run works on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<u32>,
+        /// Number of `for_each` items (the list is `input.data`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<u32>,
     },
     /// A node execution succeeded; `output` is `{data, metadata}`.
     #[serde(rename = "node:completed", rename_all = "camelCase")]

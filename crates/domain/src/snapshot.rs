@@ -14,6 +14,10 @@
 //! know are kept in [`RunSnapshot::extra`]. A snapshot without `lastOffset`
 //! reads as reflecting no event, so the whole log is folded onto it.
 
+mod progress;
+
+pub use progress::{ForEachState, NodeRunState, Spent};
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -21,7 +25,7 @@ use serde_json::{Map, Value};
 
 use crate::command::InboxEntry;
 use crate::event::{EventKind, RuntimeEvent, WorkflowRef};
-use crate::ids::{NodeId, RunId, SessionId};
+use crate::ids::{NodeId, NodeRunId, RunId, SessionId};
 use crate::time::Timestamp;
 
 /// Schema version of `snapshot.json`; bump it with a migration when the shape changes.
@@ -108,6 +112,10 @@ fn first_version() -> u32 {
     1
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
 /// `lastOffset` and `version` (design §3), and the run's start and last update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -149,6 +157,27 @@ pub struct RunSnapshot {
     /// Why the run failed, while its status is `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<RunFailure>,
+    /// Node runs started and not ended: what a resume finds in flight.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_runs: BTreeMap<NodeRunId, NodeRunState>,
+    /// `for_each` nodes whose items are running.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub for_each: BTreeMap<NodeId, ForEachState>,
+    /// Node runs started so far (the next one's `metadata.step_index`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub steps_started: u64,
+    /// How many times each node started (the transcript's `iteration`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_passes: BTreeMap<NodeId, u32>,
+    /// Agent of the node that completed last (`metadata.previous_agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_agent: Option<String>,
+    /// What the run's agents consumed, against the run's budget.
+    #[serde(default, skip_serializing_if = "Spent::is_empty")]
+    pub spent: Spent,
+    /// What each node's agents consumed, against the node's budget.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_spent: BTreeMap<NodeId, Spent>,
     /// Fields this version does not know (a newer writer's), kept so they are
     /// shown and saved back unchanged.
     #[serde(flatten)]
@@ -174,6 +203,13 @@ impl RunSnapshot {
             started_at: None,
             updated_at: None,
             failure: None,
+            node_runs: BTreeMap::new(),
+            for_each: BTreeMap::new(),
+            steps_started: 0,
+            node_passes: BTreeMap::new(),
+            previous_agent: None,
+            spent: Spent::default(),
+            node_spent: BTreeMap::new(),
             extra: Map::new(),
         }
     }
@@ -239,22 +275,61 @@ impl RunSnapshot {
                 });
             }
             EventKind::FlowCancelled { .. } => self.status = RunStatus::Cancelled,
-            EventKind::NodeStarted { .. } => {
+            EventKind::NodeStarted {
+                input,
+                attempt,
+                item,
+                items,
+            } => {
                 if let Some(node) = node {
-                    self.node_status.insert(node.clone(), NodeStatus::Running);
-                    self.outputs.remove(node);
+                    self.node_started(event, node, input, *attempt, *item, *items);
                 }
             }
             EventKind::NodeCompleted { output } => {
-                if let Some(node) = node {
-                    self.node_status.insert(node.clone(), NodeStatus::Done);
-                    self.outputs.insert(node.clone(), output.clone());
+                match self.node_ended(event) {
+                    Some(NodeRunState {
+                        node_id,
+                        item: Some(item),
+                        ..
+                    }) => {
+                        let data = output.get("data").cloned().unwrap_or(Value::Null);
+                        if let Some(progress) = self.for_each.get_mut(&node_id) {
+                            progress.outputs.insert(item, data);
+                        }
+                    }
+                    _ => {
+                        if let Some(node) = node {
+                            self.node_status.insert(node.clone(), NodeStatus::Done);
+                            self.outputs.insert(node.clone(), output.clone());
+                            self.for_each.remove(node);
+                            self.previous_agent = output
+                                .pointer("/metadata/agent_name")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned);
+                        }
+                    }
                 }
                 self.drop_inbox_of(event);
             }
-            EventKind::NodeFailed { .. } => {
-                if let Some(node) = node {
-                    self.node_status.insert(node.clone(), NodeStatus::Failed);
+            EventKind::NodeFailed { continued, .. } => {
+                match self.node_ended(event) {
+                    Some(NodeRunState {
+                        node_id,
+                        item: Some(item),
+                        ..
+                    }) => {
+                        // An item that may fail leaves a null in its place; one
+                        // that may not fails its node next, which ends the items.
+                        if *continued && let Some(progress) = self.for_each.get_mut(&node_id) {
+                            progress.outputs.insert(item, Value::Null);
+                        }
+                    }
+                    _ => {
+                        if let Some(node) = node {
+                            self.node_status.insert(node.clone(), NodeStatus::Failed);
+                            self.for_each.remove(node);
+                        }
+                    }
                 }
                 self.drop_inbox_of(event);
             }
@@ -285,13 +360,28 @@ impl RunSnapshot {
                 self.edge_status
                     .insert(edge_id.clone(), EdgeStatus::Skipped);
             }
-            EventKind::AgentStart { session_id, .. }
-            | EventKind::AgentComplete {
-                session_id: Some(session_id),
-                ..
-            } => {
+            EventKind::AgentStart { session_id, .. } => {
                 if let Some(node) = node {
                     self.agent_sessions.insert(node.clone(), session_id.clone());
+                }
+            }
+            EventKind::AgentComplete {
+                session_id,
+                usage,
+                total_cost_usd,
+                num_turns,
+                ..
+            } => {
+                self.spent.add(usage, *total_cost_usd, *num_turns);
+                if let Some(node) = node {
+                    if let Some(session_id) = session_id {
+                        self.agent_sessions.insert(node.clone(), session_id.clone());
+                    }
+                    self.node_spent.entry(node.clone()).or_default().add(
+                        usage,
+                        *total_cost_usd,
+                        *num_turns,
+                    );
                 }
             }
             EventKind::CommandReceived {
@@ -305,6 +395,81 @@ impl RunSnapshot {
             }
             _ => {}
         }
+    }
+
+    /// A node run begins, or begins its next attempt.
+    fn node_started(
+        &mut self,
+        event: &RuntimeEvent,
+        node: &NodeId,
+        input: &Value,
+        attempt: Option<u32>,
+        item: Option<u32>,
+        items: Option<u32>,
+    ) {
+        let attempt = attempt.unwrap_or(1);
+        if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
+            run.attempt = attempt;
+            return;
+        }
+        let passes = self.node_passes.entry(node.clone()).or_insert(0);
+        let iteration = match item {
+            // Items share the pass of the node run that spawned them.
+            Some(_) => passes.saturating_sub(1),
+            None => {
+                *passes += 1;
+                *passes - 1
+            }
+        };
+        if let Some(id) = event.node_run_id {
+            self.node_runs.insert(
+                id,
+                NodeRunState {
+                    node_id: node.clone(),
+                    attempt,
+                    item,
+                    iteration,
+                    started_at: Some(event.timestamp),
+                },
+            );
+        }
+        self.node_spent
+            .entry(node.clone())
+            .or_default()
+            .since
+            .get_or_insert(event.timestamp);
+        match item {
+            Some(index) => {
+                if let Some(progress) = self.for_each.get_mut(node) {
+                    progress.started = progress.started.max(index.saturating_add(1));
+                }
+            }
+            None => {
+                self.steps_started += 1;
+                self.node_status.insert(node.clone(), NodeStatus::Running);
+                self.outputs.remove(node);
+                if items.is_some() {
+                    let list = input
+                        .get("data")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    self.for_each.insert(
+                        node.clone(),
+                        ForEachState {
+                            items: list,
+                            outputs: BTreeMap::new(),
+                            started: 0,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// The node run an event ends, no longer in flight.
+    fn node_ended(&mut self, event: &RuntimeEvent) -> Option<NodeRunState> {
+        self.node_runs.remove(&event.node_run_id?)
     }
 
     /// A node run that ended can no longer consume its messages.
@@ -353,7 +518,15 @@ mod tests {
                     edges: vec!["a->b".into()],
                 },
             ),
-            (Some("a"), EventKind::NodeStarted { input: Value::Null }),
+            (
+                Some("a"),
+                EventKind::NodeStarted {
+                    input: Value::Null,
+                    attempt: Some(1),
+                    item: None,
+                    items: None,
+                },
+            ),
             (
                 Some("a"),
                 EventKind::AgentStart {

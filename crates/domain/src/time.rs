@@ -34,6 +34,12 @@ impl Timestamp {
         self.0
     }
 
+    /// `millis` later (saturating at the end of representable time).
+    pub fn plus_millis(&self, millis: u128) -> Timestamp {
+        let millis = i64::try_from(millis).unwrap_or(i64::MAX);
+        Timestamp::from_millis(self.as_millis().saturating_add(millis))
+    }
+
     /// Milliseconds from `earlier` to `self`, 0 if `earlier` is later.
     pub fn millis_since(&self, earlier: Timestamp) -> u64 {
         u64::try_from(self.as_millis() - earlier.as_millis()).unwrap_or(0)

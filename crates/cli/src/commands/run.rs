@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use application::{RunRequest, WorkflowRunner};
+use application::{Cancel, Executor, RunRequest};
 use domain::workflow::{NodeKind, Provider};
 use domain::{RunStatus, WorkflowDef, WorkflowError};
 use serde_json::Value;
@@ -273,7 +273,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     let (clock, ids) = wiring::clock_and_ids();
     let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
     let progress = Arc::new(Progress::new());
-    let runner = WorkflowRunner::new(store, Arc::new(providers), clock, ids)
+    let runner = Executor::new(store, Arc::new(providers), clock, ids)
         .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
         .with_observer(secrets.observer(progress.clone()));
     let run_id = runner
@@ -282,14 +282,23 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
         .context("cannot create the run")
         .map_err(Failure::Input)?;
     crate::note(&format!("run {run_id}"));
+    let cancel = Cancel::new();
+    let signals = crate::signals::cancel_on_signal(cancel.clone());
     let outcome = runner
-        .run(run_id, RunRequest { workflow, input })
+        .run_cancellable(run_id, RunRequest { workflow, input }, cancel)
         .await
         .with_context(|| format!("run {run_id}"))
         .map_err(Failure::Run)?;
     progress.finish();
     match outcome.status {
         RunStatus::Completed => print_output(&secrets.value(outcome.output)),
+        RunStatus::Cancelled => Err(Failure::Cancelled(
+            signals.exit_code(),
+            anyhow!(
+                "run {run_id} cancelled: {}",
+                outcome.error.unwrap_or_else(|| "no reason given".into())
+            ),
+        )),
         _ => Err(Failure::Run(anyhow!(
             "run {run_id} failed: {}",
             outcome.error.unwrap_or_else(|| "unknown error".into())

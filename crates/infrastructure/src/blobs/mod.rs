@@ -870,6 +870,9 @@ mod record_tests {
                 Some("a"),
                 EventKind::NodeStarted {
                     input: json!({"data": text, "metadata": {"step_index": 0, "previous_agent": null}}),
+                    attempt: Some(1),
+                    item: None,
+                    items: None,
                 },
             ),
             event(

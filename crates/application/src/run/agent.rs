@@ -1,0 +1,329 @@
+//! An agent node run: the provider call, its messages as `agent:*` events,
+//! the checks on its result, and retries of transient failures.
+
+use domain::event::Prompt;
+use domain::output::parse_structured;
+use domain::workflow::AgentDef;
+use domain::{EventKind, SessionId};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::control;
+use super::node_run::{NodeEnd, NodeTask};
+use super::transcript::render_prompt;
+use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+
+/// Runs the agent of `task` until it succeeds, fails for good, or runs out of attempts.
+pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
+    let Some((agent_name, agent)) = task
+        .workflow
+        .agent_of(&task.node)
+        .map(|(name, agent)| (name.to_owned(), agent.clone()))
+    else {
+        // Validation guarantees every agent node names a known agent.
+        return NodeEnd::failed(format!("node `{}` has no agent", task.node.id));
+    };
+    let started = task.ports.clock.now();
+    let prompt = render_prompt(task.data());
+    let mut tool_calls = 0u64;
+    let result = loop {
+        let request = AgentRequest {
+            run_id: task.run_id,
+            workflow: task.workflow.name.clone(),
+            node_id: task.node.id.clone(),
+            node_run_id: task.run,
+            agent_name: agent_name.clone(),
+            agent: agent.clone(),
+            prompt: prompt.clone(),
+            resume: None,
+        };
+        let error = match invoke(task, request, &mut tool_calls).await {
+            Ok(data) => break Ok(data),
+            Err(error) => error,
+        };
+        let retry = &task.node.retry;
+        match control::retry_after(retry, task.attempt, &error, agent.provider.is_http()) {
+            Some(wait) => {
+                task.ports.clock.sleep(wait).await;
+                task.attempt += 1;
+                let again = EventKind::NodeStarted {
+                    input: task.input.clone(),
+                    attempt: Some(task.attempt),
+                    item: task.item,
+                    items: None,
+                };
+                if !task.record(again).await {
+                    break Err(error);
+                }
+            }
+            None => break Err(error),
+        }
+    };
+    let elapsed = task.ports.clock.now().millis_since(started);
+    let metadata = json!({
+        "agent_name": agent_name,
+        "execution_time_ms": elapsed,
+        "tool_calls_count": tool_calls,
+    });
+    match result {
+        Ok(data) => NodeEnd {
+            data,
+            metadata,
+            error: None,
+        },
+        Err(error) => NodeEnd {
+            data: Value::Null,
+            metadata,
+            error: Some(error.to_string()),
+        },
+    }
+}
+
+/// One attempt: calls the agent and sends its messages; its output data, or
+/// the error (already recorded as `agent:error`).
+async fn invoke(
+    task: &NodeTask,
+    request: AgentRequest,
+    tool_calls: &mut u64,
+) -> Result<Value, QueryError> {
+    let agent = request.agent.clone();
+    let prompt = request.prompt.clone();
+    let started = task.ports.clock.now();
+    let mut stream = match task.ports.query.query(request).await {
+        Ok(stream) => stream,
+        Err(error) => return failed(task, error).await,
+    };
+    let mut announced: Option<(SessionId, Option<String>)> = None;
+    let mut open_tool_uses: Vec<Option<String>> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let message = match item {
+            Ok(message) => message,
+            Err(error) => return failed(task, error).await,
+        };
+        if announced.is_none() {
+            let (session_id, model) = match &message {
+                AgentMessage::Session { session_id, model } => (session_id.clone(), model.clone()),
+                AgentMessage::Completed(AgentResult {
+                    session_id: Some(s),
+                    ..
+                }) => (s.clone(), agent.model.clone()),
+                // The provider names no session: the runtime's own id stands in.
+                _ => (
+                    SessionId::from_uuid(task.ports.ids.uuid()),
+                    agent.model.clone(),
+                ),
+            };
+            let model = model.or_else(|| agent.model.clone());
+            announced = Some((session_id.clone(), model.clone()));
+            task.send(EventKind::AgentStart {
+                session_id,
+                model,
+                prompt: Prompt::Text(prompt.clone()),
+            })
+            .await;
+            if matches!(message, AgentMessage::Session { .. }) {
+                continue;
+            }
+        }
+        let kind = match message {
+            AgentMessage::Session { .. } => continue,
+            AgentMessage::ThinkingDelta {
+                content,
+                token_count,
+            } => EventKind::AgentThinkingDelta {
+                content,
+                token_count,
+            },
+            AgentMessage::Thinking {
+                content,
+                token_count,
+                signature,
+            } => EventKind::AgentThinking {
+                content,
+                token_count,
+                signature,
+            },
+            AgentMessage::TextDelta { content } => EventKind::AgentTextDelta { content },
+            AgentMessage::Text { content } => EventKind::AgentText { content },
+            AgentMessage::ToolUse { id, name, input } => {
+                *tool_calls += 1;
+                open_tool_uses.push(id.clone());
+                EventKind::AgentToolUse {
+                    tool_use_id: id,
+                    tool_name: name,
+                    tool_input: input,
+                }
+            }
+            AgentMessage::Tool {
+                id,
+                name,
+                input,
+                output,
+                duration_ms,
+                error,
+            } => {
+                // A call announced by its use was counted then.
+                match open_tool_uses.iter().position(|open| *open == id) {
+                    Some(at) => {
+                        open_tool_uses.remove(at);
+                    }
+                    None => *tool_calls += 1,
+                }
+                EventKind::AgentTool {
+                    tool_use_id: id,
+                    tool_name: name,
+                    tool_input: input,
+                    tool_output: output,
+                    duration_ms,
+                    error,
+                }
+            }
+            AgentMessage::Error {
+                error_type,
+                message,
+                details,
+            } => EventKind::AgentError {
+                error_type,
+                message,
+                details,
+            },
+            AgentMessage::Warning { message, details } => EventKind::Warning { message, details },
+            AgentMessage::ToolStarted {
+                call_id,
+                name,
+                input,
+            } => EventKind::ToolStarted {
+                call_id,
+                tool_name: name,
+                tool_input: input,
+            },
+            AgentMessage::ToolFinished {
+                call_id,
+                name,
+                output,
+                duration_ms,
+            } => {
+                *tool_calls += 1;
+                match output {
+                    Ok(tool_output) => EventKind::ToolCompleted {
+                        call_id,
+                        tool_name: name,
+                        tool_output,
+                        duration_ms,
+                    },
+                    Err(error) => EventKind::ToolFailed {
+                        call_id,
+                        tool_name: name,
+                        error,
+                        duration_ms,
+                    },
+                }
+            }
+            AgentMessage::RateLimited {
+                provider,
+                attempt,
+                retry_after_ms,
+            } => EventKind::RateLimited {
+                provider,
+                attempt,
+                retry_after_ms,
+            },
+            AgentMessage::Completed(result) => {
+                let elapsed = task.ports.clock.now().millis_since(started);
+                let (session, model) = announced
+                    .unwrap_or_else(|| (SessionId::from_uuid(task.ports.ids.uuid()), None));
+                return completed(task, &agent, result, elapsed, &session, model.as_deref()).await;
+            }
+        };
+        task.send(kind).await;
+    }
+    let error = QueryError::Agent {
+        error_type: "error_during_execution".into(),
+        message: "the agent's output ended without a result".into(),
+        details: None,
+    };
+    failed(task, error).await
+}
+
+/// Checks the result against the agent's limits and schema, then records `agent:complete`.
+async fn completed(
+    task: &NodeTask,
+    agent: &AgentDef,
+    result: AgentResult,
+    elapsed_ms: u64,
+    announced_session: &SessionId,
+    announced_model: Option<&str>,
+) -> Result<Value, QueryError> {
+    if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
+        let error = QueryError::Agent {
+            error_type: "error_max_turns".into(),
+            message: format!(
+                "the agent took {} turns; max_turns is {max}",
+                result.num_turns
+            ),
+            details: None,
+        };
+        return failed(task, error).await;
+    }
+    let structured = match &agent.output_schema {
+        Some(schema) => match parse_structured(&result.text, schema) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                let error = QueryError::Agent {
+                    error_type: "error_output_schema".into(),
+                    message: e.to_string(),
+                    details: None,
+                };
+                return failed(task, error).await;
+            }
+        },
+        None => None,
+    };
+    let total_cost_usd = result
+        .total_cost_usd
+        .or_else(|| price(task, &result, announced_model));
+    let data = structured
+        .clone()
+        .unwrap_or_else(|| Value::String(result.text.clone()));
+    task.send(EventKind::AgentComplete {
+        result: result.text,
+        structured_output: structured,
+        usage: result.usage,
+        model_usage: result.model_usage,
+        total_cost_usd,
+        duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
+        num_turns: result.num_turns,
+        session_id: result.session_id.filter(|s| s != announced_session),
+    })
+    .await;
+    Ok(data)
+}
+
+/// The cost of a result whose provider reported none, from the
+/// workflow's price table: by the one model the usage names, else the
+/// model the agent started with. Unknown price: no cost.
+fn price(task: &NodeTask, result: &AgentResult, announced_model: Option<&str>) -> Option<f64> {
+    let reported = match &result.model_usage {
+        Some(models) if models.len() == 1 => models.keys().next().map(String::as_str),
+        _ => None,
+    };
+    let model = reported.or(announced_model)?;
+    task.workflow.pricing.cost(model, &result.usage)
+}
+
+/// Records `agent:error` for `error` and returns it.
+async fn failed<T>(task: &NodeTask, error: QueryError) -> Result<T, QueryError> {
+    let (message, details) = match &error {
+        QueryError::Agent {
+            message, details, ..
+        } => (message.clone(), details.clone()),
+        other => (other.to_string(), None),
+    };
+    task.send(EventKind::AgentError {
+        error_type: error.error_type().to_owned(),
+        message,
+        details,
+    })
+    .await;
+    Err(error)
+}

@@ -1,0 +1,280 @@
+//! Control of a run from outside its graph: cancellation, budgets, retries.
+//!
+//! Cancellation is a tree: the run's [`Cancel`] is the parent of one token
+//! per node run, and a `call_workflow` child run's is a child of its node
+//! run's. Cancelling a node run drops its provider stream or command future,
+//! and the adapters kill the whole process group on drop (see the
+//! `QueryFn` and `CommandRunner` contracts). Budgets and retries are pure
+//! checks over the folded state, so each has a table test with no process
+//! and no clock.
+
+use std::sync::{Arc, OnceLock};
+
+use domain::snapshot::Spent;
+use domain::workflow::{Budget, Retry};
+use domain::{NodeId, RunSnapshot, Timestamp, WorkflowDef};
+use tokio_util::sync::CancellationToken;
+
+use crate::ports::QueryError;
+
+/// A run's cancellation: a token plus the reason it fired with.
+#[derive(Debug, Clone)]
+pub struct Cancel {
+    token: CancellationToken,
+    /// Its own reason first, then its ancestors': a child cancelled with
+    /// its parent reports the parent's reason.
+    reasons: Vec<Arc<OnceLock<String>>>,
+}
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cancel {
+    /// A cancellation that has not fired.
+    pub fn new() -> Self {
+        Self {
+            token: CancellationToken::new(),
+            reasons: vec![Arc::new(OnceLock::new())],
+        }
+    }
+
+    /// Fires it; the first reason given is the one recorded.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        if let Some(own) = self.reasons.first() {
+            let _ = own.set(reason.into());
+        }
+        self.token.cancel();
+    }
+
+    /// Whether it fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Why it fired (`None` before it did).
+    pub fn reason(&self) -> Option<&str> {
+        self.reasons
+            .iter()
+            .find_map(|r| r.get())
+            .map(String::as_str)
+    }
+
+    /// Completes when it fires.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+
+    /// A child: fires with its parent, or alone (with its own reason).
+    pub fn child(&self) -> Cancel {
+        let mut reasons = Vec::with_capacity(self.reasons.len() + 1);
+        reasons.push(Arc::new(OnceLock::new()));
+        reasons.extend(self.reasons.iter().cloned());
+        Cancel {
+            token: self.token.child_token(),
+            reasons,
+        }
+    }
+}
+
+/// A budget that ran out: what `budget:exceeded` records.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Exceeded {
+    /// `tokens`, `cost_usd`, `turns` or `deadline`.
+    pub budget: &'static str,
+    /// The limit (milliseconds for a deadline).
+    pub limit: f64,
+    /// What was used (milliseconds for a deadline).
+    pub used: f64,
+    /// The node whose budget it is; `None` for the run's.
+    pub node: Option<NodeId>,
+}
+
+/// The first budget `spent` crosses (tokens, cost, turns, deadline at `now`).
+fn crossed(
+    budget: &Budget,
+    spent: &Spent,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<(&'static str, f64, f64)> {
+    if let Some(limit) = budget.tokens
+        && spent.tokens > limit
+    {
+        return Some(("tokens", limit as f64, spent.tokens as f64));
+    }
+    if let Some(limit) = budget.cost_usd
+        && spent.cost_usd > limit
+    {
+        return Some(("cost_usd", limit, spent.cost_usd));
+    }
+    if let Some(limit) = budget.turns
+        && spent.turns > limit
+    {
+        return Some(("turns", limit as f64, spent.turns as f64));
+    }
+    if let (Some(deadline), Some(since)) = (budget.deadline, since) {
+        let limit = deadline.0.as_millis() as f64;
+        let used = now.millis_since(since) as f64;
+        if used >= limit {
+            return Some(("deadline", limit, used));
+        }
+    }
+    None
+}
+
+/// The first budget of the run, or of one of its nodes, that the state has crossed at `now`.
+pub(crate) fn exceeded(state: &RunSnapshot, wf: &WorkflowDef, now: Timestamp) -> Option<Exceeded> {
+    if let Some((budget, limit, used)) = crossed(&wf.budget, &state.spent, state.started_at, now) {
+        return Some(Exceeded {
+            budget,
+            limit,
+            used,
+            node: None,
+        });
+    }
+    wf.nodes
+        .iter()
+        .filter(|n| !n.budget.is_unlimited())
+        .find_map(|n| {
+            let spent = state.node_spent.get(&n.id)?;
+            let (budget, limit, used) = crossed(&n.budget, spent, spent.since, now)?;
+            Some(Exceeded {
+                budget,
+                limit,
+                used,
+                node: Some(n.id.clone()),
+            })
+        })
+}
+
+/// When the next deadline of the run or of a node that has started falls.
+pub(crate) fn next_deadline(state: &RunSnapshot, wf: &WorkflowDef) -> Option<Timestamp> {
+    let run = wf
+        .budget
+        .deadline
+        .zip(state.started_at)
+        .map(|(d, since)| since.plus_millis(d.0.as_millis()));
+    let nodes = wf.nodes.iter().filter_map(|n| {
+        let deadline = n.budget.deadline?;
+        let since = state.node_spent.get(&n.id)?.since?;
+        Some(since.plus_millis(deadline.0.as_millis()))
+    });
+    run.into_iter().chain(nodes).min()
+}
+
+/// Whether a failed attempt may be tried again: the error is transient and
+/// attempts are left. HTTP agents retry a transient failure inside their
+/// tool loop (keeping the conversation), so the node does not retry them again.
+pub(crate) fn retry_after(
+    retry: &Retry,
+    attempt: u32,
+    error: &QueryError,
+    http: bool,
+) -> Option<std::time::Duration> {
+    let transient = matches!(
+        error.error_type(),
+        "rate_limit" | "network_error" | "overloaded_error" | "server_error"
+    );
+    (transient && !http && attempt < retry.max_attempts).then(|| retry.wait_before(attempt + 1))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use domain::event::Usage;
+    use domain::workflow::Timeout;
+    use std::time::Duration;
+
+    fn spent(tokens: u64, cost: f64, turns: u64) -> Spent {
+        Spent {
+            tokens,
+            cost_usd: cost,
+            turns,
+            since: None,
+        }
+    }
+
+    #[test]
+    fn each_budget_kind_is_crossed_only_past_its_limit() {
+        let t0 = Timestamp::from_millis(0);
+        let budget = Budget {
+            tokens: Some(100),
+            cost_usd: Some(1.0),
+            turns: Some(5),
+            deadline: Some(Timeout(Duration::from_secs(10))),
+        };
+        let cases: [(Spent, i64, Option<&str>); 6] = [
+            (spent(100, 1.0, 5), 9_999, None),
+            (spent(101, 0.0, 0), 0, Some("tokens")),
+            (spent(0, 1.01, 0), 0, Some("cost_usd")),
+            (spent(0, 0.0, 6), 0, Some("turns")),
+            (spent(0, 0.0, 0), 10_000, Some("deadline")),
+            (spent(500, 0.0, 0), 20_000, Some("tokens")),
+        ];
+        for (s, at, expected) in cases {
+            let got = crossed(&budget, &s, Some(t0), Timestamp::from_millis(at)).map(|c| c.0);
+            assert_eq!(got, expected, "{s:?} at {at} ms");
+        }
+    }
+
+    #[test]
+    fn spent_adds_tokens_cost_and_turns() {
+        let mut s = Spent::default();
+        let usage = Usage {
+            input_tokens: 7,
+            output_tokens: 3,
+            ..Usage::default()
+        };
+        s.add(&usage, Some(0.5), 2);
+        s.add(&usage, None, 1);
+        assert_eq!((s.tokens, s.cost_usd, s.turns), (20, 0.5, 3));
+    }
+
+    #[test]
+    fn only_transient_errors_of_cli_agents_are_retried_while_attempts_last() {
+        let retry = Retry::default();
+        let error = |t: &str| QueryError::Agent {
+            error_type: t.into(),
+            message: String::new(),
+            details: None,
+        };
+        assert_eq!(
+            retry_after(&retry, 1, &error("rate_limit"), false),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            retry_after(&retry, 2, &error("network_error"), false),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(retry_after(&retry, 3, &error("rate_limit"), false), None);
+        assert_eq!(
+            retry_after(&retry, 1, &error("error_max_turns"), false),
+            None
+        );
+        assert_eq!(retry_after(&retry, 1, &error("rate_limit"), true), None);
+        assert_eq!(
+            retry_after(&retry, 1, &QueryError::Config("x".into()), false),
+            None
+        );
+    }
+
+    #[test]
+    fn a_child_fires_with_its_parent_and_keeps_the_first_reason() {
+        let run = Cancel::new();
+        let node = run.child();
+        assert!(!node.is_cancelled());
+        run.cancel("interrupted");
+        run.cancel("later");
+        assert!(node.is_cancelled());
+        assert_eq!(run.reason(), Some("interrupted"));
+        let lone = Cancel::new();
+        let child = lone.child();
+        child.cancel("node only");
+        assert!(!lone.is_cancelled());
+        assert_eq!(child.reason(), Some("node only"));
+        assert_eq!(node.reason(), Some("interrupted"));
+    }
+}

@@ -1,0 +1,622 @@
+//! [`Driver`]: the loop of one run. It folds, decides, records, acts.
+//!
+//! The loop owns the run's [`Recorder`] (so it is the run's single writer)
+//! and the node runs in flight, each a task under a child of the run's
+//! [`Cancel`]. A turn of the loop: carry out what [`decide`] says until it
+//! says nothing; check the budgets; then wait for one thing — a message from
+//! a node run, a cancellation, a deadline — and handle it.
+//!
+//! A message of a node run that is no longer in flight (it was failed or
+//! cancelled meanwhile) is dropped: the state, not the task, says who may
+//! still write.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use domain::event::WorkflowRef;
+use domain::{
+    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::{Id, JoinSet};
+
+use super::control::{self, Cancel, Exceeded};
+use super::decide::{Action, decide};
+use super::node_run::{Msg, NodeEnd, NodeTask};
+use super::recorder::{Ctx, RUN_LEVEL, Recorder};
+use super::transcript::TranscriptWriter;
+use super::{ExecutorError, Ports, RunOutcome, RunRequest, routing};
+
+/// Messages from node runs waiting to be recorded. Bounded so that an agent
+/// that streams faster than the disk takes waits for the writer instead of
+/// filling memory; 256 keeps a burst of deltas from stalling the agent.
+const CHANNEL: usize = 256;
+
+/// Why a run stops before it completes.
+enum Stop {
+    /// A node failed (its policy stops the run) or routing failed.
+    Failed { node: Option<NodeId>, error: String },
+    /// A budget ran out.
+    Budget(Exceeded),
+    /// The run was cancelled.
+    Cancelled(String),
+}
+
+pub(crate) struct Driver {
+    ports: Arc<Ports>,
+    workflow: Arc<WorkflowDef>,
+    /// The run input (`flow:started`'s).
+    input: Value,
+    rec: Recorder,
+    cancel: Cancel,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+    tasks: JoinSet<()>,
+    /// The task of each node run in flight, and its cancellation.
+    running: HashMap<NodeRunId, (Id, Cancel)>,
+}
+
+impl Driver {
+    /// Starts a new run: `flow:started`, the first snapshot, then the loop.
+    pub async fn start(
+        ports: Arc<Ports>,
+        run_id: RunId,
+        parent: Option<RunId>,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let transcript = match &ports.transcripts {
+            Some(t) => Some(TranscriptWriter::new(
+                t.open(run_id, parent).await?,
+                Arc::clone(&ports.clock),
+            )),
+            None => None,
+        };
+        let workflow = request.workflow;
+        let rec = Recorder::new(
+            Arc::clone(&ports),
+            Arc::clone(&workflow),
+            RunSnapshot::new(run_id),
+            transcript,
+        );
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        let mut driver = Driver {
+            ports,
+            workflow,
+            input: request.input,
+            rec,
+            cancel,
+            tx,
+            rx,
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+        };
+        let result = async {
+            let wf = Arc::clone(&driver.workflow);
+            let started = EventKind::FlowStarted {
+                workflow: WorkflowRef {
+                    extra: Default::default(),
+                    name: wf.name.clone(),
+                    hash: wf.hash.clone(),
+                },
+                input: driver.input.clone(),
+                parent_run_id: parent,
+                nodes: wf.nodes.iter().map(|n| n.id.clone()).collect(),
+                edges: wf.edges.iter().map(|e| e.id.clone()).collect(),
+            };
+            driver.rec.emit(RUN_LEVEL, started).await?;
+            driver.rec.checkpoint().await?;
+            driver.drive().await
+        }
+        .await;
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                driver.record_system_failure(&error).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn state(&self) -> &RunSnapshot {
+        &self.rec.state
+    }
+
+    async fn drive(&mut self) -> Result<RunOutcome, ExecutorError> {
+        loop {
+            match self.act().await? {
+                Some(Next::Complete(output)) => return self.complete(output).await,
+                Some(Next::Stop(stop)) => return self.stop(stop).await,
+                None => {}
+            }
+            let now = self.ports.clock.now();
+            if let Some(exceeded) = control::exceeded(self.state(), &self.workflow, now) {
+                return self.stop(Stop::Budget(exceeded)).await;
+            }
+            let deadline = control::next_deadline(self.state(), &self.workflow).map(|at| {
+                self.ports
+                    .clock
+                    .sleep(Duration::from_millis(at.millis_since(now)))
+            });
+            let deadline = async {
+                match deadline {
+                    Some(wait) => wait.await,
+                    None => std::future::pending().await,
+                }
+            };
+            let stop = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
+                    Some(Stop::Cancelled(reason))
+                }
+                Some(msg) = self.rx.recv() => self.handle(msg).await?,
+                Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
+                // The budget check at the top of the loop sees the deadline.
+                () = deadline => None,
+            };
+            if let Some(stop) = stop {
+                return self.stop(stop).await;
+            }
+        }
+    }
+
+    /// Carries out what [`decide`] says until it says nothing more.
+    async fn act(&mut self) -> Result<Option<Next>, ExecutorError> {
+        loop {
+            let actions = decide(self.state(), &self.workflow, &self.input);
+            if actions.is_empty() {
+                return Ok(None);
+            }
+            for action in actions {
+                let stop = match action {
+                    Action::Complete { output } => return Ok(Some(Next::Complete(output))),
+                    Action::Skip { node, reason } => {
+                        self.skip(&node, reason).await?;
+                        None
+                    }
+                    Action::Start { node, input, items } => {
+                        let count = items
+                            .as_ref()
+                            .map(|i| u32::try_from(i.len()).unwrap_or(u32::MAX));
+                        self.start_node(&node, input, None, count).await?
+                    }
+                    Action::StartItem { node, index, input } => {
+                        self.start_node(&node, input, Some(index), None).await?
+                    }
+                    Action::FinishItems { node } => self.finish_items(&node).await?,
+                };
+                if let Some(stop) = stop {
+                    return Ok(Some(Next::Stop(stop)));
+                }
+            }
+        }
+    }
+
+    /// `node:skipped` and its outgoing edges skipped.
+    async fn skip(&mut self, node: &NodeId, reason: &str) -> Result<(), ExecutorError> {
+        let ctx: Ctx = (Some(node.clone()), None);
+        let reason = reason.to_owned();
+        self.rec
+            .emit(ctx.clone(), EventKind::NodeSkipped { reason })
+            .await?;
+        let wf = Arc::clone(&self.workflow);
+        for edge in wf.outgoing(node) {
+            self.rec
+                .emit(ctx.clone(), routing::skipped(edge, "source skipped"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Records a node run's start, then starts its task (a `for_each`
+    /// node's own run has no task: its items are started next).
+    async fn start_node(
+        &mut self,
+        node: &NodeId,
+        input: Result<Value, String>,
+        item: Option<u32>,
+        items: Option<u32>,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        let run = NodeRunId::new(self.ports.ids.uuid());
+        let ctx: Ctx = (Some(node.clone()), Some(run));
+        let (input, broken) = match input {
+            Ok(input) => (input, None),
+            Err(error) => (Value::Null, Some(error)),
+        };
+        let started = EventKind::NodeStarted {
+            input: input.clone(),
+            attempt: Some(1),
+            item,
+            items,
+        };
+        self.rec.emit(ctx, started).await?;
+        if let Some(error) = broken {
+            return self.node_ended(run, node, NodeEnd::failed(error)).await;
+        }
+        if items.is_some() {
+            return Ok(None);
+        }
+        let Some(def) = self.workflow.node(node).cloned() else {
+            let error = format!("node `{node}` is not in the workflow");
+            return self.node_ended(run, node, NodeEnd::failed(error)).await;
+        };
+        let cancel = self.cancel.child();
+        let task = NodeTask {
+            ports: Arc::clone(&self.ports),
+            workflow: Arc::clone(&self.workflow),
+            run_id: self.state().run_id,
+            node: def,
+            run,
+            attempt: 1,
+            input,
+            item,
+            tx: self.tx.clone(),
+            cancel: cancel.clone(),
+        };
+        let handle = self.tasks.spawn(task.run());
+        self.running.insert(run, (handle.id(), cancel));
+        Ok(None)
+    }
+
+    /// One message of a node run.
+    async fn handle(&mut self, msg: Msg) -> Result<Option<Stop>, ExecutorError> {
+        match msg {
+            Msg::Event {
+                run,
+                node,
+                kind,
+                ack,
+            } => {
+                if !self.state().node_runs.contains_key(&run) {
+                    return Ok(None);
+                }
+                let event = self.rec.emit((Some(node), Some(run)), kind).await?;
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
+                }
+                Ok(self.over_budget(&event))
+            }
+            Msg::Ended { run, node, end } => {
+                if !self.state().node_runs.contains_key(&run) {
+                    return Ok(None);
+                }
+                self.running.remove(&run);
+                self.node_ended(run, &node, end).await
+            }
+        }
+    }
+
+    /// A budget an agent's result crossed.
+    fn over_budget(&self, event: &RuntimeEvent) -> Option<Stop> {
+        if !matches!(event.kind, EventKind::AgentComplete { .. }) {
+            return None;
+        }
+        control::exceeded(self.state(), &self.workflow, event.timestamp).map(Stop::Budget)
+    }
+
+    /// A task that ended: a panic ends its node run as a failure.
+    async fn reap(
+        &mut self,
+        joined: Result<(Id, ()), tokio::task::JoinError>,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        let Err(error) = joined else {
+            return Ok(None);
+        };
+        let id = error.id();
+        let Some(run) = self
+            .running
+            .iter()
+            .find_map(|(run, (task, _))| (*task == id).then_some(*run))
+        else {
+            return Ok(None);
+        };
+        self.running.remove(&run);
+        let Some(node) = self.state().node_runs.get(&run).map(|r| r.node_id.clone()) else {
+            return Ok(None);
+        };
+        let end = NodeEnd::failed(format!("the node run stopped unexpectedly: {error}"));
+        self.node_ended(run, &node, end).await
+    }
+
+    /// Records how a node run ended and, for a whole node, routes its data.
+    async fn node_ended(
+        &mut self,
+        run: NodeRunId,
+        node: &NodeId,
+        end: NodeEnd,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        let item = self.state().node_runs.get(&run).and_then(|r| r.item);
+        let ctx: Ctx = (Some(node.clone()), Some(run));
+        let continues = self
+            .workflow
+            .node(node)
+            .is_some_and(|n| self.workflow.continues_on_error(n));
+        let NodeEnd {
+            data,
+            metadata,
+            error,
+        } = end;
+        match error {
+            None => {
+                let output = json!({ "data": data, "metadata": metadata });
+                self.rec
+                    .emit(ctx, EventKind::NodeCompleted { output })
+                    .await?;
+            }
+            Some(error) => {
+                let failed = EventKind::NodeFailed {
+                    error: error.clone(),
+                    continued: continues,
+                };
+                self.rec.emit(ctx, failed).await?;
+                if !continues {
+                    let error = match item {
+                        Some(i) => format!("node `{node}` failed on item {i}: {error}"),
+                        None => format!("node `{node}` failed: {error}"),
+                    };
+                    return Ok(Some(Stop::Failed {
+                        node: Some(node.clone()),
+                        error,
+                    }));
+                }
+            }
+        }
+        if item.is_some() {
+            // The node ends when all its items have (see `finish_items`).
+            return Ok(None);
+        }
+        self.route(node, &data).await
+    }
+
+    /// Routes a node's data along its edges, then marks a step boundary.
+    async fn route(&mut self, node: &NodeId, data: &Value) -> Result<Option<Stop>, ExecutorError> {
+        let edges = routing::route(self.state(), &self.workflow, node, data, &self.input);
+        match edges {
+            Ok(kinds) => {
+                for kind in kinds {
+                    self.rec.emit((Some(node.clone()), None), kind).await?;
+                }
+                self.rec.checkpoint().await?;
+                Ok(None)
+            }
+            Err(error) => Ok(Some(Stop::Failed {
+                node: Some(node.clone()),
+                error,
+            })),
+        }
+    }
+
+    /// Every item of a `for_each` node finished: the node completes with
+    /// their data in item order.
+    async fn finish_items(&mut self, node: &NodeId) -> Result<Option<Stop>, ExecutorError> {
+        let state = self.state();
+        let Some(run) = state
+            .node_runs
+            .iter()
+            .find_map(|(id, r)| (&r.node_id == node && r.item.is_none()).then_some(*id))
+        else {
+            return Ok(None);
+        };
+        let outputs: Vec<Value> = state
+            .for_each
+            .get(node)
+            .map(|p| p.outputs.values().cloned().collect())
+            .unwrap_or_default();
+        let agent_name = self
+            .workflow
+            .node(node)
+            .and_then(|n| self.workflow.agent_of(n))
+            .map(|(name, _)| name.to_owned());
+        let started = state.node_runs.get(&run).and_then(|r| r.started_at);
+        let elapsed = started.map_or(0, |at| self.ports.clock.now().millis_since(at));
+        let mut metadata = json!({ "items": outputs.len(), "execution_time_ms": elapsed });
+        if let Some(name) = agent_name {
+            metadata["agent_name"] = Value::String(name);
+        }
+        let end = NodeEnd {
+            data: Value::Array(outputs),
+            metadata,
+            error: None,
+        };
+        self.node_ended(run, node, end).await
+    }
+
+    /// Completed: `flow:completed` and the final snapshot.
+    async fn complete(&mut self, output: Value) -> Result<RunOutcome, ExecutorError> {
+        let duration_ms = self.duration_ms();
+        self.rec
+            .emit(
+                RUN_LEVEL,
+                EventKind::FlowCompleted {
+                    output: output.clone(),
+                    duration_ms,
+                },
+            )
+            .await?;
+        self.rec.finish().await?;
+        Ok(self.outcome(RunStatus::Completed, output, None))
+    }
+
+    /// Stops every node run in flight, records how each ended, then the
+    /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
+    /// `flow:cancelled` last.
+    async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
+        if let Stop::Budget(exceeded) = &stop {
+            let ctx: Ctx = (exceeded.node.clone(), None);
+            let kind = EventKind::BudgetExceeded {
+                budget: exceeded.budget.to_owned(),
+                limit: exceeded.limit,
+                used: exceeded.used,
+            };
+            self.rec.emit(ctx, kind).await?;
+        }
+        let why = match &stop {
+            Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
+            Stop::Budget(e) => format!("cancelled: the {} budget ran out", e.budget),
+            Stop::Cancelled(reason) => format!("cancelled: {reason}"),
+        };
+        self.wind_down().await?;
+        let in_flight: Vec<(NodeRunId, NodeId)> = self
+            .state()
+            .node_runs
+            .iter()
+            .map(|(id, r)| (*id, r.node_id.clone()))
+            .collect();
+        for (run, node) in in_flight {
+            let failed = EventKind::NodeFailed {
+                error: why.clone(),
+                continued: false,
+            };
+            self.rec.emit((Some(node), Some(run)), failed).await?;
+        }
+        let duration_ms = self.duration_ms();
+        let (status, error, terminal) = match stop {
+            Stop::Failed { node, error } => (
+                RunStatus::Failed,
+                error.clone(),
+                EventKind::FlowFailed {
+                    error,
+                    failed_node: node,
+                    duration_ms,
+                },
+            ),
+            Stop::Budget(e) => {
+                let error = format!(
+                    "the {} budget ran out: {} used, limit {}",
+                    e.budget, e.used, e.limit
+                );
+                let terminal = EventKind::FlowFailed {
+                    error: error.clone(),
+                    failed_node: e.node,
+                    duration_ms,
+                };
+                (RunStatus::Failed, error, terminal)
+            }
+            Stop::Cancelled(reason) => (
+                RunStatus::Cancelled,
+                reason.clone(),
+                EventKind::FlowCancelled {
+                    reason: Some(reason),
+                },
+            ),
+        };
+        self.rec.emit(RUN_LEVEL, terminal).await?;
+        self.rec.finish().await?;
+        Ok(self.outcome(status, Value::Null, Some(error)))
+    }
+
+    /// Cancels every node run and waits for their tasks, recording what
+    /// they still send (it happened) until the last one is gone.
+    async fn wind_down(&mut self) -> Result<(), ExecutorError> {
+        for (_, cancel) in self.running.values() {
+            cancel.cancel("the run is stopping");
+        }
+        loop {
+            tokio::select! {
+                biased;
+                Some(msg) = self.rx.recv() => self.settle(msg).await?,
+                joined = self.tasks.join_next() => if joined.is_none() { break },
+            }
+        }
+        while let Ok(msg) = self.rx.try_recv() {
+            self.settle(msg).await?;
+        }
+        self.running.clear();
+        Ok(())
+    }
+
+    /// A message that arrives while the run stops: recorded, never routed.
+    async fn settle(&mut self, msg: Msg) -> Result<(), ExecutorError> {
+        match msg {
+            Msg::Event {
+                run,
+                node,
+                kind,
+                ack,
+            } => {
+                if self.state().node_runs.contains_key(&run) {
+                    self.rec.emit((Some(node), Some(run)), kind).await?;
+                }
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
+                }
+            }
+            Msg::Ended { run, node, end } => {
+                if self.state().node_runs.contains_key(&run) {
+                    let ctx: Ctx = (Some(node), Some(run));
+                    let kind = match end.error {
+                        None => EventKind::NodeCompleted {
+                            output: json!({ "data": end.data, "metadata": end.metadata }),
+                        },
+                        Some(error) => EventKind::NodeFailed {
+                            error,
+                            continued: false,
+                        },
+                    };
+                    self.rec.emit(ctx, kind).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn duration_ms(&self) -> u64 {
+        let now = self.ports.clock.now();
+        self.state().started_at.map_or(0, |at| now.millis_since(at))
+    }
+
+    fn outcome(&self, status: RunStatus, output: Value, error: Option<String>) -> RunOutcome {
+        RunOutcome {
+            run_id: self.state().run_id,
+            status,
+            output,
+            error,
+            snapshot: self.state().clone(),
+        }
+    }
+
+    /// Records the runtime's own failure, best effort: the store may be what failed.
+    async fn record_system_failure(&mut self, error: &ExecutorError) {
+        self.tasks.abort_all();
+        let state = self.state();
+        if state.status.is_terminal() || state.last_offset == 0 {
+            return;
+        }
+        let message = error.to_string();
+        let duration_ms = self.duration_ms();
+        let attempt = async {
+            self.rec
+                .emit(
+                    RUN_LEVEL,
+                    EventKind::SystemError {
+                        message: message.clone(),
+                        details: None,
+                    },
+                )
+                .await?;
+            self.rec
+                .emit(
+                    RUN_LEVEL,
+                    EventKind::FlowFailed {
+                        error: message.clone(),
+                        failed_node: None,
+                        duration_ms,
+                    },
+                )
+                .await?;
+            self.rec.finish().await
+        };
+        if let Err(e) = attempt.await {
+            tracing::error!(run = %self.rec.state.run_id, error = %e, "could not record the runtime failure");
+        }
+    }
+}
+
+/// What the decisions of one turn led to.
+enum Next {
+    Complete(Value),
+    Stop(Stop),
+}

@@ -1,0 +1,258 @@
+//! The executor: runs a workflow, and the run is its log (design §5.1).
+//!
+//! A run's whole state is `fold(events)`: the [`RunSnapshot`] that
+//! [`RunSnapshot::apply`] builds from the log. The executor keeps nothing
+//! else that matters. Each turn of its loop asks the pure [`decide`] what can
+//! happen next given that state, records the decision, and only then acts on
+//! it. So starting a run and continuing one from its log are the same code:
+//! fold, decide, continue.
+//!
+//! The parts, one job each:
+//! - [`decide`]: which node runs may start, which nodes are skipped, when
+//!   the run is done (pure);
+//! - [`routing`]: a node's input, its outgoing edges, loop counters, the
+//!   final output (pure);
+//! - [`control`]: budgets, cancellation, retries (pure checks and the
+//!   cancellation tree);
+//! - [`recorder`]: the run's single writer — offsets, appends, snapshots,
+//!   observers, the exchange transcript;
+//! - [`driver`]: the loop that carries the decisions out: it spawns node runs
+//!   as tasks, receives their events over one channel, and writes them;
+//! - [`node_run`], [`agent`], [`subflow`]: what one node run does.
+
+mod agent;
+mod control;
+mod decide;
+mod driver;
+mod node_run;
+mod recorder;
+mod routing;
+mod subflow;
+mod transcript;
+
+pub use control::Cancel;
+
+use std::sync::Arc;
+
+use domain::{RunId, RunSnapshot, RunStatus, WorkflowDef};
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::ports::{
+    Clock, CommandRunner, IdGen, QueryFn, RunObserver, RunStore, StoreError, TranscriptError,
+    Transcripts,
+};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The validated workflow.
+    pub workflow: Arc<WorkflowDef>,
+    /// Input of the entry nodes (`data` of their input).
+    pub input: Value,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The run.
+    pub run_id: RunId,
+    /// `Completed`, `Failed` or `Cancelled`.
+    pub status: RunStatus,
+    /// The final output (`data` of the last node, or a map when several branches end).
+    pub output: Value,
+    /// Why it failed or was cancelled, if it was.
+    pub error: Option<String>,
+    /// The final state: the fold of the run's whole log.
+    pub snapshot: RunSnapshot,
+}
+
+/// The runtime itself could not go on (not an agent failure: those fail the run normally).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The store refused or failed an operation.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The exchange transcript could not be written.
+    #[error(transparent)]
+    Transcript(#[from] TranscriptError),
+}
+
+/// When the executor writes a snapshot at a step boundary.
+///
+/// The log is flushed at every step boundary; the snapshot is only a cache of
+/// `fold(events)`, so writing it less often loses nothing: a reader folds
+/// the events after its `lastOffset`. It matters for speed: replacing a file
+/// by rename adds a journal commit to the step's sync, which on ext4 doubles
+/// it. So a snapshot is written when enough has happened since the last one.
+/// The first (after `flow:started`) and the final snapshot are always written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Write one once this many events were recorded since the last.
+    pub max_events: u64,
+    /// Write one once this much time passed since the last (milliseconds).
+    pub max_interval_ms: u64,
+}
+
+impl CheckpointPolicy {
+    /// A snapshot at every step boundary.
+    pub const EVERY_STEP: CheckpointPolicy = CheckpointPolicy {
+        max_events: 0,
+        max_interval_ms: 0,
+    };
+}
+
+impl Default for CheckpointPolicy {
+    /// At most 128 events (a resume folds well under a millisecond of events)
+    /// or 100 ms behind.
+    fn default() -> Self {
+        Self {
+            max_events: 128,
+            max_interval_ms: 100,
+        }
+    }
+}
+
+/// The ports a run uses; shared by the runs of one executor and their children.
+pub(crate) struct Ports {
+    pub store: Arc<dyn RunStore>,
+    pub query: Arc<dyn QueryFn>,
+    pub commands: Option<Arc<dyn CommandRunner>>,
+    pub clock: Arc<dyn Clock>,
+    pub ids: Arc<dyn IdGen>,
+    pub observer: Option<Arc<dyn RunObserver>>,
+    pub transcripts: Option<Arc<dyn Transcripts>>,
+    pub checkpoints: CheckpointPolicy,
+}
+
+/// Executes workflows against the ports it was built with. Cheap to clone:
+/// a `call_workflow` node runs its child with a clone.
+#[derive(Clone)]
+pub struct Executor {
+    ports: Arc<Ports>,
+}
+
+impl Executor {
+    /// An executor over the given ports.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        query: Arc<dyn QueryFn>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGen>,
+    ) -> Self {
+        Self {
+            ports: Arc::new(Ports {
+                store,
+                query,
+                commands: None,
+                clock,
+                ids,
+                observer: None,
+                transcripts: None,
+                checkpoints: CheckpointPolicy::default(),
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Ports)) -> Self {
+        if let Some(ports) = Arc::get_mut(&mut self.ports) {
+            change(ports);
+        } else {
+            let p = &self.ports;
+            let mut ports = Ports {
+                store: Arc::clone(&p.store),
+                query: Arc::clone(&p.query),
+                commands: p.commands.clone(),
+                clock: Arc::clone(&p.clock),
+                ids: Arc::clone(&p.ids),
+                observer: p.observer.clone(),
+                transcripts: p.transcripts.clone(),
+                checkpoints: p.checkpoints,
+            };
+            change(&mut ports);
+            self.ports = Arc::new(ports);
+        }
+        self
+    }
+
+    /// Also writes each run's exchange transcript (seed 000).
+    #[must_use]
+    pub fn with_transcripts(self, transcripts: Arc<dyn Transcripts>) -> Self {
+        self.with(|p| p.transcripts = Some(transcripts))
+    }
+
+    /// Sets when snapshots are written at step boundaries.
+    #[must_use]
+    pub fn with_checkpoints(self, policy: CheckpointPolicy) -> Self {
+        self.with(|p| p.checkpoints = policy)
+    }
+
+    /// Shows every recorded event to `observer` (after it is stored).
+    #[must_use]
+    pub fn with_observer(self, observer: Arc<dyn RunObserver>) -> Self {
+        self.with(|p| p.observer = Some(observer))
+    }
+
+    /// Runs `command` nodes with `runner` (without one, they fail).
+    #[must_use]
+    pub fn with_commands(self, runner: Arc<dyn CommandRunner>) -> Self {
+        self.with(|p| p.commands = Some(runner))
+    }
+
+    /// Allocates a run id and creates the run in the store; call [`Self::run`] next.
+    /// Split in two so a caller can show the run id before the run starts.
+    pub async fn create(&self) -> Result<RunId, ExecutorError> {
+        let run_id = loop {
+            if let Ok(id) = RunId::new(self.ports.ids.uuid()) {
+                break id;
+            }
+        };
+        self.ports.store.create_run(run_id).await?;
+        Ok(run_id)
+    }
+
+    /// Runs the workflow to its end under `run_id` (created with [`Self::create`]).
+    ///
+    /// Agent failures end the run with `flow:failed` and an `Ok` outcome;
+    /// `Err` means the runtime itself failed (the store), in which case
+    /// `system:error` and `flow:failed` are recorded if possible.
+    pub async fn run(
+        &self,
+        run_id: RunId,
+        request: RunRequest,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.run_cancellable(run_id, request, Cancel::new()).await
+    }
+
+    /// [`Self::run`], stopped with `flow:cancelled` when `cancel` fires.
+    pub async fn run_cancellable(
+        &self,
+        run_id: RunId,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        driver::Driver::start(Arc::clone(&self.ports), run_id, None, request, cancel).await
+    }
+
+    /// A child run of `parent` (a `call_workflow` node). A boxed future of
+    /// a named type: a child run is this same machinery one level down, and
+    /// the recursion needs a type of known size that is known to be `Send`.
+    pub(crate) fn run_child(
+        &self,
+        run_id: RunId,
+        parent: RunId,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> BoxFuture<'static, Result<RunOutcome, ExecutorError>> {
+        Box::pin(driver::Driver::start(
+            Arc::clone(&self.ports),
+            run_id,
+            Some(parent),
+            request,
+            cancel,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

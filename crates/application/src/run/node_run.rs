@@ -1,0 +1,210 @@
+//! [`NodeTask`]: one node run, as a task of its own.
+//!
+//! A node run never writes the log: it sends what happened to the run's
+//! recorder over the run's channel ([`Msg`]), in order, and ends with
+//! [`Msg::Ended`]. A decision that must be on record before its effect (the
+//! `node:started` of a retry) is sent with an acknowledgement the task waits
+//! for. Cancelling the node run drops the provider stream or the command
+//! future, which kills its process group (the port contracts); a child run
+//! is cancelled through its own token instead, so it can record its end.
+
+use std::sync::Arc;
+
+use domain::workflow::{NodeDef, NodeKind};
+use domain::{EventKind, NodeId, NodeRunId, RunId, WorkflowDef};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::control::Cancel;
+use super::{Ports, agent, subflow};
+use crate::ports::CommandRequest;
+
+/// What a node run tells its run's recorder.
+pub(crate) enum Msg {
+    /// Record this event of node run `run`; `ack` is answered once it is stored.
+    Event {
+        run: NodeRunId,
+        node: NodeId,
+        kind: EventKind,
+        ack: Option<oneshot::Sender<()>>,
+    },
+    /// The node run ended.
+    Ended {
+        run: NodeRunId,
+        node: NodeId,
+        end: NodeEnd,
+    },
+}
+
+/// How a node run ended, whatever kind of node it was.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeEnd {
+    /// Its output data (`null` when it failed).
+    pub data: Value,
+    /// `metadata` of its output.
+    pub metadata: Value,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+impl NodeEnd {
+    /// A failure before anything ran.
+    pub fn failed(error: impl Into<String>) -> Self {
+        Self {
+            data: Value::Null,
+            metadata: json!({}),
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// One node run in progress.
+pub(crate) struct NodeTask {
+    pub ports: Arc<Ports>,
+    pub workflow: Arc<WorkflowDef>,
+    pub run_id: RunId,
+    pub node: NodeDef,
+    pub run: NodeRunId,
+    /// The attempt in progress.
+    pub attempt: u32,
+    /// Its input (`{data, metadata}`), as `node:started` recorded it.
+    pub input: Value,
+    /// The `for_each` item it works on.
+    pub item: Option<u32>,
+    pub tx: mpsc::Sender<Msg>,
+    pub cancel: Cancel,
+}
+
+impl NodeTask {
+    /// Sends one event to the recorder.
+    pub async fn send(&self, kind: EventKind) {
+        let msg = Msg::Event {
+            run: self.run,
+            node: self.node.id.clone(),
+            kind,
+            ack: None,
+        };
+        // A closed channel means the run is over: nothing is left to record.
+        let _ = self.tx.send(msg).await;
+    }
+
+    /// Sends one event and waits until it is stored (false: the run is over).
+    pub async fn record(&self, kind: EventKind) -> bool {
+        let (ack, stored) = oneshot::channel();
+        let msg = Msg::Event {
+            run: self.run,
+            node: self.node.id.clone(),
+            kind,
+            ack: Some(ack),
+        };
+        self.tx.send(msg).await.is_ok() && stored.await.is_ok()
+    }
+
+    /// The `data` of its input.
+    pub fn data(&self) -> &Value {
+        self.input.get("data").unwrap_or(&Value::Null)
+    }
+
+    /// Runs the node run to its end and reports it; returns early, silently,
+    /// when it is cancelled (the recorder records the cancellation).
+    pub async fn run(mut self) {
+        let end = match &self.node.kind {
+            NodeKind::CallWorkflow { workflow, resolved } => {
+                let (reference, child) = (workflow.clone(), resolved.clone());
+                subflow::run(&self, &reference, child).await
+            }
+            NodeKind::Agent { .. } => {
+                let cancel = self.cancel.clone();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    end = agent::run(&mut self) => end,
+                }
+            }
+            NodeKind::Command(_) => {
+                let cancel = self.cancel.clone();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    end = command(&self) => end,
+                }
+            }
+        };
+        let msg = Msg::Ended {
+            run: self.run,
+            node: self.node.id.clone(),
+            end,
+        };
+        let _ = self.tx.send(msg).await;
+    }
+}
+
+/// The most of a failed command's standard error quoted in `node:failed`.
+const STDERR_TAIL: usize = 2_000;
+
+/// A `command` node: its output data is `{exit_code, stdout, stderr}`; a
+/// non-zero exit or a timeout fails the node, quoting the end of stderr.
+async fn command(task: &NodeTask) -> NodeEnd {
+    let NodeKind::Command(def) = &task.node.kind else {
+        return NodeEnd::failed("not a command node");
+    };
+    let Some(runner) = &task.ports.commands else {
+        return NodeEnd::failed("this awr has no command runner: `command` nodes cannot run");
+    };
+    let request = CommandRequest {
+        run_id: task.run_id,
+        node_id: task.node.id.clone(),
+        node_run_id: task.run,
+        script: def.run.clone(),
+        workdir: def.workdir.clone(),
+        env: def.env.clone(),
+        timeout: def.timeout.map(|t| t.0),
+    };
+    let outcome = match runner.run(request).await {
+        Ok(outcome) => outcome,
+        Err(e) => return NodeEnd::failed(e.to_string()),
+    };
+    let data = json!({
+        "exit_code": outcome.exit_code,
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+    });
+    let metadata = json!({
+        "execution_time_ms": outcome.duration_ms,
+        "truncated": outcome.truncated,
+        "tool_calls_count": 0,
+    });
+    let error = if outcome.timed_out {
+        Some("the command ran past its timeout and was killed".to_owned())
+    } else {
+        match outcome.exit_code {
+            Some(0) => None,
+            Some(code) => Some(format!("the command exited with code {code}")),
+            None => Some("the command was ended by a signal".to_owned()),
+        }
+    };
+    match error {
+        None => NodeEnd {
+            data,
+            metadata,
+            error: None,
+        },
+        Some(error) => {
+            let stderr = outcome.stderr.trim_end();
+            let tail_start = stderr
+                .char_indices()
+                .rev()
+                .nth(STDERR_TAIL)
+                .map_or(0, |(i, _)| i);
+            let tail = &stderr[tail_start..];
+            let error = if tail.is_empty() {
+                error
+            } else {
+                format!("{error}: {tail}")
+            };
+            NodeEnd {
+                data: Value::Null,
+                metadata,
+                error: Some(error),
+            }
+        }
+    }
+}

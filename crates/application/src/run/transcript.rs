@@ -1,0 +1,521 @@
+//! [`TranscriptWriter`]: the run's exchange transcript (seed 000), written
+//! as a projection of its events.
+//!
+//! Every line is derived from an event the recorder has just stored and the
+//! state before it: a node run's start gives `step.started` and the user
+//! message (the prompt is its input), its agent events build the assistant
+//! reply block by block, its end gives the reply and `step.completed`. The
+//! transcript therefore holds nothing the log does not, and node runs that
+//! interleave keep their own reply.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use domain::transcript::{
+    ContentBlock, ExchangeDraft, ExchangeType, Fidelity, message_payload, step_payload,
+};
+use domain::workflow::NodeKind;
+use domain::{EventKind, NodeRunId, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use serde_json::{Value, json};
+
+use crate::ports::{Clock, Transcript, TranscriptError};
+
+/// The reply of one node run in progress.
+#[derive(Default)]
+struct Reply {
+    /// Blocks in the order the agent produced them.
+    blocks: Vec<ContentBlock>,
+    /// Ids of tool calls the agent announced (`agent:tool:use`) with no result yet.
+    open_tool_uses: Vec<Option<String>>,
+    /// The child run of a `call_workflow` node run.
+    child: Option<RunId>,
+}
+
+/// Writes one run's transcript from its events.
+pub(crate) struct TranscriptWriter {
+    transcript: Arc<dyn Transcript>,
+    clock: Arc<dyn Clock>,
+    replies: HashMap<NodeRunId, Reply>,
+}
+
+/// What a node run is called in the transcript: its node id, and for an
+/// item of a `for_each` node the item's index after it (`review[2]`).
+fn place(event: &RuntimeEvent, state: &RunSnapshot) -> (String, u32) {
+    let node = event
+        .node_id
+        .as_ref()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    match event.node_run_id.and_then(|id| state.node_runs.get(&id)) {
+        Some(run) => match run.item {
+            Some(item) => (format!("{node}[{item}]"), run.iteration),
+            None => (node, run.iteration),
+        },
+        None => (node, 0),
+    }
+}
+
+/// The step kind of a node in the transcript.
+fn step_kind(wf: &WorkflowDef, event: &RuntimeEvent, state: &RunSnapshot) -> &'static str {
+    let node = event.node_id.as_ref().and_then(|id| wf.node(id));
+    let is_items = event
+        .node_id
+        .as_ref()
+        .is_some_and(|id| state.for_each.contains_key(id))
+        && event
+            .node_run_id
+            .and_then(|r| state.node_runs.get(&r))
+            .is_some_and(|r| r.item.is_none());
+    match node.map(|n| &n.kind) {
+        _ if is_items => "for_each",
+        Some(NodeKind::CallWorkflow { .. }) => "call_workflow",
+        Some(NodeKind::Command(_)) => "command",
+        _ => "agent",
+    }
+}
+
+/// What an agent is asked: text as is, anything else as pretty JSON.
+pub(crate) fn render_prompt(data: &Value) -> String {
+    match data {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+    }
+}
+
+impl TranscriptWriter {
+    pub fn new(transcript: Arc<dyn Transcript>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            transcript,
+            clock,
+            replies: HashMap::new(),
+        }
+    }
+
+    /// Events live subscribers have missed.
+    pub fn dropped(&self) -> u64 {
+        self.transcript.dropped()
+    }
+
+    /// Ends the transcript.
+    pub async fn close(self) {
+        self.transcript.close().await;
+    }
+
+    async fn line(
+        &self,
+        kind: ExchangeType,
+        (path, iteration): (String, u32),
+        payload: Value,
+        child_run_id: Option<RunId>,
+    ) -> Result<(), TranscriptError> {
+        let draft = ExchangeDraft {
+            child_run_id,
+            kind,
+            path,
+            iteration,
+            timestamp: self.clock.now(),
+            payload,
+        };
+        self.transcript.append(draft).await.map(|_| ())
+    }
+
+    /// Writes the lines `event` gives, `state` being the state before it.
+    pub async fn observe(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+        wf: &WorkflowDef,
+    ) -> Result<(), TranscriptError> {
+        let here = || place(event, state);
+        match &event.kind {
+            EventKind::FlowStarted { .. } => {
+                let payload = step_payload(&wf.name, "workflow", None, None);
+                self.line(ExchangeType::RunStarted, (String::new(), 0), payload, None)
+                    .await
+            }
+            EventKind::FlowCompleted { output, .. } => {
+                let payload = step_payload(&wf.name, "workflow", None, Some(output));
+                self.line(
+                    ExchangeType::RunCompleted,
+                    (String::new(), 0),
+                    payload,
+                    None,
+                )
+                .await
+            }
+            EventKind::FlowFailed { error, .. } => {
+                let payload = step_payload(&wf.name, "workflow", Some(error), None);
+                self.line(
+                    ExchangeType::RunCompleted,
+                    (String::new(), 0),
+                    payload,
+                    None,
+                )
+                .await
+            }
+            EventKind::FlowCancelled { reason } => {
+                let error = format!(
+                    "cancelled: {}",
+                    reason.as_deref().unwrap_or("no reason given")
+                );
+                let payload = step_payload(&wf.name, "workflow", Some(&error), None);
+                self.line(
+                    ExchangeType::RunCompleted,
+                    (String::new(), 0),
+                    payload,
+                    None,
+                )
+                .await
+            }
+            EventKind::NodeStarted {
+                input, item, items, ..
+            } => {
+                self.node_started(event, state, wf, input, *item, items.is_some())
+                    .await
+            }
+            EventKind::NodeCompleted { output } => {
+                let data = output.get("data").cloned().unwrap_or(Value::Null);
+                self.node_ended(event, state, wf, None, &data).await
+            }
+            EventKind::NodeFailed { error, .. } => {
+                self.node_ended(event, state, wf, Some(error), &Value::Null)
+                    .await
+            }
+            EventKind::SubflowStarted { child_run_id, .. } => {
+                if let Some(id) = event.node_run_id {
+                    self.replies.entry(id).or_default().child = Some(*child_run_id);
+                }
+                let node = event
+                    .node_id
+                    .as_ref()
+                    .map(|n| n.as_str())
+                    .unwrap_or_default();
+                let payload = step_payload(node, "call_workflow", None, None);
+                self.line(
+                    ExchangeType::CallWorkflowStarted,
+                    here(),
+                    payload,
+                    Some(*child_run_id),
+                )
+                .await
+            }
+            _ => self.collect_reply(event, state).await,
+        }
+    }
+
+    /// `step.started`, and the user message of an agent (again on a retry).
+    async fn node_started(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+        wf: &WorkflowDef,
+        input: &Value,
+        item: Option<u32>,
+        spawns_items: bool,
+    ) -> Result<(), TranscriptError> {
+        let Some(run_id) = event.node_run_id else {
+            return Ok(());
+        };
+        let retry = state.node_runs.contains_key(&run_id);
+        // The place of a run that starts, as the fold will give it.
+        let here = if retry {
+            place(event, state)
+        } else {
+            let node = event.node_id.as_ref();
+            let passes = node
+                .and_then(|n| state.node_passes.get(n))
+                .copied()
+                .unwrap_or(0);
+            let name = node.map(|n| n.to_string()).unwrap_or_default();
+            match item {
+                Some(i) => (format!("{name}[{i}]"), passes.saturating_sub(1)),
+                None => (name, passes),
+            }
+        };
+        let kind = if spawns_items {
+            "for_each"
+        } else {
+            step_kind(wf, event, state)
+        };
+        let runs_work = !spawns_items;
+        self.replies.insert(run_id, Reply::default());
+        if !retry {
+            let node = event
+                .node_id
+                .as_ref()
+                .map(|n| n.as_str())
+                .unwrap_or_default();
+            let payload = step_payload(node, kind, None, None);
+            self.line(ExchangeType::StepStarted, here.clone(), payload, None)
+                .await?;
+        }
+        let agent = event
+            .node_id
+            .as_ref()
+            .and_then(|id| wf.node(id))
+            .and_then(|n| wf.agent_of(n));
+        if let (Some((_, agent)), true) = (agent, runs_work) {
+            let data = input.get("data").unwrap_or(&Value::Null);
+            let mut asked = vec![ContentBlock::Text {
+                text: render_prompt(data),
+                fidelity: Fidelity::Router,
+            }];
+            if !agent.system_prompt.is_empty() {
+                asked.push(ContentBlock::Text {
+                    text: agent.system_prompt.clone(),
+                    fidelity: Fidelity::Router,
+                });
+            }
+            let user = message_payload("user", &asked);
+            self.line(ExchangeType::MessageUser, here, user, None)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The assistant reply, a child run's return, and `step.completed`.
+    async fn node_ended(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+        wf: &WorkflowDef,
+        error: Option<&String>,
+        data: &Value,
+    ) -> Result<(), TranscriptError> {
+        let here = place(event, state);
+        let kind = step_kind(wf, event, state);
+        let reply = event
+            .node_run_id
+            .and_then(|id| self.replies.remove(&id))
+            .unwrap_or_default();
+        if !reply.blocks.is_empty() {
+            let assistant = message_payload("assistant", &reply.blocks);
+            self.line(
+                ExchangeType::MessageAssistant,
+                here.clone(),
+                assistant,
+                None,
+            )
+            .await?;
+        }
+        let node = event
+            .node_id
+            .as_ref()
+            .map(|n| n.as_str())
+            .unwrap_or_default();
+        if let Some(child) = reply.child {
+            let returned =
+                step_payload(node, "call_workflow", error.map(String::as_str), Some(data));
+            self.line(
+                ExchangeType::CallWorkflowCompleted,
+                here.clone(),
+                returned,
+                Some(child),
+            )
+            .await?;
+        }
+        let done = step_payload(node, kind, error.map(String::as_str), Some(data));
+        self.line(ExchangeType::StepCompleted, here, done, None)
+            .await
+    }
+
+    /// Adds an agent event to its node run's reply (deltas join the block
+    /// they continue) and writes the transcript lines of a tool call.
+    async fn collect_reply(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+    ) -> Result<(), TranscriptError> {
+        let Some(run_id) = event.node_run_id else {
+            return Ok(());
+        };
+        let here = place(event, state);
+        let reply = self.replies.entry(run_id).or_default();
+        let fidelity = Fidelity::AgentEmitted;
+        let line: Option<(ExchangeType, Value)> = match &event.kind {
+            EventKind::AgentThinkingDelta { content, .. } => {
+                if let Some(ContentBlock::Thinking { thinking, .. }) = reply.blocks.last_mut() {
+                    thinking.push_str(content);
+                } else {
+                    reply.blocks.push(ContentBlock::Thinking {
+                        thinking: content.clone(),
+                        signature: None,
+                        fidelity,
+                    });
+                }
+                None
+            }
+            EventKind::AgentThinking {
+                content, signature, ..
+            } => {
+                match reply.blocks.last_mut() {
+                    // The whole block after its deltas: it only adds the signature.
+                    Some(ContentBlock::Thinking {
+                        thinking,
+                        signature: pending @ None,
+                        ..
+                    }) if thinking == content => pending.clone_from(signature),
+                    _ => reply.blocks.push(ContentBlock::Thinking {
+                        thinking: content.clone(),
+                        signature: signature.clone(),
+                        fidelity,
+                    }),
+                }
+                None
+            }
+            EventKind::AgentTextDelta { content } => {
+                if let Some(ContentBlock::Text { text, .. }) = reply.blocks.last_mut() {
+                    text.push_str(content);
+                } else {
+                    reply.blocks.push(ContentBlock::Text {
+                        text: content.clone(),
+                        fidelity,
+                    });
+                }
+                None
+            }
+            EventKind::AgentText { content } => {
+                reply.blocks.push(ContentBlock::Text {
+                    text: content.clone(),
+                    fidelity,
+                });
+                None
+            }
+            EventKind::AgentComplete { result, .. } => {
+                // A provider that streamed no text gives its answer only here.
+                let streamed = reply
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Text { .. }));
+                if !streamed && !result.is_empty() {
+                    reply.blocks.push(ContentBlock::Text {
+                        text: result.clone(),
+                        fidelity,
+                    });
+                }
+                None
+            }
+            EventKind::AgentToolUse {
+                tool_use_id,
+                tool_name,
+                tool_input,
+            } => {
+                reply.open_tool_uses.push(tool_use_id.clone());
+                Some(agent_tool_use(reply, tool_use_id, tool_name, tool_input))
+            }
+            EventKind::AgentTool {
+                tool_use_id,
+                tool_name,
+                tool_input,
+                tool_output,
+                error,
+                ..
+            } => {
+                // The use is already in place when the agent announced it;
+                // a provider that reports only the whole call gets it here.
+                let mut call = None;
+                match reply.open_tool_uses.iter().position(|id| id == tool_use_id) {
+                    Some(at) => {
+                        reply.open_tool_uses.remove(at);
+                    }
+                    None => call = Some(agent_tool_use(reply, tool_use_id, tool_name, tool_input)),
+                }
+                reply.blocks.push(ContentBlock::ToolResult {
+                    tool_id: tool_use_id.clone().unwrap_or_default(),
+                    tool_content: if error.is_some() {
+                        Value::Null
+                    } else {
+                        tool_output.clone()
+                    },
+                    fidelity,
+                });
+                if let Some((kind, payload)) = call {
+                    self.line(kind, here.clone(), payload, None).await?;
+                }
+                let mut result =
+                    json!({"name": tool_name, "output": tool_output, "fidelity": fidelity});
+                if let Some(id) = tool_use_id {
+                    result["call_id"] = Value::String(id.clone());
+                }
+                if let Some(error) = error {
+                    result["error"] = Value::String(error.clone());
+                }
+                Some((ExchangeType::ToolResult, result))
+            }
+            EventKind::ToolStarted {
+                call_id,
+                tool_name,
+                tool_input,
+            } => {
+                let fidelity = Fidelity::Router;
+                reply.blocks.push(ContentBlock::ToolUse {
+                    tool_name: tool_name.clone(),
+                    tool_id: call_id.clone(),
+                    tool_input: tool_input.clone(),
+                    fidelity,
+                });
+                let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
+                Some((ExchangeType::ToolCall, call))
+            }
+            EventKind::ToolCompleted {
+                call_id,
+                tool_name,
+                tool_output,
+                duration_ms,
+            } => {
+                reply.blocks.push(ContentBlock::ToolResult {
+                    tool_id: call_id.clone(),
+                    tool_content: tool_output.clone(),
+                    fidelity: Fidelity::Router,
+                });
+                let result = json!({"name": tool_name, "call_id": call_id, "output": tool_output,
+                    "duration_ms": duration_ms, "fidelity": Fidelity::Router});
+                Some((ExchangeType::ToolResult, result))
+            }
+            EventKind::ToolFailed {
+                call_id,
+                tool_name,
+                error,
+                duration_ms,
+            } => {
+                reply.blocks.push(ContentBlock::ToolResult {
+                    tool_id: call_id.clone(),
+                    tool_content: Value::Null,
+                    fidelity: Fidelity::Router,
+                });
+                let result = json!({"name": tool_name, "call_id": call_id, "output": null,
+                    "error": error, "duration_ms": duration_ms, "fidelity": Fidelity::Router});
+                Some((ExchangeType::ToolResult, result))
+            }
+            _ => None,
+        };
+        match line {
+            Some((kind, payload)) => self.line(kind, here, payload, None).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// The `tool_use` block and the `tool.call` line of a tool call the agent
+/// made, with the provider's own id (none when it gave none: an id is never
+/// invented, it is how a reader joins a call to its result).
+fn agent_tool_use(
+    reply: &mut Reply,
+    tool_use_id: &Option<String>,
+    tool_name: &str,
+    tool_input: &Value,
+) -> (ExchangeType, Value) {
+    let fidelity = Fidelity::AgentEmitted;
+    reply.blocks.push(ContentBlock::ToolUse {
+        tool_name: tool_name.to_owned(),
+        tool_id: tool_use_id.clone().unwrap_or_default(),
+        tool_input: tool_input.clone(),
+        fidelity,
+    });
+    let mut call = json!({"name": tool_name, "input": tool_input, "fidelity": fidelity});
+    if let Some(id) = tool_use_id {
+        call["call_id"] = Value::String(id.clone());
+    }
+    (ExchangeType::ToolCall, call)
+}

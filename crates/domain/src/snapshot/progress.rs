@@ -1,0 +1,99 @@
+//! The executor's bookkeeping inside a [`RunSnapshot`](super::RunSnapshot):
+//! node runs in flight, `for_each` items, counters and the budget spent.
+//!
+//! Design §5.1: the executor's whole state is `fold(events)`. Everything it
+//! needs to decide what runs next (beyond seed 001's fields) is folded here
+//! from the events alone, so a run continued from its log, in this process
+//! or another, decides exactly as the one that wrote it would have. These are
+//! awr's additions to the snapshot: optional on read, left out when empty.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::Usage;
+use crate::ids::NodeId;
+use crate::time::Timestamp;
+
+/// One node run that started and has not ended: what a resume finds in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRunState {
+    /// The node it runs.
+    pub node_id: NodeId,
+    /// Its current attempt, from 1.
+    #[serde(default = "first")]
+    pub attempt: u32,
+    /// The `for_each` item it works on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<u32>,
+    /// How many times the node had started before this run (the
+    /// transcript's `iteration`).
+    #[serde(default)]
+    pub iteration: u32,
+    /// When its first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+}
+
+fn first() -> u32 {
+    1
+}
+
+/// A `for_each` node whose items are running.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEachState {
+    /// The items, as its `for_each` expression yielded them.
+    pub items: Vec<Value>,
+    /// Output data of the items that finished, by index (`null` for an
+    /// item that failed with `continue_on_error`).
+    #[serde(default)]
+    pub outputs: BTreeMap<u32, Value>,
+    /// Items that have been started (finished ones included).
+    #[serde(default)]
+    pub started: u32,
+}
+
+impl ForEachState {
+    /// Whether every item finished.
+    pub fn is_done(&self) -> bool {
+        self.outputs.len() == self.items.len()
+    }
+}
+
+/// What agent runs consumed, against the budgets of a run or a node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spent {
+    /// Input plus output tokens.
+    #[serde(default)]
+    pub tokens: u64,
+    /// Cost in US dollars, of the runs that reported or could be priced.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Model turns.
+    #[serde(default)]
+    pub turns: u64,
+    /// When the first run started (the start of a node's deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+}
+
+impl Spent {
+    /// Adds one agent run's consumption.
+    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>, turns: u32) {
+        self.tokens = self
+            .tokens
+            .saturating_add(usage.input_tokens)
+            .saturating_add(usage.output_tokens);
+        self.cost_usd += cost_usd.unwrap_or(0.0);
+        self.turns = self.turns.saturating_add(u64::from(turns));
+    }
+
+    /// Whether nothing was spent yet.
+    pub fn is_empty(&self) -> bool {
+        *self == Spent::default()
+    }
+}
