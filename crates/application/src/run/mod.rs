@@ -255,4 +255,6 @@ impl Executor {
 }
 
 #[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
 mod tests;
