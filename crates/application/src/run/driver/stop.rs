@@ -1,0 +1,173 @@
+//! How a run stops before it completes: a node failure, a budget, a
+//! cancellation, or the runtime's own failure. Every node run in flight is
+//! cancelled and waited for, what it still sent is recorded, and each one
+//! still open ends with `node:failed`; then the terminal event.
+
+use domain::{EventKind, NodeId, NodeRunId, RunStatus};
+use serde_json::{Value, json};
+
+use super::{Driver, Stop};
+use crate::run::node_run::Msg;
+use crate::run::recorder::{Ctx, RUN_LEVEL};
+use crate::run::{ExecutorError, RunOutcome};
+
+impl Driver {
+    /// Stops every node run in flight, records how each ended, then the
+    /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
+    /// `flow:cancelled` last.
+    pub(super) async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
+        if let Stop::Budget(exceeded) = &stop {
+            let ctx: Ctx = (exceeded.node.clone(), None);
+            let kind = EventKind::BudgetExceeded {
+                budget: exceeded.budget.to_owned(),
+                limit: exceeded.limit,
+                used: exceeded.used,
+            };
+            self.rec.emit(ctx, kind).await?;
+        }
+        let why = match &stop {
+            Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
+            Stop::Budget(e) => format!("cancelled: the {} budget ran out", e.budget),
+            Stop::Cancelled(reason) => format!("cancelled: {reason}"),
+        };
+        self.wind_down().await?;
+        let in_flight: Vec<(NodeRunId, NodeId)> = self
+            .state()
+            .node_runs
+            .iter()
+            .map(|(id, r)| (*id, r.node_id.clone()))
+            .collect();
+        for (run, node) in in_flight {
+            let failed = EventKind::NodeFailed {
+                error: why.clone(),
+                continued: false,
+            };
+            self.rec.emit((Some(node), Some(run)), failed).await?;
+        }
+        let duration_ms = self.duration_ms();
+        let (status, error, terminal) = match stop {
+            Stop::Failed { node, error } => (
+                RunStatus::Failed,
+                error.clone(),
+                EventKind::FlowFailed {
+                    error,
+                    failed_node: node,
+                    duration_ms,
+                },
+            ),
+            Stop::Budget(e) => {
+                let error = format!(
+                    "the {} budget ran out: {} used, limit {}",
+                    e.budget, e.used, e.limit
+                );
+                let terminal = EventKind::FlowFailed {
+                    error: error.clone(),
+                    failed_node: e.node,
+                    duration_ms,
+                };
+                (RunStatus::Failed, error, terminal)
+            }
+            Stop::Cancelled(reason) => (
+                RunStatus::Cancelled,
+                reason.clone(),
+                EventKind::FlowCancelled {
+                    reason: Some(reason),
+                },
+            ),
+        };
+        self.rec.emit(RUN_LEVEL, terminal).await?;
+        self.rec.finish().await?;
+        Ok(self.outcome(status, Value::Null, Some(error)))
+    }
+
+    /// Cancels every node run and waits for their tasks, recording what
+    /// they still send (it happened) until the last one is gone.
+    async fn wind_down(&mut self) -> Result<(), ExecutorError> {
+        for (_, cancel) in self.running.values() {
+            cancel.cancel("the run is stopping");
+        }
+        loop {
+            tokio::select! {
+                biased;
+                Some(msg) = self.rx.recv() => self.settle(msg).await?,
+                joined = self.tasks.join_next() => if joined.is_none() { break },
+            }
+        }
+        while let Ok(msg) = self.rx.try_recv() {
+            self.settle(msg).await?;
+        }
+        self.running.clear();
+        Ok(())
+    }
+
+    /// A message that arrives while the run stops: recorded, never routed.
+    async fn settle(&mut self, msg: Msg) -> Result<(), ExecutorError> {
+        match msg {
+            Msg::Event {
+                run,
+                node,
+                kind,
+                ack,
+            } => {
+                if self.state().node_runs.contains_key(&run) {
+                    self.rec.emit((Some(node), Some(run)), kind).await?;
+                }
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
+                }
+            }
+            Msg::Ended { run, node, end } => {
+                if self.state().node_runs.contains_key(&run) {
+                    let ctx: Ctx = (Some(node), Some(run));
+                    let kind = match end.error {
+                        None => EventKind::NodeCompleted {
+                            output: json!({ "data": end.data, "metadata": end.metadata }),
+                        },
+                        Some(error) => EventKind::NodeFailed {
+                            error,
+                            continued: false,
+                        },
+                    };
+                    self.rec.emit(ctx, kind).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the runtime's own failure, best effort: the store may be what failed.
+    pub(super) async fn record_system_failure(&mut self, error: &ExecutorError) {
+        self.tasks.abort_all();
+        let state = self.state();
+        if state.status.is_terminal() || state.last_offset == 0 {
+            return;
+        }
+        let message = error.to_string();
+        let duration_ms = self.duration_ms();
+        let attempt = async {
+            self.rec
+                .emit(
+                    RUN_LEVEL,
+                    EventKind::SystemError {
+                        message: message.clone(),
+                        details: None,
+                    },
+                )
+                .await?;
+            self.rec
+                .emit(
+                    RUN_LEVEL,
+                    EventKind::FlowFailed {
+                        error: message.clone(),
+                        failed_node: None,
+                        duration_ms,
+                    },
+                )
+                .await?;
+            self.rec.finish().await
+        };
+        if let Err(e) = attempt.await {
+            tracing::error!(run = %self.rec.state.run_id, error = %e, "could not record the runtime failure");
+        }
+    }
+}
