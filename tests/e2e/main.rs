@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod anthropic_chat;
+mod cancel;
 mod cli;
 mod cli_agents;
 mod docs;

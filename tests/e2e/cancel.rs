@@ -1,0 +1,136 @@
+//! SIGINT and SIGTERM during a CLI agent: the run ends with `flow:cancelled`
+//! as its last event, no process of the agent's group survives, a follower
+//! of the log ends, and awr exits 130 / 143.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use domain::{EventKind, RuntimeEvent};
+
+use crate::util::Awr;
+
+/// Polls `done` every 20 ms until it holds, failing after `secs` seconds.
+fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True once `pid` no longer runs (absent, or a zombie nobody reaped yet).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .starts_with('Z'),
+    }
+}
+
+fn wait_exit(child: &mut Child, secs: u64, what: &str) -> i32 {
+    let mut code = None;
+    wait_for(secs, what, || {
+        code = child.try_wait().expect("wait");
+        code.is_some()
+    });
+    code.and_then(|s| s.code()).unwrap_or(-1)
+}
+
+fn events(path: &Path) -> Vec<RuntimeEvent> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an event line"))
+        .collect()
+}
+
+/// Starts a run whose fake Claude Code prints its session, starts a
+/// grandchild, and waits; returns awr, the run's directory and the pids.
+fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = awr.dir.path();
+    let (agent_pid, grandchild_pid) = (dir.join("agent.pid"), dir.join("grandchild.pid"));
+    let script = format!(
+        "#!/bin/sh\necho $$ > '{a}'\necho '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-cancel\",\"model\":\"m\"}}'\nsleep 60 &\necho $! > '{g}'\nwait\n",
+        a = agent_pid.display(),
+        g = grandchild_pid.display()
+    );
+    let exe = awr.write("fake-claude", &script);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let flow = awr.write(
+        "flow.yaml",
+        &format!(
+            "name: cancel\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
+            exe.display()
+        ),
+    );
+    let child = awr
+        .command(&["run", flow.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn awr");
+    wait_for(20, "the agent's grandchild to start", || {
+        std::fs::read_to_string(&grandchild_pid).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+    });
+    let run = awr.run_ids().pop().expect("a run");
+    let run_dir = awr.run_dir(&run);
+    wait_for(20, "the agent's session in the log", || {
+        events(&run_dir.join("events.ndjson"))
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::AgentStart { .. }))
+    });
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_owned();
+    (child, run_dir, read(&agent_pid), read(&grandchild_pid))
+}
+
+fn cancel_with(signal: &str, expected_code: i32) {
+    let awr = Awr::new();
+    let (mut child, run_dir, agent, grandchild) = start(&awr);
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
+    let mut follower = awr
+        .command(&["events", &run, "--follow"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the follower");
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = wait_exit(&mut child, 20, "awr to end after the signal");
+    assert_eq!(code, expected_code, "exit code after SIG{signal}");
+    assert!(gone(&agent), "the agent process {agent} survived");
+    assert!(
+        gone(&grandchild),
+        "the agent's grandchild {grandchild} survived"
+    );
+    let log = events(&run_dir.join("events.ndjson"));
+    let last = log.last().expect("events");
+    assert!(
+        matches!(&last.kind, EventKind::FlowCancelled { reason: Some(r) } if r.contains(&format!("SIG{signal}"))),
+        "last event: {last:?}"
+    );
+    assert!(log.iter().any(|e| matches!(&e.kind,
+        EventKind::NodeFailed { error, .. } if error.starts_with("cancelled"))));
+    let follow_code = wait_exit(&mut follower, 20, "the follower to end");
+    assert_eq!(follow_code, 0, "the follower ends quietly");
+    let show = awr.run(&["show", &run]);
+    assert!(show.stdout.contains("cancelled"), "{}", show.stdout);
+}
+
+#[test]
+fn sigint_during_a_cli_agent_cancels_the_run_and_kills_its_group() {
+    cancel_with("INT", 130);
+}
+
+#[test]
+fn sigterm_during_a_cli_agent_cancels_the_run_and_kills_its_group() {
+    cancel_with("TERM", 143);
+}
