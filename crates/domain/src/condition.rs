@@ -887,7 +887,11 @@ mod tests {
         let e = Expression::compile("[input.a, item, outputs.x].map(v, index + v)").unwrap();
         assert_eq!(e.variables(), ["index", "input", "item", "outputs"]);
         let bound = Expression::compile("input.list.map(item, item.name)").unwrap();
-        assert_eq!(bound.variables(), ["input"], "a comprehension's own `item` is not the variable");
+        assert_eq!(
+            bound.variables(),
+            ["input"],
+            "a comprehension's own `item` is not the variable"
+        );
     }
 
     proptest::proptest! {
