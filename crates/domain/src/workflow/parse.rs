@@ -1223,10 +1223,44 @@ edges:
             .filter(|block| block.starts_with("name:"))
             .collect();
         assert!(examples.len() >= 3, "found {} examples", examples.len());
+        let mut loaded = Vec::new();
         for example in examples {
-            if let Err(e) = WorkflowDef::from_yaml(example) {
-                panic!("{e}\n--- example:\n{example}");
+            match WorkflowDef::from_yaml(example) {
+                Ok(def) => loaded.push(def),
+                Err(e) => panic!("{e}\n--- example:\n{example}"),
             }
+        }
+        // Each node-level key has a complete example that loads.
+        let nodes = || loaded.iter().flat_map(|def| &def.nodes);
+        let shown = [
+            (
+                "command",
+                nodes().any(|n| matches!(n.kind, NodeKind::Command(_))),
+            ),
+            ("input", nodes().any(|n| n.input.is_some())),
+            ("for_each", nodes().any(|n| n.for_each.is_some())),
+            (
+                "join: any",
+                nodes().any(|n| n.join == super::super::Join::Any),
+            ),
+            (
+                "retry",
+                nodes().any(|n| n.retry != super::super::Retry::default()),
+            ),
+            ("budget", nodes().any(|n| !n.budget.is_unlimited())),
+            (
+                "top-level budget",
+                loaded.iter().any(|d| !d.budget.is_unlimited()),
+            ),
+            (
+                "max_concurrency",
+                loaded
+                    .iter()
+                    .any(|d| d.max_concurrency != WorkflowDef::DEFAULT_CONCURRENCY),
+            ),
+        ];
+        for (key, found) in shown {
+            assert!(found, "no complete example in the docs shows `{key}`");
         }
     }
 
