@@ -847,6 +847,64 @@ mod tests {
         );
     }
 
+    /// The `input:` and `for_each:` expressions of the examples yield what
+    /// their agents are told to expect, on the data the run will hold.
+    #[test]
+    fn example_expressions_evaluate() {
+        use serde_json::json;
+        let for_each = load(include_str!("../../../../examples/for-each.yaml"));
+        let run_input = for_each.input.clone().unwrap();
+        let vars = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let review = &for_each.nodes[0];
+        let items = review
+            .for_each
+            .as_ref()
+            .unwrap()
+            .items
+            .evaluate(&vars(json!({"input": run_input})))
+            .unwrap();
+        assert_eq!(items.as_array().map(Vec::len), Some(3));
+        let first = review
+            .input
+            .as_ref()
+            .unwrap()
+            .evaluate(&vars(
+                json!({"input": run_input, "item": items[0], "index": 0}),
+            ))
+            .unwrap();
+        assert_eq!(first["file"], "src/upload.rs");
+        assert_eq!(
+            (first["number"].as_i64(), first["of"].as_i64()),
+            (Some(1), Some(3))
+        );
+        let summary = for_each.nodes[1].input.as_ref().unwrap();
+        let reviews = json!([{"verdict": "approve", "note": "a"}]);
+        let seen = summary
+            .evaluate(&vars(
+                json!({"input": run_input, "outputs": {"review": reviews}}),
+            ))
+            .unwrap();
+        assert_eq!(seen["files"][2], "tests/upload.rs");
+        assert_eq!(seen["reviews"], reviews);
+
+        let build = load(include_str!("../../../../examples/build-and-test.yaml"));
+        let report = build
+            .node(&crate::ids::NodeId::new("report").unwrap())
+            .unwrap();
+        let done = |stdout: &str| json!({"exit_code": 0, "stdout": stdout, "stderr": ""});
+        let outputs = json!({"unit-tests": done("3 passed\n"), "lint": done("0 warnings\n"), "docs-check": null});
+        let seen = report
+            .input
+            .as_ref()
+            .unwrap()
+            .evaluate(&vars(json!({"outputs": outputs})))
+            .unwrap();
+        assert_eq!(
+            seen,
+            json!({"tests": "3 passed\n", "lint_exit_code": 0, "docs": "failed"})
+        );
+    }
+
     #[test]
     fn settings_a_node_kind_would_ignore_are_refused() {
         let cases = [
