@@ -70,6 +70,8 @@ pub struct Condition {
     /// Node ids read as `outputs.<id>` or `outputs["<id>"]`, so validation
     /// can check that they exist.
     nodes: Arc<[String]>,
+    /// The variables it reads, sorted, so validation can tell where they are bound.
+    variables: Arc<[String]>,
 }
 
 /// Why a condition could not be compiled or did not yield a decision.
@@ -148,6 +150,7 @@ impl Condition {
             variables,
             unknown: Vec::new(),
             nodes: BTreeSet::new(),
+            read: BTreeSet::new(),
         };
         names.walk(program.expression(), &mut Vec::new());
         if let Some(unknown) = names.unknown.first() {
@@ -161,6 +164,7 @@ impl Condition {
             source: Arc::from(src),
             program: Arc::new(program),
             nodes: names.nodes.into_iter().collect(),
+            variables: names.read.into_iter().collect(),
         })
     }
 
@@ -221,6 +225,11 @@ impl Expression {
     /// Node ids it reads through `outputs`.
     pub fn nodes(&self) -> &[String] {
         self.0.nodes()
+    }
+
+    /// The variables it reads (of [`INPUT_VARIABLES`]), sorted.
+    pub fn variables(&self) -> &[String] {
+        &self.0.variables
     }
 
     /// Its value as JSON, with `vars` bound.
@@ -416,6 +425,7 @@ struct Names<'v> {
     variables: &'v [&'v str],
     unknown: Vec<String>,
     nodes: BTreeSet<String>,
+    read: BTreeSet<String>,
 }
 
 impl Names<'_> {
@@ -423,11 +433,12 @@ impl Names<'_> {
     fn walk<'a>(&mut self, expr: &'a IdedExpr, bound: &mut Vec<&'a str>) {
         match &expr.expr {
             Expr::Ident(name) => {
-                let known = bound.contains(&name.as_str())
-                    || self.variables.contains(&name.as_str())
-                    || TYPE_NAMES.contains(&name.as_str());
-                if !known {
-                    self.unknown.push(name.clone());
+                let name = name.as_str();
+                let free = !bound.contains(&name) && !TYPE_NAMES.contains(&name);
+                if free && self.variables.contains(&name) {
+                    self.read.insert(name.to_owned());
+                } else if free {
+                    self.unknown.push(name.to_owned());
                 }
             }
             Expr::Comprehension(c) => {
@@ -869,6 +880,18 @@ mod tests {
     fn long_chains_of_operators_never_overflow_the_stack() {
         let src = format!("1{}", " + 1".repeat(1000));
         assert!(compile_on_main_sized_stack(src).is_err());
+    }
+
+    #[test]
+    fn expressions_name_the_variables_they_read() {
+        let e = Expression::compile("[input.a, item, outputs.x].map(v, index + v)").unwrap();
+        assert_eq!(e.variables(), ["index", "input", "item", "outputs"]);
+        let bound = Expression::compile("input.list.map(item, item.name)").unwrap();
+        assert_eq!(
+            bound.variables(),
+            ["input"],
+            "a comprehension's own `item` is not the variable"
+        );
     }
 
     proptest::proptest! {

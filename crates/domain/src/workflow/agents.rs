@@ -12,8 +12,13 @@ use crate::pricing::Price;
 /// wait, more would keep a failing node alive for hours.
 const MAX_RETRIES: u32 = 100;
 
-pub(super) fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), WorkflowError> {
-    if agents.is_empty() {
+/// `required`: some node runs an agent (a workflow of commands and
+/// sub-workflows needs none).
+pub(super) fn check_agents(
+    agents: &BTreeMap<String, AgentDef>,
+    required: bool,
+) -> Result<(), WorkflowError> {
+    if required && agents.is_empty() {
         return Err(invalid("agents", "at least one agent is required"));
     }
     for (name, agent) in agents {
@@ -22,7 +27,9 @@ pub(super) fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), Wo
         if agent.max_turns == Some(0) {
             return Err(invalid(&item, "`max_turns` must be at least 1"));
         }
-        check_workdir(&item, agent)?;
+        if let Some(dir) = &agent.workdir {
+            check_workdir(&item, "", dir, agent.allow_outside_project)?;
+        }
         check_http_settings(&item, agent)?;
         if let Some(schema) = &agent.output_schema {
             // `offline`: the domain does no IO, so a remote `$ref` is refused, never fetched.
@@ -38,17 +45,19 @@ pub(super) fn check_agents(agents: &BTreeMap<String, AgentDef>) -> Result<(), Wo
 }
 
 /// What can be decided without knowing the project directory: `/` and a
-/// relative `workdir` that climbs out through `..` are refused unless the
-/// agent sets `allow_outside_project`. An absolute path is checked by
-/// whoever knows where awr runs ([`super::workdir_outside`]).
-fn check_workdir(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
-    let Some(dir) = agent
-        .workdir
-        .as_deref()
-        .filter(|_| !agent.allow_outside_project)
-    else {
+/// relative `workdir` that climbs out through `..` are refused unless
+/// `allow_outside_project` is set. An absolute path is checked by whoever
+/// knows where awr runs ([`super::WorkflowDef::workdirs`]). `prefix` names
+/// where the fields are (`command.` in a command node).
+pub(super) fn check_workdir(
+    item: &str,
+    prefix: &str,
+    dir: &str,
+    allowed: bool,
+) -> Result<(), WorkflowError> {
+    if allowed {
         return Ok(());
-    };
+    }
     let placeholder = std::path::Path::new("/project");
     if dir.starts_with('/') && !dir.trim_end_matches('/').is_empty() {
         return Ok(());
@@ -56,7 +65,9 @@ fn check_workdir(item: &str, agent: &AgentDef) -> Result<(), WorkflowError> {
     match super::workdir_outside(dir, placeholder) {
         Some(why) => Err(invalid(
             item,
-            format!("`workdir`: {why}; set `allow_outside_project: true` to allow it"),
+            format!(
+                "`{prefix}workdir`: {why}; set `{prefix}allow_outside_project: true` to allow it"
+            ),
         )),
         None => Ok(()),
     }

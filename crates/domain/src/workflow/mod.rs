@@ -2,15 +2,20 @@
 //!
 //! A [`WorkflowDef`] is only ever built by [`WorkflowDef::from_yaml`] /
 //! [`WorkflowDef::from_json`], which parse *and* validate, so a value of this
-//! type is a graph the runner can execute: every node names a known agent,
+//! type is a graph the runner can execute: every node runs a known agent, a
+//! command or another workflow file, only with settings that apply to it,
 //! every edge joins known nodes, every cycle is broken by a loop limit, every
 //! condition compiles and every output schema is a valid JSON Schema.
 //! `steps:` (a list) is sugar for a chain and is lowered to nodes and edges here.
 
 mod agents;
+mod duration;
 mod graph;
+mod nodes;
 mod parse;
+mod syntax;
 
+pub use duration::Timeout;
 pub use graph::LoopBody;
 
 use std::collections::BTreeMap;
@@ -101,68 +106,6 @@ impl Provider {
     /// tools (rather than a CLI that runs its own).
     pub fn is_http(self) -> bool {
         matches!(self, Provider::OpenAi | Provider::Anthropic)
-    }
-}
-
-/// How long a call may take: `90s`, `10m`, `1h 30m`, or a number of seconds;
-/// more than 0 and at most [`Timeout::MAX`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Timeout(pub std::time::Duration);
-
-impl Timeout {
-    /// The longest timeout a workflow may give: 7 days. A deadline is the
-    /// clock's now plus the timeout, and that sum must stay representable.
-    pub const MAX: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 60 * 60);
-
-    /// `duration` as a timeout, or why it cannot be one.
-    pub fn new(duration: std::time::Duration) -> Result<Self, String> {
-        if duration.is_zero() {
-            Err("`timeout` must be more than 0 s".into())
-        } else if duration > Self::MAX {
-            Err(format!(
-                "`timeout` must be at most 7 days ({} s), not {}",
-                Self::MAX.as_secs(),
-                humantime::format_duration(duration)
-            ))
-        } else {
-            Ok(Timeout(duration))
-        }
-    }
-}
-
-impl Serialize for Timeout {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for Timeout {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Seconds(u64),
-            Negative(i64),
-            Fraction(f64),
-            Text(String),
-        }
-        let duration = match Raw::deserialize(d)? {
-            Raw::Seconds(s) => std::time::Duration::from_secs(s),
-            Raw::Negative(n) => {
-                return Err(serde::de::Error::custom(format!(
-                    "`timeout` must be more than 0 s, not {n}"
-                )));
-            }
-            Raw::Fraction(f) => {
-                return Err(serde::de::Error::custom(format!(
-                    "bad `timeout` {f}: give whole seconds or text (e.g. `1.5s`, `90s`, `10m`)"
-                )));
-            }
-            Raw::Text(t) => humantime::parse_duration(&t).map_err(|e| {
-                serde::de::Error::custom(format!("bad `timeout` `{t}`: {e} (e.g. `90s`, `10m`)"))
-            })?,
-        };
-        Timeout::new(duration).map_err(serde::de::Error::custom)
     }
 }
 
@@ -463,7 +406,7 @@ pub struct CommandDef {
     pub policy: Policy,
 }
 
-/// What a node does. Later node kinds (command, parallel, ...) add variants.
+/// What a node does: exactly one of `agent`, `command`, `call_workflow`.
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     /// Runs the named agent.
@@ -602,4 +545,42 @@ impl WorkflowDef {
     pub fn node(&self, id: &NodeId) -> Option<&NodeDef> {
         self.nodes.iter().find(|n| &n.id == id)
     }
+
+    /// Every `workdir` the workflow names, of agents and of command nodes.
+    /// Loading refuses those that leave the project directory on their text
+    /// alone (`/`, `..`); a loader that knows the project directory judges
+    /// the rest with [`workdir_outside`] (an absolute path, a symlink).
+    pub fn workdirs(&self) -> Vec<Workdir<'_>> {
+        let agents = self.agents.iter().filter_map(|(name, agent)| {
+            Some(Workdir {
+                owner: format!("agents.{name}"),
+                field: "workdir",
+                dir: agent.workdir.as_deref()?,
+                allow_outside_project: agent.allow_outside_project,
+            })
+        });
+        let commands = self.nodes.iter().filter_map(|node| match &node.kind {
+            NodeKind::Command(command) => Some(Workdir {
+                owner: format!("node `{}`", node.id),
+                field: "command.workdir",
+                dir: command.workdir.as_deref()?,
+                allow_outside_project: command.allow_outside_project,
+            }),
+            _ => None,
+        });
+        agents.chain(commands).collect()
+    }
+}
+
+/// A `workdir` of a workflow, with who names it (see [`WorkflowDef::workdirs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workdir<'a> {
+    /// `agents.NAME` or ``node `ID` ``, for messages.
+    pub owner: String,
+    /// The field as written: `workdir` or `command.workdir`.
+    pub field: &'static str,
+    /// The directory as written.
+    pub dir: &'a str,
+    /// Whether it may leave the project directory.
+    pub allow_outside_project: bool,
 }

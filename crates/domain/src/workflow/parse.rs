@@ -8,16 +8,18 @@
 //! ids, acyclic forward edges, ...), naming the offending item.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::agents::{check_agents, check_pricing};
-use super::{AgentDef, EdgeDef, NodeDef, NodeKind, OnLimit, WorkflowDef, WorkflowError};
+use super::nodes::{
+    NodeKeys, NodeSet, RawBudget, RawCommand, RawForEach, RawRetry, Shorthand, concurrency,
+    lower_budget,
+};
+use super::syntax::{check_flow_nesting, json_error, unique_keys, yaml_error};
+use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};
@@ -80,7 +82,7 @@ struct RawWorkflow {
     description: Option<String>,
     #[serde(default)]
     input: Option<Value>,
-    #[serde(deserialize_with = "unique_keys")]
+    #[serde(default, deserialize_with = "unique_keys")]
     agents: BTreeMap<String, AgentDef>,
     #[serde(default)]
     steps: Option<Vec<RawStep>>,
@@ -90,57 +92,62 @@ struct RawWorkflow {
     edges: Option<Vec<RawEdge>>,
     #[serde(default, deserialize_with = "unique_keys")]
     pricing: BTreeMap<String, Price>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
+    #[serde(default)]
+    max_concurrency: Option<u32>,
 }
 
 /// One element of `steps:`; ids stay strings here so a bad one is reported
 /// with its position by [`build`] rather than as a bare parse error.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a step: `{agent: NAME, id?: ID}`")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a step: `{agent: NAME}`, `{id: ID, command: SCRIPT}` or `{id: ID, call_workflow: FILE}`"
+)]
 struct RawStep {
+    #[serde(default)]
+    id: Option<String>,
     #[serde(default)]
     agent: Option<String>,
     #[serde(default)]
+    command: Option<Shorthand<RawCommand>>,
+    #[serde(default)]
     call_workflow: Option<String>,
     #[serde(default)]
-    id: Option<String>,
+    input: Option<String>,
+    #[serde(default)]
+    for_each: Option<Shorthand<RawForEach>>,
+    #[serde(default)]
+    retry: Option<RawRetry>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
 }
 
+/// One element of `nodes:`: a step with a required id, and `join`.
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a node: `{id: ID, agent: NAME}` or `{id: ID, call_workflow: FILE}`"
+    expecting = "a node: `{id: ID, agent: NAME}`, `{id: ID, command: SCRIPT}` or `{id: ID, call_workflow: FILE}`"
 )]
 struct RawNode {
     id: String,
     #[serde(default)]
     agent: Option<String>,
     #[serde(default)]
+    command: Option<Shorthand<RawCommand>>,
+    #[serde(default)]
     call_workflow: Option<String>,
-}
-
-/// What a step or node does, before it is checked: exactly one of `agent`
-/// and `call_workflow`.
-fn raw_kind(
-    item: &str,
-    agent: Option<String>,
-    call_workflow: Option<String>,
-) -> Result<NodeKind, WorkflowError> {
-    match (agent, call_workflow) {
-        (Some(agent), None) => Ok(NodeKind::Agent { agent }),
-        (None, Some(workflow)) if !workflow.trim().is_empty() => Ok(NodeKind::CallWorkflow {
-            workflow,
-            resolved: None,
-        }),
-        (None, Some(_)) => Err(invalid(item, "`call_workflow` must name a workflow file")),
-        (Some(_), Some(_)) => Err(invalid(
-            item,
-            "give either `agent` or `call_workflow`, not both",
-        )),
-        (None, None) => Err(invalid(
-            item,
-            "missing `agent` (or `call_workflow`): what does this step do?",
-        )),
-    }
+    #[serde(default)]
+    input: Option<String>,
+    #[serde(default)]
+    for_each: Option<Shorthand<RawForEach>>,
+    #[serde(default)]
+    join: Option<Join>,
+    #[serde(default)]
+    retry: Option<RawRetry>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
 }
 
 #[derive(Deserialize)]
@@ -161,155 +168,6 @@ struct RawEdge {
     id: Option<String>,
 }
 
-/// Serde's maps keep the last of duplicate keys; a second agent with the same
-/// name would silently replace the first, so refuse it.
-fn unique_keys<'de, D, V>(de: D) -> Result<BTreeMap<String, V>, D::Error>
-where
-    D: Deserializer<'de>,
-    V: Deserialize<'de>,
-{
-    struct Unique<V>(PhantomData<V>);
-    impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
-        type Value = BTreeMap<String, V>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a mapping of agent names to agents")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out = BTreeMap::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if out.contains_key(&key) {
-                    return Err(serde::de::Error::custom(format!("duplicate agent `{key}`")));
-                }
-                let value = map.next_value()?;
-                out.insert(key, value);
-            }
-            Ok(out)
-        }
-    }
-    de.deserialize_map(Unique(PhantomData))
-}
-
-/// How deep `[` and `{` may nest in a YAML file. The YAML reader refuses
-/// anything deeper than 128 levels anyway, but only after scanning the whole
-/// file, in time that grows with the square of the depth (minutes for a
-/// file of 100,000 `[`): refused first, here.
-const MAX_FLOW_NESTING: usize = 128;
-
-/// Refuses YAML whose flow collections nest deeper than [`MAX_FLOW_NESTING`].
-/// Quoted scalars and comments are skipped; a bracket in a block scalar
-/// counts, which only matters for 128 unclosed ones.
-fn check_flow_nesting(src: &str) -> Result<(), WorkflowError> {
-    let (mut depth, mut line, mut column) = (0usize, 1usize, 0usize);
-    let mut chars = src.chars().peekable();
-    let mut previous = '\n';
-    while let Some(c) = chars.next() {
-        column += 1;
-        match c {
-            '\n' => {
-                line += 1;
-                column = 0;
-            }
-            '#' if previous.is_whitespace() => while chars.next_if(|&n| n != '\n').is_some() {},
-            '\'' | '"' if !previous.is_alphanumeric() => {
-                let mut escaped = false;
-                while let Some(n) = chars.next() {
-                    column += 1;
-                    if n == '\n' {
-                        line += 1;
-                        column = 0;
-                    }
-                    match n {
-                        '\\' if c == '"' && !escaped => escaped = true,
-                        n if n == c && !escaped => {
-                            // `''` inside single quotes is a quote.
-                            if c == '\'' && chars.next_if_eq(&'\'').is_some() {
-                                column += 1;
-                                continue;
-                            }
-                            break;
-                        }
-                        _ => escaped = false,
-                    }
-                }
-            }
-            '[' | '{' => {
-                depth += 1;
-                if depth > MAX_FLOW_NESTING {
-                    return Err(WorkflowError::Parse {
-                        line: Some(line),
-                        column: Some(column),
-                        message: format!("`[` and `{{` nest deeper than {MAX_FLOW_NESTING} levels"),
-                    });
-                }
-            }
-            ']' | '}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        previous = c;
-    }
-    Ok(())
-}
-
-/// A parser's message, cut in the middle when long: serde quotes the value it
-/// did not expect, which may be the whole file; what it expected is at the end.
-fn bounded(message: String) -> String {
-    const HEAD: usize = 80;
-    const TAIL: usize = 160;
-    let chars = message.chars().count();
-    if chars <= HEAD + TAIL + 20 {
-        return message;
-    }
-    let head: String = message.chars().take(HEAD).collect();
-    let tail: String = message.chars().skip(chars - TAIL).collect();
-    format!(
-        "{head} … ({} characters left out) … {tail}",
-        chars - HEAD - TAIL
-    )
-}
-
-fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
-    let loc = e.location();
-    let message = bounded(e.to_string());
-    match loc {
-        // The position moves into `line`/`column`; drop its copy from the text.
-        Some(l) => WorkflowError::Parse {
-            message: message.replacen(
-                &format!(" at line {} column {}", l.line(), l.column()),
-                "",
-                1,
-            ),
-            line: Some(l.line()),
-            column: Some(l.column()),
-        },
-        None => WorkflowError::Parse {
-            line: None,
-            column: None,
-            message,
-        },
-    }
-}
-
-fn json_error(path: String, e: &serde_json::Error) -> WorkflowError {
-    let mut message = bounded(e.to_string());
-    let known = e.line() != 0;
-    if known {
-        message = message.replacen(
-            &format!(" at line {} column {}", e.line(), e.column()),
-            "",
-            1,
-        );
-    }
-    // serde_path_to_error says `.` for the root and `?` where it lost track.
-    if !path.is_empty() && path != "." && path != "?" {
-        message = format!("{path}: {message}");
-    }
-    WorkflowError::Parse {
-        line: known.then_some(e.line()),
-        column: known.then_some(e.column()),
-        message,
-    }
-}
-
 pub(super) fn invalid(item: impl Into<String>, message: impl Into<String>) -> WorkflowError {
     WorkflowError::Invalid {
         item: item.into(),
@@ -318,7 +176,7 @@ pub(super) fn invalid(item: impl Into<String>, message: impl Into<String>) -> Wo
 }
 
 /// `a, b, c` for "known: ..." hints.
-fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+pub(super) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     names.into_iter().collect::<Vec<_>>().join(", ")
 }
 
@@ -328,8 +186,20 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
     if raw.name.trim().is_empty() {
         return Err(invalid("name", "must not be empty"));
     }
-    check_agents(&raw.agents)?;
+    let runs_agents = raw.steps.iter().flatten().any(|s| s.agent.is_some())
+        || raw.nodes.iter().flatten().any(|n| n.agent.is_some());
+    check_agents(&raw.agents, runs_agents)?;
     check_pricing(&raw.pricing)?;
+    let budget = raw
+        .budget
+        .map(|b| lower_budget("budget", "", b))
+        .transpose()?
+        .unwrap_or_default();
+    let max_concurrency = raw
+        .max_concurrency
+        .map(|n| concurrency("max_concurrency", "`max_concurrency`", n))
+        .transpose()?
+        .unwrap_or(WorkflowDef::DEFAULT_CONCURRENCY);
 
     let (nodes, edges) = match (raw.steps, raw.nodes) {
         (Some(_), Some(_)) => {
@@ -366,53 +236,11 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         nodes,
         edges,
         hash: hash(src),
-        budget: super::Budget::default(),
-        max_concurrency: WorkflowDef::DEFAULT_CONCURRENCY,
+        budget,
+        max_concurrency,
     };
     check_graph(&def)?;
     Ok(def)
-}
-
-/// Collects nodes, checking each against the agents and the ids seen so far.
-struct NodeSet<'a> {
-    agents: &'a BTreeMap<String, AgentDef>,
-    nodes: Vec<NodeDef>,
-    /// Id -> (index in `nodes`, the item that declared it, for duplicate messages).
-    seen: HashMap<String, (usize, String)>,
-}
-
-impl<'a> NodeSet<'a> {
-    fn new(agents: &'a BTreeMap<String, AgentDef>) -> Self {
-        NodeSet {
-            agents,
-            nodes: Vec::new(),
-            seen: HashMap::new(),
-        }
-    }
-
-    fn add(&mut self, item: String, id: &str, kind: NodeKind) -> Result<(), WorkflowError> {
-        if let NodeKind::Agent { agent } = &kind
-            && !self.agents.contains_key(agent)
-        {
-            let known = list(self.agents.keys().map(String::as_str));
-            return Err(invalid(
-                item,
-                format!("unknown agent `{agent}` (known: {known})"),
-            ));
-        }
-        let node_id = NodeId::new(id).map_err(|e| invalid(&item, e.to_string()))?;
-        if let Some((_, first)) = self.seen.get(id) {
-            return Err(invalid(
-                item,
-                format!(
-                    "duplicate node id `{id}` (also {first}); give each an explicit, unique `id`"
-                ),
-            ));
-        }
-        self.seen.insert(id.to_owned(), (self.nodes.len(), item));
-        self.nodes.push(NodeDef::new(node_id, kind));
-        Ok(())
-    }
 }
 
 fn lower_steps(
@@ -428,11 +256,28 @@ fn lower_steps(
         let id = match (step.id, &step.agent) {
             (Some(id), _) => id,
             (None, Some(agent)) => agent.clone(),
-            (None, None) => return Err(invalid(item, "a `call_workflow` step needs an `id`")),
+            (None, None) => {
+                let what = if step.command.is_some() {
+                    "command"
+                } else {
+                    "call_workflow"
+                };
+                return Err(invalid(item, format!("a `{what}` step needs an `id`")));
+            }
         };
-        let kind = raw_kind(&item, step.agent, step.call_workflow)?;
-        set.add(item, &id, kind)?;
+        let keys = NodeKeys {
+            agent: step.agent,
+            call_workflow: step.call_workflow,
+            command: step.command,
+            input: step.input,
+            for_each: step.for_each,
+            join: None,
+            retry: step.retry,
+            budget: step.budget,
+        };
+        set.add(item, &id, keys)?;
     }
+    set.check_references()?;
     let edges = set
         .nodes
         .windows(2)
@@ -459,12 +304,22 @@ fn lower_graph(
     let mut set = NodeSet::new(agents);
     for (i, node) in nodes.into_iter().enumerate() {
         let item = format!("nodes[{i}] (id `{}`)", node.id);
-        let kind = raw_kind(&item, node.agent, node.call_workflow)?;
-        set.add(item, &node.id, kind)?;
+        let keys = NodeKeys {
+            agent: node.agent,
+            call_workflow: node.call_workflow,
+            command: node.command,
+            input: node.input,
+            for_each: node.for_each,
+            join: node.join,
+            retry: node.retry,
+            budget: node.budget,
+        };
+        set.add(item, &node.id, keys)?;
     }
+    set.check_references()?;
     let known_node = |item: &str, end: &str, id: &str| -> Result<NodeId, WorkflowError> {
         match set.seen.get(id) {
-            Some(&(n, _)) => Ok(set.nodes[n].id.clone()),
+            Some(&n) => Ok(set.nodes[n].id.clone()),
             None => {
                 let known = list(set.nodes.iter().map(|n| n.id.as_str()));
                 Err(invalid(
@@ -580,6 +435,7 @@ fn hash(src: &str) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::workflow::NodeKind;
 
     const AGENTS: &str =
         "agents:\n  a: {provider: mock}\n  b: {provider: mock}\n  c: {provider: mock}\n";
@@ -680,7 +536,10 @@ mod tests {
             1,
             "missing field `name`",
         );
-        check_err("name: t\nsteps: [{agent: a}]\n", "missing field `agents`");
+        check_err(
+            "name: t\nsteps: [{agent: a}]\n",
+            "agents: at least one agent is required",
+        );
         check_parse(
             "name: t\nagents:\n  a: {model: x}\nsteps: [{agent: a}]\n",
             3,
@@ -695,7 +554,7 @@ mod tests {
         );
         check_err(
             &wf("steps: [{agent: a}, {id: x}]\n"),
-            "steps[1]: missing `agent` (or `call_workflow`)",
+            "steps[1]: missing `agent` (or `command`, `call_workflow`)",
         );
         check_err(
             &wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"),
@@ -1364,10 +1223,44 @@ edges:
             .filter(|block| block.starts_with("name:"))
             .collect();
         assert!(examples.len() >= 3, "found {} examples", examples.len());
+        let mut loaded = Vec::new();
         for example in examples {
-            if let Err(e) = WorkflowDef::from_yaml(example) {
-                panic!("{e}\n--- example:\n{example}");
+            match WorkflowDef::from_yaml(example) {
+                Ok(def) => loaded.push(def),
+                Err(e) => panic!("{e}\n--- example:\n{example}"),
             }
+        }
+        // Each node-level key has a complete example that loads.
+        let nodes = || loaded.iter().flat_map(|def| &def.nodes);
+        let shown = [
+            (
+                "command",
+                nodes().any(|n| matches!(n.kind, NodeKind::Command(_))),
+            ),
+            ("input", nodes().any(|n| n.input.is_some())),
+            ("for_each", nodes().any(|n| n.for_each.is_some())),
+            (
+                "join: any",
+                nodes().any(|n| n.join == super::super::Join::Any),
+            ),
+            (
+                "retry",
+                nodes().any(|n| n.retry != super::super::Retry::default()),
+            ),
+            ("budget", nodes().any(|n| !n.budget.is_unlimited())),
+            (
+                "top-level budget",
+                loaded.iter().any(|d| !d.budget.is_unlimited()),
+            ),
+            (
+                "max_concurrency",
+                loaded
+                    .iter()
+                    .any(|d| d.max_concurrency != WorkflowDef::DEFAULT_CONCURRENCY),
+            ),
+        ];
+        for (key, found) in shown {
+            assert!(found, "no complete example in the docs shows `{key}`");
         }
     }
 
@@ -1407,7 +1300,10 @@ edges:
         assert!(def.agent_of(&def.nodes[1]).is_none());
         let both = "name: p\nagents:\n  a: {provider: mock}\nnodes: [{id: x, agent: a, call_workflow: c.yaml}]\n";
         let err = WorkflowDef::from_yaml(both).unwrap_err().to_string();
-        assert!(err.contains("not both"), "{err}");
+        assert!(
+            err.contains("give only one of `agent`, `command` and `call_workflow`"),
+            "{err}"
+        );
         let no_id = "name: p\nagents:\n  a: {provider: mock}\nsteps: [{call_workflow: c.yaml}]\n";
         let err = WorkflowDef::from_yaml(no_id).unwrap_err().to_string();
         assert!(err.contains("needs an `id`"), "{err}");

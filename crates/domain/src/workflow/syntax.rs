@@ -1,0 +1,160 @@
+//! The text level of reading a workflow file: what the YAML and JSON readers
+//! refuse, with a line and a column, before any rule of the graph is checked.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+
+use super::WorkflowError;
+
+/// Serde's maps keep the last of duplicate keys; a second agent with the same
+/// name would silently replace the first, so refuse it.
+pub(super) fn unique_keys<'de, D, V>(de: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct Unique<V>(PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
+        type Value = BTreeMap<String, V>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a mapping of agent names to agents")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate agent `{key}`")));
+                }
+                let value = map.next_value()?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    de.deserialize_map(Unique(PhantomData))
+}
+
+/// How deep `[` and `{` may nest in a YAML file. The YAML reader refuses
+/// anything deeper than 128 levels anyway, but only after scanning the whole
+/// file, in time that grows with the square of the depth (minutes for a
+/// file of 100,000 `[`): refused first, here.
+const MAX_FLOW_NESTING: usize = 128;
+
+/// Refuses YAML whose flow collections nest deeper than [`MAX_FLOW_NESTING`].
+/// Quoted scalars and comments are skipped; a bracket in a block scalar
+/// counts, which only matters for 128 unclosed ones.
+pub(super) fn check_flow_nesting(src: &str) -> Result<(), WorkflowError> {
+    let (mut depth, mut line, mut column) = (0usize, 1usize, 0usize);
+    let mut chars = src.chars().peekable();
+    let mut previous = '\n';
+    while let Some(c) = chars.next() {
+        column += 1;
+        match c {
+            '\n' => {
+                line += 1;
+                column = 0;
+            }
+            '#' if previous.is_whitespace() => while chars.next_if(|&n| n != '\n').is_some() {},
+            '\'' | '"' if !previous.is_alphanumeric() => {
+                let mut escaped = false;
+                while let Some(n) = chars.next() {
+                    column += 1;
+                    if n == '\n' {
+                        line += 1;
+                        column = 0;
+                    }
+                    match n {
+                        '\\' if c == '"' && !escaped => escaped = true,
+                        n if n == c && !escaped => {
+                            // `''` inside single quotes is a quote.
+                            if c == '\'' && chars.next_if_eq(&'\'').is_some() {
+                                column += 1;
+                                continue;
+                            }
+                            break;
+                        }
+                        _ => escaped = false,
+                    }
+                }
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_FLOW_NESTING {
+                    return Err(WorkflowError::Parse {
+                        line: Some(line),
+                        column: Some(column),
+                        message: format!("`[` and `{{` nest deeper than {MAX_FLOW_NESTING} levels"),
+                    });
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        previous = c;
+    }
+    Ok(())
+}
+
+/// A parser's message, cut in the middle when long: serde quotes the value it
+/// did not expect, which may be the whole file; what it expected is at the end.
+fn bounded(message: String) -> String {
+    const HEAD: usize = 80;
+    const TAIL: usize = 160;
+    let chars = message.chars().count();
+    if chars <= HEAD + TAIL + 20 {
+        return message;
+    }
+    let head: String = message.chars().take(HEAD).collect();
+    let tail: String = message.chars().skip(chars - TAIL).collect();
+    format!(
+        "{head} … ({} characters left out) … {tail}",
+        chars - HEAD - TAIL
+    )
+}
+
+pub(super) fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
+    let loc = e.location();
+    let message = bounded(e.to_string());
+    match loc {
+        // The position moves into `line`/`column`; drop its copy from the text.
+        Some(l) => WorkflowError::Parse {
+            message: message.replacen(
+                &format!(" at line {} column {}", l.line(), l.column()),
+                "",
+                1,
+            ),
+            line: Some(l.line()),
+            column: Some(l.column()),
+        },
+        None => WorkflowError::Parse {
+            line: None,
+            column: None,
+            message,
+        },
+    }
+}
+
+pub(super) fn json_error(path: String, e: &serde_json::Error) -> WorkflowError {
+    let mut message = bounded(e.to_string());
+    let known = e.line() != 0;
+    if known {
+        message = message.replacen(
+            &format!(" at line {} column {}", e.line(), e.column()),
+            "",
+            1,
+        );
+    }
+    // serde_path_to_error says `.` for the root and `?` where it lost track.
+    if !path.is_empty() && path != "." && path != "?" {
+        message = format!("{path}: {message}");
+    }
+    WorkflowError::Parse {
+        line: known.then_some(e.line()),
+        column: known.then_some(e.column()),
+        message,
+    }
+}
