@@ -6,6 +6,7 @@ mod cancel;
 mod cli;
 mod cli_agents;
 mod docs;
+mod examples;
 mod exits;
 mod fake_model;
 mod fold_property;

@@ -90,6 +90,9 @@ fn every_example_writes_a_complete_transcript() {
         "examples/triage.yaml",
         "examples/market-brief.yaml",
         "examples/summarize.yaml",
+        "examples/fan-out.yaml",
+        "examples/for-each.yaml",
+        "examples/judge-refine.yaml",
     ] {
         let awr = Awr::new();
         let (run, path) = run_example(&awr, example);
