@@ -132,7 +132,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use crate::process::testing::ends_within;
+    use crate::process::testing::ends;
 
     fn setup(shell: Shell) -> (tempfile::TempDir, ToolRouter, ToolContext, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
@@ -215,15 +215,7 @@ mod tests {
         let (dir, out) = run(shell, "sleep 60 & echo $! > bg.pid; sleep 5").await;
         assert_eq!(out, Err(ToolError::Failed("timed out after 0.2s".into())));
         assert!(started.elapsed() < Duration::from_secs(3));
-        let pid: u32 = std::fs::read_to_string(dir.path().join("bg.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert!(
-            ends_within(pid, Duration::from_secs(10)).await,
-            "background child {pid} survived"
-        );
+        ends(&dir.path().join("bg.pid")).await.unwrap();
     }
 
     #[tokio::test]
@@ -251,15 +243,7 @@ mod tests {
             .await;
         assert_eq!(out.unwrap()["exit_code"], 0);
         assert!(started.elapsed() < Duration::from_secs(5));
-        let pid: u32 = std::fs::read_to_string(dir.path().join("bg.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert!(
-            ends_within(pid, Duration::from_secs(10)).await,
-            "background child {pid} survived"
-        );
+        ends(&dir.path().join("bg.pid")).await.unwrap();
     }
 
     #[tokio::test]

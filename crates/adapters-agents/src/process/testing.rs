@@ -51,3 +51,20 @@ pub async fn pid_in(path: &std::path::Path, limit: Duration) -> Option<u32> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Waits for the pid a script writes to `path`, then for that process to
+/// end; says which step did not happen.
+pub async fn ends(path: &std::path::Path) -> Result<u32, String> {
+    let limit = Duration::from_secs(10);
+    let pid = pid_in(path, limit)
+        .await
+        .ok_or_else(|| format!("no pid in {}", path.display()))?;
+    if ends_within(pid, limit).await {
+        Ok(pid)
+    } else {
+        Err(format!(
+            "process {pid} (from {}) is still running",
+            path.display()
+        ))
+    }
+}
