@@ -70,6 +70,23 @@ impl ToolRouter {
     }
 }
 
+/// Output bytes (of a command, a download) as text for a model or a record:
+/// invalid UTF-8 replaced, and a character cut in half at the end by a size
+/// cap (`truncated`) dropped rather than replaced.
+pub fn lossy_text(mut bytes: Vec<u8>, truncated: bool) -> String {
+    // `error_len() == None`: the bytes end inside a character.
+    if truncated
+        && let Err(e) = std::str::from_utf8(&bytes)
+        && e.error_len().is_none()
+    {
+        bytes.truncate(e.valid_up_to());
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -140,5 +157,11 @@ mod tests {
                 .await,
             Err(ToolError::NotGranted("echo".into()))
         );
+    }
+
+    #[test]
+    fn a_character_cut_by_the_cap_is_dropped() {
+        assert_eq!(lossy_text("hé".as_bytes()[..2].to_vec(), true), "h");
+        assert_eq!(lossy_text(vec![b'a', 0xff, b'b'], false), "a\u{fffd}b");
     }
 }

@@ -9,8 +9,11 @@ use adapters_agents::codex::Codex;
 use adapters_agents::copilot::Copilot;
 use adapters_agents::gemini::Gemini;
 use adapters_agents::openai::OpenAiChat;
+use adapters_agents::process::{Shell, ShellCommandRunner};
 use adapters_agents::{MockQuery, Providers};
-use application::ports::{ChatModel, Clock, IdGen, RunObserver, RunStore, Transcripts};
+use application::ports::{
+    ChatModel, Clock, CommandRunner, IdGen, RunObserver, RunStore, Transcripts,
+};
 use application::redact::{RedactingObserver, RedactingStore, RedactingTranscripts, Redactor};
 use application::secrets::KeyNames;
 use application::tool_loop::ToolLoop;
@@ -19,7 +22,7 @@ use domain::WorkflowDef;
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::FileRunStore;
-use infrastructure::tools::{HttpGet, ListDir, ReadFile, Shell, WriteFile};
+use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
@@ -97,6 +100,15 @@ fn tool_set(keys: KeyNames) -> ToolRouter {
         .with(Arc::new(ListDir))
         .with(Arc::new(Shell::new().withholding(keys)))
         .with(Arc::new(HttpGet::new()))
+}
+
+/// The runner of `command` nodes: `sh -c` in the project directory (awr's
+/// working directory) or a `workdir` inside it, in the `shell` tool's
+/// sandbox, withholding the key variables `secrets` names.
+#[expect(dead_code, reason = "the executor's `command` nodes take it")]
+pub fn commands(secrets: &Secrets) -> Arc<dyn CommandRunner> {
+    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    Arc::new(ShellCommandRunner::new(project).withholding(secrets.keys.clone()))
 }
 
 /// Wall clock and random ids.

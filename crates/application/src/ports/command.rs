@@ -24,6 +24,9 @@ pub struct CommandRequest {
     /// Where it runs, as written in the workflow (the adapter resolves it
     /// against the project directory, as for an agent's `workdir`).
     pub workdir: Option<String>,
+    /// Lets `workdir` leave the project directory (the node's
+    /// `allow_outside_project`); otherwise the adapter refuses it.
+    pub allow_outside_project: bool,
     /// Extra environment variables.
     pub env: BTreeMap<String, String>,
     /// Kill the whole process group after this long.

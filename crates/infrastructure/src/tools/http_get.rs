@@ -11,10 +11,9 @@
 use std::time::Duration;
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
+use application::tools::lossy_text;
 use async_trait::async_trait;
 use serde_json::{Value, json};
-
-use super::shell::lossy_text;
 
 /// Default time for the whole fetch, body included.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

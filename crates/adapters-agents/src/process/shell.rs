@@ -11,14 +11,16 @@
 //! a full pipe. A non-zero exit is a result, not a tool error: the model
 //! needs the exit code and stderr to decide what to do next.
 
-use std::process::Stdio;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
 use application::secrets::KeyNames;
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::group::Sandbox;
+use super::script::{Script, run_script};
 
 /// Default time a command may run: long enough for a build step, short
 /// enough that a hung command does not stall the run for long.
@@ -92,118 +94,33 @@ impl Tool for Shell {
         let timeout = input["timeout_secs"]
             .as_u64()
             .map_or(self.timeout, |s| self.timeout.min(Duration::from_secs(s)));
-        let mut sh = tokio::process::Command::new("sh");
-        for name in self.hidden_env(context) {
-            sh.env_remove(name);
-        }
-        let mut child = sh
-            .arg("-c")
-            .arg(command)
-            .current_dir(&context.workspace)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolError::Failed(format!("cannot start `sh`: {e}")))?;
-        let mut group = GroupGuard(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .and_then(rustix::process::Pid::from_raw),
-        );
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolError::Failed(
-                "the output pipes were not created".into(),
-            ));
+        let sandbox = Sandbox {
+            keys: self.keys.clone(),
+            keep: Vec::new(),
+            hidden: context.hidden_env.clone(),
+            env: BTreeMap::new(),
         };
-        let cap = self.max_output_bytes;
-        let run = async {
-            let status = child.wait().await;
-            // Background children would keep the pipes open; they go too.
-            group.kill();
-            status
-        };
-        let all = async { tokio::join!(run, read_capped(stdout, cap), read_capped(stderr, cap)) };
-        let outcome = tokio::time::timeout(timeout, all).await;
-        group.kill();
-        let Ok((status, (out, out_cut), (err, err_cut))) = outcome else {
+        let outcome = run_script(Script {
+            text: command,
+            dir: &context.workspace,
+            sandbox: &sandbox,
+            timeout: Some(timeout),
+            max_output_bytes: self.max_output_bytes,
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("cannot run `sh`: {e}")))?;
+        if outcome.timed_out {
             return Err(ToolError::Failed(format!(
                 "timed out after {}s",
                 timeout.as_secs_f64()
             )));
-        };
-        let status = status.map_err(|e| ToolError::Failed(format!("waiting for `sh`: {e}")))?;
+        }
         Ok(json!({
-            "exit_code": status.code(),
-            "stdout": lossy_text(out, out_cut),
-            "stderr": lossy_text(err, err_cut),
-            "truncated": out_cut || err_cut,
+            "exit_code": outcome.exit_code,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "truncated": outcome.truncated,
         }))
-    }
-}
-
-/// Kills a process group when dropped (a cancelled call) or asked to; the
-/// group may already be gone, which is fine.
-struct GroupGuard(Option<rustix::process::Pid>);
-
-impl GroupGuard {
-    fn kill(&mut self) {
-        if let Some(pid) = self.0.take() {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Reads `stream` to its end, keeping the first `cap` bytes; says whether
-/// anything was dropped. Reading on past the cap keeps the writer unblocked.
-async fn read_capped(mut stream: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let mut buf = [0u8; 8192];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        let room = cap.saturating_sub(kept.len());
-        truncated |= n > room;
-        kept.extend_from_slice(&buf[..n.min(room)]);
-    }
-    (kept, truncated)
-}
-
-/// Output bytes as text for the model: invalid UTF-8 replaced, and a
-/// character cut in half by truncation dropped rather than replaced.
-pub(super) fn lossy_text(mut bytes: Vec<u8>, truncated: bool) -> String {
-    // `error_len() == None`: the bytes end inside a character.
-    if truncated
-        && let Err(e) = std::str::from_utf8(&bytes)
-        && e.error_len().is_none()
-    {
-        bytes.truncate(e.valid_up_to());
-    }
-    match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    }
-}
-
-impl Shell {
-    /// The variables the command must not see: those the context hides, and
-    /// every key variable of awr's environment.
-    fn hidden_env(&self, context: &ToolContext) -> Vec<std::ffi::OsString> {
-        let mut names = self
-            .keys
-            .withheld(std::env::vars_os().map(|(name, _)| name), &[]);
-        names.extend(context.hidden_env.iter().map(std::ffi::OsString::from));
-        names
     }
 }
 
@@ -214,6 +131,8 @@ mod tests {
     use application::tools::ToolRouter;
     use std::sync::Arc;
     use std::time::Instant;
+
+    use crate::process::testing::ends;
 
     fn setup(shell: Shell) -> (tempfile::TempDir, ToolRouter, ToolContext, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
@@ -252,24 +171,6 @@ mod tests {
         let shell = Shell::new().withholding(KeyNames::new(["HOME".to_owned()]));
         let (_dir, out) = run(shell, "echo \"${HOME:-withheld}\"").await;
         assert_eq!(out.unwrap()["stdout"], "withheld\n");
-    }
-
-    /// True once `pid` no longer runs: absent, or a zombie nobody reaped
-    /// (the test's container may have no init that reaps orphans).
-    fn gone(pid: i32) -> bool {
-        let Some(pid) = rustix::process::Pid::from_raw(pid) else {
-            return true;
-        };
-        if rustix::process::test_kill_process(pid).is_err() {
-            return true;
-        }
-        std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).is_ok_and(|stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .starts_with('Z')
-        })
     }
 
     #[tokio::test]
@@ -314,16 +215,7 @@ mod tests {
         let (dir, out) = run(shell, "sleep 60 & echo $! > bg.pid; sleep 5").await;
         assert_eq!(out, Err(ToolError::Failed("timed out after 0.2s".into())));
         assert!(started.elapsed() < Duration::from_secs(3));
-        let pid: i32 = std::fs::read_to_string(dir.path().join("bg.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !gone(pid) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(gone(pid), "background child {pid} survived");
+        ends(&dir.path().join("bg.pid")).await.unwrap();
     }
 
     #[tokio::test]
@@ -351,16 +243,7 @@ mod tests {
             .await;
         assert_eq!(out.unwrap()["exit_code"], 0);
         assert!(started.elapsed() < Duration::from_secs(5));
-        let pid: i32 = std::fs::read_to_string(dir.path().join("bg.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !gone(pid) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(gone(pid), "background child {pid} survived");
+        ends(&dir.path().join("bg.pid")).await.unwrap();
     }
 
     #[tokio::test]
@@ -373,12 +256,6 @@ mod tests {
         let stdout = out["stdout"].as_str().unwrap();
         assert!(stdout.len() <= 1024 && stdout.starts_with("y\ny\n"));
         assert_eq!(out["stderr"], "done\n");
-    }
-
-    #[test]
-    fn a_character_cut_by_the_cap_is_dropped() {
-        assert_eq!(lossy_text("hé".as_bytes()[..2].to_vec(), true), "h");
-        assert_eq!(lossy_text(vec![b'a', 0xff, b'b'], false), "a\u{fffd}b");
     }
 
     #[tokio::test]

@@ -1,0 +1,306 @@
+//! Running an agent CLI as a child process and streaming its decoded output.
+//!
+//! Every CLI provider goes through here, so the rules hold for all of them:
+//! the CLI runs in a process group of its own ([`super::group`]), with stdin
+//! closed; stdout is read in chunks and framed into lines with a length cap
+//! by the shared normalization layer; stderr is kept apart (its tail is
+//! logged and attached to errors, never parsed as events); and the whole
+//! group is killed when the timeout passes, when the caller drops the stream
+//! (cancel: at once, even while the CLI is silent), or when the CLI exits —
+//! a CLI that spawned shells leaves none behind, and a background job it
+//! left cannot hold stdout open.
+//! The CLI inherits awr's environment less every key variable its own node
+//! does not need ([`application::secrets`]): a claude-code agent sees the
+//! Anthropic key, never the OpenAI one.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
+use application::secrets::{KeyNames, needed_by};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+
+use super::capture::{Captured, Keep};
+use super::group::{ProcessGroup, Sandbox, Spawned, spawn};
+use crate::normalize::{Decoder, StreamDecoder};
+
+/// Bytes of stderr kept for error messages; older output is dropped.
+const STDERR_TAIL_BYTES: usize = 16 * 1024;
+
+/// Messages buffered between the reader task and the runner. Small: the
+/// runner consumes as fast as it records, and a full buffer only slows the
+/// reader (the CLI then waits on its pipe), it never loses output.
+const CHANNEL_CAPACITY: usize = 64;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct CliCommand {
+    /// Executable: a path, or a name looked up on `PATH`.
+    pub program: PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Extra environment, set last (the CLI inherits awr's own environment
+    /// too, less the key variables it does not need).
+    pub env: BTreeMap<String, String>,
+    /// Recognizes key variables of awr's environment, withheld from the CLI...
+    pub keys: KeyNames,
+    /// ...except these, which its node needs.
+    pub needed_keys: Vec<String>,
+    /// Working directory, when not awr's own.
+    pub cwd: Option<PathBuf>,
+    /// Kill the CLI after this long.
+    pub timeout: Option<Duration>,
+}
+
+impl CliCommand {
+    /// The agent's CLI (its `executable:`, else `default_program` on `PATH`)
+    /// with `args`, the agent's extra `env:`, `workdir:` and `timeout:`.
+    pub fn for_agent(request: &AgentRequest, default_program: &str, args: Vec<String>) -> Self {
+        let agent = &request.agent;
+        CliCommand {
+            program: agent
+                .executable
+                .clone()
+                .unwrap_or_else(|| default_program.to_owned())
+                .into(),
+            args,
+            env: agent.env.clone(),
+            keys: KeyNames::default(),
+            needed_keys: needed_by(agent),
+            cwd: agent.workdir.as_ref().map(PathBuf::from),
+            timeout: agent.timeout.map(|t| t.0),
+        }
+    }
+
+    /// Withholds `keys` (the workflow's configured key names besides the
+    /// fixed rules) too.
+    pub fn withholding(mut self, keys: &KeyNames) -> Self {
+        self.keys = keys.clone();
+        self
+    }
+}
+
+/// The prompt for a CLI that has no system prompt flag in its
+/// non-interactive mode: the agent's system prompt leads the prompt text.
+pub fn prompt_with_system(request: &AgentRequest) -> String {
+    if request.agent.system_prompt.is_empty() {
+        request.prompt.clone()
+    } else {
+        format!("{}\n\n{}", request.agent.system_prompt, request.prompt)
+    }
+}
+
+/// Starts `command` and decodes its stdout with `decoder`. Errors before the
+/// first message (the executable is missing, not executable) come back here.
+pub fn run_cli<D: Decoder + Send + 'static>(
+    command: CliCommand,
+    decoder: D,
+) -> Result<AgentStream, QueryError> {
+    let mut cmd = tokio::process::Command::new(&command.program);
+    cmd.args(&command.args);
+    if let Some(cwd) = &command.cwd {
+        cmd.current_dir(cwd);
+    }
+    let sandbox = Sandbox {
+        keys: command.keys.clone(),
+        keep: command.needed_keys.clone(),
+        hidden: Vec::new(),
+        env: command.env.clone(),
+    };
+    let spawned = spawn(cmd, &sandbox).map_err(|e| {
+        QueryError::Config(format!(
+            "cannot start `{}`: {e} (set the agent's `executable:` or install the CLI)",
+            command.program.display()
+        ))
+    })?;
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let program = command.program.display().to_string();
+    tokio::spawn(drive(spawned, decoder, tx, command.timeout, program));
+    Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })))
+}
+
+/// Reads the CLI to its end (or its deadline) and sends what it decodes,
+/// unless the caller drops the stream first: then the task ends at once and
+/// the group goes with `spawned`, whether or not the CLI was printing.
+async fn drive<D: Decoder>(
+    spawned: Spawned,
+    decoder: D,
+    tx: mpsc::Sender<Result<AgentMessage, QueryError>>,
+    timeout: Option<Duration>,
+    program: String,
+) {
+    let Spawned {
+        child,
+        stdout,
+        stderr,
+        group,
+    } = spawned;
+    let run = Run {
+        group: &group,
+        tx: &tx,
+        program: &program,
+    };
+    tokio::select! {
+        () = tx.closed() => {
+            tracing::debug!(%program, "the stream was dropped; killing the CLI's process group");
+        }
+        () = run.to_end(child, stdout, stderr, decoder, timeout) => {}
+    }
+}
+
+/// One CLI run, as [`drive`] lends it out.
+struct Run<'a> {
+    group: &'a ProcessGroup,
+    tx: &'a mpsc::Sender<Result<AgentMessage, QueryError>>,
+    program: &'a str,
+}
+
+impl Run<'_> {
+    async fn to_end<D: Decoder>(
+        &self,
+        mut child: tokio::process::Child,
+        stdout: tokio::process::ChildStdout,
+        stderr: tokio::process::ChildStderr,
+        decoder: D,
+        timeout: Option<Duration>,
+    ) {
+        let program = self.program;
+        let stderr_task = tokio::spawn(async move {
+            let mut tail = Captured::new(Keep::Tail(STDERR_TAIL_BYTES));
+            tail.read_from(stderr).await;
+            tail.text()
+        });
+        let mut decoder = StreamDecoder::new(decoder);
+        let wait = async {
+            let status = child.wait().await;
+            // What it left running in the background would hold stdout open.
+            self.group.kill();
+            status
+        };
+        let both = async { tokio::join!(wait, self.decode(stdout, &mut decoder)).0 };
+        let status = match timeout {
+            Some(limit) => tokio::time::timeout(limit, both).await.ok(),
+            None => Some(both.await),
+        };
+        self.group.kill();
+        let stderr_tail = stderr_task.await.unwrap_or_default();
+        let Some(status) = status else {
+            let secs = timeout.map_or(0, |t| t.as_secs());
+            self.send(Err(QueryError::Agent {
+                error_type: "timeout".into(),
+                message: format!("`{program}` did not finish within {secs} s; it was killed"),
+                details: Some(serde_json::json!({ "stderr": stderr_tail })),
+            }))
+            .await;
+            return;
+        };
+        let exit = status.ok().and_then(|status| status.code());
+        if !stderr_tail.is_empty() {
+            tracing::debug!(%program, stderr = %stderr_tail, "CLI stderr");
+        }
+        for item in decoder.finish(exit, &stderr_tail) {
+            self.send(item).await;
+        }
+    }
+
+    /// Decodes stdout to its end and sends what it yields.
+    async fn decode<D: Decoder>(
+        &self,
+        mut stdout: tokio::process::ChildStdout,
+        decoder: &mut StreamDecoder<D>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match stdout.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(program = %self.program, error = %e, "reading the CLI's output failed");
+                    break;
+                }
+            };
+            for item in decoder.push(&buf[..n]) {
+                self.send(item).await;
+            }
+        }
+    }
+
+    /// Sends `item`; a dropped stream is noticed by [`drive`], which then
+    /// drops this whole run.
+    async fn send(&self, item: Result<AgentMessage, QueryError>) {
+        let _ = self.tx.send(item).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::normalize::Decoded;
+    use crate::process::testing::{ends, pid_in};
+    use futures::StreamExt;
+    use serde_json::Value;
+
+    /// Yields nothing per line, and a bare error at the end.
+    struct Silent;
+
+    impl Decoder for Silent {
+        fn line(&mut self, _: Value) -> Vec<Decoded> {
+            Vec::new()
+        }
+        fn finish(&mut self, exit_code: Option<i32>, _: &str) -> Vec<Decoded> {
+            vec![Err(QueryError::Config(format!("exit {exit_code:?}")))]
+        }
+    }
+
+    fn sh(script: String) -> CliCommand {
+        CliCommand {
+            program: "sh".into(),
+            args: vec!["-c".into(), script],
+            env: BTreeMap::new(),
+            keys: KeyNames::default(),
+            needed_keys: Vec::new(),
+            cwd: None,
+            timeout: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_of_a_silent_cli_kills_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cli, child) = (dir.path().join("cli.pid"), dir.path().join("child.pid"));
+        let script = format!(
+            "echo $$ > '{}'; sleep 60 & echo $! > '{}'; wait",
+            cli.display(),
+            child.display()
+        );
+        let mut stream = run_cli(sh(script), Silent).unwrap();
+        assert!(pid_in(&child, Duration::from_secs(10)).await.is_some());
+        // Polled once, so the stream is live, then dropped: a cancelled run.
+        assert!(futures::poll!(stream.next()).is_pending());
+        drop(stream);
+        ends(&cli).await.unwrap();
+        ends(&child).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_cli_ending_leaves_no_background_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("child.pid");
+        let script = format!("sleep 600 & echo $! > '{}'; exit 4", child.display());
+        let stream = run_cli(sh(script), Silent).unwrap();
+        // The child would hold stdout open for ten minutes.
+        let out: Vec<_> = tokio::time::timeout(Duration::from_secs(30), stream.collect())
+            .await
+            .expect("the stream waited for the background child");
+        assert!(
+            matches!(&out[..], [Err(QueryError::Config(m))] if m == "exit Some(4)"),
+            "{out:?}"
+        );
+        ends(&child).await.unwrap();
+    }
+}

@@ -1,0 +1,213 @@
+//! Starting a child in a process group of its own, and the guard that kills
+//! that whole group.
+//!
+//! Every child awr starts (a CLI agent, a `shell` tool call, a `command`
+//! node) goes through [`spawn`]: stdin closed, stdout and stderr piped, its
+//! own group, and the key variables of awr's environment withheld. The
+//! returned [`ProcessGroup`] kills the group with SIGKILL when it is dropped,
+//! so a cancelled call (a dropped future or stream) leaves nothing behind,
+//! not even what the child started in the background.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use application::secrets::KeyNames;
+use rustix::process::{Pid, Signal, kill_process_group};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+
+/// Which variables of awr's environment a child must not inherit: every key
+/// variable `keys` recognizes, except those in `keep`, and the names in
+/// `hidden` whatever they are.
+#[derive(Debug, Clone, Default)]
+pub struct Sandbox {
+    /// Recognizes key variables.
+    pub keys: KeyNames,
+    /// Key variables the child needs (a CLI agent's own API key).
+    pub keep: Vec<String>,
+    /// Further variables to remove (an HTTP agent's key, hidden from its shell).
+    pub hidden: Vec<String>,
+    /// Variables set last, over what is inherited.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Sandbox {
+    /// The names to remove from the environment `inherited`.
+    fn withheld(&self, inherited: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+        let mut names = self.keys.withheld(inherited, &self.keep);
+        names.extend(self.hidden.iter().map(OsString::from));
+        names
+    }
+
+    /// Applies the sandbox to `command`, against awr's own environment.
+    fn apply(&self, command: &mut Command) {
+        for name in self.withheld(std::env::vars_os().map(|(name, _)| name)) {
+            command.env_remove(name);
+        }
+        command.envs(&self.env);
+    }
+}
+
+/// Names a process group so that a later awr process can find it again: the
+/// group id (the pid of its first process) and that process's start time,
+/// which tells it from a later process that reuses the pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupId {
+    /// The process group id.
+    pub pgid: u32,
+    /// When the group's first process started, in clock ticks after boot
+    /// (field 22 of `/proc/<pid>/stat`); `None` where there is no `/proc`.
+    pub start_ticks: Option<u64>,
+}
+
+impl GroupId {
+    fn of(pid: u32) -> Self {
+        Self {
+            pgid: pid,
+            start_ticks: start_ticks(pid),
+        }
+    }
+}
+
+/// The start time of `pid` in clock ticks after boot, from `/proc`.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and `)`; the fields after
+    // its last `)` start at field 3, so field 22 is the 20th of them.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// A running process group, killed (SIGKILL to every member) when dropped or
+/// asked to. Killing twice, or a group that already ended, is harmless.
+///
+/// The group is killed once at most: after that its id may be reused.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    /// The group id until it is killed, then 0. Atomic so that `kill` takes
+    /// `&self`: the task that waits on the child and the one that enforces
+    /// the timeout may both kill the group.
+    pid: AtomicI32,
+    id: Option<GroupId>,
+}
+
+impl ProcessGroup {
+    /// Which group this is, for the record; `None` if the child had already
+    /// been reaped when it was started (it cannot have, in practice).
+    pub fn id(&self) -> Option<GroupId> {
+        self.id
+    }
+
+    /// Kills every process of the group now.
+    pub fn kill(&self) {
+        if let Some(pid) = Pid::from_raw(self.pid.swap(0, Ordering::SeqCst)) {
+            // The group may already be gone; nothing to do about an error.
+            let _ = kill_process_group(pid, Signal::KILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A child just started by [`spawn`], its pipes taken out.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The child, to wait on (it is killed too if dropped).
+    pub child: Child,
+    /// Its standard output.
+    pub stdout: ChildStdout,
+    /// Its standard error.
+    pub stderr: ChildStderr,
+    /// Its process group, killed when this is dropped.
+    pub group: ProcessGroup,
+}
+
+/// Starts `command` in a process group of its own, stdin closed, stdout and
+/// stderr piped, its environment narrowed by `sandbox`.
+pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned> {
+    sandbox.apply(&mut command);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    let raw = child.id();
+    let group = ProcessGroup {
+        pid: AtomicI32::new(raw.and_then(|id| i32::try_from(id).ok()).unwrap_or(0)),
+        id: raw.map(GroupId::of),
+    };
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("the output pipes were not created"));
+    };
+    if let Some(id) = group.id {
+        tracing::debug!(pgid = id.pgid, start_ticks = ?id.start_ticks, "process group started");
+    }
+    Ok(Spawned {
+        child,
+        stdout,
+        stderr,
+        group,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_variables_are_withheld_except_those_kept_and_hidden_names_always() {
+        let sandbox = Sandbox {
+            keys: KeyNames::new(["MY_TOKEN_VAR".to_owned()]),
+            keep: vec!["ANTHROPIC_API_KEY".into()],
+            hidden: vec!["HOME".into()],
+            env: BTreeMap::new(),
+        };
+        let inherited = [
+            "PATH",
+            "MY_TOKEN_VAR",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+        ]
+        .map(OsString::from);
+        assert_eq!(
+            sandbox.withheld(inherited),
+            ["MY_TOKEN_VAR", "OPENAI_API_KEY", "HOME"].map(OsString::from)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_group_id_is_the_child_pid_with_its_start_time() {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg("echo $$; exec sleep 60");
+        let mut spawned = spawn(command, &Sandbox::default()).unwrap();
+        let id = spawned.group.id().unwrap();
+        assert_eq!(id.pgid, spawned.child.id().unwrap());
+        // The start time survives `exec`: it names the process, not the program.
+        assert_eq!(id.start_ticks, start_ticks(id.pgid));
+        assert!(id.start_ticks.is_some());
+        let mut line = String::new();
+        tokio::io::AsyncBufReadExt::read_line(
+            &mut tokio::io::BufReader::new(&mut spawned.stdout),
+            &mut line,
+        )
+        .await
+        .unwrap();
+        assert_eq!(line.trim(), id.pgid.to_string());
+        drop(spawned);
+        assert!(
+            super::super::testing::ends_within(id.pgid, std::time::Duration::from_secs(10)).await
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! Every child process awr starts, and the one way it starts them.
+//!
+//! A CLI agent ([`cli`]), a `shell` tool call ([`shell`]) and a `command`
+//! node ([`command`]) all run through [`group::spawn`]: a process group of
+//! their own, stdin closed, key variables withheld, and the whole group
+//! killed on timeout, on cancel (the caller drops the future or stream) and
+//! when the child ends, so nothing they start outlives them. Their output is
+//! read to its end with a cap ([`capture`]). The `shell` tool and the
+//! command runner share one script runner ([`script`]), so they share one
+//! sandbox.
+//!
+//! The `shell` tool lives here rather than with the other built-in tools in
+//! `infrastructure` because adapters do not depend on each other and this
+//! mechanism is needed by both the CLI agents and the shell.
+
+pub mod capture;
+pub mod cli;
+pub mod command;
+pub mod group;
+pub mod script;
+pub mod shell;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use cli::{CliCommand, prompt_with_system, run_cli};
+pub use command::ShellCommandRunner;
+pub use group::{GroupId, ProcessGroup, Sandbox};
+pub use shell::Shell;
