@@ -357,22 +357,9 @@ mod tests {
     use super::*;
     use crate::claude::decode_output;
     use crate::normalize::testing::*;
-    use application::ports::QueryError;
+
+    decoding_with!(ClaudeDecoder);
     use domain::event::{ModelUsage, Usage};
-
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn session(out: &[Decoded]) -> (&str, Option<&str>) {
-        match &out[0] {
-            Ok(AgentMessage::Session { session_id, model }) => {
-                (session_id.as_str(), model.as_deref())
-            }
-            other => panic!("expected a session first, got {other:?}"),
-        }
-    }
 
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
@@ -382,7 +369,7 @@ mod tests {
             include_bytes!("../../testdata/claude/text/stdout.jsonl"),
             include_str!("../../testdata/claude/text/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         assert_eq!(
             session(&out),
             (
@@ -430,16 +417,8 @@ mod tests {
             include_str!("../../testdata/claude/tool/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let input = json!({"command": "echo hi", "description": "Print hi"});
         let id = Some("toolu_0dea5dcde1614d95a1f1");
@@ -476,16 +455,8 @@ mod tests {
             include_str!("../../testdata/claude/toolfail/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "Bash");
@@ -501,7 +472,7 @@ mod tests {
             include_bytes!("../../testdata/claude/resume/stdout.jsonl"),
             include_str!("../../testdata/claude/resume/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         assert_eq!(session(&out).0, "97708221-dc20-4e93-bfbf-51addfb15a16");
         let result = completed(&out);
         // Cost is cumulative over the resumed session; usage is this invocation's.
@@ -518,7 +489,7 @@ mod tests {
             include_bytes!("../../testdata/claude/ERRTEST/stdout.jsonl"),
             include_str!("../../testdata/claude/ERRTEST/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "error", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session error warning ERR");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, message, .. })
             if error_type == "api_error" && message.contains("HTTP 500"))
@@ -534,7 +505,7 @@ mod tests {
             include_bytes!("../../testdata/claude/MIDERR/stdout.jsonl"),
             include_str!("../../testdata/claude/MIDERR/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
         assert_eq!(
@@ -574,12 +545,6 @@ mod tests {
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#;
     const OK_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"usage":{"input_tokens":1,"output_tokens":2}}"#;
-
-    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let mut stdout = lines.join("\n");
-        stdout.push('\n');
-        decode_output(stdout.as_bytes(), rc, stderr)
-    }
 
     #[test]
     fn mixed_blocks_keep_their_order_ids_and_a_dangling_call_stays_a_use() {
@@ -629,14 +594,7 @@ mod tests {
             ],
             "toolu_B stays a use alone: no result is made up for it"
         );
-        let Some(QueryError::Agent {
-            error_type,
-            message,
-            ..
-        }) = error
-        else {
-            panic!("expected an agent error")
-        };
+        let (error_type, message) = fatal_of(error.as_ref());
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
@@ -675,14 +633,7 @@ mod tests {
 
     #[test]
     fn empty_stdout_is_an_error_naming_the_exit_code() {
-        let out = decode_output(b"", Some(2), "boom: no API key");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 2"), "{message}");
-        assert!(message.contains("boom: no API key"), "{message}");
-        let out = decode_output(b"", None, "");
-        assert!(agent_error(&out).1.contains("killed by a signal"));
+        assert_empty_stdout_fails::<ClaudeDecoder>(2, "boom: no API key");
     }
 
     #[test]
@@ -701,17 +652,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "text",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning warning warning warning text warning completed"
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
             panic!()
@@ -738,16 +680,8 @@ mod tests {
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "text",
-                "warning",
-                "warning",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning text warning warning text completed"
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -761,10 +695,10 @@ mod tests {
     #[test]
     fn truncated_result_line_means_no_result() {
         let out = run(&[INIT], Some(1), "");
-        assert_eq!(kinds(&out), ["session", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
         let out = decode_output(stdout.as_bytes(), Some(1), "");
-        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session warning ERR");
     }
 
     #[test]
@@ -817,15 +751,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "error",
-                "error",
-                "warning",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session error error warning warning completed"
         );
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, .. }) if error_type == "rate_limit")
@@ -871,8 +798,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            ["session", "tool_use", "tool", "warning", "completed"]
+            kinds(&out).join(" "),
+            "session tool_use tool warning completed"
         );
         assert_eq!(tool(&out[2]).2, &json!("a\nb"));
     }

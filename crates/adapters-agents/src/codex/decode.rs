@@ -370,20 +370,7 @@ mod tests {
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn session(out: &[Decoded]) -> &str {
-        match &out[0] {
-            Ok(AgentMessage::Session {
-                session_id,
-                model: None,
-            }) => session_id.as_str(),
-            other => panic!("expected a session first, got {other:?}"),
-        }
-    }
+    decoding_with!(CodexDecoder);
 
     fn error_types(out: &[Decoded]) -> Vec<&str> {
         out.iter()
@@ -410,8 +397,11 @@ mod tests {
             include_bytes!("../../testdata/codex/text/stdout.jsonl"),
             include_str!("../../testdata/codex/text/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
-        assert_eq!(session(&out), "01a2014c-3adf-7380-b611-f63adb45ee58");
+        assert_eq!(kinds(&out).join(" "), "session text completed");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3adf-7380-b611-f63adb45ee58", None)
+        );
         assert_eq!(
             out[1].as_ref().unwrap(),
             &AgentMessage::Text {
@@ -433,18 +423,13 @@ mod tests {
             include_str!("../../testdata/codex/tool/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
-        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
+        );
         let command = json!({ "command": "/bin/bash -lc 'echo hi'" });
         let (messages, _) = split(out.clone());
         assert_eq!(
@@ -488,16 +473,8 @@ mod tests {
             include_str!("../../testdata/codex/toolfail/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "shell");
@@ -511,9 +488,12 @@ mod tests {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
         let out = capture(stdout, rc);
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         // The resumed thread is the one of the tool capture.
-        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
+        );
         assert_eq!(completed(&out).usage, usage(360, 60, 75));
         // The previous invocation (the tool capture) reported 240/40/50.
         let decoder = CodexDecoder::with_previous_usage(usage(240, 40, 50));
@@ -532,10 +512,8 @@ mod tests {
             include_str!("../../testdata/codex/ERRTEST/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session", "error", "error", "error", "error", "error", "error", "ERR"
-            ]
+            kinds(&out).join(" "),
+            "session error error error error error error ERR"
         );
         assert!(error_types(&out).iter().all(|t| *t == "network_error"));
         let (error_type, message) = agent_error(&out);
@@ -575,7 +553,7 @@ mod tests {
             include_bytes!("../../testdata/codex/RATETEST/stdout.jsonl"),
             include_str!("../../testdata/codex/RATETEST/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "error", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session error ERR");
         assert_eq!(error_types(&out), ["rate_limit"]);
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "rate_limit");
@@ -584,12 +562,6 @@ mod tests {
 
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;
     const DONE: &str = r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":1,"output_tokens":2}}"#;
-
-    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let mut stdout = lines.join("\n");
-        stdout.push('\n');
-        decode_output(stdout.as_bytes(), rc, stderr)
-    }
 
     #[test]
     fn calls_keep_their_item_ids_and_order_and_a_dangling_one_stays_a_use() {
@@ -633,14 +605,7 @@ mod tests {
             ],
             "item_3 stays a use alone: no result is made up for it"
         );
-        let Some(QueryError::Agent {
-            error_type,
-            message,
-            ..
-        }) = error
-        else {
-            panic!("expected an agent error")
-        };
+        let (error_type, message) = fatal_of(error.as_ref());
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
@@ -650,14 +615,7 @@ mod tests {
 
     #[test]
     fn empty_stdout_is_an_error_naming_the_exit_code() {
-        let out = decode_output(b"", Some(2), "boom: no API key");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 2"), "{message}");
-        assert!(message.contains("boom: no API key"), "{message}");
-        let out = decode_output(b"", None, "");
-        assert!(agent_error(&out).1.contains("killed by a signal"));
+        assert_empty_stdout_fails::<CodexDecoder>(2, "boom: no API key");
     }
 
     #[test]
@@ -677,17 +635,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning warning warning warning warning text completed"
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
             panic!()
@@ -724,15 +673,8 @@ mod tests {
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "text",
-                "warning",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning text warning warning completed"
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -762,19 +704,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "tool_use",
-                "tool",
-                "tool",
-                "tool",
-                "tool",
-                "tool_use",
-                "tool",
-                "tool",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session tool_use tool tool tool tool tool_use tool tool completed"
         );
         let (name, input, _, error) = tool(&out[2]);
         assert_eq!((name, error), ("file_change", None));
@@ -804,7 +735,7 @@ mod tests {
             Some(1),
             "",
         );
-        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session warning ERR");
         assert_eq!(agent_error(&out).0, "api_error");
         let out = run(
             &[
@@ -816,7 +747,7 @@ mod tests {
         );
         assert_eq!(agent_error(&out).0, "error_during_execution");
         let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
-        assert_eq!(kinds(&out), ["session", "warning", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session warning completed");
         assert_eq!(completed(&out).num_turns, 2);
     }
 

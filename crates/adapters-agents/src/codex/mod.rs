@@ -118,44 +118,20 @@ mod process_tests {
     //! The provider against fake executables printing what the real CLI printed.
 
     use super::*;
-    use domain::workflow::{AgentDef, Provider};
-    use domain::{NodeId, NodeRunId, RunId, SessionId};
-    use std::os::unix::fs::PermissionsExt;
+    use crate::normalize::testing::{agent_request, completed};
+    use domain::SessionId;
+    use domain::workflow::Provider;
     use std::path::Path;
 
     fn replaying(dir: &Path, scenario: &str) -> String {
-        let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("testdata/codex")
-            .join(scenario)
-            .join("stdout.jsonl");
-        let path = dir.join(format!("fake-codex-{scenario}"));
-        std::fs::write(&path, format!("#!/bin/sh\ncat '{}'\n", capture.display())).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path.display().to_string()
+        crate::normalize::testing::replaying(dir, "codex", scenario)
     }
 
     fn request(executable: String, resume: Option<SessionId>) -> AgentRequest {
-        AgentRequest {
-            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: NodeId::new("coder").unwrap(),
-            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "coder".into(),
-            agent: AgentDef {
-                executable: Some(executable),
-                system_prompt: "Be brief.".into(),
-                ..AgentDef::new(Provider::Codex)
-            },
-            prompt: "run echo hi".into(),
-            resume,
-        }
-    }
-
-    fn completed(items: &[Decoded]) -> &application::ports::AgentResult {
-        match items.last() {
-            Some(Ok(AgentMessage::Completed(result))) => result,
-            other => panic!("{other:?}"),
-        }
+        let mut request = agent_request(Provider::Codex, Some(executable));
+        request.agent.system_prompt = "Be brief.".into();
+        request.resume = resume;
+        request
     }
 
     #[test]

@@ -319,6 +319,8 @@ mod tests {
     use super::*;
     use crate::normalize::testing::*;
 
+    decoding_with!(CopilotDecoder);
+
     /// Kinds with runs of deltas collapsed, so tests don't count chunks.
     fn kinds(out: &[Decoded]) -> Vec<&'static str> {
         let mut kinds: Vec<&'static str> = Vec::new();
@@ -331,16 +333,6 @@ mod tests {
         kinds
     }
     use crate::copilot::decode_output;
-
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        decode_output(stdout.as_bytes(), exit_code, stderr)
-    }
 
     fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {
         out.iter()
@@ -366,15 +358,6 @@ mod tests {
             .collect()
     }
 
-    fn deltas(out: &[Decoded]) -> String {
-        out.iter()
-            .filter_map(|d| match d {
-                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
-
     const OK_RESULT: &str =
         r#"{"type":"result","sessionId":"s1","exitCode":0,"usage":{"sessionDurationMs":9}}"#;
 
@@ -384,7 +367,7 @@ mod tests {
             include_bytes!("../../testdata/copilot/text/stdout.jsonl"),
             include_str!("../../testdata/copilot/text/rc"),
         );
-        assert_eq!(kinds(&out), ["text_delta", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "text_delta completed");
         assert_eq!(out.len(), 6);
         assert_eq!(deltas(&out), "Hello from the fake server.");
         let result = completed(&out);
@@ -405,7 +388,7 @@ mod tests {
             include_bytes!("../../testdata/copilot/resume/stdout.jsonl"),
             include_str!("../../testdata/copilot/resume/rc"),
         );
-        assert_eq!(kinds(&out), ["text_delta", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "text_delta completed");
         assert!(completed(&out).session_id.is_some());
     }
 
@@ -473,8 +456,8 @@ mod tests {
             include_str!("../../testdata/copilot/toolfail/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            ["text_delta", "tool_use", "tool", "text_delta", "completed"]
+            kinds(&out).join(" "),
+            "text_delta tool_use tool text_delta completed"
         );
         let (name, input, output, error) = tools(&out)[0];
         assert_eq!(name, "bash");
@@ -496,7 +479,7 @@ mod tests {
             include_bytes!("../../testdata/copilot/BADREQ/stdout.jsonl"),
             include_str!("../../testdata/copilot/BADREQ/rc"),
         );
-        assert_eq!(kinds(&out), ["error", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "error ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "api_error");
         assert_eq!(message, "400 fake error 400");
@@ -543,7 +526,7 @@ mod tests {
         let out = run(&[r#"{"type":"result","usage":"oops"}"#], Some(0), "");
         assert_eq!(agent_error(&out).0, "error_during_execution");
         let out = run(&[OK_RESULT, OK_RESULT], Some(1), "");
-        assert_eq!(kinds(&out), ["warning", "warning", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "warning warning completed");
     }
 
     #[test]
@@ -566,21 +549,8 @@ mod tests {
         stdout.extend_from_slice(OK_RESULT.as_bytes());
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "warning",
-                "text_delta",
-                "warning",
-                "warning",
-                "text",
-                "thinking",
-                "warning",
-                "tool_use",
-                "tool_use",
-                "tool",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "warning text_delta warning warning text thinking warning tool_use tool_use tool warning completed"
         );
         assert_eq!(
             out[1].as_ref().unwrap(),
@@ -667,12 +637,7 @@ mod tests {
 
     #[test]
     fn empty_stdout_is_an_error_naming_exit_code_and_stderr() {
-        let out = decode_output(b"", Some(1), "Error: no model configured");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 1"), "{message}");
-        assert!(message.contains("no model configured"), "{message}");
+        assert_empty_stdout_fails::<CopilotDecoder>(1, "Error: no model configured");
         let mut decoder = CopilotDecoder::new();
         assert_eq!(decoder.finish(None, "").len(), 1);
         assert!(decoder.finish(None, "").is_empty());

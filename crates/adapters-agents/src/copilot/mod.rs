@@ -168,6 +168,7 @@ mod usage_tests {
     //! The usage file the genuine Copilot CLI wrote (`--usage-output-file`).
 
     use super::*;
+    use crate::normalize::testing::agent_request;
 
     #[test]
     fn a_real_usage_file_gives_totals_and_per_model_usage() {
@@ -181,16 +182,7 @@ mod usage_tests {
 
     #[test]
     fn the_command_asks_for_the_usage_file() {
-        let request = AgentRequest {
-            run_id: domain::RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: domain::NodeId::new("a").unwrap(),
-            node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "a".into(),
-            agent: domain::workflow::AgentDef::new(domain::workflow::Provider::Copilot),
-            prompt: "hi".into(),
-            resume: None,
-        };
+        let request = agent_request(domain::workflow::Provider::Copilot, None);
         let path = usage_file(&request);
         let cmd = Copilot::command(&request, &path);
         let at = cmd

@@ -229,35 +229,9 @@ mod tests {
     use super::*;
     use crate::gemini::decode_output;
     use crate::normalize::testing::*;
+
+    decoding_with!(GeminiDecoder);
     use domain::event::{ModelUsage, Usage};
-
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        decode_output(stdout.as_bytes(), exit_code, stderr)
-    }
-
-    fn session(out: &[Decoded]) -> (&str, Option<&str>) {
-        match &out[0] {
-            Ok(AgentMessage::Session { session_id, model }) => {
-                (session_id.as_str(), model.as_deref())
-            }
-            other => panic!("expected a session first, got {other:?}"),
-        }
-    }
-
-    fn deltas(out: &[Decoded]) -> String {
-        out.iter()
-            .filter_map(|d| match d {
-                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
 
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
@@ -269,16 +243,8 @@ mod tests {
             include_str!("../../testdata/gemini/text/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "text_delta",
-                "text_delta",
-                "text_delta",
-                "text_delta",
-                "text_delta",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session text_delta text_delta text_delta text_delta text_delta completed"
         );
         assert_eq!(
             session(&out),
@@ -385,17 +351,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "tool_use",
-                "tool",
-                "tool_use",
-                "tool",
-                "tool_use",
-                "tool",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session tool_use tool tool_use tool tool_use tool completed"
         );
         assert_eq!(tool(&out[2]).3, Some("command exited with code 3"));
         assert_eq!(tool(&out[4]).3, Some("no such file"));
@@ -421,7 +378,7 @@ mod tests {
             include_bytes!("../../testdata/gemini/BADREQ/stdout.jsonl"),
             include_str!("../../testdata/gemini/BADREQ/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "api_error");
         assert!(message.contains("fake error 400"), "{message}");
@@ -439,7 +396,7 @@ mod tests {
             ),
             "at async Turn.run (chunk.js:1:2) {\n  status: 500\n}\n",
         );
-        assert_eq!(kinds(&out), ["session", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "error_during_execution");
         assert!(message.contains("exited with code 124"), "{message}");
@@ -551,18 +508,8 @@ mod tests {
         stdout.extend_from_slice(OK_RESULT.as_bytes());
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "text_delta",
-                "warning",
-                "warning",
-                "text",
-                "warning",
-                "tool_use",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning text_delta warning warning text warning tool_use completed"
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -599,23 +546,13 @@ mod tests {
 
     #[test]
     fn empty_stdout_and_signals_are_errors_and_finish_is_idempotent() {
-        let out = decode_output(b"", Some(41), "Invalid auth method selected.");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 41"), "{message}");
-        assert!(message.contains("Invalid auth method"), "{message}");
-        assert!(
-            agent_error(&decode_output(b"", None, ""))
-                .1
-                .contains("killed by a signal")
-        );
+        assert_empty_stdout_fails::<GeminiDecoder>(41, "Invalid auth method selected.");
 
         let mut decoder = GeminiDecoder::new();
         let value: Value = serde_json::from_str(OK_RESULT).unwrap();
         assert!(decoder.line(value).is_empty());
         let out = decoder.finish(Some(2), "");
-        assert_eq!(kinds(&out), ["warning", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "warning completed");
         assert!(decoder.finish(Some(0), "").is_empty());
     }
 
@@ -639,18 +576,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "warning",
-                "warning",
-                "error",
-                "warning",
-                "warning",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning warning warning error warning warning warning completed"
         );
         assert!(
             matches!(&out[4], Ok(AgentMessage::Error { error_type, .. }) if error_type == "api_error")
