@@ -8,13 +8,14 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use application::ports::{ChatError, ChatEvent, ChatStream};
+use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, TurnEnd};
+use domain::event::Usage;
 use domain::workflow::AgentDef;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{RequestBuilder, Response, StatusCode, Url};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// How long connecting may take before the attempt counts as a network error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -392,5 +393,75 @@ mod tests {
         );
         agent.base_url = Some("localhost:8080/v1".into());
         assert!(endpoint(&agent, "x", "v1").is_err());
+    }
+}
+
+/// How much of unreadable data an error message quotes: enough to recognise
+/// an HTML error page or a proxy's banner, not a whole page.
+const QUOTE_CHARS: usize = 200;
+
+/// `data`, trimmed and shortened to [`QUOTE_CHARS`].
+pub(crate) fn quote(data: &str) -> String {
+    let mut chars = data.trim().chars();
+    let mut quoted: String = chars.by_ref().take(QUOTE_CHARS).collect();
+    if chars.next().is_some() {
+        quoted.push('…');
+    }
+    quoted
+}
+
+/// Data a decoder cannot read: the server is not speaking the API (a
+/// proxy's page, a wrong `base_url`), which a retry will not fix.
+pub(crate) fn unreadable(message: String) -> ChatError {
+    ChatError::Api {
+        status: None,
+        message,
+        retryable: false,
+    }
+}
+
+/// A tool call's input from the JSON text the model streamed: none at all
+/// means no arguments (or the input given whole at the start, when an
+/// object); text that is not JSON stays a string, for the tool loop's
+/// schema check to refuse with a reason the model can act on.
+pub(crate) fn call_input(raw: String, given: Option<Value>) -> Value {
+    if raw.trim().is_empty() {
+        return match given {
+            Some(input) if input.is_object() => input,
+            _ => json!({}),
+        };
+    }
+    serde_json::from_str(&raw).unwrap_or(Value::String(raw))
+}
+
+/// What a streamed turn learns besides its content, kept until its end.
+#[derive(Debug, Default)]
+pub(crate) struct TurnMeta {
+    /// Token counts so far.
+    pub usage: Usage,
+    /// The model that answers.
+    pub model: Option<String>,
+    /// The provider's id of the response.
+    pub response_id: Option<String>,
+    /// Why the model stopped, once said.
+    pub stop: Option<StopReason>,
+    /// A tool call was emitted: the stop reason when a server gives none.
+    pub called: bool,
+}
+
+impl TurnMeta {
+    /// The [`ChatEvent::End`] of the turn.
+    pub fn end(&mut self) -> ChatEvent {
+        let stop = self.stop.take().unwrap_or(if self.called {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        });
+        ChatEvent::End(TurnEnd {
+            stop,
+            usage: std::mem::take(&mut self.usage),
+            model: self.model.take(),
+            response_id: self.response_id.take(),
+        })
     }
 }

@@ -65,13 +65,10 @@ mod tests {
     //! CLI printed: the command is built, the output decoded, the run ends.
 
     use super::*;
+    use crate::normalize::testing::{agent_request, replaying};
     use crate::{claude::ClaudeCode, codex::Codex, copilot::Copilot, gemini::Gemini};
     use application::ports::AgentMessage;
-    use domain::workflow::AgentDef;
-    use domain::{NodeId, NodeRunId, RunId};
     use futures::StreamExt;
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
 
     fn providers() -> Providers {
         Providers::new()
@@ -90,26 +87,9 @@ mod tests {
             (Provider::Gemini, "gemini"),
             (Provider::Copilot, "copilot"),
         ] {
-            let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("testdata")
-                .join(cli)
-                .join("tool/stdout.jsonl");
-            let exe = dir.path().join(format!("fake-{cli}"));
-            std::fs::write(&exe, format!("#!/bin/sh\ncat '{}'\n", capture.display())).unwrap();
-            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-            let request = AgentRequest {
-                run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
-                workflow: "wf".into(),
-                node_id: NodeId::new("coder").unwrap(),
-                node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
-                agent_name: "coder".into(),
-                agent: AgentDef {
-                    executable: Some(exe.display().to_string()),
-                    ..AgentDef::new(provider)
-                },
-                prompt: "TOOLTEST run echo hi".into(),
-                resume: None,
-            };
+            let exe = replaying(dir.path(), cli, "tool");
+            let mut request = agent_request(provider, Some(exe));
+            request.prompt = "TOOLTEST run echo hi".into();
             let out: Vec<_> = providers().query(request).await.unwrap().collect().await;
             assert!(
                 out.iter()
@@ -127,16 +107,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unconfigured_provider_is_a_clear_error() {
-        let request = AgentRequest {
-            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: NodeId::new("a").unwrap(),
-            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "a".into(),
-            agent: AgentDef::new(Provider::Gemini),
-            prompt: "hi".into(),
-            resume: None,
-        };
+        let request = agent_request(Provider::Gemini, None);
         let err = Providers::new().query(request).await.err().unwrap();
         assert!(err.to_string().contains("`gemini`"), "{err}");
     }

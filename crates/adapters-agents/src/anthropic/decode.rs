@@ -7,19 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall, TurnEnd};
-use domain::event::Usage;
+use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
 use eventsource_stream::Event;
 use futures::Stream;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
-use crate::http;
-
-/// How much of unreadable data an error message quotes: enough to recognise
-/// an HTML error page or a proxy's message, not a whole body.
-const QUOTE_CHARS: usize = 200;
+use crate::http::{self, TurnMeta};
 
 /// The state of one streamed turn.
 #[derive(Debug, Default)]
@@ -27,13 +22,9 @@ pub struct MessagesDecoder {
     /// Open content blocks by index. The API streams one block at a time, but
     /// routing deltas by index stays right should blocks ever interleave.
     blocks: BTreeMap<u64, Open>,
-    /// Input from `message_start`, output (cumulative) from `message_delta`.
-    usage: Usage,
-    model: Option<String>,
-    response_id: Option<String>,
-    stop: Option<StopReason>,
-    /// A tool call was emitted: the stop reason when a server gives none.
-    saw_tool_call: bool,
+    /// Usage (input from `message_start`, output, cumulative, from
+    /// `message_delta`), model, response id and stop reason.
+    turn: TurnMeta,
     /// `message_stop` arrived; anything after it is ignored.
     done: bool,
 }
@@ -81,9 +72,9 @@ impl MessagesDecoder {
             return Ok(Vec::new());
         }
         let mut value: Value = serde_json::from_str(data).map_err(|_| {
-            unreadable(format!(
+            http::unreadable(format!(
                 "the stream sent data that is not JSON: {}",
-                quote(data)
+                http::quote(data)
             ))
         })?;
         if let Some(object) = value.as_object_mut() {
@@ -93,16 +84,16 @@ impl MessagesDecoder {
         }
         let kind = value["type"].as_str().unwrap_or_default().to_owned();
         let parsed = StreamEvent::deserialize(&value).map_err(|e| {
-            unreadable(format!(
+            http::unreadable(format!(
                 "the stream sent a `{kind}` event that cannot be read ({e}): {}",
-                quote(data)
+                http::quote(data)
             ))
         })?;
         let mut out = Vec::new();
         match parsed {
             StreamEvent::MessageStart { message } => {
-                self.response_id = message.id;
-                self.model = message.model;
+                self.turn.response_id = message.id;
+                self.turn.model = message.model;
                 if let Some(usage) = &message.usage {
                     self.take_usage(usage);
                 }
@@ -138,7 +129,7 @@ impl MessagesDecoder {
             }
             StreamEvent::MessageDelta { delta, usage } => {
                 if let Some(reason) = delta.stop_reason {
-                    self.stop = Some(stop_reason(&reason));
+                    self.turn.stop = Some(stop_reason(&reason));
                 }
                 if let Some(usage) = &usage {
                     self.take_usage(usage);
@@ -149,17 +140,7 @@ impl MessagesDecoder {
                 for block in std::mem::take(&mut self.blocks).into_values() {
                     out.extend(self.close(block));
                 }
-                let stop = self.stop.take().unwrap_or(if self.saw_tool_call {
-                    StopReason::ToolUse
-                } else {
-                    StopReason::EndTurn
-                });
-                out.push(ChatEvent::End(TurnEnd {
-                    stop,
-                    usage: std::mem::take(&mut self.usage),
-                    model: self.model.take(),
-                    response_id: self.response_id.take(),
-                }));
+                out.push(self.turn.end());
                 self.done = true;
             }
             StreamEvent::Ping => {}
@@ -269,11 +250,11 @@ impl MessagesDecoder {
                 json,
                 start_input,
             } => {
-                self.saw_tool_call = true;
+                self.turn.called = true;
                 Some(ChatEvent::ToolCall(ToolCall {
                     id,
                     name,
-                    input: tool_input(json, start_input),
+                    input: http::call_input(json, start_input),
                 }))
             }
             Open::Text | Open::Ignored => None,
@@ -284,16 +265,16 @@ impl MessagesDecoder {
     /// and a later `input_tokens` is the more complete one.
     fn take_usage(&mut self, usage: &WireUsage) {
         if let Some(n) = usage.input_tokens {
-            self.usage.input_tokens = n;
+            self.turn.usage.input_tokens = n;
         }
         if let Some(n) = usage.output_tokens {
-            self.usage.output_tokens = n;
+            self.turn.usage.output_tokens = n;
         }
         if let Some(n) = usage.cache_creation_input_tokens {
-            self.usage.cache_creation_input_tokens = Some(n);
+            self.turn.usage.cache_creation_input_tokens = Some(n);
         }
         if let Some(n) = usage.cache_read_input_tokens {
-            self.usage.cache_read_input_tokens = Some(n);
+            self.turn.usage.cache_read_input_tokens = Some(n);
         }
     }
 }
@@ -311,19 +292,6 @@ fn thinking_block() -> Open {
         text: String::new(),
         signature: None,
     }
-}
-
-/// The call's arguments: the concatenated pieces as JSON; none at all means
-/// no arguments; text that is not JSON stays as a string, for the schema
-/// check to refuse with a reason the model can act on.
-fn tool_input(json: String, start_input: Option<Value>) -> Value {
-    if json.trim().is_empty() {
-        return match start_input {
-            Some(input) if input.is_object() => input,
-            _ => json!({}),
-        };
-    }
-    serde_json::from_str(&json).unwrap_or(Value::String(json))
 }
 
 fn stop_reason(reason: &str) -> StopReason {
@@ -354,25 +322,6 @@ fn stream_error(error: WireError) -> ChatError {
             retryable: matches!(kind, "overloaded_error" | "api_error"),
         },
     }
-}
-
-/// Data the decoder cannot read: the server is not speaking the Messages
-/// API (a proxy's page, a wrong `base_url`), which a retry will not fix.
-fn unreadable(message: String) -> ChatError {
-    ChatError::Api {
-        status: None,
-        message,
-        retryable: false,
-    }
-}
-
-fn quote(data: &str) -> String {
-    let data = data.trim();
-    let mut quoted: String = data.chars().take(QUOTE_CHARS).collect();
-    if quoted.len() < data.len() {
-        quoted.push('…');
-    }
-    quoted
 }
 
 impl http::TurnDecoder for MessagesDecoder {
@@ -406,6 +355,9 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
+    use application::ports::TurnEnd;
+    use domain::event::Usage;
+    use serde_json::json;
 
     /// Runs SSE text through the real framing and [`decode`], in chunks cut
     /// at odd places, as a network would deliver them.

@@ -158,32 +158,27 @@ pub(super) enum StreamEvent {
 
 /// `message_start.message`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct MessageStart {
     /// `msg_…`.
-    #[serde(default)]
     pub id: Option<String>,
     /// The model that answers.
-    #[serde(default)]
     pub model: Option<String>,
     /// Prompt tokens (and an initial output count).
-    #[serde(default)]
     pub usage: Option<WireUsage>,
 }
 
 /// Token counts; any may be absent or `null`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct WireUsage {
     /// Prompt tokens not read from or written to the cache.
-    #[serde(default)]
     pub input_tokens: Option<u64>,
     /// Output tokens so far (cumulative).
-    #[serde(default)]
     pub output_tokens: Option<u64>,
     /// Prompt tokens written to the cache.
-    #[serde(default)]
     pub cache_creation_input_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
-    #[serde(default)]
     pub cache_read_input_tokens: Option<u64>,
 }
 
@@ -263,20 +258,20 @@ pub(super) enum BlockDelta {
 
 /// `message_delta.delta`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct MessageDelta {
     /// `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`, ...
-    #[serde(default)]
     pub stop_reason: Option<String>,
 }
 
 /// `error.error`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct WireError {
     /// `overloaded_error`, `api_error`, `rate_limit_error`, ...
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type")]
     pub kind: String,
     /// The provider's message.
-    #[serde(default)]
     pub message: String,
 }
 

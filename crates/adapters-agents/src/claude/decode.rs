@@ -17,17 +17,21 @@
 
 use std::collections::HashMap;
 
-use application::ports::{AgentMessage, AgentResult, QueryError};
+use application::ports::{AgentMessage, AgentResult};
 use domain::SessionId;
-use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::wire::{AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, UserLine};
-use crate::normalize::{
-    Answer, Decoded, Decoder, ToolCalls, announce_session, conclude, malformed_line, unknown_line,
-    unpaired_result, warning,
+use super::wire::{
+    AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult, UserLine,
 };
+use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
+use crate::normalize::usage::model_usage;
+use crate::normalize::{
+    Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, announce_session, failure_text, warning,
+};
+
+const CLI: Cli = Cli("Claude Code");
 
 /// Which kinds of deltas a message streamed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -48,9 +52,7 @@ pub struct ClaudeDecoder {
     /// The message the current stream events belong to.
     current_message: Option<String>,
     /// The outcome of the `result` line, emitted at [`Decoder::finish`].
-    terminal: Option<Decoded>,
-    /// `finish` ran.
-    finished: bool,
+    ending: Ending,
 }
 
 impl ClaudeDecoder {
@@ -64,59 +66,44 @@ impl ClaudeDecoder {
         self.session.as_ref()
     }
 
-    fn system(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match SystemLine::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("system", &err, value),
-        };
+    fn system(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
         match line.subtype.as_deref() {
-            Some("init") => self.init(line, value),
+            Some("init") => announce_session(
+                &mut self.session,
+                line.session_id,
+                line.model,
+                "system/init",
+                value,
+            ),
             Some("api_retry") => {
-                let status = line.error_status;
-                let error_type = if status == Some(429) {
-                    "rate_limit"
+                let error_type = if line.error_status == Some(429) {
+                    RATE_LIMIT
                 } else {
-                    "api_error"
+                    API_ERROR
                 };
                 let reason = match &line.error {
                     Some(Value::String(s)) => s.clone(),
                     Some(other) => other.to_string(),
                     None => "unknown error".to_owned(),
                 };
-                let status = status.map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
+                let status = line
+                    .error_status
+                    .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
                 let message = format!(
                     "API request failed ({status}, {reason}); retry {} of {} in {} ms",
                     opt(line.attempt),
                     opt(line.max_retries),
                     opt(line.retry_delay_ms),
                 );
-                vec![Ok(AgentMessage::Error {
-                    error_type: error_type.to_owned(),
-                    message,
-                    details: Some(value.clone()),
-                })]
+                vec![Ok(reported(error_type, message, value))]
             }
             // Progress noise: request status and thinking-token estimates.
             Some("status" | "thinking_tokens") => Vec::new(),
-            other => unknown(&format!("system line subtype {other:?}"), value),
+            other => CLI.unknown(&format!("system line subtype {other:?}"), value),
         }
     }
 
-    fn init(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
-        announce_session(
-            &mut self.session,
-            line.session_id,
-            line.model,
-            "system/init",
-            value,
-        )
-    }
-
-    fn assistant(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match AssistantLine::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("assistant", &err, value),
-        };
+    fn assistant(&mut self, line: AssistantLine, value: &Value) -> Vec<Decoded> {
         if line.is_api_error_message {
             // The CLI's own rendering of an API failure, not model output; the
             // `result` line that follows carries the error.
@@ -152,31 +139,19 @@ impl ClaudeDecoder {
                 Ok(Block::ToolUse { id, name, input }) => {
                     out.push(Ok(self.tools.call(id, name, input)));
                 }
-                Ok(Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                }) => out.push(self.tool_result(tool_use_id, content, is_error, block)),
+                Ok(Block::ToolResult(result)) => out.push(self.tool_result(result, block)),
                 Err(_) => out.extend(unknown_block(block)),
             }
         }
         out
     }
 
-    fn user(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match UserLine::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("user", &err, value),
-        };
+    fn user(&mut self, line: UserLine) -> Vec<Decoded> {
         let mut out = Vec::new();
         // A plain-string content is the user's own prompt echoed back: not agent output.
         for block in blocks(&line.message.content) {
             match Block::deserialize(block) {
-                Ok(Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                }) => out.push(self.tool_result(tool_use_id, content, is_error, block)),
+                Ok(Block::ToolResult(result)) => out.push(self.tool_result(result, block)),
                 // Echoed user text: the runtime already knows its own prompt.
                 Ok(Block::Text { .. }) => {}
                 _ => out.extend(unknown_block(block)),
@@ -185,38 +160,18 @@ impl ClaudeDecoder {
         out
     }
 
-    fn tool_result(
-        &mut self,
-        id: Option<String>,
-        content: Value,
-        is_error: Option<bool>,
-        raw: &Value,
-    ) -> Decoded {
-        let tool = match self.tools.answer(id.as_deref()) {
-            Answer::Call(call) => call,
-            other => return Ok(unpaired_result(&other, "tool_result", "block", raw)),
+    fn tool_result(&mut self, result: ToolResult, raw: &Value) -> Decoded {
+        let id = result.tool_use_id.as_deref();
+        let done = |call: PendingCall| {
+            let output = tool_output(result.content);
+            let failed = result.is_error.unwrap_or(false);
+            let error = failed.then(|| failure_text(&output));
+            call.done(output, error)
         };
-        let output = tool_output(content);
-        let error = is_error.unwrap_or(false).then(|| match &output {
-            Value::String(s) if !s.is_empty() => s.clone(),
-            Value::Null => "tool failed".to_owned(),
-            other => other.to_string(),
-        });
-        Ok(AgentMessage::Tool {
-            id: tool.id,
-            name: tool.name,
-            input: tool.input,
-            output,
-            duration_ms: None,
-            error,
-        })
+        Ok(self.tools.complete(id, "tool_result", "block", raw, done))
     }
 
-    fn stream_event(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match StreamEventLine::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("stream_event", &err, value),
-        };
+    fn stream_event(&mut self, line: StreamEventLine, value: &Value) -> Vec<Decoded> {
         let event = &line.event;
         match event.get("type").and_then(Value::as_str) {
             Some("message_start") => {
@@ -247,7 +202,7 @@ impl ClaudeDecoder {
                         Some("signature_delta" | "input_json_delta" | "citations_delta") => {
                             Vec::new()
                         }
-                        other => unknown(&format!("stream delta type {other:?}"), value),
+                        other => CLI.unknown(&format!("stream delta type {other:?}"), value),
                     },
                 }
             }
@@ -255,20 +210,16 @@ impl ClaudeDecoder {
                 let error = event.get("error").unwrap_or(&Value::Null);
                 let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
                 let error_type = if kind == "rate_limit_error" {
-                    "rate_limit"
+                    RATE_LIMIT
                 } else {
-                    "api_error"
+                    API_ERROR
                 };
                 let message = error
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("error event in the model stream")
                     .to_owned();
-                vec![Ok(AgentMessage::Error {
-                    error_type: error_type.to_owned(),
-                    message,
-                    details: Some(value.clone()),
-                })]
+                vec![Ok(reported(error_type, message, value))]
             }
             Some(
                 "content_block_start"
@@ -277,7 +228,7 @@ impl ClaudeDecoder {
                 | "message_stop"
                 | "ping",
             ) => Vec::new(),
-            other => unknown(&format!("stream event type {other:?}"), value),
+            other => CLI.unknown(&format!("stream event type {other:?}"), value),
         }
     }
 
@@ -286,124 +237,81 @@ impl ClaudeDecoder {
             set(self.streamed.entry(id).or_default());
         }
     }
+}
 
-    fn result(&mut self, value: &Value) -> Vec<Decoded> {
-        let mut out = Vec::new();
-        if self.terminal.is_some() {
-            out.push(Ok(warning(
-                "a second result line; the last one is kept".to_owned(),
-                json!({ "line": value }),
-            )));
-        }
-        self.terminal = Some(match ResultLine::deserialize(value) {
-            Ok(line) => self.outcome(line, value),
-            Err(err) => Err(QueryError::Agent {
-                error_type: "error_during_execution".to_owned(),
-                message: format!("unreadable result line: {err}"),
-                details: Some(value.clone()),
-            }),
-        });
-        out
-    }
-
-    fn outcome(&self, line: ResultLine, value: &Value) -> Decoded {
-        let subtype = line.subtype.as_deref().unwrap_or("");
-        if line.is_error.unwrap_or(false) || subtype.starts_with("error") {
-            let text = line.result.as_deref().unwrap_or("");
-            let error_type = if line.api_error_status == Some(429)
-                || line.terminal_reason.as_deref() == Some("rate_limit")
-            {
-                "rate_limit"
-            } else if subtype.starts_with("error_") {
-                subtype
-            } else if line.terminal_reason.as_deref() == Some("api_error")
-                || text.starts_with("API Error")
-            {
-                "api_error"
-            } else {
-                "error_during_execution"
-            };
-            let errors: Vec<String> = line
-                .errors
-                .iter()
-                .flatten()
-                .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
-                .collect();
-            let message = if !text.is_empty() {
-                text.to_owned()
-            } else if !errors.is_empty() {
-                errors.join("; ")
-            } else {
-                format!("Claude Code reported an error (subtype {subtype:?})")
-            };
-            return Err(QueryError::Agent {
-                error_type: error_type.to_owned(),
-                message,
-                details: Some(value.clone()),
-            });
-        }
-        let usage = line.usage.unwrap_or_default();
-        let model_usage = line.model_usage.filter(|m| !m.is_empty()).map(|m| {
-            m.into_iter()
-                .map(|(model, u)| {
-                    let usage = ModelUsage {
-                        extra: Default::default(),
-                        input_tokens: u.input_tokens.unwrap_or(0),
-                        output_tokens: u.output_tokens.unwrap_or(0),
-                    };
-                    (model, usage)
-                })
-                .collect()
-        });
-        let session_id = match &self.session {
-            Some(_) => None,
-            None => line.session_id.and_then(|id| SessionId::new(id).ok()),
+/// What a `result` line says: the invocation's result, or its error.
+fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
+    let subtype = line.subtype.as_deref().unwrap_or("");
+    if line.is_error.unwrap_or(false) || subtype.starts_with("error") {
+        let text = line.result.as_deref().unwrap_or("");
+        let error_type = if line.api_error_status == Some(429)
+            || line.terminal_reason.as_deref() == Some("rate_limit")
+        {
+            RATE_LIMIT
+        } else if subtype.starts_with("error_") {
+            subtype
+        } else if line.terminal_reason.as_deref() == Some("api_error")
+            || text.starts_with("API Error")
+        {
+            API_ERROR
+        } else {
+            DURING_EXECUTION
         };
-        Ok(AgentMessage::Completed(AgentResult {
-            text: line.result.unwrap_or_default(),
-            usage: Usage {
-                extra: Default::default(),
-                input_tokens: usage.input_tokens.unwrap_or(0),
-                output_tokens: usage.output_tokens.unwrap_or(0),
-                cache_creation_input_tokens: usage.cache_creation_input_tokens,
-                cache_read_input_tokens: usage.cache_read_input_tokens,
-            },
-            model_usage,
-            total_cost_usd: line.total_cost_usd,
-            duration_ms: line.duration_ms,
-            num_turns: line
-                .num_turns
-                .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-            session_id,
-        }))
+        let errors: Vec<String> = line
+            .errors
+            .iter()
+            .flatten()
+            .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+            .collect();
+        let message = if !text.is_empty() {
+            text.to_owned()
+        } else if !errors.is_empty() {
+            errors.join("; ")
+        } else {
+            format!("Claude Code reported an error (subtype {subtype:?})")
+        };
+        return Err(fatal(error_type, message, value));
     }
+    let models = line.model_usage.into_iter().flatten();
+    Ok(AgentMessage::Completed(AgentResult {
+        text: line.result.unwrap_or_default(),
+        usage: line.usage.unwrap_or_default().into(),
+        model_usage: model_usage(models.map(|(m, u)| (m, u.input_tokens, u.output_tokens))),
+        total_cost_usd: line.total_cost_usd,
+        duration_ms: line.duration_ms,
+        num_turns: line
+            .num_turns
+            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        session_id: match announced {
+            true => None,
+            false => line.session_id.and_then(|id| SessionId::new(id).ok()),
+        },
+    }))
 }
 
 impl Decoder for ClaudeDecoder {
     fn line(&mut self, value: Value) -> Vec<Decoded> {
+        let value = &value;
         match value.get("type").and_then(Value::as_str) {
-            Some("system") => self.system(&value),
-            Some("assistant") => self.assistant(&value),
-            Some("user") => self.user(&value),
-            Some("stream_event") => self.stream_event(&value),
-            Some("result") => self.result(&value),
-            other => unknown(&format!("line type {other:?}"), &value),
+            Some("system") => CLI.read("system", value, |line| self.system(line, value)),
+            Some("assistant") => CLI.read("assistant", value, |line| self.assistant(line, value)),
+            Some("user") => CLI.read("user", value, |line| self.user(line)),
+            Some("stream_event") => {
+                CLI.read("stream_event", value, |line| self.stream_event(line, value))
+            }
+            Some("result") => {
+                let announced = self.session.is_some();
+                self.ending
+                    .result(value, |line| outcome(line, value, announced))
+            }
+            _ => CLI.unknown_type(value),
         }
     }
 
     fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-        if std::mem::replace(&mut self.finished, true) {
-            return Vec::new();
-        }
-        // Calls still without a result were recorded as uses: nothing to add.
-        let outcome = self.terminal.take();
-        conclude(
-            "Claude Code",
-            outcome,
-            "a result line",
-            exit_code,
-            stderr_tail,
-        )
+        let missing = "a result line";
+        self.ending
+            .finish(CLI, missing, exit_code, stderr_tail, || None)
     }
 }
 
@@ -435,20 +343,12 @@ fn opt(n: Option<u64>) -> String {
     n.map_or_else(|| "?".to_owned(), |n| n.to_string())
 }
 
-fn unknown(what: &str, value: &Value) -> Vec<Decoded> {
-    unknown_line("Claude Code", what, value)
-}
-
 fn unknown_block(block: &Value) -> Vec<Decoded> {
     let kind = block.get("type").and_then(Value::as_str);
     vec![Ok(warning(
         format!("unknown or malformed Claude Code content block {kind:?}; kept as is"),
         json!({ "block": block }),
     ))]
-}
-
-fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    malformed_line("Claude Code", kind, err, value)
 }
 
 #[cfg(test)]
@@ -458,19 +358,8 @@ mod tests {
     use crate::claude::decode_output;
     use crate::normalize::testing::*;
 
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn session(out: &[Decoded]) -> (&str, Option<&str>) {
-        match &out[0] {
-            Ok(AgentMessage::Session { session_id, model }) => {
-                (session_id.as_str(), model.as_deref())
-            }
-            other => panic!("expected a session first, got {other:?}"),
-        }
-    }
+    decoding_with!(ClaudeDecoder);
+    use domain::event::{ModelUsage, Usage};
 
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
@@ -480,7 +369,7 @@ mod tests {
             include_bytes!("../../testdata/claude/text/stdout.jsonl"),
             include_str!("../../testdata/claude/text/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         assert_eq!(
             session(&out),
             (
@@ -528,16 +417,8 @@ mod tests {
             include_str!("../../testdata/claude/tool/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let input = json!({"command": "echo hi", "description": "Print hi"});
         let id = Some("toolu_0dea5dcde1614d95a1f1");
@@ -574,16 +455,8 @@ mod tests {
             include_str!("../../testdata/claude/toolfail/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "Bash");
@@ -599,7 +472,7 @@ mod tests {
             include_bytes!("../../testdata/claude/resume/stdout.jsonl"),
             include_str!("../../testdata/claude/resume/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         assert_eq!(session(&out).0, "97708221-dc20-4e93-bfbf-51addfb15a16");
         let result = completed(&out);
         // Cost is cumulative over the resumed session; usage is this invocation's.
@@ -616,7 +489,7 @@ mod tests {
             include_bytes!("../../testdata/claude/ERRTEST/stdout.jsonl"),
             include_str!("../../testdata/claude/ERRTEST/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "error", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session error warning ERR");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, message, .. })
             if error_type == "api_error" && message.contains("HTTP 500"))
@@ -632,7 +505,7 @@ mod tests {
             include_bytes!("../../testdata/claude/MIDERR/stdout.jsonl"),
             include_str!("../../testdata/claude/MIDERR/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
         assert_eq!(
@@ -672,12 +545,6 @@ mod tests {
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#;
     const OK_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"usage":{"input_tokens":1,"output_tokens":2}}"#;
-
-    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let mut stdout = lines.join("\n");
-        stdout.push('\n');
-        decode_output(stdout.as_bytes(), rc, stderr)
-    }
 
     #[test]
     fn mixed_blocks_keep_their_order_ids_and_a_dangling_call_stays_a_use() {
@@ -727,14 +594,7 @@ mod tests {
             ],
             "toolu_B stays a use alone: no result is made up for it"
         );
-        let Some(QueryError::Agent {
-            error_type,
-            message,
-            ..
-        }) = error
-        else {
-            panic!("expected an agent error")
-        };
+        let (error_type, message) = fatal_of(error.as_ref());
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
@@ -773,14 +633,7 @@ mod tests {
 
     #[test]
     fn empty_stdout_is_an_error_naming_the_exit_code() {
-        let out = decode_output(b"", Some(2), "boom: no API key");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 2"), "{message}");
-        assert!(message.contains("boom: no API key"), "{message}");
-        let out = decode_output(b"", None, "");
-        assert!(agent_error(&out).1.contains("killed by a signal"));
+        assert_empty_stdout_fails::<ClaudeDecoder>(2, "boom: no API key");
     }
 
     #[test]
@@ -799,17 +652,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "text",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning warning warning warning text warning completed"
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
             panic!()
@@ -836,16 +680,8 @@ mod tests {
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "text",
-                "warning",
-                "warning",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning text warning warning text completed"
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -859,10 +695,10 @@ mod tests {
     #[test]
     fn truncated_result_line_means_no_result() {
         let out = run(&[INIT], Some(1), "");
-        assert_eq!(kinds(&out), ["session", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
         let out = decode_output(stdout.as_bytes(), Some(1), "");
-        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session warning ERR");
     }
 
     #[test]
@@ -915,15 +751,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "error",
-                "error",
-                "warning",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session error error warning warning completed"
         );
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, .. }) if error_type == "rate_limit")
@@ -969,8 +798,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            ["session", "tool_use", "tool", "warning", "completed"]
+            kinds(&out).join(" "),
+            "session tool_use tool warning completed"
         );
         assert_eq!(tool(&out[2]).2, &json!("a\nb"));
     }

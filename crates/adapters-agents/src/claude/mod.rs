@@ -100,37 +100,24 @@ mod process_tests {
     //! the real CLI printed (or worse) and exit as it did.
 
     use super::*;
+    use crate::normalize::testing::{agent_request, fake_cli};
     use application::ports::AgentMessage;
-    use domain::workflow::{AgentDef, Provider, Timeout};
-    use domain::{NodeId, NodeRunId, RunId, SessionId};
+    use domain::SessionId;
+    use domain::workflow::{Provider, Timeout};
     use futures::StreamExt;
-    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     fn script(dir: &Path, body: &str) -> String {
-        let path = dir.join("fake-claude");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path.display().to_string()
+        fake_cli(dir, "fake-claude", body)
     }
 
     fn request(executable: String, timeout: Option<u64>) -> AgentRequest {
-        AgentRequest {
-            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: NodeId::new("coder").unwrap(),
-            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "coder".into(),
-            agent: AgentDef {
-                executable: Some(executable),
-                model: Some("claude-sonnet-4-5".into()),
-                system_prompt: "Be brief.".into(),
-                timeout: timeout.map(|s| Timeout(std::time::Duration::from_secs(s))),
-                ..AgentDef::new(Provider::ClaudeCode)
-            },
-            prompt: "run echo hi".into(),
-            resume: Some(SessionId::new("sess-1").unwrap()),
-        }
+        let mut request = agent_request(Provider::ClaudeCode, Some(executable));
+        request.agent.model = Some("claude-sonnet-4-5".into());
+        request.agent.system_prompt = "Be brief.".into();
+        request.agent.timeout = timeout.map(|s| Timeout(std::time::Duration::from_secs(s)));
+        request.resume = Some(SessionId::new("sess-1").unwrap());
+        request
     }
 
     async fn run(request: AgentRequest) -> Vec<Result<AgentMessage, QueryError>> {

@@ -11,32 +11,27 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::normalize::usage::MessagesUsage;
+
 /// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct SystemLine {
     /// Which system line.
-    #[serde(default)]
     pub subtype: Option<String>,
     /// The session (on `init`, and on every line).
-    #[serde(default)]
     pub session_id: Option<String>,
     /// The model (on `init`).
-    #[serde(default)]
     pub model: Option<String>,
     /// Retry attempt (on `api_retry`).
-    #[serde(default)]
     pub attempt: Option<u64>,
     /// Retries allowed (on `api_retry`).
-    #[serde(default)]
     pub max_retries: Option<u64>,
     /// Delay before the retry (on `api_retry`).
-    #[serde(default)]
     pub retry_delay_ms: Option<u64>,
     /// HTTP status of the failed request (on `api_retry`).
-    #[serde(default)]
     pub error_status: Option<u64>,
     /// Error kind, e.g. `server_error` (on `api_retry`).
-    #[serde(default)]
     pub error: Option<Value>,
 }
 
@@ -58,13 +53,12 @@ pub struct UserLine {
 }
 
 /// A Messages API message as the CLI prints it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct WireMessage {
     /// Message id, shared by all lines of one model message.
-    #[serde(default)]
     pub id: Option<String>,
     /// Content: an array of blocks, or a plain string for user text.
-    #[serde(default)]
     pub content: Value,
 }
 
@@ -97,17 +91,19 @@ pub enum Block {
         input: Value,
     },
     /// The CLI ran the tool.
-    ToolResult {
-        /// The `tool_use` this answers.
-        #[serde(default)]
-        tool_use_id: Option<String>,
-        /// Output: a string or an array of blocks.
-        #[serde(default)]
-        content: Value,
-        /// The tool failed.
-        #[serde(default)]
-        is_error: Option<bool>,
-    },
+    ToolResult(ToolResult),
+}
+
+/// A `tool_result` block: the CLI ran the tool.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ToolResult {
+    /// The `tool_use` this answers.
+    pub tool_use_id: Option<String>,
+    /// Output: a string or an array of blocks.
+    pub content: Value,
+    /// The tool failed.
+    pub is_error: Option<bool>,
 }
 
 /// `type: "stream_event"` (only with `--include-partial-messages`).
@@ -137,71 +133,42 @@ pub enum Delta {
 }
 
 /// `type: "result"`: the last line of an invocation.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct ResultLine {
     /// `success`, `error_max_turns`, `error_during_execution`, ...
-    #[serde(default)]
     pub subtype: Option<String>,
     /// The invocation failed (can be true with `subtype: "success"`).
-    #[serde(default)]
     pub is_error: Option<bool>,
     /// Final text (or the error text).
-    #[serde(default)]
     pub result: Option<String>,
     /// The session.
-    #[serde(default)]
     pub session_id: Option<String>,
     /// Cost, cumulative over a resumed session.
-    #[serde(default)]
     pub total_cost_usd: Option<f64>,
     /// Token usage of this invocation.
-    #[serde(default)]
-    pub usage: Option<WireUsage>,
+    pub usage: Option<MessagesUsage>,
     /// Per-model usage.
-    #[serde(default, rename = "modelUsage")]
+    #[serde(rename = "modelUsage")]
     pub model_usage: Option<BTreeMap<String, WireModelUsage>>,
     /// Model turns.
-    #[serde(default)]
     pub num_turns: Option<u64>,
     /// Wall time of the invocation.
-    #[serde(default)]
     pub duration_ms: Option<u64>,
     /// Why the loop stopped: `completed`, `api_error`, ...
-    #[serde(default)]
     pub terminal_reason: Option<String>,
     /// HTTP status of a failed API call.
-    #[serde(default)]
     pub api_error_status: Option<u64>,
     /// Error texts of `error_*` results.
-    #[serde(default)]
     pub errors: Option<Vec<Value>>,
-}
-
-/// `usage` of a result.
-#[derive(Debug, Default, Deserialize)]
-pub struct WireUsage {
-    /// Prompt tokens.
-    #[serde(default)]
-    pub input_tokens: Option<u64>,
-    /// Completion tokens.
-    #[serde(default)]
-    pub output_tokens: Option<u64>,
-    /// Prompt-cache writes.
-    #[serde(default)]
-    pub cache_creation_input_tokens: Option<u64>,
-    /// Prompt-cache reads.
-    #[serde(default)]
-    pub cache_read_input_tokens: Option<u64>,
 }
 
 /// One entry of `modelUsage`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct WireModelUsage {
     /// Prompt tokens.
-    #[serde(default)]
     pub input_tokens: Option<u64>,
     /// Completion tokens.
-    #[serde(default)]
     pub output_tokens: Option<u64>,
 }

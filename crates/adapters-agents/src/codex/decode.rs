@@ -27,10 +27,14 @@ use super::wire::{
     CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
+use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
+use crate::normalize::usage::{minus, usage};
 use crate::normalize::{
-    Answer, Decoded, Decoder, STDERR_TAIL_CHARS, ToolCalls, conclude, malformed_line, tail,
-    unpaired_result, warning,
+    Answer, Cli, Decoded, Decoder, Ending, STDERR_TAIL_CHARS, ToolCalls, announce_session,
+    error_text, tail, unpaired_result, warning,
 };
+
+const CLI: Cli = Cli("Codex");
 
 /// The tool name given to `command_execution` items (Codex names none).
 pub const SHELL_TOOL: &str = "shell";
@@ -61,8 +65,8 @@ pub struct CodexDecoder {
     previous: Option<Usage>,
     /// The first `turn.failed`, emitted at [`Decoder::finish`].
     failure: Option<QueryError>,
-    /// `finish` ran.
-    finished: bool,
+    /// Holds the end back until [`Decoder::finish`].
+    ending: Ending,
 }
 
 impl CodexDecoder {
@@ -87,42 +91,11 @@ impl CodexDecoder {
         self.session.as_ref()
     }
 
-    fn thread_started(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match ThreadStarted::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("thread.started", &err, value),
-        };
-        let id = line.thread_id.unwrap_or_default();
-        match (&self.session, SessionId::new(id)) {
-            (None, Ok(session_id)) => {
-                self.session = Some(session_id.clone());
-                vec![Ok(AgentMessage::Session {
-                    session_id,
-                    model: None,
-                })]
-            }
-            (Some(known), Ok(id)) if *known == id => Vec::new(),
-            (Some(_), Ok(_)) => vec![Ok(warning(
-                "a second thread.started line names another thread; the first one is kept"
-                    .to_owned(),
-                json!({ "line": value }),
-            ))],
-            (_, Err(_)) => vec![Ok(warning(
-                "thread.started line without a thread id".to_owned(),
-                json!({ "line": value }),
-            ))],
-        }
-    }
-
-    fn item(&mut self, event: &str, value: &Value) -> Vec<Decoded> {
-        let line = match ItemLine::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed(event, &err, value),
-        };
+    fn item(&mut self, event: &str, line: ItemLine, value: &Value) -> Vec<Decoded> {
         let item = line.item;
         let head = match ItemHead::deserialize(&item) {
             Ok(head) => head,
-            Err(err) => return malformed(event, &err, value),
+            Err(err) => return CLI.malformed(event, &err, value),
         };
         let kind = head.kind.as_deref().unwrap_or("");
         if TOOL_ITEMS.contains(&kind) {
@@ -133,21 +106,17 @@ impl CodexDecoder {
             return Vec::new();
         }
         match kind {
-            "agent_message" => match TextItem::deserialize(&item) {
-                Ok(TextItem { text }) => {
-                    self.last_text = Some(text.clone());
-                    vec![Ok(AgentMessage::Text { content: text })]
-                }
-                Err(err) => malformed("agent_message item", &err, &item),
-            },
-            "reasoning" => match TextItem::deserialize(&item) {
-                Ok(TextItem { text }) => vec![Ok(AgentMessage::Thinking {
-                    content: text,
+            "agent_message" => CLI.read_in("agent_message item", &item, &item, |t: TextItem| {
+                self.last_text = Some(t.text.clone());
+                vec![Ok(AgentMessage::Text { content: t.text })]
+            }),
+            "reasoning" => CLI.read_in("reasoning item", &item, &item, |t: TextItem| {
+                vec![Ok(AgentMessage::Thinking {
+                    content: t.text,
                     token_count: None,
                     signature: None,
-                })],
-                Err(err) => malformed("reasoning item", &err, &item),
-            },
+                })]
+            }),
             "error" => {
                 let message = ErrorItem::deserialize(&item)
                     .map(|e| e.message)
@@ -167,13 +136,10 @@ impl CodexDecoder {
     fn tool_item(&mut self, event: &str, id: Option<String>, item: &Value) -> Vec<Decoded> {
         if event != "item.completed" {
             // `item.started` announces the call; `item.updated` only adds output.
-            if self.tools.is_pending(id.as_deref()) {
-                return Vec::new();
-            }
             let AgentMessage::Tool { name, input, .. } = tool_message(id.clone(), item) else {
                 return Vec::new();
             };
-            return vec![Ok(self.tools.call(id, name, input))];
+            return self.tools.call_once(id, name, input);
         }
         match self.tools.answer(id.as_deref()) {
             // Codex may report a tool only once it is done: the whole call.
@@ -187,11 +153,7 @@ impl CodexDecoder {
         }
     }
 
-    fn turn_completed(&mut self, value: &Value) -> Vec<Decoded> {
-        let line = match TurnCompleted::deserialize(value) {
-            Ok(line) => line,
-            Err(err) => return malformed("turn.completed", &err, value),
-        };
+    fn turn_completed(&mut self, line: TurnCompleted) -> Vec<Decoded> {
         self.turns = self.turns.saturating_add(1);
         if line.usage.is_some() {
             self.usage = line.usage;
@@ -212,73 +174,56 @@ impl CodexDecoder {
                 json!({ "line": value }),
             ))];
         }
-        self.failure = Some(QueryError::Agent {
-            error_type: classify(&message).to_owned(),
-            message,
-            details: Some(value.clone()),
-        });
+        self.failure = Some(fatal(classify(&message), message, value));
         Vec::new()
     }
 
+    /// This invocation's usage: what Codex reported, less the thread's
+    /// previous totals.
     fn usage(&self) -> Usage {
         let u = self.usage.unwrap_or_default();
-        let mut usage = Usage {
-            extra: Default::default(),
-            input_tokens: u.input_tokens.unwrap_or(0),
-            output_tokens: u.output_tokens.unwrap_or(0),
-            cache_creation_input_tokens: u.cache_write_input_tokens,
-            cache_read_input_tokens: u.cached_input_tokens,
-        };
-        if let Some(prev) = &self.previous {
-            usage.input_tokens = usage.input_tokens.saturating_sub(prev.input_tokens);
-            usage.output_tokens = usage.output_tokens.saturating_sub(prev.output_tokens);
-            usage.cache_creation_input_tokens = sub_opt(
-                usage.cache_creation_input_tokens,
-                prev.cache_creation_input_tokens,
-            );
-            usage.cache_read_input_tokens =
-                sub_opt(usage.cache_read_input_tokens, prev.cache_read_input_tokens);
+        let reported = usage(
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_write_input_tokens,
+            u.cached_input_tokens,
+        );
+        match &self.previous {
+            Some(previous) => minus(&reported, previous),
+            None => reported,
         }
-        usage
     }
 }
 
 impl Decoder for CodexDecoder {
     fn line(&mut self, value: Value) -> Vec<Decoded> {
+        let value = &value;
         match value.get("type").and_then(Value::as_str) {
-            Some("thread.started") => self.thread_started(&value),
+            Some(kind @ "thread.started") => CLI.read(kind, value, |line: ThreadStarted| {
+                announce_session(&mut self.session, line.thread_id, None, kind, value)
+            }),
             Some("turn.started") => Vec::new(),
             Some(event @ ("item.started" | "item.updated" | "item.completed")) => {
-                self.item(event, &value)
+                CLI.read(event, value, |line| self.item(event, line, value))
             }
-            Some("turn.completed") => self.turn_completed(&value),
-            Some("turn.failed") => self.turn_failed(&value),
+            Some(kind @ "turn.completed") => CLI.read(kind, value, |l| self.turn_completed(l)),
+            Some("turn.failed") => self.turn_failed(value),
             Some("error") => {
-                let message = ErrorLine::deserialize(&value)
+                let message = ErrorLine::deserialize(value)
                     .ok()
                     .and_then(|l| l.message)
                     .unwrap_or_else(|| "Codex reported an error".to_owned());
                 let error_type = match classify(&message) {
-                    "rate_limit" => "rate_limit",
+                    RATE_LIMIT => RATE_LIMIT,
                     _ => "network_error",
                 };
-                vec![Ok(AgentMessage::Error {
-                    error_type: error_type.to_owned(),
-                    message,
-                    details: Some(value),
-                })]
+                vec![Ok(reported(error_type, message, value))]
             }
-            other => vec![Ok(warning(
-                format!("unknown Codex line type {other:?}; kept as is"),
-                json!({ "line": value }),
-            ))],
+            _ => CLI.unknown_type(value),
         }
     }
 
     fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-        if std::mem::replace(&mut self.finished, true) {
-            return Vec::new();
-        }
         // Tool items that never completed were recorded as uses: nothing to add.
         let outcome = if let Some(err) = self.failure.take() {
             Some(Err(err))
@@ -295,13 +240,9 @@ impl Decoder for CodexDecoder {
         } else {
             None
         };
-        conclude(
-            "Codex",
-            outcome,
-            "turn.completed or turn.failed",
-            exit_code,
-            stderr_tail,
-        )
+        let missing = "turn.completed or turn.failed";
+        self.ending
+            .finish(CLI, missing, exit_code, stderr_tail, || outcome)
     }
 }
 
@@ -343,11 +284,7 @@ fn tool_message(id: Option<String>, item: &Value) -> AgentMessage {
             Ok(call) => {
                 let error = match &call.error {
                     Value::Null => failed.then(|| "MCP tool call failed".to_owned()),
-                    e => Some(
-                        e.get("message")
-                            .and_then(Value::as_str)
-                            .map_or_else(|| e.to_string(), str::to_owned),
-                    ),
+                    error => Some(error_text(error)),
                 };
                 AgentMessage::Tool {
                     id,
@@ -405,7 +342,7 @@ fn classify(message: &str) -> &'static str {
             .split(|c: char| !c.is_ascii_alphanumeric())
             .any(|w| w == "429")
     {
-        "rate_limit"
+        RATE_LIMIT
     } else if has_status('5')
         || [
             "stream",
@@ -419,21 +356,10 @@ fn classify(message: &str) -> &'static str {
         .iter()
         .any(|needle| lower.contains(needle))
     {
-        "api_error"
+        API_ERROR
     } else {
-        "error_during_execution"
+        DURING_EXECUTION
     }
-}
-
-fn sub_opt(total: Option<u64>, previous: Option<u64>) -> Option<u64> {
-    match (total, previous) {
-        (Some(t), Some(p)) => Some(t.saturating_sub(p)),
-        (t, _) => t,
-    }
-}
-
-fn malformed(kind: &str, err: &serde_json::Error, value: &Value) -> Vec<Decoded> {
-    malformed_line("Codex", kind, err, value)
 }
 
 #[cfg(test)]
@@ -444,20 +370,7 @@ mod tests {
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
-    /// Decodes a copied capture with its recorded exit code.
-    fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-        decode_output(stdout, Some(rc.trim().parse().unwrap()), "")
-    }
-
-    fn session(out: &[Decoded]) -> &str {
-        match &out[0] {
-            Ok(AgentMessage::Session {
-                session_id,
-                model: None,
-            }) => session_id.as_str(),
-            other => panic!("expected a session first, got {other:?}"),
-        }
-    }
+    decoding_with!(CodexDecoder);
 
     fn error_types(out: &[Decoded]) -> Vec<&str> {
         out.iter()
@@ -484,8 +397,11 @@ mod tests {
             include_bytes!("../../testdata/codex/text/stdout.jsonl"),
             include_str!("../../testdata/codex/text/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
-        assert_eq!(session(&out), "01a2014c-3adf-7380-b611-f63adb45ee58");
+        assert_eq!(kinds(&out).join(" "), "session text completed");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3adf-7380-b611-f63adb45ee58", None)
+        );
         assert_eq!(
             out[1].as_ref().unwrap(),
             &AgentMessage::Text {
@@ -507,18 +423,13 @@ mod tests {
             include_str!("../../testdata/codex/tool/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
-        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
+        );
         let command = json!({ "command": "/bin/bash -lc 'echo hi'" });
         let (messages, _) = split(out.clone());
         assert_eq!(
@@ -562,16 +473,8 @@ mod tests {
             include_str!("../../testdata/codex/toolfail/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "thinking",
-                "text",
-                "tool_use",
-                "tool",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session thinking text tool_use tool text completed"
         );
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "shell");
@@ -585,9 +488,12 @@ mod tests {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
         let out = capture(stdout, rc);
-        assert_eq!(kinds(&out), ["session", "text", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session text completed");
         // The resumed thread is the one of the tool capture.
-        assert_eq!(session(&out), "01a2014c-3f7a-76c0-8a95-919d9bc7d411");
+        assert_eq!(
+            session(&out),
+            ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
+        );
         assert_eq!(completed(&out).usage, usage(360, 60, 75));
         // The previous invocation (the tool capture) reported 240/40/50.
         let decoder = CodexDecoder::with_previous_usage(usage(240, 40, 50));
@@ -606,10 +512,8 @@ mod tests {
             include_str!("../../testdata/codex/ERRTEST/rc"),
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session", "error", "error", "error", "error", "error", "error", "ERR"
-            ]
+            kinds(&out).join(" "),
+            "session error error error error error error ERR"
         );
         assert!(error_types(&out).iter().all(|t| *t == "network_error"));
         let (error_type, message) = agent_error(&out);
@@ -649,7 +553,7 @@ mod tests {
             include_bytes!("../../testdata/codex/RATETEST/stdout.jsonl"),
             include_str!("../../testdata/codex/RATETEST/rc"),
         );
-        assert_eq!(kinds(&out), ["session", "error", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session error ERR");
         assert_eq!(error_types(&out), ["rate_limit"]);
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "rate_limit");
@@ -658,12 +562,6 @@ mod tests {
 
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;
     const DONE: &str = r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":1,"output_tokens":2}}"#;
-
-    fn run(lines: &[&str], rc: Option<i32>, stderr: &str) -> Vec<Decoded> {
-        let mut stdout = lines.join("\n");
-        stdout.push('\n');
-        decode_output(stdout.as_bytes(), rc, stderr)
-    }
 
     #[test]
     fn calls_keep_their_item_ids_and_order_and_a_dangling_one_stays_a_use() {
@@ -707,14 +605,7 @@ mod tests {
             ],
             "item_3 stays a use alone: no result is made up for it"
         );
-        let Some(QueryError::Agent {
-            error_type,
-            message,
-            ..
-        }) = error
-        else {
-            panic!("expected an agent error")
-        };
+        let (error_type, message) = fatal_of(error.as_ref());
         assert_eq!(error_type, "error_during_execution");
         assert!(
             message.contains("code 137") && message.contains("Killed"),
@@ -724,14 +615,7 @@ mod tests {
 
     #[test]
     fn empty_stdout_is_an_error_naming_the_exit_code() {
-        let out = decode_output(b"", Some(2), "boom: no API key");
-        assert_eq!(kinds(&out), ["ERR"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "error_during_execution");
-        assert!(message.contains("exited with code 2"), "{message}");
-        assert!(message.contains("boom: no API key"), "{message}");
-        let out = decode_output(b"", None, "");
-        assert!(agent_error(&out).1.contains("killed by a signal"));
+        assert_empty_stdout_fails::<CodexDecoder>(2, "boom: no API key");
     }
 
     #[test]
@@ -751,17 +635,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "warning",
-                "text",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning warning warning warning warning text completed"
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
             panic!()
@@ -798,15 +673,8 @@ mod tests {
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "warning",
-                "text",
-                "warning",
-                "warning",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session warning text warning warning completed"
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -836,19 +704,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&out),
-            [
-                "session",
-                "tool_use",
-                "tool",
-                "tool",
-                "tool",
-                "tool",
-                "tool_use",
-                "tool",
-                "tool",
-                "completed"
-            ]
+            kinds(&out).join(" "),
+            "session tool_use tool tool tool tool tool_use tool tool completed"
         );
         let (name, input, _, error) = tool(&out[2]);
         assert_eq!((name, error), ("file_change", None));
@@ -878,7 +735,7 @@ mod tests {
             Some(1),
             "",
         );
-        assert_eq!(kinds(&out), ["session", "warning", "ERR"]);
+        assert_eq!(kinds(&out).join(" "), "session warning ERR");
         assert_eq!(agent_error(&out).0, "api_error");
         let out = run(
             &[
@@ -890,7 +747,7 @@ mod tests {
         );
         assert_eq!(agent_error(&out).0, "error_during_execution");
         let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
-        assert_eq!(kinds(&out), ["session", "warning", "completed"]);
+        assert_eq!(kinds(&out).join(" "), "session warning completed");
         assert_eq!(completed(&out).num_turns, 2);
     }
 

@@ -15,15 +15,12 @@ pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use application::secrets::KeyNames;
 use async_trait::async_trait;
-use domain::event::Usage;
 use futures::StreamExt;
 
+use crate::normalize::usage::{SessionTotals, plus};
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, prompt_with_system, run_cli};
 
@@ -31,12 +28,12 @@ use crate::process::{CliCommand, prompt_with_system, run_cli};
 ///
 /// Codex reports a thread's cumulative usage after a resume; `agent:complete`
 /// wants this invocation's. The provider remembers each thread's totals it
-/// has seen (in this process) and subtracts them on the next resume.
+/// has seen (in this process) and subtracts them on the next resume; see
+/// [`crate::normalize::usage`] for what the run's log holds instead.
 #[derive(Debug, Clone, Default)]
 pub struct Codex {
-    /// Cumulative usage last reported per thread id. A std mutex: held for a
-    /// map lookup or insert, never across an await.
-    totals: Arc<Mutex<HashMap<String, Usage>>>,
+    /// Cumulative usage last reported per thread id.
+    totals: SessionTotals,
     /// Key names withheld from the CLI besides the fixed rules.
     keys: KeyNames,
 }
@@ -77,16 +74,16 @@ impl Codex {
 #[async_trait]
 impl QueryFn for Codex {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let previous = request.resume.as_ref().and_then(|thread| {
-            let totals = self.totals.lock().ok()?;
-            totals.get(thread.as_str()).cloned()
-        });
+        let previous = request
+            .resume
+            .as_ref()
+            .and_then(|thread| self.totals.get(thread.as_str()));
         let decoder = match previous.clone() {
             Some(usage) => CodexDecoder::with_previous_usage(usage),
             None => CodexDecoder::new(),
         };
         let stream = run_cli(Self::command(&request).withholding(&self.keys), decoder)?;
-        let totals = Arc::clone(&self.totals);
+        let totals = self.totals.clone();
         let mut thread = request.resume.map(|t| t.to_string());
         Ok(Box::pin(stream.map(move |item| {
             match &item {
@@ -94,35 +91,15 @@ impl QueryFn for Codex {
                     thread = Some(session_id.to_string());
                 }
                 Ok(AgentMessage::Completed(result)) => {
-                    if let (Some(thread), Ok(mut totals)) = (&thread, totals.lock()) {
+                    if let Some(thread) = &thread {
                         let before = previous.clone().unwrap_or_default();
-                        let after = Usage {
-                            extra: Default::default(),
-                            input_tokens: before.input_tokens + result.usage.input_tokens,
-                            output_tokens: before.output_tokens + result.usage.output_tokens,
-                            cache_creation_input_tokens: add(
-                                before.cache_creation_input_tokens,
-                                result.usage.cache_creation_input_tokens,
-                            ),
-                            cache_read_input_tokens: add(
-                                before.cache_read_input_tokens,
-                                result.usage.cache_read_input_tokens,
-                            ),
-                        };
-                        totals.insert(thread.clone(), after);
+                        totals.set(thread.clone(), plus(&before, &result.usage));
                     }
                 }
                 _ => {}
             }
             item
         })))
-    }
-}
-
-fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     }
 }
 
@@ -141,44 +118,20 @@ mod process_tests {
     //! The provider against fake executables printing what the real CLI printed.
 
     use super::*;
-    use domain::workflow::{AgentDef, Provider};
-    use domain::{NodeId, NodeRunId, RunId, SessionId};
-    use std::os::unix::fs::PermissionsExt;
+    use crate::normalize::testing::{agent_request, completed};
+    use domain::SessionId;
+    use domain::workflow::Provider;
     use std::path::Path;
 
     fn replaying(dir: &Path, scenario: &str) -> String {
-        let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("testdata/codex")
-            .join(scenario)
-            .join("stdout.jsonl");
-        let path = dir.join(format!("fake-codex-{scenario}"));
-        std::fs::write(&path, format!("#!/bin/sh\ncat '{}'\n", capture.display())).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path.display().to_string()
+        crate::normalize::testing::replaying(dir, "codex", scenario)
     }
 
     fn request(executable: String, resume: Option<SessionId>) -> AgentRequest {
-        AgentRequest {
-            run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: NodeId::new("coder").unwrap(),
-            node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "coder".into(),
-            agent: AgentDef {
-                executable: Some(executable),
-                system_prompt: "Be brief.".into(),
-                ..AgentDef::new(Provider::Codex)
-            },
-            prompt: "run echo hi".into(),
-            resume,
-        }
-    }
-
-    fn completed(items: &[Decoded]) -> &application::ports::AgentResult {
-        match items.last() {
-            Some(Ok(AgentMessage::Completed(result))) => result,
-            other => panic!("{other:?}"),
-        }
+        let mut request = agent_request(Provider::Codex, Some(executable));
+        request.agent.system_prompt = "Be brief.".into();
+        request.resume = resume;
+        request
     }
 
     #[test]

@@ -14,9 +14,8 @@ pub mod wire;
 
 pub use decode::CopilotDecoder;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use application::secrets::KeyNames;
@@ -25,6 +24,7 @@ use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::normalize::usage::{SessionTotals, minus};
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, prompt_with_system, run_cli};
 
@@ -32,12 +32,12 @@ use crate::process::{CliCommand, prompt_with_system, run_cli};
 /// final line, and token counts are not printed on stdout at all: the CLI
 /// writes them to a `--usage-output-file`, read when the run ends. Those are
 /// cumulative over a resumed session, so the provider remembers each
-/// session's totals (in this process) and reports this invocation's share.
+/// session's totals (in this process) and reports this invocation's share;
+/// see [`crate::normalize::usage`] for what the run's log holds instead.
 #[derive(Debug, Clone, Default)]
 pub struct Copilot {
-    /// Cumulative usage last read per session id. A std mutex: held for a
-    /// lookup or insert, never across an await.
-    totals: Arc<Mutex<HashMap<String, Usage>>>,
+    /// Cumulative usage last read per session id.
+    totals: SessionTotals,
     /// Key names withheld from the CLI besides the fixed rules.
     keys: KeyNames,
 }
@@ -72,24 +72,6 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
         );
     }
     Some((total, per_model))
-}
-
-/// `total - previous`, field by field, never below zero.
-fn minus(total: &Usage, previous: &Usage) -> Usage {
-    let sub = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_sub(b.unwrap_or(0)));
-    Usage {
-        extra: Default::default(),
-        input_tokens: total.input_tokens.saturating_sub(previous.input_tokens),
-        output_tokens: total.output_tokens.saturating_sub(previous.output_tokens),
-        cache_creation_input_tokens: sub(
-            total.cache_creation_input_tokens,
-            previous.cache_creation_input_tokens,
-        ),
-        cache_read_input_tokens: sub(
-            total.cache_read_input_tokens,
-            previous.cache_read_input_tokens,
-        ),
-    }
 }
 
 impl Copilot {
@@ -144,7 +126,7 @@ impl QueryFn for Copilot {
             Self::command(&request, &path).withholding(&self.keys),
             CopilotDecoder::new(),
         )?;
-        let totals = Arc::clone(&self.totals);
+        let totals = self.totals.clone();
         let resumed = request.resume.map(|s| s.to_string());
         Ok(Box::pin(stream.map(move |item| match item {
             Ok(AgentMessage::Completed(mut result)) => {
@@ -155,14 +137,12 @@ impl QueryFn for Copilot {
                         .as_ref()
                         .map(|s| s.to_string())
                         .or_else(|| resumed.clone());
-                    let previous = session
-                        .as_ref()
-                        .and_then(|s| totals.lock().ok()?.get(s).cloned());
+                    let previous = session.as_deref().and_then(|s| totals.get(s));
                     result.usage = minus(&total, &previous.clone().unwrap_or_default());
                     // Per-model figures are cumulative too: only a first invocation's are its own.
                     result.model_usage = previous.is_none().then_some(per_model);
-                    if let (Some(session), Ok(mut totals)) = (session, totals.lock()) {
-                        totals.insert(session, total);
+                    if let Some(session) = session {
+                        totals.set(session, total);
                     }
                 }
                 let _ = std::fs::remove_file(&path);
@@ -188,6 +168,7 @@ mod usage_tests {
     //! The usage file the genuine Copilot CLI wrote (`--usage-output-file`).
 
     use super::*;
+    use crate::normalize::testing::agent_request;
 
     #[test]
     fn a_real_usage_file_gives_totals_and_per_model_usage() {
@@ -200,39 +181,8 @@ mod usage_tests {
     }
 
     #[test]
-    fn a_resumed_session_reports_only_its_own_share() {
-        let total = Usage {
-            extra: Default::default(),
-            input_tokens: 360,
-            output_tokens: 75,
-            cache_read_input_tokens: Some(10),
-            cache_creation_input_tokens: None,
-        };
-        let before = Usage {
-            extra: Default::default(),
-            input_tokens: 240,
-            output_tokens: 50,
-            cache_read_input_tokens: Some(4),
-            cache_creation_input_tokens: None,
-        };
-        let mine = minus(&total, &before);
-        assert_eq!((mine.input_tokens, mine.output_tokens), (120, 25));
-        assert_eq!(mine.cache_read_input_tokens, Some(6));
-        assert_eq!(minus(&before, &total).input_tokens, 0, "never below zero");
-    }
-
-    #[test]
     fn the_command_asks_for_the_usage_file() {
-        let request = AgentRequest {
-            run_id: domain::RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: domain::NodeId::new("a").unwrap(),
-            node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "a".into(),
-            agent: domain::workflow::AgentDef::new(domain::workflow::Provider::Copilot),
-            prompt: "hi".into(),
-            resume: None,
-        };
+        let request = agent_request(domain::workflow::Provider::Copilot, None);
         let path = usage_file(&request);
         let cmd = Copilot::command(&request, &path);
         let at = cmd

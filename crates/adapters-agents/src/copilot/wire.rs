@@ -10,29 +10,24 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// `assistant.message_delta`: a streamed text chunk.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct MessageDelta {
     /// The message the chunk belongs to.
-    #[serde(default)]
     pub message_id: Option<String>,
     /// The chunk.
-    #[serde(default)]
     pub delta_content: String,
 }
 
 /// `assistant.message`: a complete model message.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Message {
     /// Message id (shared with its deltas).
-    #[serde(default)]
     pub message_id: Option<String>,
     /// The text (empty when the message only calls tools).
-    #[serde(default)]
     pub content: String,
     /// Tool calls the message makes.
-    #[serde(default)]
     pub tool_requests: Vec<ToolRequest>,
 }
 
@@ -51,120 +46,99 @@ pub struct ToolRequest {
 }
 
 /// `assistant.reasoning_delta`: a streamed thinking chunk.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ReasoningDelta {
     /// The thinking block the chunk belongs to.
-    #[serde(default)]
     pub reasoning_id: Option<String>,
     /// The chunk.
-    #[serde(default)]
     pub delta_content: String,
 }
 
 /// `assistant.reasoning`: a complete thinking block.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Reasoning {
     /// Block id (shared with its deltas).
-    #[serde(default)]
     pub reasoning_id: Option<String>,
     /// The thinking text.
-    #[serde(default)]
     pub content: String,
 }
 
 /// `tool.execution_start`: the CLI starts running a tool.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ToolStart {
     /// Call id (kept absent when missing).
-    #[serde(default)]
     pub tool_call_id: Option<String>,
     /// Tool name.
-    #[serde(default)]
     pub tool_name: Option<String>,
     /// Tool input.
-    #[serde(default)]
     pub arguments: Value,
 }
 
 /// `tool.execution_complete`: a tool returned.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ToolComplete {
     /// Call id (kept absent when missing).
-    #[serde(default)]
     pub tool_call_id: Option<String>,
     /// The tool ran (true even when a shell command exits non-zero).
-    #[serde(default)]
     pub success: Option<bool>,
     /// The shell command's outcome (shell tools only).
-    #[serde(default)]
     pub shell_execution: Option<ShellExecution>,
     /// The output given to the model.
-    #[serde(default)]
     pub result: Option<ToolOutput>,
     /// Why the tool failed (with `success: false`).
-    #[serde(default)]
     pub error: Option<Value>,
 }
 
 /// `shellExecution` of a completed shell tool.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ShellExecution {
     /// The command's exit code.
-    #[serde(default)]
     pub exit_code: Option<i64>,
 }
 
 /// `result` of a completed tool.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct ToolOutput {
     /// The output text.
-    #[serde(default)]
     pub content: Value,
 }
 
 /// `model.call_failure` and `session.error`: a failed model call.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Failure {
     /// HTTP status of the failed request.
-    #[serde(default)]
     pub status_code: Option<u64>,
     /// The API's error body (`model.call_failure`).
-    #[serde(default)]
     pub error_message: Option<String>,
     /// What happened (`session.error`, `session.warning`).
-    #[serde(default)]
     pub message: Option<String>,
 }
 
 /// `type: "result"`: the last line; its fields are top-level.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ResultLine {
     /// The session (the only place it appears).
-    #[serde(default)]
     pub session_id: Option<String>,
     /// The CLI's exit code.
-    #[serde(default)]
     pub exit_code: Option<i64>,
     /// Timings (token counts are not on stdout).
-    #[serde(default)]
     pub usage: Option<ResultUsage>,
 }
 
 /// `usage` of the result.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ResultUsage {
     /// Wall time of the session.
-    #[serde(default)]
     pub session_duration_ms: Option<u64>,
     /// Time spent in model calls.
-    #[serde(default)]
     pub total_api_duration_ms: Option<u64>,
 }

@@ -4,10 +4,17 @@
 //! Fixtures live in one directory per workflow, one file per node
 //! (`<node-id>.json`, seed 001 §7.2): by default `fixtures/<workflow name>/`
 //! next to the workflow file, so a child workflow's nodes have files of their
-//! own. Each call of a node takes the next recorded call of its file (a
-//! counter per workflow and node), yields its recorded
-//! events, then its output as the result. A missing file or call is an error
-//! that names the node, the call index and the file, never a guess.
+//! own. Each call of a node takes the next recorded call of its file, yields
+//! its recorded events, then its output as the result. A missing file or
+//! call is an error that names the node, the call index and the file, never
+//! a guess.
+//!
+//! The call index is the number of calls the node made before in the same
+//! run (across its node runs and their attempts, as the recording saved
+//! them), so two runs in one process, or a child run of the same workflow,
+//! never share a counter. It is kept in memory for the runs this process
+//! serves; it is also what the run's log records (the node's earlier
+//! `agent:complete` and failed attempts).
 
 mod fixture;
 
@@ -17,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
-use domain::NodeId;
+use domain::{NodeId, RunId};
 
 pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
 
@@ -28,7 +35,7 @@ pub struct MockQuery {
     /// Where fixture directories are, one per workflow name, when an agent
     /// names no `fixtures:` directory.
     default_root: PathBuf,
-    /// Parsed files by path, and the next call index by node. A std mutex:
+    /// Parsed files by path, and the next call index by run and node. A std mutex:
     /// it is never held across an await, and the critical sections are tiny.
     state: Mutex<MockState>,
 }
@@ -36,7 +43,8 @@ pub struct MockQuery {
 #[derive(Default)]
 struct MockState {
     files: HashMap<PathBuf, Arc<FixtureFile>>,
-    calls: HashMap<(String, NodeId), usize>,
+    /// The next call index of each node, per run.
+    calls: HashMap<(RunId, NodeId), usize>,
 }
 
 impl MockQuery {
@@ -58,10 +66,10 @@ impl MockQuery {
         dir.join(format!("{}.json", request.node_id))
     }
 
-    /// Takes the next call index of `node` and the parsed fixture file.
+    /// Takes the next call index of `node` in `run` and the parsed fixture file.
     fn next_call(
         &self,
-        workflow: &str,
+        run: RunId,
         node: &NodeId,
         path: &Path,
     ) -> Result<(usize, Arc<FixtureFile>), QueryError> {
@@ -80,10 +88,7 @@ impl MockQuery {
             }
         };
         let mut state = self.state.lock().map_err(|_| poisoned())?;
-        let counter = state
-            .calls
-            .entry((workflow.to_owned(), node.clone()))
-            .or_insert(0);
+        let counter = state.calls.entry((run, node.clone())).or_insert(0);
         let index = *counter;
         *counter += 1;
         Ok((index, file))
@@ -98,7 +103,7 @@ fn poisoned() -> QueryError {
 impl QueryFn for MockQuery {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = self.fixture_path(&request);
-        let (index, file) = self.next_call(&request.workflow, &request.node_id, &path)?;
+        let (index, file) = self.next_call(request.run_id, &request.node_id, &path)?;
         let call = file.calls.get(index).ok_or_else(|| {
             // The runner names the node; the error says which call.
             QueryError::Fixture(format!(
@@ -116,8 +121,8 @@ impl QueryFn for MockQuery {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use domain::NodeRunId;
     use domain::workflow::{AgentDef, Provider};
-    use domain::{NodeRunId, RunId};
     use futures::StreamExt;
 
     fn request(node: &str, fixtures: Option<&str>) -> AgentRequest {
@@ -187,6 +192,43 @@ mod tests {
         assert!(
             msg.contains("call 2") && msg.contains("writer.json") && !msg.contains("`writer`"),
             "{msg}"
+        );
+    }
+
+    /// Calls are counted per run: a second run of the same workflow in the
+    /// same process (or a child run of the same name) starts at call 0.
+    #[tokio::test]
+    async fn each_run_replays_its_node_from_the_first_call() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            &tmp.path().join("wf"),
+            "writer.json",
+            r#"{"calls": [{"output": {"text": "first"}}, {"output": {"text": "second"}}]}"#,
+        );
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        let text = |out: &[Result<AgentMessage, QueryError>]| match out.last() {
+            Some(Ok(AgentMessage::Completed(r))) => r.text.clone(),
+            other => panic!("{other:?}"),
+        };
+        let one = request("writer", None);
+        let mut two = request("writer", None);
+        two.run_id = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        two.node_run_id = NodeRunId::new(uuid::Uuid::new_v4());
+        let mut again = one.clone();
+        again.node_run_id = NodeRunId::new(uuid::Uuid::new_v4());
+        let first = collect(mock.query(one).await.unwrap()).await;
+        let other_run = collect(mock.query(two).await.unwrap()).await;
+        let next_node_run = collect(mock.query(again).await.unwrap()).await;
+        assert_eq!(text(&first), "first");
+        assert_eq!(
+            text(&other_run),
+            "first",
+            "another run has counters of its own"
+        );
+        assert_eq!(
+            text(&next_node_run),
+            "second",
+            "a node's next run takes its next call"
         );
     }
 

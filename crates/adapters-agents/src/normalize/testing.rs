@@ -1,10 +1,18 @@
-//! Assertion helpers shared by the decoders' tests: every provider's test
-//! reads a decoded stream the same way (its kinds, its end, its tools).
+//! Helpers shared by the providers' tests: every provider's test decodes
+//! captures and reads a decoded stream the same way (its kinds, its end,
+//! its tools), and runs fake CLIs the same way.
 
-use application::ports::{AgentMessage, AgentResult, QueryError};
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+use domain::workflow::{AgentDef, Provider};
+use domain::{NodeId, NodeRunId, RunId};
 use serde_json::Value;
 
-use super::Decoded;
+use super::{Decoded, Decoder, decode_all};
 
 pub(crate) fn kind(d: &Decoded) -> &'static str {
     match d {
@@ -120,4 +128,117 @@ pub(crate) fn warning_of(message: &str, details: Value) -> AgentMessage {
         message: message.to_owned(),
         details: Some(details),
     }
+}
+
+/// Decodes a copied capture with its recorded exit code (the `rc` file).
+pub(crate) fn capture<D: Decoder + Default>(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+    decode_all(D::default(), stdout, Some(rc.trim().parse().unwrap()), "")
+}
+
+/// Decodes these stdout lines, each ended by a newline.
+pub(crate) fn run<D: Decoder + Default>(
+    lines: &[&str],
+    exit_code: Option<i32>,
+    stderr: &str,
+) -> Vec<Decoded> {
+    let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    decode_all(D::default(), stdout.as_bytes(), exit_code, stderr)
+}
+
+/// Gives a decoder's tests `capture(stdout, rc)` and `run(lines, rc, stderr)`.
+macro_rules! decoding_with {
+    ($decoder:ty) => {
+        fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
+            $crate::normalize::testing::capture::<$decoder>(stdout, rc)
+        }
+
+        fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
+            $crate::normalize::testing::run::<$decoder>(lines, exit_code, stderr)
+        }
+    };
+}
+pub(crate) use decoding_with;
+
+/// The session the stream announces first, and its model.
+pub(crate) fn session(out: &[Decoded]) -> (&str, Option<&str>) {
+    match &out[0] {
+        Ok(AgentMessage::Session { session_id, model }) => (session_id.as_str(), model.as_deref()),
+        other => panic!("expected a session first, got {other:?}"),
+    }
+}
+
+/// The streamed text, joined.
+pub(crate) fn deltas(out: &[Decoded]) -> String {
+    out.iter()
+        .filter_map(|d| match d {
+            Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The stream of a CLI that printed nothing and exited with `exit_code`
+/// (`stderr` said why) ends in one error naming both; one killed by a
+/// signal says so.
+pub(crate) fn assert_empty_stdout_fails<D: Decoder + Default>(exit_code: i32, stderr: &str) {
+    let out = decode_all(D::default(), b"", Some(exit_code), stderr);
+    assert_eq!(kinds(&out), ["ERR"]);
+    let (error_type, message) = agent_error(&out);
+    assert_eq!(error_type, "error_during_execution");
+    assert!(
+        message.contains(&format!("exited with code {exit_code}")),
+        "{message}"
+    );
+    assert!(message.contains(stderr), "{message}");
+    let out = decode_all(D::default(), b"", None, "");
+    assert!(agent_error(&out).1.contains("killed by a signal"));
+}
+
+/// The error that ends a stream: its type and message.
+pub(crate) fn fatal_of(error: Option<&QueryError>) -> (&str, &str) {
+    match error {
+        Some(QueryError::Agent {
+            error_type,
+            message,
+            ..
+        }) => (error_type.as_str(), message.as_str()),
+        other => panic!("expected an agent error, got {other:?}"),
+    }
+}
+
+/// A request of `provider`'s agent `coder` in a new run, running
+/// `executable` when given.
+pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> AgentRequest {
+    AgentRequest {
+        run_id: RunId::new(uuid::Uuid::new_v4()).unwrap(),
+        workflow: "wf".into(),
+        node_id: NodeId::new("coder").unwrap(),
+        node_run_id: NodeRunId::new(uuid::Uuid::new_v4()),
+        agent_name: "coder".into(),
+        agent: AgentDef {
+            executable,
+            ..AgentDef::new(provider)
+        },
+        prompt: "run echo hi".into(),
+        resume: None,
+    }
+}
+
+/// An executable shell script `name` in `dir` running `body`: a fake CLI.
+pub(crate) fn fake_cli(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// A fake CLI that prints the recorded stdout of `cli`'s `scenario`.
+pub(crate) fn replaying(dir: &Path, cli: &str, scenario: &str) -> String {
+    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(cli)
+        .join(scenario)
+        .join("stdout.jsonl");
+    let body = format!("cat '{}'", capture.display());
+    fake_cli(dir, &format!("fake-{cli}-{scenario}"), &body)
 }

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall, TurnEnd};
+use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
 use domain::event::Usage;
 use eventsource_stream::Event;
 use futures::Stream;
@@ -21,11 +21,7 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::wire::{Chunk, Delta, WireUsage};
-use crate::http;
-
-/// How much of an unexpected payload an error message quotes: enough to
-/// recognise it (an HTML error page, a proxy's banner), not a whole page.
-const QUOTE_CHARS: usize = 200;
+use crate::http::{self, TurnMeta};
 
 /// Decodes one streamed turn, one `data:` payload at a time.
 #[derive(Debug, Default)]
@@ -35,16 +31,9 @@ pub struct ChunkDecoder {
     /// Tool calls being assembled, by their `index`; a `BTreeMap` so they
     /// come out in index order.
     calls: BTreeMap<usize, PartialCall>,
-    /// Whether this turn emitted any tool call (for a missing `finish_reason`).
-    called: bool,
-    /// The `finish_reason`, once seen.
-    stop: Option<StopReason>,
-    /// The last usage seen; zero when the stream carries none.
-    usage: Usage,
-    /// `id` of the chunks.
-    response_id: Option<String>,
-    /// `model` of the chunks.
-    model: Option<String>,
+    /// The `finish_reason`, the last usage seen (zero when the stream
+    /// carries none), and the `id` and `model` of the chunks.
+    turn: TurnMeta,
     /// Whether the turn has ended (`[DONE]` seen).
     done: bool,
 }
@@ -76,7 +65,7 @@ impl ChunkDecoder {
     pub fn on_data(&mut self, data: &str) -> Result<Vec<ChatEvent>, ChatError> {
         let data = data.trim();
         if self.done {
-            debug!(data = %quote(data), "openai: data after [DONE] ignored");
+            debug!(data = %http::quote(data), "openai: data after [DONE] ignored");
             return Ok(Vec::new());
         }
         if data.is_empty() {
@@ -87,18 +76,18 @@ impl ChunkDecoder {
             return Ok(self.end());
         }
         let value: Value = serde_json::from_str(data).map_err(|_| {
-            unexpected(format!(
+            http::unreadable(format!(
                 "the stream sent data that is not JSON: {}",
-                quote(data)
+                http::quote(data)
             ))
         })?;
         if value.get("error").is_some_and(|e| !e.is_null()) {
             return Err(stream_error(&value, data));
         }
         let chunk: Chunk = serde_json::from_value(value).map_err(|e| {
-            unexpected(format!(
+            http::unreadable(format!(
                 "the stream sent a chunk that cannot be read ({e}): {}",
-                quote(data)
+                http::quote(data)
             ))
         })?;
         Ok(self.on_chunk(chunk))
@@ -113,7 +102,7 @@ impl ChunkDecoder {
         if self.done {
             return Ok(Vec::new());
         }
-        if self.stop.is_none() {
+        if self.turn.stop.is_none() {
             return Err(ChatError::Network(
                 "the stream ended before the turn finished".to_owned(),
             ));
@@ -122,14 +111,15 @@ impl ChunkDecoder {
     }
 
     fn on_chunk(&mut self, chunk: Chunk) -> Vec<ChatEvent> {
-        if self.response_id.is_none() {
-            self.response_id = chunk.id.filter(|id| !id.is_empty());
+        let turn = &mut self.turn;
+        if turn.response_id.is_none() {
+            turn.response_id = chunk.id.filter(|id| !id.is_empty());
         }
-        if self.model.is_none() {
-            self.model = chunk.model.filter(|m| !m.is_empty());
+        if turn.model.is_none() {
+            turn.model = chunk.model.filter(|m| !m.is_empty());
         }
         if let Some(usage) = chunk.usage {
-            self.usage = normalize_usage(&usage);
+            turn.usage = normalize_usage(&usage);
         }
         let mut out = Vec::new();
         for choice in chunk.choices.into_iter().flatten() {
@@ -142,7 +132,7 @@ impl ChunkDecoder {
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 self.flush(&mut out);
-                self.stop = Some(stop_reason(&reason));
+                self.turn.stop = Some(stop_reason(&reason));
             }
         }
         out
@@ -198,11 +188,11 @@ impl ChunkDecoder {
     fn flush(&mut self, out: &mut Vec<ChatEvent>) {
         self.close_reasoning(out);
         for (index, call) in std::mem::take(&mut self.calls) {
-            self.called = true;
+            self.turn.called = true;
             out.push(ChatEvent::ToolCall(ToolCall {
                 id: call.id.unwrap_or_else(|| format!("call_{index}")),
                 name: call.name,
-                input: arguments(&call.arguments),
+                input: http::call_input(call.arguments, None),
             }));
         }
     }
@@ -212,17 +202,7 @@ impl ChunkDecoder {
     fn end(&mut self) -> Vec<ChatEvent> {
         let mut out = Vec::new();
         self.flush(&mut out);
-        let stop = self.stop.take().unwrap_or(if self.called {
-            StopReason::ToolUse
-        } else {
-            StopReason::EndTurn
-        });
-        out.push(ChatEvent::End(TurnEnd {
-            stop,
-            usage: std::mem::take(&mut self.usage),
-            model: self.model.take(),
-            response_id: self.response_id.take(),
-        }));
+        out.push(self.turn.end());
         self.done = true;
         out
     }
@@ -279,16 +259,6 @@ fn normalize_usage(usage: &WireUsage) -> Usage {
     }
 }
 
-/// A call's arguments: `{}` when none came (a tool without parameters),
-/// the JSON value, or the raw text as a string, which the tool loop's schema
-/// check refuses with a message the model can act on.
-fn arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(serde_json::Map::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
-}
-
 /// An error object inside the stream (`{"error": {"message", "type"}}`).
 /// Only the server's own overload signals are worth a retry.
 fn stream_error(value: &Value, data: &str) -> ChatError {
@@ -299,7 +269,7 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
         .and_then(Value::as_str);
     ChatError::Api {
         status: None,
-        message: http::error_message(data).unwrap_or_else(|| quote(data)),
+        message: http::error_message(data).unwrap_or_else(|| http::quote(data)),
         retryable: matches!(
             kind,
             Some("server_error" | "overloaded" | "overloaded_error")
@@ -307,29 +277,11 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
     }
 }
 
-/// Data that is not what a Chat Completions stream carries.
-fn unexpected(message: String) -> ChatError {
-    ChatError::Api {
-        status: None,
-        message,
-        retryable: false,
-    }
-}
-
-/// `data`, shortened to [`QUOTE_CHARS`].
-fn quote(data: &str) -> String {
-    let mut chars = data.chars();
-    let mut quoted: String = chars.by_ref().take(QUOTE_CHARS).collect();
-    if chars.next().is_some() {
-        quoted.push('…');
-    }
-    quoted
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use application::ports::TurnEnd;
     use eventsource_stream::Eventsource;
     use futures::StreamExt;
     use serde_json::json;

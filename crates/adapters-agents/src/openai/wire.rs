@@ -105,101 +105,87 @@ fn tool_result(result: &ToolResult) -> Value {
 }
 
 /// One `chat.completion.chunk` (an in-stream error is checked for before).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct Chunk {
     /// `chatcmpl-…`, the same on every chunk of a response.
-    #[serde(default)]
     pub id: Option<String>,
     /// The model that answered.
-    #[serde(default)]
     pub model: Option<String>,
     /// One entry per choice; empty on the usage chunk.
-    #[serde(default)]
     pub choices: Option<Vec<Choice>>,
     /// Token counts; on the last chunk with `include_usage`, `null` before.
-    #[serde(default)]
     pub usage: Option<WireUsage>,
 }
 
 /// One choice of a chunk; we ask for one (no `n`), so only index 0 counts.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct Choice {
     /// Which choice; absent on some servers, meaning 0.
-    #[serde(default)]
     pub index: Option<u64>,
     /// What this chunk adds.
-    #[serde(default)]
     pub delta: Option<Delta>,
     /// Set on the choice's last content chunk.
-    #[serde(default)]
     pub finish_reason: Option<String>,
 }
 
 /// What a chunk adds to the turn.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct Delta {
     /// A piece of the answer.
-    #[serde(default)]
     pub content: Option<String>,
     /// A piece of a refusal (OpenAI): the answer, in another field.
-    #[serde(default)]
     pub refusal: Option<String>,
     /// A piece of reasoning (llama.cpp, vLLM, DeepSeek).
-    #[serde(default)]
     pub reasoning_content: Option<String>,
     /// A piece of reasoning (OpenRouter, Ollama). A `Value`: not every
     /// server sends a string here.
-    #[serde(default)]
     pub reasoning: Option<Value>,
     /// Fragments of tool calls.
-    #[serde(default)]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// A fragment of one tool call.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct ToolCallDelta {
     /// Which call it belongs to; the key across fragments.
-    #[serde(default)]
     pub index: Option<usize>,
     /// The call id, on the first fragment.
-    #[serde(default)]
     pub id: Option<String>,
     /// Name (first fragment) and argument pieces.
-    #[serde(default)]
     pub function: Option<FunctionDelta>,
 }
 
 /// The function part of a tool call fragment.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct FunctionDelta {
     /// The tool's name, on the first fragment.
-    #[serde(default)]
     pub name: Option<String>,
     /// A piece of the JSON arguments text.
-    #[serde(default)]
     pub arguments: Option<String>,
 }
 
 /// `usage` of a chunk.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct WireUsage {
     /// All prompt tokens, cached ones included.
-    #[serde(default)]
     pub prompt_tokens: Option<u64>,
     /// Generated tokens (reasoning included).
-    #[serde(default)]
     pub completion_tokens: Option<u64>,
     /// The cached share of the prompt.
-    #[serde(default)]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 
 /// `usage.prompt_tokens_details`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct PromptTokensDetails {
     /// Prompt tokens read from the provider's cache.
-    #[serde(default)]
     pub cached_tokens: Option<u64>,
 }
 
