@@ -105,7 +105,6 @@ fn tool_set(keys: KeyNames) -> ToolRouter {
 /// The runner of `command` nodes: `sh -c` in the project directory (awr's
 /// working directory) or a `workdir` inside it, in the `shell` tool's
 /// sandbox, withholding the key variables `secrets` names.
-#[expect(dead_code, reason = "the executor's `command` nodes take it")]
 pub fn commands(secrets: &Secrets) -> Arc<dyn CommandRunner> {
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     Arc::new(ShellCommandRunner::new(project).withholding(secrets.keys.clone()))

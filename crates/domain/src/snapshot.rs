@@ -311,7 +311,7 @@ impl RunSnapshot {
                 }
                 self.drop_inbox_of(event);
             }
-            EventKind::NodeFailed { continued, .. } => {
+            EventKind::NodeFailed { continued, error } => {
                 match self.node_ended(event) {
                     Some(NodeRunState {
                         node_id,
@@ -328,6 +328,15 @@ impl RunSnapshot {
                         if let Some(node) = node {
                             self.node_status.insert(node.clone(), NodeStatus::Failed);
                             self.for_each.remove(node);
+                            // A failure the run goes on past leaves `null` data
+                            // for the nodes after it, and says why.
+                            if *continued {
+                                let output = serde_json::json!({
+                                    "data": Value::Null,
+                                    "metadata": { "error": error },
+                                });
+                                self.outputs.insert(node.clone(), output);
+                            }
                         }
                     }
                 }

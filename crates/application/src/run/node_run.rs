@@ -155,6 +155,7 @@ async fn command(task: &NodeTask) -> NodeEnd {
         node_run_id: task.run,
         script: def.run.clone(),
         workdir: def.workdir.clone(),
+        allow_outside_project: def.allow_outside_project,
         env: def.env.clone(),
         timeout: def.timeout.map(|t| t.0),
     };

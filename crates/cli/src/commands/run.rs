@@ -275,6 +275,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     let progress = Arc::new(Progress::new());
     let runner = Executor::new(store, Arc::new(providers), clock, ids)
         .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
+        .with_commands(wiring::commands(&secrets))
         .with_observer(secrets.observer(progress.clone()));
     let run_id = runner
         .create()
