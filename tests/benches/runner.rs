@@ -49,6 +49,34 @@ impl QueryFn for Stub {
     }
 }
 
+/// An agent that answers after a fixed time, like a model that thinks.
+struct Slow(std::time::Duration);
+
+#[async_trait]
+impl QueryFn for Slow {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let wait = self.0;
+        let done = AgentMessage::Completed(AgentResult {
+            text: format!("answer of {}", request.node_id),
+            num_turns: 1,
+            ..AgentResult::default()
+        });
+        Ok(Box::pin(futures::stream::once(async move {
+            tokio::time::sleep(wait).await;
+            Ok(done)
+        })))
+    }
+}
+
+/// `width` agents side by side between nothing and nothing: a fan-out.
+fn fan_out(width: usize) -> WorkflowDef {
+    let mut yaml = String::from("name: fan-out\nagents:\n  a: {provider: mock}\nnodes:\n");
+    for i in 0..width {
+        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
+    }
+    WorkflowDef::from_yaml(&yaml).expect("fan-out workflow")
+}
+
 fn chain(steps: usize) -> WorkflowDef {
     let mut yaml = String::from("name: bench\nagents:\n");
     for i in 0..steps {
@@ -189,5 +217,43 @@ fn bench_runner(c: &mut Criterion) {
     raw.finish();
 }
 
-criterion_group!(benches, bench_runner);
+/// Independent branches run at the same time: three agents that each take
+/// one second, beside one such agent alone (the raw figure: a fan-out of N
+/// should cost about one agent's time, not N).
+fn bench_fan_out(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = Executor::new(
+        store(dir.path(), "fan-out", SyncPolicy::StepBoundary),
+        Arc::new(Slow(std::time::Duration::from_secs(1))),
+        Arc::new(SystemClock),
+        Arc::new(RandomIds),
+    );
+    let mut group = c.benchmark_group("fan_out");
+    group.sample_size(10);
+    group.warm_up_time(std::time::Duration::from_millis(500));
+    group.measurement_time(std::time::Duration::from_secs(12));
+    for width in [1, 3] {
+        let workflow = Arc::new(fan_out(width));
+        group.bench_function(format!("agents_1s/{width}"), |b| {
+            b.iter_batched(
+                || rt.block_on(runner.create()).expect("create"),
+                |id| {
+                    let req = RunRequest {
+                        workflow: Arc::clone(&workflow),
+                        input: json!("go"),
+                    };
+                    rt.block_on(runner.run(id, req)).expect("run")
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_runner, bench_fan_out);
 criterion_main!(benches);

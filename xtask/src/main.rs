@@ -111,7 +111,24 @@ fn bench() -> anyhow::Result<()> {
 /// Every figure `cargo bench` left that has a raw reference beside it.
 fn report() -> anyhow::Result<()> {
     report_steps()?;
+    report_fan_out()?;
     report_http()
+}
+
+/// Prints a fan-out of three 1-second agents beside one such agent alone:
+/// independent branches should cost one agent's time, not three.
+fn report_fan_out() -> anyhow::Result<()> {
+    let Ok(one) = median_us("fan_out", "agents_1s_1") else {
+        return Ok(());
+    };
+    let three = median_us("fan_out", "agents_1s_3")?;
+    println!("fan-out: one 1 s agent               {:>9.3} s", one / 1e6);
+    println!(
+        "fan-out: three 1 s agents in parallel {:>9.3} s   ({:.2} x one agent)",
+        three / 1e6,
+        three / one
+    );
+    Ok(())
 }
 
 /// Median of one criterion benchmark, in microseconds.
