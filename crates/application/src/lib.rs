@@ -4,6 +4,9 @@
 //!   (event log + snapshots), [`ports::QueryFn`] (one agent invocation),
 //!   [`ports::Clock`] and [`ports::IdGen`] (so replays can pin time and ids),
 //!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
+//! - [`load`]: [`load::load_workflow`], which reads a workflow and every
+//!   workflow it calls through the [`ports::WorkflowSource`] port, and
+//!   refuses a bad file, a call cycle or a chain too deep before anything runs.
 //! - [`runner`]: [`runner::WorkflowRunner`], which executes a validated
 //!   workflow graph, records every step, and keeps the snapshot current.
 //! - [`secrets`] and [`redact`]: which variables hold keys, what a child
@@ -14,6 +17,7 @@
 //! path or clock. The composition root (`cli`, test harnesses) wires those in.
 
 pub mod inspect;
+pub mod load;
 pub mod ports;
 pub mod redact;
 pub mod runner;

@@ -5,6 +5,7 @@ mod clock;
 mod command;
 mod observer;
 mod query;
+mod source;
 mod store;
 mod tool;
 mod transcript;
@@ -25,6 +26,9 @@ pub use observer::RunObserver;
 #[cfg(test)]
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
+#[cfg(test)]
+pub use source::MockWorkflowSource;
+pub use source::{SourceError, WorkflowSource};
 #[cfg(test)]
 pub use store::MockRunStore;
 pub use store::{EventStream, RunStore, StoreError};
