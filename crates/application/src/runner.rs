@@ -165,7 +165,8 @@ impl WorkflowRunner {
                 break id;
             }
         };
-        self.store.create_run(run_id).await?;
+        // Released at once: `run` takes the run's lock for as long as it writes.
+        drop(self.store.create_run(run_id).await?);
         Ok(run_id)
     }
 
@@ -185,6 +186,8 @@ impl WorkflowRunner {
         parent: Option<RunId>,
         request: RunRequest,
     ) -> Result<RunOutcome, RunnerError> {
+        // One writer per run: held until this run's last record is written.
+        let _lock = self.store.lock(run_id).await?;
         let mut exec = Execution {
             runner: self,
             parent,
@@ -1621,7 +1624,12 @@ mod tests {
         let prompts = Arc::new(Mutex::new(Vec::new()));
 
         let mut store = MockRunStore::new();
-        store.expect_create_run().returning(|_| Ok(()));
+        store
+            .expect_create_run()
+            .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
+        store
+            .expect_lock()
+            .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
         let log = Arc::clone(&events);
         store.expect_append().returning(move |_, batch| {
             let mut log = log.lock().unwrap();

@@ -230,7 +230,10 @@ mod tests {
             Some(path.canonicalize().unwrap())
         );
         let err = WorkflowFiles.read(Path::new("/dev/zero")).unwrap_err();
-        assert!(err.to_string().starts_with("/dev/zero: not a regular file"), "{err}");
+        assert!(
+            err.to_string().starts_with("/dev/zero: not a regular file"),
+            "{err}"
+        );
         let big = dir.path().join("big.yaml");
         let file = std::fs::File::create(&big).unwrap();
         file.set_len(MAX_WORKFLOW_FILE + 1).unwrap();

@@ -149,9 +149,10 @@ fn a_cycle_through_other_files_is_refused_with_the_chain_of_calls() {
         .with("/w/sub/b.yaml", &caller("b", &["../a.yaml"]));
     // `sub/../a.yaml` is `a.yaml` once resolved.
     let mut files = files;
-    files
-        .links
-        .insert(PathBuf::from("/w/sub/../a.yaml"), PathBuf::from("/w/a.yaml"));
+    files.links.insert(
+        PathBuf::from("/w/sub/../a.yaml"),
+        PathBuf::from("/w/a.yaml"),
+    );
     let err = load(&files, "/w/a.yaml").unwrap_err();
     let LoadError::Child { source, .. } = &err else {
         panic!("{err:?}");
@@ -266,7 +267,8 @@ fn a_workdir_is_judged_where_it_leads() {
 
 #[test]
 fn an_unknown_tool_is_named_with_the_known_ones() {
-    let flow = "name: t\nagents: {a: {provider: openai, model: m, tools: [shel]}}\nsteps: [{agent: a}]\n";
+    let flow =
+        "name: t\nagents: {a: {provider: openai, model: m, tools: [shel]}}\nsteps: [{agent: a}]\n";
     let files = Files::default().with("/w/t.yaml", flow);
     let err = load(&files, "/w/t.yaml").unwrap_err();
     assert_eq!(
@@ -278,7 +280,9 @@ fn an_unknown_tool_is_named_with_the_known_ones() {
 #[test]
 fn every_file_is_read_through_the_source() {
     let mut source = MockWorkflowSource::new();
-    source.expect_canonical().returning(|p| Some(p.to_path_buf()));
+    source
+        .expect_canonical()
+        .returning(|p| Some(p.to_path_buf()));
     source
         .expect_read()
         .withf(|p| p == Path::new("/w/leaf.yaml"))
