@@ -38,24 +38,6 @@ impl WriterSlot {
         }
         Ok(slot)
     }
-
-    /// Puts `file` (locked) in the slot; `Locked` if the slot is taken.
-    fn fill(&self, paths: &RunPaths, file: File) -> Result<(), StoreError> {
-        let mut slot = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        if slot.is_some() {
-            return Err(locked_here(paths.run_id));
-        }
-        *slot = Some(file);
-        Ok(())
-    }
-
-    /// Whether this store holds the lock.
-    fn is_held(&self) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-    }
 }
 
 /// What a file store's [`RunLock`] holds: dropping it closes the lock file,
@@ -63,10 +45,11 @@ impl WriterSlot {
 struct Held(Arc<RunHandle>);
 
 impl Drop for Held {
-    /// Closes the log as its writer first (which persists the index), so
-    /// the next writer finds it complete, and so that this store, reading
-    /// or writing the run later, reopens the log and catches up with what
-    /// others appended meanwhile instead of trusting what it last wrote.
+    /// Syncs and closes the log as its writer first (closing persists the
+    /// index), so the next writer finds it durable and complete, and so
+    /// that this store, reading or writing the run later, reopens the log
+    /// and catches up with what others appended meanwhile instead of
+    /// trusting what it last wrote.
     fn drop(&mut self) {
         let handle = &self.0;
         let mut slot = handle
@@ -79,22 +62,30 @@ impl Drop for Held {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        drop(log);
+        if let Some(log) = log {
+            handle.sync_on_release(&log);
+        }
         drop(slot.take());
     }
 }
 
 /// Takes the lock of the run of `handle`, whose directory exists.
 pub(super) fn take(handle: Arc<RunHandle>) -> Result<RunLock, StoreError> {
-    let paths = &handle.paths;
-    // Refused before touching the file: a second `flock` through a new
-    // descriptor would be refused too, but as if another process held it.
-    if handle.writer.is_held() {
-        return Err(locked_here(paths.run_id));
+    let run_id = handle.paths.run_id;
+    {
+        // Held while locking, so two lockers in this store cannot both try.
+        let mut slot = handle
+            .writer
+            .0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Refused before touching the file: a second `flock` through a new
+        // descriptor would be refused too, but as if another process held it.
+        if slot.is_some() {
+            return Err(locked_here(run_id));
+        }
+        *slot = Some(lock_file(&handle.paths)?);
     }
-    let file = lock_file(paths)?;
-    handle.writer.fill(paths, file)?;
-    let run_id = paths.run_id;
     Ok(RunLock::new(run_id, Held(handle)))
 }
 

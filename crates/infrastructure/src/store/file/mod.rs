@@ -140,6 +140,8 @@ struct RunHandle {
     snapshot_lock: Mutex<()>,
     /// Copied from the store's config for [`LogSource::poll_interval`].
     follow_poll: Duration,
+    /// Whether the store's policy syncs at all (not [`SyncPolicy::Never`]).
+    durable: bool,
     /// The run's locked `lock` file while this store holds its
     /// [`RunLock`]; writes are refused without it.
     writer: WriterSlot,
@@ -238,6 +240,7 @@ impl Inner {
             dir_unsynced: AtomicBool::new(false),
             snapshot_lock: Mutex::new(()),
             follow_poll: self.config.follow_poll,
+            durable: self.config.sync != SyncPolicy::Never,
             writer: WriterSlot::default(),
         }
     }
@@ -376,6 +379,33 @@ fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
+    }
+}
+
+impl RunHandle {
+    /// What a writer that releases the run leaves durable: everything it
+    /// appended, as a `flush` would have made it (after the release, this
+    /// store's `flush` has nothing of its own to sync). Blocking, and only
+    /// when something is left unsynced: a writer usually flushes first.
+    fn sync_on_release(&self, log: &LogState) {
+        let unsynced = self.synced.load(Ordering::Acquire) < log.known_last()
+            || self.dir_unsynced.load(Ordering::Acquire);
+        if !self.durable || !log.is_writable() || !unsynced {
+            return;
+        }
+        let dirs = self
+            .dir_unsynced
+            .swap(false, Ordering::AcqRel)
+            .then(|| (self.paths.dir.clone(), self.paths.runs_dir.clone()));
+        match off_the_runtime(|| sync_files(&log.file(), &self.paths.log, dirs)) {
+            Ok(()) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.synced.fetch_max(log.known_last(), Ordering::AcqRel);
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.paths.run_id, error = %e, "cannot sync a released run")
+            }
+        }
     }
 }
 
@@ -630,6 +660,32 @@ mod tests {
             result.unwrap();
         }
         assert_eq!(syncs(&store, run), 3, "concurrent flushes share one sync");
+    }
+
+    #[tokio::test]
+    async fn releasing_the_lock_syncs_what_was_not_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, expected) in [(SyncPolicy::StepBoundary, 1), (SyncPolicy::Never, 0)] {
+            let config = FileStoreConfig {
+                sync,
+                ..FileStoreConfig::default()
+            };
+            let store =
+                FileRunStore::open_with(dir.path().join(format!("{sync:?}")), config).unwrap();
+            let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+            let lock = store.create_run(run).await.unwrap();
+            store.append(run, &[warning(run, 1)]).await.unwrap();
+            assert_eq!(syncs(&store, run), 0);
+            drop(lock);
+            assert_eq!(syncs(&store, run), expected, "{sync:?}");
+            // Flushed first: nothing left for the release to sync.
+            let lock = store.lock(run).await.unwrap();
+            store.append(run, &[warning(run, 2)]).await.unwrap();
+            store.flush(run).await.unwrap();
+            let flushed = syncs(&store, run);
+            drop(lock);
+            assert_eq!(syncs(&store, run), flushed, "{sync:?}");
+        }
     }
 
     #[tokio::test]
