@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use application::inspect::current_snapshot;
 use application::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
-    RunStore, StoreError,
+    RunLock, RunStore, StoreError,
 };
 use application::{Executor, RunRequest};
 use async_trait::async_trait;
@@ -26,8 +26,11 @@ struct Recording {
 
 #[async_trait]
 impl RunStore for Recording {
-    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
         self.inner.create_run(run_id).await
+    }
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.lock(run_id).await
     }
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         self.inner.append(run_id, events).await

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use application::ports::{RunStore, StoreError};
+use application::ports::{RunLock, RunStore, StoreError};
 use domain::event::WorkflowRef;
 use domain::{EventKind, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent, Timestamp};
 use futures::StreamExt;
@@ -96,14 +96,14 @@ fn offsets(events: &[RuntimeEvent]) -> Vec<u64> {
     events.iter().map(|e| e.offset.get()).collect()
 }
 
-/// A run holding offsets 1..=n (warnings).
-async fn run_with(store: &dyn RunStore, n: u64) -> RunId {
+/// A run holding offsets 1..=n (warnings), and its lock.
+async fn run_with(store: &dyn RunStore, n: u64) -> (RunId, RunLock) {
     let run = new_run();
-    store.create_run(run).await.unwrap();
+    let lock = store.create_run(run).await.unwrap();
     if n > 0 {
         store.append(run, &warnings(run, 1..=n)).await.unwrap();
     }
-    run
+    (run, lock)
 }
 
 fn assert_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
@@ -118,6 +118,16 @@ fn assert_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run: RunI
         matches!(result, Err(StoreError::NotFound(id)) if id == run),
         "{what}: expected NotFound({run}), got {result:?}"
     );
+}
+
+/// `Locked`, with a message that names `run`.
+fn assert_locked<T: std::fmt::Debug>(result: Result<T, StoreError>, run: RunId, what: &str) {
+    match result {
+        Err(StoreError::Locked(message)) => {
+            assert!(message.contains(&run.to_string()), "{what}: {message}");
+        }
+        other => panic!("{what}: expected Locked, got {other:?}"),
+    }
 }
 
 fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot {
@@ -137,7 +147,7 @@ fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot {
 
 async fn create_twice_conflicts(s: Subject) {
     let run = new_run();
-    s.store.create_run(run).await.unwrap();
+    let _lock = s.store.create_run(run).await.unwrap();
     assert_conflict(s.store.create_run(run).await, "second create");
     assert_eq!(s.store.last_offset(run).await.unwrap(), 0);
 }
@@ -145,7 +155,7 @@ async fn create_twice_conflicts(s: Subject) {
 async fn offsets_must_continue_the_log(s: Subject) {
     let store = &*s.store;
     let run = new_run();
-    store.create_run(run).await.unwrap();
+    let _lock = store.create_run(run).await.unwrap();
     assert_conflict(
         store.append(run, &[warning(run, 2)]).await,
         "first offset 2",
@@ -172,7 +182,7 @@ async fn offsets_must_continue_the_log(s: Subject) {
 }
 
 async fn concurrent_appends_of_one_offset_admit_one(s: Subject) {
-    let run = run_with(&*s.store, 0).await;
+    let (run, _lock) = run_with(&*s.store, 0).await;
     let attempts = (0..8).map(|_| {
         let store = Arc::clone(&s.store);
         tokio::spawn(async move { store.append(run, &[warning(run, 1)]).await })
@@ -185,7 +195,7 @@ async fn concurrent_appends_of_one_offset_admit_one(s: Subject) {
 
 async fn read_windows(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 10).await;
+    let (run, _lock) = run_with(store, 10).await;
     let all = store.read(run, 0, usize::MAX).await.unwrap();
     assert_eq!(offsets(&all), (1..=10).collect::<Vec<_>>());
     assert_eq!(
@@ -219,14 +229,14 @@ async fn read_windows(s: Subject) {
             .is_empty()
     );
     assert!(store.read(run, 3, 0).await.unwrap().is_empty());
-    let empty = run_with(store, 0).await;
+    let (empty, _empty_lock) = run_with(store, 0).await;
     assert!(store.read(empty, 0, 10).await.unwrap().is_empty());
 }
 
 async fn events_round_trip_exactly(s: Subject) {
     let store = &*s.store;
     let run = new_run();
-    store.create_run(run).await.unwrap();
+    let _lock = store.create_run(run).await.unwrap();
     let mut first = warning(run, 1);
     first.node_id = Some(domain::NodeId::new("writer").unwrap());
     first.node_run_id = Some(domain::NodeRunId::new(Uuid::new_v4()));
@@ -238,7 +248,7 @@ async fn events_round_trip_exactly(s: Subject) {
 async fn read_deep_in_a_long_log(s: Subject) {
     let store = &*s.store;
     let run = new_run();
-    store.create_run(run).await.unwrap();
+    let _lock = store.create_run(run).await.unwrap();
     for start in (1..=5_000).step_by(500) {
         store
             .append(run, &warnings(run, start..=start + 499))
@@ -258,7 +268,7 @@ async fn read_deep_in_a_long_log(s: Subject) {
 
 async fn last_offset_tracks_appends(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 0).await;
+    let (run, _lock) = run_with(store, 0).await;
     assert_eq!(store.last_offset(run).await.unwrap(), 0);
     store.append(run, &warnings(run, 1..=3)).await.unwrap();
     assert_eq!(store.last_offset(run).await.unwrap(), 3);
@@ -268,8 +278,9 @@ async fn last_offset_tracks_appends(s: Subject) {
 
 async fn unknown_runs_are_not_found(s: Subject) {
     let store = &*s.store;
-    let _other = run_with(store, 2).await;
+    let (_other, _other_lock) = run_with(store, 2).await;
     let run = new_run();
+    assert_not_found(store.lock(run).await.map(|_| ()), run, "lock");
     assert_not_found(store.append(run, &[warning(run, 1)]).await, run, "append");
     assert_not_found(store.flush(run).await, run, "flush");
     assert_not_found(store.read(run, 0, 10).await, run, "read");
@@ -287,7 +298,7 @@ async fn unknown_runs_are_not_found(s: Subject) {
 
 async fn snapshots_round_trip_and_overwrite(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 3).await;
+    let (run, _lock) = run_with(store, 3).await;
     assert_eq!(store.load_snapshot(run).await.unwrap(), None);
     let first = snapshot(run, 2, RunStatus::Running);
     store.save_snapshot(&first).await.unwrap();
@@ -296,18 +307,17 @@ async fn snapshots_round_trip_and_overwrite(s: Subject) {
     store.save_snapshot(&second).await.unwrap();
     assert_eq!(store.load_snapshot(run).await.unwrap(), Some(second));
     // Snapshots are per run.
-    let other = run_with(store, 0).await;
+    let (other, _other_lock) = run_with(store, 0).await;
     assert_eq!(store.load_snapshot(other).await.unwrap(), None);
 }
 
 async fn list_runs_lists_every_run(s: Subject) {
     let store = &*s.store;
     assert!(store.list_runs().await.unwrap().is_empty());
-    let mut created = vec![
-        run_with(store, 0).await,
-        run_with(store, 1).await,
-        run_with(store, 2).await,
-    ];
+    let (a, _a_lock) = run_with(store, 0).await;
+    let (b, _b_lock) = run_with(store, 1).await;
+    let (c, _c_lock) = run_with(store, 2).await;
+    let mut created = vec![a, b, c];
     let mut listed = store.list_runs().await.unwrap();
     created.sort();
     listed.sort();
@@ -316,7 +326,7 @@ async fn list_runs_lists_every_run(s: Subject) {
 
 async fn flush_is_idempotent_and_shared(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 0).await;
+    let (run, _lock) = run_with(store, 0).await;
     store.flush(run).await.unwrap();
     store.append(run, &warnings(run, 1..=5)).await.unwrap();
     store.flush(run).await.unwrap();
@@ -330,7 +340,7 @@ async fn flush_is_idempotent_and_shared(s: Subject) {
 }
 
 async fn follow_yields_history_then_live_then_ends(s: Subject) {
-    let run = run_with(&*s.store, 3).await;
+    let (run, _lock) = run_with(&*s.store, 3).await;
     let mut stream = s.store.follow(run, 1).await.unwrap();
     let mut seen = Vec::new();
     for _ in 0..2 {
@@ -359,7 +369,7 @@ async fn follow_yields_history_then_live_then_ends(s: Subject) {
 
 async fn follow_of_a_finished_run_ends_by_itself(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 3).await;
+    let (run, _lock) = run_with(store, 3).await;
     store.append(run, &[completed(run, 4)]).await.unwrap();
     for (after, expected) in [
         (0, vec![1, 2, 3, 4]),
@@ -377,7 +387,7 @@ async fn follow_of_a_finished_run_ends_by_itself(s: Subject) {
 }
 
 async fn many_followers_see_everything(s: Subject) {
-    let run = run_with(&*s.store, 0).await;
+    let (run, _lock) = run_with(&*s.store, 0).await;
     let mut followers = Vec::new();
     for _ in 0..4 {
         let stream = s.store.follow(run, 0).await.unwrap();
@@ -408,7 +418,7 @@ async fn many_followers_see_everything(s: Subject) {
 
 async fn unknown_event_types_round_trip(s: Subject) {
     let store = &*s.store;
-    let run = run_with(store, 1).await;
+    let (run, _lock) = run_with(store, 1).await;
     let line = format!(
         r#"{{"id":"e2","offset":2,"timestamp":"2026-01-01T00:00:00.000Z","type":"future:thing","runId":"{run}","weird":{{"a":[1,2]}},"n":3}}"#
     );
@@ -425,6 +435,63 @@ async fn unknown_event_types_round_trip(s: Subject) {
     let as_json: serde_json::Value = serde_json::from_str(&back[0].to_json().unwrap()).unwrap();
     let original: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(as_json, original);
+}
+
+async fn a_run_has_one_lock_at_a_time(s: Subject) {
+    let store = &*s.store;
+    let (run, created) = run_with(store, 2).await;
+    assert_eq!(created.run_id(), run);
+    assert_locked(store.lock(run).await, run, "a second lock");
+    // Another run is another lock.
+    let (_other, _other_lock) = run_with(store, 0).await;
+    drop(created);
+    let again = store.lock(run).await.unwrap();
+    store.append(run, &[warning(run, 3)]).await.unwrap();
+    assert_locked(store.lock(run).await, run, "a second lock, again");
+    drop(again);
+    let _third = store.lock(run).await.unwrap();
+    assert_eq!(store.last_offset(run).await.unwrap(), 3);
+}
+
+async fn concurrent_lockers_get_one_lock(s: Subject) {
+    let (run, created) = run_with(&*s.store, 0).await;
+    drop(created);
+    let attempts = (0..8).map(|_| {
+        let store = Arc::clone(&s.store);
+        tokio::spawn(async move { store.lock(run).await })
+    });
+    let results = futures::future::join_all(attempts).await;
+    let won = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+    assert_eq!(won, 1, "{results:?}");
+    for result in results {
+        if let Err(e) = result.unwrap() {
+            assert!(matches!(e, StoreError::Locked(_)), "{e:?}");
+        }
+    }
+}
+
+async fn writes_without_the_lock_are_refused_and_write_nothing(s: Subject) {
+    let store = &*s.store;
+    let (run, lock) = run_with(store, 2).await;
+    let saved = snapshot(run, 2, RunStatus::Running);
+    store.save_snapshot(&saved).await.unwrap();
+    drop(lock);
+    assert_locked(store.append(run, &[warning(run, 3)]).await, run, "append");
+    assert_locked(
+        store
+            .save_snapshot(&snapshot(run, 3, RunStatus::Completed))
+            .await,
+        run,
+        "save_snapshot",
+    );
+    // Nothing was written; reading needs no lock.
+    assert_eq!(store.last_offset(run).await.unwrap(), 2);
+    assert_eq!(offsets(&store.read(run, 0, 10).await.unwrap()), vec![1, 2]);
+    assert_eq!(store.load_snapshot(run).await.unwrap(), Some(saved));
+    let _lock = store.lock(run).await.unwrap();
+    store.append(run, &[completed(run, 3)]).await.unwrap();
+    let followed: Vec<_> = store.follow(run, 0).await.unwrap().collect().await;
+    assert_eq!(followed.len(), 3);
 }
 
 // ---------------------------------------------------------------- wiring
@@ -465,6 +532,9 @@ conformance! {
         follow_of_a_finished_run_ends_by_itself,
         many_followers_see_everything,
         unknown_event_types_round_trip,
+        a_run_has_one_lock_at_a_time,
+        concurrent_lockers_get_one_lock,
+        writes_without_the_lock_are_refused_and_write_nothing,
     ]
 }
 
@@ -505,7 +575,7 @@ mod file_store {
     /// A run of `n` warnings written and flushed by a store that is then dropped.
     async fn written_run(root: &Path, n: u64) -> RunId {
         let store = open(root);
-        let run = run_with(&store, n).await;
+        let (run, _lock) = run_with(&store, n).await;
         store.flush(run).await.unwrap();
         run
     }
@@ -532,6 +602,7 @@ mod file_store {
             "a reader cuts nothing"
         );
 
+        let _lock = store.lock(run).await.unwrap();
         store.append(run, &warnings(run, 11..=12)).await.unwrap();
         store.flush(run).await.unwrap();
         let reopened = open(dir.path());
@@ -548,6 +619,7 @@ mod file_store {
         let store = open(dir.path());
         append_raw(&log_path(&store, run), b"\0\0garbage{\n");
         assert_eq!(all(&store, run).await, vec![1, 2, 3, 4]);
+        let _lock = store.lock(run).await.unwrap();
         store.append(run, &[completed(run, 5)]).await.unwrap();
         assert_eq!(all(&open(dir.path()), run).await, vec![1, 2, 3, 4, 5]);
     }
@@ -624,9 +696,10 @@ mod file_store {
             assert_eq!(offsets(&got), vec![2_501, 2_502, 2_503], "{name}");
             assert_eq!(store.last_offset(run).await.unwrap(), 3_000, "{name}");
             // The writer repairs the persisted index.
+            let lock = store.lock(run).await.unwrap();
             store.append(run, &[warning(run, 3_001)]).await.unwrap();
             store.flush(run).await.unwrap();
-            drop(store);
+            drop((lock, store));
             assert_eq!(fs::read(&idx).unwrap().len(), 3_001 * 8, "{name}");
             assert_eq!(all(&open(dir.path()), run).await.len(), 3_001, "{name}");
             // Back to 3,000 events for the next case.
@@ -642,7 +715,7 @@ mod file_store {
     async fn another_store_on_the_same_directory_sees_appends_and_can_follow() {
         let dir = tempfile::tempdir().unwrap();
         let writer = open(dir.path());
-        let run = run_with(&writer, 3).await;
+        let (run, _lock) = run_with(&writer, 3).await;
         writer.flush(run).await.unwrap();
 
         // Stands in for another process: its own caches, no in-process wake-ups.
@@ -679,10 +752,130 @@ mod file_store {
     }
 
     #[tokio::test]
+    async fn another_store_on_the_same_directory_cannot_lock_or_write_a_locked_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open(dir.path());
+        let (run, lock) = run_with(&writer, 2).await;
+        writer.flush(run).await.unwrap();
+        let log = fs::read(log_path(&writer, run)).unwrap();
+
+        let other = open(dir.path());
+        match other.lock(run).await {
+            Err(StoreError::Locked(message)) => assert_eq!(
+                message,
+                format!("run {run} is locked: another process is writing it")
+            ),
+            result => panic!("expected Locked, got {result:?}"),
+        }
+        assert_locked(other.append(run, &[warning(run, 3)]).await, run, "append");
+        assert_locked(
+            other
+                .save_snapshot(&snapshot(run, 2, RunStatus::Running))
+                .await,
+            run,
+            "save_snapshot",
+        );
+        assert_eq!(fs::read(log_path(&writer, run)).unwrap(), log);
+        assert!(!store_file(&writer, run, "snapshot.json").exists());
+
+        drop(lock);
+        let other_lock = other.lock(run).await.unwrap();
+        other.append(run, &[warning(run, 3)]).await.unwrap();
+        assert_locked(writer.lock(run).await, run, "the first store, now");
+        assert_eq!(all(&writer, run).await, vec![1, 2, 3]);
+
+        // Back to the first store: it continues the log as it is now, not
+        // as it last wrote it.
+        drop(other_lock);
+        let _lock = writer.lock(run).await.unwrap();
+        assert_conflict(writer.append(run, &[warning(run, 3)]).await, "stale offset");
+        writer.append(run, &[warning(run, 4)]).await.unwrap();
+        assert_eq!(all(&open(dir.path()), run).await, vec![1, 2, 3, 4]);
+    }
+
+    fn store_file(store: &FileRunStore, run: RunId, name: &str) -> PathBuf {
+        store.run_dir(run).join(name)
+    }
+
+    /// `store-writer` (a second process) on `run` of the store under `root`.
+    fn second_process(root: &Path, run: RunId, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_store-writer"));
+        command.arg(root).arg(run.to_string()).args(args);
+        command
+    }
+
+    #[tokio::test]
+    async fn a_second_process_cannot_lock_or_write_a_locked_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (run, lock) = run_with(&store, 2).await;
+        store.flush(run).await.unwrap();
+        let log = fs::read(log_path(&store, run)).unwrap();
+
+        let refused = second_process(dir.path(), run, &["append", "3"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "lock: run {run} is locked: another process is writing it"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("append: run {run} is not locked by this writer")),
+            "{stderr}"
+        );
+        assert_eq!(
+            fs::read(log_path(&store, run)).unwrap(),
+            log,
+            "nothing written"
+        );
+
+        drop(lock);
+        let allowed = second_process(dir.path(), run, &["append", "3"])
+            .output()
+            .unwrap();
+        assert!(
+            allowed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&allowed.stderr)
+        );
+        assert_eq!(all(&store, run).await, vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_dies_leaves_its_run_unlocked() {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (run, lock) = run_with(&store, 1).await;
+        drop(lock);
+        let mut holder = second_process(dir.path(), run, &["hold"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said, "locked\n");
+        assert_locked(store.lock(run).await, run, "while another process holds it");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        let _lock = store.lock(run).await.unwrap();
+        store.append(run, &[warning(run, 2)]).await.unwrap();
+    }
+
+    #[tokio::test]
     async fn files_are_private_to_their_user() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
-        let run = run_with(&store, 2).await;
+        let (run, _lock) = run_with(&store, 2).await;
         store.flush(run).await.unwrap();
         store
             .save_snapshot(&snapshot(run, 2, RunStatus::Running))
@@ -691,7 +884,7 @@ mod file_store {
         let mode = |p: PathBuf| fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(dir.path().join("runs")), 0o700);
         assert_eq!(mode(store.run_dir(run)), 0o700);
-        for name in ["events.ndjson", "events.idx", "snapshot.json"] {
+        for name in ["events.ndjson", "events.idx", "snapshot.json", "lock"] {
             assert_eq!(mode(store.run_dir(run).join(name)), 0o600, "{name}");
         }
         assert!(!store.run_dir(run).join("snapshot.json.tmp").exists());
@@ -701,7 +894,7 @@ mod file_store {
     async fn an_unreadable_snapshot_is_corrupt_and_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
-        let run = run_with(&store, 0).await;
+        let (run, _lock) = run_with(&store, 0).await;
         fs::write(store.run_dir(run).join("snapshot.json"), b"{\"version\":").unwrap();
         match store.load_snapshot(run).await {
             Err(StoreError::Corrupt(message)) => {
@@ -720,7 +913,7 @@ mod file_store {
     async fn list_runs_skips_what_is_not_a_run() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
-        let run = run_with(&store, 0).await;
+        let (run, _lock) = run_with(&store, 0).await;
         fs::create_dir(dir.path().join("runs/not-a-run")).unwrap();
         fs::write(dir.path().join("runs/notes.txt"), b"hi").unwrap();
         // A v1 UUID is not a run id either.
@@ -738,8 +931,11 @@ mod file_store {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(FileRunStore::open_with(dir.path(), config(sync)).unwrap());
             assert_eq!(store.sync_policy(), sync);
-            let runs: Vec<RunId> =
-                futures::future::join_all((0..4).map(|_| run_with(&*store, 0))).await;
+            let (runs, _locks): (Vec<RunId>, Vec<RunLock>) =
+                futures::future::join_all((0..4).map(|_| run_with(&*store, 0)))
+                    .await
+                    .into_iter()
+                    .unzip();
             let writers = runs.iter().map(|&run| {
                 let store = Arc::clone(&store);
                 tokio::spawn(async move {
@@ -777,6 +973,7 @@ mod file_store {
             "read of a half-created run",
         );
         let store = open(dir.path());
+        let _lock = store.lock(run).await.unwrap();
         store.append(run, &[warning(run, 1)]).await.unwrap();
         assert_eq!(all(&store, run).await, vec![1]);
     }

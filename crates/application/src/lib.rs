@@ -6,6 +6,9 @@
 //!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
 //! - [`run`]: the [`run::Executor`], which executes a validated workflow
 //!   graph; a run's whole state is the fold of its event log (design §5.1).
+//! - [`load`]: [`load::load_workflow`], which reads a workflow and every
+//!   workflow it calls through the [`ports::WorkflowSource`] port, and
+//!   refuses a bad file, a call cycle or a chain too deep before anything runs.
 //! - [`secrets`] and [`redact`]: which variables hold keys, what a child
 //!   process may see of them, and decorators that keep their values out of
 //!   every record written.
@@ -14,6 +17,7 @@
 //! path or clock. The composition root (`cli`, test harnesses) wires those in.
 
 pub mod inspect;
+pub mod load;
 pub mod ports;
 pub mod redact;
 pub mod run;

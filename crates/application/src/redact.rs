@@ -20,7 +20,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ports::{
-    EventStream, RunObserver, RunStore, StoreError, Transcript, TranscriptError, Transcripts,
+    EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript, TranscriptError,
+    Transcripts,
 };
 
 /// What a secret value is replaced with.
@@ -143,8 +144,12 @@ impl RedactingStore {
 
 #[async_trait]
 impl RunStore for RedactingStore {
-    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
         self.inner.create_run(run_id).await
+    }
+
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.lock(run_id).await
     }
 
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {

@@ -121,9 +121,10 @@ fn time_appends(rt: &Runtime, root: &Path, sync: SyncPolicy, round: Round, iters
     let store = FileRunStore::open_with(root, config(sync)).unwrap();
     let elapsed = rt.block_on(async {
         let mut batches = Vec::new();
+        let mut locks = Vec::new();
         for _ in 0..round.runs {
             let run = new_run();
-            store.create_run(run).await.unwrap();
+            locks.push(store.create_run(run).await.unwrap());
             // The first flush also syncs the new run's directory entries:
             // keep that one-off out of the per-step figure.
             store.flush(run).await.unwrap();

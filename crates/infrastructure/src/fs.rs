@@ -9,11 +9,15 @@
 //! on the opened descriptor (no race with a rename), and at most `limit + 1`
 //! bytes are ever read: every read ends in bounded time and memory, with an
 //! error that names the file.
+//!
+//! [`WorkflowFiles`] is the application's [`WorkflowSource`] over these reads.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use application::ports::{SourceError, WorkflowSource};
 
 /// Largest workflow file (YAML or JSON) awr reads: 4 MiB, a thousand times a
 /// large hand-written workflow.
@@ -158,6 +162,25 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, FileReadErro
     })
 }
 
+/// Workflow files on disk, read with [`read_text_bounded`] up to
+/// [`MAX_WORKFLOW_FILE`]: the [`WorkflowSource`] of every front end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorkflowFiles;
+
+impl WorkflowSource for WorkflowFiles {
+    fn read(&self, path: &Path) -> Result<String, SourceError> {
+        read_text_bounded(path, MAX_WORKFLOW_FILE).map_err(|e| SourceError(e.to_string()))
+    }
+
+    fn canonical(&self, path: &Path) -> Option<PathBuf> {
+        path.canonicalize().ok()
+    }
+
+    fn is_file(&self, path: &Path) -> bool {
+        path.is_file()
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -192,6 +215,30 @@ mod tests {
                 path.display()
             );
         }
+    }
+
+    #[test]
+    fn workflow_files_are_read_bounded_and_named_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.yaml");
+        std::fs::write(&path, "name: w").unwrap();
+        assert_eq!(WorkflowFiles.read(&path).unwrap(), "name: w");
+        assert!(WorkflowFiles.is_file(&path));
+        assert!(!WorkflowFiles.is_file(dir.path()));
+        assert_eq!(
+            WorkflowFiles.canonical(&dir.path().join(".").join("w.yaml")),
+            Some(path.canonicalize().unwrap())
+        );
+        let err = WorkflowFiles.read(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            err.to_string().starts_with("/dev/zero: not a regular file"),
+            "{err}"
+        );
+        let big = dir.path().join("big.yaml");
+        let file = std::fs::File::create(&big).unwrap();
+        file.set_len(MAX_WORKFLOW_FILE + 1).unwrap();
+        let err = WorkflowFiles.read(&big).unwrap_err();
+        assert!(err.to_string().contains("larger than the limit"), "{err}");
     }
 
     #[test]

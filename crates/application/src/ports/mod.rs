@@ -5,6 +5,7 @@ mod clock;
 mod command;
 mod observer;
 mod query;
+mod source;
 mod store;
 mod tool;
 mod transcript;
@@ -26,8 +27,11 @@ pub use observer::RunObserver;
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 #[cfg(test)]
+pub use source::MockWorkflowSource;
+pub use source::{SourceError, WorkflowSource};
+#[cfg(test)]
 pub use store::MockRunStore;
-pub use store::{EventStream, RunStore, StoreError};
+pub use store::{EventStream, RunLock, RunStore, StoreError};
 #[cfg(test)]
 pub use tool::MockTool;
 pub use tool::{Tool, ToolContext, ToolError, ToolSpec};

@@ -1,8 +1,15 @@
 //! [`RunStore`]: runs, their append-only event logs, and their snapshots.
 //!
 //! Contract every implementation meets (checked by one conformance suite):
+//! - one writer per run: [`RunStore::create_run`] and [`RunStore::lock`]
+//!   hand out the run's [`RunLock`], at most one at a time across every
+//!   store instance and process sharing the storage; `append` and
+//!   `save_snapshot` on a run whose lock this store instance does not hold
+//!   are refused with [`StoreError::Locked`] and write nothing. Dropping the
+//!   lock releases it (so does the end of the process holding it). Reading
+//!   and following need no lock;
 //! - offsets of a run are 1..n with no gaps; `append` refuses any other
-//!   offset with [`StoreError::Conflict`] (this also stops two writers);
+//!   offset with [`StoreError::Conflict`];
 //! - an appended event is readable by `read` and `follow` at once;
 //! - `read(after)` costs the same wherever `after` lies;
 //! - `follow` yields history after `after`, then live events, and ends after
@@ -38,9 +45,46 @@ pub enum StoreError {
         /// What is wrong, naming the file and line.
         detail: String,
     },
+    /// Another writer holds the run's lock, or this store does not hold
+    /// it; the message names the run and says which.
+    #[error("{0}")]
+    Locked(String),
     /// The medium failed.
     #[error("storage I/O error: {0}")]
     Io(String),
+}
+
+/// The exclusive right to write one run, from [`RunStore::create_run`] or
+/// [`RunStore::lock`]. Dropping it releases the run.
+#[must_use = "the run is unlocked as soon as its lock is dropped"]
+pub struct RunLock {
+    run_id: RunId,
+    /// The store's hold on the run (a locked file, a flag); its `Drop`
+    /// releases the run.
+    _held: Box<dyn Send + Sync>,
+}
+
+impl RunLock {
+    /// The lock of `run_id`, released when `held` is dropped: for stores.
+    pub fn new(run_id: RunId, held: impl Send + Sync + 'static) -> Self {
+        Self {
+            run_id,
+            _held: Box::new(held),
+        }
+    }
+
+    /// The locked run.
+    pub fn run_id(&self) -> RunId {
+        self.run_id
+    }
+}
+
+impl std::fmt::Debug for RunLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLock")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Events as they arrive, for followers.
@@ -50,10 +94,17 @@ pub type EventStream = BoxStream<'static, Result<RuntimeEvent, StoreError>>;
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
-    /// Registers a new run. `Conflict` if it exists.
-    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError>;
+    /// Registers a new run and locks it for the caller, in one step, so no
+    /// other writer can come first. `Conflict` if it exists.
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError>;
+
+    /// Takes the exclusive lock of an existing run, without waiting:
+    /// [`StoreError::Locked`] when another store instance or process holds
+    /// it, or this store already does; `NotFound` for no such run.
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError>;
 
     /// Appends events whose offsets continue the log exactly (last + 1, ...).
+    /// [`StoreError::Locked`] unless this store holds the run's lock.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError>;
 
     /// Makes what was appended durable per the store's sync policy (called at step boundaries).
@@ -78,7 +129,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// goes on after it; any other error ends the stream.
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError>;
 
-    /// Replaces the run's snapshot atomically.
+    /// Replaces the run's snapshot atomically. [`StoreError::Locked`]
+    /// unless this store holds the run's lock.
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError>;
 
     /// The last saved snapshot, if any.

@@ -30,6 +30,7 @@ use super::node_run::{Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorder};
 use super::transcript::TranscriptWriter;
 use super::{ExecutorError, Ports, RunOutcome, RunRequest, routing};
+use crate::ports::RunLock;
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
 /// that streams faster than the disk takes waits for the writer instead of
@@ -58,17 +59,20 @@ pub(crate) struct Driver {
     tasks: JoinSet<()>,
     /// The task of each node run in flight, and its cancellation.
     running: HashMap<NodeRunId, (Id, Cancel)>,
+    /// This process's right to write the run, held until the run ends.
+    _lock: RunLock,
 }
 
 impl Driver {
     /// Starts a new run: `flow:started`, the first snapshot, then the loop.
     pub async fn start(
         ports: Arc<Ports>,
-        run_id: RunId,
+        lock: RunLock,
         parent: Option<RunId>,
         request: RunRequest,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
+        let run_id = lock.run_id();
         let transcript = match &ports.transcripts {
             Some(t) => Some(TranscriptWriter::new(
                 t.open(run_id, parent).await?,
@@ -94,6 +98,7 @@ impl Driver {
             rx,
             tasks: JoinSet::new(),
             running: HashMap::new(),
+            _lock: lock,
         };
         let result = async {
             let wf = Arc::clone(&driver.workflow);

@@ -72,7 +72,12 @@ fn rig(
 ) -> Rig {
     let events = Arc::new(Mutex::new(Vec::<RuntimeEvent>::new()));
     let mut store = MockRunStore::new();
-    store.expect_create_run().returning(|_| Ok(()));
+    store
+        .expect_create_run()
+        .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
+    store
+        .expect_lock()
+        .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
     let log = Arc::clone(&events);
     store.expect_append().returning(move |_, batch| {
         log.lock().unwrap().extend_from_slice(batch);

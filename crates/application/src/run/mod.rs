@@ -32,15 +32,16 @@ mod transcript;
 
 pub use control::Cancel;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use domain::{RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::ports::{
-    Clock, CommandRunner, IdGen, QueryFn, RunObserver, RunStore, StoreError, TranscriptError,
-    Transcripts,
+    Clock, CommandRunner, IdGen, QueryFn, RunLock, RunObserver, RunStore, StoreError,
+    TranscriptError, Transcripts,
 };
 
 /// What to run.
@@ -130,6 +131,10 @@ pub(crate) struct Ports {
 #[derive(Clone)]
 pub struct Executor {
     ports: Arc<Ports>,
+    /// Locks of runs [`Executor::create`] made and [`Executor::run`] has not
+    /// taken yet: a run is locked from its creation to its end, with no
+    /// window for another writer and no second lock to take.
+    created: Arc<Mutex<HashMap<RunId, RunLock>>>,
 }
 
 impl Executor {
@@ -141,6 +146,7 @@ impl Executor {
         ids: Arc<dyn IdGen>,
     ) -> Self {
         Self {
+            created: Arc::default(),
             ports: Arc::new(Ports {
                 store,
                 query,
@@ -207,8 +213,24 @@ impl Executor {
                 break id;
             }
         };
-        self.ports.store.create_run(run_id).await?;
+        let lock = self.ports.store.create_run(run_id).await?;
+        self.created_locks().insert(run_id, lock);
         Ok(run_id)
+    }
+
+    fn created_locks(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, RunLock>> {
+        // A panic while the map was held cannot leave it inconsistent.
+        self.created.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The run's lock: the one [`Self::create`] took, or a new one. Another
+    /// writer holding it is [`StoreError::Locked`], and nothing is written.
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, ExecutorError> {
+        let created = self.created_locks().remove(&run_id);
+        match created {
+            Some(lock) => Ok(lock),
+            None => Ok(self.ports.store.lock(run_id).await?),
+        }
     }
 
     /// Runs the workflow to its end under `run_id` (created with [`Self::create`]).
@@ -231,7 +253,8 @@ impl Executor {
         request: RunRequest,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        driver::Driver::start(Arc::clone(&self.ports), run_id, None, request, cancel).await
+        let lock = self.lock(run_id).await?;
+        driver::Driver::start(Arc::clone(&self.ports), lock, None, request, cancel).await
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of
@@ -244,13 +267,11 @@ impl Executor {
         request: RunRequest,
         cancel: Cancel,
     ) -> BoxFuture<'static, Result<RunOutcome, ExecutorError>> {
-        Box::pin(driver::Driver::start(
-            Arc::clone(&self.ports),
-            run_id,
-            Some(parent),
-            request,
-            cancel,
-        ))
+        let executor = self.clone();
+        Box::pin(async move {
+            let lock = executor.lock(run_id).await?;
+            driver::Driver::start(executor.ports, lock, Some(parent), request, cancel).await
+        })
     }
 }
 

@@ -24,6 +24,7 @@ pub(super) async fn run(
     let started = task.ports.clock.now();
     let executor = Executor {
         ports: Arc::clone(&task.ports),
+        created: Arc::default(),
     };
     let child_id = match executor.create().await {
         Ok(id) => id,

@@ -55,7 +55,12 @@ fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness {
     let prompts = Arc::new(Mutex::new(Vec::new()));
 
     let mut store = MockRunStore::new();
-    store.expect_create_run().returning(|_| Ok(()));
+    store
+        .expect_create_run()
+        .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
+    store
+        .expect_lock()
+        .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
     let log = Arc::clone(&events);
     store.expect_append().returning(move |_, batch| {
         let mut log = log.lock().unwrap();

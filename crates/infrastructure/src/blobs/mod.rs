@@ -921,7 +921,7 @@ mod record_tests {
         let transcripts = JsonlTranscripts::new(dir.path());
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
         let text = payload();
-        store.create_run(run).await.unwrap();
+        let _lock = store.create_run(run).await.unwrap();
         let written = events(run, &text);
         store.append(run, &written).await.unwrap();
         store.flush(run).await.unwrap();
@@ -986,11 +986,11 @@ mod record_tests {
         let store = FileRunStore::open(dir.path()).unwrap();
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
         let text = payload();
-        store.create_run(run).await.unwrap();
+        let created = store.create_run(run).await.unwrap();
         let written = events(run, &text);
         store.append(run, &written[..2]).await.unwrap();
         store.flush(run).await.unwrap();
-        drop(store);
+        drop((created, store));
         let blobs = run_blob_dir(dir.path(), run);
         let day = std::time::Duration::from_secs(24 * 3600);
         // What a crash mid-write leaves, a blob being written right now, and
@@ -1006,6 +1006,7 @@ mod record_tests {
         assert!(stale.exists());
 
         let writer = FileRunStore::open(dir.path()).unwrap();
+        let _lock = writer.lock(run).await.unwrap();
         writer.append(run, &written[2..]).await.unwrap();
         assert!(!stale.exists(), "{:?}", tree(&blobs));
         assert!(fresh.exists() && other.exists());
@@ -1023,7 +1024,7 @@ mod record_tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileRunStore::open(dir.path()).unwrap();
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
-        store.create_run(run).await.unwrap();
+        let _lock = store.create_run(run).await.unwrap();
         let written = events(run, &big_text());
         store.append(run, &written[..1]).await.unwrap();
         let blob_dir = run_blob_dir(dir.path(), run);

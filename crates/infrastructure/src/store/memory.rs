@@ -1,17 +1,18 @@
 //! [`MemoryRunStore`]: the [`RunStore`] contract without a disk, for tests and
 //! embedders that do not need durability. It passes the same conformance
 //! suite as the file store, so a test written against it holds for both.
+//! A run's lock is a flag beside its log, cleared when the [`RunLock`] drops.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunStore, StoreError};
+use application::ports::{EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
 
-use super::{LogSource, check_continuation, follow_log};
+use super::{LogSource, check_continuation, follow_log, locked_here, not_locked};
 
 /// Runs, logs and snapshots held in memory; lost when dropped.
 #[derive(Debug, Default)]
@@ -35,6 +36,17 @@ struct MemRun {
 struct MemState {
     events: Vec<RuntimeEvent>,
     snapshot: Option<RunSnapshot>,
+    /// Whether a [`RunLock`] of this run is alive.
+    locked: bool,
+}
+
+/// What a memory store's [`RunLock`] holds: dropping it unlocks the run.
+struct Held(Arc<MemRun>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.state().locked = false;
+    }
 }
 
 /// Locks, recovering the data of a poisoned lock: nothing here panics while
@@ -47,6 +59,27 @@ impl MemRun {
     fn state(&self) -> MutexGuard<'_, MemState> {
         lock(&self.state)
     }
+
+    /// The run's state, for a write: refused unless the run is locked.
+    fn writable(&self, run_id: RunId) -> Result<MutexGuard<'_, MemState>, StoreError> {
+        let state = self.state();
+        if !state.locked {
+            return Err(not_locked(run_id));
+        }
+        Ok(state)
+    }
+}
+
+/// Locks `run` for a new [`RunLock`].
+fn take_lock(run_id: RunId, run: Arc<MemRun>) -> Result<RunLock, StoreError> {
+    {
+        let mut state = run.state();
+        if state.locked {
+            return Err(locked_here(run_id));
+        }
+        state.locked = true;
+    }
+    Ok(RunLock::new(run_id, Held(run)))
 }
 
 impl LogSource for MemRun {
@@ -88,19 +121,29 @@ impl MemoryRunStore {
 
 #[async_trait]
 impl RunStore for MemoryRunStore {
-    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
-        let mut runs = lock(&self.runs);
-        if runs.contains_key(&run_id) {
-            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
-        }
-        runs.insert(run_id, Arc::default());
-        Ok(())
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        let run = {
+            let mut runs = lock(&self.runs);
+            if runs.contains_key(&run_id) {
+                return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+            }
+            // Locked before anyone else can see it.
+            let run = Arc::new(MemRun::default());
+            run.state().locked = true;
+            runs.insert(run_id, Arc::clone(&run));
+            run
+        };
+        Ok(RunLock::new(run_id, Held(run)))
+    }
+
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        take_lock(run_id, self.run(run_id)?)
     }
 
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         let run = self.run(run_id)?;
         {
-            let mut state = run.state();
+            let mut state = run.writable(run_id)?;
             check_continuation(run_id, state.events.len() as u64, events)?;
             state.events.extend_from_slice(events);
         }
@@ -130,7 +173,9 @@ impl RunStore for MemoryRunStore {
     }
 
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
-        self.run(snapshot.run_id)?.state().snapshot = Some(snapshot.clone());
+        self.run(snapshot.run_id)?
+            .writable(snapshot.run_id)?
+            .snapshot = Some(snapshot.clone());
         Ok(())
     }
 

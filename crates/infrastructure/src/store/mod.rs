@@ -2,7 +2,8 @@
 //!
 //! Both stores share [`follow_log`], the one implementation of `follow`:
 //! read history in bounded batches, then wait for a wake-up (an in-process
-//! append) or, for logs another process may extend, a poll tick.
+//! append) or, for logs another process may extend, a poll tick; and the
+//! wording of their errors (a conflict, a lock held elsewhere).
 
 mod file;
 mod memory;
@@ -152,6 +153,28 @@ fn ended_at_or_before<S: LogSource>(source: &S, after: u64) -> Result<bool, Stor
     }
     let tail = source.read_after(last - 1, 1)?;
     Ok(tail.first().is_some_and(|e| e.kind.is_terminal()))
+}
+
+/// [`StoreError::Locked`] for a lock another store instance or process holds.
+pub(crate) fn locked_elsewhere(run_id: domain::RunId) -> StoreError {
+    StoreError::Locked(format!(
+        "run {run_id} is locked: another process is writing it"
+    ))
+}
+
+/// [`StoreError::Locked`] for a second lock of a run this store already holds.
+pub(crate) fn locked_here(run_id: domain::RunId) -> StoreError {
+    StoreError::Locked(format!(
+        "run {run_id} is locked: another writer in this process is writing it"
+    ))
+}
+
+/// [`StoreError::Locked`] for a write to a run whose lock this store does not hold.
+pub(crate) fn not_locked(run_id: domain::RunId) -> StoreError {
+    StoreError::Locked(format!(
+        "run {run_id} is not locked by this writer: another process may be writing it \
+         (a writer takes the run's lock first)"
+    ))
 }
 
 /// Checks that `events` continue a log whose last offset is `last` and

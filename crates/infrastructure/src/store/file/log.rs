@@ -61,6 +61,8 @@ pub(super) struct RunPaths {
     pub snapshot: PathBuf,
     /// `snapshot.json.tmp`, renamed over `snapshot.json`.
     pub snapshot_tmp: PathBuf,
+    /// `lock`: `flock`ed by the run's one writer (see `super::lock`).
+    pub lock: PathBuf,
     /// `blobs/`: large values of the log and snapshot (see [`crate::blobs`]).
     pub blobs: BlobDir,
 }
@@ -75,6 +77,7 @@ impl RunPaths {
             idx: dir.join("events.idx"),
             snapshot: dir.join("snapshot.json"),
             snapshot_tmp: dir.join("snapshot.json.tmp"),
+            lock: dir.join("lock"),
             blobs: BlobDir::new(dir.join("blobs"), true),
             dir,
         }
@@ -569,7 +572,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileRunStore::open(dir.path()).unwrap();
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
-        store.create_run(run).await.unwrap();
+        let _lock = store.create_run(run).await.unwrap();
         let events: Vec<_> = (1..=n).map(|o| warning(run, o)).collect();
         store.append(run, &events).await.unwrap();
         store.flush(run).await.unwrap();

@@ -5,6 +5,7 @@
 //! <root>/runs/<run-id>/events.idx      derived: byte position of each line (see `index`)
 //! <root>/runs/<run-id>/snapshot.json   the state to resume from, replaced by rename
 //! <root>/runs/<run-id>/blobs/          values over 64 KiB, stored once (see `crate::blobs`)
+//! <root>/runs/<run-id>/lock            empty; `flock`ed by the run's one writer (see `lock`)
 //! ```
 //!
 //! Why it is shaped this way:
@@ -23,10 +24,13 @@
 //!   else is reported as corruption, never skipped.
 //! - Directories are created 0700 and files 0600: runs hold prompts and
 //!   outputs that are private to their user.
-//! - One process writes a run at a time (the runner that owns it); others may
+//! - One writer per run, enforced: `create_run` and `lock` hand out the
+//!   run's `RunLock`, an exclusive `flock` on its `lock` file, and `append`
+//!   and `save_snapshot` refuse a run this store does not hold. Others may
 //!   read and follow it, and see its appends by polling the file.
 
 mod index;
+mod lock;
 mod log;
 mod snapshot;
 
@@ -39,11 +43,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunStore, StoreError};
+use application::ports::{EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
 
+use self::lock::WriterSlot;
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
 use self::snapshot::{blobs_err, read_snapshot, write_snapshot};
 use super::{LogSource, follow_log};
@@ -135,6 +140,11 @@ struct RunHandle {
     snapshot_lock: Mutex<()>,
     /// Copied from the store's config for [`LogSource::poll_interval`].
     follow_poll: Duration,
+    /// Whether the store's policy syncs at all (not [`SyncPolicy::Never`]).
+    durable: bool,
+    /// The run's locked `lock` file while this store holds its
+    /// [`RunLock`]; writes are refused without it.
+    writer: WriterSlot,
 }
 
 /// Locks, recovering the data of a poisoned lock: nothing here panics while
@@ -230,6 +240,8 @@ impl Inner {
             dir_unsynced: AtomicBool::new(false),
             snapshot_lock: Mutex::new(()),
             follow_poll: self.config.follow_poll,
+            durable: self.config.sync != SyncPolicy::Never,
+            writer: WriterSlot::default(),
         }
     }
 
@@ -370,6 +382,33 @@ fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+impl RunHandle {
+    /// What a writer that releases the run leaves durable: everything it
+    /// appended, as a `flush` would have made it (after the release, this
+    /// store's `flush` has nothing of its own to sync). Blocking, and only
+    /// when something is left unsynced: a writer usually flushes first.
+    fn sync_on_release(&self, log: &LogState) {
+        let unsynced = self.synced.load(Ordering::Acquire) < log.known_last()
+            || self.dir_unsynced.load(Ordering::Acquire);
+        if !self.durable || !log.is_writable() || !unsynced {
+            return;
+        }
+        let dirs = self
+            .dir_unsynced
+            .swap(false, Ordering::AcqRel)
+            .then(|| (self.paths.dir.clone(), self.paths.runs_dir.clone()));
+        match off_the_runtime(|| sync_files(&log.file(), &self.paths.log, dirs)) {
+            Ok(()) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.synced.fetch_max(log.known_last(), Ordering::AcqRel);
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.paths.run_id, error = %e, "cannot sync a released run")
+            }
+        }
+    }
+}
+
 /// `fdatasync` of the log, and of the directories that name a new run.
 fn sync_files(
     file: &File,
@@ -427,7 +466,7 @@ fn list_run_dirs(runs_dir: &Path) -> Result<Vec<RunId>, StoreError> {
 
 #[async_trait]
 impl RunStore for FileRunStore {
-    async fn create_run(&self, run_id: RunId) -> Result<(), StoreError> {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
         let inner = &self.inner;
         let paths = RunPaths::new(&inner.runs_dir, run_id);
         DirBuilder::new()
@@ -439,6 +478,17 @@ impl RunStore for FileRunStore {
                 }
                 _ => io_err("create", &paths.dir, &e),
             })?;
+        // Locked before its log exists: nobody else writes it first.
+        let handle = {
+            let mut handles = lock(&inner.handles);
+            Inner::evict_idle(&mut handles);
+            Arc::clone(
+                handles
+                    .entry(run_id)
+                    .or_insert_with(|| Arc::new(inner.new_handle(run_id))),
+            )
+        };
+        let run_lock = self::lock::take(Arc::clone(&handle))?;
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -447,22 +497,24 @@ impl RunStore for FileRunStore {
             .open(&paths.log)
             .map_err(|e| io_err("create", &paths.log, &e))?;
         let state = LogState::created(file, &paths)?;
-        let mut handles = lock(&inner.handles);
-        Inner::evict_idle(&mut handles);
-        let handle = handles
-            .entry(run_id)
-            .or_insert_with(|| Arc::new(inner.new_handle(run_id)));
         handle.dir_unsynced.store(true, Ordering::Release);
         let mut slot = lock(&handle.log);
         if slot.is_none() {
             *slot = Some(state);
         }
-        Ok(())
+        Ok(run_lock)
+    }
+
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self::lock::take(self.inner.handle(run_id)?)
     }
 
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         let handle = self.inner.handle(run_id)?;
-        let last = handle.with_log(true, |log, paths| log.append(paths, events))?;
+        let last = {
+            let _held = handle.writer.held(&handle.paths)?;
+            handle.with_log(true, |log, paths| log.append(paths, events))?
+        };
         if events.is_empty() {
             return Ok(());
         }
@@ -517,6 +569,7 @@ impl RunStore for FileRunStore {
 
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
         let handle = self.inner.handle(snapshot.run_id)?;
+        let _held = handle.writer.held(&handle.paths)?;
         write_snapshot(&handle, snapshot)
     }
 
@@ -586,7 +639,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileRunStore::open(dir.path()).unwrap();
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
-        store.create_run(run).await.unwrap();
+        let _lock = store.create_run(run).await.unwrap();
         store.flush(run).await.unwrap();
         assert_eq!(
             syncs(&store, run),
@@ -610,6 +663,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn releasing_the_lock_syncs_what_was_not_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, expected) in [(SyncPolicy::StepBoundary, 1), (SyncPolicy::Never, 0)] {
+            let config = FileStoreConfig {
+                sync,
+                ..FileStoreConfig::default()
+            };
+            let store =
+                FileRunStore::open_with(dir.path().join(format!("{sync:?}")), config).unwrap();
+            let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+            let lock = store.create_run(run).await.unwrap();
+            store.append(run, &[warning(run, 1)]).await.unwrap();
+            assert_eq!(syncs(&store, run), 0);
+            drop(lock);
+            assert_eq!(syncs(&store, run), expected, "{sync:?}");
+            // Flushed first: nothing left for the release to sync.
+            let lock = store.lock(run).await.unwrap();
+            store.append(run, &[warning(run, 2)]).await.unwrap();
+            store.flush(run).await.unwrap();
+            let flushed = syncs(&store, run);
+            drop(lock);
+            assert_eq!(syncs(&store, run), flushed, "{sync:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn sync_never_never_syncs_and_sync_always_syncs_each_append() {
         let dir = tempfile::tempdir().unwrap();
         for (sync, expected) in [(SyncPolicy::Never, 0), (SyncPolicy::Always, 3)] {
@@ -620,7 +699,7 @@ mod tests {
             let store =
                 FileRunStore::open_with(dir.path().join(format!("{sync:?}")), config).unwrap();
             let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
-            store.create_run(run).await.unwrap();
+            let _lock = store.create_run(run).await.unwrap();
             for offset in 1..=3 {
                 store.append(run, &[warning(run, offset)]).await.unwrap();
                 store.flush(run).await.unwrap();

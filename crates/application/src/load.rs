@@ -1,0 +1,335 @@
+//! Loading a workflow: the file, then every workflow its `call_workflow`
+//! nodes name, recursively, each parsed and checked before anything runs.
+//!
+//! Every front end (`awr run`, `awr validate`, a server) loads through
+//! [`load_workflow`], so a workflow is accepted or refused the same way
+//! everywhere. Files are read, and paths resolved, only through the
+//! [`WorkflowSource`] port. Errors name the file (and line:column when the
+//! parser knows them), the field, and for a child the chain of calls that
+//! led to it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use domain::workflow::{NodeKind, Provider};
+use domain::{WorkflowDef, WorkflowError};
+
+use crate::ports::{SourceError, WorkflowSource};
+
+#[cfg(test)]
+mod tests;
+
+/// How deeply `call_workflow` may nest: the top-level file is depth 1, so a
+/// chain of at most this many files loads.
+pub const MAX_CALL_DEPTH: usize = 64;
+
+/// What a workflow is checked against besides its own text.
+#[derive(Debug, Clone, Default)]
+pub struct LoadRules {
+    /// The directory awr runs in, canonical: agents' `workdir`s stay inside
+    /// it unless they set `allow_outside_project`.
+    pub project: PathBuf,
+    /// The built-in tools an HTTP agent may be granted.
+    pub tools: Vec<String>,
+}
+
+/// Why a workflow did not load. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error(transparent)]
+    Read(#[from] SourceError),
+    /// The file is not a valid workflow.
+    #[error("{}", located(file, error))]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// What the parser or the domain's checks said.
+        error: WorkflowError,
+    },
+    /// An HTTP agent is granted a tool that does not exist.
+    #[error(
+        "{}: agents.{agent}.tools: unknown tool `{tool}` (built-in tools: {})",
+        file.display(),
+        known.join(", ")
+    )]
+    UnknownTool {
+        /// The file.
+        file: PathBuf,
+        /// The agent.
+        agent: String,
+        /// The tool it names.
+        tool: String,
+        /// The tools that exist.
+        known: Vec<String>,
+    },
+    /// An agent's or a command's `workdir` leads out of the project directory.
+    #[error(
+        "{}: {agent}: `{field}`: {via}{why}; set `allow_outside_project: true` to allow it",
+        file.display()
+    )]
+    WorkdirOutside {
+        /// The file.
+        file: PathBuf,
+        /// The field as written (`workdir`, `command.workdir`).
+        field: &'static str,
+        /// Who names it: `agents.NAME` or ``node `ID` ``.
+        agent: String,
+        /// `` `dir` leads to REAL: `` when a symlink decided it, else empty.
+        via: String,
+        /// Why it lies outside.
+        why: String,
+    },
+    /// A `mock` agent's node has no fixture file where the mock provider looks.
+    #[error(
+        "{}: node `{node}`: mock agent `{agent}` has no fixture file {}",
+        file.display(),
+        fixture.display()
+    )]
+    MissingFixture {
+        /// The file.
+        file: PathBuf,
+        /// The node.
+        node: String,
+        /// Its agent.
+        agent: String,
+        /// The fixture file that is missing.
+        fixture: PathBuf,
+    },
+    /// A workflow calls itself, directly or through others.
+    #[error(
+        "{}: node `{node}` calls {}, which is already being called: workflows must not call themselves",
+        file.display(),
+        callee.display()
+    )]
+    Cycle {
+        /// The calling file.
+        file: PathBuf,
+        /// The `call_workflow` node.
+        node: String,
+        /// The file it calls.
+        callee: PathBuf,
+    },
+    /// `call_workflow` nests deeper than [`MAX_CALL_DEPTH`].
+    #[error(
+        "{}: node `{node}` calls {}: `call_workflow` nests more than {MAX_CALL_DEPTH} workflows deep",
+        file.display(),
+        callee.display()
+    )]
+    TooDeep {
+        /// The calling file.
+        file: PathBuf,
+        /// The `call_workflow` node.
+        node: String,
+        /// The file it calls.
+        callee: PathBuf,
+    },
+    /// A called workflow did not load; `source` says why.
+    #[error("{}: node `{node}` calls {}", file.display(), callee.display())]
+    Child {
+        /// The calling file.
+        file: PathBuf,
+        /// The `call_workflow` node.
+        node: String,
+        /// The file it calls.
+        callee: PathBuf,
+        /// Why the callee did not load.
+        source: Box<LoadError>,
+    },
+}
+
+/// Reads and validates the workflow `file` and, recursively, the workflows
+/// its `call_workflow` nodes name (relative to the file that names them), so
+/// a bad child is refused before anything runs. A workflow that calls
+/// itself, directly or not, and a chain deeper than [`MAX_CALL_DEPTH`] are
+/// refused.
+///
+/// Each file is read, parsed and checked once per load, however many nodes
+/// call it: children are shared by canonical path, so a diamond of calls
+/// costs one load per file, not one per path through it.
+pub fn load_workflow(
+    source: &dyn WorkflowSource,
+    file: &Path,
+    rules: &LoadRules,
+) -> Result<Arc<WorkflowDef>, LoadError> {
+    let mut loader = Loader {
+        source,
+        rules,
+        fixtures: file.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        loaded: HashMap::new(),
+        calling: Vec::new(),
+    };
+    let key = loader.key(file);
+    loader.load(file, key)
+}
+
+/// State of one [`load_workflow`].
+struct Loader<'a> {
+    source: &'a dyn WorkflowSource,
+    rules: &'a LoadRules,
+    /// Where mock fixtures are found: the top-level file's directory (where
+    /// the mock provider looks for them).
+    fixtures: PathBuf,
+    /// Files already loaded, by canonical path.
+    loaded: HashMap<PathBuf, Arc<WorkflowDef>>,
+    /// The files being loaded, outermost first: a cycle and the depth.
+    calling: Vec<PathBuf>,
+}
+
+impl Loader<'_> {
+    /// Who `file` is: its canonical path, or the path itself when it does
+    /// not resolve (reading it will then say why).
+    fn key(&self, file: &Path) -> PathBuf {
+        self.source
+            .canonical(file)
+            .unwrap_or_else(|| file.to_path_buf())
+    }
+
+    fn load(&mut self, file: &Path, key: PathBuf) -> Result<Arc<WorkflowDef>, LoadError> {
+        if let Some(done) = self.loaded.get(&key) {
+            return Ok(Arc::clone(done));
+        }
+        let text = self.source.read(file)?;
+        let is_json = file.extension().is_some_and(|ext| ext == "json");
+        let parsed = if is_json {
+            WorkflowDef::from_json(&text)
+        } else {
+            WorkflowDef::from_yaml(&text)
+        };
+        let mut workflow = parsed.map_err(|error| LoadError::Invalid {
+            file: file.to_path_buf(),
+            error,
+        })?;
+        check_tools(file, &workflow, &self.rules.tools)?;
+        self.check_workdirs(file, &workflow)?;
+        self.check_fixtures(file, &workflow)?;
+        self.calling.push(key.clone());
+        let children = self.load_children(file, &mut workflow);
+        self.calling.pop();
+        children?;
+        let workflow = Arc::new(workflow);
+        self.loaded.insert(key, Arc::clone(&workflow));
+        Ok(workflow)
+    }
+
+    fn load_children(&mut self, file: &Path, workflow: &mut WorkflowDef) -> Result<(), LoadError> {
+        let dir = file.parent().unwrap_or(Path::new("."));
+        for node in &mut workflow.nodes {
+            let NodeKind::CallWorkflow {
+                workflow: child,
+                resolved,
+            } = &mut node.kind
+            else {
+                continue;
+            };
+            let callee = dir.join(&*child);
+            let file = file.to_path_buf();
+            let node = node.id.to_string();
+            let key = self.key(&callee);
+            if self.calling.contains(&key) {
+                return Err(LoadError::Cycle { file, node, callee });
+            }
+            if self.calling.len() >= MAX_CALL_DEPTH {
+                return Err(LoadError::TooDeep { file, node, callee });
+            }
+            let loaded = self.load(&callee, key).map_err(|e| LoadError::Child {
+                file,
+                node,
+                callee: callee.clone(),
+                source: Box::new(e),
+            })?;
+            *resolved = Some(loaded);
+        }
+        Ok(())
+    }
+
+    /// A `workdir` must lie inside the project directory (the domain has
+    /// already refused `/` and relative `..` escapes, which need no disk). A
+    /// directory that exists is judged by its real path, symlinks resolved,
+    /// whether it is named absolute or relative: `work -> /` leads out as
+    /// surely as `/` does.
+    fn check_workdirs(&self, file: &Path, workflow: &WorkflowDef) -> Result<(), LoadError> {
+        let project = &self.rules.project;
+        for workdir in workflow.workdirs() {
+            let dir = workdir.dir;
+            if workdir.allow_outside_project {
+                continue;
+            }
+            let real = self.source.canonical(&project.join(dir));
+            let judged = real.as_deref().and_then(Path::to_str).unwrap_or(dir);
+            if let Some(why) = domain::workflow::workdir_outside(judged, project) {
+                let via = if judged == dir {
+                    String::new()
+                } else {
+                    format!("`{dir}` leads to {judged}: ")
+                };
+                return Err(LoadError::WorkdirOutside {
+                    file: file.to_path_buf(),
+                    field: workdir.field,
+                    agent: workdir.owner,
+                    via,
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every node of a `mock` agent has its fixture file, where the mock
+    /// provider will look for it: `<fixtures>/<node>.json`, with
+    /// `<fixtures>` the agent's `fixtures:` directory or
+    /// `fixtures/<workflow name>`, both under the top-level file's directory.
+    fn check_fixtures(&self, file: &Path, workflow: &WorkflowDef) -> Result<(), LoadError> {
+        let base = &self.fixtures;
+        for node in &workflow.nodes {
+            let Some((name, agent)) = workflow.agent_of(node) else {
+                continue;
+            };
+            if agent.provider != Provider::Mock {
+                continue;
+            }
+            let dir = match &agent.fixtures {
+                Some(dir) => base.join(dir),
+                None => base.join("fixtures").join(&workflow.name),
+            };
+            let fixture = dir.join(format!("{}.json", node.id));
+            if !self.source.is_file(&fixture) {
+                return Err(LoadError::MissingFixture {
+                    file: file.to_path_buf(),
+                    node: node.id.to_string(),
+                    agent: name.to_owned(),
+                    fixture,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every tool granted to an HTTP agent must exist: a misspelt name would
+/// otherwise just be a tool the model never sees.
+fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<(), LoadError> {
+    for (name, agent) in &workflow.agents {
+        if !agent.provider.is_http() {
+            continue;
+        }
+        if let Some(tool) = agent.tools.iter().find(|t| !known.contains(t)) {
+            return Err(LoadError::UnknownTool {
+                file: file.to_path_buf(),
+                agent: name.clone(),
+                tool: tool.clone(),
+                known: known.to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `file:line:col: message` when the parser knows the place, else `file: message`.
+fn located(file: &Path, error: &WorkflowError) -> String {
+    match error {
+        WorkflowError::Parse { line: Some(_), .. } => format!("{}:{error}", file.display()),
+        _ => format!("{}: {error}", file.display()),
+    }
+}
