@@ -124,8 +124,22 @@ fn crossed(
     None
 }
 
-/// The first budget of the run, or of one of its nodes, that the state has crossed at `now`.
-pub(crate) fn exceeded(state: &RunSnapshot, wf: &WorkflowDef, now: Timestamp) -> Option<Exceeded> {
+/// Positions of the nodes that have a budget of their own: computed once
+/// per run, so a step checks those nodes and not the whole graph.
+pub(crate) fn budgeted(wf: &WorkflowDef) -> Vec<usize> {
+    (0..wf.nodes.len())
+        .filter(|&at| !wf.nodes[at].budget.is_unlimited())
+        .collect()
+}
+
+/// The first budget of the run, or of one of its `budgeted` nodes, that the
+/// state has crossed at `now`.
+pub(crate) fn exceeded(
+    state: &RunSnapshot,
+    wf: &WorkflowDef,
+    budgeted: &[usize],
+    now: Timestamp,
+) -> Option<Exceeded> {
     if let Some((budget, limit, used)) = crossed(&wf.budget, &state.spent, state.started_at, now) {
         return Some(Exceeded {
             budget,
@@ -134,9 +148,9 @@ pub(crate) fn exceeded(state: &RunSnapshot, wf: &WorkflowDef, now: Timestamp) ->
             node: None,
         });
     }
-    wf.nodes
+    budgeted
         .iter()
-        .filter(|n| !n.budget.is_unlimited())
+        .filter_map(|&at| wf.nodes.get(at))
         .find_map(|n| {
             let spent = state.node_spent.get(&n.id)?;
             let (budget, limit, used) = crossed(&n.budget, spent, spent.since, now)?;
@@ -149,14 +163,19 @@ pub(crate) fn exceeded(state: &RunSnapshot, wf: &WorkflowDef, now: Timestamp) ->
         })
 }
 
-/// When the next deadline of the run or of a node that has started falls.
-pub(crate) fn next_deadline(state: &RunSnapshot, wf: &WorkflowDef) -> Option<Timestamp> {
+/// When the next deadline of the run or of a `budgeted` node that has started falls.
+pub(crate) fn next_deadline(
+    state: &RunSnapshot,
+    wf: &WorkflowDef,
+    budgeted: &[usize],
+) -> Option<Timestamp> {
     let run = wf
         .budget
         .deadline
         .zip(state.started_at)
         .map(|(d, since)| since.plus_millis(d.0.as_millis()));
-    let nodes = wf.nodes.iter().filter_map(|n| {
+    let nodes = budgeted.iter().filter_map(|&at| {
+        let n = wf.nodes.get(at)?;
         let deadline = n.budget.deadline?;
         let since = state.node_spent.get(&n.id)?.since?;
         Some(since.plus_millis(deadline.0.as_millis()))

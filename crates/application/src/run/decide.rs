@@ -2,6 +2,8 @@
 //! folded state. No IO, no clock, no ids: the driver records each decision
 //! (which gives it ids and times) and carries it out.
 
+use std::collections::BTreeSet;
+
 use domain::{NodeId, NodeStatus, RunSnapshot, WorkflowDef};
 use serde_json::{Value, json};
 
@@ -42,11 +44,32 @@ pub(crate) fn busy(state: &RunSnapshot) -> usize {
         .count()
 }
 
-/// What may happen next, in file order of the nodes; empty when the run
-/// must wait for a node run in flight (or has ended).
-pub(crate) fn decide(state: &RunSnapshot, wf: &WorkflowDef, run_input: &Value) -> Vec<Action> {
+/// What [`decide`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Decision {
+    /// What may happen now, in file order of the nodes.
+    pub actions: Vec<Action>,
+    /// Candidates that may start but found no free slot: still candidates.
+    pub ready: Vec<usize>,
+}
+
+/// What may happen next; no actions when the run must wait for a node run
+/// in flight (or has ended).
+///
+/// `candidates` are the positions of the pending nodes whose readiness may
+/// have changed (every node at first, then the targets of the edges decided
+/// since): the nodes that did not change cannot have become ready, so a step
+/// costs what it touches, not the size of the graph. Only when nothing is in
+/// flight and nothing can start is every node looked at, once, to end the run.
+pub(crate) fn decide(
+    state: &RunSnapshot,
+    wf: &WorkflowDef,
+    run_input: &Value,
+    candidates: &BTreeSet<usize>,
+) -> Decision {
+    let mut ready = Vec::new();
     if state.status.is_terminal() {
-        return Vec::new();
+        return Decision::default();
     }
     let capacity = (wf.max_concurrency.max(1) as usize).saturating_sub(busy(state));
     let mut free = capacity;
@@ -97,18 +120,21 @@ pub(crate) fn decide(state: &RunSnapshot, wf: &WorkflowDef, run_input: &Value) -
     }
 
     let mut starts = 0u64;
-    let mut waiting = false;
-    for node in &wf.nodes {
+    for &position in candidates {
+        let Some(node) = wf.nodes.get(position) else {
+            continue;
+        };
         if routing::node_status(state, &node.id) != NodeStatus::Pending {
             continue;
         }
         match routing::readiness(state, wf, node) {
-            Readiness::Wait => waiting = true,
+            // A candidate again when one of its incoming edges is decided.
+            Readiness::Wait => {}
             Readiness::Skip => actions.push(Action::Skip {
                 node: node.id.clone(),
                 reason: "no incoming edge fired",
             }),
-            Readiness::Run if free == 0 => waiting = true,
+            Readiness::Run if free == 0 => ready.push(position),
             Readiness::Run => {
                 let gathered = routing::gather_input(state, wf, node, run_input);
                 let items = match &gathered {
@@ -141,21 +167,24 @@ pub(crate) fn decide(state: &RunSnapshot, wf: &WorkflowDef, run_input: &Value) -
         }
     }
     if actions.is_empty() && state.node_runs.is_empty() {
-        if waiting {
-            // Nothing runs and nothing can start: what is left can never run.
-            return wf
-                .nodes
-                .iter()
-                .filter(|n| routing::node_status(state, &n.id) == NodeStatus::Pending)
-                .map(|n| Action::Skip {
-                    node: n.id.clone(),
-                    reason: "unreachable: its inputs can never resolve",
-                })
-                .collect();
-        }
-        return vec![Action::Complete {
-            output: routing::final_output(state, wf),
-        }];
+        // Nothing runs and nothing can start: what is still pending can
+        // never run; with nothing pending, the run is complete.
+        let stuck: Vec<Action> = wf
+            .nodes
+            .iter()
+            .filter(|n| routing::node_status(state, &n.id) == NodeStatus::Pending)
+            .map(|n| Action::Skip {
+                node: n.id.clone(),
+                reason: "unreachable: its inputs can never resolve",
+            })
+            .collect();
+        actions = if stuck.is_empty() {
+            vec![Action::Complete {
+                output: routing::final_output(state, wf),
+            }]
+        } else {
+            stuck
+        };
     }
-    actions
+    Decision { actions, ready }
 }

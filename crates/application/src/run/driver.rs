@@ -10,7 +10,7 @@
 //! cancelled meanwhile) is dropped: the state, not the task, says who may
 //! still write.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +59,11 @@ pub(crate) struct Driver {
     tasks: JoinSet<()>,
     /// The task of each node run in flight, and its cancellation.
     running: HashMap<NodeRunId, (Id, Cancel)>,
+    /// Nodes that may start but found no free slot: candidates of the next
+    /// decision (a node run ending frees a slot).
+    ready: BTreeSet<usize>,
+    /// Nodes with a budget of their own ([`control::budgeted`]).
+    budgeted: Vec<usize>,
     /// This process's right to write the run, held until the run ends.
     _lock: RunLock,
 }
@@ -98,8 +103,11 @@ impl Driver {
             rx,
             tasks: JoinSet::new(),
             running: HashMap::new(),
+            ready: BTreeSet::new(),
+            budgeted: Vec::new(),
             _lock: lock,
         };
+        driver.budgeted = control::budgeted(&driver.workflow);
         let result = async {
             let wf = Arc::clone(&driver.workflow);
             let started = EventKind::FlowStarted {
@@ -139,14 +147,17 @@ impl Driver {
                 None => {}
             }
             let now = self.ports.clock.now();
-            if let Some(exceeded) = control::exceeded(self.state(), &self.workflow, now) {
+            if let Some(exceeded) =
+                control::exceeded(self.state(), &self.workflow, &self.budgeted, now)
+            {
                 return self.stop(Stop::Budget(exceeded)).await;
             }
-            let deadline = control::next_deadline(self.state(), &self.workflow).map(|at| {
-                self.ports
-                    .clock
-                    .sleep(Duration::from_millis(at.millis_since(now)))
-            });
+            let deadline = control::next_deadline(self.state(), &self.workflow, &self.budgeted)
+                .map(|at| {
+                    self.ports
+                        .clock
+                        .sleep(Duration::from_millis(at.millis_since(now)))
+                });
             let deadline = async {
                 match deadline {
                     Some(wait) => wait.await,
@@ -173,11 +184,14 @@ impl Driver {
     /// Carries out what [`decide`] says until it says nothing more.
     async fn act(&mut self) -> Result<Option<Next>, ExecutorError> {
         loop {
-            let actions = decide(self.state(), &self.workflow, &self.input);
-            if actions.is_empty() {
+            let mut candidates = self.rec.take_touched();
+            candidates.append(&mut self.ready);
+            let decision = decide(self.state(), &self.workflow, &self.input, &candidates);
+            self.ready = decision.ready.into_iter().collect();
+            if decision.actions.is_empty() {
                 return Ok(None);
             }
-            for action in actions {
+            for action in decision.actions {
                 let stop = match action {
                     Action::Complete { output } => return Ok(Some(Next::Complete(output))),
                     Action::Skip { node, reason } => {
@@ -301,7 +315,13 @@ impl Driver {
         if !matches!(event.kind, EventKind::AgentComplete { .. }) {
             return None;
         }
-        control::exceeded(self.state(), &self.workflow, event.timestamp).map(Stop::Budget)
+        control::exceeded(
+            self.state(),
+            &self.workflow,
+            &self.budgeted,
+            event.timestamp,
+        )
+        .map(Stop::Budget)
     }
 
     /// A task that ended: a panic ends its node run as a failure.

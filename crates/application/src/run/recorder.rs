@@ -7,6 +7,7 @@
 //! (design §4.1). Step boundaries ([`Recorder::checkpoint`]) flush the log
 //! and write a snapshot when one is due.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use domain::{
@@ -35,6 +36,10 @@ pub(crate) struct Recorder {
     last_snapshot: Option<(u64, Timestamp)>,
     /// Subscriber drops already recorded as `warning` events.
     drops_reported: u64,
+    /// Positions of the nodes an event recorded since the last
+    /// [`Recorder::take_touched`] may have made ready (the targets of edges
+    /// decided, the nodes a loop edge reset): the scheduler's candidates.
+    touched: BTreeSet<usize>,
 }
 
 impl Recorder {
@@ -44,6 +49,7 @@ impl Recorder {
         state: RunSnapshot,
         transcript: Option<TranscriptWriter>,
     ) -> Self {
+        let workflow_len = workflow.nodes.len();
         Self {
             ports,
             workflow,
@@ -51,7 +57,13 @@ impl Recorder {
             transcript,
             last_snapshot: None,
             drops_reported: 0,
+            touched: (0..workflow_len).collect(),
         }
+    }
+
+    /// The nodes touched since the last call (every node at first).
+    pub fn take_touched(&mut self) -> BTreeSet<usize> {
+        std::mem::take(&mut self.touched)
     }
 
     /// Records one event and returns it as stored.
@@ -87,6 +99,16 @@ impl Recorder {
             .append(self.state.run_id, std::slice::from_ref(&event))
             .await?;
         self.state.apply(&event);
+        if let EventKind::EdgeFired {
+            to, reset_nodes, ..
+        } = &event.kind
+        {
+            let positions = std::iter::once(to).chain(reset_nodes);
+            self.touched
+                .extend(positions.filter_map(|n| self.workflow.position(n)));
+        } else if let EventKind::EdgeSkipped { to, .. } = &event.kind {
+            self.touched.extend(self.workflow.position(to));
+        }
         if let Some(observer) = &self.ports.observer {
             observer.on_event(&event);
         }

@@ -543,7 +543,7 @@ impl WorkflowDef {
 
     /// A node by id.
     pub fn node(&self, id: &NodeId) -> Option<&NodeDef> {
-        self.nodes.iter().find(|n| &n.id == id)
+        self.position(id).and_then(|at| self.nodes.get(at))
     }
 
     /// Every `workdir` the workflow names, of agents and of command nodes.
