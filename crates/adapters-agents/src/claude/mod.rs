@@ -101,6 +101,7 @@ mod process_tests {
 
     use super::*;
     use crate::normalize::testing::{agent_request, fake_cli};
+    use crate::process::testing::ends_within;
     use application::ports::AgentMessage;
     use domain::SessionId;
     use domain::workflow::{Provider, Timeout};
@@ -238,7 +239,7 @@ mod process_tests {
             matches!(out.last(), Some(Err(QueryError::Agent { error_type, .. })) if error_type == "timeout"),
             "{out:?}"
         );
-        let pid: i32 = std::fs::read_to_string(&pidfile)
+        let pid: u32 = std::fs::read_to_string(&pidfile)
             .unwrap()
             .trim()
             .parse()
@@ -247,37 +248,6 @@ mod process_tests {
             ends_within(pid, std::time::Duration::from_secs(10)).await,
             "the grandchild {pid} outlived the group kill"
         );
-    }
-
-    /// True once `pid` no longer runs: absent, or a zombie nobody reaped
-    /// yet (a container may have no init that reaps orphans).
-    fn gone(pid: i32) -> bool {
-        let Some(pid) = rustix::process::Pid::from_raw(pid) else {
-            return true;
-        };
-        if rustix::process::test_kill_process(pid).is_err() {
-            return true;
-        }
-        std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).is_ok_and(|stat| {
-            // The state follows the command name, which may hold `)`.
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            state.starts_with('Z') || state.starts_with('X')
-        })
-    }
-
-    /// Waits until `pid` is [`gone`], or `limit` passes. A killed process
-    /// is not gone at once: SIGKILL is acted on when the kernel next
-    /// schedules it, and it turns zombie only after closing its files, so a
-    /// check made right after the kill races with its exit.
-    async fn ends_within(pid: i32, limit: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        while !gone(pid) {
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        true
     }
 
     #[tokio::test]

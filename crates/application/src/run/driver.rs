@@ -291,14 +291,8 @@ impl Driver {
                 kind,
                 ack,
             } => {
-                if !self.state().node_runs.contains_key(&run) {
-                    return Ok(None);
-                }
-                let event = self.rec.emit((Some(node), Some(run)), kind).await?;
-                if let Some(ack) = ack {
-                    let _ = ack.send(());
-                }
-                Ok(self.over_budget(&event))
+                let event = self.record_for(run, node, kind, ack).await?;
+                Ok(event.and_then(|e| self.over_budget(&e)))
             }
             Msg::Ended { run, node, end } => {
                 if !self.state().node_runs.contains_key(&run) {
@@ -308,6 +302,27 @@ impl Driver {
                 self.node_ended(run, &node, end).await
             }
         }
+    }
+
+    /// Records an event a node run sent, if that node run is still in
+    /// flight, then answers its acknowledgement (the sender must not wait
+    /// for a run that dropped its message).
+    async fn record_for(
+        &mut self,
+        run: NodeRunId,
+        node: NodeId,
+        kind: EventKind,
+        ack: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<Option<RuntimeEvent>, ExecutorError> {
+        let event = if self.state().node_runs.contains_key(&run) {
+            Some(self.rec.emit((Some(node), Some(run)), kind).await?)
+        } else {
+            None
+        };
+        if let Some(ack) = ack {
+            let _ = ack.send(());
+        }
+        Ok(event)
     }
 
     /// A budget an agent's result crossed.
@@ -361,35 +376,18 @@ impl Driver {
             .workflow
             .node(node)
             .is_some_and(|n| self.workflow.continues_on_error(n));
-        let NodeEnd {
-            data,
-            metadata,
-            error,
-        } = end;
-        match error {
-            None => {
-                let output = json!({ "data": data, "metadata": metadata });
-                self.rec
-                    .emit(ctx, EventKind::NodeCompleted { output })
-                    .await?;
-            }
-            Some(error) => {
-                let failed = EventKind::NodeFailed {
-                    error: error.clone(),
-                    continued: continues,
-                };
-                self.rec.emit(ctx, failed).await?;
-                if !continues {
-                    let error = match item {
-                        Some(i) => format!("node `{node}` failed on item {i}: {error}"),
-                        None => format!("node `{node}` failed: {error}"),
-                    };
-                    return Ok(Some(Stop::Failed {
-                        node: Some(node.clone()),
-                        error,
-                    }));
-                }
-            }
+        let data = end.data.clone();
+        let error = end.error.clone();
+        self.rec.emit(ctx, end.into_event(continues)).await?;
+        if let Some(error) = error.filter(|_| !continues) {
+            let error = match item {
+                Some(i) => format!("node `{node}` failed on item {i}: {error}"),
+                None => format!("node `{node}` failed: {error}"),
+            };
+            return Ok(Some(Stop::Failed {
+                node: Some(node.clone()),
+                error,
+            }));
         }
         if item.is_some() {
             // The node ends when all its items have (see `finish_items`).

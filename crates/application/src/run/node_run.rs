@@ -48,6 +48,17 @@ pub(crate) struct NodeEnd {
 }
 
 impl NodeEnd {
+    /// The event that records this end: `node:completed` with `{data,
+    /// metadata}`, or `node:failed` (`continued` when the run goes on past it).
+    pub fn into_event(self, continued: bool) -> EventKind {
+        match self.error {
+            None => EventKind::NodeCompleted {
+                output: json!({ "data": self.data, "metadata": self.metadata }),
+            },
+            Some(error) => EventKind::NodeFailed { error, continued },
+        }
+    }
+
     /// A failure before anything ran.
     pub fn failed(error: impl Into<String>) -> Self {
         Self {

@@ -4,7 +4,7 @@
 //! still open ends with `node:failed`; then the terminal event.
 
 use domain::{EventKind, NodeId, NodeRunId, RunStatus};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Driver, Stop};
 use crate::run::node_run::Msg;
@@ -109,26 +109,12 @@ impl Driver {
                 kind,
                 ack,
             } => {
-                if self.state().node_runs.contains_key(&run) {
-                    self.rec.emit((Some(node), Some(run)), kind).await?;
-                }
-                if let Some(ack) = ack {
-                    let _ = ack.send(());
-                }
+                self.record_for(run, node, kind, ack).await?;
             }
             Msg::Ended { run, node, end } => {
                 if self.state().node_runs.contains_key(&run) {
                     let ctx: Ctx = (Some(node), Some(run));
-                    let kind = match end.error {
-                        None => EventKind::NodeCompleted {
-                            output: json!({ "data": end.data, "metadata": end.metadata }),
-                        },
-                        Some(error) => EventKind::NodeFailed {
-                            error,
-                            continued: false,
-                        },
-                    };
-                    self.rec.emit(ctx, kind).await?;
+                    self.rec.emit(ctx, end.into_event(false)).await?;
                 }
             }
         }
