@@ -134,3 +134,25 @@ fn sigint_during_a_cli_agent_cancels_the_run_and_kills_its_group() {
 fn sigterm_during_a_cli_agent_cancels_the_run_and_kills_its_group() {
     cancel_with("TERM", 143);
 }
+
+#[test]
+fn a_second_sigint_exits_at_once_and_leaves_a_clean_log() {
+    let awr = Awr::new();
+    let (mut child, run_dir, _agent, _grandchild) = start(&awr);
+    for _ in 0..2 {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let code = wait_exit(&mut child, 20, "awr to end after two signals");
+    assert_eq!(code, 130);
+    // Every line that reached the log is whole: the log is a clean prefix.
+    let text = std::fs::read_to_string(run_dir.join("events.ndjson")).unwrap();
+    assert!(text.ends_with('\n'));
+    for (i, line) in text.lines().enumerate() {
+        let event: RuntimeEvent = serde_json::from_str(line).unwrap();
+        assert_eq!(event.offset.get(), i as u64 + 1);
+    }
+}
