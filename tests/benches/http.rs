@@ -135,6 +135,7 @@ fn bench_http(c: &mut Criterion) {
             agent: agent.clone(),
             prompt: "Say hello.".into(),
             resume: None,
+            call_index: 0,
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {
             b.iter(|| {

@@ -396,6 +396,7 @@ async fn resume_session(
         },
         prompt: "continue".into(),
         resume: Some(domain::SessionId::new(session).expect("session")),
+        call_index: 1,
     };
     let out: Vec<_> = providers
         .query(request)

@@ -495,6 +495,7 @@ mod tests {
             agent,
             prompt: "do it".into(),
             resume: None,
+            call_index: 0,
         }
     }
 

@@ -169,6 +169,10 @@ pub struct RunSnapshot {
     /// How many times each node started (the transcript's `iteration`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_passes: BTreeMap<NodeId, u32>,
+    /// Provider calls each node made (one per attempt of each of its node
+    /// runs): the mock provider serves the recorded call of this index.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_calls: BTreeMap<NodeId, u32>,
     /// Agent of the node that completed last (`metadata.previous_agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_agent: Option<String>,
@@ -207,6 +211,7 @@ impl RunSnapshot {
             for_each: BTreeMap::new(),
             steps_started: 0,
             node_passes: BTreeMap::new(),
+            node_calls: BTreeMap::new(),
             previous_agent: None,
             spent: Spent::default(),
             node_spent: BTreeMap::new(),
@@ -417,6 +422,10 @@ impl RunSnapshot {
         items: Option<u32>,
     ) {
         let attempt = attempt.unwrap_or(1);
+        if items.is_none() {
+            // Every attempt of a node run that does work is one provider call.
+            *self.node_calls.entry(node.clone()).or_insert(0) += 1;
+        }
         if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
             run.attempt = attempt;
             return;

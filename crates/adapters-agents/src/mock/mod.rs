@@ -9,12 +9,12 @@
 //! call is an error that names the node, the call index and the file, never
 //! a guess.
 //!
-//! The call index is the number of calls the node made before in the same
-//! run (across its node runs and their attempts, as the recording saved
-//! them), so two runs in one process, or a child run of the same workflow,
-//! never share a counter. It is kept in memory for the runs this process
-//! serves; it is also what the run's log records (the node's earlier
-//! `agent:complete` and failed attempts).
+//! The call index is `AgentRequest::call_index`: the number of calls the
+//! node made before in the same run (across its node runs and their
+//! attempts, as the recording saved them), which the executor counts from
+//! the run's log. So the mock keeps no counter: two runs in one process, a
+//! child run of the same workflow, or a run continued by another process
+//! each take the call their own log says comes next.
 
 mod fixture;
 
@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
-use domain::{NodeId, RunId};
 
 pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
 
@@ -35,16 +34,9 @@ pub struct MockQuery {
     /// Where fixture directories are, one per workflow name, when an agent
     /// names no `fixtures:` directory.
     default_root: PathBuf,
-    /// Parsed files by path, and the next call index by run and node. A std mutex:
-    /// it is never held across an await, and the critical sections are tiny.
-    state: Mutex<MockState>,
-}
-
-#[derive(Default)]
-struct MockState {
-    files: HashMap<PathBuf, Arc<FixtureFile>>,
-    /// The next call index of each node, per run.
-    calls: HashMap<(RunId, NodeId), usize>,
+    /// Parsed files by path. A std mutex: it is never held across an
+    /// await, and the critical sections are tiny.
+    files: Mutex<HashMap<PathBuf, Arc<FixtureFile>>>,
 }
 
 impl MockQuery {
@@ -54,7 +46,7 @@ impl MockQuery {
         Self {
             base_dir: base_dir.into(),
             default_root: default_root.into(),
-            state: Mutex::new(MockState::default()),
+            files: Mutex::new(HashMap::new()),
         }
     }
 
@@ -66,32 +58,19 @@ impl MockQuery {
         dir.join(format!("{}.json", request.node_id))
     }
 
-    /// Takes the next call index of `node` in `run` and the parsed fixture file.
-    fn next_call(
-        &self,
-        run: RunId,
-        node: &NodeId,
-        path: &Path,
-    ) -> Result<(usize, Arc<FixtureFile>), QueryError> {
+    /// The parsed fixture file at `path`, read once.
+    fn file(&self, path: &Path) -> Result<Arc<FixtureFile>, QueryError> {
         let cached = {
-            let state = self.state.lock().map_err(|_| poisoned())?;
-            state.files.get(path).cloned()
+            let files = self.files.lock().map_err(|_| poisoned())?;
+            files.get(path).cloned()
         };
-        let file = match cached {
-            Some(file) => file,
-            None => {
-                let file = Arc::new(
-                    FixtureFile::load(path).map_err(|e| QueryError::Fixture(e.to_string()))?,
-                );
-                let mut state = self.state.lock().map_err(|_| poisoned())?;
-                Arc::clone(state.files.entry(path.to_owned()).or_insert(file))
-            }
-        };
-        let mut state = self.state.lock().map_err(|_| poisoned())?;
-        let counter = state.calls.entry((run, node.clone())).or_insert(0);
-        let index = *counter;
-        *counter += 1;
-        Ok((index, file))
+        if let Some(file) = cached {
+            return Ok(file);
+        }
+        let file =
+            Arc::new(FixtureFile::load(path).map_err(|e| QueryError::Fixture(e.to_string()))?);
+        let mut files = self.files.lock().map_err(|_| poisoned())?;
+        Ok(Arc::clone(files.entry(path.to_owned()).or_insert(file)))
     }
 }
 
@@ -103,8 +82,9 @@ fn poisoned() -> QueryError {
 impl QueryFn for MockQuery {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = self.fixture_path(&request);
-        let (index, file) = self.next_call(request.run_id, &request.node_id, &path)?;
-        let call = file.calls.get(index).ok_or_else(|| {
+        let file = self.file(&path)?;
+        let index = request.call_index;
+        let call = file.calls.get(index as usize).ok_or_else(|| {
             // The runner names the node; the error says which call.
             QueryError::Fixture(format!(
                 "no fixture for call {index} in {} (it records {} call(s))",
@@ -121,8 +101,8 @@ impl QueryFn for MockQuery {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use domain::NodeRunId;
     use domain::workflow::{AgentDef, Provider};
+    use domain::{NodeId, NodeRunId, RunId};
     use futures::StreamExt;
 
     fn request(node: &str, fixtures: Option<&str>) -> AgentRequest {
@@ -138,6 +118,7 @@ mod tests {
             },
             prompt: "hi".into(),
             resume: None,
+            call_index: 0,
         }
     }
 
@@ -179,11 +160,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let second = collect(mock.query(request("writer", None)).await.unwrap()).await;
+        let mut next = request("writer", None);
+        next.call_index = 1;
+        let second = collect(mock.query(next.clone()).await.unwrap()).await;
         assert!(
             matches!(second.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "second")
         );
-        let Err(err) = mock.query(request("writer", None)).await else {
+        next.call_index = 2;
+        let Err(err) = mock.query(next).await else {
             panic!("third call should fail")
         };
         // The runner names the node (`node `writer` failed: ...`); the
@@ -195,10 +179,12 @@ mod tests {
         );
     }
 
-    /// Calls are counted per run: a second run of the same workflow in the
-    /// same process (or a child run of the same name) starts at call 0.
+    /// The mock keeps no counter: the index comes with the request (the
+    /// executor counts it from the run's log), so a second run, or the same
+    /// run continued by another process, is served the call its log says
+    /// comes next, whatever this process served before.
     #[tokio::test]
-    async fn each_run_replays_its_node_from_the_first_call() {
+    async fn the_call_served_is_the_one_the_request_names() {
         let tmp = tempfile::tempdir().unwrap();
         write(
             &tmp.path().join("wf"),
@@ -213,23 +199,20 @@ mod tests {
         let one = request("writer", None);
         let mut two = request("writer", None);
         two.run_id = RunId::new(uuid::Uuid::new_v4()).unwrap();
-        two.node_run_id = NodeRunId::new(uuid::Uuid::new_v4());
-        let mut again = one.clone();
-        again.node_run_id = NodeRunId::new(uuid::Uuid::new_v4());
-        let first = collect(mock.query(one).await.unwrap()).await;
+        let mut continued = one.clone();
+        continued.call_index = 1;
+        let first = collect(mock.query(one.clone()).await.unwrap()).await;
         let other_run = collect(mock.query(two).await.unwrap()).await;
-        let next_node_run = collect(mock.query(again).await.unwrap()).await;
+        let again = collect(mock.query(one).await.unwrap()).await;
+        let next = collect(mock.query(continued).await.unwrap()).await;
         assert_eq!(text(&first), "first");
         assert_eq!(
             text(&other_run),
             "first",
-            "another run has counters of its own"
+            "another run starts at its call 0"
         );
-        assert_eq!(
-            text(&next_node_run),
-            "second",
-            "a node's next run takes its next call"
-        );
+        assert_eq!(text(&again), "first", "the same index is the same call");
+        assert_eq!(text(&next), "second");
     }
 
     #[tokio::test]

@@ -221,6 +221,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         },
         prompt: "run echo hi".into(),
         resume: None,
+        call_index: 0,
     }
 }
 

@@ -31,6 +31,11 @@ pub struct AgentRequest {
     pub prompt: String,
     /// Continue this provider session instead of starting a new one.
     pub resume: Option<SessionId>,
+    /// How many provider calls this node made earlier in the run (its
+    /// earlier node runs and attempts), counted from the run's log, so it is
+    /// the same in any process that continues the run: the mock provider
+    /// serves the recorded call of this index.
+    pub call_index: u32,
 }
 
 /// The end of a successful invocation.

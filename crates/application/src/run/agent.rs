@@ -36,6 +36,7 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             agent: agent.clone(),
             prompt: prompt.clone(),
             resume: None,
+            call_index: task.call_index,
         };
         let error = match invoke(task, request, &mut tool_calls).await {
             Ok(data) => break Ok(data),
@@ -52,8 +53,9 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
                     item: task.item,
                     items: None,
                 };
-                if !task.record(again).await {
-                    break Err(error);
+                match task.record(again).await {
+                    Some(calls) => task.call_index = calls.saturating_sub(1),
+                    None => break Err(error),
                 }
             }
             None => break Err(error),

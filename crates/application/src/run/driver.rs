@@ -272,6 +272,7 @@ impl Driver {
             node: def,
             run,
             attempt: 1,
+            call_index: self.calls_of(node).saturating_sub(1),
             input,
             item,
             tx: self.tx.clone(),
@@ -312,17 +313,22 @@ impl Driver {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
-        ack: Option<tokio::sync::oneshot::Sender<()>>,
+        ack: Option<tokio::sync::oneshot::Sender<u32>>,
     ) -> Result<Option<RuntimeEvent>, ExecutorError> {
         let event = if self.state().node_runs.contains_key(&run) {
-            Some(self.rec.emit((Some(node), Some(run)), kind).await?)
+            Some(self.rec.emit((Some(node.clone()), Some(run)), kind).await?)
         } else {
             None
         };
         if let Some(ack) = ack {
-            let _ = ack.send(());
+            let _ = ack.send(self.calls_of(&node));
         }
         Ok(event)
+    }
+
+    /// The provider calls `node` has made so far in this run.
+    fn calls_of(&self, node: &NodeId) -> u32 {
+        self.state().node_calls.get(node).copied().unwrap_or(0)
     }
 
     /// A budget an agent's result crossed.

@@ -271,7 +271,10 @@ nodes:
     def.nodes[0].input =
         Some(Expression::compile("'review ' + item + ' (' + string(index) + ')'").unwrap());
     // The later items finish first: the output keeps item order regardless.
-    let rig = rig(|r| {
+    let indices = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&indices);
+    let rig = rig(move |r| {
+        seen.lock().unwrap().push((r.prompt.clone(), r.call_index));
         let secs = if r.prompt.contains("a.rs") { 4 } else { 1 };
         after(secs, format!("ok: {}", r.prompt), 1)
     });
@@ -302,14 +305,31 @@ nodes:
         starts[0].kind,
         EventKind::NodeStarted { items: Some(3), .. }
     ));
+    // Each item's provider call has the index its start took in the log.
+    let mut indices = indices.lock().unwrap().clone();
+    indices.sort();
+    assert_eq!(
+        indices,
+        [
+            ("review a.rs (0)".to_owned(), 0),
+            ("review b.rs (1)".to_owned(), 1),
+            ("review c.rs (2)".to_owned(), 2)
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_transient_failure_is_retried_as_a_new_attempt_of_the_same_node_run() {
     let calls = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&calls);
-    let rig = rig(move |_| {
-        if seen.fetch_add(1, Ordering::SeqCst) < 2 {
+    let rig = rig(move |r| {
+        let n = seen.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(
+            u64::from(r.call_index),
+            n,
+            "each attempt is the node's next call"
+        );
+        if n < 2 {
             return Err(QueryError::Agent {
                 error_type: "rate_limit".into(),
                 message: "slow down".into(),

@@ -21,12 +21,13 @@ use crate::ports::CommandRequest;
 
 /// What a node run tells its run's recorder.
 pub(crate) enum Msg {
-    /// Record this event of node run `run`; `ack` is answered once it is stored.
+    /// Record this event of node run `run`; `ack` is answered once it is
+    /// stored, with the node's provider calls so far (`nodeCalls`).
     Event {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
-        ack: Option<oneshot::Sender<()>>,
+        ack: Option<oneshot::Sender<u32>>,
     },
     /// The node run ended.
     Ended {
@@ -78,6 +79,9 @@ pub(crate) struct NodeTask {
     pub run: NodeRunId,
     /// The attempt in progress.
     pub attempt: u32,
+    /// The node's provider calls before this attempt's, from the state
+    /// (see `AgentRequest::call_index`).
+    pub call_index: u32,
     /// Its input (`{data, metadata}`), as `node:started` recorded it.
     pub input: Value,
     /// The `for_each` item it works on.
@@ -99,8 +103,9 @@ impl NodeTask {
         let _ = self.tx.send(msg).await;
     }
 
-    /// Sends one event and waits until it is stored (false: the run is over).
-    pub async fn record(&self, kind: EventKind) -> bool {
+    /// Sends one event and waits until it is stored; the node's provider
+    /// calls so far, or `None` when the run is over.
+    pub async fn record(&self, kind: EventKind) -> Option<u32> {
         let (ack, stored) = oneshot::channel();
         let msg = Msg::Event {
             run: self.run,
@@ -108,7 +113,8 @@ impl NodeTask {
             kind,
             ack: Some(ack),
         };
-        self.tx.send(msg).await.is_ok() && stored.await.is_ok()
+        self.tx.send(msg).await.ok()?;
+        stored.await.ok()
     }
 
     /// The `data` of its input.

@@ -36,7 +36,7 @@ pub(super) async fn run(
             workflow: child.name.clone(),
         })
         .await;
-    if !announced {
+    if announced.is_none() {
         return NodeEnd::failed("the run ended before its child could start");
     }
     let request = RunRequest {
