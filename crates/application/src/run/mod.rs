@@ -276,6 +276,10 @@ impl Executor {
 }
 
 #[cfg(test)]
+mod edge_tests;
+#[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transcript_tests;
