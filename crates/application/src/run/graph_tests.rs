@@ -132,7 +132,8 @@ async fn run_with(rig: &Rig, wf: WorkflowDef, input: Value, cancel: Cancel) -> R
         .unwrap();
     // The run is its log: folding what was written gives the executor's state.
     let events = rig.events.lock().unwrap().clone();
-    assert_eq!(RunSnapshot::fold(&events).as_ref(), Some(&outcome.snapshot));
+    let own = events.iter().filter(|e| e.run_id == outcome.run_id);
+    assert_eq!(RunSnapshot::fold(own).as_ref(), Some(&outcome.snapshot));
     outcome
 }
 
@@ -575,4 +576,47 @@ async fn an_input_expression_that_fails_fails_its_node_naming_it() {
         error.contains("node `a`") && error.contains("`input`"),
         "{error}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
+    let child = Arc::new(wf(
+        "name: child\nagents: {slow: {provider: mock}}\nsteps: [{agent: slow}]\n",
+    ));
+    let mut parent = wf(
+        "name: parent\nagents: {a: {provider: mock}}\nnodes:\n  - {id: call, call_workflow: child.yaml}\n",
+    );
+    parent.nodes[0].kind = domain::workflow::NodeKind::CallWorkflow {
+        workflow: "child.yaml".into(),
+        resolved: Some(child),
+    };
+    let rig = rig(|r| after(60, r.node_id.to_string(), 1));
+    let cancel = Cancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        trigger.cancel("interrupted by SIGTERM");
+    });
+    let outcome = run_with(&rig, parent, json!("go"), cancel).await;
+    assert_eq!(outcome.status, RunStatus::Cancelled);
+    let events = rig.events.lock().unwrap().clone();
+    let child_id = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SubflowStarted { child_run_id, .. } => Some(*child_run_id),
+            _ => None,
+        })
+        .expect("a child run");
+    let child_log: Vec<&RuntimeEvent> = events.iter().filter(|e| e.run_id == child_id).collect();
+    let child_state = RunSnapshot::fold(child_log.iter().copied()).unwrap();
+    assert_eq!(
+        child_state.status,
+        RunStatus::Cancelled,
+        "the child ends itself"
+    );
+    assert!(matches!(
+        &child_log.last().unwrap().kind,
+        EventKind::FlowCancelled { reason: Some(r) } if r == "interrupted by SIGTERM"
+    ));
+    assert!(child_state.node_runs.is_empty());
 }
