@@ -159,6 +159,34 @@ macro_rules! decoding_with {
 }
 pub(crate) use decoding_with;
 
+/// Decodes the recorded capture `cli/scenario` under `testdata/` with the
+/// decoder's `capture` (from [`decoding_with!`]).
+macro_rules! captured {
+    ($scenario:literal) => {
+        capture(
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/testdata/",
+                $scenario,
+                "/stdout.jsonl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/testdata/",
+                $scenario,
+                "/rc"
+            )),
+        )
+    };
+}
+pub(crate) use captured;
+
+/// Asserts the kinds of a decoded stream, space-separated, all of them.
+#[track_caller]
+pub(crate) fn assert_kinds(out: &[Decoded], expected: &str) {
+    assert_eq!(kinds(out).join(" "), expected);
+}
+
 /// The session the stream announces first, and its model.
 pub(crate) fn session(out: &[Decoded]) -> (&str, Option<&str>) {
     match &out[0] {
