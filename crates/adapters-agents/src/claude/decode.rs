@@ -541,15 +541,8 @@ mod tests {
         assert_eq!(
             messages,
             [
-                AgentMessage::Session {
-                    session_id: SessionId::new("s1").unwrap(),
-                    model: Some("m".into()),
-                },
-                AgentMessage::Thinking {
-                    content: "plan".into(),
-                    token_count: None,
-                    signature: Some("c2ln".into()),
-                },
+                session_of("s1", Some("m")),
+                thinking_of("plan", Some("c2ln")),
                 text_of("running"),
                 use_of(Some("toolu_A"), "Bash", json!({"command": "echo a"})),
                 use_of(Some("toolu_B"), "Bash", json!({"command": "sleep 99"})),
@@ -567,12 +560,7 @@ mod tests {
             ],
             "toolu_B stays a use alone: no result is made up for it"
         );
-        let (error_type, message) = fatal_of(error.as_ref());
-        assert_eq!(error_type, "error_during_execution");
-        assert!(
-            message.contains("code 137") && message.contains("Killed"),
-            "{message}"
-        );
+        assert_killed(error.as_ref());
     }
 
     #[test]

@@ -563,15 +563,8 @@ mod tests {
         assert_eq!(
             messages,
             [
-                AgentMessage::Session {
-                    session_id: SessionId::new("t1").unwrap(),
-                    model: None,
-                },
-                AgentMessage::Thinking {
-                    content: "plan".into(),
-                    token_count: None,
-                    signature: None,
-                },
+                session_of("t1", None),
+                thinking_of("plan", None),
                 use_of(Some("item_1"), SHELL_TOOL, cmd("echo a")),
                 text_of("meanwhile"),
                 use_of(None, SHELL_TOOL, cmd("echo b")),
@@ -581,12 +574,7 @@ mod tests {
             ],
             "item_3 stays a use alone: no result is made up for it"
         );
-        let (error_type, message) = fatal_of(error.as_ref());
-        assert_eq!(error_type, "error_during_execution");
-        assert!(
-            message.contains("code 137") && message.contains("Killed"),
-            "{message}"
-        );
+        assert_killed(error.as_ref());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 use domain::workflow::{AgentDef, Provider};
-use domain::{NodeId, NodeRunId, RunId};
+use domain::{NodeId, NodeRunId, RunId, SessionId};
 use serde_json::Value;
 
 use super::{Decoded, Decoder, decode_all};
@@ -231,6 +231,35 @@ pub(crate) fn fatal_of(error: Option<&QueryError>) -> (&str, &str) {
             ..
         }) => (error_type.as_str(), message.as_str()),
         other => panic!("expected an agent error, got {other:?}"),
+    }
+}
+
+/// The error that ends the stream of a CLI killed with exit code 137
+/// (stderr `Killed`): an execution error naming both.
+#[track_caller]
+pub(crate) fn assert_killed(error: Option<&QueryError>) {
+    let (error_type, message) = fatal_of(error);
+    assert_eq!(error_type, "error_during_execution");
+    assert!(
+        message.contains("code 137") && message.contains("Killed"),
+        "{message}"
+    );
+}
+
+/// An [`AgentMessage::Session`].
+pub(crate) fn session_of(id: &str, model: Option<&str>) -> AgentMessage {
+    AgentMessage::Session {
+        session_id: SessionId::new(id).unwrap(),
+        model: model.map(str::to_owned),
+    }
+}
+
+/// An [`AgentMessage::Thinking`] without a token count.
+pub(crate) fn thinking_of(content: &str, signature: Option<&str>) -> AgentMessage {
+    AgentMessage::Thinking {
+        content: content.to_owned(),
+        token_count: None,
+        signature: signature.map(str::to_owned),
     }
 }
 
