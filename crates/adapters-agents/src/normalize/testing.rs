@@ -7,7 +7,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+use application::ports::{
+    AgentMessage, AgentRequest, AgentResult, ChatMessage, ChatRequest, QueryError,
+};
 use domain::workflow::{AgentDef, Provider};
 use domain::{NodeId, NodeRunId, RunId, SessionId};
 use serde_json::Value;
@@ -279,6 +281,16 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         prompt: "run echo hi".into(),
         resume: None,
         call_index: 0,
+    }
+}
+
+/// A chat turn of `agent` that says "hi", with no system prompt or tools.
+pub(crate) fn chat_request(agent: AgentDef) -> ChatRequest {
+    ChatRequest {
+        agent,
+        system: String::new(),
+        messages: vec![ChatMessage::User("hi".into())],
+        tools: Vec::new(),
     }
 }
 
