@@ -355,8 +355,8 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
+    use crate::normalize::testing::usage_of;
     use application::ports::TurnEnd;
-    use domain::event::Usage;
     use serde_json::json;
 
     /// Runs SSE text through the real framing and [`decode`], in chunks cut
@@ -466,13 +466,7 @@ mod tests {
             end(&events),
             &TurnEnd {
                 stop: StopReason::EndTurn,
-                usage: Usage {
-                    extra: Default::default(),
-                    input_tokens: 12,
-                    output_tokens: 9,
-                    cache_creation_input_tokens: Some(3),
-                    cache_read_input_tokens: Some(40),
-                },
+                usage: usage_of(12, 9, Some(3), Some(40)),
                 model: Some("claude-test".into()),
                 response_id: Some("msg_1".into()),
             }
@@ -629,16 +623,7 @@ mod tests {
         })));
         let end = end(&events);
         assert_eq!(end.stop, StopReason::ToolUse);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: Some(0),
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(end.usage, usage_of(120, 25, Some(0), Some(0)));
         assert_eq!(end.response_id.as_deref(), Some("msg_d3425df8825845e5ba68"));
         assert_eq!(end.model.as_deref(), Some("claude-sonnet-4-5"));
     }
@@ -684,16 +669,7 @@ mod tests {
         .await);
         let end = end(&events);
         assert_eq!(end.stop, StopReason::MaxTokens);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 15,
-                output_tokens: 8,
-                cache_creation_input_tokens: Some(3),
-                cache_read_input_tokens: Some(41),
-            }
-        );
+        assert_eq!(end.usage, usage_of(15, 8, Some(3), Some(41)));
         assert_eq!(stop_reason("stop_sequence"), StopReason::EndTurn);
         assert_eq!(stop_reason("refusal"), StopReason::Other("refusal".into()));
     }

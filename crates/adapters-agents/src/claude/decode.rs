@@ -359,7 +359,6 @@ mod tests {
     use crate::normalize::testing::*;
 
     decoding_with!(ClaudeDecoder);
-    use domain::event::{ModelUsage, Usage};
 
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
@@ -382,25 +381,9 @@ mod tests {
         );
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: Some(0),
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(result.usage, usage_of(120, 25, Some(0), Some(0)));
         let model_usage = result.model_usage.as_ref().unwrap();
-        assert_eq!(
-            model_usage["claude-sonnet-4-5"],
-            ModelUsage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25
-            }
-        );
+        assert_eq!(model_usage["claude-sonnet-4-5"], model_usage_of(120, 25));
         assert_eq!(result.total_cost_usd, Some(0.000735));
         assert_eq!(result.num_turns, 1);
         assert!(result.duration_ms.is_some());

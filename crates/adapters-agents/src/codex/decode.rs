@@ -612,16 +612,7 @@ mod tests {
         assert!(message.contains("fell back to HTTPS"), "{message}");
         let result = completed(&out);
         assert_eq!(result.text, "hi");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 5,
-                output_tokens: 2,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(1),
-            }
-        );
+        assert_eq!(result.usage, usage_of(5, 2, None, Some(1)));
     }
 
     #[test]

@@ -231,7 +231,6 @@ mod tests {
     use crate::normalize::testing::*;
 
     decoding_with!(GeminiDecoder);
-    use domain::event::{ModelUsage, Usage};
 
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
@@ -253,23 +252,10 @@ mod tests {
         assert_eq!(deltas(&out), "Hello from the fake server.");
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
         assert_eq!(
             result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
-            ModelUsage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25
-            }
+            model_usage_of(120, 25)
         );
         assert_eq!(result.duration_ms, Some(167));
         assert_eq!(result.num_turns, 1);
@@ -516,16 +502,7 @@ mod tests {
             "a call without its result stays a use alone"
         );
         let result = completed(&out);
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 6,
-                output_tokens: 2,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(4),
-            }
-        );
+        assert_eq!(result.usage, usage_of(6, 2, None, Some(4)));
         assert_eq!(result.text, "", "text before a tool call is not the answer");
     }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use application::ports::{
     AgentMessage, AgentRequest, AgentResult, ChatMessage, ChatRequest, QueryError,
 };
+use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
 use domain::{NodeId, NodeRunId, RunId, SessionId};
 use serde_json::Value;
@@ -262,6 +263,31 @@ pub(crate) fn thinking_of(content: &str, signature: Option<&str>) -> AgentMessag
         content: content.to_owned(),
         token_count: None,
         signature: signature.map(str::to_owned),
+    }
+}
+
+/// A [`Usage`] with these counts and nothing else.
+pub(crate) fn usage_of(
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+) -> Usage {
+    Usage {
+        extra: Default::default(),
+        input_tokens,
+        output_tokens,
+        cache_creation_input_tokens,
+        cache_read_input_tokens,
+    }
+}
+
+/// A [`ModelUsage`] with these counts and nothing else.
+pub(crate) fn model_usage_of(input_tokens: u64, output_tokens: u64) -> ModelUsage {
+    ModelUsage {
+        extra: Default::default(),
+        input_tokens,
+        output_tokens,
     }
 }
 

@@ -281,6 +281,7 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::normalize::testing::usage_of;
     use application::ports::TurnEnd;
     use eventsource_stream::Eventsource;
     use futures::StreamExt;
@@ -434,16 +435,7 @@ mod tests {
         .await);
         let end = end(&events);
         assert_eq!(end.stop, StopReason::MaxTokens);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 200,
-                output_tokens: 40,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(800),
-            }
-        );
+        assert_eq!(end.usage, usage_of(200, 40, None, Some(800)));
     }
 
     #[tokio::test]
