@@ -7,9 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
+use application::ports::{ChatError, ChatEvent, StopReason, ToolCall};
 use eventsource_stream::Event;
-use futures::Stream;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -338,14 +337,6 @@ impl http::TurnDecoder for MessagesDecoder {
     }
 }
 
-/// The turn of a response's event stream.
-pub(crate) fn decode<S>(events: S) -> ChatStream
-where
-    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
-{
-    http::decode(MessagesDecoder::new(), events)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -367,7 +358,7 @@ mod tests {
         let events = futures::stream::iter(chunks)
             .eventsource()
             .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        decode(events).collect().await
+        http::decode(MessagesDecoder::new(), events).collect().await
     }
 
     /// SSE text from (event, data) pairs.

@@ -73,7 +73,7 @@ impl ChatModel for AnthropicChat {
             headers.push((HeaderName::from_static("x-api-key"), key));
         }
         let response = http::post_json(agent, url, headers, body).await?;
-        Ok(decode::decode(http::events(response)))
+        Ok(http::decode(MessagesDecoder::new(), http::events(response)))
     }
 }
 

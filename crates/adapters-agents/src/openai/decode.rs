@@ -13,10 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
+use application::ports::{ChatError, ChatEvent, StopReason, ToolCall};
 use domain::event::Usage;
 use eventsource_stream::Event;
-use futures::Stream;
 use serde_json::Value;
 use tracing::debug;
 
@@ -222,14 +221,6 @@ impl http::TurnDecoder for ChunkDecoder {
     }
 }
 
-/// The turn of a response's event stream.
-pub(crate) fn decode<S>(events: S) -> ChatStream
-where
-    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
-{
-    http::decode(ChunkDecoder::new(), events)
-}
-
 /// Maps `finish_reason`; `function_call` is the pre-tools name of `tool_calls`.
 fn stop_reason(reason: &str) -> StopReason {
     match reason {
@@ -298,7 +289,7 @@ mod tests {
         let events = futures::stream::iter(pieces)
             .eventsource()
             .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        decode(events).collect().await
+        http::decode(ChunkDecoder::new(), events).collect().await
     }
 
     /// An SSE body of these `data:` payloads.

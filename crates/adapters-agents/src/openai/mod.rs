@@ -79,7 +79,7 @@ impl ChatModel for OpenAiChat {
             headers.push((AUTHORIZATION, bearer));
         }
         let response = http::post_json(agent, url, headers, body.to_string()).await?;
-        Ok(decode::decode(http::events(response)))
+        Ok(http::decode(ChunkDecoder::new(), http::events(response)))
     }
 }
 
