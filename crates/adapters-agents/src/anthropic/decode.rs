@@ -340,25 +340,17 @@ impl http::TurnDecoder for MessagesDecoder {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::convert::Infallible;
-
-    use eventsource_stream::Eventsource;
-    use futures::StreamExt;
 
     use super::*;
-    use crate::normalize::testing::usage_of;
+    use crate::normalize::testing::{end, ok, sse_turn, usage_of};
     use application::ports::TurnEnd;
     use serde_json::json;
 
-    /// Runs SSE text through the real framing and [`decode`], in chunks cut
+    /// Runs SSE text through the real framing and the decoder, in chunks cut
     /// at odd places, as a network would deliver them.
     async fn run(sse: &str) -> Vec<Result<ChatEvent, ChatError>> {
-        let chunks: Vec<Result<Vec<u8>, Infallible>> =
-            sse.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
-        let events = futures::stream::iter(chunks)
-            .eventsource()
-            .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        http::decode(MessagesDecoder::new(), events).collect().await
+        let pieces = sse.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
+        sse_turn(MessagesDecoder::new(), pieces).await
     }
 
     /// SSE text from (event, data) pairs.
@@ -418,17 +410,6 @@ mod tests {
 
     fn message_stop() -> (&'static str, Value) {
         ("message_stop", json!({"type": "message_stop"}))
-    }
-
-    fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
-        events.into_iter().map(Result::unwrap).collect()
-    }
-
-    fn end(events: &[ChatEvent]) -> &TurnEnd {
-        match events.last() {
-            Some(ChatEvent::End(end)) => end,
-            other => panic!("the turn did not end: {other:?}"),
-        }
     }
 
     #[tokio::test]

@@ -8,12 +8,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use application::ports::{
-    AgentMessage, AgentRequest, AgentResult, ChatMessage, ChatRequest, QueryError,
+    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatRequest,
+    QueryError, TurnEnd,
 };
 use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
 use domain::{NodeId, NodeRunId, RunId, SessionId};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use serde_json::Value;
+
+use crate::http::TurnDecoder;
 
 use super::{Decoded, Decoder, decode_all};
 
@@ -307,6 +312,32 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         prompt: "run echo hi".into(),
         resume: None,
         call_index: 0,
+    }
+}
+
+/// Runs `pieces` of an SSE body through the real framing and `decoder`, as
+/// a network would deliver them, and collects what the turn yields.
+pub(crate) async fn sse_turn<D: TurnDecoder>(
+    decoder: D,
+    pieces: Vec<Vec<u8>>,
+) -> Vec<Result<ChatEvent, ChatError>> {
+    let pieces = pieces.into_iter().map(Ok::<_, std::convert::Infallible>);
+    let events = futures::stream::iter(pieces)
+        .eventsource()
+        .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
+    crate::http::decode(decoder, events).collect().await
+}
+
+/// The events of a turn in which nothing failed.
+pub(crate) fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
+    events.into_iter().map(Result::unwrap).collect()
+}
+
+/// The end a turn's events close with.
+pub(crate) fn end(events: &[ChatEvent]) -> &TurnEnd {
+    match events.last() {
+        Some(ChatEvent::End(end)) => end,
+        other => panic!("the turn does not end with End: {other:?}"),
     }
 }
 

@@ -272,24 +272,19 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::normalize::testing::usage_of;
+    use crate::normalize::testing::{end, ok, sse_turn, usage_of};
     use application::ports::TurnEnd;
-    use eventsource_stream::Eventsource;
-    use futures::StreamExt;
     use serde_json::json;
 
     /// Streams `sse` through the real SSE framing in small pieces (so events
     /// straddle reads, as on a network) and collects what the turn yields.
     async fn run(sse: &str) -> Vec<Result<ChatEvent, ChatError>> {
         let chars: Vec<char> = sse.chars().collect();
-        let pieces: Vec<Result<String, std::convert::Infallible>> = chars
+        let pieces = chars
             .chunks(7)
-            .map(|c| Ok(c.iter().collect::<String>()))
+            .map(|c| c.iter().collect::<String>().into_bytes())
             .collect();
-        let events = futures::stream::iter(pieces)
-            .eventsource()
-            .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        http::decode(ChunkDecoder::new(), events).collect().await
+        sse_turn(ChunkDecoder::new(), pieces).await
     }
 
     /// An SSE body of these `data:` payloads.
@@ -312,17 +307,6 @@ mod tests {
         }
         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
             "model": "gpt-test", "choices": [], "usage": usage})
-    }
-
-    fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
-        events.into_iter().map(Result::unwrap).collect()
-    }
-
-    fn end(events: &[ChatEvent]) -> &TurnEnd {
-        match events.last() {
-            Some(ChatEvent::End(end)) => end,
-            other => panic!("the turn does not end with End: {other:?}"),
-        }
     }
 
     #[tokio::test]
