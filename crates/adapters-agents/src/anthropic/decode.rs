@@ -342,7 +342,7 @@ impl http::TurnDecoder for MessagesDecoder {
 mod tests {
 
     use super::*;
-    use crate::normalize::testing::{end, ok, sse_turn, usage_of};
+    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
     use application::ports::TurnEnd;
     use serde_json::json;
 
@@ -722,17 +722,7 @@ mod tests {
             "event: message_start\ndata: <html>{long}</html>\n\n"
         ))
         .await;
-        assert_eq!(events.len(), 1);
-        let Err(ChatError::Api {
-            status: None,
-            message,
-            retryable: false,
-        }) = &events[0]
-        else {
-            panic!("{events:?}");
-        };
-        assert!(message.contains("not JSON: <html>xxx"), "{message}");
-        assert!(message.chars().count() < 300, "{message}");
+        assert_not_json_named(&events);
         // JSON of the wrong shape is named too.
         let mut decoder = MessagesDecoder::new();
         let error = decoder

@@ -341,6 +341,23 @@ pub(crate) fn end(events: &[ChatEvent]) -> &TurnEnd {
     }
 }
 
+/// A turn whose one event is `<html>` and 1000 `x`s, not JSON, fails at
+/// once with a final API error that quotes the start of it, and no more.
+#[track_caller]
+pub(crate) fn assert_not_json_named(events: &[Result<ChatEvent, ChatError>]) {
+    assert_eq!(events.len(), 1);
+    let Err(ChatError::Api {
+        status: None,
+        message,
+        retryable: false,
+    }) = &events[0]
+    else {
+        panic!("expected an API error: {events:?}");
+    };
+    assert!(message.contains("not JSON: <html>xxx"), "{message}");
+    assert!(message.chars().count() < 300, "{message}");
+}
+
 /// A chat turn of `agent` that says "hi", with no system prompt or tools.
 pub(crate) fn chat_request(agent: AgentDef) -> ChatRequest {
     ChatRequest {
