@@ -13,7 +13,7 @@ use domain::event::Usage;
 use domain::workflow::AgentDef;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use serde_json::{Value, json};
 
@@ -122,6 +122,24 @@ pub(crate) fn endpoint(agent: &AgentDef, default: &str, path: &str) -> Result<Ur
         )));
     }
     Ok(url)
+}
+
+/// POSTs a JSON `body` with the provider's `headers` (its key, its
+/// version) and [`send`]s it: how every HTTP provider sends a turn.
+pub(crate) async fn post_json(
+    agent: &AgentDef,
+    url: Url,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: impl Into<reqwest::Body>,
+) -> Result<Response, ChatError> {
+    let mut builder = client()?
+        .post(url)
+        .header(CONTENT_TYPE, "application/json")
+        .body(body);
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    send(builder, agent).await
 }
 
 /// Sends a request; a non-success status becomes the matching [`ChatError`]

@@ -7,9 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
+use application::ports::{ChatError, ChatEvent, StopReason, ToolCall};
 use eventsource_stream::Event;
-use futures::Stream;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -338,36 +337,20 @@ impl http::TurnDecoder for MessagesDecoder {
     }
 }
 
-/// The turn of a response's event stream.
-pub(crate) fn decode<S>(events: S) -> ChatStream
-where
-    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
-{
-    http::decode(MessagesDecoder::new(), events)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::convert::Infallible;
-
-    use eventsource_stream::Eventsource;
-    use futures::StreamExt;
 
     use super::*;
+    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
     use application::ports::TurnEnd;
-    use domain::event::Usage;
     use serde_json::json;
 
-    /// Runs SSE text through the real framing and [`decode`], in chunks cut
+    /// Runs SSE text through the real framing and the decoder, in chunks cut
     /// at odd places, as a network would deliver them.
     async fn run(sse: &str) -> Vec<Result<ChatEvent, ChatError>> {
-        let chunks: Vec<Result<Vec<u8>, Infallible>> =
-            sse.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
-        let events = futures::stream::iter(chunks)
-            .eventsource()
-            .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        decode(events).collect().await
+        let pieces = sse.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
+        sse_turn(MessagesDecoder::new(), pieces).await
     }
 
     /// SSE text from (event, data) pairs.
@@ -429,17 +412,6 @@ mod tests {
         ("message_stop", json!({"type": "message_stop"}))
     }
 
-    fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
-        events.into_iter().map(Result::unwrap).collect()
-    }
-
-    fn end(events: &[ChatEvent]) -> &TurnEnd {
-        match events.last() {
-            Some(ChatEvent::End(end)) => end,
-            other => panic!("the turn did not end: {other:?}"),
-        }
-    }
-
     #[tokio::test]
     async fn text_with_pings_between() {
         let events = ok(run(&sse(&[
@@ -466,13 +438,7 @@ mod tests {
             end(&events),
             &TurnEnd {
                 stop: StopReason::EndTurn,
-                usage: Usage {
-                    extra: Default::default(),
-                    input_tokens: 12,
-                    output_tokens: 9,
-                    cache_creation_input_tokens: Some(3),
-                    cache_read_input_tokens: Some(40),
-                },
+                usage: usage_of(12, 9, Some(3), Some(40)),
                 model: Some("claude-test".into()),
                 response_id: Some("msg_1".into()),
             }
@@ -629,16 +595,7 @@ mod tests {
         })));
         let end = end(&events);
         assert_eq!(end.stop, StopReason::ToolUse);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: Some(0),
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(end.usage, usage_of(120, 25, Some(0), Some(0)));
         assert_eq!(end.response_id.as_deref(), Some("msg_d3425df8825845e5ba68"));
         assert_eq!(end.model.as_deref(), Some("claude-sonnet-4-5"));
     }
@@ -684,16 +641,7 @@ mod tests {
         .await);
         let end = end(&events);
         assert_eq!(end.stop, StopReason::MaxTokens);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 15,
-                output_tokens: 8,
-                cache_creation_input_tokens: Some(3),
-                cache_read_input_tokens: Some(41),
-            }
-        );
+        assert_eq!(end.usage, usage_of(15, 8, Some(3), Some(41)));
         assert_eq!(stop_reason("stop_sequence"), StopReason::EndTurn);
         assert_eq!(stop_reason("refusal"), StopReason::Other("refusal".into()));
     }
@@ -774,17 +722,7 @@ mod tests {
             "event: message_start\ndata: <html>{long}</html>\n\n"
         ))
         .await;
-        assert_eq!(events.len(), 1);
-        let Err(ChatError::Api {
-            status: None,
-            message,
-            retryable: false,
-        }) = &events[0]
-        else {
-            panic!("{events:?}");
-        };
-        assert!(message.contains("not JSON: <html>xxx"), "{message}");
-        assert!(message.chars().count() < 300, "{message}");
+        assert_not_json_named(&events);
         // JSON of the wrong shape is named too.
         let mut decoder = MessagesDecoder::new();
         let error = decoder

@@ -15,7 +15,7 @@ pub use decode::MessagesDecoder;
 
 use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
 use async_trait::async_trait;
-use reqwest::header::CONTENT_TYPE;
+use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::http::{self, KeySource};
 
@@ -64,16 +64,16 @@ impl ChatModel for AnthropicChat {
         let key = self.keys.key(agent)?;
         let body = serde_json::to_vec(&wire::request_body(&request, model))
             .map_err(|e| ChatError::Config(format!("cannot encode the request: {e}")))?;
-        let mut builder = http::client()?
-            .post(url)
-            .header("anthropic-version", API_VERSION)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
+        let mut headers = vec![(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(API_VERSION),
+        )];
         if let Some(key) = key {
-            builder = builder.header("x-api-key", http::key_header(&key, agent)?);
+            let key = http::key_header(&key, agent)?;
+            headers.push((HeaderName::from_static("x-api-key"), key));
         }
-        let response = http::send(builder, agent).await?;
-        Ok(decode::decode(http::events(response)))
+        let response = http::post_json(agent, url, headers, body).await?;
+        Ok(http::decode(MessagesDecoder::new(), http::events(response)))
     }
 }
 
@@ -83,14 +83,7 @@ mod tests {
     use super::*;
     use domain::workflow::{AgentDef, Provider};
 
-    fn request(agent: AgentDef) -> ChatRequest {
-        ChatRequest {
-            agent,
-            system: String::new(),
-            messages: vec![application::ports::ChatMessage::User("hi".into())],
-            tools: Vec::new(),
-        }
-    }
+    use crate::normalize::testing::chat_request as request;
 
     #[tokio::test]
     async fn settings_that_cannot_work_fail_before_any_request() {

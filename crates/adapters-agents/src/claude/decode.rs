@@ -359,17 +359,13 @@ mod tests {
     use crate::normalize::testing::*;
 
     decoding_with!(ClaudeDecoder);
-    use domain::event::{ModelUsage, Usage};
 
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
     #[test]
     fn text_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/text/stdout.jsonl"),
-            include_str!("../../testdata/claude/text/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session text completed");
+        let out = captured!("claude/text");
+        assert_kinds(&out, "session text completed");
         assert_eq!(
             session(&out),
             (
@@ -385,25 +381,9 @@ mod tests {
         );
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: Some(0),
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(result.usage, usage_of(120, 25, Some(0), Some(0)));
         let model_usage = result.model_usage.as_ref().unwrap();
-        assert_eq!(
-            model_usage["claude-sonnet-4-5"],
-            ModelUsage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25
-            }
-        );
+        assert_eq!(model_usage["claude-sonnet-4-5"], model_usage_of(120, 25));
         assert_eq!(result.total_cost_usd, Some(0.000735));
         assert_eq!(result.num_turns, 1);
         assert!(result.duration_ms.is_some());
@@ -412,14 +392,8 @@ mod tests {
 
     #[test]
     fn tool_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/tool/stdout.jsonl"),
-            include_str!("../../testdata/claude/tool/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session thinking text tool_use tool text completed"
-        );
+        let out = captured!("claude/tool");
+        assert_kinds(&out, "session thinking text tool_use tool text completed");
         let input = json!({"command": "echo hi", "description": "Print hi"});
         let id = Some("toolu_0dea5dcde1614d95a1f1");
         let (messages, _) = split(out.clone());
@@ -450,14 +424,8 @@ mod tests {
 
     #[test]
     fn toolfail_capture_records_the_error() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/toolfail/stdout.jsonl"),
-            include_str!("../../testdata/claude/toolfail/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session thinking text tool_use tool text completed"
-        );
+        let out = captured!("claude/toolfail");
+        assert_kinds(&out, "session thinking text tool_use tool text completed");
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "Bash");
         assert_eq!(input["command"], "echo oops >&2; exit 3");
@@ -468,11 +436,8 @@ mod tests {
 
     #[test]
     fn resume_capture_keeps_the_session() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/resume/stdout.jsonl"),
-            include_str!("../../testdata/claude/resume/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session text completed");
+        let out = captured!("claude/resume");
+        assert_kinds(&out, "session text completed");
         assert_eq!(session(&out).0, "97708221-dc20-4e93-bfbf-51addfb15a16");
         let result = completed(&out);
         // Cost is cumulative over the resumed session; usage is this invocation's.
@@ -485,11 +450,8 @@ mod tests {
 
     #[test]
     fn errtest_capture_is_an_api_error_despite_subtype_success() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/ERRTEST/stdout.jsonl"),
-            include_str!("../../testdata/claude/ERRTEST/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session error warning ERR");
+        let out = captured!("claude/ERRTEST");
+        assert_kinds(&out, "session error warning ERR");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, message, .. })
             if error_type == "api_error" && message.contains("HTTP 500"))
@@ -501,11 +463,8 @@ mod tests {
 
     #[test]
     fn miderr_capture_recovers_and_completes() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/MIDERR/stdout.jsonl"),
-            include_str!("../../testdata/claude/MIDERR/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session text completed");
+        let out = captured!("claude/MIDERR");
+        assert_kinds(&out, "session text completed");
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
         assert_eq!(
@@ -516,10 +475,7 @@ mod tests {
 
     #[test]
     fn partial_capture_streams_deltas_without_duplicating_blocks() {
-        let out = capture(
-            include_bytes!("../../testdata/claude/tool_partial/stdout.jsonl"),
-            include_str!("../../testdata/claude/tool_partial/rc"),
-        );
+        let out = captured!("claude/tool_partial");
         let mut expected = vec!["session"];
         expected.extend(["thinking_delta"; 2]);
         expected.extend(["text_delta"; 5]);
@@ -568,15 +524,8 @@ mod tests {
         assert_eq!(
             messages,
             [
-                AgentMessage::Session {
-                    session_id: SessionId::new("s1").unwrap(),
-                    model: Some("m".into()),
-                },
-                AgentMessage::Thinking {
-                    content: "plan".into(),
-                    token_count: None,
-                    signature: Some("c2ln".into()),
-                },
+                session_of("s1", Some("m")),
+                thinking_of("plan", Some("c2ln")),
                 text_of("running"),
                 use_of(Some("toolu_A"), "Bash", json!({"command": "echo a"})),
                 use_of(Some("toolu_B"), "Bash", json!({"command": "sleep 99"})),
@@ -594,12 +543,7 @@ mod tests {
             ],
             "toolu_B stays a use alone: no result is made up for it"
         );
-        let (error_type, message) = fatal_of(error.as_ref());
-        assert_eq!(error_type, "error_during_execution");
-        assert!(
-            message.contains("code 137") && message.contains("Killed"),
-            "{message}"
-        );
+        assert_killed(error.as_ref());
     }
 
     #[test]
@@ -651,9 +595,9 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning warning warning warning text warning completed"
+        assert_kinds(
+            &out,
+            "session warning warning warning warning text warning completed",
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
             panic!()
@@ -679,10 +623,7 @@ mod tests {
         stdout.extend_from_slice(OK_RESULT.as_bytes());
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning text warning warning text completed"
-        );
+        assert_kinds(&out, "session warning text warning warning text completed");
         assert_eq!(
             out[2].as_ref().unwrap(),
             &AgentMessage::Text {
@@ -695,10 +636,10 @@ mod tests {
     #[test]
     fn truncated_result_line_means_no_result() {
         let out = run(&[INIT], Some(1), "");
-        assert_eq!(kinds(&out).join(" "), "session ERR");
+        assert_kinds(&out, "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
         let out = decode_output(stdout.as_bytes(), Some(1), "");
-        assert_eq!(kinds(&out).join(" "), "session warning ERR");
+        assert_kinds(&out, "session warning ERR");
     }
 
     #[test]
@@ -750,10 +691,7 @@ mod tests {
             Some(3),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session error error warning warning completed"
-        );
+        assert_kinds(&out, "session error error warning warning completed");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Error { error_type, .. }) if error_type == "rate_limit")
         );
@@ -797,10 +735,7 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session tool_use tool warning completed"
-        );
+        assert_kinds(&out, "session tool_use tool warning completed");
         assert_eq!(tool(&out[2]).2, &json!("a\nb"));
     }
 }

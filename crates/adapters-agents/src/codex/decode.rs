@@ -393,11 +393,8 @@ mod tests {
 
     #[test]
     fn text_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/codex/text/stdout.jsonl"),
-            include_str!("../../testdata/codex/text/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session text completed");
+        let out = captured!("codex/text");
+        assert_kinds(&out, "session text completed");
         assert_eq!(
             session(&out),
             ("01a2014c-3adf-7380-b611-f63adb45ee58", None)
@@ -418,14 +415,8 @@ mod tests {
 
     #[test]
     fn tool_capture_pairs_start_and_completion() {
-        let out = capture(
-            include_bytes!("../../testdata/codex/tool/stdout.jsonl"),
-            include_str!("../../testdata/codex/tool/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session thinking text tool_use tool text completed"
-        );
+        let out = captured!("codex/tool");
+        assert_kinds(&out, "session thinking text tool_use tool text completed");
         assert_eq!(
             session(&out),
             ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
@@ -468,14 +459,8 @@ mod tests {
 
     #[test]
     fn toolfail_capture_records_the_exit_code() {
-        let out = capture(
-            include_bytes!("../../testdata/codex/toolfail/stdout.jsonl"),
-            include_str!("../../testdata/codex/toolfail/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session thinking text tool_use tool text completed"
-        );
+        let out = captured!("codex/toolfail");
+        assert_kinds(&out, "session thinking text tool_use tool text completed");
         let (name, input, output, error) = tool(&out[4]);
         assert_eq!(name, "shell");
         assert_eq!(input["command"], "/bin/bash -lc 'echo oops >&2; exit 3'");
@@ -488,7 +473,7 @@ mod tests {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
         let out = capture(stdout, rc);
-        assert_eq!(kinds(&out).join(" "), "session text completed");
+        assert_kinds(&out, "session text completed");
         // The resumed thread is the one of the tool capture.
         assert_eq!(
             session(&out),
@@ -507,14 +492,8 @@ mod tests {
 
     #[test]
     fn errtest_capture_is_an_api_error_after_reconnects() {
-        let out = capture(
-            include_bytes!("../../testdata/codex/ERRTEST/stdout.jsonl"),
-            include_str!("../../testdata/codex/ERRTEST/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session error error error error error error ERR"
-        );
+        let out = captured!("codex/ERRTEST");
+        assert_kinds(&out, "session error error error error error error ERR");
         assert!(error_types(&out).iter().all(|t| *t == "network_error"));
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "api_error");
@@ -549,11 +528,8 @@ mod tests {
 
     #[test]
     fn ratetest_capture_is_a_rate_limit() {
-        let out = capture(
-            include_bytes!("../../testdata/codex/RATETEST/stdout.jsonl"),
-            include_str!("../../testdata/codex/RATETEST/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session error ERR");
+        let out = captured!("codex/RATETEST");
+        assert_kinds(&out, "session error ERR");
         assert_eq!(error_types(&out), ["rate_limit"]);
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "rate_limit");
@@ -587,15 +563,8 @@ mod tests {
         assert_eq!(
             messages,
             [
-                AgentMessage::Session {
-                    session_id: SessionId::new("t1").unwrap(),
-                    model: None,
-                },
-                AgentMessage::Thinking {
-                    content: "plan".into(),
-                    token_count: None,
-                    signature: None,
-                },
+                session_of("t1", None),
+                thinking_of("plan", None),
                 use_of(Some("item_1"), SHELL_TOOL, cmd("echo a")),
                 text_of("meanwhile"),
                 use_of(None, SHELL_TOOL, cmd("echo b")),
@@ -605,12 +574,7 @@ mod tests {
             ],
             "item_3 stays a use alone: no result is made up for it"
         );
-        let (error_type, message) = fatal_of(error.as_ref());
-        assert_eq!(error_type, "error_during_execution");
-        assert!(
-            message.contains("code 137") && message.contains("Killed"),
-            "{message}"
-        );
+        assert_killed(error.as_ref());
     }
 
     #[test]
@@ -634,9 +598,9 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning warning warning warning warning text completed"
+        assert_kinds(
+            &out,
+            "session warning warning warning warning warning text completed",
         );
         let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
             panic!()
@@ -648,16 +612,7 @@ mod tests {
         assert!(message.contains("fell back to HTTPS"), "{message}");
         let result = completed(&out);
         assert_eq!(result.text, "hi");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 5,
-                output_tokens: 2,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(1),
-            }
-        );
+        assert_eq!(result.usage, usage_of(5, 2, None, Some(1)));
     }
 
     #[test]
@@ -672,10 +627,7 @@ mod tests {
         stdout.extend_from_slice(DONE.as_bytes());
         // No newline after the last line: it is still decoded.
         let out = decode_output(&stdout, Some(0), "");
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning text warning warning completed"
-        );
+        assert_kinds(&out, "session warning text warning warning completed");
         assert_eq!(
             out[2].as_ref().unwrap(),
             &AgentMessage::Text {
@@ -703,9 +655,9 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session tool_use tool tool tool tool tool_use tool tool completed"
+        assert_kinds(
+            &out,
+            "session tool_use tool tool tool tool tool_use tool tool completed",
         );
         let (name, input, _, error) = tool(&out[2]);
         assert_eq!((name, error), ("file_change", None));
@@ -735,7 +687,7 @@ mod tests {
             Some(1),
             "",
         );
-        assert_eq!(kinds(&out).join(" "), "session warning ERR");
+        assert_kinds(&out, "session warning ERR");
         assert_eq!(agent_error(&out).0, "api_error");
         let out = run(
             &[
@@ -747,7 +699,7 @@ mod tests {
         );
         assert_eq!(agent_error(&out).0, "error_during_execution");
         let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
-        assert_eq!(kinds(&out).join(" "), "session warning completed");
+        assert_kinds(&out, "session warning completed");
         assert_eq!(completed(&out).num_turns, 2);
     }
 

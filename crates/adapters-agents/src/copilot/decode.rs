@@ -363,10 +363,7 @@ mod tests {
 
     #[test]
     fn text_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/copilot/text/stdout.jsonl"),
-            include_str!("../../testdata/copilot/text/rc"),
-        );
+        let out = captured!("copilot/text");
         assert_eq!(kinds(&out).join(" "), "text_delta completed");
         assert_eq!(out.len(), 6);
         assert_eq!(deltas(&out), "Hello from the fake server.");
@@ -384,10 +381,7 @@ mod tests {
 
     #[test]
     fn resume_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/copilot/resume/stdout.jsonl"),
-            include_str!("../../testdata/copilot/resume/rc"),
-        );
+        let out = captured!("copilot/resume");
         assert_eq!(kinds(&out).join(" "), "text_delta completed");
         assert!(completed(&out).session_id.is_some());
     }
@@ -451,10 +445,7 @@ mod tests {
 
     #[test]
     fn toolfail_capture_records_the_real_exit_code() {
-        let out = capture(
-            include_bytes!("../../testdata/copilot/toolfail/stdout.jsonl"),
-            include_str!("../../testdata/copilot/toolfail/rc"),
-        );
+        let out = captured!("copilot/toolfail");
         assert_eq!(
             kinds(&out).join(" "),
             "text_delta tool_use tool text_delta completed"
@@ -475,10 +466,7 @@ mod tests {
 
     #[test]
     fn badreq_capture_is_an_api_error() {
-        let out = capture(
-            include_bytes!("../../testdata/copilot/BADREQ/stdout.jsonl"),
-            include_str!("../../testdata/copilot/BADREQ/rc"),
-        );
+        let out = captured!("copilot/BADREQ");
         assert_eq!(kinds(&out).join(" "), "error ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "api_error");
@@ -494,10 +482,7 @@ mod tests {
 
     #[test]
     fn errtest_capture_is_an_api_error_after_retries() {
-        let out = capture(
-            include_bytes!("../../testdata/copilot/ERRTEST/stdout.jsonl"),
-            include_str!("../../testdata/copilot/ERRTEST/rc"),
-        );
+        let out = captured!("copilot/ERRTEST");
         let all: Vec<&str> = out.iter().map(kind).collect();
         assert_eq!(
             all,

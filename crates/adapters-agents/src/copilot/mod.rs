@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::normalize::usage::{SessionTotals, minus};
 use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, prompt_with_system, run_cli};
+use crate::process::{CliCommand, print_args, run_cli};
 
 /// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
 /// final line, and token counts are not printed on stdout at all: the CLI
@@ -88,14 +88,7 @@ impl Copilot {
     pub fn command(request: &AgentRequest, usage_file: &Path) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
-        let prompt = prompt_with_system(request);
-        let mut args: Vec<String> = vec![
-            "-p".into(),
-            prompt,
-            "--output-format".into(),
-            "json".into(),
-            "--no-ask-user".into(),
-        ];
+        let mut args = print_args(request, "json", "--no-ask-user");
         if agent.tools.is_empty() {
             args.push("--allow-all-tools".into());
         } else {

@@ -231,20 +231,16 @@ mod tests {
     use crate::normalize::testing::*;
 
     decoding_with!(GeminiDecoder);
-    use domain::event::{ModelUsage, Usage};
 
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
 
     #[test]
     fn text_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/gemini/text/stdout.jsonl"),
-            include_str!("../../testdata/gemini/text/rc"),
-        );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session text_delta text_delta text_delta text_delta text_delta completed"
+        let out = captured!("gemini/text");
+        assert_kinds(
+            &out,
+            "session text_delta text_delta text_delta text_delta text_delta completed",
         );
         assert_eq!(
             session(&out),
@@ -256,23 +252,10 @@ mod tests {
         assert_eq!(deltas(&out), "Hello from the fake server.");
         let result = completed(&out);
         assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(0),
-            }
-        );
+        assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
         assert_eq!(
             result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
-            ModelUsage {
-                extra: Default::default(),
-                input_tokens: 120,
-                output_tokens: 25
-            }
+            model_usage_of(120, 25)
         );
         assert_eq!(result.duration_ms, Some(167));
         assert_eq!(result.num_turns, 1);
@@ -282,10 +265,7 @@ mod tests {
 
     #[test]
     fn tool_capture() {
-        let out = capture(
-            include_bytes!("../../testdata/gemini/tool/stdout.jsonl"),
-            include_str!("../../testdata/gemini/tool/rc"),
-        );
+        let out = captured!("gemini/tool");
         let mut expected = vec!["session", "text_delta", "tool_use", "tool"];
         expected.extend(["text_delta"; 8]);
         expected.push("completed");
@@ -320,10 +300,7 @@ mod tests {
 
     #[test]
     fn toolfail_capture_reports_success_because_stdout_has_no_exit_code() {
-        let out = capture(
-            include_bytes!("../../testdata/gemini/toolfail/stdout.jsonl"),
-            include_str!("../../testdata/gemini/toolfail/rc"),
-        );
+        let out = captured!("gemini/toolfail");
         assert_eq!(kind(&out[2]), "tool_use");
         let (name, input, output, error) = tool(&out[3]);
         assert_eq!(name, "run_shell_command");
@@ -350,9 +327,9 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session tool_use tool tool_use tool tool_use tool completed"
+        assert_kinds(
+            &out,
+            "session tool_use tool tool_use tool tool_use tool completed",
         );
         assert_eq!(tool(&out[2]).3, Some("command exited with code 3"));
         assert_eq!(tool(&out[4]).3, Some("no such file"));
@@ -363,10 +340,7 @@ mod tests {
 
     #[test]
     fn resume_capture_keeps_the_session() {
-        let out = capture(
-            include_bytes!("../../testdata/gemini/resume/stdout.jsonl"),
-            include_str!("../../testdata/gemini/resume/rc"),
-        );
+        let out = captured!("gemini/resume");
         assert_eq!(session(&out).0, "2dcad872-3b98-4b4e-aa03-586cb476122c");
         assert_eq!(deltas(&out), "Hello from the fake server.");
         assert_eq!(completed(&out).usage.input_tokens, 120);
@@ -374,11 +348,8 @@ mod tests {
 
     #[test]
     fn badreq_capture_is_an_api_error() {
-        let out = capture(
-            include_bytes!("../../testdata/gemini/BADREQ/stdout.jsonl"),
-            include_str!("../../testdata/gemini/BADREQ/rc"),
-        );
-        assert_eq!(kinds(&out).join(" "), "session ERR");
+        let out = captured!("gemini/BADREQ");
+        assert_kinds(&out, "session ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "api_error");
         assert!(message.contains("fake error 400"), "{message}");
@@ -396,7 +367,7 @@ mod tests {
             ),
             "at async Turn.run (chunk.js:1:2) {\n  status: 500\n}\n",
         );
-        assert_eq!(kinds(&out).join(" "), "session ERR");
+        assert_kinds(&out, "session ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "error_during_execution");
         assert!(message.contains("exited with code 124"), "{message}");
@@ -507,9 +478,9 @@ mod tests {
         stdout.extend_from_slice(b"{\"type\":\"tool_use\",\"tool_name\":\"run_shell_command\",\"tool_id\":\"t9\",\"parameters\":{\"command\":\"sleep 9\"}}\n");
         stdout.extend_from_slice(OK_RESULT.as_bytes());
         let out = decode_output(&stdout, Some(0), "");
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning text_delta warning warning text warning tool_use completed"
+        assert_kinds(
+            &out,
+            "session warning text_delta warning warning text warning tool_use completed",
         );
         assert_eq!(
             out[2].as_ref().unwrap(),
@@ -531,16 +502,7 @@ mod tests {
             "a call without its result stays a use alone"
         );
         let result = completed(&out);
-        assert_eq!(
-            result.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 6,
-                output_tokens: 2,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(4),
-            }
-        );
+        assert_eq!(result.usage, usage_of(6, 2, None, Some(4)));
         assert_eq!(result.text, "", "text before a tool call is not the answer");
     }
 
@@ -552,7 +514,7 @@ mod tests {
         let value: Value = serde_json::from_str(OK_RESULT).unwrap();
         assert!(decoder.line(value).is_empty());
         let out = decoder.finish(Some(2), "");
-        assert_eq!(kinds(&out).join(" "), "warning completed");
+        assert_kinds(&out, "warning completed");
         assert!(decoder.finish(Some(0), "").is_empty());
     }
 
@@ -575,9 +537,9 @@ mod tests {
             Some(0),
             "",
         );
-        assert_eq!(
-            kinds(&out).join(" "),
-            "session warning warning warning error warning warning warning completed"
+        assert_kinds(
+            &out,
+            "session warning warning warning error warning warning warning completed",
         );
         assert!(
             matches!(&out[4], Ok(AgentMessage::Error { error_type, .. }) if error_type == "api_error")

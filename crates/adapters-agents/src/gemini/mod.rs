@@ -19,7 +19,7 @@ use application::secrets::KeyNames;
 use async_trait::async_trait;
 
 use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, prompt_with_system, run_cli};
+use crate::process::{CliCommand, print_args, run_cli};
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
 #[derive(Debug, Clone, Default)]
@@ -38,15 +38,8 @@ impl Gemini {
     pub fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
-        let prompt = prompt_with_system(request);
         // `--yolo`: without it the shell tool is not even offered.
-        let mut args: Vec<String> = vec![
-            "-p".into(),
-            prompt,
-            "--output-format".into(),
-            "stream-json".into(),
-            "--yolo".into(),
-        ];
+        let mut args = print_args(request, "stream-json", "--yolo");
         if let Some(model) = &agent.model {
             args.extend(["-m".into(), model.clone()]);
         }

@@ -7,10 +7,18 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+use application::ports::{
+    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatRequest,
+    QueryError, TurnEnd,
+};
+use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
-use domain::{NodeId, NodeRunId, RunId};
+use domain::{NodeId, NodeRunId, RunId, SessionId};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use serde_json::Value;
+
+use crate::http::TurnDecoder;
 
 use super::{Decoded, Decoder, decode_all};
 
@@ -159,6 +167,34 @@ macro_rules! decoding_with {
 }
 pub(crate) use decoding_with;
 
+/// Decodes the recorded capture `cli/scenario` under `testdata/` with the
+/// decoder's `capture` (from [`decoding_with!`]).
+macro_rules! captured {
+    ($scenario:literal) => {
+        capture(
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/testdata/",
+                $scenario,
+                "/stdout.jsonl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/testdata/",
+                $scenario,
+                "/rc"
+            )),
+        )
+    };
+}
+pub(crate) use captured;
+
+/// Asserts the kinds of a decoded stream, space-separated, all of them.
+#[track_caller]
+pub(crate) fn assert_kinds(out: &[Decoded], expected: &str) {
+    assert_eq!(kinds(out).join(" "), expected);
+}
+
 /// The session the stream announces first, and its model.
 pub(crate) fn session(out: &[Decoded]) -> (&str, Option<&str>) {
     match &out[0] {
@@ -206,6 +242,60 @@ pub(crate) fn fatal_of(error: Option<&QueryError>) -> (&str, &str) {
     }
 }
 
+/// The error that ends the stream of a CLI killed with exit code 137
+/// (stderr `Killed`): an execution error naming both.
+#[track_caller]
+pub(crate) fn assert_killed(error: Option<&QueryError>) {
+    let (error_type, message) = fatal_of(error);
+    assert_eq!(error_type, "error_during_execution");
+    assert!(
+        message.contains("code 137") && message.contains("Killed"),
+        "{message}"
+    );
+}
+
+/// An [`AgentMessage::Session`].
+pub(crate) fn session_of(id: &str, model: Option<&str>) -> AgentMessage {
+    AgentMessage::Session {
+        session_id: SessionId::new(id).unwrap(),
+        model: model.map(str::to_owned),
+    }
+}
+
+/// An [`AgentMessage::Thinking`] without a token count.
+pub(crate) fn thinking_of(content: &str, signature: Option<&str>) -> AgentMessage {
+    AgentMessage::Thinking {
+        content: content.to_owned(),
+        token_count: None,
+        signature: signature.map(str::to_owned),
+    }
+}
+
+/// A [`Usage`] with these counts and nothing else.
+pub(crate) fn usage_of(
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+) -> Usage {
+    Usage {
+        extra: Default::default(),
+        input_tokens,
+        output_tokens,
+        cache_creation_input_tokens,
+        cache_read_input_tokens,
+    }
+}
+
+/// A [`ModelUsage`] with these counts and nothing else.
+pub(crate) fn model_usage_of(input_tokens: u64, output_tokens: u64) -> ModelUsage {
+    ModelUsage {
+        extra: Default::default(),
+        input_tokens,
+        output_tokens,
+    }
+}
+
 /// A request of `provider`'s agent `coder` in a new run, running
 /// `executable` when given.
 pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> AgentRequest {
@@ -222,6 +312,59 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         prompt: "run echo hi".into(),
         resume: None,
         call_index: 0,
+    }
+}
+
+/// Runs `pieces` of an SSE body through the real framing and `decoder`, as
+/// a network would deliver them, and collects what the turn yields.
+pub(crate) async fn sse_turn<D: TurnDecoder>(
+    decoder: D,
+    pieces: Vec<Vec<u8>>,
+) -> Vec<Result<ChatEvent, ChatError>> {
+    let pieces = pieces.into_iter().map(Ok::<_, std::convert::Infallible>);
+    let events = futures::stream::iter(pieces)
+        .eventsource()
+        .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
+    crate::http::decode(decoder, events).collect().await
+}
+
+/// The events of a turn in which nothing failed.
+pub(crate) fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
+    events.into_iter().map(Result::unwrap).collect()
+}
+
+/// The end a turn's events close with.
+pub(crate) fn end(events: &[ChatEvent]) -> &TurnEnd {
+    match events.last() {
+        Some(ChatEvent::End(end)) => end,
+        other => panic!("the turn does not end with End: {other:?}"),
+    }
+}
+
+/// A turn whose one event is `<html>` and 1000 `x`s, not JSON, fails at
+/// once with a final API error that quotes the start of it, and no more.
+#[track_caller]
+pub(crate) fn assert_not_json_named(events: &[Result<ChatEvent, ChatError>]) {
+    assert_eq!(events.len(), 1);
+    let Err(ChatError::Api {
+        status: None,
+        message,
+        retryable: false,
+    }) = &events[0]
+    else {
+        panic!("expected an API error: {events:?}");
+    };
+    assert!(message.contains("not JSON: <html>xxx"), "{message}");
+    assert!(message.chars().count() < 300, "{message}");
+}
+
+/// A chat turn of `agent` that says "hi", with no system prompt or tools.
+pub(crate) fn chat_request(agent: AgentDef) -> ChatRequest {
+    ChatRequest {
+        agent,
+        system: String::new(),
+        messages: vec![ChatMessage::User("hi".into())],
+        tools: Vec::new(),
     }
 }
 

@@ -13,10 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use application::ports::{ChatError, ChatEvent, ChatStream, StopReason, ToolCall};
+use application::ports::{ChatError, ChatEvent, StopReason, ToolCall};
 use domain::event::Usage;
 use eventsource_stream::Event;
-use futures::Stream;
 use serde_json::Value;
 use tracing::debug;
 
@@ -222,14 +221,6 @@ impl http::TurnDecoder for ChunkDecoder {
     }
 }
 
-/// The turn of a response's event stream.
-pub(crate) fn decode<S>(events: S) -> ChatStream
-where
-    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
-{
-    http::decode(ChunkDecoder::new(), events)
-}
-
 /// Maps `finish_reason`; `function_call` is the pre-tools name of `tool_calls`.
 fn stop_reason(reason: &str) -> StopReason {
     match reason {
@@ -281,23 +272,19 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
     use application::ports::TurnEnd;
-    use eventsource_stream::Eventsource;
-    use futures::StreamExt;
     use serde_json::json;
 
     /// Streams `sse` through the real SSE framing in small pieces (so events
     /// straddle reads, as on a network) and collects what the turn yields.
     async fn run(sse: &str) -> Vec<Result<ChatEvent, ChatError>> {
         let chars: Vec<char> = sse.chars().collect();
-        let pieces: Vec<Result<String, std::convert::Infallible>> = chars
+        let pieces = chars
             .chunks(7)
-            .map(|c| Ok(c.iter().collect::<String>()))
+            .map(|c| c.iter().collect::<String>().into_bytes())
             .collect();
-        let events = futures::stream::iter(pieces)
-            .eventsource()
-            .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-        decode(events).collect().await
+        sse_turn(ChunkDecoder::new(), pieces).await
     }
 
     /// An SSE body of these `data:` payloads.
@@ -320,17 +307,6 @@ mod tests {
         }
         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
             "model": "gpt-test", "choices": [], "usage": usage})
-    }
-
-    fn ok(events: Vec<Result<ChatEvent, ChatError>>) -> Vec<ChatEvent> {
-        events.into_iter().map(Result::unwrap).collect()
-    }
-
-    fn end(events: &[ChatEvent]) -> &TurnEnd {
-        match events.last() {
-            Some(ChatEvent::End(end)) => end,
-            other => panic!("the turn does not end with End: {other:?}"),
-        }
     }
 
     #[tokio::test]
@@ -434,16 +410,7 @@ mod tests {
         .await);
         let end = end(&events);
         assert_eq!(end.stop, StopReason::MaxTokens);
-        assert_eq!(
-            end.usage,
-            Usage {
-                extra: Default::default(),
-                input_tokens: 200,
-                output_tokens: 40,
-                cache_creation_input_tokens: None,
-                cache_read_input_tokens: Some(800),
-            }
-        );
+        assert_eq!(end.usage, usage_of(200, 40, None, Some(800)));
     }
 
     #[tokio::test]
@@ -561,17 +528,7 @@ mod tests {
     async fn data_that_is_not_json_is_named() {
         let long = "x".repeat(1000);
         let events = run(&format!("data: <html>{long}\n\n")).await;
-        assert_eq!(events.len(), 1);
-        let Err(ChatError::Api {
-            status: None,
-            message,
-            retryable: false,
-        }) = &events[0]
-        else {
-            panic!("expected an API error: {events:?}");
-        };
-        assert!(message.contains("not JSON: <html>xxx"), "{message}");
-        assert!(message.chars().count() < 300, "{message}");
+        assert_not_json_named(&events);
         let mut decoder = ChunkDecoder::new();
         assert!(decoder.on_data(r#"{"choices": "nope"}"#).is_err());
     }

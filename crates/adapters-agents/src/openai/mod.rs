@@ -22,7 +22,7 @@ pub use decode::ChunkDecoder;
 
 use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
 use async_trait::async_trait;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::AUTHORIZATION;
 use serde_json::Value;
 
 use crate::http::{self, KeySource};
@@ -73,16 +73,13 @@ impl ChatModel for OpenAiChat {
         let body = wire::request_body(&request)?;
         let key = self.keys.key(agent)?;
         let url = http::endpoint(agent, DEFAULT_BASE_URL, "chat/completions")?;
-        let mut builder = http::client()?
-            .post(url)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_string());
+        let mut headers = Vec::new();
         if let Some(key) = key {
             let bearer = http::key_header(&format!("Bearer {key}"), agent)?;
-            builder = builder.header(AUTHORIZATION, bearer);
+            headers.push((AUTHORIZATION, bearer));
         }
-        let response = http::send(builder, agent).await?;
-        Ok(decode::decode(http::events(response)))
+        let response = http::post_json(agent, url, headers, body.to_string()).await?;
+        Ok(http::decode(ChunkDecoder::new(), http::events(response)))
     }
 }
 
@@ -92,14 +89,7 @@ mod tests {
     use super::*;
     use domain::workflow::{AgentDef, Provider};
 
-    fn request(agent: AgentDef) -> ChatRequest {
-        ChatRequest {
-            agent,
-            system: String::new(),
-            messages: vec![application::ports::ChatMessage::User("hi".into())],
-            tools: vec![],
-        }
-    }
+    use crate::normalize::testing::chat_request as request;
 
     #[tokio::test]
     async fn configuration_errors_come_before_any_request() {

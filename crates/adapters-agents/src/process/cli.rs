@@ -92,6 +92,19 @@ pub fn prompt_with_system(request: &AgentRequest) -> String {
     }
 }
 
+/// The arguments of a one-shot `-p` run that prints `format`, then `flag`
+/// (how the CLI is told to run tools unattended); the system prompt leads
+/// the prompt.
+pub(crate) fn print_args(request: &AgentRequest, format: &str, flag: &str) -> Vec<String> {
+    vec![
+        "-p".into(),
+        prompt_with_system(request),
+        "--output-format".into(),
+        format.into(),
+        flag.into(),
+    ]
+}
+
 /// Starts `command` and decodes its stdout with `decoder`. Errors before the
 /// first message (the executable is missing, not executable) come back here.
 pub fn run_cli<D: Decoder + Send + 'static>(

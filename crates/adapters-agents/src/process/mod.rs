@@ -22,6 +22,7 @@ pub mod shell;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub(crate) use cli::print_args;
 pub use cli::{CliCommand, prompt_with_system, run_cli};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, ProcessGroup, Sandbox};
