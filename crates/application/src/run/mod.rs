@@ -280,6 +280,8 @@ mod edge_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod stop_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod transcript_tests;

@@ -1,0 +1,109 @@
+//! How a run stops before it completes, on mocked ports and tokio's paused
+//! clock: a cancellation or a node failure stops the node runs in flight at
+//! once (each recorded), and a child run records its own end.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use domain::{EventKind, RunSnapshot, RuntimeEvent};
+use serde_json::json;
+
+use super::graph_tests::{FAN_OUT, after, of_type, rig, run, run_with, wf};
+use super::*;
+use crate::ports::QueryError;
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_stops_the_node_runs_in_flight_and_ends_with_flow_cancelled() {
+    let rig = rig(|r| {
+        let secs = if r.node_id.as_str() == "split" { 0 } else { 60 };
+        after(secs, r.node_id.to_string(), 1)
+    });
+    let cancel = Cancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        trigger.cancel("interrupted by SIGINT");
+    });
+    let started = tokio::time::Instant::now();
+    let outcome = run_with(&rig, wf(FAN_OUT), json!("go"), cancel).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(5),
+        "no waiting for the agents"
+    );
+    assert_eq!(outcome.status, RunStatus::Cancelled);
+    assert_eq!(outcome.error.as_deref(), Some("interrupted by SIGINT"));
+    let failed = of_type(&rig, "node:failed");
+    assert_eq!(failed.len(), 3, "x, y and z were in flight");
+    let last = rig.events.lock().unwrap().last().cloned().unwrap();
+    assert!(matches!(
+        &last.kind,
+        EventKind::FlowCancelled { reason: Some(r) } if r == "interrupted by SIGINT"
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_cancels_the_siblings_in_flight() {
+    let rig = rig(|r| match r.node_id.as_str() {
+        "x" => Err(QueryError::Agent {
+            error_type: "api_error".into(),
+            message: "boom".into(),
+            details: None,
+        }),
+        "split" => after(0, "s".into(), 1),
+        _ => after(60, "late".into(), 1),
+    });
+    let started = tokio::time::Instant::now();
+    let outcome = run(&rig, wf(FAN_OUT), json!("go")).await;
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(outcome.status, RunStatus::Failed);
+    assert!(outcome.error.unwrap().contains("node `x` failed"));
+    let failed = of_type(&rig, "node:failed");
+    assert_eq!(failed.len(), 3);
+    assert!(failed[1..].iter().all(|e| matches!(&e.kind,
+        EventKind::NodeFailed { error, .. } if error.starts_with("cancelled"))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
+    let child = Arc::new(wf(
+        "name: child\nagents: {slow: {provider: mock}}\nsteps: [{agent: slow}]\n",
+    ));
+    let mut parent = wf(
+        "name: parent\nagents: {a: {provider: mock}}\nnodes:\n  - {id: call, call_workflow: child.yaml}\n",
+    );
+    parent.nodes[0].kind = domain::workflow::NodeKind::CallWorkflow {
+        workflow: "child.yaml".into(),
+        resolved: Some(child),
+    };
+    let rig = rig(|r| after(60, r.node_id.to_string(), 1));
+    let cancel = Cancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        trigger.cancel("interrupted by SIGTERM");
+    });
+    let outcome = run_with(&rig, parent, json!("go"), cancel).await;
+    assert_eq!(outcome.status, RunStatus::Cancelled);
+    let events = rig.events.lock().unwrap().clone();
+    let child_id = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SubflowStarted { child_run_id, .. } => Some(*child_run_id),
+            _ => None,
+        })
+        .expect("a child run");
+    let child_log: Vec<&RuntimeEvent> = events.iter().filter(|e| e.run_id == child_id).collect();
+    let child_state = RunSnapshot::fold(child_log.iter().copied()).unwrap();
+    assert_eq!(
+        child_state.status,
+        RunStatus::Cancelled,
+        "the child ends itself"
+    );
+    assert!(matches!(
+        &child_log.last().unwrap().kind,
+        EventKind::FlowCancelled { reason: Some(r) } if r == "interrupted by SIGTERM"
+    ));
+    assert!(child_state.node_runs.is_empty());
+}
