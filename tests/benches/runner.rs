@@ -110,6 +110,27 @@ fn store(dir: &Path, name: &str, sync: SyncPolicy) -> Arc<FileRunStore> {
     Arc::new(FileRunStore::open_with(dir.join(name), config).expect("store"))
 }
 
+/// Times whole runs of `workflow`; creating each run (a directory and a
+/// file) is set-up, outside the timing.
+fn time_runs(
+    b: &mut criterion::Bencher<'_>,
+    rt: &tokio::runtime::Runtime,
+    runner: &Executor,
+    workflow: &Arc<WorkflowDef>,
+) {
+    b.iter_batched(
+        || rt.block_on(runner.create()).expect("create"),
+        |id| {
+            let req = RunRequest {
+                workflow: Arc::clone(workflow),
+                input: json!("go"),
+            };
+            rt.block_on(runner.run(id, req)).expect("run")
+        },
+        BatchSize::PerIteration,
+    )
+}
+
 fn bench_runner(c: &mut Criterion) {
     // Current-thread, as `awr run` drives its one run.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -134,18 +155,7 @@ fn bench_runner(c: &mut Criterion) {
                 Arc::new(RandomIds),
             );
             group.bench_function(format!("{name}/{steps}"), |b| {
-                // Creating the run (a directory and a file) is set-up, outside the timing.
-                b.iter_batched(
-                    || rt.block_on(runner.create()).expect("create"),
-                    |id| {
-                        let req = RunRequest {
-                            workflow: Arc::clone(&workflow),
-                            input: json!("go"),
-                        };
-                        rt.block_on(runner.run(id, req)).expect("run")
-                    },
-                    BatchSize::PerIteration,
-                )
+                time_runs(b, &rt, &runner, &workflow)
             });
         }
         let mock_store = store(dir.path(), "mock", SyncPolicy::Never);
@@ -239,17 +249,7 @@ fn bench_fan_out(c: &mut Criterion) {
     for width in [1, 3] {
         let workflow = Arc::new(fan_out(width));
         group.bench_function(format!("agents_1s/{width}"), |b| {
-            b.iter_batched(
-                || rt.block_on(runner.create()).expect("create"),
-                |id| {
-                    let req = RunRequest {
-                        workflow: Arc::clone(&workflow),
-                        input: json!("go"),
-                    };
-                    rt.block_on(runner.run(id, req)).expect("run")
-                },
-                BatchSize::PerIteration,
-            )
+            time_runs(b, &rt, &runner, &workflow)
         });
     }
     group.finish();

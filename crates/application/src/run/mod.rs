@@ -115,6 +115,7 @@ impl Default for CheckpointPolicy {
 }
 
 /// The ports a run uses; shared by the runs of one executor and their children.
+#[derive(Clone)]
 pub(crate) struct Ports {
     pub store: Arc<dyn RunStore>,
     pub query: Arc<dyn QueryFn>,
@@ -160,24 +161,9 @@ impl Executor {
         }
     }
 
+    /// Changes a setting; the runs already started keep the ports they had.
     fn with(mut self, change: impl FnOnce(&mut Ports)) -> Self {
-        if let Some(ports) = Arc::get_mut(&mut self.ports) {
-            change(ports);
-        } else {
-            let p = &self.ports;
-            let mut ports = Ports {
-                store: Arc::clone(&p.store),
-                query: Arc::clone(&p.query),
-                commands: p.commands.clone(),
-                clock: Arc::clone(&p.clock),
-                ids: Arc::clone(&p.ids),
-                observer: p.observer.clone(),
-                transcripts: p.transcripts.clone(),
-                checkpoints: p.checkpoints,
-            };
-            change(&mut ports);
-            self.ports = Arc::new(ports);
-        }
+        change(Arc::make_mut(&mut self.ports));
         self
     }
 

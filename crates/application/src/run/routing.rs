@@ -66,13 +66,18 @@ fn data_of(state: &RunSnapshot, node: &NodeId) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// The variables of `input:` and `for_each:` expressions.
-pub(crate) fn input_vars(state: &RunSnapshot, run_input: &Value) -> Map<String, Value> {
-    let outputs: Map<String, Value> = state
+/// `outputs` of an expression: the data of every finished node, by id.
+fn outputs_data(state: &RunSnapshot) -> Map<String, Value> {
+    state
         .outputs
         .keys()
         .map(|id| (id.to_string(), data_of(state, id)))
-        .collect();
+        .collect()
+}
+
+/// The variables of `input:` and `for_each:` expressions.
+pub(crate) fn input_vars(state: &RunSnapshot, run_input: &Value) -> Map<String, Value> {
+    let outputs = outputs_data(state);
     let loops: Map<String, Value> = state
         .loop_counters
         .iter()
@@ -186,11 +191,7 @@ fn kind_of(value: &Value) -> &'static str {
 
 /// `output` (the finished node's data), `outputs` (every finished node's data), `input`.
 fn condition_vars(state: &RunSnapshot, data: &Value, run_input: &Value) -> Map<String, Value> {
-    let outputs: Map<String, Value> = state
-        .outputs
-        .keys()
-        .map(|id| (id.to_string(), data_of(state, id)))
-        .collect();
+    let outputs = outputs_data(state);
     let mut vars = Map::new();
     vars.insert("output".into(), data.clone());
     vars.insert("outputs".into(), Value::Object(outputs));
