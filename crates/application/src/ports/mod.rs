@@ -3,6 +3,7 @@
 mod chat;
 mod clock;
 mod command;
+mod control;
 mod observer;
 mod query;
 mod source;
@@ -22,6 +23,9 @@ pub use clock::{MockClock, MockIdGen};
 #[cfg(test)]
 pub use command::MockCommandRunner;
 pub use command::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
+#[cfg(test)]
+pub use control::MockControlChannel;
+pub use control::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
 pub use observer::RunObserver;
 #[cfg(test)]
 pub use query::MockQueryFn;

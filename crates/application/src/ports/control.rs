@@ -1,0 +1,93 @@
+//! [`ControlChannel`]: how a command reaches the process that writes a run.
+//!
+//! Only a run's writer (the holder of its [`RunLock`](super::RunLock))
+//! appends to its log, so a command from another process (`awr pause`,
+//! `awr send`, an HTTP client of another server) cannot write
+//! `command:received` itself while that writer lives. It hands the raw
+//! command to the writer over this channel and waits for the writer's
+//! answer, which the writer gives only after it has recorded the command.
+//! When nobody listens ([`ControlError::NoWriter`]), the caller takes the
+//! run's lock and records the command itself.
+
+use async_trait::async_trait;
+use domain::RunId;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// Why a command could not be delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// No live writer listens for the run's commands.
+    #[error("run {0} has no live writer")]
+    NoWriter(RunId),
+    /// The endpoint could not be opened, or the exchange broke off (names
+    /// the endpoint and what failed).
+    #[error("control channel I/O error: {0}")]
+    Io(String),
+    /// The other side answered something that is not an answer.
+    #[error("control channel protocol error: {0}")]
+    Protocol(String),
+}
+
+/// The writer's answer to a command, given once it is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandReply {
+    /// Whether the command was accepted (`command:received`'s `accepted`).
+    pub accepted: bool,
+    /// Offset of its `command:received` event.
+    pub offset: u64,
+    /// Why it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One command on its way to the writer, with the way back for its answer.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The command exactly as sent (recorded as is, valid or not).
+    pub raw: Value,
+    /// Where the answer goes; dropping it tells the sender the writer gave
+    /// no answer.
+    pub reply: oneshot::Sender<CommandReply>,
+}
+
+/// A writer's open command endpoint. Commands arrive on `commands` until it
+/// is dropped; dropping it closes the endpoint.
+pub struct Listener {
+    /// The commands, in arrival order.
+    pub commands: mpsc::Receiver<Delivery>,
+    /// The implementation's hold on the endpoint (a bound socket, a task).
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Listener {
+    /// A listener whose endpoint stays open while `held` lives: for implementations.
+    pub fn new(commands: mpsc::Receiver<Delivery>, held: impl Send + Sync + 'static) -> Self {
+        Self {
+            commands,
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener").finish_non_exhaustive()
+    }
+}
+
+/// Carries commands to a run's live writer.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait ControlChannel: Send + Sync + 'static {
+    /// Opens the command endpoint of `run_id`, for its writer: the caller
+    /// holds the run's lock, so an endpoint left over by a dead writer may
+    /// be replaced.
+    async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError>;
+
+    /// Hands `raw` to the run's writer and waits for its answer;
+    /// [`ControlError::NoWriter`] when no writer listens.
+    async fn deliver(&self, run_id: RunId, raw: &Value) -> Result<CommandReply, ControlError>;
+}
