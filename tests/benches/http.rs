@@ -135,6 +135,9 @@ fn bench_http(c: &mut Criterion) {
             agent: agent.clone(),
             prompt: "Say hello.".into(),
             resume: None,
+            session_id: None,
+            session_usage: Default::default(),
+            history: Vec::new(),
             call_index: 0,
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {

@@ -124,6 +124,7 @@ fn time_runs(
             let req = RunRequest {
                 workflow: Arc::clone(workflow),
                 input: json!("go"),
+                source: None,
             };
             rt.block_on(runner.run(id, req)).expect("run")
         },
@@ -177,6 +178,7 @@ fn bench_runner(c: &mut Criterion) {
                     let req = RunRequest {
                         workflow: Arc::clone(&workflow),
                         input: json!("go"),
+                        source: None,
                     };
                     rt.block_on(runner.run(id, req)).expect("run")
                 },

@@ -396,6 +396,9 @@ async fn resume_session(
         },
         prompt: "continue".into(),
         resume: Some(domain::SessionId::new(session).expect("session")),
+        session_id: None,
+        session_usage: Default::default(),
+        history: Vec::new(),
         call_index: 1,
     };
     let out: Vec<_> = providers

@@ -226,12 +226,19 @@ impl Conversation {
             let agent = request.agent.clone();
             let tools = self.router.specs(&agent.tools);
             let model_name = agent.model.clone();
-            // HTTP APIs keep no session: the runtime names the conversation.
+            // HTTP APIs keep no session: the runtime names the conversation,
+            // and one that continues (its history rebuilt from the record)
+            // keeps its name.
+            let session_id = request
+                .resume
+                .clone()
+                .unwrap_or_else(|| SessionId::from_uuid(self.ids.uuid()));
             yield Ok(AgentMessage::Session {
-                session_id: SessionId::from_uuid(self.ids.uuid()),
+                session_id,
                 model: model_name.clone(),
             });
-            let mut messages = vec![ChatMessage::User(request.prompt.clone())];
+            let mut messages = request.history.clone();
+            messages.push(ChatMessage::User(request.prompt.clone()));
             let mut usage = Usage::default();
             let mut reported_model = None;
             let mut turns = 0u32;
@@ -495,6 +502,9 @@ mod tests {
             agent,
             prompt: "do it".into(),
             resume: None,
+            session_id: None,
+            session_usage: Default::default(),
+            history: Vec::new(),
             call_index: 0,
         }
     }

@@ -55,6 +55,10 @@ pub struct InboxEntry {
     pub node_run_id: NodeRunId,
     /// The text.
     pub message: String,
+    /// Offset of the `command:received` that accepted it: `agent:start`
+    /// names it in `inbox` when it delivers the message.
+    #[serde(default)]
+    pub offset: u64,
 }
 
 /// Why a command was refused.
@@ -84,6 +88,7 @@ impl RuntimeCommand {
             } => Some(InboxEntry {
                 node_run_id: *node_run_id,
                 message: message.clone(),
+                offset: 0,
             }),
             _ => None,
         }

@@ -69,6 +69,50 @@ pub struct Usage {
     pub extra: Map<String, Value>,
 }
 
+impl Usage {
+    /// `self + other`, field by field; a cache count stays unknown only
+    /// when both are.
+    pub fn plus(&self, other: &Usage) -> Usage {
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        Usage {
+            extra: Map::new(),
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            cache_creation_input_tokens: add(
+                self.cache_creation_input_tokens,
+                other.cache_creation_input_tokens,
+            ),
+            cache_read_input_tokens: add(
+                self.cache_read_input_tokens,
+                other.cache_read_input_tokens,
+            ),
+        }
+    }
+
+    /// `self - earlier`, field by field, never below zero; a cache count
+    /// `self` does not know stays unknown. What one invocation used, of a
+    /// provider that reports a resumed session's cumulative totals.
+    pub fn minus(&self, earlier: &Usage) -> Usage {
+        let sub = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_sub(b.unwrap_or(0)));
+        Usage {
+            extra: Map::new(),
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            cache_creation_input_tokens: sub(
+                self.cache_creation_input_tokens,
+                earlier.cache_creation_input_tokens,
+            ),
+            cache_read_input_tokens: sub(
+                self.cache_read_input_tokens,
+                earlier.cache_read_input_tokens,
+            ),
+        }
+    }
+}
+
 /// Per-model token counts, when a provider reports them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -121,6 +165,10 @@ pub enum EventKind {
         /// The run that called this one (`call_workflow`), for a child run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_run_id: Option<RunId>,
+        /// Where the definition was read from, so `awr resume` can read it
+        /// again (its `workflow.hash` must still match).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
         #[serde(default)]
         nodes: Vec<NodeId>,
         #[serde(default)]
@@ -222,14 +270,44 @@ pub enum EventKind {
         #[serde(default)]
         reason: String,
     },
-    /// An agent invocation began; its session id is known.
+    /// An agent invocation begins, recorded before the provider is called.
+    /// `sessionId` is the session it runs in: one the runtime chose for a
+    /// provider that takes it (Claude Code's `--session-id`), or the one it
+    /// continues. `provisional`: the provider names its session only once
+    /// it runs (`agent:session` follows); until then `sessionId` is the
+    /// runtime's own id for the call and nothing to resume with. `inbox`:
+    /// the offsets of the accepted `command:received` messages this
+    /// invocation's prompt delivers.
     #[serde(rename = "agent:start", rename_all = "camelCase")]
     AgentStart {
         session_id: SessionId,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
         prompt: Prompt,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        provisional: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        inbox: Vec<u64>,
+        /// Which of its node's provider calls this is, from 0 (the mock
+        /// provider serves the recorded call of this index); an invocation
+        /// that continues after a crash keeps the index it had.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_index: Option<u32>,
     },
+    /// The provider named the session of the invocation in progress
+    /// (`agentSessions[nodeId]`, design §4.3): recorded the moment it is known.
+    #[serde(rename = "agent:session", rename_all = "camelCase")]
+    AgentSession {
+        session_id: SessionId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+    /// A process group of the node run began: an agent CLI or a `command`
+    /// step, the leader `pid` of its own group, with the start time the
+    /// kernel gives it (`startTime`, clock ticks since boot), so that a
+    /// later process can tell a leftover group from a reused pid and kill it.
+    #[serde(rename = "process:started", rename_all = "camelCase")]
+    ProcessStarted { pid: u32, start_time: u64 },
     /// A streamed chunk of thinking.
     #[serde(rename = "agent:thinking:delta", rename_all = "camelCase")]
     AgentThinkingDelta {
@@ -419,6 +497,8 @@ pub const KNOWN_TYPES: &[&str] = &[
     "edge:fired",
     "edge:skipped",
     "agent:start",
+    "agent:session",
+    "process:started",
     "agent:thinking:delta",
     "agent:thinking",
     "agent:text:delta",
@@ -457,6 +537,8 @@ impl EventKind {
             EventKind::EdgeFired { .. } => "edge:fired",
             EventKind::EdgeSkipped { .. } => "edge:skipped",
             EventKind::AgentStart { .. } => "agent:start",
+            EventKind::AgentSession { .. } => "agent:session",
+            EventKind::ProcessStarted { .. } => "process:started",
             EventKind::AgentThinkingDelta { .. } => "agent:thinking:delta",
             EventKind::AgentThinking { .. } => "agent:thinking",
             EventKind::AgentTextDelta { .. } => "agent:text:delta",
@@ -511,6 +593,24 @@ mod keys;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn a_resumed_sessions_totals_minus_its_recorded_usage_is_this_invocations() {
+        let usage = |i, o, cache_read| Usage {
+            input_tokens: i,
+            output_tokens: o,
+            cache_read_input_tokens: cache_read,
+            ..Usage::default()
+        };
+        let total = usage(360, 75, Some(10));
+        let before = usage(240, 50, Some(4));
+        let mine = total.minus(&before);
+        assert_eq!((mine.input_tokens, mine.output_tokens), (120, 25));
+        assert_eq!(mine.cache_read_input_tokens, Some(6));
+        assert_eq!(mine.cache_creation_input_tokens, None);
+        assert_eq!(before.minus(&total).input_tokens, 0, "never below zero");
+        assert_eq!(before.plus(&mine), total);
+    }
+
     use super::*;
 
     const RUN: &str = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";

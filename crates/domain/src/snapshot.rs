@@ -16,7 +16,7 @@
 
 mod progress;
 
-pub use progress::{ForEachState, NodeRunState, Spent};
+pub use progress::{ForEachState, NodeRunState, ProcessRef, Spent};
 
 use std::collections::BTreeMap;
 
@@ -131,6 +131,10 @@ pub struct RunSnapshot {
     pub workflow: WorkflowRef,
     /// Lifecycle.
     pub status: RunStatus,
+    /// The run's input (`flow:started`'s), which entry nodes and `input:`
+    /// expressions read: a resume needs it.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub input: Value,
     /// Output (`{data, metadata}`) of each node that finished.
     pub outputs: BTreeMap<NodeId, Value>,
     /// User-defined workflow state.
@@ -169,8 +173,9 @@ pub struct RunSnapshot {
     /// How many times each node started (the transcript's `iteration`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_passes: BTreeMap<NodeId, u32>,
-    /// Provider calls each node made (one per attempt of each of its node
-    /// runs): the mock provider serves the recorded call of this index.
+    /// Provider calls each node made (one per `agent:start`; one that
+    /// continues after a crash keeps its `callIndex`): the index of the
+    /// node's next call.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_calls: BTreeMap<NodeId, u32>,
     /// Agent of the node that completed last (`metadata.previous_agent`).
@@ -196,6 +201,7 @@ impl RunSnapshot {
             run_id,
             workflow: WorkflowRef::default(),
             status: RunStatus::Pending,
+            input: Value::Null,
             outputs: BTreeMap::new(),
             state: Map::new(),
             node_status: BTreeMap::new(),
@@ -247,11 +253,13 @@ impl RunSnapshot {
         match &event.kind {
             EventKind::FlowStarted {
                 workflow,
+                input,
                 nodes,
                 edges,
                 ..
             } => {
                 self.workflow = workflow.clone();
+                self.input = input.clone();
                 self.status = RunStatus::Running;
                 self.failure = None;
                 self.started_at = Some(event.timestamp);
@@ -374,12 +382,36 @@ impl RunSnapshot {
                 self.edge_status
                     .insert(edge_id.clone(), EdgeStatus::Skipped);
             }
-            EventKind::AgentStart { session_id, .. } => {
-                if let Some(node) = node {
-                    self.agent_sessions.insert(node.clone(), session_id.clone());
+            EventKind::AgentStart {
+                session_id,
+                provisional,
+                inbox,
+                call_index,
+                ..
+            } => {
+                let session = (!provisional).then_some(session_id);
+                self.agent_started(event, session, inbox, *call_index);
+            }
+            EventKind::AgentSession { session_id, .. } => {
+                self.agent_session(event, session_id);
+            }
+            EventKind::ProcessStarted { pid, start_time } => {
+                if let Some(run) = self.node_run_mut(event) {
+                    run.processes.push(ProcessRef {
+                        pid: *pid,
+                        start_time: *start_time,
+                    });
+                }
+            }
+            EventKind::AgentError { .. } => {
+                if let Some(run) = self.node_run_mut(event) {
+                    run.in_turn = false;
+                    run.processes.clear();
                 }
             }
             EventKind::AgentComplete {
+                result,
+                structured_output,
                 session_id,
                 usage,
                 total_cost_usd,
@@ -387,10 +419,20 @@ impl RunSnapshot {
                 ..
             } => {
                 self.spent.add(usage, *total_cost_usd, *num_turns);
+                if let Some(session_id) = session_id {
+                    self.agent_session(event, session_id);
+                }
+                if let Some(run) = self.node_run_mut(event) {
+                    run.in_turn = false;
+                    run.processes.clear();
+                    run.result = Some(match structured_output {
+                        Some(value) => value.clone(),
+                        None => Value::String(result.clone()),
+                    });
+                    let before = run.session_usage.take().unwrap_or_default();
+                    run.session_usage = Some(before.plus(usage));
+                }
                 if let Some(node) = node {
-                    if let Some(session_id) = session_id {
-                        self.agent_sessions.insert(node.clone(), session_id.clone());
-                    }
                     self.node_spent.entry(node.clone()).or_default().add(
                         usage,
                         *total_cost_usd,
@@ -403,7 +445,11 @@ impl RunSnapshot {
                 accepted: true,
                 ..
             } => {
-                if let Ok(entry) = serde_json::from_value::<InboxEntry>(command.clone()) {
+                let message = crate::command::RuntimeCommand::parse(command)
+                    .ok()
+                    .and_then(|c| c.inbox_entry());
+                if let Some(mut entry) = message {
+                    entry.offset = event.offset.get();
                     self.inbox.push(entry);
                 }
             }
@@ -422,12 +468,18 @@ impl RunSnapshot {
         items: Option<u32>,
     ) {
         let attempt = attempt.unwrap_or(1);
-        if items.is_none() {
-            // Every attempt of a node run that does work is one provider call.
-            *self.node_calls.entry(node.clone()).or_insert(0) += 1;
-        }
         if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
-            run.attempt = attempt;
+            // A new attempt starts afresh: no session, no turn, no process.
+            *run = NodeRunState {
+                attempt,
+                result: None,
+                session: None,
+                session_usage: None,
+                call_index: None,
+                in_turn: false,
+                processes: Vec::new(),
+                ..run.clone()
+            };
             return;
         }
         let passes = self.node_passes.entry(node.clone()).or_insert(0);
@@ -448,6 +500,13 @@ impl RunSnapshot {
                     item,
                     iteration,
                     started_at: Some(event.timestamp),
+                    input: input.clone(),
+                    result: None,
+                    session: None,
+                    session_usage: None,
+                    call_index: None,
+                    in_turn: false,
+                    processes: Vec::new(),
                 },
             );
         }
@@ -482,6 +541,49 @@ impl RunSnapshot {
                     );
                 }
             }
+        }
+    }
+
+    /// The node run in flight an event belongs to.
+    fn node_run_mut(&mut self, event: &RuntimeEvent) -> Option<&mut NodeRunState> {
+        self.node_runs.get_mut(&event.node_run_id?)
+    }
+
+    /// An agent invocation began: its node run is in a turn, the messages
+    /// its prompt delivers leave the inbox, and a known session is recorded.
+    fn agent_started(
+        &mut self,
+        event: &RuntimeEvent,
+        session: Option<&SessionId>,
+        inbox: &[u64],
+        call_index: Option<u32>,
+    ) {
+        self.inbox.retain(|entry| !inbox.contains(&entry.offset));
+        if let (Some(node), Some(index)) = (&event.node_id, call_index) {
+            let calls = self.node_calls.entry(node.clone()).or_insert(0);
+            *calls = (*calls).max(index.saturating_add(1));
+        }
+        if let Some(run) = self.node_run_mut(event) {
+            run.in_turn = true;
+            run.call_index = call_index;
+            run.result = None;
+        }
+        if let Some(session) = session {
+            self.agent_session(event, session);
+        }
+    }
+
+    /// The session a node run's agent runs in (`agentSessions[nodeId]`);
+    /// a new one starts its usage baseline from nothing.
+    fn agent_session(&mut self, event: &RuntimeEvent, session: &SessionId) {
+        if let Some(node) = &event.node_id {
+            self.agent_sessions.insert(node.clone(), session.clone());
+        }
+        if let Some(run) = self.node_run_mut(event)
+            && run.session.as_ref() != Some(session)
+        {
+            run.session = Some(session.clone());
+            run.session_usage = None;
         }
     }
 
@@ -532,6 +634,7 @@ mod tests {
                     },
                     input: Value::Null,
                     parent_run_id: None,
+                    source: None,
                     nodes: vec![a.clone(), b.clone()],
                     edges: vec!["a->b".into()],
                 },
@@ -551,6 +654,9 @@ mod tests {
                     session_id: SessionId::new("s1").unwrap(),
                     model: None,
                     prompt: crate::event::Prompt::Text("hi".into()),
+                    provisional: false,
+                    inbox: Vec::new(),
+                    call_index: Some(0),
                 },
             ),
             (Some("a"), EventKind::NodeCompleted { output: "x".into() }),

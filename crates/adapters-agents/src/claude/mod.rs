@@ -74,6 +74,9 @@ impl ClaudeCode {
         args.extend(["--allowedTools".into(), tools]);
         if let Some(session) = &request.resume {
             args.extend(["--resume".into(), session.to_string()]);
+        } else if let Some(session) = &request.session_id {
+            // The id is on record before the CLI starts (design §4.3).
+            args.extend(["--session-id".into(), session.to_string()]);
         }
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "claude", args)
@@ -147,6 +150,23 @@ mod process_tests {
             assert!(args.contains(part), "{part} in {args}");
         }
         assert_eq!(cmd.timeout, Some(std::time::Duration::from_secs(5)));
+        assert!(
+            !args.contains("--session-id"),
+            "a resume names its session: {args}"
+        );
+    }
+
+    #[test]
+    fn a_new_session_starts_under_the_id_on_record() {
+        let mut request = request("claude".into(), None);
+        request.resume = None;
+        request.session_id = Some(SessionId::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f").unwrap());
+        let args = ClaudeCode::command(&request).args.join(" ");
+        assert!(
+            args.contains("--session-id 0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f"),
+            "{args}"
+        );
+        assert!(!args.contains("--resume"), "{args}");
     }
 
     /// The test cannot set variables of its own (that is `unsafe`), so it
@@ -186,8 +206,15 @@ mod process_tests {
         let exe = script(dir.path(), &format!("cat '{}'", capture.display()));
         let out = run(request(exe, Some(30))).await;
         assert!(
-            matches!(out.first(), Some(Ok(AgentMessage::Session { .. }))),
-            "{out:?}"
+            matches!(
+                &out[..],
+                [
+                    Ok(AgentMessage::Process { .. }),
+                    Ok(AgentMessage::Session { .. }),
+                    ..
+                ]
+            ),
+            "the group, then the session: {out:?}"
         );
         assert!(
             out.iter()

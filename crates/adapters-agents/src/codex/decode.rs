@@ -28,7 +28,7 @@ use super::wire::{
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
-use crate::normalize::usage::{minus, usage};
+use crate::normalize::usage::usage;
 use crate::normalize::{
     Answer, Cli, Decoded, Decoder, Ending, STDERR_TAIL_CHARS, ToolCalls, announce_session,
     error_text, tail, unpaired_result, warning,
@@ -189,7 +189,7 @@ impl CodexDecoder {
             u.cached_input_tokens,
         );
         match &self.previous {
-            Some(previous) => minus(&reported, previous),
+            Some(previous) => reported.minus(previous),
             None => reported,
         }
     }

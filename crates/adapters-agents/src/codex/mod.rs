@@ -15,25 +15,21 @@ pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
 use application::secrets::KeyNames;
 use async_trait::async_trait;
-use futures::StreamExt;
 
-use crate::normalize::usage::{SessionTotals, plus};
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, prompt_with_system, run_cli};
 
 /// Runs agents on the Codex CLI.
 ///
 /// Codex reports a thread's cumulative usage after a resume; `agent:complete`
-/// wants this invocation's. The provider remembers each thread's totals it
-/// has seen (in this process) and subtracts them on the next resume; see
-/// [`crate::normalize::usage`] for what the run's log holds instead.
+/// wants this invocation's, so the usage the thread's earlier invocations
+/// recorded (`AgentRequest::session_usage`, from the run's log) is
+/// subtracted.
 #[derive(Debug, Clone, Default)]
 pub struct Codex {
-    /// Cumulative usage last reported per thread id.
-    totals: SessionTotals,
     /// Key names withheld from the CLI besides the fixed rules.
     keys: KeyNames,
 }
@@ -44,7 +40,6 @@ impl Codex {
     pub fn withholding(keys: KeyNames) -> Self {
         Self {
             keys,
-            ..Self::default()
         }
     }
 
@@ -74,32 +69,13 @@ impl Codex {
 #[async_trait]
 impl QueryFn for Codex {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let previous = request
-            .resume
-            .as_ref()
-            .and_then(|thread| self.totals.get(thread.as_str()));
-        let decoder = match previous.clone() {
-            Some(usage) => CodexDecoder::with_previous_usage(usage),
+        // After a resume Codex reports the thread's totals: the usage its
+        // earlier invocations recorded in the run's log is subtracted.
+        let decoder = match &request.resume {
+            Some(_) => CodexDecoder::with_previous_usage(request.session_usage.clone()),
             None => CodexDecoder::new(),
         };
-        let stream = run_cli(Self::command(&request).withholding(&self.keys), decoder)?;
-        let totals = self.totals.clone();
-        let mut thread = request.resume.map(|t| t.to_string());
-        Ok(Box::pin(stream.map(move |item| {
-            match &item {
-                Ok(AgentMessage::Session { session_id, .. }) => {
-                    thread = Some(session_id.to_string());
-                }
-                Ok(AgentMessage::Completed(result)) => {
-                    if let Some(thread) = &thread {
-                        let before = previous.clone().unwrap_or_default();
-                        totals.set(thread.clone(), plus(&before, &result.usage));
-                    }
-                }
-                _ => {}
-            }
-            item
-        })))
+        run_cli(Self::command(&request).withholding(&self.keys), decoder)
     }
 }
 
@@ -119,7 +95,9 @@ mod process_tests {
 
     use super::*;
     use crate::normalize::testing::{agent_request, completed};
+    use application::ports::AgentMessage;
     use domain::SessionId;
+    use futures::StreamExt;
     use domain::workflow::Provider;
     use std::path::Path;
 
@@ -163,19 +141,17 @@ mod process_tests {
             .unwrap()
             .collect()
             .await;
-        let Some(Ok(AgentMessage::Session { session_id, .. })) = first.first() else {
+        let Some(session_id) = first.iter().find_map(|m| match m {
+            Ok(AgentMessage::Session { session_id, .. }) => Some(session_id.clone()),
+            _ => None,
+        }) else {
             panic!("{first:?}")
         };
         assert_eq!(completed(&first).usage.input_tokens, 240);
-        let second: Vec<Decoded> = codex
-            .query(request(
-                replaying(dir.path(), "resume"),
-                Some(session_id.clone()),
-            ))
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        // What the run's log holds for the thread: the first invocation's usage.
+        let mut resumed = request(replaying(dir.path(), "resume"), Some(session_id));
+        resumed.session_usage = completed(&first).usage.clone();
+        let second: Vec<Decoded> = codex.query(resumed).await.unwrap().collect().await;
         let usage = &completed(&second).usage;
         assert_eq!(
             (usage.input_tokens, usage.output_tokens),

@@ -24,20 +24,17 @@ use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::normalize::usage::{SessionTotals, minus};
 use crate::normalize::{Decoded, decode_all};
 use crate::process::{CliCommand, print_args, run_cli};
 
 /// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
 /// final line, and token counts are not printed on stdout at all: the CLI
 /// writes them to a `--usage-output-file`, read when the run ends. Those are
-/// cumulative over a resumed session, so the provider remembers each
-/// session's totals (in this process) and reports this invocation's share;
-/// see [`crate::normalize::usage`] for what the run's log holds instead.
+/// cumulative over a resumed session, so the usage its earlier invocations
+/// recorded (`AgentRequest::session_usage`, from the run's log) is
+/// subtracted.
 #[derive(Debug, Clone, Default)]
 pub struct Copilot {
-    /// Cumulative usage last read per session id.
-    totals: SessionTotals,
     /// Key names withheld from the CLI besides the fixed rules.
     keys: KeyNames,
 }
@@ -80,7 +77,6 @@ impl Copilot {
     pub fn withholding(keys: KeyNames) -> Self {
         Self {
             keys,
-            ..Self::default()
         }
     }
 
@@ -119,24 +115,16 @@ impl QueryFn for Copilot {
             Self::command(&request, &path).withholding(&self.keys),
             CopilotDecoder::new(),
         )?;
-        let totals = self.totals.clone();
-        let resumed = request.resume.map(|s| s.to_string());
+        // A resumed session's file holds its totals: what its earlier
+        // invocations recorded in the run's log is subtracted.
+        let previous = request.resume.is_some().then_some(request.session_usage);
         Ok(Box::pin(stream.map(move |item| match item {
             Ok(AgentMessage::Completed(mut result)) => {
                 // The CLI has exited (the result comes at the end): its file is complete.
                 if let Some((total, per_model)) = read_usage_file(&path) {
-                    let session = result
-                        .session_id
-                        .as_ref()
-                        .map(|s| s.to_string())
-                        .or_else(|| resumed.clone());
-                    let previous = session.as_deref().and_then(|s| totals.get(s));
-                    result.usage = minus(&total, &previous.clone().unwrap_or_default());
+                    result.usage = total.minus(&previous.clone().unwrap_or_default());
                     // Per-model figures are cumulative too: only a first invocation's are its own.
                     result.model_usage = previous.is_none().then_some(per_model);
-                    if let Some(session) = session {
-                        totals.set(session, total);
-                    }
                 }
                 let _ = std::fs::remove_file(&path);
                 Ok(AgentMessage::Completed(result))

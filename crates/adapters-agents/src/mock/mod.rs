@@ -118,6 +118,9 @@ mod tests {
             },
             prompt: "hi".into(),
             resume: None,
+            session_id: None,
+            session_usage: Default::default(),
+            history: Vec::new(),
             call_index: 0,
         }
     }

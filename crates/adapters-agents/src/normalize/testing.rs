@@ -25,6 +25,7 @@ use super::{Decoded, Decoder, decode_all};
 pub(crate) fn kind(d: &Decoded) -> &'static str {
     match d {
         Ok(AgentMessage::Session { .. }) => "session",
+        Ok(AgentMessage::Process { .. }) => "process",
         Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
         Ok(AgentMessage::Thinking { .. }) => "thinking",
         Ok(AgentMessage::TextDelta { .. }) => "text_delta",
@@ -311,6 +312,9 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         },
         prompt: "run echo hi".into(),
         resume: None,
+        session_id: None,
+        session_usage: Default::default(),
+        history: Vec::new(),
         call_index: 0,
     }
 }

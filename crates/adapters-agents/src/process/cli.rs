@@ -23,7 +23,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
-use super::group::{ProcessGroup, Sandbox, Spawned, spawn};
+use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, spawn};
 use crate::normalize::{Decoder, StreamDecoder};
 
 /// Bytes of stderr kept for error messages; older output is dropped.
@@ -129,6 +129,17 @@ pub fn run_cli<D: Decoder + Send + 'static>(
         ))
     })?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    if let Some(GroupId {
+        pgid,
+        start_ticks: Some(start_time),
+    }) = spawned.group.id()
+    {
+        // First on an empty channel: it cannot be full.
+        let _ = tx.try_send(Ok(AgentMessage::Process {
+            pid: pgid,
+            start_time,
+        }));
+    }
     let program = command.program.display().to_string();
     tokio::spawn(drive(spawned, decoder, tx, command.timeout, program));
     Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
@@ -293,7 +304,13 @@ mod tests {
         );
         let mut stream = run_cli(sh(script), Silent).unwrap();
         assert!(pid_in(&child, Duration::from_secs(10)).await.is_some());
-        // Polled once, so the stream is live, then dropped: a cancelled run.
+        // The group is announced first, for the record.
+        let first = stream.next().await;
+        assert!(
+            matches!(first, Some(Ok(AgentMessage::Process { .. }))),
+            "{first:?}"
+        );
+        // Polled again, so the stream is live, then dropped: a cancelled run.
         assert!(futures::poll!(stream.next()).is_pending());
         drop(stream);
         ends(&cli).await.unwrap();
@@ -311,7 +328,7 @@ mod tests {
             .await
             .expect("the stream waited for the background child");
         assert!(
-            matches!(&out[..], [Err(QueryError::Config(m))] if m == "exit Some(4)"),
+            matches!(&out[..], [Ok(AgentMessage::Process { .. }), Err(QueryError::Config(m))] if m == "exit Some(4)"),
             "{out:?}"
         );
         ends(&child).await.unwrap();

@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use application::ports::Processes;
 use application::secrets::KeyNames;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
@@ -81,6 +82,34 @@ fn start_ticks(pid: u32) -> Option<u64> {
         .nth(19)?
         .parse()
         .ok()
+}
+
+/// Kills the process group a dead awr process left behind, named by what
+/// `process:started` recorded: its leader's `pid` and start time. When the
+/// leader lives with another start time, the pid was reused and the group
+/// is not ours; when it is gone, the group (if any member lives) still is,
+/// since the kernel gives no new process a pid that is a live group's id.
+pub fn kill_leftover(pid: u32, start_time: u64) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if start_ticks(pid).is_some_and(|t| t != start_time) {
+        return false;
+    }
+    match Pid::from_raw(raw) {
+        Some(pid) => kill_process_group(pid, Signal::KILL).is_ok(),
+        None => false,
+    }
+}
+
+/// The [`Processes`] port on this machine's processes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsProcesses;
+
+impl Processes for OsProcesses {
+    fn kill_group(&self, pid: u32, start_time: u64) -> bool {
+        kill_leftover(pid, start_time)
+    }
 }
 
 /// A running process group, killed (SIGKILL to every member) when dropped or
@@ -184,6 +213,37 @@ mod tests {
         assert_eq!(
             sandbox.withheld(inherited),
             ["MY_TOKEN_VAR", "OPENAI_API_KEY", "HOME"].map(OsString::from)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_leftover_group_is_killed_only_if_it_is_still_the_recorded_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let background = dir.path().join("child.pid");
+        let mut command = Command::new("sh");
+        let script = format!("sleep 30 & echo $! > '{}'; wait", background.display());
+        command.args(["-c", &script]);
+        let spawned = spawn(command, &Sandbox::default()).unwrap();
+        let id = spawned.group.id().unwrap();
+        let start = id.start_ticks.unwrap();
+        let child =
+            crate::process::testing::pid_in(&background, std::time::Duration::from_secs(10))
+                .await
+                .unwrap();
+        // Another start time: a reused pid, not ours.
+        assert!(!kill_leftover(id.pgid, start + 1));
+        assert!(!crate::process::testing::gone(child), "still running");
+        assert!(kill_leftover(id.pgid, start));
+        let Spawned {
+            child: mut process,
+            group: _group,
+            ..
+        } = spawned;
+        let status = process.wait().await.unwrap();
+        assert!(!status.success(), "killed by a signal: {status:?}");
+        assert!(
+            crate::process::testing::ends_within(child, std::time::Duration::from_secs(10)).await,
+            "the group's background child survived"
         );
     }
 

@@ -25,5 +25,5 @@ pub(crate) mod testing;
 pub(crate) use cli::print_args;
 pub use cli::{CliCommand, prompt_with_system, run_cli};
 pub use command::ShellCommandRunner;
-pub use group::{GroupId, ProcessGroup, Sandbox};
+pub use group::{GroupId, OsProcesses, ProcessGroup, Sandbox, kill_leftover};
 pub use shell::Shell;

@@ -5,6 +5,7 @@ mod clock;
 mod command;
 mod control;
 mod observer;
+mod process;
 mod query;
 mod source;
 mod store;
@@ -27,6 +28,9 @@ pub use command::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
 pub use control::MockControlChannel;
 pub use control::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
 pub use observer::RunObserver;
+#[cfg(test)]
+pub use process::MockProcesses;
+pub use process::Processes;
 #[cfg(test)]
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};

@@ -12,6 +12,8 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+use super::ChatMessage;
+
 /// One invocation of one agent for one node execution.
 #[derive(Debug, Clone)]
 pub struct AgentRequest {
@@ -31,6 +33,18 @@ pub struct AgentRequest {
     pub prompt: String,
     /// Continue this provider session instead of starting a new one.
     pub resume: Option<SessionId>,
+    /// Start the new session under this id, already on record in
+    /// `agent:start` (providers that take one: [`Provider::takes_session_id`](domain::workflow::Provider::takes_session_id)).
+    pub session_id: Option<SessionId>,
+    /// What the earlier invocations of the `resume` session recorded, from
+    /// the run's log: a CLI that reports a resumed session's cumulative
+    /// usage subtracts it, so `agent:complete` holds this invocation's own.
+    pub session_usage: Usage,
+    /// The conversation so far, rebuilt from the run's record, when an
+    /// HTTP agent's node run continues (CLI agents continue their own
+    /// session instead); `prompt` is the next user message. Empty for a
+    /// new conversation.
+    pub history: Vec<ChatMessage>,
     /// How many provider calls this node made earlier in the run (its
     /// earlier node runs and attempts), counted from the run's log, so it is
     /// the same in any process that continues the run: the mock provider
@@ -66,6 +80,15 @@ pub enum AgentMessage {
         session_id: SessionId,
         /// The model actually used.
         model: Option<String>,
+    },
+    /// The provider's process group started (CLI agents): its leader's pid
+    /// and start time, recorded (`process:started`) so that a later process
+    /// can kill the group if this one dies.
+    Process {
+        /// The leader's pid, also the group id.
+        pid: u32,
+        /// The leader's start time, in clock ticks since boot.
+        start_time: u64,
     },
     /// Streamed thinking.
     ThinkingDelta {

@@ -9,11 +9,13 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::control;
-use super::node_run::{NodeEnd, NodeTask};
+use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::transcript::render_prompt;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 
-/// Runs the agent of `task` until it succeeds, fails for good, or runs out of attempts.
+/// Runs the agent of `task` until it succeeds, fails for good, or runs out
+/// of attempts; messages accepted for the node run during a turn are
+/// delivered after it, in the same conversation, before the node run ends.
 pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
     let Some((agent_name, agent)) = task
         .workflow
@@ -26,20 +28,19 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
     let started = task.ports.clock.now();
     let prompt = render_prompt(task.data());
     let mut tool_calls = 0u64;
+    let mut turn = task.resume.take();
     let result = loop {
-        let request = AgentRequest {
-            run_id: task.run_id,
-            workflow: task.workflow.name.clone(),
-            node_id: task.node.id.clone(),
-            node_run_id: task.run,
-            agent_name: agent_name.clone(),
-            agent: agent.clone(),
-            prompt: prompt.clone(),
-            resume: None,
-            call_index: task.call_index,
+        let call = Call {
+            agent_name: &agent_name,
+            agent: &agent,
+            prompt: &prompt,
         };
-        let error = match invoke(task, request, &mut tool_calls).await {
-            Ok(data) => break Ok(data),
+        let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
+            Ok(Invoked { data, next: None }) => break Ok(data),
+            Ok(Invoked { next, .. }) => {
+                turn = next;
+                continue;
+            }
             Err(error) => error,
         };
         let retry = &task.node.retry;
@@ -53,9 +54,8 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
                     item: task.item,
                     items: None,
                 };
-                match task.record(again).await {
-                    Some(calls) => task.call_index = calls.saturating_sub(1),
-                    None => break Err(error),
+                if task.record(again).await.is_none() {
+                    break Err(error);
                 }
             }
             None => break Err(error),
@@ -81,54 +81,107 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
     }
 }
 
-/// One attempt: calls the agent and sends its messages; its output data, or
-/// the error (already recorded as `agent:error`).
+/// What every invocation of one node run shares.
+struct Call<'a> {
+    agent_name: &'a str,
+    agent: &'a AgentDef,
+    /// The node run's prompt, for an invocation that starts afresh.
+    prompt: &'a str,
+}
+
+/// A successful invocation: its output data, and how the conversation
+/// goes on when messages for the node run arrived meanwhile.
+struct Invoked {
+    data: Value,
+    next: Option<Continuation>,
+}
+
+/// The run ended while an invocation was being recorded.
+fn run_over() -> QueryError {
+    QueryError::Agent {
+        error_type: "cancelled".into(),
+        message: "the run ended before the agent could be called".into(),
+        details: None,
+    }
+}
+
+/// One invocation: `agent:start` on record first (with the session it runs
+/// in when that is known), then the call, its messages as events, and
+/// `agent:complete` or the error (already recorded as `agent:error`).
 async fn invoke(
     task: &NodeTask,
-    request: AgentRequest,
+    call: &Call<'_>,
+    turn: Option<Continuation>,
     tool_calls: &mut u64,
-) -> Result<Value, QueryError> {
-    let agent = request.agent.clone();
-    let prompt = request.prompt.clone();
+) -> Result<Invoked, QueryError> {
+    let agent = call.agent;
+    let turn = turn.unwrap_or_else(|| Continuation {
+        message: call.prompt.to_owned(),
+        ..Continuation::default()
+    });
+    let resume = turn.session.clone();
+    let (session, provisional, new_session) = match &resume {
+        Some(session) => (session.clone(), false, None),
+        None if agent.provider.takes_session_id() => {
+            let session = SessionId::from_uuid(task.ports.ids.uuid());
+            (session.clone(), false, Some(session))
+        }
+        // The provider names its session once it runs: the runtime's own
+        // id stands in until then.
+        None => (SessionId::from_uuid(task.ports.ids.uuid()), true, None),
+    };
+    let start = EventKind::AgentStart {
+        session_id: session.clone(),
+        model: agent.model.clone(),
+        prompt: Prompt::Text(turn.message.clone()),
+        provisional,
+        inbox: turn.inbox.clone(),
+        call_index: turn.call_index,
+    };
+    let ack = task.record(start).await.ok_or_else(run_over)?;
+    let request = AgentRequest {
+        run_id: task.run_id,
+        workflow: task.workflow.name.clone(),
+        node_id: task.node.id.clone(),
+        node_run_id: task.run,
+        agent_name: call.agent_name.to_owned(),
+        agent: agent.clone(),
+        prompt: turn.message,
+        resume,
+        session_id: new_session,
+        session_usage: turn.session_usage,
+        history: turn.history,
+        call_index: ack.call_index,
+    };
     let started = task.ports.clock.now();
     let mut stream = match task.ports.query.query(request).await {
         Ok(stream) => stream,
         Err(error) => return failed(task, error).await,
     };
-    let mut announced: Option<(SessionId, Option<String>)> = None;
+    // The session and model on record; `named` once the provider's own
+    // session id is (a provisional start has only the runtime's).
+    let mut current = (session, agent.model.clone());
+    let mut named = !provisional;
     let mut open_tool_uses: Vec<Option<String>> = Vec::new();
     while let Some(item) = stream.next().await {
         let message = match item {
             Ok(message) => message,
             Err(error) => return failed(task, error).await,
         };
-        if announced.is_none() {
-            let (session_id, model) = match &message {
-                AgentMessage::Session { session_id, model } => (session_id.clone(), model.clone()),
-                AgentMessage::Completed(AgentResult {
-                    session_id: Some(s),
-                    ..
-                }) => (s.clone(), agent.model.clone()),
-                // The provider names no session: the runtime's own id stands in.
-                _ => (
-                    SessionId::from_uuid(task.ports.ids.uuid()),
-                    agent.model.clone(),
-                ),
-            };
-            let model = model.or_else(|| agent.model.clone());
-            announced = Some((session_id.clone(), model.clone()));
-            task.send(EventKind::AgentStart {
-                session_id,
-                model,
-                prompt: Prompt::Text(prompt.clone()),
-            })
-            .await;
-            if matches!(message, AgentMessage::Session { .. }) {
-                continue;
-            }
-        }
         let kind = match message {
-            AgentMessage::Session { .. } => continue,
+            AgentMessage::Session { session_id, model } => {
+                let model = model.or_else(|| current.1.clone());
+                if named && session_id == current.0 {
+                    current.1 = model;
+                    continue;
+                }
+                named = true;
+                current = (session_id.clone(), model.clone());
+                EventKind::AgentSession { session_id, model }
+            }
+            AgentMessage::Process { pid, start_time } => {
+                EventKind::ProcessStarted { pid, start_time }
+            }
             AgentMessage::ThinkingDelta {
                 content,
                 token_count,
@@ -232,9 +285,7 @@ async fn invoke(
             },
             AgentMessage::Completed(result) => {
                 let elapsed = task.ports.clock.now().millis_since(started);
-                let (session, model) = announced
-                    .unwrap_or_else(|| (SessionId::from_uuid(task.ports.ids.uuid()), None));
-                return completed(task, &agent, result, elapsed, &session, model.as_deref()).await;
+                return completed(task, agent, result, elapsed, &current).await;
             }
         };
         task.send(kind).await;
@@ -247,15 +298,15 @@ async fn invoke(
     failed(task, error).await
 }
 
-/// Checks the result against the agent's limits and schema, then records `agent:complete`.
+/// Checks the result against the agent's limits and schema, then records
+/// `agent:complete` and learns whether messages wait for the node run.
 async fn completed(
     task: &NodeTask,
     agent: &AgentDef,
     result: AgentResult,
     elapsed_ms: u64,
-    announced_session: &SessionId,
-    announced_model: Option<&str>,
-) -> Result<Value, QueryError> {
+    (session, model): &(SessionId, Option<String>),
+) -> Result<Invoked, QueryError> {
     if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
         let error = QueryError::Agent {
             error_type: "error_max_turns".into(),
@@ -283,11 +334,11 @@ async fn completed(
     };
     let total_cost_usd = result
         .total_cost_usd
-        .or_else(|| price(task, &result, announced_model));
+        .or_else(|| price(task, &result, model.as_deref()));
     let data = structured
         .clone()
         .unwrap_or_else(|| Value::String(result.text.clone()));
-    task.send(EventKind::AgentComplete {
+    let complete = EventKind::AgentComplete {
         result: result.text,
         structured_output: structured,
         usage: result.usage,
@@ -295,10 +346,13 @@ async fn completed(
         total_cost_usd,
         duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
         num_turns: result.num_turns,
-        session_id: result.session_id.filter(|s| s != announced_session),
+        session_id: result.session_id.filter(|s| s != session),
+    };
+    let ack = task.record(complete).await.ok_or_else(run_over)?;
+    Ok(Invoked {
+        data,
+        next: ack.next,
     })
-    .await;
-    Ok(data)
 }
 
 /// The cost of a result whose provider reported none, from the

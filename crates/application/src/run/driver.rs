@@ -16,21 +16,24 @@ use std::time::Duration;
 
 use domain::event::WorkflowRef;
 use domain::{
-    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef,
+    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeCommand, RuntimeEvent,
+    WorkflowDef,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
+mod resume;
 mod stop;
 
+use super::commands;
 use super::control::{self, Cancel, Exceeded};
 use super::decide::{Action, decide};
-use super::node_run::{Msg, NodeEnd, NodeTask};
+use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorder};
 use super::transcript::TranscriptWriter;
 use super::{ExecutorError, Ports, RunOutcome, RunRequest, routing};
-use crate::ports::RunLock;
+use crate::ports::{CommandReply, Delivery, Listener, RunLock};
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
 /// that streams faster than the disk takes waits for the writer instead of
@@ -45,6 +48,8 @@ enum Stop {
     Budget(Exceeded),
     /// The run was cancelled.
     Cancelled(String),
+    /// The run was paused (a `pause` command): it stops where it is.
+    Paused(String),
 }
 
 pub(crate) struct Driver {
@@ -64,19 +69,23 @@ pub(crate) struct Driver {
     ready: BTreeSet<usize>,
     /// Nodes with a budget of their own ([`control::budgeted`]).
     budgeted: Vec<usize>,
+    /// Where commands for the run arrive from other processes.
+    listener: Option<Listener>,
     /// This process's right to write the run, held until the run ends.
     _lock: RunLock,
 }
 
 impl Driver {
-    /// Starts a new run: `flow:started`, the first snapshot, then the loop.
-    pub async fn start(
+    /// Opens the run for writing, at `state` (nothing, for a new run).
+    async fn open(
         ports: Arc<Ports>,
         lock: RunLock,
         parent: Option<RunId>,
-        request: RunRequest,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
         cancel: Cancel,
-    ) -> Result<RunOutcome, ExecutorError> {
+        listen: bool,
+    ) -> Result<Self, ExecutorError> {
         let run_id = lock.run_id();
         let transcript = match &ports.transcripts {
             Some(t) => Some(TranscriptWriter::new(
@@ -85,18 +94,25 @@ impl Driver {
             )),
             None => None,
         };
-        let workflow = request.workflow;
-        let rec = Recorder::new(
-            Arc::clone(&ports),
-            Arc::clone(&workflow),
-            RunSnapshot::new(run_id),
-            transcript,
-        );
+        let listener = match ports.control.as_ref().filter(|_| listen) {
+            Some(control) => match control.listen(run_id).await {
+                Ok(listener) => Some(listener),
+                Err(e) => {
+                    // The run goes on; commands then wait for a later writer.
+                    tracing::warn!(run = %run_id, error = %e, "cannot take commands for this run");
+                    None
+                }
+            },
+            None => None,
+        };
+        let input = state.input.clone();
+        let rec = Recorder::new(Arc::clone(&ports), Arc::clone(&workflow), state, transcript);
         let (tx, rx) = mpsc::channel(CHANNEL);
-        let mut driver = Driver {
+        let budgeted = control::budgeted(&workflow);
+        Ok(Driver {
             ports,
             workflow,
-            input: request.input,
+            input,
             rec,
             cancel,
             tx,
@@ -104,35 +120,107 @@ impl Driver {
             tasks: JoinSet::new(),
             running: HashMap::new(),
             ready: BTreeSet::new(),
-            budgeted: Vec::new(),
+            budgeted,
+            listener,
             _lock: lock,
+        })
+    }
+
+    /// Starts a new run: `flow:started`, the first snapshot, then the loop.
+    pub async fn start(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        parent: Option<RunId>,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let state = RunSnapshot::new(lock.run_id());
+        let workflow = request.workflow;
+        let mut driver = Self::open(
+            ports,
+            lock,
+            parent,
+            Arc::clone(&workflow),
+            state,
+            cancel,
+            true,
+        )
+        .await?;
+        driver.input = request.input;
+        let started = EventKind::FlowStarted {
+            workflow: WorkflowRef {
+                extra: Default::default(),
+                name: workflow.name.clone(),
+                hash: workflow.hash.clone(),
+            },
+            input: driver.input.clone(),
+            parent_run_id: parent,
+            source: request.source,
+            nodes: workflow.nodes.iter().map(|n| n.id.clone()).collect(),
+            edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
         };
-        driver.budgeted = control::budgeted(&driver.workflow);
         let result = async {
-            let wf = Arc::clone(&driver.workflow);
-            let started = EventKind::FlowStarted {
-                workflow: WorkflowRef {
-                    extra: Default::default(),
-                    name: wf.name.clone(),
-                    hash: wf.hash.clone(),
-                },
-                input: driver.input.clone(),
-                parent_run_id: parent,
-                nodes: wf.nodes.iter().map(|n| n.id.clone()).collect(),
-                edges: wf.edges.iter().map(|e| e.id.clone()).collect(),
-            };
             driver.rec.emit(RUN_LEVEL, started).await?;
             driver.rec.checkpoint().await?;
             driver.drive().await
         }
         .await;
-        match result {
-            Ok(outcome) => Ok(outcome),
-            Err(error) => {
-                driver.record_system_failure(&error).await;
-                Err(error)
+        driver.settle_result(result).await
+    }
+
+    /// Continues a run from its state (folded from its log): `flow:resumed`,
+    /// then every node run in flight goes on (see [`Self::go_on`]), then the loop.
+    pub async fn resume(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        parent: Option<RunId>,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        message: String,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let mut driver = Self::open(ports, lock, parent, workflow, state, cancel, true).await?;
+        let result = async {
+            let resumed = EventKind::FlowResumed {
+                message: Some(message.clone()),
+            };
+            driver.rec.emit(RUN_LEVEL, resumed).await?;
+            let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
+            for run in in_flight {
+                if let Some(stop) = driver.go_on(run, &message).await? {
+                    return driver.stop(stop).await;
+                }
             }
+            driver.rec.checkpoint().await?;
+            driver.drive().await
         }
+        .await;
+        driver.settle_result(result).await
+    }
+
+    /// Records a command to a run no process writes (see
+    /// [`Self::offline_command`]).
+    pub async fn record_command(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        raw: Value,
+    ) -> Result<CommandReply, ExecutorError> {
+        let cancel = Cancel::new();
+        let mut driver = Self::open(ports, lock, None, workflow, state, cancel, false).await?;
+        driver.offline_command(raw).await
+    }
+
+    /// The runtime's own failure is recorded, as far as it can be.
+    async fn settle_result(
+        &mut self,
+        result: Result<RunOutcome, ExecutorError>,
+    ) -> Result<RunOutcome, ExecutorError> {
+        if let Err(error) = &result {
+            self.record_system_failure(error).await;
+        }
+        result
     }
 
     fn state(&self) -> &RunSnapshot {
@@ -171,6 +259,7 @@ impl Driver {
                     Some(Stop::Cancelled(reason))
                 }
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
+                Some(delivery) = next_command(&mut self.listener) => self.command(delivery).await?,
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
                 // The budget check at the top of the loop sees the deadline.
                 () = deadline => None,
@@ -264,6 +353,20 @@ impl Driver {
             let error = format!("node `{node}` is not in the workflow");
             return self.node_ended(run, node, NodeEnd::failed(error)).await;
         };
+        self.spawn_task(run, def, 1, input, item, None);
+        Ok(None)
+    }
+
+    /// Starts the task of a node run whose start is on record.
+    fn spawn_task(
+        &mut self,
+        run: NodeRunId,
+        def: domain::workflow::NodeDef,
+        attempt: u32,
+        input: Value,
+        item: Option<u32>,
+        resume: Option<Continuation>,
+    ) {
         let cancel = self.cancel.child();
         let task = NodeTask {
             ports: Arc::clone(&self.ports),
@@ -271,8 +374,8 @@ impl Driver {
             run_id: self.state().run_id,
             node: def,
             run,
-            attempt: 1,
-            call_index: self.calls_of(node).saturating_sub(1),
+            attempt,
+            resume,
             input,
             item,
             tx: self.tx.clone(),
@@ -280,7 +383,34 @@ impl Driver {
         };
         let handle = self.tasks.spawn(task.run());
         self.running.insert(run, (handle.id(), cancel));
-        Ok(None)
+    }
+
+    /// A command from outside: judged, recorded (accepted or not) and
+    /// made durable, answered, then carried out.
+    async fn command(&mut self, delivery: Delivery) -> Result<Option<Stop>, ExecutorError> {
+        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true);
+        let error = verdict.as_ref().err().cloned();
+        let received = EventKind::CommandReceived {
+            command: delivery.raw,
+            accepted: error.is_none(),
+            error: error.clone(),
+        };
+        let event = self.rec.emit(RUN_LEVEL, received).await?;
+        self.rec.checkpoint().await?;
+        let reply = CommandReply {
+            accepted: error.is_none(),
+            offset: event.offset.get(),
+            error,
+        };
+        // A sender that stopped waiting learns the outcome from the log.
+        let _ = delivery.reply.send(reply);
+        Ok(match verdict {
+            Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
+            Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
+                reason.unwrap_or_else(|| "cancelled by a command".to_owned()),
+            )),
+            _ => None,
+        })
     }
 
     /// One message of a node run.
@@ -307,23 +437,37 @@ impl Driver {
 
     /// Records an event a node run sent, if that node run is still in
     /// flight, then answers its acknowledgement (the sender must not wait
-    /// for a run that dropped its message).
+    /// for a run that dropped its message). An `agent:start` gets its
+    /// `callIndex` here, the one place that knows the node's calls.
     async fn record_for(
         &mut self,
         run: NodeRunId,
         node: NodeId,
-        kind: EventKind,
-        ack: Option<tokio::sync::oneshot::Sender<u32>>,
+        mut kind: EventKind,
+        ack: Option<tokio::sync::oneshot::Sender<Ack>>,
     ) -> Result<Option<RuntimeEvent>, ExecutorError> {
-        let event = if self.state().node_runs.contains_key(&run) {
-            Some(self.rec.emit((Some(node.clone()), Some(run)), kind).await?)
-        } else {
-            None
-        };
-        if let Some(ack) = ack {
-            let _ = ack.send(self.calls_of(&node));
+        if !self.state().node_runs.contains_key(&run) {
+            return Ok(None);
         }
-        Ok(event)
+        if let EventKind::AgentStart { call_index, .. } = &mut kind {
+            call_index.get_or_insert(self.calls_of(&node));
+        }
+        let event = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
+        if let Some(ack) = ack {
+            let answer = match &event.kind {
+                EventKind::AgentStart { call_index, .. } => Ack {
+                    call_index: call_index.unwrap_or_default(),
+                    next: None,
+                },
+                EventKind::AgentComplete { .. } => Ack {
+                    call_index: 0,
+                    next: self.deliver(run, None).await?,
+                },
+                _ => Ack::default(),
+            };
+            let _ = ack.send(answer);
+        }
+        Ok(Some(event))
     }
 
     /// The provider calls `node` has made so far in this run.
@@ -491,4 +635,12 @@ impl Driver {
 enum Next {
     Complete(Value),
     Stop(Stop),
+}
+
+/// The next command for the run, if it takes commands at all.
+async fn next_command(listener: &mut Option<Listener>) -> Option<Delivery> {
+    match listener {
+        Some(listener) => listener.commands.recv().await,
+        None => std::future::pending().await,
+    }
 }

@@ -129,6 +129,7 @@ pub(super) async fn run_with(
     let request = RunRequest {
         workflow: Arc::new(wf),
         input,
+        source: None,
     };
     let outcome = rig
         .executor

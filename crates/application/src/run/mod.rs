@@ -21,7 +21,9 @@
 //! - [`node_run`], [`agent`], [`subflow`]: what one node run does.
 
 mod agent;
+mod commands;
 mod control;
+mod conversation;
 mod decide;
 mod driver;
 mod node_run;
@@ -35,13 +37,14 @@ pub use control::Cancel;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use domain::command::DEFAULT_RESUME_MESSAGE;
 use domain::{RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::ports::{
-    Clock, CommandRunner, IdGen, QueryFn, RunLock, RunObserver, RunStore, StoreError,
-    TranscriptError, Transcripts,
+    Clock, CommandReply, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn,
+    RunLock, RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
 };
 
 /// What to run.
@@ -51,6 +54,9 @@ pub struct RunRequest {
     pub workflow: Arc<WorkflowDef>,
     /// Input of the entry nodes (`data` of their input).
     pub input: Value,
+    /// Where the definition was read from (`flow:started`'s `source`), so
+    /// that `awr resume` can read it again.
+    pub source: Option<String>,
 }
 
 /// How a run ended.
@@ -68,9 +74,43 @@ pub struct RunOutcome {
     pub snapshot: RunSnapshot,
 }
 
+/// How often [`Executor::command`] tries to reach a writer or take the lock.
+const COMMAND_TRIES: u32 = 40;
+
+/// Whether `state` is a run that `workflow` may continue.
+fn resumable(state: &RunSnapshot, workflow: &WorkflowDef) -> Result<(), ExecutorError> {
+    let run_id = state.run_id;
+    if state.last_offset == 0 || state.status == RunStatus::Pending {
+        return Err(ExecutorError::Refused(format!(
+            "run {run_id} never started; there is nothing to resume"
+        )));
+    }
+    if state.status.is_terminal() {
+        return Err(ExecutorError::Refused(format!(
+            "run {run_id} has ended ({}); there is nothing to resume",
+            state.status.as_str()
+        )));
+    }
+    if state.workflow.hash != workflow.hash {
+        return Err(ExecutorError::Refused(format!(
+            "run {run_id} started with workflow `{}` of hash {}, and this definition's hash is {}: \
+             it changed since the run started",
+            state.workflow.name, state.workflow.hash, workflow.hash
+        )));
+    }
+    Ok(())
+}
+
 /// The runtime itself could not go on (not an agent failure: those fail the run normally).
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
+    /// The request cannot be carried out on this run (it has ended, its
+    /// definition changed, it never started); says why.
+    #[error("{0}")]
+    Refused(String),
+    /// A command could not reach the run's writer.
+    #[error(transparent)]
+    Control(#[from] ControlError),
     /// The store refused or failed an operation.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -120,6 +160,8 @@ pub(crate) struct Ports {
     pub store: Arc<dyn RunStore>,
     pub query: Arc<dyn QueryFn>,
     pub commands: Option<Arc<dyn CommandRunner>>,
+    pub control: Option<Arc<dyn ControlChannel>>,
+    pub processes: Option<Arc<dyn Processes>>,
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdGen>,
     pub observer: Option<Arc<dyn RunObserver>>,
@@ -152,6 +194,8 @@ impl Executor {
                 store,
                 query,
                 commands: None,
+                control: None,
+                processes: None,
                 clock,
                 ids,
                 observer: None,
@@ -189,6 +233,19 @@ impl Executor {
     #[must_use]
     pub fn with_commands(self, runner: Arc<dyn CommandRunner>) -> Self {
         self.with(|p| p.commands = Some(runner))
+    }
+
+    /// Takes commands for the runs it writes from other processes over
+    /// `control`, and delivers commands to runs other processes write.
+    #[must_use]
+    pub fn with_control(self, control: Arc<dyn ControlChannel>) -> Self {
+        self.with(|p| p.control = Some(control))
+    }
+
+    /// Kills the process groups a dead writer of a resumed run left behind.
+    #[must_use]
+    pub fn with_processes(self, processes: Arc<dyn Processes>) -> Self {
+        self.with(|p| p.processes = Some(processes))
     }
 
     /// Allocates a run id and creates the run in the store; call [`Self::run`] next.
@@ -241,6 +298,86 @@ impl Executor {
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
         driver::Driver::start(Arc::clone(&self.ports), lock, None, request, cancel).await
+    }
+
+    /// Continues a run that stopped (paused, or interrupted by the death
+    /// of the process writing it) from its log: the same loop as a new
+    /// run, from the folded state. `message` (default `"continue"`) is what
+    /// each agent that was in flight is told. `workflow` must be the
+    /// definition the run started with (same hash).
+    pub async fn resume(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        message: Option<String>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let lock = self.lock(run_id).await?;
+        let state = crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await?;
+        resumable(&state, &workflow)?;
+        let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
+        driver::Driver::resume(
+            Arc::clone(&self.ports),
+            lock,
+            None,
+            workflow,
+            state,
+            message,
+            cancel,
+        )
+        .await
+    }
+
+    /// Gives a command (design §7; the raw JSON of a [`RuntimeCommand`]) to
+    /// a run: to the process writing it, over the control channel; when no
+    /// process does, this one takes the run's lock and records it itself
+    /// (`workflow` is then needed: the run's definition). Either way the
+    /// command is on record, accepted or rejected, before the answer.
+    pub async fn command(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        workflow: impl AsyncFnOnce() -> Result<Arc<WorkflowDef>, ExecutorError>,
+    ) -> Result<CommandReply, ExecutorError> {
+        // A writer may be between taking the lock and listening, or between
+        // its end and its lock's release: try a few times.
+        let mut lock = None;
+        for _ in 0..COMMAND_TRIES {
+            if let Some(control) = &self.ports.control {
+                match control.deliver(run_id, raw).await {
+                    Ok(reply) => return Ok(reply),
+                    Err(ControlError::NoWriter(_)) => {}
+                    Err(e) => return Err(ExecutorError::Control(e)),
+                }
+            }
+            match self.ports.store.lock(run_id).await {
+                Ok(held) => {
+                    lock = Some(held);
+                    break;
+                }
+                Err(StoreError::Locked(_)) => {
+                    self.ports
+                        .clock
+                        .sleep(std::time::Duration::from_millis(50))
+                        .await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let Some(lock) = lock else {
+            return Err(ExecutorError::Refused(format!(
+                "run {run_id} is locked by a process that takes no commands"
+            )));
+        };
+        let state = crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await?;
+        if state.last_offset == 0 {
+            return Err(ExecutorError::Refused(format!(
+                "run {run_id} never started; it takes no commands"
+            )));
+        }
+        let workflow = workflow().await?;
+        driver::Driver::record_command(Arc::clone(&self.ports), lock, workflow, state, raw.clone())
+            .await
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of

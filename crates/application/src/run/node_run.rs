@@ -10,24 +10,35 @@
 
 use std::sync::Arc;
 
+use domain::event::Usage;
 use domain::workflow::{NodeDef, NodeKind};
-use domain::{EventKind, NodeId, NodeRunId, RunId, WorkflowDef};
+use domain::{EventKind, NodeId, NodeRunId, RunId, SessionId, WorkflowDef};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::control::Cancel;
 use super::{Ports, agent, subflow};
-use crate::ports::CommandRequest;
+use crate::ports::{ChatMessage, CommandRequest};
+
+/// The recorder's answer to an event sent with an acknowledgement, once
+/// the event is stored.
+#[derive(Debug, Default)]
+pub(crate) struct Ack {
+    /// The `callIndex` the event was recorded with (an `agent:start`).
+    pub call_index: u32,
+    /// After an `agent:complete`: the invocation that delivers the
+    /// messages accepted for the node run meanwhile, if any came.
+    pub next: Option<Continuation>,
+}
 
 /// What a node run tells its run's recorder.
 pub(crate) enum Msg {
-    /// Record this event of node run `run`; `ack` is answered once it is
-    /// stored, with the node's provider calls so far (`nodeCalls`).
+    /// Record this event of node run `run`; `ack` is answered once it is stored.
     Event {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
-        ack: Option<oneshot::Sender<u32>>,
+        ack: Option<oneshot::Sender<Ack>>,
     },
     /// The node run ended.
     Ended {
@@ -79,9 +90,9 @@ pub(crate) struct NodeTask {
     pub run: NodeRunId,
     /// The attempt in progress.
     pub attempt: u32,
-    /// The node's provider calls before this attempt's, from the state
-    /// (see `AgentRequest::call_index`).
-    pub call_index: u32,
+    /// How its agent's first invocation continues what an earlier process
+    /// began (a resume); `None` starts afresh.
+    pub resume: Option<Continuation>,
     /// Its input (`{data, metadata}`), as `node:started` recorded it.
     pub input: Value,
     /// The `for_each` item it works on.
@@ -103,9 +114,8 @@ impl NodeTask {
         let _ = self.tx.send(msg).await;
     }
 
-    /// Sends one event and waits until it is stored; the node's provider
-    /// calls so far, or `None` when the run is over.
-    pub async fn record(&self, kind: EventKind) -> Option<u32> {
+    /// Sends one event and waits until it is stored; `None` when the run is over.
+    pub async fn record(&self, kind: EventKind) -> Option<Ack> {
         let (ack, stored) = oneshot::channel();
         let msg = Msg::Event {
             run: self.run,
@@ -152,6 +162,26 @@ impl NodeTask {
         };
         let _ = self.tx.send(msg).await;
     }
+}
+
+/// How an agent invocation continues a conversation that began earlier:
+/// after a resume, or to deliver messages (`send`/`reply`) after a turn.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Continuation {
+    /// The provider session to continue (CLI agents).
+    pub session: Option<SessionId>,
+    /// What that session's earlier invocations recorded.
+    pub session_usage: Usage,
+    /// The conversation so far (HTTP agents).
+    pub history: Vec<ChatMessage>,
+    /// The next user message.
+    pub message: String,
+    /// Offsets of the inbox messages it delivers.
+    pub inbox: Vec<u64>,
+    /// The provider call it redoes, when an earlier process began it and
+    /// died before its end: it keeps its index (the mock provider serves
+    /// the same recorded call again).
+    pub call_index: Option<u32>,
 }
 
 /// The most of a failed command's standard error quoted in `node:failed`.

@@ -42,6 +42,7 @@ pub(super) async fn run(
     let request = RunRequest {
         workflow: Arc::clone(&child),
         input: task.data().clone(),
+        source: None,
     };
     let outcome = match executor
         .run_child(child_id, task.run_id, request, task.cancel.child())

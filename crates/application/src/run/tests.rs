@@ -141,7 +141,16 @@ pub(super) async fn run(
 ) -> Result<RunOutcome, ExecutorError> {
     let workflow = Arc::new(WorkflowDef::from_yaml(yaml).unwrap());
     let run_id = h.runner.create().await.unwrap();
-    h.runner.run(run_id, RunRequest { workflow, input }).await
+    h.runner
+        .run(
+            run_id,
+            RunRequest {
+                workflow,
+                input,
+                source: None,
+            },
+        )
+        .await
 }
 
 pub(super) fn types(h: &Harness) -> Vec<String> {
@@ -199,12 +208,28 @@ async fn a_chain_passes_each_output_to_the_next_agent() {
     assert_eq!(of_type(&h, "node:started").len(), 3);
     assert_eq!(of_type(&h, "agent:start").len(), 3);
     assert_eq!(of_type(&h, "agent:complete").len(), 3);
-    // The provider's session id is used when given, a runtime id otherwise.
+    // The provider's session id is recorded when it names one; a node whose
+    // provider names none has no session to resume (its `agent:start` was
+    // provisional).
     assert_eq!(
         outcome.snapshot.agent_sessions[&NodeId::new("a").unwrap()].as_str(),
         "s-a"
     );
-    assert_eq!(outcome.snapshot.agent_sessions.len(), 3);
+    assert_eq!(outcome.snapshot.agent_sessions.len(), 1);
+    let provisional = of_type(&h, "agent:start")
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::AgentStart {
+                    provisional: true,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(provisional, 3, "no provider here takes a chosen session id");
+    assert_eq!(of_type(&h, "agent:session").len(), 1);
     // Input shape of design §5.
     let EventKind::NodeStarted { input, .. } = &of_type(&h, "node:started")[1].kind else {
         panic!()

@@ -100,7 +100,15 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let outcome = runner
-        .run_cancellable(run_id, RunRequest { workflow, input }, cancel)
+        .run_cancellable(
+            run_id,
+            RunRequest {
+                workflow,
+                input,
+                source: Some(source_of(file)),
+            },
+            cancel,
+        )
         .await
         .with_context(|| format!("run {run_id}"))
         .map_err(Failure::Run)?;
@@ -128,4 +136,14 @@ fn print_output(output: &Value) -> Result<(), Failure> {
             crate::say(&serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()))
         }
     }
+}
+
+/// The workflow file as `flow:started` records it: its canonical path, so
+/// `awr resume` finds it from any directory (the path as given when it
+/// cannot be resolved).
+fn source_of(file: &Path) -> String {
+    std::fs::canonicalize(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .display()
+        .to_string()
 }

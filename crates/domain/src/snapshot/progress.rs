@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::Usage;
-use crate::ids::NodeId;
+use crate::ids::{NodeId, SessionId};
 use crate::time::Timestamp;
 
 /// One node run that started and has not ended: what a resume finds in flight.
@@ -35,6 +35,44 @@ pub struct NodeRunState {
     /// When its first attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
+    /// Its input (`{data, metadata}`), as `node:started` recorded it: a
+    /// new attempt after a resume gets the same.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub input: Value,
+    /// The output data of its agent's last finished invocation
+    /// (`agent:complete`), until another begins: a node run that stopped
+    /// right after it ends with it on resume, without calling again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The provider session its current attempt runs in, once the provider
+    /// named it: what a resume continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionId>,
+    /// What the invocations of that session recorded so far: the baseline
+    /// of a CLI that reports a resumed session's cumulative usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_usage: Option<Usage>,
+    /// The provider call of its invocation in progress (`callIndex`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_index: Option<u32>,
+    /// An agent invocation began (`agent:start`) and has not ended: the
+    /// node run takes messages (`send`/`reply`) only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_turn: bool,
+    /// Process groups of its invocation in progress (`process:started`):
+    /// what a resume kills if the process that ran them died.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessRef>,
+}
+
+/// A process group leader, as `process:started` recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessRef {
+    /// Its pid, which is also its process group id.
+    pub pid: u32,
+    /// Its start time in clock ticks since boot.
+    pub start_time: u64,
 }
 
 fn first() -> u32 {

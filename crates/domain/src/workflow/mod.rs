@@ -107,6 +107,13 @@ impl Provider {
     pub fn is_http(self) -> bool {
         matches!(self, Provider::OpenAi | Provider::Anthropic)
     }
+
+    /// Whether the provider starts a session under an id the runtime
+    /// chooses (Claude Code's `--session-id`), so the id is on record
+    /// before the call; the others name their session once they run.
+    pub fn takes_session_id(self) -> bool {
+        matches!(self, Provider::ClaudeCode)
+    }
 }
 
 /// One agent: who it is (system prompt), what it runs on, what it may do.

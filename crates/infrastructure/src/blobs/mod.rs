@@ -860,6 +860,7 @@ mod record_tests {
                     workflow: domain::event::WorkflowRef::default(),
                     input: json!(text),
                     parent_run_id: None,
+                    source: None,
                     nodes: vec![NodeId::new("a").unwrap()],
                     edges: vec![],
                 },

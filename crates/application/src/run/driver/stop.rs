@@ -16,6 +16,9 @@ impl Driver {
     /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
     /// `flow:cancelled` last.
     pub(super) async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
+        if let Stop::Paused(reason) = stop {
+            return self.pause(reason).await;
+        }
         if let Stop::Budget(exceeded) = &stop {
             let ctx: Ctx = (exceeded.node.clone(), None);
             let kind = EventKind::BudgetExceeded {
@@ -29,8 +32,9 @@ impl Driver {
             Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
             Stop::Budget(e) => format!("cancelled: the {} budget ran out", e.budget),
             Stop::Cancelled(reason) => format!("cancelled: {reason}"),
+            Stop::Paused(_) => String::new(),
         };
-        self.wind_down().await?;
+        self.wind_down(false).await?;
         let in_flight: Vec<(NodeRunId, NodeId)> = self
             .state()
             .node_runs
@@ -67,7 +71,7 @@ impl Driver {
                 };
                 (RunStatus::Failed, error, terminal)
             }
-            Stop::Cancelled(reason) => (
+            Stop::Cancelled(reason) | Stop::Paused(reason) => (
                 RunStatus::Cancelled,
                 reason.clone(),
                 EventKind::FlowCancelled {
@@ -80,28 +84,41 @@ impl Driver {
         Ok(self.outcome(status, Value::Null, Some(error)))
     }
 
+    /// Paused: every node run stops where it is and stays in flight (a
+    /// resume continues it), then `flow:paused` and the final snapshot.
+    async fn pause(&mut self, reason: String) -> Result<RunOutcome, ExecutorError> {
+        self.wind_down(true).await?;
+        let paused = EventKind::FlowPaused {
+            reason: Some(reason.clone()),
+        };
+        self.rec.emit(RUN_LEVEL, paused).await?;
+        self.rec.finish().await?;
+        Ok(self.outcome(RunStatus::Paused, Value::Null, Some(reason)))
+    }
+
     /// Cancels every node run and waits for their tasks, recording what
-    /// they still send (it happened) until the last one is gone.
-    async fn wind_down(&mut self) -> Result<(), ExecutorError> {
+    /// they still send (it happened) until the last one is gone; with
+    /// `keep`, a node run's end is not recorded: it stays in flight.
+    async fn wind_down(&mut self, keep: bool) -> Result<(), ExecutorError> {
         for (_, cancel) in self.running.values() {
             cancel.cancel("the run is stopping");
         }
         loop {
             tokio::select! {
                 biased;
-                Some(msg) = self.rx.recv() => self.settle(msg).await?,
+                Some(msg) = self.rx.recv() => self.settle(msg, keep).await?,
                 joined = self.tasks.join_next() => if joined.is_none() { break },
             }
         }
         while let Ok(msg) = self.rx.try_recv() {
-            self.settle(msg).await?;
+            self.settle(msg, keep).await?;
         }
         self.running.clear();
         Ok(())
     }
 
     /// A message that arrives while the run stops: recorded, never routed.
-    async fn settle(&mut self, msg: Msg) -> Result<(), ExecutorError> {
+    async fn settle(&mut self, msg: Msg, keep: bool) -> Result<(), ExecutorError> {
         match msg {
             Msg::Event {
                 run,
@@ -112,7 +129,7 @@ impl Driver {
                 self.record_for(run, node, kind, ack).await?;
             }
             Msg::Ended { run, node, end } => {
-                if self.state().node_runs.contains_key(&run) {
+                if !keep && self.state().node_runs.contains_key(&run) {
                     let ctx: Ctx = (Some(node), Some(run));
                     self.rec.emit(ctx, end.into_event(false)).await?;
                 }

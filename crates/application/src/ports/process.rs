@@ -1,0 +1,13 @@
+//! [`Processes`]: what a run needs of the operating system's processes
+//! beyond starting them (the providers and the command runner do that).
+
+/// Finds and ends the process groups a dead writer left behind.
+#[cfg_attr(test, mockall::automock)]
+pub trait Processes: Send + Sync + 'static {
+    /// Kills the process group whose leader is `pid`, if it is still the
+    /// group `process:started` recorded: its leader started at
+    /// `start_time`, or is gone while members remain (a pid is never given
+    /// to a new process while a group of that id lives). Whether a group
+    /// was signalled.
+    fn kill_group(&self, pid: u32, start_time: u64) -> bool;
+}

@@ -1,0 +1,211 @@
+//! How a node run in flight goes on: after a resume (its writer paused, or
+//! died), or after a turn when messages for it arrived meanwhile.
+//!
+//! All of it is read off the state, so it is the same whichever process
+//! wrote the run before: an agent whose provider named a session continues
+//! it (CLI agents resume natively; HTTP agents get their conversation
+//! rebuilt from the record); an agent whose last invocation finished ends
+//! with that result; anything else starts a new attempt of the same node
+//! run, redoing the provider call it had begun under the same call index.
+
+use domain::workflow::NodeKind;
+use domain::{EventKind, NodeRunId, RuntimeCommand, RuntimeEvent};
+use serde_json::json;
+
+use super::{Driver, Stop};
+use crate::ports::CommandReply;
+use crate::run::conversation;
+use crate::run::node_run::{Continuation, NodeEnd};
+use crate::run::recorder::RUN_LEVEL;
+use crate::run::transcript::render_prompt;
+use crate::run::{ExecutorError, commands};
+
+/// Events read per batch when rebuilding a conversation.
+const BATCH: usize = 1024;
+
+impl Driver {
+    /// Node run `run`, found in flight by a resume, goes on.
+    pub(super) async fn go_on(
+        &mut self,
+        run: NodeRunId,
+        message: &str,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        let Some(state) = self.state().node_runs.get(&run).cloned() else {
+            return Ok(None);
+        };
+        self.kill_leftovers(run);
+        let node = state.node_id.clone();
+        if state.item.is_none() && self.state().for_each.contains_key(&node) {
+            // Its items are node runs of their own; it ends with them.
+            return Ok(None);
+        }
+        let Some(def) = self.workflow.node(&node).cloned() else {
+            let error = format!("node `{node}` is not in the workflow");
+            return self.node_ended(run, &node, NodeEnd::failed(error)).await;
+        };
+        let mut resume = None;
+        if matches!(def.kind, NodeKind::Agent { .. }) {
+            let waiting = self.state().inbox.iter().any(|e| e.node_run_id == run);
+            if let Some(data) = state.result.clone().filter(|_| !state.in_turn && !waiting) {
+                let agent_name = self
+                    .workflow
+                    .agent_of(&def)
+                    .map(|(name, _)| name.to_owned());
+                let end = NodeEnd {
+                    data,
+                    metadata: json!({ "agent_name": agent_name, "resumed": true }),
+                    error: None,
+                };
+                return self.node_ended(run, &node, end).await;
+            }
+            if let Some(mut next) = self.deliver(run, Some(message)).await? {
+                if state.in_turn {
+                    next.call_index = state.call_index;
+                }
+                self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next));
+                return Ok(None);
+            }
+            if state.in_turn {
+                // The call it began is redone from the start, as the same call.
+                let data = state.input.get("data").cloned().unwrap_or_default();
+                resume = Some(Continuation {
+                    message: render_prompt(&data),
+                    call_index: state.call_index,
+                    ..Continuation::default()
+                });
+            }
+        }
+        let attempt = state.attempt.saturating_add(1);
+        let again = EventKind::NodeStarted {
+            input: state.input.clone(),
+            attempt: Some(attempt),
+            item: state.item,
+            items: None,
+        };
+        self.rec.emit((Some(node), Some(run)), again).await?;
+        self.spawn_task(run, def, attempt, state.input, state.item, resume);
+        Ok(None)
+    }
+
+    /// Kills the process groups node run `run` started that may outlive a
+    /// writer that died: their pid and start time are on record.
+    pub(super) fn kill_leftovers(&self, run: NodeRunId) {
+        let (Some(processes), Some(state)) =
+            (&self.ports.processes, self.state().node_runs.get(&run))
+        else {
+            return;
+        };
+        for p in &state.processes {
+            if processes.kill_group(p.pid, p.start_time) {
+                tracing::info!(pid = p.pid, node_run = %run, "killed a process group the run's previous writer left");
+            }
+        }
+    }
+
+    /// A command to a run that no process writes, recorded by the caller
+    /// under the run's lock: judged as for a live run, except that a
+    /// message waits in the inbox for the resume; a cancel ends the run
+    /// (killing what its dead writer left), a pause marks it paused.
+    pub(super) async fn offline_command(
+        &mut self,
+        raw: serde_json::Value,
+    ) -> Result<CommandReply, ExecutorError> {
+        let verdict = commands::judge(self.state(), &self.workflow, &raw, false);
+        let error = verdict.as_ref().err().cloned();
+        let received = EventKind::CommandReceived {
+            command: raw,
+            accepted: error.is_none(),
+            error: error.clone(),
+        };
+        let event = self.rec.emit(RUN_LEVEL, received).await?;
+        let reply = CommandReply {
+            accepted: error.is_none(),
+            offset: event.offset.get(),
+            error,
+        };
+        let in_flight: Vec<NodeRunId> = self.state().node_runs.keys().copied().collect();
+        match verdict {
+            Ok(RuntimeCommand::Cancel { reason }) => {
+                for run in in_flight {
+                    self.kill_leftovers(run);
+                }
+                let reason = reason.unwrap_or_else(|| "cancelled by a command".to_owned());
+                self.stop(Stop::Cancelled(reason)).await?;
+            }
+            Ok(RuntimeCommand::Pause) => {
+                for run in in_flight {
+                    self.kill_leftovers(run);
+                }
+                self.stop(Stop::Paused("paused by a command".to_owned()))
+                    .await?;
+            }
+            _ => self.rec.finish().await?,
+        }
+        Ok(reply)
+    }
+
+    /// The invocation that continues node run `run`'s conversation with
+    /// `first` (a resume message) and the messages waiting in its inbox;
+    /// `None` when there is nothing to say, or no conversation to continue.
+    pub(super) async fn deliver(
+        &mut self,
+        run: NodeRunId,
+        first: Option<&str>,
+    ) -> Result<Option<Continuation>, ExecutorError> {
+        let state = self.state();
+        let Some(node_run) = state.node_runs.get(&run) else {
+            return Ok(None);
+        };
+        let waiting: Vec<_> = state
+            .inbox
+            .iter()
+            .filter(|e| e.node_run_id == run)
+            .collect();
+        if first.is_none() && waiting.is_empty() {
+            return Ok(None);
+        }
+        let message = first
+            .into_iter()
+            .chain(waiting.iter().map(|e| e.message.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let inbox = waiting.iter().map(|e| e.offset).collect();
+        let session = node_run.session.clone();
+        let session_usage = node_run.session_usage.clone().unwrap_or_default();
+        let http = self
+            .workflow
+            .node(&node_run.node_id)
+            .and_then(|n| self.workflow.agent_of(n))
+            .is_some_and(|(_, agent)| agent.provider.is_http());
+        let history = if http {
+            conversation::rebuild(&self.events().await?, run)
+        } else {
+            Vec::new()
+        };
+        if history.is_empty() && (http || session.is_none()) {
+            return Ok(None);
+        }
+        Ok(Some(Continuation {
+            session,
+            session_usage,
+            history,
+            message,
+            inbox,
+            call_index: None,
+        }))
+    }
+
+    /// Every event of the run so far.
+    async fn events(&self) -> Result<Vec<RuntimeEvent>, ExecutorError> {
+        let run_id = self.state().run_id;
+        let mut events = Vec::new();
+        loop {
+            let after = events.last().map_or(0, |e: &RuntimeEvent| e.offset.get());
+            let batch = self.ports.store.read(run_id, after, BATCH).await?;
+            if batch.is_empty() {
+                return Ok(events);
+            }
+            events.extend(batch);
+        }
+    }
+}
