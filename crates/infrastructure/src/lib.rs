@@ -1,5 +1,5 @@
-//! Concrete adapters for the application's ports: where runs are stored and
-//! where time and ids come from.
+//! Concrete adapters for the application's ports: where runs are stored,
+//! where time and ids come from, and how commands reach a run's writer.
 //!
 //! - [`store::FileRunStore`]: the durable [`application::ports::RunStore`] —
 //!   one directory per run holding an append-only `events.ndjson`, a derived
@@ -14,6 +14,9 @@
 //!   bounded, drop-newest fan-out to live subscribers.
 //! - [`blobs`]: large values (over 64 KiB) of any record stored once, as
 //!   content-addressed files beside the run's log, and put back on reading.
+//! - [`control::UnixControl`]: the [`application::ports::ControlChannel`] —
+//!   one Unix socket per run, one JSON line each way, through which another
+//!   process hands a command to the run's writer and gets its answer.
 //! - [`clock`]: the system clock and random ids, and deterministic ones
 //!   ([`clock::FixedClock`], [`clock::SeededIds`]) so replays and tests can
 //!   pin time and ids.
@@ -24,12 +27,14 @@
 
 pub mod blobs;
 pub mod clock;
+pub mod control;
 pub mod fs;
 pub mod store;
 pub mod tools;
 pub mod transcript;
 
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
+pub use control::{ControlConfig, UnixControl};
 pub use store::{FileRunStore, FileStoreConfig, MemoryRunStore, SyncPolicy};
 pub use transcript::{
     JsonlTranscript, JsonlTranscripts, TranscriptLines, TranscriptStats, TranscriptSubscriber,
