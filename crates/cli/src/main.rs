@@ -6,7 +6,9 @@
 //! its own beyond presentation.
 //!
 //! Exit codes: 0 success, 1 the run failed (or the runtime did), 2 bad usage,
-//! bad input or a storage error — and on 2 no run has been started.
+//! bad input or a storage error — and on 2 no run has been started —, 3
+//! the run was paused (`awr resume` continues it), 130 / 143 cancelled by
+//! SIGINT / SIGTERM.
 //!
 //! Output goes through [`say`] (stdout) and [`note`] (stderr) only: a reader
 //! that closed its end of a pipe ends the program quietly, never a panic.
@@ -76,6 +78,59 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Continue a paused or interrupted run from its log: every node run
+    /// that was in flight goes on (an agent in its own session, told
+    /// MESSAGE), then the rest of the workflow. Exit codes as for `run`.
+    Resume {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// What the agents that were in flight are told.
+        #[arg(long, default_value = "continue")]
+        message: String,
+        /// The workflow file, when it moved since the run started (it must
+        /// be the same definition).
+        #[arg(long, value_name = "FILE")]
+        workflow: Option<PathBuf>,
+    },
+    /// List the interrupted runs (their process died); with --all, resume each.
+    Recover {
+        /// Resume every interrupted run, one after another.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Send a message to a node run's agent; it reads it after its turn.
+    Send {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// The node run (`nodeRunId`) the message is for.
+        #[arg(long, value_name = "ID")]
+        node_run: String,
+        /// The message.
+        message: String,
+    },
+    /// Answer a node run's agent; it reads it after its turn.
+    Reply {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// The node run (`nodeRunId`) the answer is for.
+        #[arg(long, value_name = "ID")]
+        node_run: String,
+        /// The answer.
+        message: String,
+    },
+    /// Pause a run: it stops where it is; `awr resume` continues it.
+    Pause {
+        /// Run id (a unique prefix is enough).
+        run: String,
+    },
+    /// Cancel a run for good.
+    Cancel {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// Why, for the record.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Print a run's exchange transcript (prompts, replies, tools).
     Transcript {
         /// Run id (a unique prefix is enough).
@@ -102,6 +157,8 @@ pub enum Failure {
     /// A signal cancelled the run: exit 128 + the signal's number (130 for
     /// SIGINT, 143 for SIGTERM), as a shell reports a process it killed.
     Cancelled(u8, anyhow::Error),
+    /// The run was paused: it stopped where it was, to be resumed (exit 3).
+    Paused(anyhow::Error),
 }
 
 impl Failure {
@@ -110,6 +167,7 @@ impl Failure {
             Failure::Input(_) => 2,
             Failure::Run(_) => 1,
             Failure::Cancelled(code, _) => *code,
+            Failure::Paused(_) => 3,
         }
     }
 }
@@ -131,7 +189,10 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            let (Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e)) = &failure;
+            let (Failure::Input(e)
+            | Failure::Run(e)
+            | Failure::Cancelled(_, e)
+            | Failure::Paused(e)) = &failure;
             note(&format!(
                 "awr: {}",
                 one_line(&wiring::redact_printed(&format!("{e:#}")))
@@ -165,6 +226,45 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             follow,
             json,
         } => commands::inspect::events(&storage, &run, offset, follow, json).await,
+        Command::Resume {
+            run,
+            message,
+            workflow,
+        } => commands::control::resume(&storage, &run, Some(message), workflow.as_deref()).await,
+        Command::Recover { all } => commands::control::recover(&storage, all).await,
+        Command::Send {
+            run,
+            node_run,
+            message,
+        } => {
+            let command = commands::control::Command::Message {
+                kind: "send",
+                node_run: &node_run,
+                message: &message,
+            };
+            commands::control::command(&storage, &run, command).await
+        }
+        Command::Reply {
+            run,
+            node_run,
+            message,
+        } => {
+            let command = commands::control::Command::Message {
+                kind: "reply",
+                node_run: &node_run,
+                message: &message,
+            };
+            commands::control::command(&storage, &run, command).await
+        }
+        Command::Pause { run } => {
+            commands::control::command(&storage, &run, commands::control::Command::Pause).await
+        }
+        Command::Cancel { run, reason } => {
+            let command = commands::control::Command::Cancel {
+                reason: reason.as_deref(),
+            };
+            commands::control::command(&storage, &run, command).await
+        }
         Command::Transcript {
             run,
             follow,

@@ -26,6 +26,8 @@ use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
+use application::ports::{ControlChannel, Processes};
+use infrastructure::UnixControl;
 
 /// The file store under `storage`; one that cannot be opened is a storage error (exit 2).
 pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
@@ -40,6 +42,17 @@ pub fn read_store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
     FileRunStore::open_existing(storage)
         .map(|s| Arc::new(s) as Arc<dyn RunStore>)
         .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+}
+
+/// Where runs take commands from other processes: a socket per run under
+/// `storage/control`.
+pub fn control(storage: &Path) -> Arc<dyn ControlChannel> {
+    Arc::new(UnixControl::new(storage.join("control")))
+}
+
+/// This machine's processes, to kill what a dead writer left behind.
+pub fn processes() -> Arc<dyn Processes> {
+    Arc::new(adapters_agents::process::OsProcesses)
 }
 
 /// Providers for a workflow loaded from `workflow_dir`: mock fixtures are

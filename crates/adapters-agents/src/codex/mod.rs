@@ -38,9 +38,7 @@ impl Codex {
     /// Withholds `keys` from the CLI besides the fixed rules, except the
     /// ones its node needs.
     pub fn withholding(keys: KeyNames) -> Self {
-        Self {
-            keys,
-        }
+        Self { keys }
     }
 
     /// The command line for one invocation. Codex has no system prompt flag in
@@ -97,8 +95,8 @@ mod process_tests {
     use crate::normalize::testing::{agent_request, completed};
     use application::ports::AgentMessage;
     use domain::SessionId;
-    use futures::StreamExt;
     use domain::workflow::Provider;
+    use futures::StreamExt;
     use std::path::Path;
 
     fn replaying(dir: &Path, scenario: &str) -> String {

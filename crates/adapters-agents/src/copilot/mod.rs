@@ -75,9 +75,7 @@ impl Copilot {
     /// Withholds `keys` from the CLI besides the fixed rules, except the
     /// ones its node needs.
     pub fn withholding(keys: KeyNames) -> Self {
-        Self {
-            keys,
-        }
+        Self { keys }
     }
 
     /// The command line for one invocation (usage goes to `usage_file`).

@@ -1,5 +1,6 @@
 //! One module per group of subcommands.
 
+pub mod control;
 pub mod inspect;
 pub mod run;
 pub mod transcript;

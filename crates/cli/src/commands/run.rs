@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::load::LoadRules;
-use application::{Cancel, Executor, RunRequest};
+use application::{Cancel, Executor, RunOutcome, RunRequest};
 use domain::{RunStatus, WorkflowDef};
 use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
+use crate::signals::Signals;
 use crate::{Failure, progress::Progress, wiring};
 
 /// Reads and validates a workflow file and every workflow it calls (see
@@ -81,17 +82,9 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
-    let workflow_dir = file.parent().unwrap_or(Path::new("."));
-    let secrets = wiring::Secrets::of(&workflow);
-    let store = secrets.store(wiring::store(storage)?);
-    let (clock, ids) = wiring::clock_and_ids();
-    let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
-    let progress = Arc::new(Progress::new());
-    let runner = Executor::new(store, Arc::new(providers), clock, ids)
-        .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
-        .with_commands(wiring::commands(&secrets))
-        .with_observer(secrets.observer(progress.clone()));
-    let run_id = runner
+    let wired = Wired::new(storage, file, &workflow)?;
+    let run_id = wired
+        .executor
         .create()
         .await
         .context("cannot create the run")
@@ -99,33 +92,71 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     crate::note(&format!("run {run_id}"));
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let outcome = runner
-        .run_cancellable(
-            run_id,
-            RunRequest {
-                workflow,
-                input,
-                source: Some(source_of(file)),
-            },
-            cancel,
-        )
+    let request = RunRequest {
+        workflow,
+        input,
+        source: Some(source_of(file)),
+    };
+    let outcome = wired
+        .executor
+        .run_cancellable(run_id, request, cancel)
         .await
         .with_context(|| format!("run {run_id}"))
         .map_err(Failure::Run)?;
-    progress.finish();
-    match outcome.status {
-        RunStatus::Completed => print_output(&secrets.value(outcome.output)),
-        RunStatus::Cancelled => Err(Failure::Cancelled(
-            signals.exit_code(),
-            anyhow!(
-                "run {run_id} cancelled: {}",
-                outcome.error.unwrap_or_else(|| "no reason given".into())
-            ),
-        )),
-        _ => Err(Failure::Run(anyhow!(
-            "run {run_id} failed: {}",
-            outcome.error.unwrap_or_else(|| "unknown error".into())
-        ))),
+    wired.finish(outcome, &signals)
+}
+
+/// An executor wired for one workflow, with its progress display and the
+/// secrets it must keep out of what it shows.
+pub struct Wired {
+    pub executor: Executor,
+    progress: Arc<Progress>,
+    secrets: wiring::Secrets,
+}
+
+impl Wired {
+    /// The executor for `workflow` (read from `file`) over the storage.
+    pub fn new(storage: &Path, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
+        let workflow_dir = file.parent().unwrap_or(Path::new("."));
+        let secrets = wiring::Secrets::of(workflow);
+        let store = secrets.store(wiring::store(storage)?);
+        let (clock, ids) = wiring::clock_and_ids();
+        let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
+        let progress = Arc::new(Progress::new());
+        let executor = Executor::new(store, Arc::new(providers), clock, ids)
+            .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
+            .with_commands(wiring::commands(&secrets))
+            .with_control(wiring::control(storage))
+            .with_processes(wiring::processes())
+            .with_observer(secrets.observer(progress.clone()));
+        Ok(Self {
+            executor,
+            progress,
+            secrets,
+        })
+    }
+
+    /// Shows how a run ended: its output on stdout, or why it did not
+    /// complete, with the exit code that says so.
+    pub fn finish(&self, outcome: RunOutcome, signals: &Signals) -> Result<(), Failure> {
+        self.progress.finish();
+        let run_id = outcome.run_id;
+        let why = |default: &str| outcome.error.clone().unwrap_or_else(|| default.to_owned());
+        match outcome.status {
+            RunStatus::Completed => print_output(&self.secrets.value(outcome.output)),
+            RunStatus::Cancelled => Err(Failure::Cancelled(
+                signals.exit_code(),
+                anyhow!("run {run_id} cancelled: {}", why("no reason given")),
+            )),
+            RunStatus::Paused => Err(Failure::Paused(anyhow!(
+                "run {run_id} paused ({}); continue it with `awr resume {run_id}`",
+                why("no reason given")
+            ))),
+            _ => Err(Failure::Run(anyhow!(
+                "run {run_id} failed: {}",
+                why("unknown error")
+            ))),
+        }
     }
 }
 
@@ -141,7 +172,7 @@ fn print_output(output: &Value) -> Result<(), Failure> {
 /// The workflow file as `flow:started` records it: its canonical path, so
 /// `awr resume` finds it from any directory (the path as given when it
 /// cannot be resolved).
-fn source_of(file: &Path) -> String {
+pub fn source_of(file: &Path) -> String {
     std::fs::canonicalize(file)
         .unwrap_or_else(|_| file.to_path_buf())
         .display()

@@ -1,0 +1,216 @@
+//! `awr resume`, `awr recover`, and the commands to a run: `send`, `reply`,
+//! `pause`, `cancel` (design §7).
+//!
+//! A run is continued from its log by the same executor that started it;
+//! the workflow file is read again from where `flow:started` says it was
+//! (`--workflow` names another copy), and must be the same definition.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use application::ports::{RunStore, StoreError};
+use application::{ExecutorError, inspect};
+use domain::{EventKind, RunId, RunStatus, WorkflowDef};
+use serde_json::{Value, json};
+
+use super::inspect::resolve_id;
+use super::run::{Wired, load_workflow};
+use crate::{Failure, wiring};
+
+/// Where the definition of `run_id` is: `--workflow`, else `flow:started`'s `source`.
+async fn workflow_file(
+    store: &dyn RunStore,
+    run_id: RunId,
+    given: Option<&Path>,
+) -> Result<PathBuf, Failure> {
+    if let Some(file) = given {
+        return Ok(file.to_path_buf());
+    }
+    let first = store
+        .read(run_id, 0, 1)
+        .await
+        .map_err(|e| Failure::Input(anyhow!("run {run_id}: {e}")))?;
+    match first.first().map(|e| &e.kind) {
+        Some(EventKind::FlowStarted {
+            source: Some(source),
+            ..
+        }) => Ok(PathBuf::from(source)),
+        Some(EventKind::FlowStarted { .. }) => Err(Failure::Input(anyhow!(
+            "run {run_id} does not record its workflow file; name it with --workflow FILE"
+        ))),
+        _ => Err(Failure::Input(anyhow!(
+            "run {run_id} never started; there is nothing to continue"
+        ))),
+    }
+}
+
+/// The workflow of `run_id` and the executor wired for it.
+async fn wired_for(
+    storage: &Path,
+    run_id: RunId,
+    given: Option<&Path>,
+) -> Result<(Arc<WorkflowDef>, Wired), Failure> {
+    let store = wiring::read_store(storage)?;
+    let file = workflow_file(store.as_ref(), run_id, given).await?;
+    let workflow = load_workflow(&file).map_err(|e| match e {
+        Failure::Input(e) => Failure::Input(e.context(format!("the workflow of run {run_id}"))),
+        other => other,
+    })?;
+    let wired = Wired::new(storage, &file, &workflow)?;
+    Ok((workflow, wired))
+}
+
+/// An executor error as the CLI reports it: refusals and a held lock are
+/// bad input (exit 2), anything else a runtime failure (exit 1).
+fn failure(run_id: RunId, error: ExecutorError) -> Failure {
+    let error = anyhow::Error::new(error).context(format!("run {run_id}"));
+    match error.downcast_ref::<ExecutorError>() {
+        Some(ExecutorError::Refused(_) | ExecutorError::Store(StoreError::Locked(_))) => {
+            Failure::Input(error)
+        }
+        _ => Failure::Run(error),
+    }
+}
+
+/// `awr resume RUN [--message TEXT] [--workflow FILE]`.
+pub async fn resume(
+    storage: &Path,
+    run: &str,
+    message: Option<String>,
+    given: Option<&Path>,
+) -> Result<(), Failure> {
+    let run_id = resolve_id(storage, run).await?;
+    let (workflow, wired) = wired_for(storage, run_id, given).await?;
+    crate::note(&format!("run {run_id} resumes"));
+    let cancel = application::Cancel::new();
+    let signals = crate::signals::cancel_on_signal(cancel.clone());
+    let outcome = wired
+        .executor
+        .resume(run_id, workflow, message, cancel)
+        .await
+        .map_err(|e| failure(run_id, e))?;
+    wired.finish(outcome, &signals)
+}
+
+/// `awr recover [--all]`: lists the interrupted runs (a non-terminal,
+/// unpaused run no process writes); with `--all`, resumes each in turn.
+pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
+    let store = wiring::read_store(storage)?;
+    let mut interrupted = Vec::new();
+    let runs = store
+        .list_runs()
+        .await
+        .context("cannot list the runs")
+        .map_err(Failure::Input)?;
+    for run_id in runs {
+        let Ok(state) = inspect::current_snapshot(store.as_ref(), run_id).await else {
+            continue;
+        };
+        if state.status != RunStatus::Running {
+            continue;
+        }
+        // A run whose lock is held has a live writer: not interrupted.
+        match store.lock(run_id).await {
+            Ok(lock) => drop(lock),
+            Err(_) => continue,
+        }
+        interrupted.push((run_id, state.workflow.name.clone()));
+    }
+    interrupted.sort();
+    if interrupted.is_empty() {
+        crate::note("no interrupted run");
+        return Ok(());
+    }
+    let mut failed = 0usize;
+    for (run_id, name) in interrupted {
+        if !all {
+            crate::say(&format!("{run_id}  {name}  interrupted"))?;
+            continue;
+        }
+        if let Err(e) = resume(storage, &run_id.to_string(), None, None).await {
+            let (Failure::Input(e)
+            | Failure::Run(e)
+            | Failure::Cancelled(_, e)
+            | Failure::Paused(e)) = &e;
+            crate::note(&format!("awr: run {run_id}: {e:#}"));
+            failed += 1;
+        }
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(Failure::Run(anyhow!("{n} run(s) did not complete"))),
+    }
+}
+
+/// A command for `awr send|reply|pause|cancel`.
+#[derive(Debug)]
+pub enum Command<'a> {
+    /// `send` or `reply` (`kind`) to one node run.
+    Message {
+        kind: &'static str,
+        node_run: &'a str,
+        message: &'a str,
+    },
+    Pause,
+    Cancel {
+        reason: Option<&'a str>,
+    },
+}
+
+impl Command<'_> {
+    /// The raw command, recorded as sent.
+    fn raw(&self) -> Value {
+        match self {
+            Command::Message {
+                kind,
+                node_run,
+                message,
+            } => json!({ "type": kind, "nodeRunId": node_run, "message": message }),
+            Command::Pause => json!({ "type": "pause" }),
+            Command::Cancel { reason: Some(r) } => json!({ "type": "cancel", "reason": r }),
+            Command::Cancel { reason: None } => json!({ "type": "cancel" }),
+        }
+    }
+}
+
+/// `awr send|reply|pause|cancel RUN ...`: the command goes to the process
+/// writing the run, or is recorded here when none does. Accepted: exit 0;
+/// rejected: the recorded reason, exit 2.
+pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
+    let run_id = resolve_id(storage, run).await?;
+    let store = wiring::store(storage)?;
+    let (clock, ids) = wiring::clock_and_ids();
+    // A command calls no agent: the executor needs no provider.
+    let providers = adapters_agents::Providers::new();
+    let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
+        .with_control(wiring::control(storage))
+        .with_processes(wiring::processes());
+    let storage = storage.to_path_buf();
+    let load = async move || {
+        wired_for(&storage, run_id, None)
+            .await
+            .map(|(workflow, _)| workflow)
+            .map_err(|e| {
+                let (Failure::Input(e)
+                | Failure::Run(e)
+                | Failure::Cancelled(_, e)
+                | Failure::Paused(e)) = e;
+                ExecutorError::Refused(format!("{e:#}"))
+            })
+    };
+    let reply = executor
+        .command(run_id, &command.raw(), load)
+        .await
+        .map_err(|e| failure(run_id, e))?;
+    match reply.error {
+        None => crate::say(&format!(
+            "run {run_id}: accepted (command:received at offset {})",
+            reply.offset
+        )),
+        Some(error) => Err(Failure::Input(anyhow!(
+            "run {run_id}: rejected (command:received at offset {}): {error}",
+            reply.offset
+        ))),
+    }
+}
