@@ -827,11 +827,17 @@ mod file_store {
         assert_eq!(fs::read(log_path(&writer, run)).unwrap(), log);
         assert!(!store_file(&writer, run, "snapshot.json").exists());
 
-        assert!(other.has_writer(run).await.unwrap(), "held by the first store");
+        assert!(
+            other.has_writer(run).await.unwrap(),
+            "held by the first store"
+        );
         drop(lock);
         assert!(!other.has_writer(run).await.unwrap(), "released");
         let other_lock = other.lock(run).await.unwrap();
-        assert!(writer.has_writer(run).await.unwrap(), "held by the other store");
+        assert!(
+            writer.has_writer(run).await.unwrap(),
+            "held by the other store"
+        );
         other.append(run, &[warning(run, 3)]).await.unwrap();
         assert_locked(writer.lock(run).await, run, "the first store, now");
         assert_eq!(all(&writer, run).await, vec![1, 2, 3]);
@@ -916,7 +922,10 @@ mod file_store {
             .read_line(&mut said)
             .unwrap();
         assert_eq!(said, "locked\n");
-        assert!(store.has_writer(run).await.unwrap(), "another process holds it");
+        assert!(
+            store.has_writer(run).await.unwrap(),
+            "another process holds it"
+        );
         assert_locked(store.lock(run).await, run, "while another process holds it");
         holder.kill().unwrap();
         holder.wait().unwrap();
