@@ -11,7 +11,7 @@ use domain::{EventKind, RuntimeEvent};
 use crate::util::Awr;
 
 /// Polls `done` every 20 ms until it holds, failing after `secs` seconds.
-fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !done() {
         assert!(Instant::now() < deadline, "waited {secs} s for {what}");
@@ -20,7 +20,7 @@ fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// True once `pid` no longer runs (absent, or a zombie nobody reaped yet).
-fn gone(pid: &str) -> bool {
+pub(crate) fn gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -32,7 +32,7 @@ fn gone(pid: &str) -> bool {
     }
 }
 
-fn wait_exit(child: &mut Child, secs: u64, what: &str) -> i32 {
+pub(crate) fn wait_exit(child: &mut Child, secs: u64, what: &str) -> i32 {
     let mut code = None;
     wait_for(secs, what, || {
         code = child.try_wait().expect("wait");
@@ -51,7 +51,7 @@ fn events(path: &Path) -> Vec<RuntimeEvent> {
 
 /// Starts a run whose fake Claude Code prints its session, starts a
 /// grandchild, and waits; returns awr, the run's directory and the pids.
-fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
+pub(crate) fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
     use std::os::unix::fs::PermissionsExt;
     let dir = awr.dir.path();
     let (agent_pid, grandchild_pid) = (dir.join("agent.pid"), dir.join("grandchild.pid"));

@@ -32,6 +32,9 @@ impl RunStore for Recording {
     async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
         self.inner.lock(run_id).await
     }
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.inner.has_writer(run_id).await
+    }
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         self.inner.append(run_id, events).await
     }

@@ -12,6 +12,7 @@ mod fake_model;
 mod fold_property;
 mod hostile;
 mod http_agents;
+mod interrupted;
 mod openai_chat;
 mod payloads;
 mod real_clis;

@@ -494,6 +494,53 @@ async fn writes_without_the_lock_are_refused_and_write_nothing(s: Subject) {
     assert_eq!(followed.len(), 3);
 }
 
+async fn has_writer_tells_whether_the_run_is_locked(s: Subject) {
+    let store = &*s.store;
+    let (run, created) = run_with(store, 1).await;
+    assert!(store.has_writer(run).await.unwrap(), "held since creation");
+    // A probe takes nothing from the writer: it still writes.
+    store.append(run, &[warning(run, 2)]).await.unwrap();
+    drop(created);
+    assert!(!store.has_writer(run).await.unwrap(), "released on drop");
+    let again = store.lock(run).await.unwrap();
+    assert!(store.has_writer(run).await.unwrap(), "locked again");
+    drop(again);
+    assert!(!store.has_writer(run).await.unwrap(), "released again");
+    let unknown = new_run();
+    assert_not_found(store.has_writer(unknown).await, unknown, "has_writer");
+}
+
+async fn probes_never_make_a_lock_fail(s: Subject) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (run, created) = run_with(&*s.store, 0).await;
+    drop(created);
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = Arc::new(AtomicUsize::new(0));
+    let prober = {
+        let (store, stop, probes) = (Arc::clone(&s.store), Arc::clone(&stop), Arc::clone(&probes));
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                store.has_writer(run).await.unwrap();
+                probes.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for attempt in 0..300 {
+        // Every lock meets probes in flight: wait for one more before each.
+        let seen = probes.load(Ordering::Relaxed);
+        while probes.load(Ordering::Relaxed) == seen {
+            tokio::task::yield_now().await;
+        }
+        match s.store.lock(run).await {
+            Ok(lock) => drop(lock),
+            Err(e) => panic!("lock {attempt} failed beside a probe: {e}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    prober.await.unwrap();
+}
+
 // ---------------------------------------------------------------- wiring
 
 /// Expands to one `#[tokio::test]` per (store, check): `cargo test
@@ -535,6 +582,8 @@ conformance! {
         a_run_has_one_lock_at_a_time,
         concurrent_lockers_get_one_lock,
         writes_without_the_lock_are_refused_and_write_nothing,
+        has_writer_tells_whether_the_run_is_locked,
+        probes_never_make_a_lock_fail,
     ]
 }
 
@@ -778,8 +827,17 @@ mod file_store {
         assert_eq!(fs::read(log_path(&writer, run)).unwrap(), log);
         assert!(!store_file(&writer, run, "snapshot.json").exists());
 
+        assert!(
+            other.has_writer(run).await.unwrap(),
+            "held by the first store"
+        );
         drop(lock);
+        assert!(!other.has_writer(run).await.unwrap(), "released");
         let other_lock = other.lock(run).await.unwrap();
+        assert!(
+            writer.has_writer(run).await.unwrap(),
+            "held by the other store"
+        );
         other.append(run, &[warning(run, 3)]).await.unwrap();
         assert_locked(writer.lock(run).await, run, "the first store, now");
         assert_eq!(all(&writer, run).await, vec![1, 2, 3]);
@@ -864,9 +922,14 @@ mod file_store {
             .read_line(&mut said)
             .unwrap();
         assert_eq!(said, "locked\n");
+        assert!(
+            store.has_writer(run).await.unwrap(),
+            "another process holds it"
+        );
         assert_locked(store.lock(run).await, run, "while another process holds it");
         holder.kill().unwrap();
         holder.wait().unwrap();
+        assert!(!store.has_writer(run).await.unwrap(), "its writer died");
         let _lock = store.lock(run).await.unwrap();
         store.append(run, &[warning(run, 2)]).await.unwrap();
     }

@@ -12,13 +12,88 @@
 //! Every event folded must be the next offset of this run. Anything else is
 //! [`StoreError::Corrupt`] or [`StoreError::BadEvent`]: reported, never
 //! papered over, because a status the log contradicts is worse than none.
+//!
+//! A run the log says is `running` may have lost its process: a crash writes
+//! nothing. Whether a process still writes it is the run's lock
+//! ([`RunStore::has_writer`]), so the status shown ([`ShownStatus`]) and the
+//! end of a follow ([`follow_run`]) are derived from the log and the lock
+//! together. `interrupted` is never written: the log stays the truth, and
+//! the next writer of the run continues it from there.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use domain::{EventKind, RunId, RunSnapshot, RunStatus, RuntimeEvent};
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 
-use crate::ports::{RunStore, StoreError};
+use crate::ports::{Clock, EventStream, RunStore, StoreError};
 
 /// Events read per batch when catching a snapshot up.
 const BATCH: usize = 1024;
+
+/// How often a follower of an idle run asks whether anything still writes
+/// it: a dead run's follower ends within this, and a live run costs one
+/// lock probe (a few microseconds) per period of silence.
+pub const IDLE_CHECK: Duration = Duration::from_millis(200);
+
+/// Times [`run_view`] reads the run again when it moved while probed.
+const SETTLE_ATTEMPTS: usize = 4;
+
+/// The status `awr runs` and `awr show` display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShownStatus {
+    /// The status the log records.
+    Recorded(RunStatus),
+    /// Recorded as `running`, but no process holds the run's lock: the one
+    /// that ran it died. Derived for display, never recorded.
+    Interrupted,
+}
+
+impl ShownStatus {
+    /// Lower-case name, as displayed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Recorded(status) => status.as_str(),
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// A run's state and the status to display for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    /// The state as of the last recorded event ([`current_snapshot`]).
+    pub snapshot: RunSnapshot,
+    /// What to call it: the recorded status, or `interrupted`.
+    pub status: ShownStatus,
+}
+
+/// The run's state, and `interrupted` for its status when the log says
+/// `running` but nothing writes it. (`paused` has no writer by design and
+/// stays `paused`; `pending` stays `pending`.)
+pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, StoreError> {
+    let mut snapshot = current_snapshot(store, run_id).await?;
+    for _ in 0..SETTLE_ATTEMPTS {
+        if snapshot.status != RunStatus::Running || store.has_writer(run_id).await? {
+            break;
+        }
+        // A writer appends before it releases the lock: if the log has not
+        // grown since the fold, nothing will finish it. If it has (the run
+        // ended between the fold and the probe), fold the rest and look again.
+        if store.last_offset(run_id).await? == snapshot.last_offset {
+            return Ok(RunView {
+                snapshot,
+                status: ShownStatus::Interrupted,
+            });
+        }
+        catch_up(store, run_id, &mut snapshot).await?;
+    }
+    Ok(RunView {
+        status: ShownStatus::Recorded(snapshot.status),
+        snapshot,
+    })
+}
 
 /// The run's state as of its last recorded event.
 pub async fn current_snapshot(
@@ -40,17 +115,180 @@ pub async fn current_snapshot(
         }
         None => RunSnapshot::new(run_id),
     };
+    catch_up(store, run_id, &mut snapshot).await?;
+    Ok(snapshot)
+}
+
+/// Folds the events after `snapshot.last_offset` into it.
+async fn catch_up(
+    store: &dyn RunStore,
+    run_id: RunId,
+    snapshot: &mut RunSnapshot,
+) -> Result<(), StoreError> {
     loop {
         let events = store.read(run_id, snapshot.last_offset, BATCH).await?;
         if events.is_empty() {
-            break;
+            return Ok(());
         }
         for event in &events {
             check_next(run_id, snapshot.last_offset, event)?;
             snapshot.apply(event);
         }
     }
-    Ok(snapshot)
+}
+
+/// Why a [`follow_run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowEnd {
+    /// The run is over: its terminal event was yielded, or came before the
+    /// offset the follow started after.
+    Ended,
+    /// Nothing writes the run and it is paused: resuming it continues it.
+    Paused,
+    /// Nothing writes the run and its log does not end: the process that
+    /// ran it died. Resuming it continues it.
+    Interrupted,
+}
+
+/// What a follower yields: events, then (unless an error ended it first)
+/// why it ended.
+// Every item but the last is an event: boxing it to shrink `End` would
+// cost an allocation per event.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Followed {
+    /// The next event of the log.
+    Event(RuntimeEvent),
+    /// The last item: nothing more will come.
+    End(FollowEnd),
+}
+
+/// Items of a [`follow_run`]. A [`StoreError::BadEvent`] takes the place of
+/// its line and the follow goes on; any other error ends it.
+pub type FollowStream = BoxStream<'static, Result<Followed, StoreError>>;
+
+/// The run's events after `after`, then live ones as they are appended,
+/// ending after its terminal event, or once nothing writes the run and
+/// every event it holds was yielded (paused or interrupted).
+///
+/// Whether a writer is left is asked when the log is first drained, then
+/// every [`IDLE_CHECK`] of silence (waited on `clock`). A follower of a
+/// live run sees every event to the end: a writer appends before it
+/// releases the lock, so once the lock is free, the log's last offset is
+/// final, and the follow only ends once it has yielded up to there.
+pub async fn follow_run(
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    run_id: RunId,
+    after: u64,
+) -> Result<FollowStream, StoreError> {
+    let events = store.follow(run_id, after).await?;
+    let follower = Follower {
+        store,
+        clock,
+        run_id,
+        events,
+        after,
+        probed: false,
+        done: false,
+    };
+    Ok(futures::stream::unfold(follower, |mut f| async move {
+        let item = f.next().await?;
+        Some((item, f))
+    })
+    .boxed())
+}
+
+/// Where a [`follow_run`] is.
+struct Follower {
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    run_id: RunId,
+    /// The store's follow of the run.
+    events: EventStream,
+    /// Offset of the last event (or bad line) yielded, or the caller's `after`.
+    after: u64,
+    /// Whether the writer was asked about once already: the first time the
+    /// log is drained it is asked at once, later after [`IDLE_CHECK`].
+    probed: bool,
+    /// Set once the end or an ending error was yielded.
+    done: bool,
+}
+
+impl Follower {
+    async fn next(&mut self) -> Option<Result<Followed, StoreError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let arrived = if self.probed {
+                let tick = self.clock.sleep(IDLE_CHECK);
+                tokio::select! {
+                    biased;
+                    item = self.events.next() => Some(item),
+                    () = tick => None,
+                }
+            } else {
+                // Ready at once while history remains; pending once drained.
+                self.events.next().now_or_never()
+            };
+            let item = match arrived {
+                Some(Some(Ok(event))) => {
+                    self.after = event.offset.get();
+                    Ok(Followed::Event(event))
+                }
+                Some(Some(Err(StoreError::BadEvent { offset, detail }))) => {
+                    self.after = self.after.max(offset);
+                    Err(StoreError::BadEvent { offset, detail })
+                }
+                Some(Some(Err(e))) => {
+                    self.done = true;
+                    Err(e)
+                }
+                Some(None) => {
+                    self.done = true;
+                    Ok(Followed::End(FollowEnd::Ended))
+                }
+                None => {
+                    self.probed = true;
+                    match unwritten_end(self.store.as_ref(), self.run_id, self.after).await {
+                        Ok(None) => continue,
+                        Ok(Some(end)) => {
+                            self.done = true;
+                            Ok(Followed::End(end))
+                        }
+                        Err(e) => {
+                            self.done = true;
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            return Some(item);
+        }
+    }
+}
+
+/// How a follow that yielded up to `after` ends if nothing writes the run
+/// and no event is left; `None` while a writer holds it or events remain.
+async fn unwritten_end(
+    store: &dyn RunStore,
+    run_id: RunId,
+    after: u64,
+) -> Result<Option<FollowEnd>, StoreError> {
+    if store.has_writer(run_id).await? {
+        return Ok(None);
+    }
+    // Asked after the lock: with no writer left, the last offset is final.
+    if store.last_offset(run_id).await? > after {
+        return Ok(None);
+    }
+    let state = current_snapshot(store, run_id).await?;
+    Ok(Some(match state.status {
+        RunStatus::Paused => FollowEnd::Paused,
+        status if status.is_terminal() => FollowEnd::Ended,
+        _ => FollowEnd::Interrupted,
+    }))
 }
 
 /// Whether the log agrees with a saved snapshot (see the module docs).
@@ -132,6 +370,7 @@ mod tests {
     use crate::ports::MockRunStore;
     use domain::{Offset, Timestamp};
     use mockall::predicate::eq;
+    use std::sync::atomic::Ordering;
 
     fn run_id() -> RunId {
         "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap()
@@ -178,6 +417,250 @@ mod tests {
 
     fn saved_at(offset: u64) -> RunSnapshot {
         RunSnapshot::fold(&log(offset)).unwrap()
+    }
+
+    fn event(offset: u64, kind: EventKind) -> RuntimeEvent {
+        RuntimeEvent {
+            kind,
+            ..warning(offset)
+        }
+    }
+
+    fn started(offset: u64) -> RuntimeEvent {
+        event(
+            offset,
+            EventKind::FlowStarted {
+                workflow: Default::default(),
+                input: serde_json::Value::Null,
+                parent_run_id: None,
+                nodes: vec![],
+                edges: vec![],
+            },
+        )
+    }
+
+    fn paused(offset: u64) -> RuntimeEvent {
+        event(offset, EventKind::FlowPaused { reason: None })
+    }
+
+    fn completed(offset: u64) -> RuntimeEvent {
+        event(
+            offset,
+            EventKind::FlowCompleted {
+                output: serde_json::Value::Null,
+                duration_ms: 1,
+            },
+        )
+    }
+
+    /// A run whose log and lock a test changes as it goes.
+    #[derive(Clone, Default)]
+    struct Live {
+        log: Arc<std::sync::Mutex<Vec<RuntimeEvent>>>,
+        writer: Arc<std::sync::atomic::AtomicBool>,
+        probes: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Live {
+        fn new(log: Vec<RuntimeEvent>, writer: bool) -> Self {
+            let live = Self::default();
+            *live.log.lock().unwrap() = log;
+            live.writer.store(writer, Ordering::SeqCst);
+            live
+        }
+
+        fn push(&self, event: RuntimeEvent) {
+            self.log.lock().unwrap().push(event);
+        }
+
+        /// A store over this run (no saved snapshot) whose `follow` yields
+        /// `followed`, then waits forever unless `ends`.
+        fn store(&self, followed: Vec<RuntimeEvent>, ends: bool) -> MockRunStore {
+            let history = futures::stream::iter(followed.into_iter().map(Ok));
+            self.store_with(if ends {
+                history.boxed()
+            } else {
+                history.chain(futures::stream::pending()).boxed()
+            })
+        }
+
+        /// A store over this run whose `follow` is `stream`.
+        fn store_with(&self, stream: EventStream) -> MockRunStore {
+            let mut store = MockRunStore::new();
+            store.expect_load_snapshot().returning(|_| Ok(None));
+            let log = Arc::clone(&self.log);
+            store
+                .expect_last_offset()
+                .returning(move |_| Ok(log.lock().unwrap().len() as u64));
+            let log = Arc::clone(&self.log);
+            store.expect_read().returning(move |_, after, limit| {
+                let log = log.lock().unwrap();
+                Ok(log
+                    .iter()
+                    .skip(after as usize)
+                    .take(limit)
+                    .cloned()
+                    .collect())
+            });
+            let (writer, probes) = (Arc::clone(&self.writer), Arc::clone(&self.probes));
+            store.expect_has_writer().returning(move |_| {
+                probes.fetch_add(1, Ordering::SeqCst);
+                Ok(writer.load(Ordering::SeqCst))
+            });
+            store.expect_follow().return_once(move |_, _| Ok(stream));
+            store
+        }
+    }
+
+    /// Tokio's clock: paused in these tests, so idle checks cost no time.
+    struct TokioClock;
+
+    impl Clock for TokioClock {
+        fn now(&self) -> domain::Timestamp {
+            Timestamp::from_millis(0)
+        }
+        fn sleep(&self, duration: Duration) -> futures::future::BoxFuture<'static, ()> {
+            Box::pin(tokio::time::sleep(duration))
+        }
+    }
+
+    async fn follow_all(store: MockRunStore) -> Vec<String> {
+        let stream = follow_run(Arc::new(store), Arc::new(TokioClock), run_id(), 0)
+            .await
+            .unwrap();
+        stream
+            .map(|item| match item.unwrap() {
+                Followed::Event(e) => e.offset.to_string(),
+                Followed::End(end) => format!("{end:?}"),
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_running_run_nothing_writes_is_shown_interrupted() {
+        let dead = Live::new(vec![started(1), warning(2)], false);
+        let view = run_view(&dead.store(vec![], false), run_id())
+            .await
+            .unwrap();
+        assert_eq!(view.status, ShownStatus::Interrupted);
+        assert_eq!(view.status.as_str(), "interrupted");
+        assert_eq!(
+            view.snapshot.status,
+            RunStatus::Running,
+            "the log is untouched"
+        );
+
+        let live = Live::new(vec![started(1), warning(2)], true);
+        let view = run_view(&live.store(vec![], false), run_id())
+            .await
+            .unwrap();
+        assert_eq!(view.status, ShownStatus::Recorded(RunStatus::Running));
+    }
+
+    #[tokio::test]
+    async fn paused_and_ended_runs_keep_their_status_without_a_writer() {
+        for (log, status) in [
+            (vec![started(1), paused(2)], RunStatus::Paused),
+            (vec![started(1), completed(2)], RunStatus::Completed),
+            (vec![], RunStatus::Pending),
+        ] {
+            let run = Live::new(log, false);
+            let view = run_view(&run.store(vec![], false), run_id()).await.unwrap();
+            assert_eq!(view.status, ShownStatus::Recorded(status));
+            assert_eq!(
+                run.probes.load(Ordering::SeqCst),
+                0,
+                "{status:?}: no probe needed"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_that_ends_while_it_is_probed_is_not_interrupted() {
+        // The writer appends its last event and releases the lock between
+        // the fold and the probe.
+        let run = Live::new(vec![started(1)], true);
+        let mut store = MockRunStore::new();
+        store.expect_load_snapshot().returning(|_| Ok(None));
+        let log = Arc::clone(&run.log);
+        store
+            .expect_last_offset()
+            .returning(move |_| Ok(log.lock().unwrap().len() as u64));
+        let log = Arc::clone(&run.log);
+        store.expect_read().returning(move |_, after, limit| {
+            let log = log.lock().unwrap();
+            Ok(log
+                .iter()
+                .skip(after as usize)
+                .take(limit)
+                .cloned()
+                .collect())
+        });
+        let finishing = run.clone();
+        store.expect_has_writer().returning(move |_| {
+            finishing.push(completed(2));
+            Ok(false)
+        });
+        let view = run_view(&store, run_id()).await.unwrap();
+        assert_eq!(view.status, ShownStatus::Recorded(RunStatus::Completed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_of_a_run_nothing_writes_ends_after_its_last_event() {
+        let dead = Live::new(vec![started(1), warning(2)], false);
+        let got = follow_all(dead.store(vec![started(1), warning(2)], false)).await;
+        assert_eq!(got, ["1", "2", "Interrupted"]);
+
+        let paused_run = Live::new(vec![started(1), paused(2)], false);
+        let got = follow_all(paused_run.store(vec![started(1), paused(2)], false)).await;
+        assert_eq!(got, ["1", "2", "Paused"]);
+
+        let ended = Live::new(vec![started(1), completed(2)], false);
+        let got = follow_all(ended.store(vec![started(1), completed(2)], true)).await;
+        assert_eq!(got, ["1", "2", "Ended"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_waits_for_every_event_a_writer_left_before_ending() {
+        // The writer appended offset 3 and released the lock, but the
+        // store's follow delivers offset 3 only later (a poll tick).
+        let run = Live::new(vec![started(1), warning(2), warning(3)], false);
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        for e in [started(1), warning(2)] {
+            tx.unbounded_send(Ok(e)).unwrap();
+        }
+        let store = run.store_with(rx.chain(futures::stream::pending()).boxed());
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.unbounded_send(Ok(warning(3))).unwrap();
+            tx
+        });
+        let got = follow_all(store).await;
+        assert_eq!(got, ["1", "2", "3", "Interrupted"]);
+        drop(late.await.unwrap());
+        assert!(run.probes.load(Ordering::SeqCst) >= 5, "probed while idle");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_of_a_live_run_waits_and_keeps_asking() {
+        let live = Live::new(vec![started(1)], true);
+        let mut stream = follow_run(
+            Arc::new(live.store(vec![started(1)], false)),
+            Arc::new(TokioClock),
+            run_id(),
+            0,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(stream.next().await, Some(Ok(Followed::Event(_)))));
+        let waited = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+        assert!(waited.is_err(), "a live run's follow waits: {waited:?}");
+        let probes = live.probes.load(Ordering::SeqCst);
+        assert!(
+            (45..=55).contains(&probes),
+            "one probe per {IDLE_CHECK:?} idle: {probes}"
+        );
     }
 
     #[tokio::test]

@@ -152,6 +152,10 @@ impl RunStore for RedactingStore {
         self.inner.lock(run_id).await
     }
 
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.inner.has_writer(run_id).await
+    }
+
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         let mut redacted: Option<Vec<RuntimeEvent>> = None;
         for (i, event) in events.iter().enumerate() {

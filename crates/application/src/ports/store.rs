@@ -8,6 +8,11 @@
 //!   are refused with [`StoreError::Locked`] and write nothing. Dropping the
 //!   lock releases it (so does the end of the process holding it). Reading
 //!   and following need no lock;
+//! - `has_writer` tells whether anyone (this store instance included) holds
+//!   the run's lock now, without taking it from a writer or making a
+//!   concurrent `lock` fail: a run whose log is not over and has no writer
+//!   was interrupted. A writer appends before it releases, so once
+//!   `has_writer` said false, the log holds everything that writer wrote;
 //! - offsets of a run are 1..n with no gaps; `append` refuses any other
 //!   offset with [`StoreError::Conflict`];
 //! - an appended event is readable by `read` and `follow` at once;
@@ -102,6 +107,11 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`StoreError::Locked`] when another store instance or process holds
     /// it, or this store already does; `NotFound` for no such run.
     async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError>;
+
+    /// Whether any store instance or process (this one included) holds the
+    /// run's lock right now. A probe: it never disturbs a writer, nor makes a
+    /// concurrent [`RunStore::lock`] fail. `NotFound` for no such run.
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError>;
 
     /// Appends events whose offsets continue the log exactly (last + 1, ...).
     /// [`StoreError::Locked`] unless this store holds the run's lock.

@@ -2,15 +2,17 @@
 //!
 //! These commands only read: they open an existing storage and create
 //! nothing. Any store error, corruption included, is exit 2; a status is
-//! only printed when the log agrees with it (`inspect::current_snapshot`).
+//! only printed when the log agrees with it (`inspect::current_snapshot`),
+//! and a run recorded as `running` that no process writes is shown
+//! `interrupted` (`inspect::run_view`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use application::inspect::current_snapshot;
+use application::inspect::{FollowEnd, Followed, RunView, follow_run, run_view};
 use application::ports::{RunStore, StoreError};
-use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
+use domain::{EventKind, RunId, RuntimeEvent};
 use futures::StreamExt;
 
 use crate::{Failure, say, wiring};
@@ -54,20 +56,20 @@ pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> 
 /// listing every run.
 pub async fn runs(storage: &Path) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
-    let mut rows: Vec<(RunId, Result<RunSnapshot, StoreError>)> = Vec::new();
+    let mut rows: Vec<(RunId, Result<RunView, StoreError>)> = Vec::new();
     for id in store.list_runs().await.map_err(store_failure)? {
-        let state = current_snapshot(store.as_ref(), id).await;
+        let state = run_view(store.as_ref(), id).await;
         rows.push((id, state));
     }
-    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|s| s.started_at), *id));
+    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|v| v.snapshot.started_at), *id));
     say(&format!(
         "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
         "RUN", "WORKFLOW", "STATUS", "STARTED"
     ))?;
     let mut corrupt = Vec::new();
     for (id, state) in rows {
-        let s = match state {
-            Ok(s) => s,
+        let (s, status) = match state {
+            Ok(view) => (view.snapshot, view.status),
             Err(e) => {
                 say(&format!(
                     "{:<36}  {:<24}  {:<9}",
@@ -88,7 +90,7 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
             "{:<36}  {:<24}  {:<9}  {:<24}  {duration}",
             s.run_id.to_string(),
             crate::inert(&s.workflow.name),
-            s.status.as_str(),
+            status.as_str(),
             started
         ))?;
     }
@@ -108,14 +110,20 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
 pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
-    let s = current_snapshot(store.as_ref(), id)
-        .await
-        .map_err(store_failure)?;
+    let RunView {
+        snapshot: s,
+        status,
+    } = run_view(store.as_ref(), id).await.map_err(store_failure)?;
     if s.last_offset == 0 {
         return Err(Failure::Input(anyhow!("run {id} has no events")));
     }
     if json {
-        let text = serde_json::to_string_pretty(&s).map_err(|e| Failure::Run(anyhow!(e)))?;
+        // The snapshot, with the status shown (`interrupted` included).
+        let mut value = serde_json::to_value(&s).map_err(|e| Failure::Run(anyhow!(e)))?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("status".into(), status.as_str().into());
+        }
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Failure::Run(anyhow!(e)))?;
         return say(&text);
     }
     say(&format!("run       {}", s.run_id))?;
@@ -124,7 +132,7 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
         crate::inert(&s.workflow.name),
         s.workflow.hash
     ))?;
-    say(&format!("status    {}", s.status.as_str()))?;
+    say(&format!("status    {}", status.as_str()))?;
     if let Some(failure) = &s.failure {
         let node = failure
             .node
@@ -177,6 +185,11 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
 
 /// `awr events RUN [--offset N] [--follow] [--json]`. A bad line of the log
 /// is reported on stderr and skipped, following or not; exit 2 at the end.
+///
+/// `--follow` ends after the run's terminal event, or once no process
+/// writes the run and every event is shown: then stderr says the run is
+/// paused or interrupted and how to continue it, and the exit code is 0
+/// (the events were shown; `awr show` tells what became of the run).
 pub async fn events(
     storage: &Path,
     run: &str,
@@ -187,11 +200,15 @@ pub async fn events(
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     if follow {
-        let mut stream = store.follow(id, offset).await.map_err(store_failure)?;
+        let (clock, _) = wiring::clock_and_ids();
+        let mut stream = follow_run(Arc::clone(&store), clock, id, offset)
+            .await
+            .map_err(store_failure)?;
         let mut bad = 0usize;
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => print_event(&event, json)?,
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(Followed::Event(event)) => print_event(&event, json)?,
+                Ok(Followed::End(end)) => report_end(id, end),
                 Err(StoreError::BadEvent { detail, .. }) => report_bad_line(&mut bad, &detail),
                 Err(e) => return Err(store_failure(e)),
             }
@@ -199,6 +216,20 @@ pub async fn events(
         return bad_lines(id, bad);
     }
     print_history(&store, id, offset, json).await
+}
+
+/// Says on stderr why a follow ended when the run did not.
+fn report_end(id: RunId, end: FollowEnd) {
+    let why = match end {
+        FollowEnd::Ended => return,
+        FollowEnd::Paused => "is paused",
+        FollowEnd::Interrupted => {
+            "was interrupted: no process is writing it and its log does not end"
+        }
+    };
+    crate::note(&format!(
+        "awr: run {id} {why}; continue it with `awr resume {id}`"
+    ));
 }
 
 /// Reports a skipped bad line on stderr, the first [`MAX_REPORTED_BAD_LINES`] one by one.

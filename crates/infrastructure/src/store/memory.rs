@@ -140,6 +140,10 @@ impl RunStore for MemoryRunStore {
         take_lock(run_id, self.run(run_id)?)
     }
 
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        Ok(self.run(run_id)?.state().locked)
+    }
+
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         let run = self.run(run_id)?;
         {

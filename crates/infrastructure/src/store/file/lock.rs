@@ -8,10 +8,18 @@
 //! being written is an error to report, not a queue to join. The file is
 //! opened close-on-exec, so an agent process a run spawns does not inherit
 //! (and keep) its lock.
+//!
+//! Whether a run has a writer ([`probe`]) is asked with a shared `flock`,
+//! released at once, rather than by reading `/proc/locks`: it is one
+//! syscall on the run's own file, exact for this process's locks too,
+//! independent of procfs and mount namespaces, and portable beyond Linux.
+//! Its cost is that a locker can meet the probe's shared lock for an
+//! instant; `lock_file` tells that apart from a writer and tries again.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
 use application::ports::{RunLock, StoreError};
 use rustix::fs::{FlockOperation, flock};
@@ -89,19 +97,84 @@ pub(super) fn take(handle: Arc<RunHandle>) -> Result<RunLock, StoreError> {
     Ok(RunLock::new(run_id, Held(handle)))
 }
 
+/// Whether anyone holds the run's lock: a shared `flock` on a descriptor of
+/// our own, taken without waiting and released at once, is refused exactly
+/// while some descriptor holds the exclusive one (this store's included).
+/// Creates nothing: no `lock` file means no writer ever locked the run.
+pub(super) fn probe(paths: &RunPaths) -> Result<bool, StoreError> {
+    let file = match crate::fs::open_regular(&paths.lock) {
+        Ok(file) => file,
+        Err(crate::fs::FileReadError::NotFound { .. }) => return Ok(false),
+        Err(e) => {
+            return Err(StoreError::Io(format!(
+                "cannot probe the lock of run {}: {e}",
+                paths.run_id
+            )));
+        }
+    };
+    match flock(&file, FlockOperation::NonBlockingLockShared) {
+        // Closing the file releases the shared lock; unlocking first makes
+        // the window in which a writer's `lock` meets it as short as it gets.
+        Ok(()) => {
+            let _ = flock(&file, FlockOperation::Unlock);
+            Ok(false)
+        }
+        Err(Errno::WOULDBLOCK) => Ok(true),
+        Err(e) => Err(StoreError::Io(format!(
+            "cannot probe {}: {}",
+            paths.lock.display(),
+            std::io::Error::from(e)
+        ))),
+    }
+}
+
+/// How long a locker waits out probes ([`probe`]) holding the shared lock:
+/// each holds it for microseconds, so this bound is only reached when probes
+/// keep arriving back to back.
+const PROBE_PATIENCE: Duration = Duration::from_millis(100);
+
+/// Pause between attempts while probes hold the shared lock.
+const PROBE_RETRY: Duration = Duration::from_micros(200);
+
 /// Opens (creating it if needed) and locks the run's `lock` file.
+///
+/// The exclusive lock is refused both by a writer (exclusive) and by a
+/// probe (shared, for an instant). A shared attempt of our own tells them
+/// apart: refused, a writer holds the run and that is `Locked` at once;
+/// granted, only probes were in the way, so it is dropped and the
+/// exclusive lock tried again, for at most [`PROBE_PATIENCE`].
 fn lock_file(paths: &RunPaths) -> Result<File, StoreError> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).create(true).mode(FILE_MODE);
     let file = crate::fs::open_regular_with(options, &paths.lock)
         .map_err(|e| StoreError::Io(format!("cannot lock run {}: {e}", paths.run_id)))?;
-    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(file),
-        Err(Errno::WOULDBLOCK) => Err(locked_elsewhere(paths.run_id)),
-        Err(e) => Err(StoreError::Io(format!(
-            "cannot lock {}: {}",
-            paths.lock.display(),
-            std::io::Error::from(e)
-        ))),
+    let deadline = Instant::now() + PROBE_PATIENCE;
+    loop {
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(Errno::WOULDBLOCK) => {}
+            Err(e) => return Err(flock_err(paths, e)),
+        }
+        match flock(&file, FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {
+                // Only probes: drop our shared lock and try again.
+                flock(&file, FlockOperation::Unlock).map_err(|e| flock_err(paths, e))?;
+            }
+            Err(Errno::WOULDBLOCK) => return Err(locked_elsewhere(paths.run_id)),
+            Err(e) => return Err(flock_err(paths, e)),
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(run = %paths.run_id, "probes kept the run's lock busy; giving up");
+            return Err(locked_elsewhere(paths.run_id));
+        }
+        std::thread::sleep(PROBE_RETRY);
     }
+}
+
+fn flock_err(paths: &RunPaths, e: Errno) -> StoreError {
+    StoreError::Io(format!(
+        "cannot lock {}: {}",
+        paths.lock.display(),
+        std::io::Error::from(e)
+    ))
 }

@@ -509,6 +509,10 @@ impl RunStore for FileRunStore {
         self::lock::take(self.inner.handle(run_id)?)
     }
 
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self::lock::probe(&self.inner.handle(run_id)?.paths)
+    }
+
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
         let handle = self.inner.handle(run_id)?;
         let last = {
