@@ -58,7 +58,7 @@ fn a_broken_stream_does_not_crash_the_run_and_what_is_valid_is_kept_in_order() {
         "the bad line and the unknown type are kept as warnings"
     );
     assert!(events.iter().any(|e| matches!(&e.kind,
-        EventKind::AgentStart { session_id, .. } if session_id.as_str() == "sess-broken")));
+        EventKind::AgentSession { session_id, .. } if session_id.as_str() == "sess-broken")));
     assert!(events.iter().any(|e| matches!(&e.kind,
         EventKind::AgentComplete { usage, .. } if usage.input_tokens == 10)));
 
@@ -205,9 +205,9 @@ fn agent_tool_calls_keep_their_ids_their_order_and_their_missing_results() {
     let agent_events: Vec<(String, String)> = events
         .iter()
         .filter(|e| {
-            e["type"]
-                .as_str()
-                .is_some_and(|t| t.starts_with("agent:") && t != "agent:start")
+            e["type"].as_str().is_some_and(|t| {
+                t.starts_with("agent:") && t != "agent:start" && t != "agent:session"
+            })
         })
         .map(|e| {
             let detail = ["toolUseId", "content"]

@@ -226,12 +226,14 @@ impl Conversation {
             let agent = request.agent.clone();
             let tools = self.router.specs(&agent.tools);
             let model_name = agent.model.clone();
-            // HTTP APIs keep no session: the runtime names the conversation,
+            // HTTP APIs keep no session: the runtime names the conversation
+            // (with the id already on record, when the executor chose one),
             // and one that continues (its history rebuilt from the record)
             // keeps its name.
             let session_id = request
                 .resume
                 .clone()
+                .or_else(|| request.session_id.clone())
                 .unwrap_or_else(|| SessionId::from_uuid(self.ids.uuid()));
             yield Ok(AgentMessage::Session {
                 session_id,
