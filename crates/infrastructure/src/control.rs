@@ -238,8 +238,8 @@ impl Drop for Endpoint {
     }
 }
 
-/// Accepts connections until the listener is dropped (the task is aborted) or
-/// nobody takes commands any more, serving each in a task of its own.
+/// Accepts connections until the [`Listener`] is dropped (which aborts this
+/// task), serving each in a task of its own.
 ///
 /// Connection tasks are not aborted with this loop: one whose command is in
 /// the writer's hands waits for the writer's answer, so its client never
@@ -254,11 +254,7 @@ async fn accept_loop(
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = commands.closed() => return,
-        };
-        match accepted {
+        match listener.accept().await {
             Ok((stream, _)) => {
                 let commands = commands.clone();
                 tokio::spawn(async move {

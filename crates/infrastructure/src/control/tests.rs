@@ -28,13 +28,22 @@ fn reply(offset: u64) -> CommandReply {
     }
 }
 
+/// Reads until the endpoint closes; a hang is a failure, not a stuck test.
+async fn read_to_end(stream: &mut UnixStream) -> String {
+    let mut answer = String::new();
+    let read = stream.read_to_string(&mut answer);
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the endpoint neither answered nor closed")
+        .unwrap();
+    answer
+}
+
 /// Connects as a foreign client, sends `bytes`, reads until the endpoint closes.
 async fn raw_exchange(path: &Path, bytes: &[u8]) -> String {
     let mut stream = UnixStream::connect(path).await.unwrap();
     stream.write_all(bytes).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer
+    read_to_end(&mut stream).await
 }
 
 /// Binds `path` itself and answers every connection with `answer`.
@@ -188,8 +197,7 @@ async fn a_last_line_without_newline_is_still_a_command() {
     let d = listener.commands.recv().await.unwrap();
     assert_eq!(d.raw, json!({"type": "cancel"}));
     d.reply.send(reply(1)).unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
+    let answer = read_to_end(&mut stream).await;
     assert_eq!(
         serde_json::from_str::<CommandReply>(&answer).unwrap(),
         reply(1)
@@ -241,8 +249,7 @@ async fn a_client_that_sends_nothing_is_dropped() {
     let (_tmp, control, run) = setup(config);
     let mut listener = control.listen(run).await.unwrap();
     let mut stream = UnixStream::connect(control.socket_path(run)).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
+    let answer = read_to_end(&mut stream).await;
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert!(
         answer["error"]
