@@ -375,6 +375,13 @@ impl Executor {
                 "run {run_id} never started; it takes no commands"
             )));
         }
+        if state.status.is_terminal() {
+            // Its log ends with its terminal event: nothing is appended after it.
+            return Err(ExecutorError::Refused(format!(
+                "run {run_id} has ended ({}); it takes no more commands",
+                state.status.as_str()
+            )));
+        }
         let workflow = workflow().await?;
         driver::Driver::record_command(Arc::clone(&self.ports), lock, workflow, state, raw.clone())
             .await
