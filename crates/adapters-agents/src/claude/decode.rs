@@ -355,7 +355,7 @@ fn unknown_block(block: &Value) -> Vec<Decoded> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::claude::decode_output;
+    use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
     decoding_with!(ClaudeDecoder);
@@ -608,29 +608,9 @@ mod tests {
 
     #[test]
     fn hostile_bytes_do_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(INIT.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"text\",\"text\":\"a\0b\xffc\"}]}}\n",
-        );
-        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
-        let big = format!(
-            "{{\"type\":\"assistant\",\"message\":{{\"id\":\"m2\",\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n",
-            "y".repeat(1 << 20)
-        );
-        stdout.extend_from_slice(big.as_bytes());
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        // No newline after the last line: it is still decoded.
-        let out = decode_output(&stdout, Some(0), "");
+        let text = r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"TEXT"}]}}"#;
+        let out = hostile::<ClaudeDecoder>(&[INIT], text, &[OK_RESULT]);
         assert_kinds(&out, "session warning text warning warning text completed");
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "a\u{0}b\u{fffd}c".to_owned()
-            }
-        );
-        assert!(matches!(&out[5], Ok(AgentMessage::Text { content }) if content.len() == 1 << 20));
     }
 
     #[test]
@@ -638,7 +618,7 @@ mod tests {
         let out = run(&[INIT], Some(1), "");
         assert_kinds(&out, "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
-        let out = decode_output(stdout.as_bytes(), Some(1), "");
+        let out = decode_all(ClaudeDecoder::new(), stdout.as_bytes(), Some(1), "");
         assert_kinds(&out, "session warning ERR");
     }
 

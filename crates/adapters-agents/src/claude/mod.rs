@@ -14,12 +14,9 @@ pub mod wire;
 
 pub use decode::ClaudeDecoder;
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::AgentRequest;
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -35,20 +32,16 @@ pub const DEFAULT_ALLOWED_TOOLS: &[&str] = &[
 ];
 
 /// Runs agents on the Claude Code CLI.
-#[derive(Debug, Clone, Default)]
-pub struct ClaudeCode {
-    keys: KeyNames,
-}
+pub type ClaudeCode = CliAgent<ClaudeCli>;
 
-impl ClaudeCode {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+/// The Claude Code CLI: its command line and its decoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaudeCli;
 
-    /// The command line for one invocation.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+impl CliProgram for ClaudeCli {
+    type Decoder = ClaudeDecoder;
+
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         let mut args: Vec<String> = vec![
             "-p".into(),
@@ -80,19 +73,6 @@ impl ClaudeCode {
     }
 }
 
-#[async_trait]
-impl QueryFn for ClaudeCode {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let command = Self::command(&request).withholding(&self.keys);
-        run_cli(command, ClaudeDecoder::new())
-    }
-}
-
-/// Decodes a whole captured Claude Code run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(ClaudeDecoder::new(), stdout, exit_code, stderr_tail)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod process_tests {
@@ -102,7 +82,8 @@ mod process_tests {
     use super::*;
     use crate::normalize::testing::{agent_request, fake_cli};
     use crate::process::testing::ends_within;
-    use application::ports::AgentMessage;
+    use application::ports::{AgentMessage, QueryError, QueryFn};
+    use application::secrets::KeyNames;
     use domain::SessionId;
     use domain::workflow::{Provider, Timeout};
     use futures::StreamExt;

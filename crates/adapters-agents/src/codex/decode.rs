@@ -366,7 +366,6 @@ fn classify(message: &str) -> &'static str {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::codex::decode_output;
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
@@ -617,24 +616,10 @@ mod tests {
 
     #[test]
     fn hostile_bytes_do_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(THREAD.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"item.completed\",\"item\":{\"id\":\"i0\",\"type\":\"agent_message\",\"text\":\"a\0b\xffc\"}}\n",
-        );
-        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
-        stdout.extend_from_slice(DONE.as_bytes());
-        // No newline after the last line: it is still decoded.
-        let out = decode_output(&stdout, Some(0), "");
-        assert_kinds(&out, "session warning text warning warning completed");
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "a\u{0}b\u{fffd}c".to_owned()
-            }
-        );
-        assert_eq!(completed(&out).text, "a\u{0}b\u{fffd}c");
+        let text = r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"TEXT"}}"#;
+        let out = hostile::<CodexDecoder>(&[THREAD], text, &[DONE]);
+        assert_kinds(&out, "session warning text warning warning text completed");
+        assert_eq!(completed(&out).text.len(), 1 << 20, "the last message");
     }
 
     #[test]

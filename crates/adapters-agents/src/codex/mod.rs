@@ -15,42 +15,34 @@ pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
 use futures::StreamExt;
 
 use crate::normalize::usage::{SessionTotals, plus};
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, prompt_with_system, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, prompt_with_system, run_cli};
 
 /// Runs agents on the Codex CLI.
+pub type Codex = CliAgent<CodexCli>;
+
+/// The Codex CLI: its command line, its decoder, and the usage its threads
+/// reported.
 ///
 /// Codex reports a thread's cumulative usage after a resume; `agent:complete`
 /// wants this invocation's. The provider remembers each thread's totals it
 /// has seen (in this process) and subtracts them on the next resume; see
 /// [`crate::normalize::usage`] for what the run's log holds instead.
 #[derive(Debug, Clone, Default)]
-pub struct Codex {
+pub struct CodexCli {
     /// Cumulative usage last reported per thread id.
     totals: SessionTotals,
-    /// Key names withheld from the CLI besides the fixed rules.
-    keys: KeyNames,
 }
 
-impl Codex {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self {
-            keys,
-            ..Self::default()
-        }
-    }
+impl CliProgram for CodexCli {
+    type Decoder = CodexDecoder;
 
-    /// The command line for one invocation. Codex has no system prompt flag in
-    /// `exec` mode, so the agent's system prompt leads the prompt text.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+    /// Codex has no system prompt flag in `exec` mode, so the agent's
+    /// system prompt leads the prompt text.
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         let mut args: Vec<String> = vec!["exec".into()];
         if request.resume.is_some() {
@@ -64,16 +56,13 @@ impl Codex {
         if let Some(thread) = &request.resume {
             args.push(thread.to_string());
         }
-        // No system prompt flag in this mode: the system prompt leads the prompt.
-        let prompt = prompt_with_system(request);
-        args.push(prompt);
+        args.push(prompt_with_system(request));
         CliCommand::for_agent(request, "codex", args)
     }
-}
 
-#[async_trait]
-impl QueryFn for Codex {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+    /// Decodes with the thread's previous totals subtracted, and records
+    /// the new totals when the run completes.
+    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
         let previous = request
             .resume
             .as_ref()
@@ -82,7 +71,7 @@ impl QueryFn for Codex {
             Some(usage) => CodexDecoder::with_previous_usage(usage),
             None => CodexDecoder::new(),
         };
-        let stream = run_cli(Self::command(&request).withholding(&self.keys), decoder)?;
+        let stream = run_cli(command, decoder)?;
         let totals = self.totals.clone();
         let mut thread = request.resume.map(|t| t.to_string());
         Ok(Box::pin(stream.map(move |item| {
@@ -103,22 +92,15 @@ impl QueryFn for Codex {
     }
 }
 
-/// Decodes a whole captured Codex run (stdout, exit code, stderr tail).
-///
-/// Usage is reported as Codex prints it; after a resume that is the thread's
-/// cumulative usage. Use [`CodexDecoder::with_previous_usage`] with
-/// [`decode_all`] to get the usage of this invocation alone.
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(CodexDecoder::new(), stdout, exit_code, stderr_tail)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod process_tests {
     //! The provider against fake executables printing what the real CLI printed.
 
     use super::*;
+    use crate::normalize::Decoded;
     use crate::normalize::testing::{agent_request, completed};
+    use application::ports::QueryFn;
     use domain::SessionId;
     use domain::workflow::Provider;
     use std::path::Path;

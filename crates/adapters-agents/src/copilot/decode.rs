@@ -332,7 +332,6 @@ mod tests {
         }
         kinds
     }
-    use crate::copilot::decode_output;
 
     fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {
         out.iter()
@@ -516,39 +515,29 @@ mod tests {
 
     #[test]
     fn hostile_input_does_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(
-            b"{\"type\":\"assistant.message_delta\",\"data\":{\"messageId\":\"m1\",\"deltaContent\":\"a\0b\"}}\n",
-        );
-        stdout.extend_from_slice(b"not json at all\n");
-        stdout.extend_from_slice(b"{\"type\":\"brand.new\",\"data\":{\"x\":1}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m2\",\"content\":\"whole\"}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.reasoning\",\"data\":{\"reasoningId\":\"r1\",\"content\":\"hmm\"}}\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"nope\"}}\n",
-        );
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m3\",\"content\":\"\",\"toolRequests\":[{\"toolCallId\":\"t1\",\"name\":\"bash\",\"arguments\":{\"command\":\"sleep 9\"}}]}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"tool.execution_start\",\"data\":{\"toolCallId\":\"t2\",\"toolName\":\"view\",\"arguments\":{}}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"t2\",\"success\":false,\"error\":{\"message\":\"denied\"}}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":\"oops\"}\n");
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        let out = decode_output(&stdout, Some(0), "");
+        let text = r#"{"type":"assistant.message_delta","data":{"messageId":"m1","deltaContent":"TEXT"}}"#;
+        let after = [
+            r#"{"type":"brand.new","data":{"x":1}}"#,
+            r#"{"type":"assistant.message","data":{"messageId":"m2","content":"whole"}}"#,
+            r#"{"type":"assistant.reasoning","data":{"reasoningId":"r1","content":"hmm"}}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"nope"}}"#,
+            r#"{"type":"assistant.message","data":{"messageId":"m3","content":"","toolRequests":[{"toolCallId":"t1","name":"bash","arguments":{"command":"sleep 9"}}]}}"#,
+            r#"{"type":"tool.execution_start","data":{"toolCallId":"t2","toolName":"view","arguments":{}}}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"t2","success":false,"error":{"message":"denied"}}}"#,
+            r#"{"type":"assistant.message","data":"oops"}"#,
+            OK_RESULT,
+        ];
+        let out = hostile::<CopilotDecoder>(&[], text, &after);
         assert_eq!(
             kinds(&out).join(" "),
-            "warning text_delta warning warning text thinking warning tool_use tool_use tool warning completed"
+            "warning text_delta warning warning text_delta warning text thinking warning tool_use tool_use tool warning completed"
         );
-        assert_eq!(
-            out[1].as_ref().unwrap(),
-            &AgentMessage::TextDelta {
-                content: "a\u{0}b".to_owned()
-            }
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
+        let Ok(AgentMessage::Warning { details, .. }) = &out[5] else {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["data"]["x"], 1);
         assert_eq!(
-            out[7].as_ref().unwrap(),
+            out[9].as_ref().unwrap(),
             &use_of(Some("t1"), "bash", json!({"command": "sleep 9"})),
             "t1 never completes: it stays a use alone"
         );

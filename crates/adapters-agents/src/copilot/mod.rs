@@ -17,29 +17,30 @@ pub use decode::CopilotDecoder;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
 use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
 use serde_json::Value;
 
 use crate::normalize::usage::{SessionTotals, minus};
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, print_args, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, print_args, run_cli};
 
-/// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
-/// final line, and token counts are not printed on stdout at all: the CLI
-/// writes them to a `--usage-output-file`, read when the run ends. Those are
-/// cumulative over a resumed session, so the provider remembers each
-/// session's totals (in this process) and reports this invocation's share;
-/// see [`crate::normalize::usage`] for what the run's log holds instead.
+/// Runs agents on the GitHub Copilot CLI.
+pub type Copilot = CliAgent<CopilotCli>;
+
+/// The Copilot CLI: its command line, its decoder, and the usage its
+/// sessions reported.
+///
+/// Its session id appears only on the final line, and token counts are not
+/// printed on stdout at all: the CLI writes them to a `--usage-output-file`,
+/// read when the run ends. Those are cumulative over a resumed session, so
+/// the provider remembers each session's totals (in this process) and
+/// reports this invocation's share; see [`crate::normalize::usage`] for
+/// what the run's log holds instead.
 #[derive(Debug, Clone, Default)]
-pub struct Copilot {
+pub struct CopilotCli {
     /// Cumulative usage last read per session id.
     totals: SessionTotals,
-    /// Key names withheld from the CLI besides the fixed rules.
-    keys: KeyNames,
 }
 
 /// Where one invocation's usage file goes: unique per node execution.
@@ -74,18 +75,11 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
     Some((total, per_model))
 }
 
-impl Copilot {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self {
-            keys,
-            ..Self::default()
-        }
-    }
+impl CliProgram for CopilotCli {
+    type Decoder = CopilotDecoder;
 
-    /// The command line for one invocation (usage goes to `usage_file`).
-    pub fn command(request: &AgentRequest, usage_file: &Path) -> CliCommand {
+    /// The command line for one invocation; usage goes to its usage file.
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         let mut args = print_args(request, "json", "--no-ask-user");
@@ -104,26 +98,22 @@ impl Copilot {
         }
         args.extend([
             "--usage-output-file".into(),
-            usage_file.display().to_string(),
+            usage_file(request).display().to_string(),
         ]);
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "copilot", args)
     }
-}
 
-#[async_trait]
-impl QueryFn for Copilot {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+    /// Reads the usage file when the run completes (then the CLI has
+    /// exited and the file is whole) into this invocation's share, and
+    /// removes it.
+    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
         let path = usage_file(&request);
-        let stream = run_cli(
-            Self::command(&request, &path).withholding(&self.keys),
-            CopilotDecoder::new(),
-        )?;
+        let stream = run_cli(command, CopilotDecoder::new())?;
         let totals = self.totals.clone();
         let resumed = request.resume.map(|s| s.to_string());
         Ok(Box::pin(stream.map(move |item| match item {
             Ok(AgentMessage::Completed(mut result)) => {
-                // The CLI has exited (the result comes at the end): its file is complete.
                 if let Some((total, per_model)) = read_usage_file(&path) {
                     let session = result
                         .session_id
@@ -150,11 +140,6 @@ impl QueryFn for Copilot {
     }
 }
 
-/// Decodes a whole captured Copilot CLI run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(CopilotDecoder::new(), stdout, exit_code, stderr_tail)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod usage_tests {
@@ -177,7 +162,7 @@ mod usage_tests {
     fn the_command_asks_for_the_usage_file() {
         let request = agent_request(domain::workflow::Provider::Copilot, None);
         let path = usage_file(&request);
-        let cmd = Copilot::command(&request, &path);
+        let cmd = Copilot::command(&request);
         let at = cmd
             .args
             .iter()

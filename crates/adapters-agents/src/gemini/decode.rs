@@ -227,7 +227,7 @@ fn api_status_in(message: &str) -> Option<u64> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::gemini::decode_output;
+    use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
     decoding_with!(GeminiDecoder);
@@ -357,7 +357,8 @@ mod tests {
 
     #[test]
     fn errtest_capture_without_result_names_exit_code_and_stderr() {
-        let out = decode_output(
+        let out = decode_all(
+            GeminiDecoder::new(),
             include_bytes!("../../testdata/gemini/ERRTEST/stdout.jsonl"),
             Some(
                 include_str!("../../testdata/gemini/ERRTEST/rc")
@@ -461,39 +462,25 @@ mod tests {
 
     #[test]
     fn hostile_input_does_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(INIT.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"a\0b\",\"delta\":true}\n",
-        );
-        stdout.extend_from_slice(b"not json at all\n");
-        stdout.extend_from_slice(b"{\"type\":\"brand_new\",\"x\":1}\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"whole\"}\n",
-        );
-        stdout.extend_from_slice(
-            b"{\"type\":\"tool_result\",\"tool_id\":\"nope\",\"status\":\"success\"}\n",
-        );
-        stdout.extend_from_slice(b"{\"type\":\"tool_use\",\"tool_name\":\"run_shell_command\",\"tool_id\":\"t9\",\"parameters\":{\"command\":\"sleep 9\"}}\n");
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        let out = decode_output(&stdout, Some(0), "");
+        let text = r#"{"type":"message","role":"assistant","content":"TEXT","delta":true}"#;
+        let after = [
+            r#"{"type":"brand_new","x":1}"#,
+            r#"{"type":"message","role":"assistant","content":"whole"}"#,
+            r#"{"type":"tool_result","tool_id":"nope","status":"success"}"#,
+            r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t9","parameters":{"command":"sleep 9"}}"#,
+            OK_RESULT,
+        ];
+        let out = hostile::<GeminiDecoder>(&[INIT], text, &after);
         assert_kinds(
             &out,
-            "session warning text_delta warning warning text warning tool_use completed",
+            "session warning text_delta warning warning text_delta warning text warning tool_use completed",
         );
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::TextDelta {
-                content: "a\u{0}b".to_owned()
-            }
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[4] else {
+        let Ok(AgentMessage::Warning { details, .. }) = &out[6] else {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
         assert_eq!(
-            out[7].as_ref().unwrap(),
+            out[9].as_ref().unwrap(),
             &use_of(
                 Some("t9"),
                 "run_shell_command",

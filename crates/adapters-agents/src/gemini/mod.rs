@@ -14,28 +14,22 @@ pub mod wire;
 
 pub use decode::GeminiDecoder;
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::AgentRequest;
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, print_args, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, print_args};
+
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
-#[derive(Debug, Clone, Default)]
-pub struct Gemini {
-    keys: KeyNames,
-}
+pub type Gemini = CliAgent<GeminiCli>;
 
-impl Gemini {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+/// The Gemini CLI: its command line and its decoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GeminiCli;
 
-    /// The command line for one invocation.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+impl CliProgram for GeminiCli {
+    type Decoder = GeminiDecoder;
+
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         // `--yolo`: without it the shell tool is not even offered.
@@ -52,17 +46,4 @@ impl Gemini {
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "gemini", args)
     }
-}
-
-#[async_trait]
-impl QueryFn for Gemini {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let command = Self::command(&request).withholding(&self.keys);
-        run_cli(command, GeminiDecoder::new())
-    }
-}
-
-/// Decodes a whole captured Gemini CLI run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(GeminiDecoder::new(), stdout, exit_code, stderr_tail)
 }

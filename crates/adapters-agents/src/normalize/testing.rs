@@ -213,6 +213,45 @@ pub(crate) fn deltas(out: &[Decoded]) -> String {
         .collect()
 }
 
+/// Decodes the stdout of a CLI whose output goes bad, with exit code 0:
+/// the `before` lines, then `text_line` (a line with `TEXT` where its text
+/// goes) holding a NUL byte and invalid UTF-8, a line of binary garbage,
+/// `text_line` holding a mebibyte of text, and the `after` lines, the last
+/// one without a newline. Decoding goes on whatever the CLI: the text is
+/// repaired (with a warning before it), the garbage is two warnings (it was
+/// repaired, and it is not JSON), the big line decodes whole.
+pub(crate) fn hostile<D: Decoder + Default>(
+    before: &[&str],
+    text_line: &str,
+    after: &[&str],
+) -> Vec<Decoded> {
+    let big = "y".repeat(1 << 20);
+    let (head, tail) = text_line.split_once("TEXT").unwrap();
+    let mut lines: Vec<Vec<u8>> = before.iter().map(|l| l.as_bytes().to_vec()).collect();
+    lines.push([head.as_bytes(), b"a\0b\xffc", tail.as_bytes()].concat());
+    lines.push(b"garbage \x00\xfe not json".to_vec());
+    lines.push(text_line.replace("TEXT", &big).into_bytes());
+    lines.extend(after.iter().map(|l| l.as_bytes().to_vec()));
+    let out = decode_all(D::default(), &lines.join(&b'\n'), Some(0), "");
+    let text = |d: &Decoded| match d {
+        Ok(AgentMessage::Text { content } | AgentMessage::TextDelta { content }) => {
+            Some(content.clone())
+        }
+        _ => None,
+    };
+    let at = out
+        .iter()
+        .position(|d| text(d).is_some())
+        .unwrap_or_else(|| panic!("no text: {out:?}"));
+    assert_eq!(text(&out[at]).unwrap(), "a\u{0}b\u{fffd}c");
+    assert_eq!(
+        kinds(&out[at - 1..at + 3]),
+        ["warning", kind(&out[at]), "warning", "warning"]
+    );
+    assert_eq!(text(&out[at + 3]), Some(big), "the big line, whole");
+    out
+}
+
 /// The stream of a CLI that printed nothing and exited with `exit_code`
 /// (`stderr` said why) ends in one error naming both; one killed by a
 /// signal says so.

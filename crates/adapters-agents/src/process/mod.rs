@@ -23,7 +23,7 @@ pub mod shell;
 pub(crate) mod testing;
 
 pub(crate) use cli::print_args;
-pub use cli::{CliCommand, prompt_with_system, run_cli};
+pub use cli::{CliAgent, CliCommand, CliProgram, prompt_with_system, run_cli};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, ProcessGroup, Sandbox};
 pub use shell::Shell;
