@@ -235,23 +235,18 @@ mod tests {
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
 
+    /// Every capture decodes as its `expected.json` says.
     #[test]
-    fn text_capture() {
+    fn captures_decode_to_what_the_cli_said() {
+        assert_recorded::<GeminiDecoder>("gemini");
+    }
+
+    #[test]
+    fn the_result_line_gives_usage_per_model_and_timing() {
         let out = captured!("gemini/text");
-        assert_kinds(
-            &out,
-            "session text_delta text_delta text_delta text_delta text_delta completed",
-        );
-        assert_eq!(
-            session(&out),
-            (
-                "10fada5a-1565-433b-a3bd-569381e3039c",
-                Some("gemini-2.5-pro")
-            )
-        );
+        assert_eq!(session(&out).1, Some("gemini-2.5-pro"));
         assert_eq!(deltas(&out), "Hello from the fake server.");
         let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
         assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
         assert_eq!(
             result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
@@ -266,10 +261,6 @@ mod tests {
     #[test]
     fn tool_capture() {
         let out = captured!("gemini/tool");
-        let mut expected = vec!["session", "text_delta", "tool_use", "tool"];
-        expected.extend(["text_delta"; 8]);
-        expected.push("completed");
-        assert_eq!(kinds(&out), expected);
         let id = Some("run_shell_command__run_shell_command_1795318120450_0");
         let input = json!({"command": "echo hi", "description": "Print hi"});
         let (messages, _) = split(out.clone());
@@ -283,32 +274,20 @@ mod tests {
                 tool_of(id, "run_shell_command", input, json!("hi"), None),
             ]
         );
-        let (name, input, output, error) = tool(&out[3]);
-        assert_eq!(name, "run_shell_command");
-        assert_eq!(input["command"], "echo hi");
-        assert_eq!(output, &json!("hi"));
-        assert_eq!(error, None);
         let result = completed(&out);
-        assert!(result.text.starts_with("Tool said: "), "{}", result.text);
         assert_eq!(result.num_turns, 2);
-        assert_eq!(
-            (result.usage.input_tokens, result.usage.output_tokens),
-            (240, 50)
-        );
         assert_eq!(result.duration_ms, Some(457));
     }
 
     #[test]
     fn toolfail_capture_reports_success_because_stdout_has_no_exit_code() {
         let out = captured!("gemini/toolfail");
-        assert_eq!(kind(&out[2]), "tool_use");
         let (name, input, output, error) = tool(&out[3]);
         assert_eq!(name, "run_shell_command");
         assert_eq!(input["command"], "echo oops >&2; exit 3");
         assert_eq!(output, &json!("oops"));
         // Gemini CLI 0.61.0 prints `status: success` and only the output.
         assert_eq!(error, None);
-        assert_eq!(kind(out.last().unwrap()), "completed");
     }
 
     #[test]
@@ -336,23 +315,6 @@ mod tests {
         assert_eq!(tool(&out[6]).3, None);
         assert_eq!(exit_code_in("exit code -1"), Some(-1));
         assert_eq!(exit_code_in("exit codes"), None);
-    }
-
-    #[test]
-    fn resume_capture_keeps_the_session() {
-        let out = captured!("gemini/resume");
-        assert_eq!(session(&out).0, "2dcad872-3b98-4b4e-aa03-586cb476122c");
-        assert_eq!(deltas(&out), "Hello from the fake server.");
-        assert_eq!(completed(&out).usage.input_tokens, 120);
-    }
-
-    #[test]
-    fn badreq_capture_is_an_api_error() {
-        let out = captured!("gemini/BADREQ");
-        assert_kinds(&out, "session ERR");
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert!(message.contains("fake error 400"), "{message}");
     }
 
     #[test]

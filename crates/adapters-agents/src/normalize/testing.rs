@@ -143,6 +143,94 @@ pub(crate) fn capture<D: Decoder + Default>(stdout: &[u8], rc: &str) -> Vec<Deco
     decode_all(D::default(), stdout, Some(rc.trim().parse().unwrap()), "")
 }
 
+/// What a recorded capture decodes to: its `expected.json`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expected {
+    /// The kinds, space-separated, a run of one kind of delta counted once.
+    kinds: String,
+    /// The session it names (first, or on its result).
+    session: Option<String>,
+    /// How the answer (the result's text) starts, for a completed run...
+    answer: Option<String>,
+    /// ...and its prompt and output tokens.
+    tokens: Option<(u64, u64)>,
+    /// The error type of a failed run...
+    error: Option<String>,
+    /// ...and a part of its message.
+    message: Option<String>,
+    /// Why it decodes so.
+    #[serde(rename = "note")]
+    _note: Option<String>,
+}
+
+/// Decodes the recorded capture `cli/scenario` under `testdata/` with its
+/// recorded exit code.
+pub(crate) fn recorded<D: Decoder + Default>(scenario: &str) -> Vec<Decoded> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(scenario);
+    let stdout = std::fs::read(dir.join("stdout.jsonl")).unwrap();
+    capture::<D>(&stdout, &std::fs::read_to_string(dir.join("rc")).unwrap())
+}
+
+/// Decodes every capture of `cli` (the folders under `testdata/cli/`) and
+/// checks it against its `expected.json`.
+pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root.join(cli)).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let at = dir.strip_prefix(&root).unwrap().display().to_string();
+        let path = dir.join("expected.json");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let expected: Expected =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let out = recorded::<D>(&at);
+        assert_eq!(collapsed_kinds(&out).join(" "), expected.kinds, "{at}");
+        let session = match out.first() {
+            Some(Ok(AgentMessage::Session { session_id, .. })) => Some(session_id),
+            _ => match out.last() {
+                Some(Ok(AgentMessage::Completed(result))) => result.session_id.as_ref(),
+                _ => None,
+            },
+        };
+        let session = session.map(SessionId::as_str);
+        assert_eq!(session, expected.session.as_deref(), "{at}");
+        if let Some(error_type) = &expected.error {
+            let (kind, message) = agent_error(&out);
+            assert_eq!(kind, error_type, "{at}");
+            let part = expected.message.unwrap();
+            assert!(message.contains(&part), "{at}: {message}");
+        } else {
+            let result = completed(&out);
+            let answer = expected.answer.unwrap();
+            assert!(result.text.starts_with(&answer), "{at}: {}", result.text);
+            let tokens = (result.usage.input_tokens, result.usage.output_tokens);
+            assert_eq!(Some(tokens), expected.tokens, "{at}");
+        }
+        seen += 1;
+    }
+    assert!(seen > 0, "no captures of {cli}");
+}
+
+/// The kinds of a decoded stream, a run of one kind of delta counted once
+/// (tests do not count chunks).
+pub(crate) fn collapsed_kinds(out: &[Decoded]) -> Vec<&'static str> {
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for k in out.iter().map(kind) {
+        if k.ends_with("_delta") && kinds.last() == Some(&k) {
+            continue;
+        }
+        kinds.push(k);
+    }
+    kinds
+}
+
 /// Decodes these stdout lines, each ended by a newline.
 pub(crate) fn run<D: Decoder + Default>(
     lines: &[&str],
