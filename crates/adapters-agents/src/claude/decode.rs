@@ -369,20 +369,12 @@ mod tests {
     }
 
     #[test]
-    fn the_result_line_gives_usage_per_model_cost_and_turns() {
+    fn the_text_capture_names_its_model_and_cache_counts() {
         let out = captured!("claude/text");
+        assert_eq!(session(&out).1, Some("claude-sonnet-4-5"));
         let result = completed(&out);
         assert_eq!(result.usage, usage_of(120, 25, Some(0), Some(0)));
-        let model_usage = result.model_usage.as_ref().unwrap();
-        assert_eq!(model_usage["claude-sonnet-4-5"], model_usage_of(120, 25));
-        assert_eq!(result.total_cost_usd, Some(0.000735));
-        assert_eq!(result.num_turns, 1);
-        assert!(result.duration_ms.is_some());
         assert_eq!(result.session_id, None, "already announced by Session");
-        assert_eq!(session(&out).1, Some("claude-sonnet-4-5"));
-        // Cost is cumulative over a resumed session.
-        let out = captured!("claude/resume");
-        assert_eq!(completed(&out).total_cost_usd, Some(0.002205));
     }
 
     #[test]
@@ -406,19 +398,6 @@ mod tests {
             "thinking is kept with its signature: {:?}",
             out[1]
         );
-        let result = completed(&out);
-        assert_eq!(result.num_turns, 2);
-        assert_eq!(result.total_cost_usd, Some(0.00147));
-    }
-
-    #[test]
-    fn toolfail_capture_records_the_error() {
-        let out = captured!("claude/toolfail");
-        let (name, input, output, error) = tool(&out[4]);
-        assert_eq!(name, "Bash");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(output, &json!("Exit code 3\noops"));
-        assert_eq!(error, Some("Exit code 3\noops"));
     }
 
     #[test]
@@ -434,11 +413,6 @@ mod tests {
     fn partial_capture_streams_deltas_without_duplicating_blocks() {
         let out = captured!("claude/tool_partial");
         assert_eq!(deltas(&out), format!("I will run a command.{TOOL_TEXT}"));
-        let (name, input, output, _) = tool(&out[9]);
-        assert_eq!(
-            (name, &input["command"], output),
-            ("Bash", &json!("echo hi"), &json!("hi"))
-        );
     }
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#;

@@ -355,14 +355,11 @@ mod tests {
     }
 
     #[test]
-    fn the_result_line_gives_timing_and_turns_but_no_tokens() {
+    fn the_text_capture_has_no_tokens_on_stdout() {
         let out = captured!("copilot/text");
         assert_eq!(out.len(), 6);
-        let result = completed(&out);
-        assert_eq!(result.usage, Usage::default());
-        assert_eq!(result.duration_ms, Some(543));
-        assert_eq!(result.num_turns, 1);
-        assert_eq!(result.total_cost_usd, None);
+        assert_eq!(completed(&out).usage, Usage::default());
+        assert_eq!(completed(&out).total_cost_usd, None);
     }
 
     #[test]
@@ -379,34 +376,13 @@ mod tests {
                 .filter(|m| matches!(m, AgentMessage::ToolUse { .. }))
                 .collect();
             let [AgentMessage::ToolUse { id: Some(id), .. }] = uses[..] else {
-                panic!("one call, which keeps its toolCallId: {uses:?}")
+                panic!("{scenario}: one call, which keeps its toolCallId: {uses:?}")
             };
             assert!(
                 matches!(tools_with_ids(&out)[..], [Some(ref t)] if t == id),
-                "the completion names the same call"
+                "{scenario}: the completion names the same call"
             );
-            let [(name, input, output, error)] = tools(&out)[..] else {
-                panic!("{scenario}: one tool")
-            };
-            assert_eq!(name, "bash");
-            assert_eq!(input["command"], "echo hi");
-            let shell = "hi\n<shellId: 0 completed with exit code 0>";
-            assert_eq!((output, error), (&json!(shell), None));
-            assert_eq!(completed(&out).num_turns, 2);
         }
-    }
-
-    #[test]
-    fn toolfail_capture_records_the_real_exit_code() {
-        let out = captured!("copilot/toolfail");
-        let (name, input, output, error) = tools(&out)[0];
-        assert_eq!(name, "bash");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(
-            output,
-            &json!("oops\n<shellId: 0 completed with exit code 3>")
-        );
-        assert_eq!(error, Some("command exited with code 3"));
     }
 
     #[test]

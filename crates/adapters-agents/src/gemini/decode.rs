@@ -242,18 +242,12 @@ mod tests {
     }
 
     #[test]
-    fn the_result_line_gives_usage_per_model_and_timing() {
+    fn the_text_capture_names_its_model_and_streams_its_text() {
         let out = captured!("gemini/text");
         assert_eq!(session(&out).1, Some("gemini-2.5-pro"));
         assert_eq!(deltas(&out), "Hello from the fake server.");
         let result = completed(&out);
         assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
-        assert_eq!(
-            result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
-            model_usage_of(120, 25)
-        );
-        assert_eq!(result.duration_ms, Some(167));
-        assert_eq!(result.num_turns, 1);
         assert_eq!(result.total_cost_usd, None);
         assert_eq!(result.session_id, None, "already announced by Session");
     }
@@ -274,20 +268,6 @@ mod tests {
                 tool_of(id, "run_shell_command", input, json!("hi"), None),
             ]
         );
-        let result = completed(&out);
-        assert_eq!(result.num_turns, 2);
-        assert_eq!(result.duration_ms, Some(457));
-    }
-
-    #[test]
-    fn toolfail_capture_reports_success_because_stdout_has_no_exit_code() {
-        let out = captured!("gemini/toolfail");
-        let (name, input, output, error) = tool(&out[3]);
-        assert_eq!(name, "run_shell_command");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(output, &json!("oops"));
-        // Gemini CLI 0.61.0 prints `status: success` and only the output.
-        assert_eq!(error, None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -159,9 +160,30 @@ struct Expected {
     error: Option<String>,
     /// ...and a part of its message.
     message: Option<String>,
+    /// The model turns of a completed run.
+    turns: Option<u32>,
+    /// Its cost in USD.
+    cost: Option<f64>,
+    /// Its wall time.
+    duration_ms: Option<u64>,
+    /// Its prompt and output tokens per model.
+    models: Option<BTreeMap<String, (u64, u64)>>,
+    /// The first tool it ran.
+    tool: Option<ExpectedTool>,
     /// Why it decodes so.
     #[serde(rename = "note")]
     _note: Option<String>,
+}
+
+/// The first [`AgentMessage::Tool`] of a capture.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedTool {
+    name: String,
+    /// Its input's `command`.
+    command: String,
+    output: Value,
+    error: Option<String>,
 }
 
 /// Decodes the recorded capture `cli/scenario` under `testdata/` with its
@@ -207,15 +229,51 @@ pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
             let part = expected.message.unwrap();
             assert!(message.contains(&part), "{at}: {message}");
         } else {
-            let result = completed(&out);
-            let answer = expected.answer.unwrap();
-            assert!(result.text.starts_with(&answer), "{at}: {}", result.text);
-            let tokens = (result.usage.input_tokens, result.usage.output_tokens);
-            assert_eq!(Some(tokens), expected.tokens, "{at}");
+            assert_result(completed(&out), &expected, &at);
+        }
+        if let Some(want) = &expected.tool {
+            let first = out.iter().find(|d| kind(d) == "tool").unwrap();
+            let (name, input, output, error) = tool(first);
+            let got = (name, &input["command"], output, error);
+            let command = Value::from(want.command.as_str());
+            let want = (
+                want.name.as_str(),
+                &command,
+                &want.output,
+                want.error.as_deref(),
+            );
+            assert_eq!(got, want, "{at}");
         }
         seen += 1;
     }
     assert!(seen > 0, "no captures of {cli}");
+}
+
+/// Checks a completed run's result against what `expected.json` says of it.
+#[track_caller]
+fn assert_result(result: &AgentResult, expected: &Expected, at: &str) {
+    let answer = expected.answer.as_deref().unwrap();
+    assert!(result.text.starts_with(answer), "{at}: {}", result.text);
+    let tokens = (result.usage.input_tokens, result.usage.output_tokens);
+    assert_eq!(Some(tokens), expected.tokens, "{at}");
+    let models = result.model_usage.as_ref().map(|models| {
+        let tokens = |u: &ModelUsage| (u.input_tokens, u.output_tokens);
+        models.iter().map(|(m, u)| (m.clone(), tokens(u))).collect()
+    });
+    let got = (
+        result.total_cost_usd,
+        result.duration_ms,
+        models,
+        result.num_turns,
+    );
+    // What `expected.json` leaves out is not checked.
+    let want = (
+        expected.cost.or(got.0),
+        expected.duration_ms.or(got.1),
+        expected.models.clone().or_else(|| got.2.clone()),
+        expected.turns.unwrap_or(got.3),
+    );
+    assert_eq!(got, want, "{at}: cost, time, per-model usage and turns");
 }
 
 /// The kinds of a decoded stream, a run of one kind of delta counted once
@@ -411,15 +469,6 @@ pub(crate) fn usage_of(
         output_tokens,
         cache_creation_input_tokens,
         cache_read_input_tokens,
-    }
-}
-
-/// A [`ModelUsage`] with these counts and nothing else.
-pub(crate) fn model_usage_of(input_tokens: u64, output_tokens: u64) -> ModelUsage {
-    ModelUsage {
-        extra: Default::default(),
-        input_tokens,
-        output_tokens,
     }
 }
 
