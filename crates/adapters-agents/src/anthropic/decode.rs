@@ -12,8 +12,9 @@ use eventsource_stream::Event;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
+use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError};
 use crate::http::{self, TurnMeta};
+use crate::normalize::usage::MessagesUsage;
 
 /// The state of one streamed turn.
 #[derive(Debug, Default)]
@@ -262,7 +263,7 @@ impl MessagesDecoder {
 
     /// Counts present in `usage` replace ours: `output_tokens` is cumulative,
     /// and a later `input_tokens` is the more complete one.
-    fn take_usage(&mut self, usage: &WireUsage) {
+    fn take_usage(&mut self, usage: &MessagesUsage) {
         if let Some(n) = usage.input_tokens {
             self.turn.usage.input_tokens = n;
         }

@@ -272,11 +272,10 @@ fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
         };
         return Err(fatal(error_type, message, value));
     }
-    let models = line.model_usage.into_iter().flatten();
     Ok(AgentMessage::Completed(AgentResult {
         text: line.result.unwrap_or_default(),
         usage: line.usage.unwrap_or_default().into(),
-        model_usage: model_usage(models.map(|(m, u)| (m, u.input_tokens, u.output_tokens))),
+        model_usage: model_usage(line.model_usage),
         total_cost_usd: line.total_cost_usd,
         duration_ms: line.duration_ms,
         num_turns: line

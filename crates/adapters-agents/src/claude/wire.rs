@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::MessagesUsage;
+use crate::normalize::usage::{MessagesUsage, ModelTokens};
 
 /// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct SystemLine {
     /// Which system line.
     pub subtype: Option<String>,
@@ -76,13 +75,11 @@ pub enum Block {
         /// The thinking text.
         thinking: String,
         /// The provider's signature of the block, kept so it can be sent back.
-        #[serde(default)]
         signature: Option<String>,
     },
     /// The model asked for a tool.
     ToolUse {
         /// Call id, matched by the `tool_result` (kept absent when missing).
-        #[serde(default)]
         id: Option<String>,
         /// Tool name.
         name: String,
@@ -112,7 +109,6 @@ pub struct StreamEventLine {
     /// The wrapped Messages API event.
     pub event: Value,
     /// The message the event belongs to.
-    #[serde(default)]
     pub api_message_id: Option<String>,
 }
 
@@ -133,8 +129,7 @@ pub enum Delta {
 }
 
 /// `type: "result"`: the last line of an invocation.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ResultLine {
     /// `success`, `error_max_turns`, `error_during_execution`, ...
     pub subtype: Option<String>,
@@ -150,7 +145,7 @@ pub struct ResultLine {
     pub usage: Option<MessagesUsage>,
     /// Per-model usage.
     #[serde(rename = "modelUsage")]
-    pub model_usage: Option<BTreeMap<String, WireModelUsage>>,
+    pub model_usage: Option<BTreeMap<String, ModelTokens>>,
     /// Model turns.
     pub num_turns: Option<u64>,
     /// Wall time of the invocation.
@@ -161,14 +156,4 @@ pub struct ResultLine {
     pub api_error_status: Option<u64>,
     /// Error texts of `error_*` results.
     pub errors: Option<Vec<Value>>,
-}
-
-/// One entry of `modelUsage`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct WireModelUsage {
-    /// Prompt tokens.
-    pub input_tokens: Option<u64>,
-    /// Completion tokens.
-    pub output_tokens: Option<u64>,
 }

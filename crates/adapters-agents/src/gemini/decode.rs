@@ -139,11 +139,10 @@ fn outcome(line: ResultLine, value: &Value, text: &str, turns: u32) -> Decoded {
             .unwrap_or(0)
             .saturating_sub(cached.unwrap_or(0))
     });
-    let models = stats.models.into_iter().flatten();
     Ok(AgentMessage::Completed(AgentResult {
         text: text.to_owned(),
         usage: usage(Some(input_tokens), stats.output_tokens, None, cached),
-        model_usage: model_usage(models.map(|(m, u)| (m, u.input_tokens, u.output_tokens))),
+        model_usage: model_usage(stats.models),
         total_cost_usd: None,
         duration_ms: stats.duration_ms,
         num_turns: turns,
