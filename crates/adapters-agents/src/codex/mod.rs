@@ -69,7 +69,7 @@ impl CliProgram for CodexCli {
             .and_then(|thread| self.totals.get(thread.as_str()));
         let decoder = match previous.clone() {
             Some(usage) => CodexDecoder::with_previous_usage(usage),
-            None => CodexDecoder::new(),
+            None => CodexDecoder::default(),
         };
         let stream = run_cli(command, decoder)?;
         let totals = self.totals.clone();

@@ -80,11 +80,6 @@ pub struct CopilotDecoder {
 }
 
 impl CopilotDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn message_delta(&mut self, delta: MessageDelta) -> Vec<Decoded> {
         self.streamed.extend(delta.message_id);
         vec![Ok(AgentMessage::TextDelta {
@@ -348,10 +343,9 @@ mod tests {
     const OK_RESULT: &str =
         r#"{"type":"result","sessionId":"s1","exitCode":0,"usage":{"sessionDurationMs":9}}"#;
 
-    /// Every capture decodes as its `expected.json` says.
     #[test]
-    fn captures_decode_to_what_the_cli_said() {
-        assert_recorded::<CopilotDecoder>("copilot");
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<CopilotDecoder>("copilot", &[], OK_RESULT);
     }
 
     #[test]
@@ -405,16 +399,16 @@ mod tests {
     #[test]
     fn rate_limits_and_odd_results() {
         let fail = r#"{"type":"session.error","data":{"errorType":"query","message":"429 slow","statusCode":429}}"#;
-        let out = run(&[fail], Some(1), "");
-        assert_eq!(agent_error(&out).0, "rate_limit");
-        let out = run(
-            &[r#"{"type":"result","sessionId":"s1","exitCode":2}"#],
-            Some(2),
-            "",
+        let failed = r#"{"type":"result","sessionId":"s1","exitCode":2}"#;
+        let unreadable = r#"{"type":"result","usage":"oops"}"#;
+        assert_error_types::<CopilotDecoder>(
+            &[],
+            &[
+                (fail, "rate_limit"),
+                (failed, "error_during_execution"),
+                (unreadable, "error_during_execution"),
+            ],
         );
-        assert_eq!(agent_error(&out).0, "error_during_execution");
-        let out = run(&[r#"{"type":"result","usage":"oops"}"#], Some(0), "");
-        assert_eq!(agent_error(&out).0, "error_during_execution");
         let out = run(&[OK_RESULT, OK_RESULT], Some(1), "");
         assert_eq!(collapsed_kinds(&out).join(" "), "warning warning completed");
     }
@@ -514,13 +508,5 @@ mod tests {
             ],
             "c2 stays a use alone: no result is made up for it"
         );
-    }
-
-    #[test]
-    fn empty_stdout_is_an_error_naming_exit_code_and_stderr() {
-        assert_empty_stdout_fails::<CopilotDecoder>(1, "Error: no model configured");
-        let mut decoder = CopilotDecoder::new();
-        assert_eq!(decoder.finish(None, "").len(), 1);
-        assert!(decoder.finish(None, "").is_empty());
     }
 }

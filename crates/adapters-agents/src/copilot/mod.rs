@@ -109,7 +109,7 @@ impl CliProgram for CopilotCli {
     /// removes it.
     fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
         let path = usage_file(&request);
-        let stream = run_cli(command, CopilotDecoder::new())?;
+        let stream = run_cli(command, CopilotDecoder::default())?;
         let totals = self.totals.clone();
         let resumed = request.resume.map(|s| s.to_string());
         Ok(Box::pin(stream.map(move |item| match item {

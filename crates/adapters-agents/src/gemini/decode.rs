@@ -52,16 +52,6 @@ pub struct GeminiDecoder {
 }
 
 impl GeminiDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The session id, once `init` announced it.
-    pub fn session_id(&self) -> Option<&SessionId> {
-        self.session.as_ref()
-    }
-
     fn message(&mut self, line: MessageLine, value: &Value) -> Vec<Decoded> {
         match line.role.as_deref() {
             // The user's own prompt echoed back: the runtime already knows it.
@@ -234,10 +224,9 @@ mod tests {
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
 
-    /// Every capture decodes as its `expected.json` says.
     #[test]
-    fn captures_decode_to_what_the_cli_said() {
-        assert_recorded::<GeminiDecoder>("gemini");
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<GeminiDecoder>("gemini", &[INIT], OK_RESULT);
     }
 
     #[test]
@@ -299,7 +288,7 @@ mod tests {
     #[test]
     fn errtest_capture_without_result_names_exit_code_and_stderr() {
         let out = decode_all(
-            GeminiDecoder::new(),
+            GeminiDecoder::default(),
             include_bytes!("../../testdata/gemini/ERRTEST/stdout.jsonl"),
             Some(
                 include_str!("../../testdata/gemini/ERRTEST/rc")
@@ -340,10 +329,7 @@ mod tests {
                 "error_during_execution",
             ),
         ];
-        for (line, expected) in cases {
-            let out = run(&[INIT, line], Some(1), "");
-            assert_eq!(agent_error(&out).0, expected, "{line}");
-        }
+        assert_error_types::<GeminiDecoder>(&[INIT], &cases);
     }
 
     #[test]
@@ -435,10 +421,8 @@ mod tests {
     }
 
     #[test]
-    fn empty_stdout_and_signals_are_errors_and_finish_is_idempotent() {
-        assert_empty_stdout_fails::<GeminiDecoder>(41, "Invalid auth method selected.");
-
-        let mut decoder = GeminiDecoder::new();
+    fn a_result_with_a_failing_exit_warns_and_comes_last() {
+        let mut decoder = GeminiDecoder::default();
         let value: Value = serde_json::from_str(OK_RESULT).unwrap();
         assert!(decoder.line(value).is_empty());
         let out = decoder.finish(Some(2), "");

@@ -398,21 +398,50 @@ pub(crate) fn hostile<D: Decoder + Default>(
     out
 }
 
-/// The stream of a CLI that printed nothing and exited with `exit_code`
-/// (`stderr` said why) ends in one error naming both; one killed by a
-/// signal says so.
-pub(crate) fn assert_empty_stdout_fails<D: Decoder + Default>(exit_code: i32, stderr: &str) {
-    let out = decode_all(D::default(), b"", Some(exit_code), stderr);
-    assert_eq!(kinds(&out), ["ERR"]);
+/// What every CLI decoder does, whatever its CLI: each recorded capture
+/// of `cli` decodes as its `expected.json` says; a CLI that printed
+/// nothing fails naming its exit code and stderr (or the signal), once
+/// however often the stream is finished; and a line of a type it does not
+/// know, or of none, is kept whole as a warning between the `first` lines
+/// and `last` (a result line).
+pub(crate) fn assert_cli_basics<D: Decoder + Default>(cli: &str, first: &[&str], last: &str) {
+    assert_recorded::<D>(cli);
+
+    let out = decode_all(D::default(), b"", Some(2), "boom: no API key");
     let (error_type, message) = agent_error(&out);
-    assert_eq!(error_type, "error_during_execution");
-    assert!(
-        message.contains(&format!("exited with code {exit_code}")),
-        "{message}"
+    assert_eq!(
+        (kinds(&out), error_type),
+        (vec!["ERR"], "error_during_execution")
     );
-    assert!(message.contains(stderr), "{message}");
-    let out = decode_all(D::default(), b"", None, "");
-    assert!(agent_error(&out).1.contains("killed by a signal"));
+    assert!(message.contains("exited with code 2"), "{message}");
+    assert!(message.contains("boom: no API key"), "{message}");
+    let mut decoder = D::default();
+    assert!(
+        agent_error(&decoder.finish(None, ""))
+            .1
+            .contains("killed by a signal")
+    );
+    assert!(decoder.finish(None, "").is_empty(), "finished once");
+
+    let unknown = [r#"{"type":"brand_new","x":1}"#, r#"{"no_type":true}"#];
+    let lines: Vec<&str> = [first, &unknown, &[last]].concat();
+    let (messages, error) = split(run::<D>(&lines, Some(0), ""));
+    assert!(error.is_none(), "{error:?}");
+    for line in unknown {
+        let kept = serde_json::json!({ "line": serde_json::from_str::<Value>(line).unwrap() });
+        let warned = |m: &AgentMessage| matches!(m, AgentMessage::Warning { details: Some(d), .. } if *d == kept);
+        assert!(messages.iter().any(warned), "{line} kept: {messages:?}");
+    }
+}
+
+/// Each line of `cases`, after the `first` lines, ends the stream in an
+/// error of its stable type.
+#[track_caller]
+pub(crate) fn assert_error_types<D: Decoder + Default>(first: &[&str], cases: &[(&str, &str)]) {
+    for (line, expected) in cases {
+        let out = run::<D>(&[first, &[*line]].concat(), Some(1), "");
+        assert_eq!(agent_error(&out).0, *expected, "{line}");
+    }
 }
 
 /// The error that ends a stream: its type and message.
