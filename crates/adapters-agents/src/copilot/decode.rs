@@ -349,14 +349,6 @@ mod tests {
     }
 
     #[test]
-    fn the_text_capture_has_no_tokens_on_stdout() {
-        let out = captured!("copilot/text");
-        assert_eq!(out.len(), 6);
-        assert_eq!(completed(&out).usage, Usage::default());
-        assert_eq!(completed(&out).total_cost_usd, None);
-    }
-
-    #[test]
     fn tool_captures_pair_calls_by_id_on_every_wire_api() {
         for scenario in [
             "copilot/tool",
@@ -380,7 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn failures_keep_their_result_line_and_retries() {
+    fn a_failure_keeps_its_result_line() {
         let out = captured!("copilot/BADREQ");
         let Some(Err(QueryError::Agent { details, .. })) = out.last() else {
             panic!()
@@ -388,11 +380,6 @@ mod tests {
         assert_eq!(
             details.as_ref().unwrap()["result"]["sessionId"],
             "182dcdf4-19e0-426e-97fe-c2fa0298a658"
-        );
-        let out = captured!("copilot/ERRTEST");
-        assert!(
-            matches!(&out[0], Ok(AgentMessage::Error { error_type, message, .. })
-            if error_type == "api_error" && message.contains("HTTP 500"))
         );
     }
 

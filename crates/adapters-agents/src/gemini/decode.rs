@@ -230,17 +230,6 @@ mod tests {
     }
 
     #[test]
-    fn the_text_capture_names_its_model_and_streams_its_text() {
-        let out = captured!("gemini/text");
-        assert_eq!(session(&out).1, Some("gemini-2.5-pro"));
-        assert_eq!(deltas(&out), "Hello from the fake server.");
-        let result = completed(&out);
-        assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
-        assert_eq!(result.total_cost_usd, None);
-        assert_eq!(result.session_id, None, "already announced by Session");
-    }
-
-    #[test]
     fn tool_capture() {
         let out = captured!("gemini/tool");
         let id = Some("run_shell_command__run_shell_command_1795318120450_0");

@@ -152,10 +152,15 @@ struct Expected {
     kinds: String,
     /// The session it names (first, or on its result).
     session: Option<String>,
+    /// The model its session names.
+    model: Option<String>,
+    /// The first error it reports and goes on from: its type and a part of
+    /// its message.
+    reported: Option<(String, String)>,
     /// How the answer (the result's text) starts, for a completed run...
     answer: Option<String>,
-    /// ...and its prompt and output tokens.
-    tokens: Option<(u64, u64)>,
+    /// ...and its usage, as `agent:complete` records it.
+    usage: Option<Usage>,
     /// The error type of a failed run...
     error: Option<String>,
     /// ...and a part of its message.
@@ -214,15 +219,38 @@ pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let out = recorded::<D>(&at);
         assert_eq!(collapsed_kinds(&out).join(" "), expected.kinds, "{at}");
+        let on_result = match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result.session_id.as_ref(),
+            _ => None,
+        };
         let session = match out.first() {
-            Some(Ok(AgentMessage::Session { session_id, .. })) => Some(session_id),
-            _ => match out.last() {
-                Some(Ok(AgentMessage::Completed(result))) => result.session_id.as_ref(),
-                _ => None,
-            },
+            Some(Ok(AgentMessage::Session { session_id, .. })) => {
+                assert_eq!(
+                    on_result, None,
+                    "{at}: the result names an announced session"
+                );
+                Some(session_id)
+            }
+            _ => on_result,
         };
         let session = session.map(SessionId::as_str);
         assert_eq!(session, expected.session.as_deref(), "{at}");
+        if let Some(model) = &expected.model {
+            assert_eq!(self::session(&out).1, Some(model.as_str()), "{at}");
+        }
+        if let Some((error_type, part)) = &expected.reported {
+            let first = out.iter().find_map(|d| match d {
+                Ok(AgentMessage::Error {
+                    error_type,
+                    message,
+                    ..
+                }) => Some((error_type, message)),
+                _ => None,
+            });
+            let (kind, message) = first.unwrap_or_else(|| panic!("{at}: no error reported"));
+            assert_eq!(kind, error_type, "{at}");
+            assert!(message.contains(part.as_str()), "{at}: {message}");
+        }
         if let Some(error_type) = &expected.error {
             let (kind, message) = agent_error(&out);
             assert_eq!(kind, error_type, "{at}");
@@ -254,8 +282,7 @@ pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
 fn assert_result(result: &AgentResult, expected: &Expected, at: &str) {
     let answer = expected.answer.as_deref().unwrap();
     assert!(result.text.starts_with(answer), "{at}: {}", result.text);
-    let tokens = (result.usage.input_tokens, result.usage.output_tokens);
-    assert_eq!(Some(tokens), expected.tokens, "{at}");
+    assert_eq!(Some(&result.usage), expected.usage.as_ref(), "{at}");
     let models = result.model_usage.as_ref().map(|models| {
         let tokens = |u: &ModelUsage| (u.input_tokens, u.output_tokens);
         models.iter().map(|(m, u)| (m.clone(), tokens(u))).collect()
