@@ -10,7 +10,7 @@ use std::path::Path;
 
 use application::ports::{
     AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatRequest,
-    QueryError, TurnEnd,
+    QueryError, ToolCall, TurnEnd,
 };
 use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
@@ -588,6 +588,23 @@ pub(crate) fn assert_not_json_named(events: &[Result<ChatEvent, ChatError>]) {
     };
     assert!(message.contains("not JSON: <html>xxx"), "{message}");
     assert!(message.chars().count() < 300, "{message}");
+}
+
+/// A [`ToolCall`] of a chat turn.
+pub(crate) fn call_of(id: &str, name: &str, input: Value) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input,
+    }
+}
+
+/// A [`ChatEvent::ThinkingDone`].
+pub(crate) fn thought_of(text: &str, signature: Option<&str>) -> ChatEvent {
+    ChatEvent::ThinkingDone {
+        text: text.to_owned(),
+        signature: signature.map(str::to_owned),
+    }
 }
 
 /// A chat turn of `agent` that says "hi", with no system prompt or tools.

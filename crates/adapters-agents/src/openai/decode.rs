@@ -272,7 +272,9 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
+    use crate::normalize::testing::{
+        assert_not_json_named, call_of, end, ok, sse_turn, thought_of, usage_of,
+    };
     use application::ports::TurnEnd;
     use serde_json::json;
 
@@ -346,16 +348,8 @@ mod tests {
             events[..3],
             [
                 ChatEvent::TextDelta("Checking both.".into()),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_a".into(),
-                    name: "shell".into(),
-                    input: json!({"command": "ls -la"}),
-                }),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_b".into(),
-                    name: "read_file".into(),
-                    input: json!({"path": "README.md"}),
-                }),
+                ChatEvent::ToolCall(call_of("call_a", "shell", json!({"command": "ls -la"}))),
+                ChatEvent::ToolCall(call_of("call_b", "read_file", json!({"path": "README.md"}))),
             ]
         );
         let end = end(&events);
@@ -386,16 +380,8 @@ mod tests {
         assert_eq!(
             events[..2],
             [
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_x".into(),
-                    name: "shell".into(),
-                    input: json!("{\"command\": ls"),
-                }),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_1".into(),
-                    name: "now".into(),
-                    input: json!({}),
-                }),
+                ChatEvent::ToolCall(call_of("call_x", "shell", json!("{\"command\": ls"))),
+                ChatEvent::ToolCall(call_of("call_1", "now", json!({}))),
             ]
         );
         assert_eq!(end(&events).stop, StopReason::ToolUse);
@@ -444,10 +430,7 @@ mod tests {
             [
                 ChatEvent::ThinkingDelta("Let me ".into()),
                 ChatEvent::ThinkingDelta("think.".into()),
-                ChatEvent::ThinkingDone {
-                    text: "Let me think.".into(),
-                    signature: None
-                },
+                thought_of("Let me think.", None),
                 ChatEvent::TextDelta("42".into()),
             ]
         );
@@ -465,10 +448,7 @@ mod tests {
             events[..2],
             [
                 ChatEvent::ThinkingDelta("only thoughts".into()),
-                ChatEvent::ThinkingDone {
-                    text: "only thoughts".into(),
-                    signature: None
-                },
+                thought_of("only thoughts", None),
             ]
         );
         assert_eq!(end(&events).stop, StopReason::EndTurn);

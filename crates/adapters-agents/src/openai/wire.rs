@@ -186,6 +186,7 @@ pub(crate) struct PromptTokensDetails {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::normalize::testing::call_of;
     use application::ports::ToolSpec;
     use domain::workflow::{AgentDef, Provider};
 
@@ -239,16 +240,8 @@ mod tests {
                 },
                 ChatBlock::Text("I will ".into()),
                 ChatBlock::Text("run two.".into()),
-                ChatBlock::ToolCall(ToolCall {
-                    id: "call_a".into(),
-                    name: "shell".into(),
-                    input: json!({"command": "ls"}),
-                }),
-                ChatBlock::ToolCall(ToolCall {
-                    id: "call_b".into(),
-                    name: "shell".into(),
-                    input: json!("{not json"),
-                }),
+                ChatBlock::ToolCall(call_of("call_a", "shell", json!({"command": "ls"}))),
+                ChatBlock::ToolCall(call_of("call_b", "shell", json!("{not json"))),
             ]),
             ChatMessage::ToolResults(vec![
                 ToolResult {
@@ -264,11 +257,11 @@ mod tests {
                     is_error: true,
                 },
             ]),
-            ChatMessage::Assistant(vec![ChatBlock::ToolCall(ToolCall {
-                id: "call_c".into(),
-                name: "shell".into(),
-                input: json!({}),
-            })]),
+            ChatMessage::Assistant(vec![ChatBlock::ToolCall(call_of(
+                "call_c",
+                "shell",
+                json!({}),
+            ))]),
         ];
         let body = request_body(&request(agent(), "", messages)).unwrap();
         assert_eq!(
