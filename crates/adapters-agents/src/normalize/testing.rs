@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use application::ports::{
-    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatRequest,
-    QueryError, ToolCall, TurnEnd,
+    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatModel,
+    ChatRequest, QueryError, ToolCall, TurnEnd,
 };
 use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
@@ -588,6 +588,27 @@ pub(crate) fn assert_not_json_named(events: &[Result<ChatEvent, ChatError>]) {
     };
     assert!(message.contains("not JSON: <html>xxx"), "{message}");
     assert!(message.chars().count() < 300, "{message}");
+}
+
+/// Each agent's turn is refused before any request, with a configuration
+/// error naming what is wrong (the case's text); returns the errors.
+pub(crate) async fn assert_refused<const N: usize>(
+    chat: &impl ChatModel,
+    cases: [(AgentDef, &str); N],
+) -> Vec<ChatError> {
+    let mut errors = Vec::new();
+    for (agent, part) in cases {
+        let error = match chat.turn(chat_request(agent)).await {
+            Err(error) => error,
+            Ok(_) => panic!("the turn started: {part}"),
+        };
+        assert!(
+            matches!(&error, ChatError::Config(m) if m.contains(part)),
+            "{part}: {error:?}"
+        );
+        errors.push(error);
+    }
+    errors
 }
 
 /// A [`ToolCall`] of a chat turn.
