@@ -347,8 +347,6 @@ mod tests {
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
-    decoding_with!(ClaudeDecoder);
-
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
     #[test]
@@ -357,31 +355,20 @@ mod tests {
     }
 
     #[test]
-    fn tool_capture() {
-        let out = captured!("claude/tool");
-        let input = json!({"command": "echo hi", "description": "Print hi"});
-        let id = Some("toolu_0dea5dcde1614d95a1f1");
-        let (messages, _) = split(out.clone());
-        assert_eq!(
-            messages[2..6],
-            [
-                text_of("I will run a command."),
-                use_of(id, "Bash", input.clone()),
-                tool_of(id, "Bash", input, json!("hi"), None),
-                text_of(TOOL_TEXT),
-            ]
-        );
+    fn tool_capture_keeps_thinking_with_its_signature() {
+        let out = recorded::<ClaudeDecoder>("claude/tool");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None, signature: Some(s) })
             if content == "The user wants me to run echo hi. I'll use the shell tool." && !s.is_empty()),
-            "thinking is kept with its signature: {:?}",
+            "{:?}",
             out[1]
         );
+        assert_eq!(completed(&out).text, TOOL_TEXT);
     }
 
     #[test]
     fn partial_capture_streams_deltas_without_duplicating_blocks() {
-        let out = captured!("claude/tool_partial");
+        let out = recorded::<ClaudeDecoder>("claude/tool_partial");
         assert_eq!(deltas(&out), format!("I will run a command.{TOOL_TEXT}"));
     }
 
@@ -393,7 +380,7 @@ mod tests {
         // One message: thinking + text + tool_use in one line, then a line
         // with text after a call, a call without its id, and a call that
         // never gets a result (the CLI is killed).
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"thinking","thinking":"plan","signature":"c2ln"},{"type":"text","text":"running"},{"type":"tool_use","id":"toolu_A","name":"Bash","input":{"command":"echo a"}}]}}"#,
@@ -439,7 +426,7 @@ mod tests {
         let with_block = format!(
             r#"{{"type":"assistant","message":{{"id":"m1","content":[{block},{{"type":"text","text":"hi"}}]}}}}"#
         );
-        let out = run(&[INIT, future, &with_block, OK_RESULT], Some(0), "");
+        let out = run::<ClaudeDecoder>(&[INIT, future, &with_block, OK_RESULT], Some(0), "");
         let (messages, error) = split(out);
         assert!(error.is_none());
         let future: Value = serde_json::from_str(future).unwrap();
@@ -463,7 +450,7 @@ mod tests {
 
     #[test]
     fn unknown_lines_and_blocks_are_kept_as_warnings() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"system","subtype":"hook_response"}"#,
@@ -487,7 +474,7 @@ mod tests {
 
     #[test]
     fn truncated_result_line_means_no_result() {
-        let out = run(&[INIT], Some(1), "");
+        let out = run::<ClaudeDecoder>(&[INIT], Some(1), "");
         assert_kinds(&out, "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
         let out = decode_all(ClaudeDecoder::default(), stdout.as_bytes(), Some(1), "");
@@ -523,13 +510,13 @@ mod tests {
             ),
         ];
         assert_error_types::<ClaudeDecoder>(&[INIT], &cases);
-        let out = run(&[INIT, cases[1].0], Some(1), "");
+        let out = run::<ClaudeDecoder>(&[INIT, cases[1].0], Some(1), "");
         assert_eq!(agent_error(&out).1, "tool crashed");
     }
 
     #[test]
     fn api_retry_429_is_a_rate_limit_error_and_success_with_bad_exit_warns() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":3,"retry_delay_ms":500,"error_status":429,"error":"rate_limit"}"#,
@@ -573,7 +560,7 @@ mod tests {
 
     #[test]
     fn tool_result_with_block_content_is_joined_text() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}"#,

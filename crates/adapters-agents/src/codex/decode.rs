@@ -364,8 +364,6 @@ mod tests {
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
-    decoding_with!(CodexDecoder);
-
     fn error_types(out: &[Decoded]) -> Vec<&str> {
         out.iter()
             .filter_map(|d| match d {
@@ -396,12 +394,15 @@ mod tests {
             let out = recorded::<CodexDecoder>(scenario);
             assert!(error_types(&out).iter().all(|t| *t == "network_error"));
         }
-        assert_eq!(error_types(&captured!("codex/RATETEST")), ["rate_limit"]);
+        assert_eq!(
+            error_types(&recorded::<CodexDecoder>("codex/RATETEST")),
+            ["rate_limit"]
+        );
     }
 
     #[test]
     fn tool_capture_pairs_start_and_completion() {
-        let out = captured!("codex/tool");
+        let out = recorded::<CodexDecoder>("codex/tool");
         let command = json!({ "command": "/bin/bash -lc 'echo hi'" });
         let (messages, _) = split(out.clone());
         assert_eq!(
@@ -427,7 +428,7 @@ mod tests {
     fn resume_capture_usage_is_cumulative_unless_corrected() {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
-        let out = capture(stdout, rc);
+        let out = capture::<CodexDecoder>(stdout, rc);
         assert_kinds(&out, "session text completed");
         // The resumed thread is the one of the tool capture.
         assert_eq!(
@@ -450,7 +451,7 @@ mod tests {
 
     #[test]
     fn calls_keep_their_item_ids_and_order_and_a_dangling_one_stays_a_use() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"turn.started"}"#,
@@ -488,7 +489,7 @@ mod tests {
 
     #[test]
     fn unknown_items_and_lines_are_kept_as_warnings() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"item.completed","item":{"id":"i9","type":"hologram","beam":2}}"#,
@@ -525,7 +526,7 @@ mod tests {
 
     #[test]
     fn other_tool_items_become_tools() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"item.started","item":{"id":"f","type":"file_change","changes":[{"path":"a.txt","kind":"add"}],"status":"in_progress"}}"#,
@@ -563,7 +564,7 @@ mod tests {
 
     #[test]
     fn turn_failed_wins_and_completed_with_bad_exit_warns() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 DONE,
@@ -575,7 +576,7 @@ mod tests {
         );
         assert_kinds(&out, "session warning ERR");
         assert_eq!(agent_error(&out).0, "api_error");
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"turn.failed","error":{"message":"model refused"}}"#,
@@ -584,7 +585,7 @@ mod tests {
             "",
         );
         assert_eq!(agent_error(&out).0, "error_during_execution");
-        let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
+        let out = run::<CodexDecoder>(&[THREAD, DONE, DONE], Some(1), "oops");
         assert_kinds(&out, "session warning completed");
         assert_eq!(completed(&out).num_turns, 2);
     }

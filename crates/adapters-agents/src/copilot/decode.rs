@@ -314,8 +314,6 @@ mod tests {
     use super::*;
     use crate::normalize::testing::*;
 
-    decoding_with!(CopilotDecoder);
-
     fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {
         out.iter()
             .filter_map(|d| match d {
@@ -331,15 +329,6 @@ mod tests {
             .collect()
     }
 
-    fn tools_with_ids(out: &[Decoded]) -> Vec<Option<String>> {
-        out.iter()
-            .filter_map(|d| match d {
-                Ok(AgentMessage::Tool { id, .. }) => Some(id.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
     const OK_RESULT: &str =
         r#"{"type":"result","sessionId":"s1","exitCode":0,"usage":{"sessionDurationMs":9}}"#;
 
@@ -349,31 +338,8 @@ mod tests {
     }
 
     #[test]
-    fn tool_captures_pair_calls_by_id_on_every_wire_api() {
-        for scenario in [
-            "copilot/tool",
-            "copilot/tool_anthropic",
-            "copilot/tool_responses",
-        ] {
-            let out = recorded::<CopilotDecoder>(scenario);
-            let uses: Vec<&AgentMessage> = out
-                .iter()
-                .filter_map(|d| d.as_ref().ok())
-                .filter(|m| matches!(m, AgentMessage::ToolUse { .. }))
-                .collect();
-            let [AgentMessage::ToolUse { id: Some(id), .. }] = uses[..] else {
-                panic!("{scenario}: one call, which keeps its toolCallId: {uses:?}")
-            };
-            assert!(
-                matches!(tools_with_ids(&out)[..], [Some(ref t)] if t == id),
-                "{scenario}: the completion names the same call"
-            );
-        }
-    }
-
-    #[test]
     fn a_failure_keeps_its_result_line() {
-        let out = captured!("copilot/BADREQ");
+        let out = recorded::<CopilotDecoder>("copilot/BADREQ");
         let Some(Err(QueryError::Agent { details, .. })) = out.last() else {
             panic!()
         };
@@ -396,7 +362,7 @@ mod tests {
                 (unreadable, "error_during_execution"),
             ],
         );
-        let out = run(&[OK_RESULT, OK_RESULT], Some(1), "");
+        let out = run::<CopilotDecoder>(&[OK_RESULT, OK_RESULT], Some(1), "");
         assert_eq!(collapsed_kinds(&out).join(" "), "warning warning completed");
     }
 
@@ -448,7 +414,7 @@ mod tests {
         // toolCallId (answered by a completion without one); a call that
         // never completes; a line of a newer CLI.
         let future = r#"{"type":"tool.execution_progress","data":{"toolCallId":"c1","pct":5}}"#;
-        let out = run(
+        let out = run::<CopilotDecoder>(
             &[
                 r#"{"type":"assistant.reasoning","data":{"reasoningId":"r1","content":"plan"}}"#,
                 r#"{"type":"assistant.message","data":{"messageId":"m1","content":"running","toolRequests":[{"toolCallId":"c1","name":"bash","arguments":{"command":"echo a"}},{"toolCallId":"c2","name":"bash","arguments":{"command":"sleep 99"}}]}}"#,

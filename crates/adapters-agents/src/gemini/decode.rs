@@ -219,8 +219,6 @@ mod tests {
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
 
-    decoding_with!(GeminiDecoder);
-
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
 
@@ -230,26 +228,8 @@ mod tests {
     }
 
     #[test]
-    fn tool_capture() {
-        let out = captured!("gemini/tool");
-        let id = Some("run_shell_command__run_shell_command_1795318120450_0");
-        let input = json!({"command": "echo hi", "description": "Print hi"});
-        let (messages, _) = split(out.clone());
-        assert_eq!(
-            messages[1..4],
-            [
-                AgentMessage::TextDelta {
-                    content: "I will run a command.".into()
-                },
-                use_of(id, "run_shell_command", input.clone()),
-                tool_of(id, "run_shell_command", input, json!("hi"), None),
-            ]
-        );
-    }
-
-    #[test]
     fn exit_code_in_tool_output_marks_the_tool_failed() {
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t1","parameters":{"command":"exit 3"}}"#,
@@ -327,7 +307,7 @@ mod tests {
         // (answered by a result without one), a call that never returns, and
         // a line of a newer CLI.
         let future = r#"{"type":"tool_progress","tool_id":"t1","percent":50}"#;
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 r#"{"type":"message","role":"assistant","content":"first ","delta":true}"#,
@@ -421,7 +401,7 @@ mod tests {
 
     #[test]
     fn error_lines_and_odd_messages() {
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 INIT,

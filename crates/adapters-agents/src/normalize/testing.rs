@@ -173,20 +173,21 @@ struct Expected {
     duration_ms: Option<u64>,
     /// Its prompt and output tokens per model.
     models: Option<BTreeMap<String, (u64, u64)>>,
-    /// The first tool it ran.
+    /// A tool it ran.
     tool: Option<ExpectedTool>,
     /// Why it decodes so.
     #[serde(rename = "note")]
     _note: Option<String>,
 }
 
-/// The first [`AgentMessage::Tool`] of a capture.
+/// A tool a capture ran: its [`AgentMessage::ToolUse`], then its
+/// [`AgentMessage::Tool`].
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExpectedTool {
+    id: String,
     name: String,
-    /// Its input's `command`.
-    command: String,
+    input: Value,
     output: Value,
     error: Option<String>,
 }
@@ -260,17 +261,18 @@ pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
             assert_result(completed(&out), &expected, &at);
         }
         if let Some(want) = &expected.tool {
-            let first = out.iter().find(|d| kind(d) == "tool").unwrap();
-            let (name, input, output, error) = tool(first);
-            let got = (name, &input["command"], output, error);
-            let command = Value::from(want.command.as_str());
-            let want = (
-                want.name.as_str(),
-                &command,
-                &want.output,
-                want.error.as_deref(),
-            );
-            assert_eq!(got, want, "{at}");
+            let (id, name, input) = (Some(want.id.as_str()), &want.name, &want.input);
+            let (output, error) = (want.output.clone(), want.error.as_deref());
+            let ran = tool_of(id, name, input.clone(), output, error);
+            let (messages, _) = split(out.clone());
+            let at_tool = messages.iter().position(|m| *m == ran);
+            let at_use = messages
+                .iter()
+                .position(|m| *m == use_of(id, name, input.clone()));
+            let (Some(at_use), Some(at_tool)) = (at_use, at_tool) else {
+                panic!("{at}: {ran:?}, and its use before it, in {messages:?}")
+            };
+            assert!(at_use < at_tool, "{at}: the call comes before its result");
         }
         seen += 1;
     }
@@ -325,42 +327,6 @@ pub(crate) fn run<D: Decoder + Default>(
     let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
     decode_all(D::default(), stdout.as_bytes(), exit_code, stderr)
 }
-
-/// Gives a decoder's tests `capture(stdout, rc)` and `run(lines, rc, stderr)`.
-macro_rules! decoding_with {
-    ($decoder:ty) => {
-        fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-            $crate::normalize::testing::capture::<$decoder>(stdout, rc)
-        }
-
-        fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
-            $crate::normalize::testing::run::<$decoder>(lines, exit_code, stderr)
-        }
-    };
-}
-pub(crate) use decoding_with;
-
-/// Decodes the recorded capture `cli/scenario` under `testdata/` with the
-/// decoder's `capture` (from [`decoding_with!`]).
-macro_rules! captured {
-    ($scenario:literal) => {
-        capture(
-            include_bytes!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/testdata/",
-                $scenario,
-                "/stdout.jsonl"
-            )),
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/testdata/",
-                $scenario,
-                "/rc"
-            )),
-        )
-    };
-}
-pub(crate) use captured;
 
 /// Asserts the kinds of a decoded stream, space-separated, all of them.
 #[track_caller]
