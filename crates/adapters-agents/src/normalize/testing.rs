@@ -23,26 +23,25 @@ use crate::http::TurnDecoder;
 
 use super::{Decoded, Decoder, decode_all};
 
-pub(crate) fn kind(d: &Decoded) -> &'static str {
-    match d {
-        Ok(AgentMessage::Session { .. }) => "session",
-        Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
-        Ok(AgentMessage::Thinking { .. }) => "thinking",
-        Ok(AgentMessage::TextDelta { .. }) => "text_delta",
-        Ok(AgentMessage::Text { .. }) => "text",
-        Ok(AgentMessage::ToolUse { .. }) => "tool_use",
-        Ok(AgentMessage::Tool { .. }) => "tool",
-        Ok(AgentMessage::ToolStarted { .. }) => "tool_started",
-        Ok(AgentMessage::ToolFinished { .. }) => "tool_finished",
-        Ok(AgentMessage::RateLimited { .. }) => "rate_limited",
-        Ok(AgentMessage::Error { .. }) => "error",
-        Ok(AgentMessage::Warning { .. }) => "warning",
-        Ok(AgentMessage::Completed(_)) => "completed",
-        Err(_) => "ERR",
+/// What a decoded item is: its message's variant in snake case
+/// (`text_delta`), `ERR` for the error.
+pub(crate) fn kind(d: &Decoded) -> String {
+    let Ok(message) = d else {
+        return "ERR".to_owned();
+    };
+    let debug = format!("{message:?}");
+    let variant = debug.split([' ', '(']).next().unwrap_or_default();
+    let mut kind = String::new();
+    for c in variant.chars() {
+        if c.is_uppercase() && !kind.is_empty() {
+            kind.push('_');
+        }
+        kind.push(c.to_ascii_lowercase());
     }
+    kind
 }
 
-pub(crate) fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+pub(crate) fn kinds(out: &[Decoded]) -> Vec<String> {
     out.iter().map(kind).collect()
 }
 
@@ -307,8 +306,8 @@ fn assert_result(result: &AgentResult, expected: &Expected, at: &str) {
 
 /// The kinds of a decoded stream, a run of one kind of delta counted once
 /// (tests do not count chunks).
-pub(crate) fn collapsed_kinds(out: &[Decoded]) -> Vec<&'static str> {
-    let mut kinds: Vec<&'static str> = Vec::new();
+pub(crate) fn collapsed_kinds(out: &[Decoded]) -> Vec<String> {
+    let mut kinds: Vec<String> = Vec::new();
     for k in out.iter().map(kind) {
         if k.ends_with("_delta") && kinds.last() == Some(&k) {
             continue;
@@ -385,7 +384,7 @@ pub(crate) fn hostile<D: Decoder + Default>(
     assert_eq!(text(&out[at]).unwrap(), "a\u{0}b\u{fffd}c");
     assert_eq!(
         kinds(&out[at - 1..at + 3]),
-        ["warning", kind(&out[at]), "warning", "warning"]
+        ["warning", &kind(&out[at]), "warning", "warning"]
     );
     assert_eq!(text(&out[at + 3]), Some(big), "the big line, whole");
     out
@@ -403,8 +402,8 @@ pub(crate) fn assert_cli_basics<D: Decoder + Default>(cli: &str, first: &[&str],
     let out = decode_all(D::default(), b"", Some(2), "boom: no API key");
     let (error_type, message) = agent_error(&out);
     assert_eq!(
-        (kinds(&out), error_type),
-        (vec!["ERR"], "error_during_execution")
+        (kinds(&out).join(" "), error_type),
+        ("ERR".to_owned(), "error_during_execution")
     );
     assert!(message.contains("exited with code 2"), "{message}");
     assert!(message.contains("boom: no API key"), "{message}");

@@ -413,45 +413,39 @@ mod tests {
         assert_eq!(end.stop, StopReason::Other("content_filter".into()));
     }
 
+    /// Reasoning ends when the answer starts, or else at the finish.
     #[tokio::test]
-    async fn reasoning_streams_then_closes_when_the_answer_starts() {
-        let events = ok(run(&sse(&[
-            chunk(
-                json!({"role": "assistant", "reasoning_content": "Let me "}),
-                Value::Null,
+    async fn reasoning_streams_then_closes() {
+        let null = || Value::Null;
+        let think = |t: &str| ChatEvent::ThinkingDelta(t.into());
+        let cases = [
+            (
+                vec![
+                    chunk(
+                        json!({"role": "assistant", "reasoning_content": "Let me "}),
+                        null(),
+                    ),
+                    chunk(json!({"reasoning_content": "think."}), null()),
+                    chunk(json!({"content": "42"}), null()),
+                ],
+                vec![
+                    think("Let me "),
+                    think("think."),
+                    thought_of("Let me think.", None),
+                    ChatEvent::TextDelta("42".into()),
+                ],
             ),
-            chunk(json!({"reasoning_content": "think."}), Value::Null),
-            chunk(json!({"content": "42"}), Value::Null),
-            chunk(json!({}), json!("stop")),
-        ]))
-        .await);
-        assert_eq!(
-            events[..4],
-            [
-                ChatEvent::ThinkingDelta("Let me ".into()),
-                ChatEvent::ThinkingDelta("think.".into()),
-                thought_of("Let me think.", None),
-                ChatEvent::TextDelta("42".into()),
-            ]
-        );
-        assert_eq!(events.len(), 5);
-    }
-
-    #[tokio::test]
-    async fn reasoning_alone_closes_at_the_finish() {
-        let events = ok(run(&sse(&[
-            chunk(json!({"reasoning": "only thoughts"}), Value::Null),
-            chunk(json!({}), json!("stop")),
-        ]))
-        .await);
-        assert_eq!(
-            events[..2],
-            [
-                ChatEvent::ThinkingDelta("only thoughts".into()),
-                thought_of("only thoughts", None),
-            ]
-        );
-        assert_eq!(end(&events).stop, StopReason::EndTurn);
+            (
+                vec![chunk(json!({"reasoning": "only thoughts"}), null())],
+                vec![think("only thoughts"), thought_of("only thoughts", None)],
+            ),
+        ];
+        for (mut chunks, expected) in cases {
+            chunks.push(chunk(json!({}), json!("stop")));
+            let events = ok(run(&sse(&chunks)).await);
+            assert_eq!(events[..events.len() - 1], expected);
+            assert_eq!(end(&events).stop, StopReason::EndTurn);
+        }
     }
 
     #[tokio::test]
