@@ -80,17 +80,20 @@ mod process_tests {
     //! the real CLI printed (or worse) and exit as it did.
 
     use super::*;
-    use crate::normalize::testing::{agent_request, fake_cli};
+    use crate::normalize::testing::{agent_request, fake_cli, replaying};
     use crate::process::testing::ends_within;
     use application::ports::{AgentMessage, QueryError, QueryFn};
     use application::secrets::KeyNames;
     use domain::SessionId;
     use domain::workflow::{Provider, Timeout};
     use futures::StreamExt;
-    use std::path::Path;
 
-    fn script(dir: &Path, body: &str) -> String {
-        fake_cli(dir, "fake-claude", body)
+    /// A fake `claude` running `body` in a directory of its own, `$HERE`.
+    fn fake(body: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let body = format!("HERE=\"$(dirname \"$0\")\"\n{body}");
+        let exe = fake_cli(dir.path(), "fake-claude", &body);
+        (dir, exe)
     }
 
     fn request(executable: String, timeout: Option<u64>) -> AgentRequest {
@@ -134,14 +137,8 @@ mod process_tests {
     /// marks ones it has (`HOME`, and one cargo sets) as keys.
     #[tokio::test]
     async fn the_cli_sees_only_the_keys_its_node_needs() {
-        let dir = tempfile::tempdir().unwrap();
-        let seen = dir.path().join("seen");
-        let exe = script(
-            dir.path(),
-            &format!(
-                "echo \"${{HOME:-withheld}} ${{CARGO_PKG_NAME:-withheld}} ${{PATH:+path}}\" > '{}'",
-                seen.display()
-            ),
+        let (dir, exe) = fake(
+            r#"echo "${HOME:-withheld} ${CARGO_PKG_NAME:-withheld} ${PATH:+path}" > "$HERE/seen""#,
         );
         let keys = KeyNames::new(["HOME".to_owned(), "CARGO_PKG_NAME".to_owned()]);
         let mut request = request(exe, Some(30));
@@ -152,7 +149,7 @@ mod process_tests {
             .unwrap()
             .collect()
             .await;
-        let seen = std::fs::read_to_string(&seen).unwrap();
+        let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
         let words: Vec<&str> = seen.split_whitespace().collect();
         assert_eq!(words[0], "withheld", "{seen}");
         assert_eq!(words[1], "adapters-agents", "its own key passes: {seen}");
@@ -162,9 +159,7 @@ mod process_tests {
     #[tokio::test]
     async fn a_recorded_run_replays_through_a_real_process() {
         let dir = tempfile::tempdir().unwrap();
-        let capture =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/claude/tool/stdout.jsonl");
-        let exe = script(dir.path(), &format!("cat '{}'", capture.display()));
+        let exe = replaying(dir.path(), "claude", "tool");
         let out = run(request(exe, Some(30))).await;
         assert!(
             matches!(out.first(), Some(Ok(AgentMessage::Session { .. }))),
@@ -182,9 +177,7 @@ mod process_tests {
 
     #[tokio::test]
     async fn a_broken_stream_and_a_failing_exit_are_outcomes_not_crashes() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = script(
-            dir.path(),
+        let (_dir, exe) = fake(
             "printf 'not json\\n{\"type\":\"mystery\"}\\n{\"type\":\"assistant\",\"message\":{\"id\":\"m\",\"content\":[{\"type\":\"text\",\"text\":\"half' ; echo 'oops' >&2; exit 3",
         );
         let out = run(request(exe, Some(30))).await;
@@ -206,13 +199,8 @@ mod process_tests {
 
     #[tokio::test]
     async fn a_hanging_cli_is_killed_at_its_timeout() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("child.pid");
         // The CLI starts a grandchild that would outlive it without the group kill.
-        let exe = script(
-            dir.path(),
-            &format!("sleep 60 & echo $! > '{}'; wait", pidfile.display()),
-        );
+        let (dir, exe) = fake(r#"sleep 60 & echo $! > "$HERE/child.pid"; wait"#);
         let started = std::time::Instant::now();
         let out = run(request(exe, Some(1))).await;
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
@@ -220,7 +208,7 @@ mod process_tests {
             matches!(out.last(), Some(Err(QueryError::Agent { error_type, .. })) if error_type == "timeout"),
             "{out:?}"
         );
-        let pid: u32 = std::fs::read_to_string(&pidfile)
+        let pid: u32 = std::fs::read_to_string(dir.path().join("child.pid"))
             .unwrap()
             .trim()
             .parse()
