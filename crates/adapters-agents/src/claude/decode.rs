@@ -23,7 +23,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult, UserLine,
+    ApiRetry, AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult,
+    UserLine,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
 use crate::normalize::usage::model_usage;
@@ -65,28 +66,7 @@ impl ClaudeDecoder {
                 "system/init",
                 value,
             ),
-            Some("api_retry") => {
-                let error_type = if line.error_status == Some(429) {
-                    RATE_LIMIT
-                } else {
-                    API_ERROR
-                };
-                let reason = match &line.error {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => "unknown error".to_owned(),
-                };
-                let status = line
-                    .error_status
-                    .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
-                let message = format!(
-                    "API request failed ({status}, {reason}); retry {} of {} in {} ms",
-                    opt(line.attempt),
-                    opt(line.max_retries),
-                    opt(line.retry_delay_ms),
-                );
-                vec![Ok(reported(error_type, message, value))]
-            }
+            Some(kind @ "api_retry") => CLI.read(kind, value, |retry| api_retry(retry, value)),
             // Progress noise: request status and thinking-token estimates.
             Some("status" | "thinking_tokens") => Vec::new(),
             other => CLI.unknown(&format!("system line subtype {other:?}"), value),
@@ -227,6 +207,30 @@ impl ClaudeDecoder {
             set(self.streamed.entry(id).or_default());
         }
     }
+}
+
+/// A failed API request the CLI retries: an error it goes on from.
+fn api_retry(line: ApiRetry, value: &Value) -> Vec<Decoded> {
+    let error_type = if line.error_status == Some(429) {
+        RATE_LIMIT
+    } else {
+        API_ERROR
+    };
+    let reason = match &line.error {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "unknown error".to_owned(),
+    };
+    let status = line
+        .error_status
+        .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
+    let message = format!(
+        "API request failed ({status}, {reason}); retry {} of {} in {} ms",
+        opt(line.attempt),
+        opt(line.max_retries),
+        opt(line.retry_delay_ms),
+    );
+    vec![Ok(reported(error_type, message, value))]
 }
 
 /// What a `result` line says: the invocation's result, or its error.

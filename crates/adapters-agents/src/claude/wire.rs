@@ -22,15 +22,20 @@ pub struct SystemLine {
     pub session_id: Option<String>,
     /// The model (on `init`).
     pub model: Option<String>,
-    /// Retry attempt (on `api_retry`).
+}
+
+/// `type: "system", subtype: "api_retry"`: a failed API request, retried.
+#[derive(Debug, Deserialize)]
+pub struct ApiRetry {
+    /// Retry attempt.
     pub attempt: Option<u64>,
-    /// Retries allowed (on `api_retry`).
+    /// Retries allowed.
     pub max_retries: Option<u64>,
-    /// Delay before the retry (on `api_retry`).
+    /// Delay before the retry.
     pub retry_delay_ms: Option<u64>,
-    /// HTTP status of the failed request (on `api_retry`).
+    /// HTTP status of the failed request.
     pub error_status: Option<u64>,
-    /// Error kind, e.g. `server_error` (on `api_retry`).
+    /// Error kind, e.g. `server_error`.
     pub error: Option<Value>,
 }
 

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
+    CommandExecution, ErrorItem, ErrorMessage, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
@@ -204,7 +204,7 @@ impl Decoder for CodexDecoder {
             Some(kind @ "turn.completed") => CLI.read(kind, value, |l| self.turn_completed(l)),
             Some("turn.failed") => self.turn_failed(value),
             Some("error") => {
-                let message = ErrorLine::deserialize(value)
+                let message = ErrorMessage::deserialize(value)
                     .ok()
                     .and_then(|l| l.message)
                     .unwrap_or_else(|| "Codex reported an error".to_owned());

@@ -105,19 +105,13 @@ pub struct WireUsage {
 #[derive(Debug, Deserialize)]
 pub struct TurnFailed {
     /// Why.
-    pub error: Option<ErrorBody>,
+    pub error: Option<ErrorMessage>,
 }
 
-/// `error` of a failed turn.
+/// `error` of a failed turn, and `type: "error"`, a top-level, non-fatal
+/// error (e.g. `Reconnecting... 1/5`).
 #[derive(Debug, Deserialize)]
-pub struct ErrorBody {
-    /// The message.
-    pub message: Option<String>,
-}
-
-/// `type: "error"`: a top-level, non-fatal error (e.g. `Reconnecting... 1/5`).
-#[derive(Debug, Deserialize)]
-pub struct ErrorLine {
+pub struct ErrorMessage {
     /// The message.
     pub message: Option<String>,
 }
