@@ -5,9 +5,10 @@
 //! which we only observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`ClaudeDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`ClaudeCode`] is the `QueryFn` that
-//! runs the CLI through [`crate::process`]. Decoding is pure, so it is tested
-//! on recorded real output; the process side with fake executables.
+//! frames and repairs the raw bytes; [`ClaudeCli`] is its command line, which
+//! [`ClaudeCode`] (the shared [`crate::process::CliAgent`]) runs. Decoding is
+//! pure, so it is tested on recorded real output; the process side with fake
+//! executables.
 
 mod decode;
 pub mod wire;

@@ -6,9 +6,9 @@
 //! observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`CodexDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`Codex`] is the `QueryFn` that runs the
-//! CLI through [`crate::process`]. Decoding is pure so it is tested on
-//! recorded real output.
+//! frames and repairs the raw bytes; [`CodexCli`] is its command line, which
+//! [`Codex`] (the shared [`crate::process::CliAgent`]) runs. Decoding is pure
+//! so it is tested on recorded real output.
 
 mod decode;
 pub mod wire;

@@ -5,9 +5,10 @@
 //! object per line; it runs its own tools, which we only observe. This module
 //! maps that output into normalized [`application::ports::AgentMessage`]s:
 //! [`wire`] declares the lines, [`CopilotDecoder`] maps them, and the shared
-//! [`crate::normalize`] layer frames and repairs the raw bytes; [`Copilot`] is
-//! the `QueryFn` that runs the CLI through [`crate::process`]. Decoding is
-//! pure, so it is tested on recorded real output.
+//! [`crate::normalize`] layer frames and repairs the raw bytes;
+//! [`CopilotCli`] is its command line, which [`Copilot`] (the shared
+//! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
+//! recorded real output.
 
 mod decode;
 pub mod wire;

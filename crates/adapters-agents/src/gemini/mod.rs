@@ -1,13 +1,14 @@
 //! The Gemini CLI provider (`@google/gemini-cli`, seen 0.61.0).
 //!
-//! Gemini CLI is run as `gemini -p PROMPT --output-format stream-json -m MODEL
-//! --yolo [--resume SESSION_ID]` and prints one JSON object per line; it runs
-//! its own tools, which we only observe. This module maps that output into
-//! normalized [`application::ports::AgentMessage`]s: [`wire`] declares the
-//! lines, [`GeminiDecoder`] maps them, and the shared [`crate::normalize`]
-//! layer frames and repairs the raw bytes. [`Gemini`] is the `QueryFn`
-//! that runs the CLI through [`crate::process`]. Decoding is pure, so it is
-//! tested on recorded real output.
+//! Gemini CLI is run as `gemini -p PROMPT --output-format stream-json -m
+//! MODEL --yolo [--resume SESSION_ID]` and prints one JSON object per line;
+//! it runs its own tools, which we only observe. This module maps that output
+//! into normalized [`application::ports::AgentMessage`]s: [`wire`] declares
+//! the lines, [`GeminiDecoder`] maps them, and the shared
+//! [`crate::normalize`] layer frames and repairs the raw bytes. [`GeminiCli`]
+//! is its command line, which [`Gemini`] (the shared
+//! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
+//! recorded real output.
 
 mod decode;
 pub mod wire;

@@ -1,6 +1,8 @@
 //! Helpers shared by the providers' tests: every provider's test decodes
 //! captures and reads a decoded stream the same way (its kinds, its end,
-//! its tools), and runs fake CLIs the same way.
+//! its tools), and runs fake CLIs the same way. What every CLI decoder
+//! promises is checked once, here ([`assert_cli_basics`]), each recorded
+//! capture against the `expected.json` beside it.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
