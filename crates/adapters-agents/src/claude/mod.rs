@@ -17,7 +17,7 @@ pub use decode::ClaudeDecoder;
 
 use application::ports::AgentRequest;
 
-use crate::process::{CliAgent, CliCommand, CliProgram};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -44,6 +44,12 @@ impl CliProgram for ClaudeCli {
 
     fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
+        let system_prompt = Some(&agent.system_prompt).filter(|p| !p.is_empty());
+        let tools = if agent.tools.is_empty() {
+            DEFAULT_ALLOWED_TOOLS.join(",")
+        } else {
+            agent.tools.join(",")
+        };
         let mut args: Vec<String> = vec![
             "-p".into(),
             request.prompt.clone(),
@@ -51,24 +57,11 @@ impl CliProgram for ClaudeCli {
             "stream-json".into(),
             "--verbose".into(),
         ];
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
-        if !agent.system_prompt.is_empty() {
-            args.extend(["--append-system-prompt".into(), agent.system_prompt.clone()]);
-        }
-        if let Some(turns) = agent.max_turns {
-            args.extend(["--max-turns".into(), turns.to_string()]);
-        }
-        let tools = if agent.tools.is_empty() {
-            DEFAULT_ALLOWED_TOOLS.join(",")
-        } else {
-            agent.tools.join(",")
-        };
+        args.extend(flag("--model", agent.model.as_ref()));
+        args.extend(flag("--append-system-prompt", system_prompt));
+        args.extend(flag("--max-turns", agent.max_turns));
         args.extend(["--allowedTools".into(), tools]);
-        if let Some(session) = &request.resume {
-            args.extend(["--resume".into(), session.to_string()]);
-        }
+        args.extend(flag("--resume", request.resume.as_ref()));
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "claude", args)
     }

@@ -19,7 +19,7 @@ use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
 use futures::StreamExt;
 
 use crate::normalize::usage::{SessionTotals, plus};
-use crate::process::{CliAgent, CliCommand, CliProgram, prompt_with_system, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, prompt_with_system, run_cli};
 
 /// Runs agents on the Codex CLI.
 pub type Codex = CliAgent<CodexCli>;
@@ -49,9 +49,7 @@ impl CliProgram for CodexCli {
             args.push("resume".into());
         }
         args.extend(["--json".into(), "--skip-git-repo-check".into()]);
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
+        args.extend(flag("--model", agent.model.as_ref()));
         args.extend(agent.args.iter().cloned());
         if let Some(thread) = &request.resume {
             args.push(thread.to_string());

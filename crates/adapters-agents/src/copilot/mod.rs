@@ -24,7 +24,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::normalize::usage::{SessionTotals, minus};
-use crate::process::{CliAgent, CliCommand, CliProgram, print_args, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args, run_cli};
 
 /// Runs agents on the GitHub Copilot CLI.
 pub type Copilot = CliAgent<CopilotCli>;
@@ -91,9 +91,7 @@ impl CliProgram for CopilotCli {
                 args.extend(["--allow-tool".into(), tool.clone()]);
             }
         }
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
+        args.extend(flag("--model", agent.model.as_ref()));
         if let Some(session) = &request.resume {
             args.push(format!("--resume={session}"));
         }

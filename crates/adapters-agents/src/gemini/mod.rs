@@ -17,7 +17,7 @@ pub use decode::GeminiDecoder;
 
 use application::ports::AgentRequest;
 
-use crate::process::{CliAgent, CliCommand, CliProgram, print_args};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args};
 
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
@@ -35,15 +35,10 @@ impl CliProgram for GeminiCli {
         // No system prompt flag in this mode: the system prompt leads the prompt.
         // `--yolo`: without it the shell tool is not even offered.
         let mut args = print_args(request, "stream-json", "--yolo");
-        if let Some(model) = &agent.model {
-            args.extend(["-m".into(), model.clone()]);
-        }
-        if !agent.tools.is_empty() {
-            args.extend(["--allowed-tools".into(), agent.tools.join(",")]);
-        }
-        if let Some(session) = &request.resume {
-            args.extend(["--resume".into(), session.to_string()]);
-        }
+        let tools = Some(agent.tools.join(",")).filter(|t| !t.is_empty());
+        args.extend(flag("-m", agent.model.as_ref()));
+        args.extend(flag("--allowed-tools", tools));
+        args.extend(flag("--resume", request.resume.as_ref()));
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "gemini", args)
     }

@@ -155,6 +155,11 @@ pub(crate) fn print_args(request: &AgentRequest, format: &str, flag: &str) -> Ve
     ]
 }
 
+/// `flag` and `value`, as two arguments, when there is a value.
+pub(crate) fn flag(flag: &str, value: Option<impl ToString>) -> Vec<String> {
+    value.map_or_else(Vec::new, |v| vec![flag.to_owned(), v.to_string()])
+}
+
 /// Starts `command` and decodes its stdout with `decoder`. Errors before the
 /// first message (the executable is missing, not executable) come back here.
 pub fn run_cli<D: Decoder + Send + 'static>(

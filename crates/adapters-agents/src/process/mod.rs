@@ -22,8 +22,8 @@ pub mod shell;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use cli::print_args;
 pub use cli::{CliAgent, CliCommand, CliProgram, prompt_with_system, run_cli};
+pub(crate) use cli::{flag, print_args};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, ProcessGroup, Sandbox};
 pub use shell::Shell;
