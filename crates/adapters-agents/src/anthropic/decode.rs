@@ -12,8 +12,9 @@ use eventsource_stream::Event;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError, WireUsage};
+use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError};
 use crate::http::{self, TurnMeta};
+use crate::normalize::usage::MessagesUsage;
 
 /// The state of one streamed turn.
 #[derive(Debug, Default)]
@@ -262,7 +263,7 @@ impl MessagesDecoder {
 
     /// Counts present in `usage` replace ours: `output_tokens` is cumulative,
     /// and a later `input_tokens` is the more complete one.
-    fn take_usage(&mut self, usage: &WireUsage) {
+    fn take_usage(&mut self, usage: &MessagesUsage) {
         if let Some(n) = usage.input_tokens {
             self.turn.usage.input_tokens = n;
         }
@@ -342,7 +343,9 @@ impl http::TurnDecoder for MessagesDecoder {
 mod tests {
 
     use super::*;
-    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
+    use crate::normalize::testing::{
+        assert_not_json_named, call_of, end, ok, sse_turn, thought_of, usage_of,
+    };
     use application::ports::TurnEnd;
     use serde_json::json;
 
@@ -497,10 +500,7 @@ mod tests {
             [
                 ChatEvent::ThinkingDelta("Run ".into()),
                 ChatEvent::ThinkingDelta("it.".into()),
-                ChatEvent::ThinkingDone {
-                    text: "Run it.".into(),
-                    signature: Some("c2ln".into())
-                },
+                thought_of("Run it.", Some("c2ln")),
                 ChatEvent::TextDelta("On ".into()),
                 ChatEvent::TextDelta("it.".into()),
                 call("toolu_1", "shell", json!({"command": "echo hi"})),
@@ -542,10 +542,7 @@ mod tests {
             events[..events.len() - 1],
             [
                 ChatEvent::ThinkingDelta("plan".into()),
-                ChatEvent::ThinkingDone {
-                    text: "plan".into(),
-                    signature: None
-                },
+                thought_of("plan", None),
                 ChatEvent::TextDelta("Looking.".into()),
                 ChatEvent::Unknown {
                     what: "Anthropic: a delta of a type this version does not know".into(),
@@ -575,10 +572,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             done,
-            &ChatEvent::ThinkingDone {
-                text: "The user wants me to run echo hi. I'll use the shell tool.".into(),
-                signature: Some("ZmFrZS1zaWduYXR1cmU=".into())
-            }
+            &thought_of(
+                "The user wants me to run echo hi. I'll use the shell tool.",
+                Some("ZmFrZS1zaWduYXR1cmU=")
+            )
         );
         let text: String = events
             .iter()
@@ -588,11 +585,11 @@ mod tests {
             })
             .collect();
         assert_eq!(text, "I will run a command.");
-        assert!(events.contains(&ChatEvent::ToolCall(ToolCall {
-            id: "toolu_f22dc0ea2bd54be1a9b1".into(),
-            name: "Bash".into(),
-            input: json!({"command": "echo hi", "description": "Print hi"}),
-        })));
+        assert!(events.contains(&ChatEvent::ToolCall(call_of(
+            "toolu_f22dc0ea2bd54be1a9b1",
+            "Bash",
+            json!({"command": "echo hi", "description": "Print hi"})
+        ))));
         let end = end(&events);
         assert_eq!(end.stop, StopReason::ToolUse);
         assert_eq!(end.usage, usage_of(120, 25, Some(0), Some(0)));
@@ -619,11 +616,11 @@ mod tests {
         .await);
         assert_eq!(
             events[0],
-            ChatEvent::ToolCall(ToolCall {
-                id: "t".into(),
-                name: "shell".into(),
-                input: Value::String("{\"command\": ".into()),
-            })
+            ChatEvent::ToolCall(call_of(
+                "t",
+                "shell",
+                Value::String("{\"command\": ".into())
+            ))
         );
     }
 

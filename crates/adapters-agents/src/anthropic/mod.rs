@@ -83,30 +83,28 @@ mod tests {
     use super::*;
     use domain::workflow::{AgentDef, Provider};
 
-    use crate::normalize::testing::chat_request as request;
+    use crate::normalize::testing::assert_refused;
 
     #[tokio::test]
     async fn settings_that_cannot_work_fail_before_any_request() {
         let chat = AnthropicChat::with_keys(KeySource::from_fn(|_| None));
-        let agent = AgentDef::new(Provider::Anthropic);
-        let Err(error) = chat.turn(request(agent.clone())).await else {
-            panic!("a turn without a model started");
+        let no_model = AgentDef::new(Provider::Anthropic);
+        let model = Some("claude-test".to_owned());
+        let no_key = AgentDef {
+            model,
+            ..no_model.clone()
         };
-        assert!(
-            matches!(&error, ChatError::Config(m) if m.starts_with("`model` is not set")),
-            "{error}"
-        );
-        let mut agent = agent;
-        agent.model = Some("claude-test".into());
-        let Err(error) = chat.turn(request(agent.clone())).await else {
-            panic!("a turn without a key started");
+        let base_url = Some("not a url".to_owned());
+        let bad_url = AgentDef {
+            base_url,
+            ..no_key.clone()
         };
-        assert!(error.to_string().contains("`ANTHROPIC_API_KEY`"), "{error}");
-        agent.base_url = Some("not a url".into());
-        let Err(error) = chat.turn(request(agent)).await else {
-            panic!("a turn with a bad URL started");
-        };
-        assert!(error.to_string().contains("`base_url`"), "{error}");
+        let cases = [
+            (no_model, "`model` is not set"),
+            (no_key, "`ANTHROPIC_API_KEY`"),
+            (bad_url, "`base_url`"),
+        ];
+        let _ = assert_refused(&chat, cases).await;
     }
 
     #[test]

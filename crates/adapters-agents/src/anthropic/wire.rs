@@ -11,6 +11,8 @@ use application::ports::{ChatBlock, ChatMessage, ChatRequest, ToolResult};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::normalize::usage::MessagesUsage;
+
 /// `max_tokens` is required by the API; this is what a turn gets when the
 /// agent sets none: enough for a long answer on every current model.
 pub(super) const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -138,8 +140,7 @@ pub(super) enum StreamEvent {
         #[serde(default)]
         delta: MessageDelta,
         /// Cumulative usage.
-        #[serde(default)]
-        usage: Option<WireUsage>,
+        usage: Option<MessagesUsage>,
     },
     /// The turn is over.
     MessageStop,
@@ -157,29 +158,14 @@ pub(super) enum StreamEvent {
 }
 
 /// `message_start.message`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(super) struct MessageStart {
     /// `msg_…`.
     pub id: Option<String>,
     /// The model that answers.
     pub model: Option<String>,
     /// Prompt tokens (and an initial output count).
-    pub usage: Option<WireUsage>,
-}
-
-/// Token counts; any may be absent or `null`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct WireUsage {
-    /// Prompt tokens not read from or written to the cache.
-    pub input_tokens: Option<u64>,
-    /// Output tokens so far (cumulative).
-    pub output_tokens: Option<u64>,
-    /// Prompt tokens written to the cache.
-    pub cache_creation_input_tokens: Option<u64>,
-    /// Prompt tokens read from the cache.
-    pub cache_read_input_tokens: Option<u64>,
+    pub usage: Option<MessagesUsage>,
 }
 
 /// `content_block_start.content_block`.
@@ -198,7 +184,6 @@ pub(super) enum StartBlock {
         #[serde(default)]
         thinking: String,
         /// Empty at the start when streamed; it arrives as a delta.
-        #[serde(default)]
         signature: Option<String>,
     },
     /// Reasoning the API encrypted: nothing to show.
@@ -213,7 +198,6 @@ pub(super) enum StartBlock {
         name: String,
         /// `{}` when streamed; a server that does not stream the input
         /// may put it whole here.
-        #[serde(default)]
         input: Option<Value>,
     },
     /// Server tools, web search results, ...: not ours to map.
@@ -258,7 +242,6 @@ pub(super) enum BlockDelta {
 
 /// `message_delta.delta`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
 pub(super) struct MessageDelta {
     /// `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`, ...
     pub stop_reason: Option<String>,

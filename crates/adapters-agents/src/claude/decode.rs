@@ -23,7 +23,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult, UserLine,
+    ApiRetry, AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult,
+    UserLine,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
 use crate::normalize::usage::model_usage;
@@ -56,16 +57,6 @@ pub struct ClaudeDecoder {
 }
 
 impl ClaudeDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The session id, once `system`/`init` announced it.
-    pub fn session_id(&self) -> Option<&SessionId> {
-        self.session.as_ref()
-    }
-
     fn system(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
         match line.subtype.as_deref() {
             Some("init") => announce_session(
@@ -75,28 +66,7 @@ impl ClaudeDecoder {
                 "system/init",
                 value,
             ),
-            Some("api_retry") => {
-                let error_type = if line.error_status == Some(429) {
-                    RATE_LIMIT
-                } else {
-                    API_ERROR
-                };
-                let reason = match &line.error {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => "unknown error".to_owned(),
-                };
-                let status = line
-                    .error_status
-                    .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
-                let message = format!(
-                    "API request failed ({status}, {reason}); retry {} of {} in {} ms",
-                    opt(line.attempt),
-                    opt(line.max_retries),
-                    opt(line.retry_delay_ms),
-                );
-                vec![Ok(reported(error_type, message, value))]
-            }
+            Some(kind @ "api_retry") => CLI.read(kind, value, |retry| api_retry(retry, value)),
             // Progress noise: request status and thinking-token estimates.
             Some("status" | "thinking_tokens") => Vec::new(),
             other => CLI.unknown(&format!("system line subtype {other:?}"), value),
@@ -239,6 +209,30 @@ impl ClaudeDecoder {
     }
 }
 
+/// A failed API request the CLI retries: an error it goes on from.
+fn api_retry(line: ApiRetry, value: &Value) -> Vec<Decoded> {
+    let error_type = if line.error_status == Some(429) {
+        RATE_LIMIT
+    } else {
+        API_ERROR
+    };
+    let reason = match &line.error {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "unknown error".to_owned(),
+    };
+    let status = line
+        .error_status
+        .map_or_else(|| "no status".to_owned(), |s| format!("HTTP {s}"));
+    let message = format!(
+        "API request failed ({status}, {reason}); retry {} of {} in {} ms",
+        opt(line.attempt),
+        opt(line.max_retries),
+        opt(line.retry_delay_ms),
+    );
+    vec![Ok(reported(error_type, message, value))]
+}
+
 /// What a `result` line says: the invocation's result, or its error.
 fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
     let subtype = line.subtype.as_deref().unwrap_or("");
@@ -272,11 +266,10 @@ fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
         };
         return Err(fatal(error_type, message, value));
     }
-    let models = line.model_usage.into_iter().flatten();
     Ok(AgentMessage::Completed(AgentResult {
         text: line.result.unwrap_or_default(),
         usage: line.usage.unwrap_or_default().into(),
-        model_usage: model_usage(models.map(|(m, u)| (m, u.input_tokens, u.output_tokens))),
+        model_usage: model_usage(line.model_usage),
         total_cost_usd: line.total_cost_usd,
         duration_ms: line.duration_ms,
         num_turns: line
@@ -355,148 +348,32 @@ fn unknown_block(block: &Value) -> Vec<Decoded> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::claude::decode_output;
+    use crate::normalize::decode_all;
     use crate::normalize::testing::*;
-
-    decoding_with!(ClaudeDecoder);
 
     const TOOL_TEXT: &str = "Tool said: hi\n\n<system-reminder>\n<total_tokens>14999855 tokens left</total_tokens>\n</system-reminder>";
 
     #[test]
-    fn text_capture() {
-        let out = captured!("claude/text");
-        assert_kinds(&out, "session text completed");
-        assert_eq!(
-            session(&out),
-            (
-                "5e24ee18-a088-46c9-a6b4-9498c4af5185",
-                Some("claude-sonnet-4-5")
-            )
-        );
-        assert_eq!(
-            out[1].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "Hello from the fake server.".to_owned()
-            }
-        );
-        let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(result.usage, usage_of(120, 25, Some(0), Some(0)));
-        let model_usage = result.model_usage.as_ref().unwrap();
-        assert_eq!(model_usage["claude-sonnet-4-5"], model_usage_of(120, 25));
-        assert_eq!(result.total_cost_usd, Some(0.000735));
-        assert_eq!(result.num_turns, 1);
-        assert!(result.duration_ms.is_some());
-        assert_eq!(result.session_id, None, "already announced by Session");
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<ClaudeDecoder>("claude", &[INIT], OK_RESULT);
     }
 
     #[test]
-    fn tool_capture() {
-        let out = captured!("claude/tool");
-        assert_kinds(&out, "session thinking text tool_use tool text completed");
-        let input = json!({"command": "echo hi", "description": "Print hi"});
-        let id = Some("toolu_0dea5dcde1614d95a1f1");
-        let (messages, _) = split(out.clone());
-        assert_eq!(
-            messages[2..6],
-            [
-                text_of("I will run a command."),
-                use_of(id, "Bash", input.clone()),
-                tool_of(id, "Bash", input, json!("hi"), None),
-                text_of(TOOL_TEXT),
-            ]
-        );
+    fn tool_capture_keeps_thinking_with_its_signature() {
+        let out = recorded::<ClaudeDecoder>("claude/tool");
         assert!(
             matches!(&out[1], Ok(AgentMessage::Thinking { content, token_count: None, signature: Some(s) })
             if content == "The user wants me to run echo hi. I'll use the shell tool." && !s.is_empty()),
-            "thinking is kept with its signature: {:?}",
+            "{:?}",
             out[1]
         );
-        let result = completed(&out);
-        assert_eq!(result.text, TOOL_TEXT);
-        assert_eq!(
-            (result.usage.input_tokens, result.usage.output_tokens),
-            (240, 50)
-        );
-        assert_eq!(result.num_turns, 2);
-        assert_eq!(result.total_cost_usd, Some(0.00147));
-    }
-
-    #[test]
-    fn toolfail_capture_records_the_error() {
-        let out = captured!("claude/toolfail");
-        assert_kinds(&out, "session thinking text tool_use tool text completed");
-        let (name, input, output, error) = tool(&out[4]);
-        assert_eq!(name, "Bash");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(output, &json!("Exit code 3\noops"));
-        assert_eq!(error, Some("Exit code 3\noops"));
-        assert!(completed(&out).text.starts_with("Tool said: Exit code 3"));
-    }
-
-    #[test]
-    fn resume_capture_keeps_the_session() {
-        let out = captured!("claude/resume");
-        assert_kinds(&out, "session text completed");
-        assert_eq!(session(&out).0, "97708221-dc20-4e93-bfbf-51addfb15a16");
-        let result = completed(&out);
-        // Cost is cumulative over the resumed session; usage is this invocation's.
-        assert_eq!(result.total_cost_usd, Some(0.002205));
-        assert_eq!(
-            (result.usage.input_tokens, result.usage.output_tokens),
-            (120, 25)
-        );
-    }
-
-    #[test]
-    fn errtest_capture_is_an_api_error_despite_subtype_success() {
-        let out = captured!("claude/ERRTEST");
-        assert_kinds(&out, "session error warning ERR");
-        assert!(
-            matches!(&out[1], Ok(AgentMessage::Error { error_type, message, .. })
-            if error_type == "api_error" && message.contains("HTTP 500"))
-        );
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert!(message.starts_with("API Error: 500"), "{message}");
-    }
-
-    #[test]
-    fn miderr_capture_recovers_and_completes() {
-        let out = captured!("claude/MIDERR");
-        assert_kinds(&out, "session text completed");
-        let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            (result.usage.input_tokens, result.usage.output_tokens),
-            (240, 26)
-        );
+        assert_eq!(completed(&out).text, TOOL_TEXT);
     }
 
     #[test]
     fn partial_capture_streams_deltas_without_duplicating_blocks() {
-        let out = captured!("claude/tool_partial");
-        let mut expected = vec!["session"];
-        expected.extend(["thinking_delta"; 2]);
-        expected.extend(["text_delta"; 5]);
-        expected.extend(["tool_use", "tool"]);
-        expected.extend(["text_delta"; 8]);
-        expected.push("completed");
-        assert_eq!(kinds(&out), expected);
-        let text: String = out
-            .iter()
-            .filter_map(|d| match d {
-                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(text, format!("I will run a command.{TOOL_TEXT}"));
-        let (name, input, output, _) = tool(&out[9]);
-        assert_eq!(
-            (name, &input["command"], output),
-            ("Bash", &json!("echo hi"), &json!("hi"))
-        );
-        assert_eq!(completed(&out).text, TOOL_TEXT);
+        let out = recorded::<ClaudeDecoder>("claude/tool_partial");
+        assert_eq!(deltas(&out), format!("I will run a command.{TOOL_TEXT}"));
     }
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#;
@@ -507,7 +384,7 @@ mod tests {
         // One message: thinking + text + tool_use in one line, then a line
         // with text after a call, a call without its id, and a call that
         // never gets a result (the CLI is killed).
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"thinking","thinking":"plan","signature":"c2ln"},{"type":"text","text":"running"},{"type":"tool_use","id":"toolu_A","name":"Bash","input":{"command":"echo a"}}]}}"#,
@@ -553,7 +430,7 @@ mod tests {
         let with_block = format!(
             r#"{{"type":"assistant","message":{{"id":"m1","content":[{block},{{"type":"text","text":"hi"}}]}}}}"#
         );
-        let out = run(&[INIT, future, &with_block, OK_RESULT], Some(0), "");
+        let out = run::<ClaudeDecoder>(&[INIT, future, &with_block, OK_RESULT], Some(0), "");
         let (messages, error) = split(out);
         assert!(error.is_none());
         let future: Value = serde_json::from_str(future).unwrap();
@@ -576,17 +453,10 @@ mod tests {
     }
 
     #[test]
-    fn empty_stdout_is_an_error_naming_the_exit_code() {
-        assert_empty_stdout_fails::<ClaudeDecoder>(2, "boom: no API key");
-    }
-
-    #[test]
     fn unknown_lines_and_blocks_are_kept_as_warnings() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
-                r#"{"type":"brand_new","x":1}"#,
-                r#"{"no_type":true}"#,
                 r#"{"type":"system","subtype":"hook_response"}"#,
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"redacted_thinking","data":"xx"},{"type":"text","text":"hi"}]}}"#,
                 r#"{"type":"assistant","message":"not an object"}"#,
@@ -595,50 +465,23 @@ mod tests {
             Some(0),
             "",
         );
-        assert_kinds(
-            &out,
-            "session warning warning warning warning text warning completed",
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
-            panic!()
-        };
-        assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
+        assert_kinds(&out, "session warning warning text warning completed");
         assert_eq!(completed(&out).text, "done");
     }
 
     #[test]
     fn hostile_bytes_do_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(INIT.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"text\",\"text\":\"a\0b\xffc\"}]}}\n",
-        );
-        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
-        let big = format!(
-            "{{\"type\":\"assistant\",\"message\":{{\"id\":\"m2\",\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n",
-            "y".repeat(1 << 20)
-        );
-        stdout.extend_from_slice(big.as_bytes());
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        // No newline after the last line: it is still decoded.
-        let out = decode_output(&stdout, Some(0), "");
+        let text = r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"TEXT"}]}}"#;
+        let out = hostile::<ClaudeDecoder>(&[INIT], text, &[OK_RESULT]);
         assert_kinds(&out, "session warning text warning warning text completed");
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "a\u{0}b\u{fffd}c".to_owned()
-            }
-        );
-        assert!(matches!(&out[5], Ok(AgentMessage::Text { content }) if content.len() == 1 << 20));
     }
 
     #[test]
     fn truncated_result_line_means_no_result() {
-        let out = run(&[INIT], Some(1), "");
+        let out = run::<ClaudeDecoder>(&[INIT], Some(1), "");
         assert_kinds(&out, "session ERR");
         let stdout = format!("{INIT}\n{}", &OK_RESULT[..40]);
-        let out = decode_output(stdout.as_bytes(), Some(1), "");
+        let out = decode_all(ClaudeDecoder::default(), stdout.as_bytes(), Some(1), "");
         assert_kinds(&out, "session warning ERR");
     }
 
@@ -670,17 +513,14 @@ mod tests {
                 "error_during_execution",
             ),
         ];
-        for (line, expected) in cases {
-            let out = run(&[INIT, line], Some(1), "");
-            assert_eq!(agent_error(&out).0, expected, "{line}");
-        }
-        let out = run(&[INIT, cases[1].0], Some(1), "");
+        assert_error_types::<ClaudeDecoder>(&[INIT], &cases);
+        let out = run::<ClaudeDecoder>(&[INIT, cases[1].0], Some(1), "");
         assert_eq!(agent_error(&out).1, "tool crashed");
     }
 
     #[test]
     fn api_retry_429_is_a_rate_limit_error_and_success_with_bad_exit_warns() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":3,"retry_delay_ms":500,"error_status":429,"error":"rate_limit"}"#,
@@ -711,7 +551,7 @@ mod tests {
     #[test]
     fn result_without_init_carries_the_session_and_finish_is_idempotent() {
         let line = r#"{"type":"result","subtype":"success","result":"ok","session_id":"s9"}"#;
-        let mut decoder = ClaudeDecoder::new();
+        let mut decoder = ClaudeDecoder::default();
         let value: Value = serde_json::from_str(line).unwrap();
         assert!(decoder.line(value).is_empty());
         let out = decoder.finish(Some(0), "");
@@ -724,7 +564,7 @@ mod tests {
 
     #[test]
     fn tool_result_with_block_content_is_joined_text() {
-        let out = run(
+        let out = run::<ClaudeDecoder>(
             &[
                 INIT,
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}"#,

@@ -5,21 +5,19 @@
 //! which we only observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`ClaudeDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`ClaudeCode`] is the `QueryFn` that
-//! runs the CLI through [`crate::process`]. Decoding is pure, so it is tested
-//! on recorded real output; the process side with fake executables.
+//! frames and repairs the raw bytes; [`ClaudeCli`] is its command line, which
+//! [`ClaudeCode`] (the shared [`crate::process::CliAgent`]) runs. Decoding is
+//! pure, so it is tested on recorded real output; the process side with fake
+//! executables.
 
 mod decode;
 pub mod wire;
 
 pub use decode::ClaudeDecoder;
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::AgentRequest;
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -35,21 +33,23 @@ pub const DEFAULT_ALLOWED_TOOLS: &[&str] = &[
 ];
 
 /// Runs agents on the Claude Code CLI.
-#[derive(Debug, Clone, Default)]
-pub struct ClaudeCode {
-    keys: KeyNames,
-}
+pub type ClaudeCode = CliAgent<ClaudeCli>;
 
-impl ClaudeCode {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+/// The Claude Code CLI: its command line and its decoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaudeCli;
 
-    /// The command line for one invocation.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+impl CliProgram for ClaudeCli {
+    type Decoder = ClaudeDecoder;
+
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
+        let system_prompt = Some(&agent.system_prompt).filter(|p| !p.is_empty());
+        let tools = if agent.tools.is_empty() {
+            DEFAULT_ALLOWED_TOOLS.join(",")
+        } else {
+            agent.tools.join(",")
+        };
         let mut args: Vec<String> = vec![
             "-p".into(),
             request.prompt.clone(),
@@ -57,20 +57,9 @@ impl ClaudeCode {
             "stream-json".into(),
             "--verbose".into(),
         ];
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
-        if !agent.system_prompt.is_empty() {
-            args.extend(["--append-system-prompt".into(), agent.system_prompt.clone()]);
-        }
-        if let Some(turns) = agent.max_turns {
-            args.extend(["--max-turns".into(), turns.to_string()]);
-        }
-        let tools = if agent.tools.is_empty() {
-            DEFAULT_ALLOWED_TOOLS.join(",")
-        } else {
-            agent.tools.join(",")
-        };
+        args.extend(flag("--model", agent.model.as_ref()));
+        args.extend(flag("--append-system-prompt", system_prompt));
+        args.extend(flag("--max-turns", agent.max_turns));
         args.extend(["--allowedTools".into(), tools]);
         if let Some(session) = &request.resume {
             args.extend(["--resume".into(), session.to_string()]);
@@ -83,19 +72,6 @@ impl ClaudeCode {
     }
 }
 
-#[async_trait]
-impl QueryFn for ClaudeCode {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let command = Self::command(&request).withholding(&self.keys);
-        run_cli(command, ClaudeDecoder::new())
-    }
-}
-
-/// Decodes a whole captured Claude Code run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(ClaudeDecoder::new(), stdout, exit_code, stderr_tail)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod process_tests {
@@ -103,16 +79,20 @@ mod process_tests {
     //! the real CLI printed (or worse) and exit as it did.
 
     use super::*;
-    use crate::normalize::testing::{agent_request, fake_cli};
+    use crate::normalize::testing::{agent_request, fake_cli, replaying};
     use crate::process::testing::ends_within;
-    use application::ports::AgentMessage;
+    use application::ports::{AgentMessage, QueryError, QueryFn};
+    use application::secrets::KeyNames;
     use domain::SessionId;
     use domain::workflow::{Provider, Timeout};
     use futures::StreamExt;
-    use std::path::Path;
 
-    fn script(dir: &Path, body: &str) -> String {
-        fake_cli(dir, "fake-claude", body)
+    /// A fake `claude` running `body` in a directory of its own, `$HERE`.
+    fn fake(body: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let body = format!("HERE=\"$(dirname \"$0\")\"\n{body}");
+        let exe = fake_cli(dir.path(), "fake-claude", &body);
+        (dir, exe)
     }
 
     fn request(executable: String, timeout: Option<u64>) -> AgentRequest {
@@ -173,14 +153,8 @@ mod process_tests {
     /// marks ones it has (`HOME`, and one cargo sets) as keys.
     #[tokio::test]
     async fn the_cli_sees_only_the_keys_its_node_needs() {
-        let dir = tempfile::tempdir().unwrap();
-        let seen = dir.path().join("seen");
-        let exe = script(
-            dir.path(),
-            &format!(
-                "echo \"${{HOME:-withheld}} ${{CARGO_PKG_NAME:-withheld}} ${{PATH:+path}}\" > '{}'",
-                seen.display()
-            ),
+        let (dir, exe) = fake(
+            r#"echo "${HOME:-withheld} ${CARGO_PKG_NAME:-withheld} ${PATH:+path}" > "$HERE/seen""#,
         );
         let keys = KeyNames::new(["HOME".to_owned(), "CARGO_PKG_NAME".to_owned()]);
         let mut request = request(exe, Some(30));
@@ -191,7 +165,7 @@ mod process_tests {
             .unwrap()
             .collect()
             .await;
-        let seen = std::fs::read_to_string(&seen).unwrap();
+        let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
         let words: Vec<&str> = seen.split_whitespace().collect();
         assert_eq!(words[0], "withheld", "{seen}");
         assert_eq!(words[1], "adapters-agents", "its own key passes: {seen}");
@@ -201,9 +175,7 @@ mod process_tests {
     #[tokio::test]
     async fn a_recorded_run_replays_through_a_real_process() {
         let dir = tempfile::tempdir().unwrap();
-        let capture =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/claude/tool/stdout.jsonl");
-        let exe = script(dir.path(), &format!("cat '{}'", capture.display()));
+        let exe = replaying(dir.path(), "claude", "tool");
         let out = run(request(exe, Some(30))).await;
         assert!(
             matches!(
@@ -228,9 +200,7 @@ mod process_tests {
 
     #[tokio::test]
     async fn a_broken_stream_and_a_failing_exit_are_outcomes_not_crashes() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = script(
-            dir.path(),
+        let (_dir, exe) = fake(
             "printf 'not json\\n{\"type\":\"mystery\"}\\n{\"type\":\"assistant\",\"message\":{\"id\":\"m\",\"content\":[{\"type\":\"text\",\"text\":\"half' ; echo 'oops' >&2; exit 3",
         );
         let out = run(request(exe, Some(30))).await;
@@ -252,13 +222,8 @@ mod process_tests {
 
     #[tokio::test]
     async fn a_hanging_cli_is_killed_at_its_timeout() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("child.pid");
         // The CLI starts a grandchild that would outlive it without the group kill.
-        let exe = script(
-            dir.path(),
-            &format!("sleep 60 & echo $! > '{}'; wait", pidfile.display()),
-        );
+        let (dir, exe) = fake(r#"sleep 60 & echo $! > "$HERE/child.pid"; wait"#);
         let started = std::time::Instant::now();
         let out = run(request(exe, Some(1))).await;
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
@@ -266,7 +231,7 @@ mod process_tests {
             matches!(out.last(), Some(Err(QueryError::Agent { error_type, .. })) if error_type == "timeout"),
             "{out:?}"
         );
-        let pid: u32 = std::fs::read_to_string(&pidfile)
+        let pid: u32 = std::fs::read_to_string(dir.path().join("child.pid"))
             .unwrap()
             .trim()
             .parse()

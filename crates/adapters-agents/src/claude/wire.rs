@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::MessagesUsage;
+use crate::normalize::usage::{MessagesUsage, ModelTokens};
 
 /// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct SystemLine {
     /// Which system line.
     pub subtype: Option<String>,
@@ -23,15 +22,20 @@ pub struct SystemLine {
     pub session_id: Option<String>,
     /// The model (on `init`).
     pub model: Option<String>,
-    /// Retry attempt (on `api_retry`).
+}
+
+/// `type: "system", subtype: "api_retry"`: a failed API request, retried.
+#[derive(Debug, Deserialize)]
+pub struct ApiRetry {
+    /// Retry attempt.
     pub attempt: Option<u64>,
-    /// Retries allowed (on `api_retry`).
+    /// Retries allowed.
     pub max_retries: Option<u64>,
-    /// Delay before the retry (on `api_retry`).
+    /// Delay before the retry.
     pub retry_delay_ms: Option<u64>,
-    /// HTTP status of the failed request (on `api_retry`).
+    /// HTTP status of the failed request.
     pub error_status: Option<u64>,
-    /// Error kind, e.g. `server_error` (on `api_retry`).
+    /// Error kind, e.g. `server_error`.
     pub error: Option<Value>,
 }
 
@@ -76,13 +80,11 @@ pub enum Block {
         /// The thinking text.
         thinking: String,
         /// The provider's signature of the block, kept so it can be sent back.
-        #[serde(default)]
         signature: Option<String>,
     },
     /// The model asked for a tool.
     ToolUse {
         /// Call id, matched by the `tool_result` (kept absent when missing).
-        #[serde(default)]
         id: Option<String>,
         /// Tool name.
         name: String,
@@ -112,7 +114,6 @@ pub struct StreamEventLine {
     /// The wrapped Messages API event.
     pub event: Value,
     /// The message the event belongs to.
-    #[serde(default)]
     pub api_message_id: Option<String>,
 }
 
@@ -133,8 +134,7 @@ pub enum Delta {
 }
 
 /// `type: "result"`: the last line of an invocation.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ResultLine {
     /// `success`, `error_max_turns`, `error_during_execution`, ...
     pub subtype: Option<String>,
@@ -150,7 +150,7 @@ pub struct ResultLine {
     pub usage: Option<MessagesUsage>,
     /// Per-model usage.
     #[serde(rename = "modelUsage")]
-    pub model_usage: Option<BTreeMap<String, WireModelUsage>>,
+    pub model_usage: Option<BTreeMap<String, ModelTokens>>,
     /// Model turns.
     pub num_turns: Option<u64>,
     /// Wall time of the invocation.
@@ -161,14 +161,4 @@ pub struct ResultLine {
     pub api_error_status: Option<u64>,
     /// Error texts of `error_*` results.
     pub errors: Option<Vec<Value>>,
-}
-
-/// One entry of `modelUsage`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct WireModelUsage {
-    /// Prompt tokens.
-    pub input_tokens: Option<u64>,
-    /// Completion tokens.
-    pub output_tokens: Option<u64>,
 }

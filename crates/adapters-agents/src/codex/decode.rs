@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    CommandExecution, ErrorItem, ErrorLine, ItemHead, ItemLine, McpToolCall, TextItem,
+    CommandExecution, ErrorItem, ErrorMessage, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
@@ -70,11 +70,6 @@ pub struct CodexDecoder {
 }
 
 impl CodexDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// A decoder for a resumed invocation: Codex then reports the thread's
     /// cumulative usage, and `previous` (the totals the previous invocation
     /// reported) is subtracted from it, saturating at zero, so the result
@@ -209,7 +204,7 @@ impl Decoder for CodexDecoder {
             Some(kind @ "turn.completed") => CLI.read(kind, value, |l| self.turn_completed(l)),
             Some("turn.failed") => self.turn_failed(value),
             Some("error") => {
-                let message = ErrorLine::deserialize(value)
+                let message = ErrorMessage::deserialize(value)
                     .ok()
                     .and_then(|l| l.message)
                     .unwrap_or_else(|| "Codex reported an error".to_owned());
@@ -366,11 +361,8 @@ fn classify(message: &str) -> &'static str {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::codex::decode_output;
     use crate::normalize::decode_all;
     use crate::normalize::testing::*;
-
-    decoding_with!(CodexDecoder);
 
     fn error_types(out: &[Decoded]) -> Vec<&str> {
         out.iter()
@@ -392,40 +384,31 @@ mod tests {
     }
 
     #[test]
-    fn text_capture() {
-        let out = captured!("codex/text");
-        assert_kinds(&out, "session text completed");
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<CodexDecoder>("codex", &[THREAD], DONE);
+    }
+
+    #[test]
+    fn reconnects_are_network_errors_before_the_end() {
+        for scenario in ["codex/ERRTEST", "codex/MIDERR", "codex/MIDERR_retry"] {
+            let out = recorded::<CodexDecoder>(scenario);
+            assert!(error_types(&out).iter().all(|t| *t == "network_error"));
+        }
         assert_eq!(
-            session(&out),
-            ("01a2014c-3adf-7380-b611-f63adb45ee58", None)
+            error_types(&recorded::<CodexDecoder>("codex/RATETEST")),
+            ["rate_limit"]
         );
-        assert_eq!(
-            out[1].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "Hello from the fake server.".to_owned()
-            }
-        );
-        let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(result.usage, usage(120, 20, 25));
-        assert_eq!(result.num_turns, 1);
-        assert_eq!(result.total_cost_usd, None);
-        assert_eq!(result.session_id, None, "already announced by Session");
     }
 
     #[test]
     fn tool_capture_pairs_start_and_completion() {
-        let out = captured!("codex/tool");
-        assert_kinds(&out, "session thinking text tool_use tool text completed");
-        assert_eq!(
-            session(&out),
-            ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
-        );
+        let out = recorded::<CodexDecoder>("codex/tool");
         let command = json!({ "command": "/bin/bash -lc 'echo hi'" });
         let (messages, _) = split(out.clone());
         assert_eq!(
-            messages[2..5],
+            messages[1..5],
             [
+                thinking_of("Running echo hi with the shell tool.", None),
                 text_of("I will run a command."),
                 use_of(Some("item_2"), SHELL_TOOL, command.clone()),
                 tool_of(
@@ -437,42 +420,15 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(
-            out[1].as_ref().unwrap(),
-            &AgentMessage::Thinking {
-                content: "Running echo hi with the shell tool.".to_owned(),
-                token_count: None,
-                signature: None,
-            }
-        );
-        let (name, input, output, error) = tool(&out[4]);
-        assert_eq!(name, SHELL_TOOL);
-        assert_eq!(input, &json!({ "command": "/bin/bash -lc 'echo hi'" }));
-        assert_eq!(output, &json!({ "output": "hi\n", "exit_code": 0 }));
-        assert_eq!(error, None);
         let result = completed(&out);
-        assert!(result.text.starts_with("Tool said: "), "{}", result.text);
         assert!(result.text.ends_with("Output:\nhi"), "{}", result.text);
-        assert_eq!(result.usage, usage(240, 40, 50));
-        assert_eq!(result.num_turns, 1);
-    }
-
-    #[test]
-    fn toolfail_capture_records_the_exit_code() {
-        let out = captured!("codex/toolfail");
-        assert_kinds(&out, "session thinking text tool_use tool text completed");
-        let (name, input, output, error) = tool(&out[4]);
-        assert_eq!(name, "shell");
-        assert_eq!(input["command"], "/bin/bash -lc 'echo oops >&2; exit 3'");
-        assert_eq!(output, &json!({ "output": "oops\n", "exit_code": 3 }));
-        assert_eq!(error, Some("command exited with code 3: oops"));
     }
 
     #[test]
     fn resume_capture_usage_is_cumulative_unless_corrected() {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
-        let out = capture(stdout, rc);
+        let out = capture::<CodexDecoder>(stdout, rc);
         assert_kinds(&out, "session text completed");
         // The resumed thread is the one of the tool capture.
         assert_eq!(
@@ -490,58 +446,12 @@ mod tests {
         assert_eq!(completed(&out).usage, usage(0, 0, 0));
     }
 
-    #[test]
-    fn errtest_capture_is_an_api_error_after_reconnects() {
-        let out = captured!("codex/ERRTEST");
-        assert_kinds(&out, "session error error error error error error ERR");
-        assert!(error_types(&out).iter().all(|t| *t == "network_error"));
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert!(message.contains("high demand"), "{message}");
-    }
-
-    #[test]
-    fn miderr_captures_are_api_errors() {
-        for (stdout, rc, reconnects) in [
-            (
-                &include_bytes!("../../testdata/codex/MIDERR/stdout.jsonl")[..],
-                include_str!("../../testdata/codex/MIDERR/rc"),
-                1,
-            ),
-            (
-                &include_bytes!("../../testdata/codex/MIDERR_retry/stdout.jsonl")[..],
-                include_str!("../../testdata/codex/MIDERR_retry/rc"),
-                3,
-            ),
-        ] {
-            let out = capture(stdout, rc);
-            let mut expected = vec!["session"];
-            expected.extend(std::iter::repeat_n("error", reconnects));
-            expected.push("ERR");
-            assert_eq!(kinds(&out), expected);
-            assert!(error_types(&out).iter().all(|t| *t == "network_error"));
-            let (error_type, message) = agent_error(&out);
-            assert_eq!(error_type, "api_error");
-            assert!(message.contains("stream disconnected"), "{message}");
-        }
-    }
-
-    #[test]
-    fn ratetest_capture_is_a_rate_limit() {
-        let out = captured!("codex/RATETEST");
-        assert_kinds(&out, "session error ERR");
-        assert_eq!(error_types(&out), ["rate_limit"]);
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "rate_limit");
-        assert!(message.contains("429"), "{message}");
-    }
-
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;
     const DONE: &str = r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":1,"output_tokens":2}}"#;
 
     #[test]
     fn calls_keep_their_item_ids_and_order_and_a_dangling_one_stays_a_use() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"turn.started"}"#,
@@ -578,17 +488,10 @@ mod tests {
     }
 
     #[test]
-    fn empty_stdout_is_an_error_naming_the_exit_code() {
-        assert_empty_stdout_fails::<CodexDecoder>(2, "boom: no API key");
-    }
-
-    #[test]
     fn unknown_items_and_lines_are_kept_as_warnings() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
-                r#"{"type":"brand_new","x":1}"#,
-                r#"{"no_type":true}"#,
                 r#"{"type":"item.completed","item":{"id":"i9","type":"hologram","beam":2}}"#,
                 r#"{"type":"item.completed","item":"not an object"}"#,
                 r#"{"type":"item.completed","item":{"id":"i1","type":"error","message":"fell back to HTTPS"}}"#,
@@ -598,15 +501,12 @@ mod tests {
             Some(0),
             "",
         );
-        assert_kinds(
-            &out,
-            "session warning warning warning warning warning text completed",
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
+        assert_kinds(&out, "session warning warning warning text completed");
+        let Ok(AgentMessage::Warning { details, .. }) = &out[1] else {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["item"]["beam"], 2);
-        let Ok(AgentMessage::Warning { message, .. }) = &out[5] else {
+        let Ok(AgentMessage::Warning { message, .. }) = &out[3] else {
             panic!()
         };
         assert!(message.contains("fell back to HTTPS"), "{message}");
@@ -617,29 +517,16 @@ mod tests {
 
     #[test]
     fn hostile_bytes_do_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(THREAD.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"item.completed\",\"item\":{\"id\":\"i0\",\"type\":\"agent_message\",\"text\":\"a\0b\xffc\"}}\n",
-        );
-        stdout.extend_from_slice(b"garbage \x00\xfe not json\n");
-        stdout.extend_from_slice(DONE.as_bytes());
-        // No newline after the last line: it is still decoded.
-        let out = decode_output(&stdout, Some(0), "");
-        assert_kinds(&out, "session warning text warning warning completed");
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::Text {
-                content: "a\u{0}b\u{fffd}c".to_owned()
-            }
-        );
-        assert_eq!(completed(&out).text, "a\u{0}b\u{fffd}c");
+        let text =
+            r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"TEXT"}}"#;
+        let out = hostile::<CodexDecoder>(&[THREAD], text, &[DONE]);
+        assert_kinds(&out, "session warning text warning warning text completed");
+        assert_eq!(completed(&out).text.len(), 1 << 20, "the last message");
     }
 
     #[test]
     fn other_tool_items_become_tools() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"item.started","item":{"id":"f","type":"file_change","changes":[{"path":"a.txt","kind":"add"}],"status":"in_progress"}}"#,
@@ -677,7 +564,7 @@ mod tests {
 
     #[test]
     fn turn_failed_wins_and_completed_with_bad_exit_warns() {
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 DONE,
@@ -689,7 +576,7 @@ mod tests {
         );
         assert_kinds(&out, "session warning ERR");
         assert_eq!(agent_error(&out).0, "api_error");
-        let out = run(
+        let out = run::<CodexDecoder>(
             &[
                 THREAD,
                 r#"{"type":"turn.failed","error":{"message":"model refused"}}"#,
@@ -698,14 +585,14 @@ mod tests {
             "",
         );
         assert_eq!(agent_error(&out).0, "error_during_execution");
-        let out = run(&[THREAD, DONE, DONE], Some(1), "oops");
+        let out = run::<CodexDecoder>(&[THREAD, DONE, DONE], Some(1), "oops");
         assert_kinds(&out, "session warning completed");
         assert_eq!(completed(&out).num_turns, 2);
     }
 
     #[test]
     fn finish_is_idempotent_and_bad_thread_ids_warn() {
-        let mut decoder = CodexDecoder::new();
+        let mut decoder = CodexDecoder::default();
         assert!(decoder.line(json!({"type":"thread.started"})).len() == 1);
         assert!(decoder.session_id().is_none());
         assert_eq!(

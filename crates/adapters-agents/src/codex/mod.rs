@@ -6,84 +6,60 @@
 //! observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`CodexDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`Codex`] is the `QueryFn` that runs the
-//! CLI through [`crate::process`]. Decoding is pure so it is tested on
-//! recorded real output.
+//! frames and repairs the raw bytes; [`CodexCli`] is its command line, which
+//! [`Codex`] (the shared [`crate::process::CliAgent`]) runs. Decoding is pure
+//! so it is tested on recorded real output.
 
 mod decode;
 pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::{AgentRequest, AgentStream, QueryError};
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, prompt_with_system, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, prompt_with_system, run_cli};
 
 /// Runs agents on the Codex CLI.
+pub type Codex = CliAgent<CodexCli>;
+
+/// The Codex CLI: its command line and its decoder.
 ///
 /// Codex reports a thread's cumulative usage after a resume; `agent:complete`
 /// wants this invocation's, so the usage the thread's earlier invocations
 /// recorded (`AgentRequest::session_usage`, from the run's log) is
 /// subtracted.
-#[derive(Debug, Clone, Default)]
-pub struct Codex {
-    /// Key names withheld from the CLI besides the fixed rules.
-    keys: KeyNames,
-}
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CodexCli;
 
-impl Codex {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+impl CliProgram for CodexCli {
+    type Decoder = CodexDecoder;
 
-    /// The command line for one invocation. Codex has no system prompt flag in
-    /// `exec` mode, so the agent's system prompt leads the prompt text.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+    /// Codex has no system prompt flag in `exec` mode, so the agent's
+    /// system prompt leads the prompt text.
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         let mut args: Vec<String> = vec!["exec".into()];
         if request.resume.is_some() {
             args.push("resume".into());
         }
         args.extend(["--json".into(), "--skip-git-repo-check".into()]);
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
+        args.extend(flag("--model", agent.model.as_ref()));
         args.extend(agent.args.iter().cloned());
         if let Some(thread) = &request.resume {
             args.push(thread.to_string());
         }
-        // No system prompt flag in this mode: the system prompt leads the prompt.
-        let prompt = prompt_with_system(request);
-        args.push(prompt);
+        args.push(prompt_with_system(request));
         CliCommand::for_agent(request, "codex", args)
     }
-}
 
-#[async_trait]
-impl QueryFn for Codex {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        // After a resume Codex reports the thread's totals: the usage its
-        // earlier invocations recorded in the run's log is subtracted.
+    /// Decodes with the thread's recorded usage subtracted after a resume.
+    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
         let decoder = match &request.resume {
-            Some(_) => CodexDecoder::with_previous_usage(request.session_usage.clone()),
-            None => CodexDecoder::new(),
+            Some(_) => CodexDecoder::with_previous_usage(request.session_usage),
+            None => CodexDecoder::default(),
         };
-        run_cli(Self::command(&request).withholding(&self.keys), decoder)
+        run_cli(command, decoder)
     }
-}
-
-/// Decodes a whole captured Codex run (stdout, exit code, stderr tail).
-///
-/// Usage is reported as Codex prints it; after a resume that is the thread's
-/// cumulative usage. Use [`CodexDecoder::with_previous_usage`] with
-/// [`decode_all`] to get the usage of this invocation alone.
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(CodexDecoder::new(), stdout, exit_code, stderr_tail)
 }
 
 #[cfg(test)]
@@ -92,8 +68,10 @@ mod process_tests {
     //! The provider against fake executables printing what the real CLI printed.
 
     use super::*;
+    use crate::normalize::Decoded;
     use crate::normalize::testing::{agent_request, completed};
     use application::ports::AgentMessage;
+    use application::ports::QueryFn;
     use domain::SessionId;
     use domain::workflow::Provider;
     use futures::StreamExt;

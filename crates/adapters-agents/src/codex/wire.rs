@@ -10,8 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// `type: "thread.started"`: the thread (session) is known.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ThreadStarted {
     /// The id to resume with.
     pub thread_id: Option<String>,
@@ -25,8 +24,7 @@ pub struct ItemLine {
 }
 
 /// The fields every item has.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ItemHead {
     /// Item id, shared by the started/updated/completed lines of one item.
     pub id: Option<String>,
@@ -84,8 +82,7 @@ pub struct ErrorItem {
 }
 
 /// `type: "turn.completed"`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct TurnCompleted {
     /// Token usage (cumulative for the thread after a resume).
     pub usage: Option<WireUsage>,
@@ -93,7 +90,6 @@ pub struct TurnCompleted {
 
 /// `usage` of a completed turn. No cost is reported.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
-#[serde(default)]
 pub struct WireUsage {
     /// Prompt tokens (cached ones included).
     pub input_tokens: Option<u64>,
@@ -103,30 +99,19 @@ pub struct WireUsage {
     pub cache_write_input_tokens: Option<u64>,
     /// Completion tokens (reasoning ones included).
     pub output_tokens: Option<u64>,
-    /// Reasoning tokens.
-    pub reasoning_output_tokens: Option<u64>,
 }
 
 /// `type: "turn.failed"`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct TurnFailed {
     /// Why.
-    pub error: Option<ErrorBody>,
+    pub error: Option<ErrorMessage>,
 }
 
-/// `error` of a failed turn.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ErrorBody {
-    /// The message.
-    pub message: Option<String>,
-}
-
-/// `type: "error"`: a top-level, non-fatal error (e.g. `Reconnecting... 1/5`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ErrorLine {
+/// `error` of a failed turn, and `type: "error"`, a top-level, non-fatal
+/// error (e.g. `Reconnecting... 1/5`).
+#[derive(Debug, Deserialize)]
+pub struct ErrorMessage {
     /// The message.
     pub message: Option<String>,
 }

@@ -80,11 +80,6 @@ pub struct CopilotDecoder {
 }
 
 impl CopilotDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn message_delta(&mut self, delta: MessageDelta) -> Vec<Decoded> {
         self.streamed.extend(delta.message_id);
         vec![Ok(AgentMessage::TextDelta {
@@ -319,21 +314,6 @@ mod tests {
     use super::*;
     use crate::normalize::testing::*;
 
-    decoding_with!(CopilotDecoder);
-
-    /// Kinds with runs of deltas collapsed, so tests don't count chunks.
-    fn kinds(out: &[Decoded]) -> Vec<&'static str> {
-        let mut kinds: Vec<&'static str> = Vec::new();
-        for k in out.iter().map(kind) {
-            if k.ends_with("_delta") && kinds.last() == Some(&k) {
-                continue;
-            }
-            kinds.push(k);
-        }
-        kinds
-    }
-    use crate::copilot::decode_output;
-
     fn tools(out: &[Decoded]) -> Vec<(&str, &Value, &Value, Option<&str>)> {
         out.iter()
             .filter_map(|d| match d {
@@ -349,128 +329,17 @@ mod tests {
             .collect()
     }
 
-    fn tools_with_ids(out: &[Decoded]) -> Vec<Option<String>> {
-        out.iter()
-            .filter_map(|d| match d {
-                Ok(AgentMessage::Tool { id, .. }) => Some(id.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
     const OK_RESULT: &str =
         r#"{"type":"result","sessionId":"s1","exitCode":0,"usage":{"sessionDurationMs":9}}"#;
 
     #[test]
-    fn text_capture() {
-        let out = captured!("copilot/text");
-        assert_eq!(kinds(&out).join(" "), "text_delta completed");
-        assert_eq!(out.len(), 6);
-        assert_eq!(deltas(&out), "Hello from the fake server.");
-        let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(
-            result.session_id.as_ref().map(SessionId::as_str),
-            Some("4b5824ef-572f-4f75-a658-89b974246d7b")
-        );
-        assert_eq!(result.usage, Usage::default());
-        assert_eq!(result.duration_ms, Some(543));
-        assert_eq!(result.num_turns, 1);
-        assert_eq!(result.total_cost_usd, None);
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<CopilotDecoder>("copilot", &[], OK_RESULT);
     }
 
     #[test]
-    fn resume_capture() {
-        let out = captured!("copilot/resume");
-        assert_eq!(kinds(&out).join(" "), "text_delta completed");
-        assert!(completed(&out).session_id.is_some());
-    }
-
-    #[test]
-    fn tool_captures_on_every_wire_api() {
-        let captures: [(&[u8], &str, bool); 3] = [
-            (
-                include_bytes!("../../testdata/copilot/tool/stdout.jsonl"),
-                include_str!("../../testdata/copilot/tool/rc"),
-                false,
-            ),
-            (
-                include_bytes!("../../testdata/copilot/tool_anthropic/stdout.jsonl"),
-                include_str!("../../testdata/copilot/tool_anthropic/rc"),
-                true,
-            ),
-            (
-                include_bytes!("../../testdata/copilot/tool_responses/stdout.jsonl"),
-                include_str!("../../testdata/copilot/tool_responses/rc"),
-                true,
-            ),
-        ];
-        for (stdout, rc, thinks) in captures {
-            let out = capture(stdout, rc);
-            let mut expected = Vec::new();
-            if thinks {
-                expected.push("thinking_delta");
-            }
-            expected.extend(["text_delta", "tool_use", "tool", "text_delta", "completed"]);
-            assert_eq!(kinds(&out), expected);
-            let uses: Vec<&AgentMessage> = out
-                .iter()
-                .filter_map(|d| d.as_ref().ok())
-                .filter(|m| matches!(m, AgentMessage::ToolUse { .. }))
-                .collect();
-            assert_eq!(uses.len(), 1);
-            let AgentMessage::ToolUse { id: Some(id), .. } = uses[0] else {
-                panic!("the call keeps its toolCallId: {uses:?}")
-            };
-            assert!(
-                matches!(tools_with_ids(&out)[..], [Some(ref t)] if t == id),
-                "the completion names the same call"
-            );
-            let tools = tools(&out);
-            assert_eq!(tools.len(), 1);
-            let (name, input, output, error) = tools[0];
-            assert_eq!(name, "bash");
-            assert_eq!(input["command"], "echo hi");
-            assert_eq!(
-                output,
-                &json!("hi\n<shellId: 0 completed with exit code 0>")
-            );
-            assert_eq!(error, None);
-            let result = completed(&out);
-            assert!(result.text.starts_with("Tool said: "), "{}", result.text);
-            assert_eq!(result.num_turns, 2);
-            assert!(result.session_id.is_some());
-        }
-    }
-
-    #[test]
-    fn toolfail_capture_records_the_real_exit_code() {
-        let out = captured!("copilot/toolfail");
-        assert_eq!(
-            kinds(&out).join(" "),
-            "text_delta tool_use tool text_delta completed"
-        );
-        let (name, input, output, error) = tools(&out)[0];
-        assert_eq!(name, "bash");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(
-            output,
-            &json!("oops\n<shellId: 0 completed with exit code 3>")
-        );
-        assert_eq!(error, Some("command exited with code 3"));
-        assert_eq!(
-            completed(&out).session_id.as_ref().map(SessionId::as_str),
-            Some("14cf4ff0-b062-42e0-9a67-774515c43533")
-        );
-    }
-
-    #[test]
-    fn badreq_capture_is_an_api_error() {
-        let out = captured!("copilot/BADREQ");
-        assert_eq!(kinds(&out).join(" "), "error ERR");
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert_eq!(message, "400 fake error 400");
+    fn a_failure_keeps_its_result_line() {
+        let out = recorded::<CopilotDecoder>("copilot/BADREQ");
         let Some(Err(QueryError::Agent { details, .. })) = out.last() else {
             panic!()
         };
@@ -481,74 +350,48 @@ mod tests {
     }
 
     #[test]
-    fn errtest_capture_is_an_api_error_after_retries() {
-        let out = captured!("copilot/ERRTEST");
-        let all: Vec<&str> = out.iter().map(kind).collect();
-        assert_eq!(
-            all,
-            ["error", "error", "error", "error", "error", "error", "ERR"]
-        );
-        assert!(
-            matches!(&out[0], Ok(AgentMessage::Error { error_type, message, .. })
-            if error_type == "api_error" && message.contains("HTTP 500"))
-        );
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert!(message.contains("500 fake error 500"), "{message}");
-    }
-
-    #[test]
     fn rate_limits_and_odd_results() {
         let fail = r#"{"type":"session.error","data":{"errorType":"query","message":"429 slow","statusCode":429}}"#;
-        let out = run(&[fail], Some(1), "");
-        assert_eq!(agent_error(&out).0, "rate_limit");
-        let out = run(
-            &[r#"{"type":"result","sessionId":"s1","exitCode":2}"#],
-            Some(2),
-            "",
+        let failed = r#"{"type":"result","sessionId":"s1","exitCode":2}"#;
+        let unreadable = r#"{"type":"result","usage":"oops"}"#;
+        assert_error_types::<CopilotDecoder>(
+            &[],
+            &[
+                (fail, "rate_limit"),
+                (failed, "error_during_execution"),
+                (unreadable, "error_during_execution"),
+            ],
         );
-        assert_eq!(agent_error(&out).0, "error_during_execution");
-        let out = run(&[r#"{"type":"result","usage":"oops"}"#], Some(0), "");
-        assert_eq!(agent_error(&out).0, "error_during_execution");
-        let out = run(&[OK_RESULT, OK_RESULT], Some(1), "");
-        assert_eq!(kinds(&out).join(" "), "warning warning completed");
+        let out = run::<CopilotDecoder>(&[OK_RESULT, OK_RESULT], Some(1), "");
+        assert_eq!(collapsed_kinds(&out).join(" "), "warning warning completed");
     }
 
     #[test]
     fn hostile_input_does_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(
-            b"{\"type\":\"assistant.message_delta\",\"data\":{\"messageId\":\"m1\",\"deltaContent\":\"a\0b\"}}\n",
-        );
-        stdout.extend_from_slice(b"not json at all\n");
-        stdout.extend_from_slice(b"{\"type\":\"brand.new\",\"data\":{\"x\":1}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m2\",\"content\":\"whole\"}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.reasoning\",\"data\":{\"reasoningId\":\"r1\",\"content\":\"hmm\"}}\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"nope\"}}\n",
-        );
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":{\"messageId\":\"m3\",\"content\":\"\",\"toolRequests\":[{\"toolCallId\":\"t1\",\"name\":\"bash\",\"arguments\":{\"command\":\"sleep 9\"}}]}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"tool.execution_start\",\"data\":{\"toolCallId\":\"t2\",\"toolName\":\"view\",\"arguments\":{}}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"tool.execution_complete\",\"data\":{\"toolCallId\":\"t2\",\"success\":false,\"error\":{\"message\":\"denied\"}}}\n");
-        stdout.extend_from_slice(b"{\"type\":\"assistant.message\",\"data\":\"oops\"}\n");
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        let out = decode_output(&stdout, Some(0), "");
+        let text =
+            r#"{"type":"assistant.message_delta","data":{"messageId":"m1","deltaContent":"TEXT"}}"#;
+        let after = [
+            r#"{"type":"brand.new","data":{"x":1}}"#,
+            r#"{"type":"assistant.message","data":{"messageId":"m2","content":"whole"}}"#,
+            r#"{"type":"assistant.reasoning","data":{"reasoningId":"r1","content":"hmm"}}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"nope"}}"#,
+            r#"{"type":"assistant.message","data":{"messageId":"m3","content":"","toolRequests":[{"toolCallId":"t1","name":"bash","arguments":{"command":"sleep 9"}}]}}"#,
+            r#"{"type":"tool.execution_start","data":{"toolCallId":"t2","toolName":"view","arguments":{}}}"#,
+            r#"{"type":"tool.execution_complete","data":{"toolCallId":"t2","success":false,"error":{"message":"denied"}}}"#,
+            r#"{"type":"assistant.message","data":"oops"}"#,
+            OK_RESULT,
+        ];
+        let out = hostile::<CopilotDecoder>(&[], text, &after);
         assert_eq!(
-            kinds(&out).join(" "),
-            "warning text_delta warning warning text thinking warning tool_use tool_use tool warning completed"
+            collapsed_kinds(&out).join(" "),
+            "warning text_delta warning warning text_delta warning text thinking warning tool_use tool_use tool warning completed"
         );
-        assert_eq!(
-            out[1].as_ref().unwrap(),
-            &AgentMessage::TextDelta {
-                content: "a\u{0}b".to_owned()
-            }
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[3] else {
+        let Ok(AgentMessage::Warning { details, .. }) = &out[5] else {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["data"]["x"], 1);
         assert_eq!(
-            out[7].as_ref().unwrap(),
+            out[9].as_ref().unwrap(),
             &use_of(Some("t1"), "bash", json!({"command": "sleep 9"})),
             "t1 never completes: it stays a use alone"
         );
@@ -571,7 +414,7 @@ mod tests {
         // toolCallId (answered by a completion without one); a call that
         // never completes; a line of a newer CLI.
         let future = r#"{"type":"tool.execution_progress","data":{"toolCallId":"c1","pct":5}}"#;
-        let out = run(
+        let out = run::<CopilotDecoder>(
             &[
                 r#"{"type":"assistant.reasoning","data":{"reasoningId":"r1","content":"plan"}}"#,
                 r#"{"type":"assistant.message","data":{"messageId":"m1","content":"running","toolRequests":[{"toolCallId":"c1","name":"bash","arguments":{"command":"echo a"}},{"toolCallId":"c2","name":"bash","arguments":{"command":"sleep 99"}}]}}"#,
@@ -618,13 +461,5 @@ mod tests {
             ],
             "c2 stays a use alone: no result is made up for it"
         );
-    }
-
-    #[test]
-    fn empty_stdout_is_an_error_naming_exit_code_and_stderr() {
-        assert_empty_stdout_fails::<CopilotDecoder>(1, "Error: no model configured");
-        let mut decoder = CopilotDecoder::new();
-        assert_eq!(decoder.finish(None, "").len(), 1);
-        assert!(decoder.finish(None, "").is_empty());
     }
 }

@@ -5,9 +5,10 @@
 //! object per line; it runs its own tools, which we only observe. This module
 //! maps that output into normalized [`application::ports::AgentMessage`]s:
 //! [`wire`] declares the lines, [`CopilotDecoder`] maps them, and the shared
-//! [`crate::normalize`] layer frames and repairs the raw bytes; [`Copilot`] is
-//! the `QueryFn` that runs the CLI through [`crate::process`]. Decoding is
-//! pure, so it is tested on recorded real output.
+//! [`crate::normalize`] layer frames and repairs the raw bytes;
+//! [`CopilotCli`] is its command line, which [`Copilot`] (the shared
+//! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
+//! recorded real output.
 
 mod decode;
 pub mod wire;
@@ -17,27 +18,26 @@ pub use decode::CopilotDecoder;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
 use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, print_args, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args, run_cli};
 
-/// Runs agents on the GitHub Copilot CLI. Its session id appears only on the
-/// final line, and token counts are not printed on stdout at all: the CLI
-/// writes them to a `--usage-output-file`, read when the run ends. Those are
-/// cumulative over a resumed session, so the usage its earlier invocations
-/// recorded (`AgentRequest::session_usage`, from the run's log) is
-/// subtracted.
-#[derive(Debug, Clone, Default)]
-pub struct Copilot {
-    /// Key names withheld from the CLI besides the fixed rules.
-    keys: KeyNames,
-}
+/// Runs agents on the GitHub Copilot CLI.
+pub type Copilot = CliAgent<CopilotCli>;
+
+/// The Copilot CLI: its command line, its decoder, and the usage its
+/// sessions reported.
+///
+/// Its session id appears only on the final line, and token counts are not
+/// printed on stdout at all: the CLI writes them to a `--usage-output-file`,
+/// read when the run ends. Those are cumulative over a resumed session, so
+/// the usage its earlier invocations recorded (`AgentRequest::session_usage`,
+/// from the run's log) is subtracted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CopilotCli;
 
 /// Where one invocation's usage file goes: unique per node execution.
 fn usage_file(request: &AgentRequest) -> PathBuf {
@@ -71,15 +71,11 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
     Some((total, per_model))
 }
 
-impl Copilot {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+impl CliProgram for CopilotCli {
+    type Decoder = CopilotDecoder;
 
-    /// The command line for one invocation (usage goes to `usage_file`).
-    pub fn command(request: &AgentRequest, usage_file: &Path) -> CliCommand {
+    /// The command line for one invocation; usage goes to its usage file.
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         let mut args = print_args(request, "json", "--no-ask-user");
@@ -90,35 +86,29 @@ impl Copilot {
                 args.extend(["--allow-tool".into(), tool.clone()]);
             }
         }
-        if let Some(model) = &agent.model {
-            args.extend(["--model".into(), model.clone()]);
-        }
+        args.extend(flag("--model", agent.model.as_ref()));
         if let Some(session) = &request.resume {
             args.push(format!("--resume={session}"));
         }
         args.extend([
             "--usage-output-file".into(),
-            usage_file.display().to_string(),
+            usage_file(request).display().to_string(),
         ]);
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "copilot", args)
     }
-}
 
-#[async_trait]
-impl QueryFn for Copilot {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+    /// Reads the usage file when the run completes (then the CLI has
+    /// exited and the file is whole) into this invocation's share, and
+    /// removes it.
+    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
         let path = usage_file(&request);
-        let stream = run_cli(
-            Self::command(&request, &path).withholding(&self.keys),
-            CopilotDecoder::new(),
-        )?;
+        let stream = run_cli(command, CopilotDecoder::default())?;
         // A resumed session's file holds its totals: what its earlier
         // invocations recorded in the run's log is subtracted.
         let previous = request.resume.is_some().then_some(request.session_usage);
         Ok(Box::pin(stream.map(move |item| match item {
             Ok(AgentMessage::Completed(mut result)) => {
-                // The CLI has exited (the result comes at the end): its file is complete.
                 if let Some((total, per_model)) = read_usage_file(&path) {
                     result.usage = total.minus(&previous.clone().unwrap_or_default());
                     // Per-model figures are cumulative too: only a first invocation's are its own.
@@ -134,11 +124,6 @@ impl QueryFn for Copilot {
             other => other,
         })))
     }
-}
-
-/// Decodes a whole captured Copilot CLI run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(CopilotDecoder::new(), stdout, exit_code, stderr_tail)
 }
 
 #[cfg(test)]
@@ -163,7 +148,7 @@ mod usage_tests {
     fn the_command_asks_for_the_usage_file() {
         let request = agent_request(domain::workflow::Provider::Copilot, None);
         let path = usage_file(&request);
-        let cmd = Copilot::command(&request, &path);
+        let cmd = Copilot::command(&request);
         let at = cmd
             .args
             .iter()

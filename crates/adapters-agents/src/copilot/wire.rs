@@ -36,7 +36,6 @@ pub struct Message {
 #[serde(rename_all = "camelCase")]
 pub struct ToolRequest {
     /// Call id, matched by `tool.execution_complete` (kept absent when missing).
-    #[serde(default)]
     pub tool_call_id: Option<String>,
     /// Tool name, e.g. `bash`.
     pub name: String,
@@ -78,8 +77,8 @@ pub struct ToolStart {
 }
 
 /// `tool.execution_complete`: a tool returned.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolComplete {
     /// Call id (kept absent when missing).
     pub tool_call_id: Option<String>,
@@ -94,8 +93,8 @@ pub struct ToolComplete {
 }
 
 /// `shellExecution` of a completed shell tool.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ShellExecution {
     /// The command's exit code.
     pub exit_code: Option<i64>,
@@ -110,8 +109,8 @@ pub struct ToolOutput {
 }
 
 /// `model.call_failure` and `session.error`: a failed model call.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Failure {
     /// HTTP status of the failed request.
     pub status_code: Option<u64>,
@@ -122,8 +121,8 @@ pub struct Failure {
 }
 
 /// `type: "result"`: the last line; its fields are top-level.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResultLine {
     /// The session (the only place it appears).
     pub session_id: Option<String>,
@@ -135,10 +134,8 @@ pub struct ResultLine {
 
 /// `usage` of the result.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct ResultUsage {
     /// Wall time of the session.
     pub session_duration_ms: Option<u64>,
-    /// Time spent in model calls.
-    pub total_api_duration_ms: Option<u64>,
 }

@@ -52,16 +52,6 @@ pub struct GeminiDecoder {
 }
 
 impl GeminiDecoder {
-    /// A decoder for a new invocation.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The session id, once `init` announced it.
-    pub fn session_id(&self) -> Option<&SessionId> {
-        self.session.as_ref()
-    }
-
     fn message(&mut self, line: MessageLine, value: &Value) -> Vec<Decoded> {
         match line.role.as_deref() {
             // The user's own prompt echoed back: the runtime already knows it.
@@ -139,11 +129,10 @@ fn outcome(line: ResultLine, value: &Value, text: &str, turns: u32) -> Decoded {
             .unwrap_or(0)
             .saturating_sub(cached.unwrap_or(0))
     });
-    let models = stats.models.into_iter().flatten();
     Ok(AgentMessage::Completed(AgentResult {
         text: text.to_owned(),
         usage: usage(Some(input_tokens), stats.output_tokens, None, cached),
-        model_usage: model_usage(models.map(|(m, u)| (m, u.input_tokens, u.output_tokens))),
+        model_usage: model_usage(stats.models),
         total_cost_usd: None,
         duration_ms: stats.duration_ms,
         num_turns: turns,
@@ -227,93 +216,20 @@ fn api_status_in(message: &str) -> Option<u64> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::gemini::decode_output;
+    use crate::normalize::decode_all;
     use crate::normalize::testing::*;
-
-    decoding_with!(GeminiDecoder);
 
     const INIT: &str = r#"{"type":"init","session_id":"s1","model":"gemini-2.5-pro"}"#;
     const OK_RESULT: &str = r#"{"type":"result","status":"success","stats":{"input_tokens":10,"output_tokens":2,"cached":4,"input":6,"duration_ms":5}}"#;
 
     #[test]
-    fn text_capture() {
-        let out = captured!("gemini/text");
-        assert_kinds(
-            &out,
-            "session text_delta text_delta text_delta text_delta text_delta completed",
-        );
-        assert_eq!(
-            session(&out),
-            (
-                "10fada5a-1565-433b-a3bd-569381e3039c",
-                Some("gemini-2.5-pro")
-            )
-        );
-        assert_eq!(deltas(&out), "Hello from the fake server.");
-        let result = completed(&out);
-        assert_eq!(result.text, "Hello from the fake server.");
-        assert_eq!(result.usage, usage_of(120, 25, None, Some(0)));
-        assert_eq!(
-            result.model_usage.as_ref().unwrap()["gemini-2.5-pro"],
-            model_usage_of(120, 25)
-        );
-        assert_eq!(result.duration_ms, Some(167));
-        assert_eq!(result.num_turns, 1);
-        assert_eq!(result.total_cost_usd, None);
-        assert_eq!(result.session_id, None, "already announced by Session");
-    }
-
-    #[test]
-    fn tool_capture() {
-        let out = captured!("gemini/tool");
-        let mut expected = vec!["session", "text_delta", "tool_use", "tool"];
-        expected.extend(["text_delta"; 8]);
-        expected.push("completed");
-        assert_eq!(kinds(&out), expected);
-        let id = Some("run_shell_command__run_shell_command_1795318120450_0");
-        let input = json!({"command": "echo hi", "description": "Print hi"});
-        let (messages, _) = split(out.clone());
-        assert_eq!(
-            messages[1..4],
-            [
-                AgentMessage::TextDelta {
-                    content: "I will run a command.".into()
-                },
-                use_of(id, "run_shell_command", input.clone()),
-                tool_of(id, "run_shell_command", input, json!("hi"), None),
-            ]
-        );
-        let (name, input, output, error) = tool(&out[3]);
-        assert_eq!(name, "run_shell_command");
-        assert_eq!(input["command"], "echo hi");
-        assert_eq!(output, &json!("hi"));
-        assert_eq!(error, None);
-        let result = completed(&out);
-        assert!(result.text.starts_with("Tool said: "), "{}", result.text);
-        assert_eq!(result.num_turns, 2);
-        assert_eq!(
-            (result.usage.input_tokens, result.usage.output_tokens),
-            (240, 50)
-        );
-        assert_eq!(result.duration_ms, Some(457));
-    }
-
-    #[test]
-    fn toolfail_capture_reports_success_because_stdout_has_no_exit_code() {
-        let out = captured!("gemini/toolfail");
-        assert_eq!(kind(&out[2]), "tool_use");
-        let (name, input, output, error) = tool(&out[3]);
-        assert_eq!(name, "run_shell_command");
-        assert_eq!(input["command"], "echo oops >&2; exit 3");
-        assert_eq!(output, &json!("oops"));
-        // Gemini CLI 0.61.0 prints `status: success` and only the output.
-        assert_eq!(error, None);
-        assert_eq!(kind(out.last().unwrap()), "completed");
+    fn keeps_what_every_cli_decoder_promises() {
+        assert_cli_basics::<GeminiDecoder>("gemini", &[INIT], OK_RESULT);
     }
 
     #[test]
     fn exit_code_in_tool_output_marks_the_tool_failed() {
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t1","parameters":{"command":"exit 3"}}"#,
@@ -339,25 +255,9 @@ mod tests {
     }
 
     #[test]
-    fn resume_capture_keeps_the_session() {
-        let out = captured!("gemini/resume");
-        assert_eq!(session(&out).0, "2dcad872-3b98-4b4e-aa03-586cb476122c");
-        assert_eq!(deltas(&out), "Hello from the fake server.");
-        assert_eq!(completed(&out).usage.input_tokens, 120);
-    }
-
-    #[test]
-    fn badreq_capture_is_an_api_error() {
-        let out = captured!("gemini/BADREQ");
-        assert_kinds(&out, "session ERR");
-        let (error_type, message) = agent_error(&out);
-        assert_eq!(error_type, "api_error");
-        assert!(message.contains("fake error 400"), "{message}");
-    }
-
-    #[test]
     fn errtest_capture_without_result_names_exit_code_and_stderr() {
-        let out = decode_output(
+        let out = decode_all(
+            GeminiDecoder::default(),
             include_bytes!("../../testdata/gemini/ERRTEST/stdout.jsonl"),
             Some(
                 include_str!("../../testdata/gemini/ERRTEST/rc")
@@ -398,10 +298,7 @@ mod tests {
                 "error_during_execution",
             ),
         ];
-        for (line, expected) in cases {
-            let out = run(&[INIT, line], Some(1), "");
-            assert_eq!(agent_error(&out).0, expected, "{line}");
-        }
+        assert_error_types::<GeminiDecoder>(&[INIT], &cases);
     }
 
     #[test]
@@ -410,7 +307,7 @@ mod tests {
         // (answered by a result without one), a call that never returns, and
         // a line of a newer CLI.
         let future = r#"{"type":"tool_progress","tool_id":"t1","percent":50}"#;
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 r#"{"type":"message","role":"assistant","content":"first ","delta":true}"#,
@@ -461,39 +358,25 @@ mod tests {
 
     #[test]
     fn hostile_input_does_not_stop_decoding() {
-        let mut stdout = Vec::new();
-        stdout.extend_from_slice(INIT.as_bytes());
-        stdout.extend_from_slice(b"\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"a\0b\",\"delta\":true}\n",
-        );
-        stdout.extend_from_slice(b"not json at all\n");
-        stdout.extend_from_slice(b"{\"type\":\"brand_new\",\"x\":1}\n");
-        stdout.extend_from_slice(
-            b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"whole\"}\n",
-        );
-        stdout.extend_from_slice(
-            b"{\"type\":\"tool_result\",\"tool_id\":\"nope\",\"status\":\"success\"}\n",
-        );
-        stdout.extend_from_slice(b"{\"type\":\"tool_use\",\"tool_name\":\"run_shell_command\",\"tool_id\":\"t9\",\"parameters\":{\"command\":\"sleep 9\"}}\n");
-        stdout.extend_from_slice(OK_RESULT.as_bytes());
-        let out = decode_output(&stdout, Some(0), "");
+        let text = r#"{"type":"message","role":"assistant","content":"TEXT","delta":true}"#;
+        let after = [
+            r#"{"type":"brand_new","x":1}"#,
+            r#"{"type":"message","role":"assistant","content":"whole"}"#,
+            r#"{"type":"tool_result","tool_id":"nope","status":"success"}"#,
+            r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"t9","parameters":{"command":"sleep 9"}}"#,
+            OK_RESULT,
+        ];
+        let out = hostile::<GeminiDecoder>(&[INIT], text, &after);
         assert_kinds(
             &out,
-            "session warning text_delta warning warning text warning tool_use completed",
+            "session warning text_delta warning warning text_delta warning text warning tool_use completed",
         );
-        assert_eq!(
-            out[2].as_ref().unwrap(),
-            &AgentMessage::TextDelta {
-                content: "a\u{0}b".to_owned()
-            }
-        );
-        let Ok(AgentMessage::Warning { details, .. }) = &out[4] else {
+        let Ok(AgentMessage::Warning { details, .. }) = &out[6] else {
             panic!()
         };
         assert_eq!(details.as_ref().unwrap()["line"]["x"], 1);
         assert_eq!(
-            out[7].as_ref().unwrap(),
+            out[9].as_ref().unwrap(),
             &use_of(
                 Some("t9"),
                 "run_shell_command",
@@ -507,10 +390,8 @@ mod tests {
     }
 
     #[test]
-    fn empty_stdout_and_signals_are_errors_and_finish_is_idempotent() {
-        assert_empty_stdout_fails::<GeminiDecoder>(41, "Invalid auth method selected.");
-
-        let mut decoder = GeminiDecoder::new();
+    fn a_result_with_a_failing_exit_warns_and_comes_last() {
+        let mut decoder = GeminiDecoder::default();
         let value: Value = serde_json::from_str(OK_RESULT).unwrap();
         assert!(decoder.line(value).is_empty());
         let out = decoder.finish(Some(2), "");
@@ -520,7 +401,7 @@ mod tests {
 
     #[test]
     fn error_lines_and_odd_messages() {
-        let out = run(
+        let out = run::<GeminiDecoder>(
             &[
                 INIT,
                 INIT,

@@ -1,68 +1,45 @@
 //! The Gemini CLI provider (`@google/gemini-cli`, seen 0.61.0).
 //!
-//! Gemini CLI is run as `gemini -p PROMPT --output-format stream-json -m MODEL
-//! --yolo [--resume SESSION_ID]` and prints one JSON object per line; it runs
-//! its own tools, which we only observe. This module maps that output into
-//! normalized [`application::ports::AgentMessage`]s: [`wire`] declares the
-//! lines, [`GeminiDecoder`] maps them, and the shared [`crate::normalize`]
-//! layer frames and repairs the raw bytes. [`Gemini`] is the `QueryFn`
-//! that runs the CLI through [`crate::process`]. Decoding is pure, so it is
-//! tested on recorded real output.
+//! Gemini CLI is run as `gemini -p PROMPT --output-format stream-json -m
+//! MODEL --yolo [--resume SESSION_ID]` and prints one JSON object per line;
+//! it runs its own tools, which we only observe. This module maps that output
+//! into normalized [`application::ports::AgentMessage`]s: [`wire`] declares
+//! the lines, [`GeminiDecoder`] maps them, and the shared
+//! [`crate::normalize`] layer frames and repairs the raw bytes. [`GeminiCli`]
+//! is its command line, which [`Gemini`] (the shared
+//! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
+//! recorded real output.
 
 mod decode;
 pub mod wire;
 
 pub use decode::GeminiDecoder;
 
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use application::secrets::KeyNames;
-use async_trait::async_trait;
+use application::ports::AgentRequest;
 
-use crate::normalize::{Decoded, decode_all};
-use crate::process::{CliCommand, print_args, run_cli};
+use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args};
+
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
-#[derive(Debug, Clone, Default)]
-pub struct Gemini {
-    keys: KeyNames,
-}
+pub type Gemini = CliAgent<GeminiCli>;
 
-impl Gemini {
-    /// Withholds `keys` from the CLI besides the fixed rules, except the
-    /// ones its node needs.
-    pub fn withholding(keys: KeyNames) -> Self {
-        Self { keys }
-    }
+/// The Gemini CLI: its command line and its decoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GeminiCli;
 
-    /// The command line for one invocation.
-    pub fn command(request: &AgentRequest) -> CliCommand {
+impl CliProgram for GeminiCli {
+    type Decoder = GeminiDecoder;
+
+    fn command(request: &AgentRequest) -> CliCommand {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         // `--yolo`: without it the shell tool is not even offered.
         let mut args = print_args(request, "stream-json", "--yolo");
-        if let Some(model) = &agent.model {
-            args.extend(["-m".into(), model.clone()]);
-        }
-        if !agent.tools.is_empty() {
-            args.extend(["--allowed-tools".into(), agent.tools.join(",")]);
-        }
-        if let Some(session) = &request.resume {
-            args.extend(["--resume".into(), session.to_string()]);
-        }
+        let tools = Some(agent.tools.join(",")).filter(|t| !t.is_empty());
+        args.extend(flag("-m", agent.model.as_ref()));
+        args.extend(flag("--allowed-tools", tools));
+        args.extend(flag("--resume", request.resume.as_ref()));
         args.extend(agent.args.iter().cloned());
         CliCommand::for_agent(request, "gemini", args)
     }
-}
-
-#[async_trait]
-impl QueryFn for Gemini {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let command = Self::command(&request).withholding(&self.keys);
-        run_cli(command, GeminiDecoder::new())
-    }
-}
-
-/// Decodes a whole captured Gemini CLI run (stdout, exit code, stderr tail).
-pub fn decode_output(stdout: &[u8], exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-    decode_all(GeminiDecoder::new(), stdout, exit_code, stderr_tail)
 }

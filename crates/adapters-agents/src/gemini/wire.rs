@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::normalize::usage::ModelTokens;
+
 /// `type: "init"`: the first line of an invocation.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct InitLine {
     /// The session (the id to resume with).
     pub session_id: Option<String>,
@@ -38,7 +39,6 @@ pub struct ToolUseLine {
     /// Tool name, e.g. `run_shell_command`.
     pub tool_name: String,
     /// Call id, matched by the `tool_result` (kept absent when missing).
-    #[serde(default)]
     pub tool_id: Option<String>,
     /// Tool input.
     #[serde(default)]
@@ -60,8 +60,7 @@ pub struct ToolResultLine {
 }
 
 /// `type: "error"`: a non-fatal error or warning the CLI reports.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ErrorLine {
     /// `warning` or `error`.
     pub severity: Option<String>,
@@ -70,8 +69,7 @@ pub struct ErrorLine {
 }
 
 /// `type: "result"`: the last line of an invocation.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub struct ResultLine {
     /// `success` or `error`.
     pub status: Option<String>,
@@ -83,11 +81,7 @@ pub struct ResultLine {
 
 /// An `error` object (on `result` and `tool_result`).
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
 pub struct WireError {
-    /// Error kind (`unknown` for API errors in 0.61.0).
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
     /// Error text; API errors embed the API's JSON error body.
     pub message: Option<String>,
     /// HTTP status or error code, when given.
@@ -96,7 +90,6 @@ pub struct WireError {
 
 /// `stats` of a result.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
 pub struct Stats {
     /// Prompt tokens, cached ones included.
     pub input_tokens: Option<u64>,
@@ -108,18 +101,6 @@ pub struct Stats {
     pub input: Option<u64>,
     /// Wall time of the invocation.
     pub duration_ms: Option<u64>,
-    /// Tool calls made.
-    pub tool_calls: Option<u64>,
     /// Per-model counts.
-    pub models: Option<BTreeMap<String, ModelStats>>,
-}
-
-/// One entry of `stats.models`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ModelStats {
-    /// Prompt tokens.
-    pub input_tokens: Option<u64>,
-    /// Completion tokens.
-    pub output_tokens: Option<u64>,
+    pub models: Option<BTreeMap<String, ModelTokens>>,
 }

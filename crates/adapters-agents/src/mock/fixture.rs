@@ -11,11 +11,11 @@ use std::path::Path;
 use application::ports::{AgentMessage, AgentResult, QueryError};
 use domain::SessionId;
 use domain::event::{ModelUsage, Usage};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// One fixture file: the recorded calls of one node, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixtureFile {
     /// Calls in the order the node made them.
@@ -23,54 +23,44 @@ pub struct FixtureFile {
 }
 
 /// One recorded call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixtureCall {
     /// What the agent was asked (kept for the reader; not checked on replay).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
     /// How the call ended.
     pub output: FixtureOutput,
     /// `agent:*` events the call produced, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub events: Vec<Value>,
 }
 
 /// The recorded result of a call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureOutput {
     /// Final text.
-    #[serde(default)]
     pub text: String,
     /// Token usage.
-    #[serde(default)]
     pub usage: Usage,
     /// Per-model usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_usage: Option<BTreeMap<String, ModelUsage>>,
     /// Cost.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_cost_usd: Option<f64>,
     /// Duration the provider reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// Turns taken (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_turns: Option<u32>,
     /// Provider session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
     /// Structured output as recorded (the runner recomputes it from `text`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_output: Option<Value>,
     /// Replays a failed call instead of a result.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<FixtureError>,
 }
 
 /// A recorded failure.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FixtureError {
     /// Stable error type (`rate_limit`, `error_max_turns`, ...).

@@ -129,20 +129,27 @@ mod tests {
         uuid::Builder::from_random_bytes([7; 16]).into_uuid()
     }
 
-    fn write(dir: &Path, name: &str, body: &str) {
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join(name), body).unwrap();
+    /// A base directory holding the fixture file `dir/file`.
+    fn with_fixture(dir: &str, file: &str, body: &str) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), body).unwrap();
+        tmp
     }
 
-    async fn collect(stream: AgentStream) -> Vec<Result<AgentMessage, QueryError>> {
-        stream.collect().await
+    /// What `mock` replays for `request`.
+    async fn replay(
+        mock: &MockQuery,
+        request: AgentRequest,
+    ) -> Vec<Result<AgentMessage, QueryError>> {
+        mock.query(request).await.unwrap().collect().await
     }
 
     #[tokio::test]
     async fn replays_calls_in_order_then_names_the_missing_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        write(
-            &tmp.path().join("wf"),
+        let tmp = with_fixture(
+            "wf",
             "writer.json",
             r#"{"calls": [
                 {"output": {"text": "first", "sessionId": "s1", "usage": {"inputTokens": 1, "outputTokens": 2}},
@@ -151,7 +158,7 @@ mod tests {
             ]}"#,
         );
         let mock = MockQuery::new(tmp.path(), tmp.path());
-        let first = collect(mock.query(request("writer", None)).await.unwrap()).await;
+        let first = replay(&mock, request("writer", None)).await;
         assert!(
             matches!(&first[0], Ok(AgentMessage::Session { session_id, .. }) if session_id.as_str() == "s1")
         );
@@ -165,7 +172,7 @@ mod tests {
         }
         let mut next = request("writer", None);
         next.call_index = 1;
-        let second = collect(mock.query(next.clone()).await.unwrap()).await;
+        let second = replay(&mock, next.clone()).await;
         assert!(
             matches!(second.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "second")
         );
@@ -188,9 +195,8 @@ mod tests {
     /// comes next, whatever this process served before.
     #[tokio::test]
     async fn the_call_served_is_the_one_the_request_names() {
-        let tmp = tempfile::tempdir().unwrap();
-        write(
-            &tmp.path().join("wf"),
+        let tmp = with_fixture(
+            "wf",
             "writer.json",
             r#"{"calls": [{"output": {"text": "first"}}, {"output": {"text": "second"}}]}"#,
         );
@@ -204,10 +210,10 @@ mod tests {
         two.run_id = RunId::new(uuid::Uuid::new_v4()).unwrap();
         let mut continued = one.clone();
         continued.call_index = 1;
-        let first = collect(mock.query(one.clone()).await.unwrap()).await;
-        let other_run = collect(mock.query(two).await.unwrap()).await;
-        let again = collect(mock.query(one).await.unwrap()).await;
-        let next = collect(mock.query(continued).await.unwrap()).await;
+        let first = replay(&mock, one.clone()).await;
+        let other_run = replay(&mock, two).await;
+        let again = replay(&mock, one).await;
+        let next = replay(&mock, continued).await;
         assert_eq!(text(&first), "first");
         assert_eq!(
             text(&other_run),
@@ -227,11 +233,7 @@ mod tests {
         };
         assert!(err.to_string().contains("ghost.json"), "{err}");
 
-        write(
-            &tmp.path().join("wf"),
-            "bad.json",
-            "{\"calls\": [ {\"output\": 3} ]}",
-        );
+        let tmp = with_fixture("wf", "bad.json", "{\"calls\": [ {\"output\": 3} ]}");
         let mock = MockQuery::new(tmp.path(), tmp.path());
         let Err(err) = mock.query(request("bad", None)).await else {
             panic!("expected an error")
@@ -242,27 +244,21 @@ mod tests {
 
     #[tokio::test]
     async fn agent_fixtures_setting_is_relative_to_the_base_dir() {
-        let tmp = tempfile::tempdir().unwrap();
-        write(
-            &tmp.path().join("fx"),
-            "a.json",
-            r#"{"calls": [{"output": {"text": "ok"}}]}"#,
-        );
+        let tmp = with_fixture("fx", "a.json", r#"{"calls": [{"output": {"text": "ok"}}]}"#);
         let mock = MockQuery::new(tmp.path(), tmp.path().join("elsewhere"));
-        let out = collect(mock.query(request("a", Some("fx"))).await.unwrap()).await;
+        let out = replay(&mock, request("a", Some("fx"))).await;
         assert!(matches!(out.last(), Some(Ok(AgentMessage::Completed(r))) if r.text == "ok"));
     }
 
     #[tokio::test]
     async fn a_recorded_error_fails_the_call() {
-        let tmp = tempfile::tempdir().unwrap();
-        write(
-            &tmp.path().join("wf"),
+        let tmp = with_fixture(
+            "wf",
             "a.json",
             r#"{"calls": [{"output": {"error": {"errorType": "rate_limit", "message": "slow down"}}}]}"#,
         );
         let mock = MockQuery::new(tmp.path(), tmp.path());
-        let out = collect(mock.query(request("a", None)).await.unwrap()).await;
+        let out = replay(&mock, request("a", None)).await;
         match out.last().unwrap() {
             Err(QueryError::Agent { error_type, .. }) => assert_eq!(error_type, "rate_limit"),
             other => panic!("{other:?}"),

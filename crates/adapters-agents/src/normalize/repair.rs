@@ -60,25 +60,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clean_line_is_untouched() {
-        let (text, repairs) = repair_line(b"{\"a\":\"\xc3\xa9\"}");
-        assert_eq!(text, "{\"a\":\"é\"}");
-        assert!(repairs.is_empty());
-    }
-
-    #[test]
-    fn nul_inside_a_string_is_escaped_and_kept() {
-        let (text, repairs) = repair_line(b"{\"a\":\"x\0y\0\"}");
-        assert_eq!(repairs, vec![Repair::NulBytes { count: 2 }]);
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["a"], "x\u{0}y\u{0}");
-    }
-
-    #[test]
-    fn invalid_utf8_is_replaced() {
-        let (text, repairs) = repair_line(b"{\"a\":\"x\xff\xfey\"}");
-        assert_eq!(repairs, vec![Repair::InvalidUtf8 { sequences: 2 }]);
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["a"], "x\u{fffd}\u{fffd}y");
+    fn nul_bytes_are_escaped_and_invalid_utf8_replaced() {
+        let cases: [(&[u8], &str, Vec<Repair>); 3] = [
+            (b"{\"a\":\"\xc3\xa9\"}", "\u{e9}", vec![]),
+            (
+                b"{\"a\":\"x\0y\0\"}",
+                "x\u{0}y\u{0}",
+                vec![Repair::NulBytes { count: 2 }],
+            ),
+            (
+                b"{\"a\":\"x\xff\xfey\"}",
+                "x\u{fffd}\u{fffd}y",
+                vec![Repair::InvalidUtf8 { sequences: 2 }],
+            ),
+        ];
+        for (line, a, expected) in cases {
+            let (text, repairs) = repair_line(line);
+            assert_eq!(repairs, expected, "{text}");
+            if repairs.is_empty() {
+                assert_eq!(text.as_bytes(), line, "a clean line is untouched");
+            }
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["a"], a, "{text}");
+        }
     }
 }

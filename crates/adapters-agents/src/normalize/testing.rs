@@ -1,15 +1,18 @@
 //! Helpers shared by the providers' tests: every provider's test decodes
 //! captures and reads a decoded stream the same way (its kinds, its end,
-//! its tools), and runs fake CLIs the same way.
+//! its tools), and runs fake CLIs the same way. What every CLI decoder
+//! promises is checked once, here ([`assert_cli_basics`]), each recorded
+//! capture against the `expected.json` beside it.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use application::ports::{
-    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatRequest,
-    QueryError, TurnEnd,
+    AgentMessage, AgentRequest, AgentResult, ChatError, ChatEvent, ChatMessage, ChatModel,
+    ChatRequest, QueryError, ToolCall, TurnEnd,
 };
 use domain::event::{ModelUsage, Usage};
 use domain::workflow::{AgentDef, Provider};
@@ -22,27 +25,25 @@ use crate::http::TurnDecoder;
 
 use super::{Decoded, Decoder, decode_all};
 
-pub(crate) fn kind(d: &Decoded) -> &'static str {
-    match d {
-        Ok(AgentMessage::Session { .. }) => "session",
-        Ok(AgentMessage::Process { .. }) => "process",
-        Ok(AgentMessage::ThinkingDelta { .. }) => "thinking_delta",
-        Ok(AgentMessage::Thinking { .. }) => "thinking",
-        Ok(AgentMessage::TextDelta { .. }) => "text_delta",
-        Ok(AgentMessage::Text { .. }) => "text",
-        Ok(AgentMessage::ToolUse { .. }) => "tool_use",
-        Ok(AgentMessage::Tool { .. }) => "tool",
-        Ok(AgentMessage::ToolStarted { .. }) => "tool_started",
-        Ok(AgentMessage::ToolFinished { .. }) => "tool_finished",
-        Ok(AgentMessage::RateLimited { .. }) => "rate_limited",
-        Ok(AgentMessage::Error { .. }) => "error",
-        Ok(AgentMessage::Warning { .. }) => "warning",
-        Ok(AgentMessage::Completed(_)) => "completed",
-        Err(_) => "ERR",
+/// What a decoded item is: its message's variant in snake case
+/// (`text_delta`), `ERR` for the error.
+pub(crate) fn kind(d: &Decoded) -> String {
+    let Ok(message) = d else {
+        return "ERR".to_owned();
+    };
+    let debug = format!("{message:?}");
+    let variant = debug.split([' ', '(']).next().unwrap_or_default();
+    let mut kind = String::new();
+    for c in variant.chars() {
+        if c.is_uppercase() && !kind.is_empty() {
+            kind.push('_');
+        }
+        kind.push(c.to_ascii_lowercase());
     }
+    kind
 }
 
-pub(crate) fn kinds(out: &[Decoded]) -> Vec<&'static str> {
+pub(crate) fn kinds(out: &[Decoded]) -> Vec<String> {
     out.iter().map(kind).collect()
 }
 
@@ -144,6 +145,180 @@ pub(crate) fn capture<D: Decoder + Default>(stdout: &[u8], rc: &str) -> Vec<Deco
     decode_all(D::default(), stdout, Some(rc.trim().parse().unwrap()), "")
 }
 
+/// What a recorded capture decodes to: its `expected.json`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expected {
+    /// The kinds, space-separated, a run of one kind of delta counted once.
+    kinds: String,
+    /// The session it names (first, or on its result).
+    session: Option<String>,
+    /// The model its session names.
+    model: Option<String>,
+    /// The first error it reports and goes on from: its type and a part of
+    /// its message.
+    reported: Option<(String, String)>,
+    /// How the answer (the result's text) starts, for a completed run...
+    answer: Option<String>,
+    /// ...and its usage, as `agent:complete` records it.
+    usage: Option<Usage>,
+    /// The error type of a failed run...
+    error: Option<String>,
+    /// ...and a part of its message.
+    message: Option<String>,
+    /// The model turns of a completed run.
+    turns: Option<u32>,
+    /// Its cost in USD.
+    cost: Option<f64>,
+    /// Its wall time.
+    duration_ms: Option<u64>,
+    /// Its prompt and output tokens per model.
+    models: Option<BTreeMap<String, (u64, u64)>>,
+    /// A tool it ran.
+    tool: Option<ExpectedTool>,
+    /// Why it decodes so.
+    #[serde(rename = "note")]
+    _note: Option<String>,
+}
+
+/// A tool a capture ran: its [`AgentMessage::ToolUse`], then its
+/// [`AgentMessage::Tool`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedTool {
+    id: String,
+    name: String,
+    input: Value,
+    output: Value,
+    error: Option<String>,
+}
+
+/// Decodes the recorded capture `cli/scenario` under `testdata/` with its
+/// recorded exit code.
+pub(crate) fn recorded<D: Decoder + Default>(scenario: &str) -> Vec<Decoded> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(scenario);
+    let stdout = std::fs::read(dir.join("stdout.jsonl")).unwrap();
+    capture::<D>(&stdout, &std::fs::read_to_string(dir.join("rc")).unwrap())
+}
+
+/// Decodes every capture of `cli` (the folders under `testdata/cli/`) and
+/// checks it against its `expected.json`.
+pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root.join(cli)).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let at = dir.strip_prefix(&root).unwrap().display().to_string();
+        let path = dir.join("expected.json");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let expected: Expected =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let out = recorded::<D>(&at);
+        assert_eq!(collapsed_kinds(&out).join(" "), expected.kinds, "{at}");
+        let on_result = match out.last() {
+            Some(Ok(AgentMessage::Completed(result))) => result.session_id.as_ref(),
+            _ => None,
+        };
+        let session = match out.first() {
+            Some(Ok(AgentMessage::Session { session_id, .. })) => {
+                assert_eq!(
+                    on_result, None,
+                    "{at}: the result names an announced session"
+                );
+                Some(session_id)
+            }
+            _ => on_result,
+        };
+        let session = session.map(SessionId::as_str);
+        assert_eq!(session, expected.session.as_deref(), "{at}");
+        if let Some(model) = &expected.model {
+            assert_eq!(self::session(&out).1, Some(model.as_str()), "{at}");
+        }
+        if let Some((error_type, part)) = &expected.reported {
+            let first = out.iter().find_map(|d| match d {
+                Ok(AgentMessage::Error {
+                    error_type,
+                    message,
+                    ..
+                }) => Some((error_type, message)),
+                _ => None,
+            });
+            let (kind, message) = first.unwrap_or_else(|| panic!("{at}: no error reported"));
+            assert_eq!(kind, error_type, "{at}");
+            assert!(message.contains(part.as_str()), "{at}: {message}");
+        }
+        if let Some(error_type) = &expected.error {
+            let (kind, message) = agent_error(&out);
+            assert_eq!(kind, error_type, "{at}");
+            let part = expected.message.unwrap();
+            assert!(message.contains(&part), "{at}: {message}");
+        } else {
+            assert_result(completed(&out), &expected, &at);
+        }
+        if let Some(want) = &expected.tool {
+            let (id, name, input) = (Some(want.id.as_str()), &want.name, &want.input);
+            let (output, error) = (want.output.clone(), want.error.as_deref());
+            let ran = tool_of(id, name, input.clone(), output, error);
+            let (messages, _) = split(out.clone());
+            let at_tool = messages.iter().position(|m| *m == ran);
+            let at_use = messages
+                .iter()
+                .position(|m| *m == use_of(id, name, input.clone()));
+            let (Some(at_use), Some(at_tool)) = (at_use, at_tool) else {
+                panic!("{at}: {ran:?}, and its use before it, in {messages:?}")
+            };
+            assert!(at_use < at_tool, "{at}: the call comes before its result");
+        }
+        seen += 1;
+    }
+    assert!(seen > 0, "no captures of {cli}");
+}
+
+/// Checks a completed run's result against what `expected.json` says of it.
+#[track_caller]
+fn assert_result(result: &AgentResult, expected: &Expected, at: &str) {
+    let answer = expected.answer.as_deref().unwrap();
+    assert!(result.text.starts_with(answer), "{at}: {}", result.text);
+    assert_eq!(Some(&result.usage), expected.usage.as_ref(), "{at}");
+    let models = result.model_usage.as_ref().map(|models| {
+        let tokens = |u: &ModelUsage| (u.input_tokens, u.output_tokens);
+        models.iter().map(|(m, u)| (m.clone(), tokens(u))).collect()
+    });
+    let got = (
+        result.total_cost_usd,
+        result.duration_ms,
+        models,
+        result.num_turns,
+    );
+    // What `expected.json` leaves out is not checked.
+    let want = (
+        expected.cost.or(got.0),
+        expected.duration_ms.or(got.1),
+        expected.models.clone().or_else(|| got.2.clone()),
+        expected.turns.unwrap_or(got.3),
+    );
+    assert_eq!(got, want, "{at}: cost, time, per-model usage and turns");
+}
+
+/// The kinds of a decoded stream, a run of one kind of delta counted once
+/// (tests do not count chunks).
+pub(crate) fn collapsed_kinds(out: &[Decoded]) -> Vec<String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for k in out.iter().map(kind) {
+        if k.ends_with("_delta") && kinds.last() == Some(&k) {
+            continue;
+        }
+        kinds.push(k);
+    }
+    kinds
+}
+
 /// Decodes these stdout lines, each ended by a newline.
 pub(crate) fn run<D: Decoder + Default>(
     lines: &[&str],
@@ -153,42 +328,6 @@ pub(crate) fn run<D: Decoder + Default>(
     let stdout: String = lines.iter().map(|l| format!("{l}\n")).collect();
     decode_all(D::default(), stdout.as_bytes(), exit_code, stderr)
 }
-
-/// Gives a decoder's tests `capture(stdout, rc)` and `run(lines, rc, stderr)`.
-macro_rules! decoding_with {
-    ($decoder:ty) => {
-        fn capture(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-            $crate::normalize::testing::capture::<$decoder>(stdout, rc)
-        }
-
-        fn run(lines: &[&str], exit_code: Option<i32>, stderr: &str) -> Vec<Decoded> {
-            $crate::normalize::testing::run::<$decoder>(lines, exit_code, stderr)
-        }
-    };
-}
-pub(crate) use decoding_with;
-
-/// Decodes the recorded capture `cli/scenario` under `testdata/` with the
-/// decoder's `capture` (from [`decoding_with!`]).
-macro_rules! captured {
-    ($scenario:literal) => {
-        capture(
-            include_bytes!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/testdata/",
-                $scenario,
-                "/stdout.jsonl"
-            )),
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/testdata/",
-                $scenario,
-                "/rc"
-            )),
-        )
-    };
-}
-pub(crate) use captured;
 
 /// Asserts the kinds of a decoded stream, space-separated, all of them.
 #[track_caller]
@@ -214,21 +353,89 @@ pub(crate) fn deltas(out: &[Decoded]) -> String {
         .collect()
 }
 
-/// The stream of a CLI that printed nothing and exited with `exit_code`
-/// (`stderr` said why) ends in one error naming both; one killed by a
-/// signal says so.
-pub(crate) fn assert_empty_stdout_fails<D: Decoder + Default>(exit_code: i32, stderr: &str) {
-    let out = decode_all(D::default(), b"", Some(exit_code), stderr);
-    assert_eq!(kinds(&out), ["ERR"]);
-    let (error_type, message) = agent_error(&out);
-    assert_eq!(error_type, "error_during_execution");
-    assert!(
-        message.contains(&format!("exited with code {exit_code}")),
-        "{message}"
+/// Decodes the stdout of a CLI whose output goes bad, with exit code 0:
+/// the `before` lines, then `text_line` (a line with `TEXT` where its text
+/// goes) holding a NUL byte and invalid UTF-8, a line of binary garbage,
+/// `text_line` holding a mebibyte of text, and the `after` lines, the last
+/// one without a newline. Decoding goes on whatever the CLI: the text is
+/// repaired (with a warning before it), the garbage is two warnings (it was
+/// repaired, and it is not JSON), the big line decodes whole.
+pub(crate) fn hostile<D: Decoder + Default>(
+    before: &[&str],
+    text_line: &str,
+    after: &[&str],
+) -> Vec<Decoded> {
+    let big = "y".repeat(1 << 20);
+    let (head, tail) = text_line.split_once("TEXT").unwrap();
+    let mut lines: Vec<Vec<u8>> = before.iter().map(|l| l.as_bytes().to_vec()).collect();
+    lines.push([head.as_bytes(), b"a\0b\xffc", tail.as_bytes()].concat());
+    lines.push(b"garbage \x00\xfe not json".to_vec());
+    lines.push(text_line.replace("TEXT", &big).into_bytes());
+    lines.extend(after.iter().map(|l| l.as_bytes().to_vec()));
+    let out = decode_all(D::default(), &lines.join(&b'\n'), Some(0), "");
+    let text = |d: &Decoded| match d {
+        Ok(AgentMessage::Text { content } | AgentMessage::TextDelta { content }) => {
+            Some(content.clone())
+        }
+        _ => None,
+    };
+    let at = out
+        .iter()
+        .position(|d| text(d).is_some())
+        .unwrap_or_else(|| panic!("no text: {out:?}"));
+    assert_eq!(text(&out[at]).unwrap(), "a\u{0}b\u{fffd}c");
+    assert_eq!(
+        kinds(&out[at - 1..at + 3]),
+        ["warning", &kind(&out[at]), "warning", "warning"]
     );
-    assert!(message.contains(stderr), "{message}");
-    let out = decode_all(D::default(), b"", None, "");
-    assert!(agent_error(&out).1.contains("killed by a signal"));
+    assert_eq!(text(&out[at + 3]), Some(big), "the big line, whole");
+    out
+}
+
+/// What every CLI decoder does, whatever its CLI: each recorded capture
+/// of `cli` decodes as its `expected.json` says; a CLI that printed
+/// nothing fails naming its exit code and stderr (or the signal), once
+/// however often the stream is finished; and a line of a type it does not
+/// know, or of none, is kept whole as a warning between the `first` lines
+/// and `last` (a result line).
+pub(crate) fn assert_cli_basics<D: Decoder + Default>(cli: &str, first: &[&str], last: &str) {
+    assert_recorded::<D>(cli);
+
+    let out = decode_all(D::default(), b"", Some(2), "boom: no API key");
+    let (error_type, message) = agent_error(&out);
+    assert_eq!(
+        (kinds(&out).join(" "), error_type),
+        ("ERR".to_owned(), "error_during_execution")
+    );
+    assert!(message.contains("exited with code 2"), "{message}");
+    assert!(message.contains("boom: no API key"), "{message}");
+    let mut decoder = D::default();
+    assert!(
+        agent_error(&decoder.finish(None, ""))
+            .1
+            .contains("killed by a signal")
+    );
+    assert!(decoder.finish(None, "").is_empty(), "finished once");
+
+    let unknown = [r#"{"type":"brand_new","x":1}"#, r#"{"no_type":true}"#];
+    let lines: Vec<&str> = [first, &unknown, &[last]].concat();
+    let (messages, error) = split(run::<D>(&lines, Some(0), ""));
+    assert!(error.is_none(), "{error:?}");
+    for line in unknown {
+        let kept = serde_json::json!({ "line": serde_json::from_str::<Value>(line).unwrap() });
+        let warned = |m: &AgentMessage| matches!(m, AgentMessage::Warning { details: Some(d), .. } if *d == kept);
+        assert!(messages.iter().any(warned), "{line} kept: {messages:?}");
+    }
+}
+
+/// Each line of `cases`, after the `first` lines, ends the stream in an
+/// error of its stable type.
+#[track_caller]
+pub(crate) fn assert_error_types<D: Decoder + Default>(first: &[&str], cases: &[(&str, &str)]) {
+    for (line, expected) in cases {
+        let out = run::<D>(&[first, &[*line]].concat(), Some(1), "");
+        assert_eq!(agent_error(&out).0, *expected, "{line}");
+    }
 }
 
 /// The error that ends a stream: its type and message.
@@ -285,15 +492,6 @@ pub(crate) fn usage_of(
         output_tokens,
         cache_creation_input_tokens,
         cache_read_input_tokens,
-    }
-}
-
-/// A [`ModelUsage`] with these counts and nothing else.
-pub(crate) fn model_usage_of(input_tokens: u64, output_tokens: u64) -> ModelUsage {
-    ModelUsage {
-        extra: Default::default(),
-        input_tokens,
-        output_tokens,
     }
 }
 
@@ -360,6 +558,44 @@ pub(crate) fn assert_not_json_named(events: &[Result<ChatEvent, ChatError>]) {
     };
     assert!(message.contains("not JSON: <html>xxx"), "{message}");
     assert!(message.chars().count() < 300, "{message}");
+}
+
+/// Each agent's turn is refused before any request, with a configuration
+/// error naming what is wrong (the case's text); returns the errors.
+pub(crate) async fn assert_refused<const N: usize>(
+    chat: &impl ChatModel,
+    cases: [(AgentDef, &str); N],
+) -> Vec<ChatError> {
+    let mut errors = Vec::new();
+    for (agent, part) in cases {
+        let error = match chat.turn(chat_request(agent)).await {
+            Err(error) => error,
+            Ok(_) => panic!("the turn started: {part}"),
+        };
+        assert!(
+            matches!(&error, ChatError::Config(m) if m.contains(part)),
+            "{part}: {error:?}"
+        );
+        errors.push(error);
+    }
+    errors
+}
+
+/// A [`ToolCall`] of a chat turn.
+pub(crate) fn call_of(id: &str, name: &str, input: Value) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input,
+    }
+}
+
+/// A [`ChatEvent::ThinkingDone`].
+pub(crate) fn thought_of(text: &str, signature: Option<&str>) -> ChatEvent {
+    ChatEvent::ThinkingDone {
+        text: text.to_owned(),
+        signature: signature.map(str::to_owned),
+    }
 }
 
 /// A chat turn of `agent` that says "hi", with no system prompt or tools.

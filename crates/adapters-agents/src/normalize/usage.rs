@@ -13,7 +13,6 @@ use serde::Deserialize;
 
 /// The Messages API's `usage` (Anthropic), which Claude Code prints as is.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
-#[serde(default)]
 pub struct MessagesUsage {
     /// Prompt tokens not read from or written to the cache.
     pub input_tokens: Option<u64>,
@@ -23,6 +22,18 @@ pub struct MessagesUsage {
     pub cache_creation_input_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
     pub cache_read_input_tokens: Option<u64>,
+}
+
+/// One model's prompt and output tokens, as Claude Code (`modelUsage`,
+/// `inputTokens`) and Gemini CLI (`stats.models`, `input_tokens`) print them.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ModelTokens {
+    /// Prompt tokens.
+    #[serde(alias = "inputTokens")]
+    pub input_tokens: Option<u64>,
+    /// Completion tokens.
+    #[serde(alias = "outputTokens")]
+    pub output_tokens: Option<u64>,
 }
 
 impl From<MessagesUsage> for Usage {
@@ -53,18 +64,18 @@ pub fn usage(
     }
 }
 
-/// Per-model usage from `(model, input, output)` counts; `None` when no
-/// model is named.
+/// Per-model usage; `None` when no model is named.
 pub fn model_usage(
-    models: impl IntoIterator<Item = (String, Option<u64>, Option<u64>)>,
+    models: Option<BTreeMap<String, ModelTokens>>,
 ) -> Option<BTreeMap<String, ModelUsage>> {
     let map: BTreeMap<String, ModelUsage> = models
         .into_iter()
-        .map(|(model, input, output)| {
+        .flatten()
+        .map(|(model, tokens)| {
             let usage = ModelUsage {
                 extra: Default::default(),
-                input_tokens: input.unwrap_or(0),
-                output_tokens: output.unwrap_or(0),
+                input_tokens: tokens.input_tokens.unwrap_or(0),
+                output_tokens: tokens.output_tokens.unwrap_or(0),
             };
             (model, usage)
         })
@@ -78,8 +89,13 @@ mod tests {
 
     #[test]
     fn models_without_names_give_none() {
-        assert_eq!(model_usage(Vec::new()), None);
-        let map = model_usage([("m".to_owned(), Some(2), None)]).unwrap_or_default();
+        assert_eq!(model_usage(None), None);
+        assert_eq!(model_usage(Some(BTreeMap::new())), None);
+        let tokens = ModelTokens {
+            input_tokens: Some(2),
+            output_tokens: None,
+        };
+        let map = model_usage(Some([("m".to_owned(), tokens)].into())).unwrap_or_default();
         assert_eq!(map["m"].input_tokens, 2);
     }
 }

@@ -272,7 +272,9 @@ fn stream_error(value: &Value, data: &str) -> ChatError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::normalize::testing::{assert_not_json_named, end, ok, sse_turn, usage_of};
+    use crate::normalize::testing::{
+        assert_not_json_named, call_of, end, ok, sse_turn, thought_of, usage_of,
+    };
     use application::ports::TurnEnd;
     use serde_json::json;
 
@@ -346,16 +348,8 @@ mod tests {
             events[..3],
             [
                 ChatEvent::TextDelta("Checking both.".into()),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_a".into(),
-                    name: "shell".into(),
-                    input: json!({"command": "ls -la"}),
-                }),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_b".into(),
-                    name: "read_file".into(),
-                    input: json!({"path": "README.md"}),
-                }),
+                ChatEvent::ToolCall(call_of("call_a", "shell", json!({"command": "ls -la"}))),
+                ChatEvent::ToolCall(call_of("call_b", "read_file", json!({"path": "README.md"}))),
             ]
         );
         let end = end(&events);
@@ -386,16 +380,8 @@ mod tests {
         assert_eq!(
             events[..2],
             [
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_x".into(),
-                    name: "shell".into(),
-                    input: json!("{\"command\": ls"),
-                }),
-                ChatEvent::ToolCall(ToolCall {
-                    id: "call_1".into(),
-                    name: "now".into(),
-                    input: json!({}),
-                }),
+                ChatEvent::ToolCall(call_of("call_x", "shell", json!("{\"command\": ls"))),
+                ChatEvent::ToolCall(call_of("call_1", "now", json!({}))),
             ]
         );
         assert_eq!(end(&events).stop, StopReason::ToolUse);
@@ -427,51 +413,39 @@ mod tests {
         assert_eq!(end.stop, StopReason::Other("content_filter".into()));
     }
 
+    /// Reasoning ends when the answer starts, or else at the finish.
     #[tokio::test]
-    async fn reasoning_streams_then_closes_when_the_answer_starts() {
-        let events = ok(run(&sse(&[
-            chunk(
-                json!({"role": "assistant", "reasoning_content": "Let me "}),
-                Value::Null,
+    async fn reasoning_streams_then_closes() {
+        let null = || Value::Null;
+        let think = |t: &str| ChatEvent::ThinkingDelta(t.into());
+        let cases = [
+            (
+                vec![
+                    chunk(
+                        json!({"role": "assistant", "reasoning_content": "Let me "}),
+                        null(),
+                    ),
+                    chunk(json!({"reasoning_content": "think."}), null()),
+                    chunk(json!({"content": "42"}), null()),
+                ],
+                vec![
+                    think("Let me "),
+                    think("think."),
+                    thought_of("Let me think.", None),
+                    ChatEvent::TextDelta("42".into()),
+                ],
             ),
-            chunk(json!({"reasoning_content": "think."}), Value::Null),
-            chunk(json!({"content": "42"}), Value::Null),
-            chunk(json!({}), json!("stop")),
-        ]))
-        .await);
-        assert_eq!(
-            events[..4],
-            [
-                ChatEvent::ThinkingDelta("Let me ".into()),
-                ChatEvent::ThinkingDelta("think.".into()),
-                ChatEvent::ThinkingDone {
-                    text: "Let me think.".into(),
-                    signature: None
-                },
-                ChatEvent::TextDelta("42".into()),
-            ]
-        );
-        assert_eq!(events.len(), 5);
-    }
-
-    #[tokio::test]
-    async fn reasoning_alone_closes_at_the_finish() {
-        let events = ok(run(&sse(&[
-            chunk(json!({"reasoning": "only thoughts"}), Value::Null),
-            chunk(json!({}), json!("stop")),
-        ]))
-        .await);
-        assert_eq!(
-            events[..2],
-            [
-                ChatEvent::ThinkingDelta("only thoughts".into()),
-                ChatEvent::ThinkingDone {
-                    text: "only thoughts".into(),
-                    signature: None
-                },
-            ]
-        );
-        assert_eq!(end(&events).stop, StopReason::EndTurn);
+            (
+                vec![chunk(json!({"reasoning": "only thoughts"}), null())],
+                vec![think("only thoughts"), thought_of("only thoughts", None)],
+            ),
+        ];
+        for (mut chunks, expected) in cases {
+            chunks.push(chunk(json!({}), json!("stop")));
+            let events = ok(run(&sse(&chunks)).await);
+            assert_eq!(events[..events.len() - 1], expected);
+            assert_eq!(end(&events).stop, StopReason::EndTurn);
+        }
     }
 
     #[tokio::test]

@@ -89,39 +89,29 @@ mod tests {
     use super::*;
     use domain::workflow::{AgentDef, Provider};
 
-    use crate::normalize::testing::chat_request as request;
+    use crate::normalize::testing::assert_refused;
 
     #[tokio::test]
     async fn configuration_errors_come_before_any_request() {
-        let keys = KeySource::from_fn(|_| Some("sk-test-secret".to_owned()));
-        let chat = OpenAiChat::with_keys(keys);
+        let secret = KeySource::from_fn(|_| Some("sk-test-secret".to_owned()));
+        let chat = OpenAiChat::with_keys(secret);
         assert_eq!(chat.provider(), "openai");
-        let agent = AgentDef::new(Provider::OpenAi);
-        let Err(e) = chat.turn(request(agent.clone())).await else {
-            panic!("a turn without a model must fail");
+        let no_model = AgentDef::new(Provider::OpenAi);
+        let model = Some("gpt-test".to_owned());
+        let base_url = Some("localhost:8080/v1".to_owned());
+        let no_scheme = AgentDef {
+            model,
+            base_url,
+            ..no_model.clone()
         };
-        assert!(
-            matches!(&e, ChatError::Config(m) if m.contains("`model`")),
-            "{e}"
-        );
-        let mut agent = agent;
-        agent.model = Some("gpt-test".into());
-        agent.base_url = Some("localhost:8080/v1".into());
-        let Err(e) = chat.turn(request(agent)).await else {
-            panic!("a base_url without a scheme must fail");
-        };
-        assert!(matches!(&e, ChatError::Config(_)), "{e}");
-        assert!(!format!("{e:?} {chat:?}").contains("sk-test-secret"));
-    }
-
-    #[tokio::test]
-    async fn a_missing_key_names_the_variable() {
+        let cases = [(no_model, "`model`"), (no_scheme, "`base_url`")];
+        let errors = assert_refused(&chat, cases).await;
+        assert!(!format!("{errors:?} {chat:?}").contains("sk-test-secret"));
         let chat = OpenAiChat::with_keys(KeySource::from_fn(|_| None));
-        let mut agent = AgentDef::new(Provider::OpenAi);
-        agent.model = Some("gpt-test".into());
-        let Err(e) = chat.turn(request(agent)).await else {
-            panic!("a turn without a key must fail");
+        let no_key = AgentDef {
+            model: Some("gpt-test".to_owned()),
+            ..AgentDef::new(Provider::OpenAi)
         };
-        assert!(e.to_string().contains("`OPENAI_API_KEY`"), "{e}");
+        let _ = assert_refused(&chat, [(no_key, "`OPENAI_API_KEY`")]).await;
     }
 }

@@ -105,8 +105,7 @@ fn tool_result(result: &ToolResult) -> Value {
 }
 
 /// One `chat.completion.chunk` (an in-stream error is checked for before).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct Chunk {
     /// `chatcmpl-…`, the same on every chunk of a response.
     pub id: Option<String>,
@@ -119,8 +118,7 @@ pub(crate) struct Chunk {
 }
 
 /// One choice of a chunk; we ask for one (no `n`), so only index 0 counts.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct Choice {
     /// Which choice; absent on some servers, meaning 0.
     pub index: Option<u64>,
@@ -131,8 +129,7 @@ pub(crate) struct Choice {
 }
 
 /// What a chunk adds to the turn.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct Delta {
     /// A piece of the answer.
     pub content: Option<String>,
@@ -148,8 +145,7 @@ pub(crate) struct Delta {
 }
 
 /// A fragment of one tool call.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct ToolCallDelta {
     /// Which call it belongs to; the key across fragments.
     pub index: Option<usize>,
@@ -160,8 +156,7 @@ pub(crate) struct ToolCallDelta {
 }
 
 /// The function part of a tool call fragment.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct FunctionDelta {
     /// The tool's name, on the first fragment.
     pub name: Option<String>,
@@ -170,8 +165,7 @@ pub(crate) struct FunctionDelta {
 }
 
 /// `usage` of a chunk.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct WireUsage {
     /// All prompt tokens, cached ones included.
     pub prompt_tokens: Option<u64>,
@@ -182,8 +176,7 @@ pub(crate) struct WireUsage {
 }
 
 /// `usage.prompt_tokens_details`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct PromptTokensDetails {
     /// Prompt tokens read from the provider's cache.
     pub cached_tokens: Option<u64>,
@@ -193,6 +186,7 @@ pub(crate) struct PromptTokensDetails {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::normalize::testing::call_of;
     use application::ports::ToolSpec;
     use domain::workflow::{AgentDef, Provider};
 
@@ -246,16 +240,8 @@ mod tests {
                 },
                 ChatBlock::Text("I will ".into()),
                 ChatBlock::Text("run two.".into()),
-                ChatBlock::ToolCall(ToolCall {
-                    id: "call_a".into(),
-                    name: "shell".into(),
-                    input: json!({"command": "ls"}),
-                }),
-                ChatBlock::ToolCall(ToolCall {
-                    id: "call_b".into(),
-                    name: "shell".into(),
-                    input: json!("{not json"),
-                }),
+                ChatBlock::ToolCall(call_of("call_a", "shell", json!({"command": "ls"}))),
+                ChatBlock::ToolCall(call_of("call_b", "shell", json!("{not json"))),
             ]),
             ChatMessage::ToolResults(vec![
                 ToolResult {
@@ -271,11 +257,11 @@ mod tests {
                     is_error: true,
                 },
             ]),
-            ChatMessage::Assistant(vec![ChatBlock::ToolCall(ToolCall {
-                id: "call_c".into(),
-                name: "shell".into(),
-                input: json!({}),
-            })]),
+            ChatMessage::Assistant(vec![ChatBlock::ToolCall(call_of(
+                "call_c",
+                "shell",
+                json!({}),
+            ))]),
         ];
         let body = request_body(&request(agent(), "", messages)).unwrap();
         assert_eq!(

@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
+use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use application::secrets::{KeyNames, needed_by};
+use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
@@ -82,6 +83,55 @@ impl CliCommand {
     }
 }
 
+/// What a CLI provider holds of its own: its command line, its decoder,
+/// and what it does around a run. [`CliAgent`] does the rest.
+pub trait CliProgram: Default + Send + Sync + 'static {
+    /// Maps the CLI's stdout lines.
+    type Decoder: Decoder + Default + Send + 'static;
+
+    /// The command line for one invocation.
+    fn command(request: &AgentRequest) -> CliCommand;
+
+    /// Runs `command` (the command line of `request`, keys withheld); by
+    /// default with a new decoder, its stream passed on as is.
+    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
+        let _ = request;
+        run_cli(command, Self::Decoder::default())
+    }
+}
+
+/// The [`QueryFn`] of a CLI provider: runs its [`CliProgram`] with the key
+/// variables its node does not need withheld.
+#[derive(Debug, Clone, Default)]
+pub struct CliAgent<P> {
+    program: P,
+    keys: KeyNames,
+}
+
+impl<P: CliProgram> CliAgent<P> {
+    /// Withholds `keys` from the CLI besides the fixed rules, except the
+    /// ones its node needs.
+    pub fn withholding(keys: KeyNames) -> Self {
+        Self {
+            program: P::default(),
+            keys,
+        }
+    }
+
+    /// The command line for one invocation.
+    pub fn command(request: &AgentRequest) -> CliCommand {
+        P::command(request)
+    }
+}
+
+#[async_trait]
+impl<P: CliProgram> QueryFn for CliAgent<P> {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let command = P::command(&request).withholding(&self.keys);
+        self.program.start(request, command)
+    }
+}
+
 /// The prompt for a CLI that has no system prompt flag in its
 /// non-interactive mode: the agent's system prompt leads the prompt text.
 pub fn prompt_with_system(request: &AgentRequest) -> String {
@@ -103,6 +153,11 @@ pub(crate) fn print_args(request: &AgentRequest, format: &str, flag: &str) -> Ve
         format.into(),
         flag.into(),
     ]
+}
+
+/// `flag` and `value`, as two arguments, when there is a value.
+pub(crate) fn flag(flag: &str, value: Option<impl ToString>) -> Vec<String> {
+    value.map_or_else(Vec::new, |v| vec![flag.to_owned(), v.to_string()])
 }
 
 /// Starts `command` and decodes its stdout with `decoder`. Errors before the

@@ -22,8 +22,8 @@ pub mod shell;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use cli::print_args;
-pub use cli::{CliCommand, prompt_with_system, run_cli};
+pub use cli::{CliAgent, CliCommand, CliProgram, prompt_with_system, run_cli};
+pub(crate) use cli::{flag, print_args};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, OsProcesses, ProcessGroup, Sandbox, kill_leftover};
 pub use shell::Shell;

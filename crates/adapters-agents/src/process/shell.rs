@@ -134,36 +134,43 @@ mod tests {
 
     use crate::process::testing::ends;
 
-    fn setup(shell: Shell) -> (tempfile::TempDir, ToolRouter, ToolContext, Vec<String>) {
-        let dir = tempfile::tempdir().unwrap();
-        let router = ToolRouter::new().with(Arc::new(shell));
-        let context = ToolContext::new(dir.path());
-        (dir, router, context, vec!["shell".to_owned()])
+    /// `shell`, granted, in a workspace of its own.
+    struct Granted {
+        dir: tempfile::TempDir,
+        router: ToolRouter,
+        ctx: ToolContext,
+    }
+
+    impl Granted {
+        fn new(shell: Shell) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let ctx = ToolContext::new(dir.path());
+            let router = ToolRouter::new().with(Arc::new(shell));
+            Self { dir, router, ctx }
+        }
+
+        /// Calls `shell` through the router, as an agent would.
+        async fn call(&self, input: Value) -> Result<Value, ToolError> {
+            let granted = ["shell".to_owned()];
+            self.router.call("shell", input, &granted, &self.ctx).await
+        }
     }
 
     async fn run(shell: Shell, command: &str) -> (tempfile::TempDir, Result<Value, ToolError>) {
-        let (dir, router, ctx, granted) = setup(shell);
-        let out = router
-            .call("shell", json!({"command": command}), &granted, &ctx)
-            .await;
-        (dir, out)
+        let granted = Granted::new(shell);
+        let out = granted.call(json!({"command": command})).await;
+        (granted.dir, out)
     }
 
     #[tokio::test]
     async fn hidden_variables_do_not_reach_the_command() {
-        let (dir, router, ctx, granted) = setup(Shell::new());
-        let ctx = ctx.hiding(["HOME".to_owned()]);
-        let out = router
-            .call(
-                "shell",
-                json!({"command": "echo \"${HOME:-hidden}\""}),
-                &granted,
-                &ctx,
-            )
+        let mut shell = Granted::new(Shell::new());
+        shell.ctx = shell.ctx.hiding(["HOME".to_owned()]);
+        let out = shell
+            .call(json!({"command": "echo \"${HOME:-hidden}\""}))
             .await
             .unwrap();
         assert_eq!(out["stdout"], "hidden\n");
-        drop(dir);
     }
 
     #[tokio::test]
@@ -171,15 +178,6 @@ mod tests {
         let shell = Shell::new().withholding(KeyNames::new(["HOME".to_owned()]));
         let (_dir, out) = run(shell, "echo \"${HOME:-withheld}\"").await;
         assert_eq!(out.unwrap()["stdout"], "withheld\n");
-    }
-
-    #[tokio::test]
-    async fn echo_prints_and_exits_zero() {
-        let (_dir, out) = run(Shell::new(), "echo hi").await;
-        assert_eq!(
-            out,
-            Ok(json!({"exit_code": 0, "stdout": "hi\n", "stderr": "", "truncated": false}))
-        );
     }
 
     #[tokio::test]
@@ -198,12 +196,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failing_command_is_a_result_with_its_exit_code() {
-        let (_dir, out) = run(Shell::new(), "echo oops >&2; exit 3").await;
-        assert_eq!(
-            out,
-            Ok(json!({"exit_code": 3, "stdout": "", "stderr": "oops\n", "truncated": false}))
-        );
+    async fn a_command_ends_in_its_exit_code_and_output_failed_or_not() {
+        for (command, exit_code, stdout, stderr) in [
+            ("echo hi", 0, "hi\n", ""),
+            ("echo oops >&2; exit 3", 3, "", "oops\n"),
+        ] {
+            let (_dir, out) = run(Shell::new(), command).await;
+            let expected = json!({"exit_code": exit_code, "stdout": stdout,
+                "stderr": stderr, "truncated": false});
+            assert_eq!(out, Ok(expected));
+        }
         let (_dir, out) = run(Shell::new(), "kill -9 $$").await;
         assert_eq!(out.unwrap()["exit_code"], Value::Null);
     }
@@ -220,30 +222,20 @@ mod tests {
 
     #[tokio::test]
     async fn timeout_secs_shortens_the_limit_and_background_children_die_on_exit() {
-        let (dir, router, ctx, granted) = setup(Shell::new());
-        let out = router
-            .call(
-                "shell",
-                json!({"command": "sleep 5", "timeout_secs": 1}),
-                &granted,
-                &ctx,
-            )
+        let shell = Granted::new(Shell::new());
+        let out = shell
+            .call(json!({"command": "sleep 5", "timeout_secs": 1}))
             .await;
         assert_eq!(out, Err(ToolError::Failed("timed out after 1s".into())));
         // The background child holds the output pipes: only killing the
         // group when `sh` exits lets the call return at once.
         let started = Instant::now();
-        let out = router
-            .call(
-                "shell",
-                json!({"command": "sleep 60 & echo $! > bg.pid"}),
-                &granted,
-                &ctx,
-            )
+        let out = shell
+            .call(json!({"command": "sleep 60 & echo $! > bg.pid"}))
             .await;
         assert_eq!(out.unwrap()["exit_code"], 0);
         assert!(started.elapsed() < Duration::from_secs(5));
-        ends(&dir.path().join("bg.pid")).await.unwrap();
+        ends(&shell.dir.path().join("bg.pid")).await.unwrap();
     }
 
     #[tokio::test]
@@ -260,7 +252,7 @@ mod tests {
 
     #[tokio::test]
     async fn invalid_input_never_reaches_the_tool() {
-        let (dir, router, ctx, granted) = setup(Shell::new());
+        let shell = Granted::new(Shell::new());
         for input in [
             json!({"command": 3}),
             json!({}),
@@ -268,12 +260,12 @@ mod tests {
             json!({"command": "touch ran", "timeout_secs": 601}),
             json!({"command": "touch ran", "cwd": "/"}),
         ] {
-            let out = router.call("shell", input.clone(), &granted, &ctx).await;
+            let out = shell.call(input.clone()).await;
             assert!(
                 matches!(out, Err(ToolError::InvalidInput { .. })),
                 "{input}: {out:?}"
             );
         }
-        assert!(!dir.path().join("ran").exists());
+        assert!(!shell.dir.path().join("ran").exists());
     }
 }
