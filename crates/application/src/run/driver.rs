@@ -184,6 +184,9 @@ impl Driver {
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
+            if let Some(stop) = driver.route_unrouted().await? {
+                return driver.stop(stop).await;
+            }
             driver.rec.emit(RUN_LEVEL, resumed).await?;
             let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
             for run in in_flight {

@@ -9,7 +9,7 @@
 //! run, redoing the provider call it had begun under the same call index.
 
 use domain::workflow::NodeKind;
-use domain::{EventKind, NodeRunId, RuntimeCommand, RuntimeEvent};
+use domain::{EventKind, NodeId, NodeRunId, NodeStatus, RuntimeCommand, RuntimeEvent};
 use serde_json::json;
 
 use super::{Driver, Stop};
@@ -18,12 +18,100 @@ use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
-use crate::run::{ExecutorError, commands};
+use crate::run::{ExecutorError, commands, routing};
 
 /// Events read per batch when rebuilding a conversation.
 const BATCH: usize = 1024;
 
 impl Driver {
+    /// Finishes the routing the previous writer died in: it records a
+    /// node's end, then that node's edge events one by one, so a kill in
+    /// between leaves the end of the log as that end and some of its edge
+    /// events. The routing is computed again (from outputs and counters,
+    /// which those edge events do not change, so it is the one that was
+    /// under way) and the edge events not on record are recorded. A loop
+    /// edge that fired sends its source back to pending, and a node failure
+    /// that stops the run is not routed: neither is taken up here.
+    pub(super) async fn route_unrouted(&mut self) -> Result<Option<Stop>, ExecutorError> {
+        let Some((node, recorded)) = self.routing_under_way().await? else {
+            return Ok(None);
+        };
+        let ended = match routing::node_status(self.state(), &node) {
+            NodeStatus::Done => true,
+            NodeStatus::Failed => self
+                .workflow
+                .node(&node)
+                .is_some_and(|n| self.workflow.continues_on_error(n)),
+            _ => false,
+        };
+        if !ended {
+            return Ok(None);
+        }
+        let data = self
+            .state()
+            .outputs
+            .get(&node)
+            .and_then(|o| o.get("data"))
+            .cloned()
+            .unwrap_or_default();
+        let kinds = match routing::route(self.state(), &self.workflow, &node, &data, &self.input) {
+            Ok(kinds) => kinds,
+            // As it would have stopped the run the first time.
+            Err(error) => {
+                return Ok(Some(Stop::Failed {
+                    node: Some(node),
+                    error,
+                }));
+            }
+        };
+        for kind in kinds {
+            let edge = match &kind {
+                EventKind::EdgeFired { edge_id, .. } | EventKind::EdgeSkipped { edge_id, .. } => {
+                    edge_id
+                }
+                _ => continue,
+            };
+            if !recorded.contains(edge) {
+                self.rec.emit((Some(node.clone()), None), kind).await?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The node whose end is the last thing in the log but its edge events
+    /// (and snapshot marks), with the edges those events decided.
+    async fn routing_under_way(&self) -> Result<Option<(NodeId, Vec<String>)>, ExecutorError> {
+        let run_id = self.state().run_id;
+        let last = self.state().last_offset;
+        let mut back = 16u64;
+        loop {
+            let after = last.saturating_sub(back);
+            let tail = self
+                .ports
+                .store
+                .read(run_id, after, usize::try_from(back).unwrap_or(usize::MAX))
+                .await?;
+            let mut recorded = Vec::new();
+            for event in tail.iter().rev() {
+                match &event.kind {
+                    EventKind::EdgeFired { edge_id, .. }
+                    | EventKind::EdgeSkipped { edge_id, .. } => {
+                        recorded.push(edge_id.clone());
+                    }
+                    EventKind::StateSaved { .. } => {}
+                    EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
+                        return Ok(event.node_id.clone().map(|node| (node, recorded)));
+                    }
+                    _ => return Ok(None),
+                }
+            }
+            if after == 0 {
+                return Ok(None);
+            }
+            back = back.saturating_mul(4);
+        }
+    }
+
     /// Node run `run`, found in flight by a resume, goes on.
     pub(super) async fn go_on(
         &mut self,
