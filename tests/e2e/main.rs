@@ -17,6 +17,7 @@ mod openai_chat;
 mod payloads;
 mod real_clis;
 mod records;
+mod resume_http;
 mod secrets;
 mod store_conformance;
 mod subflow;
