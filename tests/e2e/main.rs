@@ -5,6 +5,7 @@ mod anthropic_chat;
 mod cancel;
 mod cli;
 mod cli_agents;
+mod commands;
 mod docs;
 mod examples;
 mod exits;
