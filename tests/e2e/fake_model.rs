@@ -580,3 +580,48 @@ async fn calltool_calls_any_offered_tool_with_the_given_arguments() {
         json!({"name": "run_shell_command", "args": {"command": "ls"}})
     );
 }
+
+/// Sends one POST and reads only the status line and headers.
+async fn post_head(server: &FakeModel, path: &str, body: &Value) -> (TcpStream, String) {
+    let addr = server.base_url().trim_start_matches("http://").to_owned();
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    let body = body.to_string();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    (stream, String::from_utf8(head).unwrap())
+}
+
+#[tokio::test]
+async fn hold_after_answers_the_first_calls_then_holds_the_rest_open_until_released() {
+    let server = FakeModel::start().await.unwrap();
+    server.hold_after(1);
+    let r = post(&server, ANTHROPIC, &[], &anthropic_body("hello")).await;
+    assert_eq!(r.events().last().unwrap()["type"], "message_stop");
+    // Probes are not model calls: answered while calls are held.
+    let r = post(&server, "/v1/messages/count_tokens", &[], &json!({})).await;
+    assert_eq!(r.status, 200);
+
+    let (mut held, head) = post_head(&server, CHAT, &chat_body("hello")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_lowercase().contains("text/event-stream"), "{head}");
+    // Nothing more comes; a reply would arrive at once.
+    let mut byte = [0u8; 1];
+    let more =
+        tokio::time::timeout(std::time::Duration::from_millis(300), held.read(&mut byte)).await;
+    assert!(more.is_err(), "the held call got more: {more:?}");
+
+    server.release();
+    let r = post(&server, CHAT, &[], &chat_body("hello")).await;
+    assert!(r.body.trim_end().ends_with("data: [DONE]"));
+    assert_eq!(server.requests().len(), 4);
+}

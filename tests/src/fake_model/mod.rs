@@ -73,6 +73,17 @@ struct Shared {
     /// What the stateful scenarios (`RATEONCE`) remember, per server, so
     /// tests running side by side never see each other's requests.
     scenario: scenario::State,
+    /// Which model calls are held open (see [`FakeModel::hold_after`]).
+    hold: Mutex<Hold>,
+}
+
+/// Model calls held open: from the call numbered `after` (counting from 0)
+/// on, while `on`; `seen` counts the model calls so far.
+#[derive(Debug, Default)]
+struct Hold {
+    on: bool,
+    after: usize,
+    seen: usize,
 }
 
 /// A running fake model server bound to 127.0.0.1 on a free port.
@@ -139,6 +150,34 @@ impl FakeModel {
         format!("http://{}", self.addr)
     }
 
+    /// Holds model calls open, like a model that stalls mid-call: the first
+    /// `after` model calls from now on are answered as usual, every later
+    /// one gets its status line and headers and then nothing more, until
+    /// the client goes away. A test uses it to catch an agent mid-call (to
+    /// pause or kill its run there) without racing the reply. Only model
+    /// calls count (`POST`s, token counts aside), not probes.
+    pub fn hold_after(&self, after: usize) {
+        *self
+            .shared
+            .hold
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Hold {
+            on: true,
+            after,
+            seen: 0,
+        };
+    }
+
+    /// Answers the model calls that come from now on again (those already
+    /// held stay held).
+    pub fn release(&self) {
+        self.shared
+            .hold
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .on = false;
+    }
+
     /// A snapshot of every request received so far, oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared
@@ -190,7 +229,20 @@ async fn handle(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(recorded);
+    if method == Method::POST && !path.ends_with("/count_tokens") && held(&shared) {
+        return sse::held();
+    }
     route(&method, &path, &parsed, &shared.scenario)
+}
+
+/// Whether this model call is one [`FakeModel::hold_after`] holds open.
+fn held(shared: &Shared) -> bool {
+    let mut hold = shared.hold.lock().unwrap_or_else(PoisonError::into_inner);
+    if !hold.on {
+        return false;
+    }
+    hold.seen += 1;
+    hold.seen > hold.after
 }
 
 /// Chooses the wire format from the method and path suffix.

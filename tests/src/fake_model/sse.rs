@@ -51,12 +51,26 @@ pub(super) fn status_only(status: StatusCode) -> Response {
 /// real server flushes each event. The connection stays open for the next
 /// request, as with the real APIs, so clients that reuse it are tested too.
 pub(super) fn stream(frames: Vec<String>) -> Response {
-    let chunks = futures::stream::iter(frames.into_iter().map(Ok::<String, Infallible>));
+    stream_of(futures::stream::iter(
+        frames.into_iter().map(Ok::<String, Infallible>),
+    ))
+}
+
+/// A `text/event-stream` reply with `chunks` as its body.
+fn stream_of(
+    chunks: impl futures::Stream<Item = Result<String, Infallible>> + Send + 'static,
+) -> Response {
     let mut resp = Response::new(Body::from_stream(chunks));
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
+}
+
+/// A `text/event-stream` reply whose body never sends a byte nor ends:
+/// a model stalled mid-call. It lasts until the client goes away.
+pub(super) fn held() -> Response {
+    stream_of(futures::stream::pending::<Result<String, Infallible>>())
 }
 
 /// One SSE frame: an optional `event:` line, one `data:` line, a blank line.

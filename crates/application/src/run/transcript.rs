@@ -4,13 +4,16 @@
 //! Every line is derived from an event the recorder has just stored and the
 //! state before it: a node run's start gives `step.started` and the user
 //! message (the prompt is its input), its agent events build the assistant
-//! reply block by block, its end gives the reply and `step.completed`. The
+//! reply block by block, a later `agent:start` of the same attempt (a
+//! message delivered, a resume) gives the reply so far and the new user
+//! message, its end gives the reply and `step.completed`. The
 //! transcript therefore holds nothing the log does not, and node runs that
 //! interleave keep their own reply.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use domain::event::Prompt;
 use domain::transcript::{
     ContentBlock, ExchangeDraft, ExchangeType, Fidelity, message_payload, step_payload,
 };
@@ -200,8 +203,59 @@ impl TranscriptWriter {
                 )
                 .await
             }
+            EventKind::AgentStart { prompt, .. } => self.agent_started(event, state, prompt).await,
             _ => self.collect_reply(event, state).await,
         }
+    }
+
+    /// An invocation that continues a node run's conversation (messages
+    /// delivered after a turn, or a resume): the reply so far, then what
+    /// the agent is told now. The first invocation of an attempt is asked
+    /// what `node:started` showed; it has no `callIndex` yet in the state
+    /// (an invocation sets it, a new attempt clears it).
+    async fn agent_started(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+        prompt: &Prompt,
+    ) -> Result<(), TranscriptError> {
+        let Some(run_id) = event.node_run_id else {
+            return Ok(());
+        };
+        let follow_up = state
+            .node_runs
+            .get(&run_id)
+            .is_some_and(|r| r.call_index.is_some());
+        if !follow_up {
+            return Ok(());
+        }
+        let here = place(event, state);
+        let so_far = self
+            .replies
+            .get_mut(&run_id)
+            .map(|r| std::mem::take(&mut r.blocks))
+            .unwrap_or_default();
+        if !so_far.is_empty() {
+            let assistant = message_payload("assistant", &so_far);
+            self.line(
+                ExchangeType::MessageAssistant,
+                here.clone(),
+                assistant,
+                None,
+            )
+            .await?;
+        }
+        let text = match prompt {
+            Prompt::Text(text) => text.clone(),
+            Prompt::Messages(messages) => serde_json::to_string_pretty(messages)
+                .unwrap_or_else(|_| Value::from(messages.clone()).to_string()),
+        };
+        let told = [ContentBlock::Text {
+            text,
+            fidelity: Fidelity::Router,
+        }];
+        let user = message_payload("user", &told);
+        self.line(ExchangeType::MessageUser, here, user, None).await
     }
 
     /// `step.started`, and the user message of an agent (again on a retry).
