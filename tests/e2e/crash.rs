@@ -657,7 +657,10 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
         .filter(|(name, _)| ["judge-refine", "fan-out", "commands"].contains(name))
         .collect();
     // A failure the run goes on past is routed like a success.
-    flows.push(("build-and-test", repo_root().join("examples/build-and-test.yaml")));
+    flows.push((
+        "build-and-test",
+        repo_root().join("examples/build-and-test.yaml"),
+    ));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for (name, file) in flows {
