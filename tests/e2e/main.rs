@@ -18,6 +18,7 @@ mod openai_chat;
 mod payloads;
 mod real_clis;
 mod records;
+mod resume_cli;
 mod resume_http;
 mod secrets;
 mod store_conformance;
