@@ -318,3 +318,95 @@ async fn codex_paused_mid_call_resumes_in_its_session() {
 async fn codex_killed_mid_call_resumes_in_its_session() {
     resumes_in_the_same_session(codex(), Stop::Kill).await;
 }
+
+/// A CLI stopped before it saved its session has nothing to resume:
+/// Claude Code then answers `--resume` with "No conversation found". The
+/// node run starts a new attempt in a new session, from its prompt, and the
+/// run completes. A fake Claude Code stands in: its first invocation holds
+/// its turn open; once the run is paused, a new session answers at once.
+#[test]
+fn a_session_the_cli_never_saved_restarts_the_node_run_as_a_new_attempt() {
+    use std::os::unix::fs::PermissionsExt;
+    let awr = crate::util::Awr::new();
+    let paused = awr.dir.path().join("paused");
+    let script = format!(
+        r#"#!/bin/sh
+prompt="$2"
+sid=""
+resume=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --session-id) sid="$2"; shift ;;
+    --resume) sid="$2"; resume=1; shift ;;
+  esac
+  shift
+done
+if [ -n "$resume" ]; then
+  printf '%s\n' '{{"type":"result","subtype":"error_during_execution","duration_ms":0,"is_error":true,"num_turns":0,"session_id":"'"$sid"'","errors":["No conversation found with session ID: '"$sid"'"]}}'
+  exit 1
+fi
+echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","model":"m"}}'
+while [ ! -f '{paused}' ]; do sleep 0.02; done
+printf '%s\n' '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$prompt"'","session_id":"'"$sid"'","num_turns":1,"duration_ms":5,"usage":{{"input_tokens":3,"output_tokens":2}}}}'
+"#,
+        paused = paused.display(),
+    );
+    let exe = awr.write("fake-claude", &script);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let flow = awr.write(
+        "flow.yaml",
+        &format!(
+            "name: unsaved\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
+            exe.display()
+        ),
+    );
+    let mut child = awr
+        .command(&["run", flow.to_str().unwrap(), "--input-text", PROMPT])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn awr run");
+    crate::cancel::wait_for(30, "a run in the store", || !awr.run_ids().is_empty());
+    let run = awr.run_ids().pop().unwrap();
+    let read = || -> Vec<Value> {
+        std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    crate::cancel::wait_for(30, "the agent in its turn", || {
+        !of_type(&read(), "process:started").is_empty()
+    });
+    let out = awr.run_within(30, &["pause", &run]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let code = crate::cancel::wait_exit(&mut child, 30, "awr run to pause");
+    assert_eq!(code, 3);
+    std::fs::write(&paused, "").unwrap();
+
+    let out = awr.run_within(30, &["resume", &run, "--message", MESSAGE]);
+    let events = read();
+    assert_eq!(out.code, 0, "{}\n{events:#?}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("done: {PROMPT}"));
+    let starts = of_type(&events, "agent:start");
+    assert_eq!(starts.len(), 3, "{starts:#?}");
+    assert_eq!(
+        starts[1]["sessionId"], starts[0]["sessionId"],
+        "tried first"
+    );
+    assert_ne!(
+        starts[2]["sessionId"], starts[0]["sessionId"],
+        "a new session"
+    );
+    assert_eq!(starts[2]["prompt"], PROMPT, "asked its prompt again");
+    let attempts: Vec<&Value> = of_type(&events, "node:started")
+        .iter()
+        .map(|e| &e["attempt"])
+        .collect();
+    assert_eq!(attempts, [1, 2], "{events:#?}");
+    assert_eq!(
+        of_type(&events, "agent:error")[0]["errorType"],
+        "session_not_found"
+    );
+    assert_eq!(events.last().unwrap()["type"], "flow:completed");
+}
