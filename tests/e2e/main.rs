@@ -19,6 +19,7 @@ mod openai_chat;
 mod payloads;
 mod real_clis;
 mod records;
+mod resume_cli;
 mod resume_http;
 mod secrets;
 mod store_conformance;

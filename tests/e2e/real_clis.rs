@@ -35,7 +35,7 @@ const FINAL_PREFIX: &str = "Tool said: ";
 
 /// The CLIs' bin directory, or `None` (after saying the test skipped) when
 /// the tests are not enabled.
-fn clis_dir() -> Option<PathBuf> {
+pub(crate) fn clis_dir() -> Option<PathBuf> {
     match std::env::var_os(CLIS_VAR) {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
@@ -47,21 +47,21 @@ fn clis_dir() -> Option<PathBuf> {
 
 /// How one CLI is set up: its provider name, executable, model, and the
 /// environment and files it needs under its own home.
-struct Cli {
-    provider: &'static str,
-    exe: &'static str,
-    model: &'static str,
+pub(crate) struct Cli {
+    pub provider: &'static str,
+    pub exe: &'static str,
+    pub model: &'static str,
     /// Whether it reports token usage (Copilot only through its usage file, which awr reads).
-    reports_usage: bool,
+    pub reports_usage: bool,
 }
 
 /// A scratch directory for one CLI run: home, working directory, storage.
-struct Scratch {
+pub(crate) struct Scratch {
     dir: tempfile::TempDir,
 }
 
 impl Scratch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         for sub in ["home", "work", "storage"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
@@ -69,7 +69,7 @@ impl Scratch {
         Self { dir }
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
 
@@ -77,7 +77,7 @@ impl Scratch {
         self.path("home")
     }
 
-    fn storage(&self) -> PathBuf {
+    pub(crate) fn storage(&self) -> PathBuf {
         self.path("storage")
     }
 
@@ -90,7 +90,7 @@ impl Scratch {
 
     /// `awr --storage <storage> ARGS` from the scratch working directory,
     /// killed (and the test failed) after `secs`.
-    fn awr(&self, secs: u64, args: &[&str]) -> Output {
+    pub(crate) fn awr(&self, secs: u64, args: &[&str]) -> Output {
         let mut child = Command::new(awr_bin())
             .arg("--storage")
             .arg(self.storage())
@@ -153,7 +153,7 @@ fn common_env(scratch: &Scratch) -> Vec<(String, String)> {
 
 /// The offline settings of one CLI (see /docs/providers.md), writing the
 /// files it needs under the scratch home.
-fn offline_env(cli: &Cli, scratch: &Scratch, base: &str) -> Vec<(String, String)> {
+pub(crate) fn offline_env(cli: &Cli, scratch: &Scratch, base: &str) -> Vec<(String, String)> {
     let mut env = common_env(scratch);
     let mut add = |k: &str, v: &str| env.push((k.to_owned(), v.to_owned()));
     match cli.provider {
@@ -209,7 +209,12 @@ fn offline_env(cli: &Cli, scratch: &Scratch, base: &str) -> Vec<(String, String)
 }
 
 /// A one-agent workflow running `cli` from `bin` with `env`.
-fn workflow(scratch: &Scratch, cli: &Cli, bin: &Path, env: &[(String, String)]) -> PathBuf {
+pub(crate) fn workflow(
+    scratch: &Scratch,
+    cli: &Cli,
+    bin: &Path,
+    env: &[(String, String)],
+) -> PathBuf {
     let q = |s: &str| serde_json::to_string(s).expect("quote");
     let exe = bin.join(cli.exe);
     let mut yaml = format!(

@@ -26,7 +26,9 @@ use super::wire::{
     ApiRetry, AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult,
     UserLine,
 };
-use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
+use crate::normalize::errors::{
+    API_ERROR, DURING_EXECUTION, RATE_LIMIT, SESSION_NOT_FOUND, fatal, reported,
+};
 use crate::normalize::usage::model_usage;
 use crate::normalize::{
     Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, announce_session, failure_text, warning,
@@ -233,15 +235,26 @@ fn api_retry(line: ApiRetry, value: &Value) -> Vec<Decoded> {
     vec![Ok(reported(error_type, message, value))]
 }
 
+/// How Claude Code says `--resume` named a session it never saved.
+const NO_SESSION: &str = "No conversation found with session ID";
+
 /// What a `result` line says: the invocation's result, or its error.
 fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
     let subtype = line.subtype.as_deref().unwrap_or("");
     if line.is_error.unwrap_or(false) || subtype.starts_with("error") {
         let text = line.result.as_deref().unwrap_or("");
+        let errors: Vec<String> = line
+            .errors
+            .iter()
+            .flatten()
+            .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+            .collect();
         let error_type = if line.api_error_status == Some(429)
             || line.terminal_reason.as_deref() == Some("rate_limit")
         {
             RATE_LIMIT
+        } else if errors.iter().any(|e| e.starts_with(NO_SESSION)) {
+            SESSION_NOT_FOUND
         } else if subtype.starts_with("error_") {
             subtype
         } else if line.terminal_reason.as_deref() == Some("api_error")
@@ -251,12 +264,6 @@ fn outcome(line: ResultLine, value: &Value, announced: bool) -> Decoded {
         } else {
             DURING_EXECUTION
         };
-        let errors: Vec<String> = line
-            .errors
-            .iter()
-            .flatten()
-            .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
-            .collect();
         let message = if !text.is_empty() {
             text.to_owned()
         } else if !errors.is_empty() {
@@ -511,6 +518,10 @@ mod tests {
             (
                 r#"{"type":"result","usage":"oops"}"#,
                 "error_during_execution",
+            ),
+            (
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,"session_id":"7fbb09fa-c236-4abb-9d61-ab2a0b7427b8","errors":["No conversation found with session ID: 7fbb09fa-c236-4abb-9d61-ab2a0b7427b8"]}"#,
+                "session_not_found",
             ),
         ];
         assert_error_types::<ClaudeDecoder>(&[INIT], &cases);

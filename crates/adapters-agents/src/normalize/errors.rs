@@ -9,6 +9,9 @@ use serde_json::Value;
 pub const RATE_LIMIT: &str = "rate_limit";
 /// The model API failed (another HTTP 4xx or 5xx, an overload).
 pub const API_ERROR: &str = "api_error";
+/// The CLI has no session by the id it was asked to resume: it was stopped
+/// before it saved it. Nothing can continue it; the runtime starts afresh.
+pub const SESSION_NOT_FOUND: &str = "session_not_found";
 /// Anything else: the agent or its CLI failed.
 pub const DURING_EXECUTION: &str = "error_during_execution";
 

@@ -13,6 +13,10 @@ use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::transcript::render_prompt;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 
+/// The error type of a provider asked to continue a session it has no
+/// record of (see `adapters-agents`' stable error types).
+const SESSION_NOT_FOUND: &str = "session_not_found";
+
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
 /// delivered after it, in the same conversation, before the node run ends.
@@ -35,6 +39,7 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             agent: &agent,
             prompt: &prompt,
         };
+        let continued = turn.as_ref().is_some_and(|t| t.session.is_some());
         let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
             Ok(Invoked { data, next: None }) => break Ok(data),
             Ok(Invoked { next, .. }) => {
@@ -43,22 +48,27 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             }
             Err(error) => error,
         };
+        // A session its CLI never saved (stopped right after it began)
+        // cannot be continued: the node run starts afresh, as a node run
+        // with no session does on resume.
+        let unsaved = continued && error.error_type() == SESSION_NOT_FOUND;
         let retry = &task.node.retry;
-        match control::retry_after(retry, task.attempt, &error, agent.provider.is_http()) {
-            Some(wait) => {
-                task.ports.clock.sleep(wait).await;
-                task.attempt += 1;
-                let again = EventKind::NodeStarted {
-                    input: task.input.clone(),
-                    attempt: Some(task.attempt),
-                    item: task.item,
-                    items: None,
-                };
-                if task.record(again).await.is_none() {
-                    break Err(error);
-                }
-            }
+        let wait = match control::retry_after(retry, task.attempt, &error, agent.provider.is_http())
+        {
+            Some(wait) => wait,
+            None if unsaved => std::time::Duration::ZERO,
             None => break Err(error),
+        };
+        task.ports.clock.sleep(wait).await;
+        task.attempt += 1;
+        let again = EventKind::NodeStarted {
+            input: task.input.clone(),
+            attempt: Some(task.attempt),
+            item: task.item,
+            items: None,
+        };
+        if task.record(again).await.is_none() {
+            break Err(error);
         }
     };
     let elapsed = task.ports.clock.now().millis_since(started);

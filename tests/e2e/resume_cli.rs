@@ -1,0 +1,412 @@
+//! The genuine Claude Code and Codex CLIs, paused (`awr pause`) or killed
+//! (SIGKILL of `awr run`) in the middle of their model call, continue with
+//! `awr resume` in the same provider session: the resumed `agent:start`
+//! names the session of the first, and the fake model server's next call
+//! holds the first prompt and then the resume message. Offline, against the
+//! fake model server on 127.0.0.1; gated on `AWR_AGENT_CLIS` like
+//! `real_clis`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use awr_tests::fake_model::FakeModel;
+use serde_json::Value;
+
+use crate::cancel::gone;
+use crate::real_clis::{Cli, Scratch, clis_dir, offline_env, workflow};
+use crate::util::awr_bin;
+
+/// The run's prompt; the fake server answers it with plain text.
+const PROMPT: &str = "Remember the word PINEAPPLE, then say hello.";
+
+/// What `awr resume` tells the agent.
+const MESSAGE: &str = "Now say goodbye, please.";
+
+/// What the fake server answers a prompt with no keyword.
+const PLAIN: &str = "Hello from the fake server.";
+
+/// How the first `awr run` is stopped mid-call.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// `awr pause RUN`: `awr run` exits 3.
+    Pause,
+    /// SIGKILL of `awr run`: its agent's process group is left behind.
+    Kill,
+}
+
+/// The parsed events of a run.
+fn events(scratch: &Scratch, run: &str) -> Vec<Value> {
+    std::fs::read_to_string(
+        scratch
+            .storage()
+            .join("runs")
+            .join(run)
+            .join("events.ndjson"),
+    )
+    .unwrap_or_default()
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("an event line"))
+    .collect()
+}
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// Polls `done` every 50 ms (on a blocking thread, so the fake server on
+/// the test's runtime keeps serving) until it holds; fails after `secs`.
+async fn wait_until(
+    secs: u64,
+    what: &'static str,
+    mut done: impl FnMut() -> bool + Send + 'static,
+) {
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !done() {
+            assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .expect("waiting");
+}
+
+/// Whether the CLI has saved session `session` with the prompt in it under
+/// `home` (a file named after the session: Claude Code's
+/// `projects/*/<id>.jsonl`, Codex's `sessions/**/rollout-*-<id>.jsonl`).
+/// Only then can the provider continue it: a CLI stopped before it saved
+/// its session has nothing to resume.
+fn saved(home: &std::path::Path, session: &str) -> bool {
+    let mut dirs = vec![home.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if entry.file_name().to_string_lossy().contains(session)
+                && std::fs::read_to_string(&path).is_ok_and(|t| t.contains(PROMPT))
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// `awr run FLOW --input-text PROMPT` in the background, its output to files.
+fn spawn_run(scratch: &Scratch, flow: &str) -> Child {
+    let out = std::fs::File::create(scratch.path("run.stdout")).unwrap();
+    let err = std::fs::File::create(scratch.path("run.stderr")).unwrap();
+    Command::new(awr_bin())
+        .arg("--storage")
+        .arg(scratch.storage())
+        .args(["run", flow, "--input-text", PROMPT])
+        .current_dir(scratch.path("work"))
+        .env_remove("AWR_STORAGE")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawn awr run")
+}
+
+/// Kills a process left behind if the test fails before awr does.
+struct Leftover(Option<String>);
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take().filter(|p| !gone(p)) {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    }
+}
+
+async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
+    let Some(bin) = clis_dir() else { return };
+    let name = format!("{} ({stop:?})", cli.provider);
+    let server = FakeModel::start().await.expect("fake model");
+    // Every model call hangs until released: the agent is surely mid-call.
+    server.hold_after(0);
+    let scratch = std::sync::Arc::new(Scratch::new());
+    let env = offline_env(&cli, &scratch, &server.base_url());
+    let flow = workflow(&scratch, &cli, &bin, &env).display().to_string();
+    let mut child = spawn_run(&scratch, &flow);
+    let mut awr_leftover = Leftover(Some(child.id().to_string()));
+
+    let runs = scratch.storage().join("runs");
+    let runs_dir = runs.clone();
+    wait_until(60, "the run in the store", move || {
+        std::fs::read_dir(&runs_dir).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
+    let run = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    // Mid-call: its process on record, the model call with the prompt
+    // under way, and its session known (Codex names it in `thread.started`)
+    // and saved by the CLI.
+    let codex = cli.provider == "codex";
+    let shared = std::sync::Arc::new(server);
+    {
+        let (scratch, run, server) = (
+            std::sync::Arc::clone(&scratch),
+            run.clone(),
+            std::sync::Arc::clone(&shared),
+        );
+        wait_until(180, "the agent in its model call", move || {
+            let events = events(&scratch, &run);
+            let session = match of_type(&events, "agent:session").last() {
+                Some(named) => named["sessionId"].as_str().map(str::to_owned),
+                None if codex => None,
+                None => of_type(&events, "agent:start")
+                    .first()
+                    .and_then(|e| e["sessionId"].as_str().map(str::to_owned)),
+            };
+            !of_type(&events, "process:started").is_empty()
+                && server
+                    .requests()
+                    .iter()
+                    .any(|r| r.body.to_string().contains(PROMPT))
+                && session.is_some_and(|s| saved(&scratch.path("home"), &s))
+        })
+        .await;
+    }
+    let before = events(&scratch, &run);
+    let first_start = of_type(&before, "agent:start")[0].clone();
+    let node_run = first_start["nodeRunId"].clone();
+    let session = match of_type(&before, "agent:session").last() {
+        Some(named) => named["sessionId"].clone(),
+        None => first_start["sessionId"].clone(),
+    };
+    assert!(session.is_string(), "{name}: a session: {before:#?}");
+    let agent_pid = of_type(&before, "process:started")[0]["pid"].to_string();
+    let _agent_leftover = Leftover(Some(agent_pid.clone()));
+
+    match stop {
+        Stop::Pause => {
+            let out = {
+                let scratch = std::sync::Arc::clone(&scratch);
+                let run = run.clone();
+                tokio::task::spawn_blocking(move || scratch.awr(60, &["pause", &run]))
+                    .await
+                    .unwrap()
+            };
+            assert_eq!(out.code, 0, "{name}: {}{}", out.stdout, out.stderr);
+            let code = tokio::task::spawn_blocking(move || child.wait().unwrap())
+                .await
+                .unwrap();
+            awr_leftover.0 = None;
+            let stderr = std::fs::read_to_string(scratch.path("run.stderr")).unwrap();
+            assert_eq!(
+                code.code(),
+                Some(3),
+                "{name}: a paused run exits 3: {stderr}"
+            );
+            let paused = events(&scratch, &run);
+            assert_eq!(paused.last().unwrap()["type"], "flow:paused", "{name}");
+            assert!(gone(&agent_pid), "{name}: the pause ended the agent");
+        }
+        Stop::Kill => {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            awr_leftover.0 = None;
+        }
+    }
+
+    shared.release();
+    let calls_before = shared.requests().len();
+    let out = {
+        let scratch = std::sync::Arc::clone(&scratch);
+        let run = run.clone();
+        tokio::task::spawn_blocking(move || {
+            scratch.awr(240, &["resume", &run, "--message", MESSAGE])
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(out.code, 0, "{name}: {}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), PLAIN, "{name}: {}", out.stderr);
+    assert!(gone(&agent_pid), "{name}: the first agent process is gone");
+
+    let after = events(&scratch, &run);
+    let starts = of_type(&after, "agent:start");
+    let resumed = starts.last().unwrap();
+    assert!(starts.len() >= 2, "{name}: {starts:#?}");
+    assert_eq!(resumed["nodeRunId"], node_run, "{name}: the same node run");
+    assert_eq!(resumed["prompt"], MESSAGE, "{name}");
+    assert_eq!(
+        resumed["sessionId"], session,
+        "{name}: the resumed invocation continues the session"
+    );
+    let resumed_at = resumed["offset"].as_u64().unwrap();
+    for named in of_type(&after, "agent:session") {
+        assert_eq!(
+            named["sessionId"], session,
+            "{name}: no other session is named: {named}"
+        );
+    }
+    assert!(
+        of_type(&after, "agent:complete")
+            .iter()
+            .any(|e| e["offset"].as_u64().unwrap() > resumed_at),
+        "{name}"
+    );
+    assert_eq!(of_type(&after, "flow:resumed").len(), 1, "{name}");
+    assert_eq!(after.last().unwrap()["type"], "flow:completed", "{name}");
+    let snapshot: Value = serde_json::from_str(
+        &std::fs::read_to_string(runs.join(&run).join("snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(snapshot["agentSessions"]["coder"], session, "{name}");
+
+    // The model's next call carries the earlier conversation, then the message.
+    let requests = shared.requests();
+    let call = requests[calls_before..]
+        .iter()
+        .map(|r| r.body.to_string())
+        .find(|b| b.contains(MESSAGE))
+        .unwrap_or_else(|| panic!("{name}: no model call with the message"));
+    let prompt_at = call
+        .find(PROMPT)
+        .unwrap_or_else(|| panic!("{name}: the resumed call lacks the first prompt: {call}"));
+    assert!(
+        prompt_at < call.find(MESSAGE).unwrap(),
+        "{name}: the prompt comes before the message: {call}"
+    );
+    println!("{name}: resumed session {session}");
+}
+
+fn claude() -> Cli {
+    Cli {
+        provider: "claude-code",
+        exe: "claude",
+        model: "claude-sonnet-4-5",
+        reports_usage: true,
+    }
+}
+
+fn codex() -> Cli {
+    Cli {
+        provider: "codex",
+        exe: "codex",
+        model: "gpt-5.5",
+        reports_usage: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_paused_mid_call_resumes_in_its_session() {
+    resumes_in_the_same_session(claude(), Stop::Pause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_killed_mid_call_resumes_in_its_session() {
+    resumes_in_the_same_session(claude(), Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_paused_mid_call_resumes_in_its_session() {
+    resumes_in_the_same_session(codex(), Stop::Pause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_killed_mid_call_resumes_in_its_session() {
+    resumes_in_the_same_session(codex(), Stop::Kill).await;
+}
+
+/// A CLI stopped before it saved its session has nothing to resume:
+/// Claude Code then answers `--resume` with "No conversation found". The
+/// node run starts a new attempt in a new session, from its prompt, and the
+/// run completes. A fake Claude Code stands in: its first invocation holds
+/// its turn open; once the run is paused, a new session answers at once.
+#[test]
+fn a_session_the_cli_never_saved_restarts_the_node_run_as_a_new_attempt() {
+    use std::os::unix::fs::PermissionsExt;
+    let awr = crate::util::Awr::new();
+    let paused = awr.dir.path().join("paused");
+    let script = format!(
+        r#"#!/bin/sh
+prompt="$2"
+sid=""
+resume=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --session-id) sid="$2"; shift ;;
+    --resume) sid="$2"; resume=1; shift ;;
+  esac
+  shift
+done
+if [ -n "$resume" ]; then
+  printf '%s\n' '{{"type":"result","subtype":"error_during_execution","duration_ms":0,"is_error":true,"num_turns":0,"session_id":"'"$sid"'","errors":["No conversation found with session ID: '"$sid"'"]}}'
+  exit 1
+fi
+echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","model":"m"}}'
+while [ ! -f '{paused}' ]; do sleep 0.02; done
+printf '%s\n' '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$prompt"'","session_id":"'"$sid"'","num_turns":1,"duration_ms":5,"usage":{{"input_tokens":3,"output_tokens":2}}}}'
+"#,
+        paused = paused.display(),
+    );
+    let exe = awr.write("fake-claude", &script);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let flow = awr.write(
+        "flow.yaml",
+        &format!(
+            "name: unsaved\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
+            exe.display()
+        ),
+    );
+    let mut child = awr
+        .command(&["run", flow.to_str().unwrap(), "--input-text", PROMPT])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn awr run");
+    crate::cancel::wait_for(30, "a run in the store", || !awr.run_ids().is_empty());
+    let run = awr.run_ids().pop().unwrap();
+    let read = || -> Vec<Value> {
+        std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    crate::cancel::wait_for(30, "the agent in its turn", || {
+        !of_type(&read(), "process:started").is_empty()
+    });
+    let out = awr.run_within(30, &["pause", &run]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let code = crate::cancel::wait_exit(&mut child, 30, "awr run to pause");
+    assert_eq!(code, 3);
+    std::fs::write(&paused, "").unwrap();
+
+    let out = awr.run_within(30, &["resume", &run, "--message", MESSAGE]);
+    let events = read();
+    assert_eq!(out.code, 0, "{}\n{events:#?}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("done: {PROMPT}"));
+    let starts = of_type(&events, "agent:start");
+    assert_eq!(starts.len(), 3, "{starts:#?}");
+    assert_eq!(
+        starts[1]["sessionId"], starts[0]["sessionId"],
+        "tried first"
+    );
+    assert_ne!(
+        starts[2]["sessionId"], starts[0]["sessionId"],
+        "a new session"
+    );
+    assert_eq!(starts[2]["prompt"], PROMPT, "asked its prompt again");
+    let attempts: Vec<&Value> = of_type(&events, "node:started")
+        .iter()
+        .map(|e| &e["attempt"])
+        .collect();
+    assert_eq!(attempts, [1, 2], "{events:#?}");
+    assert_eq!(
+        of_type(&events, "agent:error")[0]["errorType"],
+        "session_not_found"
+    );
+    assert_eq!(events.last().unwrap()["type"], "flow:completed");
+}
