@@ -168,9 +168,8 @@ impl Drop for Reaper {
 fn pids(file: &Path) -> Vec<String> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
-        .lines()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
+        .split_whitespace()
+        .map(str::to_owned)
         .collect()
 }
 
@@ -657,7 +656,10 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
         .filter(|(name, _)| ["judge-refine", "fan-out", "commands"].contains(name))
         .collect();
     // A failure the run goes on past is routed like a success.
-    flows.push(("build-and-test", repo_root().join("examples/build-and-test.yaml")));
+    flows.push((
+        "build-and-test",
+        repo_root().join("examples/build-and-test.yaml"),
+    ));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for (name, file) in flows {
@@ -693,4 +695,99 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
     });
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A node's process that lives on after its writer is killed: the first
+/// time it starts a background child and waits; when it runs again (the
+/// resume) it finishes. `$CRASH_PIDS` gets the pids of the first time.
+const HANGS_ONCE: &str = r#"if [ -e "$CRASH_PIDS.again" ]; then
+  ANSWER
+else
+  touch "$CRASH_PIDS.again"
+  sleep 300 >/dev/null 2>&1 &
+  echo $$ $! >> "$CRASH_PIDS"
+  wait
+fi"#;
+
+/// Kills `awr run FLOW` once its node's processes are up, cuts the log
+/// before its first `process:started` (what a kill between starting a
+/// process and recording it leaves), resumes: the processes must be gone.
+fn resume_kills_unrecorded(flow: &str) {
+    let awr = Awr::new();
+    let pid_file = awr.dir.path().join("pids");
+    let mut reaper = Reaper {
+        child: None,
+        pids: pid_file.clone(),
+    };
+    let file = awr.write("flow.yaml", flow);
+    let child = awr
+        .command(&["run", file.to_str().unwrap()])
+        .env("CRASH_PIDS", &pid_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = reaper.child.insert(child);
+    assert!(
+        poll(|| pids(&pid_file).len() == 2),
+        "the node's processes never started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reaper.child = None;
+    let started = pids(&pid_file);
+    assert!(
+        started.iter().all(|p| !gone(p)),
+        "alive after awr died: {started:?}"
+    );
+
+    let run = only_run(&awr).unwrap();
+    let dir = awr.run_dir(&run);
+    let log = std::fs::read_to_string(dir.join("events.ndjson")).unwrap();
+    let kept: String = log
+        .split_inclusive('\n')
+        .take_while(|l| !l.contains(r#""type":"process:started""#))
+        .collect();
+    std::fs::write(dir.join("events.ndjson"), &kept).unwrap();
+    let _ = std::fs::remove_file(dir.join("events.idx"));
+    let _ = std::fs::remove_file(dir.join("snapshot.json"));
+
+    let resumed = awr_within(&awr, &pid_file, &["resume", &run]).unwrap();
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    for pid in &started {
+        crate::cancel::wait_for(10, &format!("process {pid} of the dead run to end"), || {
+            gone(pid)
+        });
+    }
+}
+
+#[test]
+fn a_resume_kills_the_command_processes_of_the_dead_writer() {
+    resume_kills_unrecorded(&format!(
+        "name: hang\nnodes:\n  - id: build\n    command: |\n{}\n",
+        HANGS_ONCE
+            .replace("ANSWER", "echo built")
+            .lines()
+            .map(|l| format!("      {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    ));
+}
+
+#[test]
+fn a_resume_kills_the_agent_processes_of_the_dead_writer_it_never_recorded() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = tempfile::tempdir().unwrap();
+    let exe = scratch.path().join("fake-claude");
+    let result = r#"echo '{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"usage":{"input_tokens":1,"output_tokens":1}}'"#;
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\n{}\n", HANGS_ONCE.replace("ANSWER", result)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    resume_kills_unrecorded(&format!(
+        "name: hang\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
+        exe.display()
+    ));
 }

@@ -184,6 +184,7 @@ impl Driver {
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
+            driver.kill_run_leftovers();
             if let Some(stop) = driver.route_unrouted().await? {
                 return driver.stop(stop).await;
             }

@@ -175,6 +175,25 @@ impl Driver {
         Ok(None)
     }
 
+    /// Kills every process the run's previous writer started that still
+    /// lives, recorded or not (it may have died between starting one and
+    /// recording it). Only a run with node runs in flight can have any.
+    pub(super) fn kill_run_leftovers(&self) {
+        let state = self.state();
+        let Some(processes) = self
+            .ports
+            .processes
+            .as_ref()
+            .filter(|_| !state.node_runs.is_empty())
+        else {
+            return;
+        };
+        let found = processes.kill_run(state.run_id);
+        if found > 0 {
+            tracing::info!(found, run = %state.run_id, "killed processes the run's previous writer left");
+        }
+    }
+
     /// Kills the process groups node run `run` started that may outlive a
     /// writer that died: their pid and start time are on record.
     pub(super) fn kill_leftovers(&self, run: NodeRunId) {
@@ -214,6 +233,7 @@ impl Driver {
         let in_flight: Vec<NodeRunId> = self.state().node_runs.keys().copied().collect();
         match verdict {
             Ok(RuntimeCommand::Cancel { reason }) => {
+                self.kill_run_leftovers();
                 for run in in_flight {
                     self.kill_leftovers(run);
                 }
@@ -221,6 +241,7 @@ impl Driver {
                 self.stop(Stop::Cancelled(reason)).await?;
             }
             Ok(RuntimeCommand::Pause) => {
+                self.kill_run_leftovers();
                 for run in in_flight {
                     self.kill_leftovers(run);
                 }
