@@ -12,7 +12,7 @@
 //! log, not a delay), so it lands mid-run however fast the machine is.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Mutex;
@@ -131,13 +131,10 @@ impl LineCounter {
             self.file = File::open(&self.path).ok();
         }
         if let Some(file) = &mut self.file {
+            // The log only grows: what was read stays counted.
             let mut buf = Vec::new();
-            if file.read_to_end(&mut buf).is_ok() {
-                self.lines += buf.iter().filter(|b| **b == b'\n').count();
-            } else {
-                let _ = file.seek(SeekFrom::Start(0));
-                self.lines = 0;
-            }
+            let _ = file.read_to_end(&mut buf);
+            self.lines += buf.iter().filter(|b| **b == b'\n').count();
         }
         self.lines
     }
@@ -345,14 +342,31 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     check_snapshot(&awr, &run, &before_log, false)
         .map_err(|e| format!("the state at the kill: {e}"))?;
 
+    let at_kill = before_log.len();
+    let ending = after_kill(flow, &awr, &pid_file, &run, &before, &before_log, exited)
+        .map_err(|e| format!("(the log held {at_kill} lines at the kill) {e}"))?;
+    Ok(Seen { ending, torn })
+}
+
+/// Checks (2) to (6) of a trial, from the log `before` the dead writer left.
+fn after_kill(
+    flow: &Flow,
+    awr: &Awr,
+    pid_file: &Path,
+    run: &str,
+    before: &str,
+    before_log: &[RuntimeEvent],
+    exited: bool,
+) -> Result<Ending, String> {
+    let log_path = awr.run_dir(run).join("events.ndjson");
     // (2) Shown interrupted, unless it had completed.
-    let shown = awr_within(&awr, &pid_file, &["show", &run, "--json"])?;
+    let shown = awr_within(awr, pid_file, &["show", run, "--json"])?;
     let status: Value = serde_json::from_str(&shown.stdout)
         .map_err(|e| format!("`awr show --json` ({e}): {}{}", shown.stdout, shown.stderr))?;
     let ending = match status["status"].as_str() {
         Some("interrupted") => {
             // (3) The resume completes it.
-            let resumed = awr_within(&awr, &pid_file, &["resume", &run])?;
+            let resumed = awr_within(awr, pid_file, &["resume", run])?;
             if resumed.code != 0 {
                 return Err(format!(
                     "`awr resume` exited {}: {}",
@@ -369,12 +383,12 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
 
     // (1) Nothing acknowledged lost: the log goes on from what was there.
     let after = std::fs::read_to_string(&log_path).map_err(|e| format!("the log: {e}"))?;
-    if !after.starts_with(&before) {
+    if !after.starts_with(before) {
         return Err("the log after the resume does not begin with the log at the kill".into());
     }
     let log = parse(&after).map_err(|e| format!("the log after the resume: {e}"))?;
     // (4) fold(log) = snapshot.
-    check_snapshot(&awr, &run, &log, ending == Ending::Resumed)?;
+    check_snapshot(awr, run, &log, ending == Ending::Resumed)?;
     let state = RunSnapshot::fold(&log).ok_or("the log folds to nothing")?;
     if state.status.as_str() != "completed" {
         return Err(format!("the run ended {:?}", state.status));
@@ -389,7 +403,7 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     }
     // (6) No process of the dead run (nor of the resume) survives.
     let mut survivors = Vec::new();
-    for pid in pids(&pid_file) {
+    for pid in pids(pid_file) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !gone(&pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -401,7 +415,7 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     if !survivors.is_empty() {
         return Err(format!("processes survived: {survivors:?}"));
     }
-    Ok(Seen { ending, torn })
+    Ok(ending)
 }
 
 /// Runs `flow` uninterrupted: its log's length and its outputs.
