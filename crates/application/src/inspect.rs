@@ -433,6 +433,7 @@ mod tests {
                 workflow: Default::default(),
                 input: serde_json::Value::Null,
                 parent_run_id: None,
+                source: None,
                 nodes: vec![],
                 edges: vec![],
             },
