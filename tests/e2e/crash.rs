@@ -86,7 +86,7 @@ struct Flow {
     expected: Value,
 }
 
-/// The run's output and each node's output data.
+/// How the run ended, its output and each node's output data.
 fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
     let output = match log.last().map(|e| &e.kind) {
         Some(EventKind::FlowCompleted { output, .. }) => output.clone(),
@@ -97,7 +97,12 @@ fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
         .iter()
         .map(|(node, out)| (node.to_string(), out["data"].clone()))
         .collect();
-    json!({ "output": output, "nodes": nodes })
+    json!({
+        "status": state.status.as_str(),
+        "failure": state.failure.as_ref().map(|f| json!({"node": f.node, "error": f.error})),
+        "output": output,
+        "nodes": nodes,
+    })
 }
 
 /// Parses every line of a log, checking its offsets run 1..n.
@@ -633,7 +638,12 @@ fn resume_prefix(flow: &Flow, run: &str, full: &str, k: usize) -> Result<(), Str
     let prefix: String = full.split_inclusive('\n').take(k).collect();
     std::fs::write(dir.join("events.ndjson"), &prefix).map_err(|e| e.to_string())?;
     let resumed = awr_within(&awr, &pid_file, &["resume", run])?;
-    if resumed.code != 0 {
+    let code = if flow.expected["status"] == "failed" {
+        1
+    } else {
+        0
+    };
+    if resumed.code != code {
         return Err(format!(
             "`awr resume` exited {}: {}",
             resumed.code, resumed.stderr
@@ -669,6 +679,14 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
         .into_iter()
         .filter(|(name, _)| ["judge-refine", "fan-out", "commands"].contains(name))
         .collect();
+    // A node failure that stops the run stops it after a resume too.
+    let fails = scratch.path().join("fails.yaml");
+    std::fs::write(
+        &fails,
+        "name: fails\nnodes:\n  - {id: build, command: 'exit 3'}\n  - {id: ship, command: 'echo shipped'}\nedges:\n  - {from: build, to: ship}\n",
+    )
+    .unwrap();
+    flows.push(("fails", fails));
     // A failure the run goes on past is routed like a success.
     flows.push((
         "build-and-test",
@@ -682,7 +700,8 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
                 let awr = Awr::new();
                 let pid_file = awr.dir.path().join("pids");
                 let out = awr_within(&awr, &pid_file, &["run", file.to_str().unwrap()]).unwrap();
-                assert_eq!(out.code, 0, "{name}: {}", out.stderr);
+                let code = if name == "fails" { 1 } else { 0 };
+                assert_eq!(out.code, code, "{name}: {}", out.stderr);
                 let run = only_run(&awr).unwrap();
                 let full =
                     std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson")).unwrap();

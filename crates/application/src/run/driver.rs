@@ -185,7 +185,7 @@ impl Driver {
                 message: Some(message.clone()),
             };
             driver.kill_run_leftovers();
-            if let Some(stop) = driver.route_unrouted().await? {
+            if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
             driver.rec.emit(RUN_LEVEL, resumed).await?;
