@@ -12,7 +12,7 @@
 //! log, not a delay), so it lands mid-run however fast the machine is.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Mutex;
@@ -86,7 +86,7 @@ struct Flow {
     expected: Value,
 }
 
-/// The run's output and each node's output data.
+/// How the run ended, its output and each node's output data.
 fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
     let output = match log.last().map(|e| &e.kind) {
         Some(EventKind::FlowCompleted { output, .. }) => output.clone(),
@@ -97,7 +97,12 @@ fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
         .iter()
         .map(|(node, out)| (node.to_string(), out["data"].clone()))
         .collect();
-    json!({ "output": output, "nodes": nodes })
+    json!({
+        "status": state.status.as_str(),
+        "failure": state.failure.as_ref().map(|f| json!({"node": f.node, "error": f.error})),
+        "output": output,
+        "nodes": nodes,
+    })
 }
 
 /// Parses every line of a log, checking its offsets run 1..n.
@@ -131,13 +136,10 @@ impl LineCounter {
             self.file = File::open(&self.path).ok();
         }
         if let Some(file) = &mut self.file {
+            // The log only grows: what was read stays counted.
             let mut buf = Vec::new();
-            if file.read_to_end(&mut buf).is_ok() {
-                self.lines += buf.iter().filter(|b| **b == b'\n').count();
-            } else {
-                let _ = file.seek(SeekFrom::Start(0));
-                self.lines = 0;
-            }
+            let _ = file.read_to_end(&mut buf);
+            self.lines += buf.iter().filter(|b| **b == b'\n').count();
         }
         self.lines
     }
@@ -168,9 +170,8 @@ impl Drop for Reaper {
 fn pids(file: &Path) -> Vec<String> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
-        .lines()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
+        .split_whitespace()
+        .map(str::to_owned)
         .collect()
 }
 
@@ -346,14 +347,31 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     check_snapshot(&awr, &run, &before_log, false)
         .map_err(|e| format!("the state at the kill: {e}"))?;
 
+    let at_kill = before_log.len();
+    let ending = after_kill(flow, &awr, &pid_file, &run, &before, &before_log, exited)
+        .map_err(|e| format!("(the log held {at_kill} lines at the kill) {e}"))?;
+    Ok(Seen { ending, torn })
+}
+
+/// Checks (2) to (6) of a trial, from the log `before` the dead writer left.
+fn after_kill(
+    flow: &Flow,
+    awr: &Awr,
+    pid_file: &Path,
+    run: &str,
+    before: &str,
+    before_log: &[RuntimeEvent],
+    exited: bool,
+) -> Result<Ending, String> {
+    let log_path = awr.run_dir(run).join("events.ndjson");
     // (2) Shown interrupted, unless it had completed.
-    let shown = awr_within(&awr, &pid_file, &["show", &run, "--json"])?;
+    let shown = awr_within(awr, pid_file, &["show", run, "--json"])?;
     let status: Value = serde_json::from_str(&shown.stdout)
         .map_err(|e| format!("`awr show --json` ({e}): {}{}", shown.stdout, shown.stderr))?;
     let ending = match status["status"].as_str() {
         Some("interrupted") => {
             // (3) The resume completes it.
-            let resumed = awr_within(&awr, &pid_file, &["resume", &run])?;
+            let resumed = awr_within(awr, pid_file, &["resume", run])?;
             if resumed.code != 0 {
                 return Err(format!(
                     "`awr resume` exited {}: {}",
@@ -370,12 +388,12 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
 
     // (1) Nothing acknowledged lost: the log goes on from what was there.
     let after = std::fs::read_to_string(&log_path).map_err(|e| format!("the log: {e}"))?;
-    if !after.starts_with(&before) {
+    if !after.starts_with(before) {
         return Err("the log after the resume does not begin with the log at the kill".into());
     }
     let log = parse(&after).map_err(|e| format!("the log after the resume: {e}"))?;
     // (4) fold(log) = snapshot.
-    check_snapshot(&awr, &run, &log, ending == Ending::Resumed)?;
+    check_snapshot(awr, run, &log, ending == Ending::Resumed)?;
     let state = RunSnapshot::fold(&log).ok_or("the log folds to nothing")?;
     if state.status.as_str() != "completed" {
         return Err(format!("the run ended {:?}", state.status));
@@ -390,7 +408,7 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     }
     // (6) No process of the dead run (nor of the resume) survives.
     let mut survivors = Vec::new();
-    for pid in pids(&pid_file) {
+    for pid in pids(pid_file) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !gone(&pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -402,7 +420,7 @@ fn trial(flow: &Flow, kill_at: usize) -> Result<Seen, String> {
     if !survivors.is_empty() {
         return Err(format!("processes survived: {survivors:?}"));
     }
-    Ok(Seen { ending, torn })
+    Ok(ending)
 }
 
 /// Runs `flow` uninterrupted: its log's length and its outputs.
@@ -630,7 +648,12 @@ fn resume_prefix(flow: &Flow, run: &str, full: &str, k: usize) -> Result<(), Str
     let prefix: String = full.split_inclusive('\n').take(k).collect();
     std::fs::write(dir.join("events.ndjson"), &prefix).map_err(|e| e.to_string())?;
     let resumed = awr_within(&awr, &pid_file, &["resume", run])?;
-    if resumed.code != 0 {
+    let code = if flow.expected["status"] == "failed" {
+        1
+    } else {
+        0
+    };
+    if resumed.code != code {
         return Err(format!(
             "`awr resume` exited {}: {}",
             resumed.code, resumed.stderr
@@ -666,6 +689,14 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
         .into_iter()
         .filter(|(name, _)| ["judge-refine", "fan-out", "commands"].contains(name))
         .collect();
+    // A node failure that stops the run stops it after a resume too.
+    let fails = scratch.path().join("fails.yaml");
+    std::fs::write(
+        &fails,
+        "name: fails\nnodes:\n  - {id: build, command: 'exit 3'}\n  - {id: ship, command: 'echo shipped'}\nedges:\n  - {from: build, to: ship}\n",
+    )
+    .unwrap();
+    flows.push(("fails", fails));
     // A failure the run goes on past is routed like a success.
     flows.push((
         "build-and-test",
@@ -679,7 +710,8 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
                 let awr = Awr::new();
                 let pid_file = awr.dir.path().join("pids");
                 let out = awr_within(&awr, &pid_file, &["run", file.to_str().unwrap()]).unwrap();
-                assert_eq!(out.code, 0, "{name}: {}", out.stderr);
+                let code = if name == "fails" { 1 } else { 0 };
+                assert_eq!(out.code, code, "{name}: {}", out.stderr);
                 let run = only_run(&awr).unwrap();
                 let full =
                     std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson")).unwrap();
@@ -706,4 +738,99 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
     });
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A node's process that lives on after its writer is killed: the first
+/// time it starts a background child and waits; when it runs again (the
+/// resume) it finishes. `$CRASH_PIDS` gets the pids of the first time.
+const HANGS_ONCE: &str = r#"if [ -e "$CRASH_PIDS.again" ]; then
+  ANSWER
+else
+  touch "$CRASH_PIDS.again"
+  sleep 300 >/dev/null 2>&1 &
+  echo $$ $! >> "$CRASH_PIDS"
+  wait
+fi"#;
+
+/// Kills `awr run FLOW` once its node's processes are up, cuts the log
+/// before its first `process:started` (what a kill between starting a
+/// process and recording it leaves), resumes: the processes must be gone.
+fn resume_kills_unrecorded(flow: &str) {
+    let awr = Awr::new();
+    let pid_file = awr.dir.path().join("pids");
+    let mut reaper = Reaper {
+        child: None,
+        pids: pid_file.clone(),
+    };
+    let file = awr.write("flow.yaml", flow);
+    let child = awr
+        .command(&["run", file.to_str().unwrap()])
+        .env("CRASH_PIDS", &pid_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = reaper.child.insert(child);
+    assert!(
+        poll(|| pids(&pid_file).len() == 2),
+        "the node's processes never started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reaper.child = None;
+    let started = pids(&pid_file);
+    assert!(
+        started.iter().all(|p| !gone(p)),
+        "alive after awr died: {started:?}"
+    );
+
+    let run = only_run(&awr).unwrap();
+    let dir = awr.run_dir(&run);
+    let log = std::fs::read_to_string(dir.join("events.ndjson")).unwrap();
+    let kept: String = log
+        .split_inclusive('\n')
+        .take_while(|l| !l.contains(r#""type":"process:started""#))
+        .collect();
+    std::fs::write(dir.join("events.ndjson"), &kept).unwrap();
+    let _ = std::fs::remove_file(dir.join("events.idx"));
+    let _ = std::fs::remove_file(dir.join("snapshot.json"));
+
+    let resumed = awr_within(&awr, &pid_file, &["resume", &run]).unwrap();
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    for pid in &started {
+        crate::cancel::wait_for(10, &format!("process {pid} of the dead run to end"), || {
+            gone(pid)
+        });
+    }
+}
+
+#[test]
+fn a_resume_kills_the_command_processes_of_the_dead_writer() {
+    resume_kills_unrecorded(&format!(
+        "name: hang\nnodes:\n  - id: build\n    command: |\n{}\n",
+        HANGS_ONCE
+            .replace("ANSWER", "echo built")
+            .lines()
+            .map(|l| format!("      {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    ));
+}
+
+#[test]
+fn a_resume_kills_the_agent_processes_of_the_dead_writer_it_never_recorded() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = tempfile::tempdir().unwrap();
+    let exe = scratch.path().join("fake-claude");
+    let result = r#"echo '{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"usage":{"input_tokens":1,"output_tokens":1}}'"#;
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\n{}\n", HANGS_ONCE.replace("ANSWER", result)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    resume_kills_unrecorded(&format!(
+        "name: hang\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
+        exe.display()
+    ));
 }

@@ -24,7 +24,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
-use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, spawn};
+use super::group::{GroupId, ProcessGroup, RUN_VAR, Sandbox, Spawned, spawn};
 use crate::normalize::{Decoder, StreamDecoder};
 
 /// Bytes of stderr kept for error messages; older output is dropped.
@@ -67,7 +67,11 @@ impl CliCommand {
                 .unwrap_or_else(|| default_program.to_owned())
                 .into(),
             args,
-            env: agent.env.clone(),
+            env: {
+                let mut env = agent.env.clone();
+                env.insert(RUN_VAR.to_owned(), request.run_id.to_string());
+                env
+            },
             keys: KeyNames::default(),
             needed_keys: needed_by(agent),
             cwd: agent.workdir.as_ref().map(PathBuf::from),

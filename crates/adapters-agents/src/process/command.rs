@@ -15,7 +15,7 @@ use application::ports::{CommandError, CommandOutcome, CommandRequest, CommandRu
 use application::secrets::KeyNames;
 use async_trait::async_trait;
 
-use super::group::Sandbox;
+use super::group::{RUN_VAR, Sandbox};
 use super::script::{Script, run_script};
 
 /// Bytes kept of stdout and of stderr each (their first bytes): enough for a
@@ -105,7 +105,11 @@ impl CommandRunner for ShellCommandRunner {
             keys: self.keys.clone(),
             keep: Vec::new(),
             hidden: Vec::new(),
-            env: request.env.clone(),
+            env: {
+                let mut env = request.env.clone();
+                env.insert(RUN_VAR.to_owned(), request.run_id.to_string());
+                env
+            },
         };
         let outcome = run_script(Script {
             text: &request.script,

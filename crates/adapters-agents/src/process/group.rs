@@ -102,6 +102,48 @@ pub fn kill_leftover(pid: u32, start_time: u64) -> bool {
     }
 }
 
+/// The variable naming the run in the environment of every process awr
+/// starts for it (inherited by what those start in turn), so that a later
+/// awr process finds them even when their start never reached the log.
+pub const RUN_VAR: &str = "AWR_RUN_ID";
+
+/// Kills every process whose environment says `RUN_VAR=run_id`, and its
+/// process group, save this process and its own group; how many were
+/// found. Reads `/proc`: elsewhere it finds nothing.
+pub fn kill_run(run_id: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let tag = format!("{RUN_VAR}={run_id}");
+    let (me, my_group) = (rustix::process::getpid(), rustix::process::getpgrp());
+    let mut found = 0;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        // Gone meanwhile, or not ours to read: not one of the run's.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if pid == me || !environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
+            continue;
+        }
+        found += 1;
+        if let Ok(group) = rustix::process::getpgid(Some(pid))
+            && group != my_group
+        {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+        let _ = rustix::process::kill_process(pid, Signal::KILL);
+    }
+    found
+}
+
 /// The [`Processes`] port on this machine's processes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OsProcesses;
@@ -109,6 +151,10 @@ pub struct OsProcesses;
 impl Processes for OsProcesses {
     fn kill_group(&self, pid: u32, start_time: u64) -> bool {
         kill_leftover(pid, start_time)
+    }
+
+    fn kill_run(&self, run_id: domain::RunId) -> usize {
+        kill_run(&run_id.to_string())
     }
 }
 
@@ -245,6 +291,43 @@ mod tests {
             crate::process::testing::ends_within(child, std::time::Duration::from_secs(10)).await,
             "the group's background child survived"
         );
+    }
+
+    #[tokio::test]
+    async fn the_processes_of_a_run_are_found_by_its_tag_and_killed_with_their_groups() {
+        use crate::process::testing::{ends_within, gone, pid_in};
+        let dir = tempfile::tempdir().unwrap();
+        let limit = std::time::Duration::from_secs(10);
+        let start = |run: &str, file: &str| {
+            let mut command = Command::new("sh");
+            let path = dir.path().join(file);
+            let script = format!("sleep 300 & echo $! > '{}'; wait", path.display());
+            command.args(["-c", &script]);
+            let sandbox = Sandbox {
+                env: BTreeMap::from([(RUN_VAR.to_owned(), run.to_owned())]),
+                ..Sandbox::default()
+            };
+            (spawn(command, &sandbox).unwrap(), path)
+        };
+        let (ours, ours_child) = start("run-a", "a.pid");
+        let (theirs, theirs_child) = start("run-b", "b.pid");
+        let ours_child = pid_in(&ours_child, limit).await.unwrap();
+        let theirs_child = pid_in(&theirs_child, limit).await.unwrap();
+        // The first one found takes its group along: the rest may be gone
+        // by the time the scan reaches them.
+        assert!(kill_run("run-a") >= 1);
+        assert!(
+            ends_within(ours_child, limit).await,
+            "the run's child survived"
+        );
+        let Spawned {
+            child: mut process, ..
+        } = ours;
+        assert!(!process.wait().await.unwrap().success());
+        assert!(!gone(theirs_child), "another run's process was killed");
+        assert_eq!(kill_run("run-c"), 0);
+        drop(theirs);
+        assert!(ends_within(theirs_child, limit).await);
     }
 
     #[tokio::test]

@@ -1,6 +1,8 @@
 //! [`Processes`]: what a run needs of the operating system's processes
 //! beyond starting them (the providers and the command runner do that).
 
+use domain::RunId;
+
 /// Finds and ends the process groups a dead writer left behind.
 #[cfg_attr(test, mockall::automock)]
 pub trait Processes: Send + Sync + 'static {
@@ -10,4 +12,10 @@ pub trait Processes: Send + Sync + 'static {
     /// to a new process while a group of that id lives). Whether a group
     /// was signalled.
     fn kill_group(&self, pid: u32, start_time: u64) -> bool;
+
+    /// Kills every process started for run `run_id` that still lives, with
+    /// its group, whether or not its start reached the log (a writer can
+    /// die between starting a process and recording it). How many were
+    /// found.
+    fn kill_run(&self, run_id: RunId) -> usize;
 }

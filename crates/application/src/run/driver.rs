@@ -184,7 +184,8 @@ impl Driver {
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
-            if let Some(stop) = driver.route_unrouted().await? {
+            driver.kill_run_leftovers();
+            if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
             driver.rec.emit(RUN_LEVEL, resumed).await?;

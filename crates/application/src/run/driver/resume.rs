@@ -24,18 +24,41 @@ use crate::run::{ExecutorError, commands, routing};
 const BATCH: usize = 1024;
 
 impl Driver {
-    /// Finishes the routing the previous writer died in: it records a
-    /// node's end, then that node's edge events one by one, so a kill in
-    /// between leaves the end of the log as that end and some of its edge
-    /// events. The routing is computed again (from outputs and counters,
-    /// which those edge events do not change, so it is the one that was
-    /// under way) and the edge events not on record are recorded. A loop
-    /// edge that fired sends its source back to pending, and a node failure
-    /// that stops the run is not routed: neither is taken up here.
-    pub(super) async fn route_unrouted(&mut self) -> Result<Option<Stop>, ExecutorError> {
-        let Some((node, recorded)) = self.routing_under_way().await? else {
-            return Ok(None);
-        };
+    /// Finishes the step the previous writer died in, read off the end of
+    /// its log. A node's end is recorded, then at once either that node's
+    /// edge events one by one, or (a failure that stops the run) the end of
+    /// every other node run in flight and `flow:failed`; a kill in between
+    /// leaves the end of the log as that end and some of what follows it.
+    ///
+    /// Routing is computed again (from outputs and counters, which edge
+    /// events do not change, so it is the one that was under way) and the
+    /// edge events not on record are recorded; a failure that was stopping
+    /// the run stops it. A loop edge that fired sends its source back to
+    /// pending: then there is nothing left to do.
+    pub(super) async fn finish_last_step(&mut self) -> Result<Option<Stop>, ExecutorError> {
+        match self.last_step().await? {
+            Some(LastStep::Routing { node, recorded }) => self.route_rest(node, &recorded).await,
+            Some(LastStep::Failing { node, error }) => {
+                let error = match routing::node_status(self.state(), &node) {
+                    NodeStatus::Failed => format!("node `{node}` failed: {error}"),
+                    // A node's items fail without failing the node first.
+                    _ => format!("node `{node}` failed on an item: {error}"),
+                };
+                Ok(Some(Stop::Failed {
+                    node: Some(node),
+                    error,
+                }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Records the edge events of `node`'s routing that are not `recorded`.
+    async fn route_rest(
+        &mut self,
+        node: NodeId,
+        recorded: &[String],
+    ) -> Result<Option<Stop>, ExecutorError> {
         let ended = match routing::node_status(self.state(), &node) {
             NodeStatus::Done => true,
             NodeStatus::Failed => self
@@ -78,9 +101,8 @@ impl Driver {
         Ok(None)
     }
 
-    /// The node whose end is the last thing in the log but its edge events
-    /// (and snapshot marks), with the edges those events decided.
-    async fn routing_under_way(&self) -> Result<Option<(NodeId, Vec<String>)>, ExecutorError> {
+    /// The step the end of the log shows under way, if any.
+    async fn last_step(&self) -> Result<Option<LastStep>, ExecutorError> {
         let run_id = self.state().run_id;
         let last = self.state().last_offset;
         let mut back = 16u64;
@@ -91,22 +113,8 @@ impl Driver {
                 .store
                 .read(run_id, after, usize::try_from(back).unwrap_or(usize::MAX))
                 .await?;
-            let mut recorded = Vec::new();
-            for event in tail.iter().rev() {
-                match &event.kind {
-                    EventKind::EdgeFired { edge_id, .. }
-                    | EventKind::EdgeSkipped { edge_id, .. } => {
-                        recorded.push(edge_id.clone());
-                    }
-                    EventKind::StateSaved { .. } => {}
-                    EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
-                        return Ok(event.node_id.clone().map(|node| (node, recorded)));
-                    }
-                    _ => return Ok(None),
-                }
-            }
-            if after == 0 {
-                return Ok(None);
+            if let Some(step) = LastStep::of(&tail, after == 0) {
+                return Ok(step);
             }
             back = back.saturating_mul(4);
         }
@@ -175,6 +183,25 @@ impl Driver {
         Ok(None)
     }
 
+    /// Kills every process the run's previous writer started that still
+    /// lives, recorded or not (it may have died between starting one and
+    /// recording it). Only a run with node runs in flight can have any.
+    pub(super) fn kill_run_leftovers(&self) {
+        let state = self.state();
+        let Some(processes) = self
+            .ports
+            .processes
+            .as_ref()
+            .filter(|_| !state.node_runs.is_empty())
+        else {
+            return;
+        };
+        let found = processes.kill_run(state.run_id);
+        if found > 0 {
+            tracing::info!(found, run = %state.run_id, "killed processes the run's previous writer left");
+        }
+    }
+
     /// Kills the process groups node run `run` started that may outlive a
     /// writer that died: their pid and start time are on record.
     pub(super) fn kill_leftovers(&self, run: NodeRunId) {
@@ -214,6 +241,7 @@ impl Driver {
         let in_flight: Vec<NodeRunId> = self.state().node_runs.keys().copied().collect();
         match verdict {
             Ok(RuntimeCommand::Cancel { reason }) => {
+                self.kill_run_leftovers();
                 for run in in_flight {
                     self.kill_leftovers(run);
                 }
@@ -221,6 +249,7 @@ impl Driver {
                 self.stop(Stop::Cancelled(reason)).await?;
             }
             Ok(RuntimeCommand::Pause) => {
+                self.kill_run_leftovers();
                 for run in in_flight {
                     self.kill_leftovers(run);
                 }
@@ -295,5 +324,134 @@ impl Driver {
             }
             events.extend(batch);
         }
+    }
+}
+
+/// What a writer was in the middle of when it died (see
+/// [`Driver::finish_last_step`]).
+enum LastStep {
+    /// Routing `node`'s end; the edges `recorded` are on record.
+    Routing { node: NodeId, recorded: Vec<String> },
+    /// Stopping the run for `node`'s failure `error`.
+    Failing { node: NodeId, error: String },
+}
+
+impl LastStep {
+    /// Read off `tail`, the last events of a log (`whole`: all of it);
+    /// `None` when the answer lies further back.
+    fn of(tail: &[RuntimeEvent], whole: bool) -> Option<Option<Self>> {
+        let mut recorded = Vec::new();
+        // The stopping failures at the end, latest first: the first of them
+        // is the cause, the others the node runs it cancelled.
+        let mut failing: Option<&RuntimeEvent> = None;
+        for event in tail.iter().rev() {
+            match &event.kind {
+                EventKind::NodeFailed {
+                    continued: false, ..
+                } if recorded.is_empty() => failing = Some(event),
+                _ if failing.is_some() => return Some(Self::failing(failing)),
+                EventKind::EdgeFired { edge_id, .. } | EventKind::EdgeSkipped { edge_id, .. } => {
+                    recorded.push(edge_id.clone());
+                }
+                EventKind::StateSaved { .. } => {}
+                EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
+                    let node = event.node_id.clone()?;
+                    return Some(Some(Self::Routing { node, recorded }));
+                }
+                _ => return Some(None),
+            }
+        }
+        if !whole {
+            return None;
+        }
+        Some(Self::failing(failing))
+    }
+
+    /// The failure `cause` was stopping the run with, unless it is one the
+    /// stop itself wrote (a cancelled node run), whose cause is not on record.
+    fn failing(cause: Option<&RuntimeEvent>) -> Option<Self> {
+        let cause = cause?;
+        let EventKind::NodeFailed { error, .. } = &cause.kind else {
+            return None;
+        };
+        if error.starts_with("cancelled") {
+            return None;
+        }
+        Some(Self::Failing {
+            node: cause.node_id.clone()?,
+            error: error.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "7f8c2b1e-3d4a-4b5c-9d6e-1f2a3b4c5d6e";
+
+    /// Events from `(node, body)` pairs, offsets 1.., each `body` the
+    /// event's type and fields as JSON.
+    fn log(events: &[(&str, &str)]) -> Vec<RuntimeEvent> {
+        events
+            .iter()
+            .enumerate()
+            .map(|(i, (node, body))| {
+                let line = format!(
+                    r#"{{"id":"00000000-0000-4000-8000-00000000000{}","offset":{},"timestamp":"2026-01-01T00:00:00Z","runId":"{RUN}","nodeId":"{node}",{body}}}"#,
+                    i,
+                    i + 1
+                );
+                serde_json::from_str(&line).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_end_followed_by_some_of_its_edges_is_a_routing_under_way() {
+        let tail = log(&[
+            ("a", r#""type":"node:completed","output":{"data":1}"#),
+            (
+                "a",
+                r#""type":"edge:fired","edgeId":"a->b","from":"a","to":"b""#,
+            ),
+        ]);
+        match LastStep::of(&tail, true) {
+            Some(Some(LastStep::Routing { node, recorded })) => {
+                assert_eq!(node.as_str(), "a");
+                assert_eq!(recorded, ["a->b"]);
+            }
+            _ => panic!("not a routing under way"),
+        }
+    }
+
+    #[test]
+    fn the_first_of_the_stopping_failures_at_the_end_is_the_cause() {
+        let tail = log(&[
+            ("a", r#""type":"node:started","input":null"#),
+            ("a", r#""type":"node:failed","error":"exit 3""#),
+            (
+                "b",
+                r#""type":"node:failed","error":"cancelled because the run failed: exit 3""#,
+            ),
+        ]);
+        match LastStep::of(&tail, false) {
+            Some(Some(LastStep::Failing { node, error })) => {
+                assert_eq!(node.as_str(), "a");
+                assert_eq!(error, "exit 3");
+            }
+            _ => panic!("not a failure under way"),
+        }
+        // All of the tail failures: the cause may lie further back.
+        assert!(LastStep::of(&tail[1..], false).is_none());
+    }
+
+    #[test]
+    fn a_stop_whose_cause_is_not_on_record_and_a_started_node_are_no_step() {
+        let cancelled = log(&[("a", r#""type":"node:failed","error":"cancelled: SIGINT""#)]);
+        assert!(matches!(LastStep::of(&cancelled, true), Some(None)));
+        let started = log(&[("a", r#""type":"node:started","input":null"#)]);
+        assert!(matches!(LastStep::of(&started, true), Some(None)));
     }
 }
