@@ -517,17 +517,7 @@ fn kill_9_at_random_points_then_resume_completes_with_nothing_lost_and_no_orphan
     let started = Instant::now();
 
     let scratch = tempfile::tempdir().unwrap();
-    // A CLI agent's process group is recorded (`process:started`) just after
-    // it starts, and a `command` step's not at all: a kill at the wrong
-    // moment leaves a group no resume can find yet. Until both are found
-    // another way, those workflows are left out of the random kills.
-    eprintln!(
-        "crash harness: the fake-cli and commands workflows are left out: their process groups are not all on record yet, so a kill can leave an orphan"
-    );
-    let flows: Vec<(&str, PathBuf)> = workflows(scratch.path())
-        .into_iter()
-        .filter(|(name, _)| *name != "fake-cli" && *name != "commands")
-        .collect();
+    let flows = workflows(scratch.path());
     let flows: Vec<Flow> = std::thread::scope(|s| {
         let handles: Vec<_> = flows
             .into_iter()
