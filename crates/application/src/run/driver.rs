@@ -16,24 +16,23 @@ use std::time::Duration;
 
 use domain::event::WorkflowRef;
 use domain::{
-    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeCommand, RuntimeEvent,
-    WorkflowDef,
+    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
+mod commands;
 mod resume;
 mod stop;
 
-use super::commands;
 use super::control::{self, Cancel, Exceeded};
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorder};
 use super::transcript::TranscriptWriter;
 use super::{ExecutorError, Ports, RunOutcome, RunRequest, routing};
-use crate::ports::{CommandReply, Delivery, Listener, RunLock};
+use crate::ports::{Listener, RunLock};
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
 /// that streams faster than the disk takes waits for the writer instead of
@@ -168,54 +167,6 @@ impl Driver {
         driver.settle_result(result).await
     }
 
-    /// Continues a run from its state (folded from its log): `flow:resumed`,
-    /// then every node run in flight goes on (see [`Self::go_on`]), then the loop.
-    pub async fn resume(
-        ports: Arc<Ports>,
-        lock: RunLock,
-        parent: Option<RunId>,
-        workflow: Arc<WorkflowDef>,
-        state: RunSnapshot,
-        message: String,
-        cancel: Cancel,
-    ) -> Result<RunOutcome, ExecutorError> {
-        let mut driver = Self::open(ports, lock, parent, workflow, state, cancel, true).await?;
-        let result = async {
-            let resumed = EventKind::FlowResumed {
-                message: Some(message.clone()),
-            };
-            driver.kill_run_leftovers();
-            if let Some(stop) = driver.finish_last_step().await? {
-                return driver.stop(stop).await;
-            }
-            driver.rec.emit(RUN_LEVEL, resumed).await?;
-            let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
-            for run in in_flight {
-                if let Some(stop) = driver.go_on(run, &message).await? {
-                    return driver.stop(stop).await;
-                }
-            }
-            driver.rec.checkpoint().await?;
-            driver.drive().await
-        }
-        .await;
-        driver.settle_result(result).await
-    }
-
-    /// Records a command to a run no process writes (see
-    /// [`Self::offline_command`]).
-    pub async fn record_command(
-        ports: Arc<Ports>,
-        lock: RunLock,
-        workflow: Arc<WorkflowDef>,
-        state: RunSnapshot,
-        raw: Value,
-    ) -> Result<CommandReply, ExecutorError> {
-        let cancel = Cancel::new();
-        let mut driver = Self::open(ports, lock, None, workflow, state, cancel, false).await?;
-        driver.offline_command(raw).await
-    }
-
     /// The runtime's own failure is recorded, as far as it can be.
     async fn settle_result(
         &mut self,
@@ -263,7 +214,7 @@ impl Driver {
                     Some(Stop::Cancelled(reason))
                 }
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
-                Some(delivery) = next_command(&mut self.listener) => self.command(delivery).await?,
+                Some(delivery) = commands::next(&mut self.listener) => self.command(delivery).await?,
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
                 // The budget check at the top of the loop sees the deadline.
                 () = deadline => None,
@@ -387,34 +338,6 @@ impl Driver {
         };
         let handle = self.tasks.spawn(task.run());
         self.running.insert(run, (handle.id(), cancel));
-    }
-
-    /// A command from outside: judged, recorded (accepted or not) and
-    /// made durable, answered, then carried out.
-    async fn command(&mut self, delivery: Delivery) -> Result<Option<Stop>, ExecutorError> {
-        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true);
-        let error = verdict.as_ref().err().cloned();
-        let received = EventKind::CommandReceived {
-            command: delivery.raw,
-            accepted: error.is_none(),
-            error: error.clone(),
-        };
-        let event = self.rec.emit(RUN_LEVEL, received).await?;
-        self.rec.checkpoint().await?;
-        let reply = CommandReply {
-            accepted: error.is_none(),
-            offset: event.offset.get(),
-            error,
-        };
-        // A sender that stopped waiting learns the outcome from the log.
-        let _ = delivery.reply.send(reply);
-        Ok(match verdict {
-            Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
-            Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
-                reason.unwrap_or_else(|| "cancelled by a command".to_owned()),
-            )),
-            _ => None,
-        })
     }
 
     /// One message of a node run.
@@ -639,12 +562,4 @@ impl Driver {
 enum Next {
     Complete(Value),
     Stop(Stop),
-}
-
-/// The next command for the run, if it takes commands at all.
-async fn next_command(listener: &mut Option<Listener>) -> Option<Delivery> {
-    match listener {
-        Some(listener) => listener.commands.recv().await,
-        None => std::future::pending().await,
-    }
 }

@@ -8,22 +8,77 @@
 //! with that result; anything else starts a new attempt of the same node
 //! run, redoing the provider call it had begun under the same call index.
 
+use std::sync::Arc;
+
 use domain::workflow::NodeKind;
-use domain::{EventKind, NodeId, NodeRunId, NodeStatus, RuntimeCommand, RuntimeEvent};
-use serde_json::json;
+use domain::{
+    EventKind, NodeId, NodeRunId, NodeStatus, RunId, RunSnapshot, RuntimeCommand, RuntimeEvent,
+    WorkflowDef,
+};
+use serde_json::{Value, json};
 
 use super::{Driver, Stop};
-use crate::ports::CommandReply;
+use crate::ports::{CommandReply, RunLock};
+use crate::run::control::Cancel;
 use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
 use crate::run::{ExecutorError, commands, routing};
+use crate::run::{Ports, RunOutcome};
 
 /// Events read per batch when rebuilding a conversation.
 const BATCH: usize = 1024;
 
 impl Driver {
+    /// Continues a run from its state (folded from its log): `flow:resumed`,
+    /// then every node run in flight goes on (see [`Self::go_on`]), then the loop.
+    pub(crate) async fn resume(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        parent: Option<RunId>,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        message: String,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let mut driver = Self::open(ports, lock, parent, workflow, state, cancel, true).await?;
+        let result = async {
+            let resumed = EventKind::FlowResumed {
+                message: Some(message.clone()),
+            };
+            driver.kill_run_leftovers();
+            if let Some(stop) = driver.finish_last_step().await? {
+                return driver.stop(stop).await;
+            }
+            driver.rec.emit(RUN_LEVEL, resumed).await?;
+            let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
+            for run in in_flight {
+                if let Some(stop) = driver.go_on(run, &message).await? {
+                    return driver.stop(stop).await;
+                }
+            }
+            driver.rec.checkpoint().await?;
+            driver.drive().await
+        }
+        .await;
+        driver.settle_result(result).await
+    }
+
+    /// Records a command to a run no process writes (see
+    /// [`Self::offline_command`]).
+    pub(crate) async fn record_command(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        raw: Value,
+    ) -> Result<CommandReply, ExecutorError> {
+        let cancel = Cancel::new();
+        let mut driver = Self::open(ports, lock, None, workflow, state, cancel, false).await?;
+        driver.offline_command(raw).await
+    }
+
     /// Finishes the step the previous writer died in, read off the end of
     /// its log. A node's end is recorded, then at once either that node's
     /// edge events one by one, or (a failure that stops the run) the end of

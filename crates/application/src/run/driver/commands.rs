@@ -1,0 +1,52 @@
+//! Commands that reach the live writer of a run (design §7): each is
+//! judged by [`crate::run::commands::judge`], recorded, made durable and
+//! answered before it takes effect.
+
+use domain::{EventKind, RuntimeCommand};
+
+use super::{Driver, Stop};
+use crate::ports::{CommandReply, Delivery, Listener};
+use crate::run::ExecutorError;
+use crate::run::commands;
+use crate::run::recorder::RUN_LEVEL;
+
+impl Driver {
+    /// A command from outside: judged, recorded (accepted or not) and
+    /// made durable, answered, then carried out.
+    pub(super) async fn command(
+        &mut self,
+        delivery: Delivery,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true);
+        let error = verdict.as_ref().err().cloned();
+        let received = EventKind::CommandReceived {
+            command: delivery.raw,
+            accepted: error.is_none(),
+            error: error.clone(),
+        };
+        let event = self.rec.emit(RUN_LEVEL, received).await?;
+        self.rec.checkpoint().await?;
+        let reply = CommandReply {
+            accepted: error.is_none(),
+            offset: event.offset.get(),
+            error,
+        };
+        // A sender that stopped waiting learns the outcome from the log.
+        let _ = delivery.reply.send(reply);
+        Ok(match verdict {
+            Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
+            Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
+                reason.unwrap_or_else(|| "cancelled by a command".to_owned()),
+            )),
+            _ => None,
+        })
+    }
+}
+
+/// The next command for the run, if it takes commands at all.
+pub(super) async fn next(listener: &mut Option<Listener>) -> Option<Delivery> {
+    match listener {
+        Some(listener) => listener.commands.recv().await,
+        None => std::future::pending().await,
+    }
+}
