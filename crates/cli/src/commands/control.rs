@@ -111,9 +111,8 @@ pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
             continue;
         }
         // A run whose lock is held has a live writer: not interrupted.
-        match store.lock(run_id).await {
-            Ok(lock) => drop(lock),
-            Err(_) => continue,
+        if store.has_writer(run_id).await.unwrap_or(true) {
+            continue;
         }
         interrupted.push((run_id, state.workflow.name.clone()));
     }
