@@ -106,7 +106,7 @@ fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
 }
 
 /// Parses every line of a log, checking its offsets run 1..n.
-fn parse(text: &str) -> Result<Vec<RuntimeEvent>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<RuntimeEvent>, String> {
     let mut events = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let event: RuntimeEvent = serde_json::from_str(line)
@@ -146,9 +146,9 @@ impl LineCounter {
 }
 
 /// Kills what a trial started if it ends early (a failed check).
-struct Reaper {
-    child: Option<Child>,
-    pids: PathBuf,
+pub(crate) struct Reaper {
+    pub(crate) child: Option<Child>,
+    pub(crate) pids: PathBuf,
 }
 
 impl Drop for Reaper {
@@ -189,7 +189,11 @@ fn poll(mut done: impl FnMut() -> bool) -> bool {
 }
 
 /// Runs `awr ARGS` with the trial's `$CRASH_PIDS`, to its end within [`LIMIT`].
-fn awr_within(awr: &Awr, pid_file: &Path, args: &[&str]) -> Result<crate::util::Output, String> {
+pub(crate) fn awr_within(
+    awr: &Awr,
+    pid_file: &Path,
+    args: &[&str],
+) -> Result<crate::util::Output, String> {
     let mut child = awr
         .command(args)
         .env("CRASH_PIDS", pid_file)
@@ -229,7 +233,7 @@ fn awr_within(awr: &Awr, pid_file: &Path, args: &[&str]) -> Result<crate::util::
 }
 
 /// The only run of a store.
-fn only_run(awr: &Awr) -> Result<String, String> {
+pub(crate) fn only_run(awr: &Awr) -> Result<String, String> {
     match awr.run_ids().as_slice() {
         [run] => Ok(run.clone()),
         other => Err(format!("expected one run, found {other:?}")),
@@ -239,7 +243,12 @@ fn only_run(awr: &Awr) -> Result<String, String> {
 /// `fold(log) = snapshot` where the saved snapshot reflects the whole log;
 /// a snapshot saved before the last events must be the fold up to its
 /// `lastOffset` (design §4.2: the tail is folded on top of it).
-fn check_snapshot(awr: &Awr, run: &str, log: &[RuntimeEvent], whole: bool) -> Result<(), String> {
+pub(crate) fn check_snapshot(
+    awr: &Awr,
+    run: &str,
+    log: &[RuntimeEvent],
+    whole: bool,
+) -> Result<(), String> {
     let id: RunId = run.parse().map_err(|e| format!("run id {run}: {e:?}"))?;
     let path = awr.run_dir(run).join("snapshot.json");
     let Ok(bytes) = std::fs::read(&path) else {

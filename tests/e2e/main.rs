@@ -22,6 +22,7 @@ mod records;
 mod resume_cli;
 mod resume_http;
 mod secrets;
+mod stopping;
 mod store_conformance;
 mod subflow;
 mod transcript_cli;

@@ -16,8 +16,10 @@
 
 mod agents;
 mod progress;
+mod stopping;
 
 pub use progress::{ForEachState, NodeRunState, ProcessRef, Spent};
+pub use stopping::Stopping;
 
 use std::collections::BTreeMap;
 
@@ -188,6 +190,10 @@ pub struct RunSnapshot {
     /// What each node's agents consumed, against the node's budget.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_spent: BTreeMap<NodeId, Spent>,
+    /// A stop decided and not yet ended (see [`Stopping`]): a writer that
+    /// continues the run finishes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<Stopping>,
     /// Fields this version does not know (a newer writer's), kept so they are
     /// shown and saved back unchanged.
     #[serde(flatten)]
@@ -222,6 +228,7 @@ impl RunSnapshot {
             previous_agent: None,
             spent: Spent::default(),
             node_spent: BTreeMap::new(),
+            stopping: None,
             extra: Map::new(),
         }
     }
@@ -251,6 +258,7 @@ impl RunSnapshot {
         self.last_offset = event.offset.get();
         self.updated_at = Some(event.timestamp);
         let node = event.node_id.as_ref();
+        self.apply_stopping(event);
         match &event.kind {
             EventKind::FlowStarted {
                 workflow,

@@ -83,7 +83,7 @@ impl Cancel {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Exceeded {
     /// `tokens`, `cost_usd`, `turns` or `deadline`.
-    pub budget: &'static str,
+    pub budget: String,
     /// The limit (milliseconds for a deadline).
     pub limit: f64,
     /// What was used (milliseconds for a deadline).
@@ -142,7 +142,7 @@ pub(crate) fn exceeded(
 ) -> Option<Exceeded> {
     if let Some((budget, limit, used)) = crossed(&wf.budget, &state.spent, state.started_at, now) {
         return Some(Exceeded {
-            budget,
+            budget: budget.to_owned(),
             limit,
             used,
             node: None,
@@ -155,7 +155,7 @@ pub(crate) fn exceeded(
             let spent = state.node_spent.get(&n.id)?;
             let (budget, limit, used) = crossed(&n.budget, spent, spent.since, now)?;
             Some(Exceeded {
-                budget,
+                budget: budget.to_owned(),
                 limit,
                 used,
                 node: Some(n.id.clone()),

@@ -211,7 +211,7 @@ impl Driver {
                 biased;
                 _ = self.cancel.cancelled() => {
                     let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
-                    Some(Stop::Cancelled(reason))
+                    Some(self.cancelled(reason).await?)
                 }
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
                 Some(delivery) = commands::next(&mut self.listener) => self.command(delivery).await?,

@@ -47,6 +47,14 @@ use crate::ports::{
     RunLock, RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
 };
 
+/// How a stopped run is continued.
+pub(crate) enum Continue {
+    /// Asked for (`awr resume`): the agents in flight are told the message.
+    Resume(String),
+    /// Found interrupted (`awr recover`): see [`Executor::recover`].
+    Recover,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
@@ -312,17 +320,42 @@ impl Executor {
         message: Option<String>,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
+        let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
+        self.continue_run(run_id, workflow, Continue::Resume(message), cancel)
+            .await
+    }
+
+    /// Continues a run whose writer died, as [`Self::resume`] does with the
+    /// default message, except that a pause the dead writer had begun is
+    /// finished (the run ends `paused`) rather than undone: nobody asked
+    /// for it to go on.
+    pub async fn recover(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.continue_run(run_id, workflow, Continue::Recover, cancel)
+            .await
+    }
+
+    async fn continue_run(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        how: Continue,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
         let state = crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await?;
         resumable(&state, &workflow)?;
-        let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
         driver::Driver::resume(
             Arc::clone(&self.ports),
             lock,
             None,
             workflow,
             state,
-            message,
+            how,
             cancel,
         )
         .await

@@ -81,16 +81,26 @@ pub async fn resume(
     given: Option<&Path>,
 ) -> Result<(), Failure> {
     let run_id = resolve_id(storage, run).await?;
+    go_on(storage, run_id, given, Some(message)).await
+}
+
+/// Continues `run_id`: resumed with `message` (`Some`), or recovered.
+async fn go_on(
+    storage: &Path,
+    run_id: RunId,
+    given: Option<&Path>,
+    message: Option<Option<String>>,
+) -> Result<(), Failure> {
     let (workflow, wired) = wired_for(storage, run_id, given).await?;
     crate::note(&format!("run {run_id} resumes"));
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let outcome = wired
-        .executor
-        .resume(run_id, workflow, message, cancel)
-        .await
-        .map_err(|e| failure(run_id, e))?;
-    wired.finish(outcome, &signals)
+    let executor = &wired.executor;
+    let outcome = match message {
+        Some(message) => executor.resume(run_id, workflow, message, cancel).await,
+        None => executor.recover(run_id, workflow, cancel).await,
+    };
+    wired.finish(outcome.map_err(|e| failure(run_id, e))?, &signals)
 }
 
 /// `awr recover [--all]`: lists the interrupted runs (a non-terminal,
@@ -127,13 +137,14 @@ pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
             crate::say(&format!("{run_id}  {name}  interrupted"))?;
             continue;
         }
-        if let Err(e) = resume(storage, &run_id.to_string(), None, None).await {
-            let (Failure::Input(e)
-            | Failure::Run(e)
-            | Failure::Cancelled(_, e)
-            | Failure::Paused(e)) = &e;
-            crate::note(&format!("awr: run {run_id}: {e:#}"));
-            failed += 1;
+        match go_on(storage, run_id, None, None).await {
+            Ok(()) => {}
+            // A pause its dead writer had begun, finished: what was asked.
+            Err(Failure::Paused(_)) => crate::note(&format!("run {run_id} is paused")),
+            Err(Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e)) => {
+                crate::note(&format!("awr: run {run_id}: {e:#}"));
+                failed += 1;
+            }
         }
     }
     match failed {

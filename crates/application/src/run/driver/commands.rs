@@ -43,6 +43,25 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// A cancellation from this process (a signal, the library's
+    /// [`crate::run::control::Cancel`]): recorded as the `cancel` command
+    /// it is, and made durable, before the run winds down.
+    pub(super) async fn cancelled(&mut self, reason: String) -> Result<Stop, ExecutorError> {
+        let command = RuntimeCommand::Cancel {
+            reason: Some(reason.clone()),
+        };
+        let received = EventKind::CommandReceived {
+            command: serde_json::to_value(&command).unwrap_or_default(),
+            accepted: true,
+            error: None,
+        };
+        self.rec.emit(RUN_LEVEL, received).await?;
+        self.rec.checkpoint().await?;
+        Ok(Stop::Cancelled(reason))
+    }
+}
+
 /// The next command for the run, if it takes commands at all.
 pub(super) async fn next(listener: &mut Option<Listener>) -> Option<Delivery> {
     match listener {

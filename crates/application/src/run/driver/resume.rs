@@ -13,19 +13,20 @@ use std::sync::Arc;
 use domain::workflow::NodeKind;
 use domain::{
     EventKind, NodeId, NodeRunId, NodeStatus, RunId, RunSnapshot, RuntimeCommand, RuntimeEvent,
-    WorkflowDef,
+    Stopping, WorkflowDef,
 };
 use serde_json::{Value, json};
 
 use super::{Driver, Stop};
 use crate::ports::{CommandReply, RunLock};
-use crate::run::control::Cancel;
+use crate::run::control::{Cancel, Exceeded};
 use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
+use crate::run::{Continue, Ports, RunOutcome};
 use crate::run::{ExecutorError, commands, routing};
-use crate::run::{Ports, RunOutcome};
+use domain::command::DEFAULT_RESUME_MESSAGE;
 
 /// Events read per batch when rebuilding a conversation.
 const BATCH: usize = 1024;
@@ -39,15 +40,26 @@ impl Driver {
         parent: Option<RunId>,
         workflow: Arc<WorkflowDef>,
         state: RunSnapshot,
-        message: String,
+        how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let mut driver = Self::open(ports, lock, parent, workflow, state, cancel, true).await?;
         let result = async {
+            let message = match &how {
+                Continue::Resume(message) => message.clone(),
+                Continue::Recover => DEFAULT_RESUME_MESSAGE.to_owned(),
+            };
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
             driver.kill_run_leftovers();
+            if let Some(stop) = driver.stop_under_way(how) {
+                let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
+                for run in in_flight {
+                    driver.kill_leftovers(run);
+                }
+                return driver.stop(stop).await;
+            }
             if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
@@ -63,6 +75,32 @@ impl Driver {
         }
         .await;
         driver.settle_result(result).await
+    }
+
+    /// The stop the previous writer had decided and not finished, if the
+    /// run is to finish it: a cancel or a budget always; a pause when the
+    /// run is recovered, not when it is explicitly resumed.
+    fn stop_under_way(&self, how: Continue) -> Option<Stop> {
+        Some(match self.state().stopping.clone()? {
+            Stopping::Cancel { reason } => {
+                Stop::Cancelled(reason.unwrap_or_else(|| "cancelled by a command".to_owned()))
+            }
+            Stopping::Budget {
+                budget,
+                limit,
+                used,
+                node_id,
+            } => Stop::Budget(Exceeded {
+                budget,
+                limit,
+                used,
+                node: node_id,
+            }),
+            Stopping::Pause => match how {
+                Continue::Recover => Stop::Paused("paused by a command".to_owned()),
+                Continue::Resume(_) => return None,
+            },
+        })
     }
 
     /// Records a command to a run no process writes (see

@@ -3,7 +3,7 @@
 //! cancelled and waited for, what it still sent is recorded, and each one
 //! still open ends with `node:failed`; then the terminal event.
 
-use domain::{EventKind, NodeId, NodeRunId, RunStatus};
+use domain::{EventKind, NodeId, NodeRunId, RunStatus, Stopping};
 use serde_json::Value;
 
 use super::{Driver, Stop};
@@ -19,14 +19,21 @@ impl Driver {
         if let Stop::Paused(reason) = stop {
             return self.pause(reason).await;
         }
-        if let Stop::Budget(exceeded) = &stop {
+        // A budget stop a dead writer began is on record already.
+        let begun = matches!(self.state().stopping, Some(Stopping::Budget { .. }));
+        if let Stop::Budget(exceeded) = &stop
+            && !begun
+        {
             let ctx: Ctx = (exceeded.node.clone(), None);
             let kind = EventKind::BudgetExceeded {
-                budget: exceeded.budget.to_owned(),
+                budget: exceeded.budget.clone(),
                 limit: exceeded.limit,
                 used: exceeded.used,
             };
             self.rec.emit(ctx, kind).await?;
+            // Decided before it takes effect: a writer killed while winding
+            // down leaves the stop for the next one to finish.
+            self.rec.checkpoint().await?;
         }
         let why = match &stop {
             Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
