@@ -11,16 +11,21 @@ use std::collections::BTreeMap;
 use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
 
-/// The Messages API's `usage` (Anthropic), which Claude Code prints as is.
+/// A `usage` object: the Messages API's (Anthropic), which Claude Code
+/// prints as is, and Codex's `turn.completed.usage`, which names the cache
+/// counts its own way.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
-pub struct MessagesUsage {
-    /// Prompt tokens not read from or written to the cache.
+pub struct TokenCounts {
+    /// Prompt tokens: on the Messages API those not read from or written to
+    /// the cache; Codex counts the cached ones in, and they are kept so.
     pub input_tokens: Option<u64>,
-    /// Output tokens (cumulative while a message streams).
+    /// Output tokens (cumulative while a message streams; reasoning included).
     pub output_tokens: Option<u64>,
     /// Prompt tokens written to the cache.
+    #[serde(alias = "cache_write_input_tokens")]
     pub cache_creation_input_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
+    #[serde(alias = "cached_input_tokens")]
     pub cache_read_input_tokens: Option<u64>,
 }
 
@@ -36,8 +41,8 @@ pub struct ModelTokens {
     pub output_tokens: Option<u64>,
 }
 
-impl From<MessagesUsage> for Usage {
-    fn from(u: MessagesUsage) -> Self {
+impl From<TokenCounts> for Usage {
+    fn from(u: TokenCounts) -> Self {
         usage(
             u.input_tokens,
             u.output_tokens,
