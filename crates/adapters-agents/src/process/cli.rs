@@ -115,24 +115,12 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
 
 /// The [`QueryFn`] of a CLI provider: runs its [`CliProgram`] with the key
 /// variables its node does not need withheld.
+#[derive(Debug, Default)]
 pub struct CliAgent<P> {
+    /// Key variables withheld besides the fixed rules.
     keys: KeyNames,
+    /// The program (its decoder).
     program: PhantomData<fn() -> P>,
-}
-
-impl<P> Default for CliAgent<P> {
-    fn default() -> Self {
-        Self::withholding(KeyNames::default())
-    }
-}
-
-impl<P> std::fmt::Debug for CliAgent<P> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CliAgent")
-            .field("program", &std::any::type_name::<P>())
-            .field("keys", &self.keys)
-            .finish()
-    }
 }
 
 impl<P> CliAgent<P> {
