@@ -1,5 +1,5 @@
-//! Token usage: the wire shapes more than one provider prints, and the
-//! mapping to [`Usage`].
+//! Token usage: the wire shapes the providers print, and their mapping to
+//! [`Usage`], in one convention (a prompt count without the cached share).
 //!
 //! Codex and Copilot report, after a resume, the totals of the whole
 //! session. `agent:complete` records one invocation's usage, so the
@@ -29,6 +29,24 @@ pub struct TokenCounts {
     pub cache_read_input_tokens: Option<u64>,
 }
 
+/// A Chat Completions `usage` (OpenAI and compatible servers).
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct ChatCompletionsUsage {
+    /// All prompt tokens, cached ones included.
+    pub prompt_tokens: Option<u64>,
+    /// Generated tokens (reasoning included).
+    pub completion_tokens: Option<u64>,
+    /// The cached share of the prompt.
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the provider's cache.
+    pub cached_tokens: Option<u64>,
+}
+
 /// One model's prompt and output tokens, as Claude Code (`modelUsage`,
 /// `inputTokens`) and Gemini CLI (`stats.models`, `input_tokens`) print them.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -48,6 +66,23 @@ impl From<TokenCounts> for Usage {
             u.output_tokens,
             u.cache_creation_input_tokens,
             u.cache_read_input_tokens,
+        )
+    }
+}
+
+/// Normalizes to Anthropic's convention, which the rest of awr uses:
+/// `input_tokens` excludes the cached prompt, which is counted apart (OpenAI
+/// counts it inside `prompt_tokens`), so prices apply to each share once.
+impl From<ChatCompletionsUsage> for Usage {
+    fn from(u: ChatCompletionsUsage) -> Self {
+        let prompt = u.prompt_tokens.unwrap_or(0);
+        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+        let cached = cached.unwrap_or(0);
+        usage(
+            Some(prompt.saturating_sub(cached)),
+            u.completion_tokens,
+            None,
+            (cached > 0).then_some(cached),
         )
     }
 }
