@@ -57,7 +57,7 @@ pub struct CommandExecution {
     pub status: Option<String>,
 }
 
-/// An `mcp_tool_call` item.
+/// An `mcp_tool_call` item (its `status` is read with every tool item's).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct McpToolCall {
@@ -71,8 +71,6 @@ pub struct McpToolCall {
     pub result: Value,
     /// Set when the call failed (`{"message": ...}`).
     pub error: Value,
-    /// `in_progress`, `completed`, `failed`.
-    pub status: Option<String>,
 }
 
 /// An `error` item: a non-fatal warning.
