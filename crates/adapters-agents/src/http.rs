@@ -1,9 +1,15 @@
-//! What the HTTP providers share: the client, the API key, the mapping of
+//! What the HTTP providers share: the [`ChatModel`](application::ports::ChatModel)
+//! that sends a turn ([`chat`]), the client, the API key, the mapping of
 //! HTTP failures onto [`ChatError`] kinds, and the SSE framing.
 //!
 //! The API key is read from the environment variable the agent names, at the
 //! moment of the call, and goes nowhere but into a request header: no error
 //! message, event or log line here ever contains it.
+
+mod chat;
+
+pub use chat::HttpChat;
+pub(crate) use chat::{ChatApi, Headers};
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError};
 use crate::http::{self, TurnMeta};
-use crate::normalize::usage::MessagesUsage;
+use crate::normalize::usage::TokenCounts;
 
 /// The state of one streamed turn.
 #[derive(Debug, Default)]
@@ -263,7 +263,7 @@ impl MessagesDecoder {
 
     /// Counts present in `usage` replace ours: `output_tokens` is cumulative,
     /// and a later `input_tokens` is the more complete one.
-    fn take_usage(&mut self, usage: &MessagesUsage) {
+    fn take_usage(&mut self, usage: &TokenCounts) {
         if let Some(n) = usage.input_tokens {
             self.turn.usage.input_tokens = n;
         }

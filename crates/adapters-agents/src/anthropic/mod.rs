@@ -3,9 +3,9 @@
 //! An HTTP provider leaves the tool loop to the runtime, so this module only
 //! speaks the wire format: [`wire`] builds the `POST /v1/messages` body from
 //! the conversation, [`MessagesDecoder`] reads the streamed answer into
-//! [`ChatEvent`](application::ports::ChatEvent)s, and [`AnthropicChat`] sends
-//! one through the shared [`crate::http`] helpers (client, key, error
-//! statuses, SSE framing). Decoding is pure, so it is tested on canned
+//! [`ChatEvent`](application::ports::ChatEvent)s, and [`AnthropicChat`] (the
+//! shared [`HttpChat`]) sends a turn (client, key, error statuses, SSE
+//! framing). Decoding is pure, so it is tested on canned
 //! streams; the whole adapter end to end against the fake model server.
 
 mod decode;
@@ -13,67 +13,45 @@ mod wire;
 
 pub use decode::MessagesDecoder;
 
-use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
-use async_trait::async_trait;
+use application::ports::{ChatError, ChatRequest};
+use domain::workflow::AgentDef;
 use reqwest::header::{HeaderName, HeaderValue};
+use serde_json::Value;
 
-use crate::http::{self, KeySource};
-
-/// The public API; `base_url` replaces it without the `/v1`, as
-/// `ANTHROPIC_BASE_URL` does for Anthropic's own clients.
-const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+use crate::http::{self, ChatApi, Headers, HttpChat};
 
 /// The API version this adapter's wire format follows; the API requires it.
 const API_VERSION: &str = "2023-06-01";
 
 /// Runs model turns on the Anthropic Messages API.
-///
-/// `Debug` shows no key: [`KeySource`] prints only its name, and keys are
-/// read per call, never stored here.
-#[derive(Debug, Clone, Default)]
-pub struct AnthropicChat {
-    keys: KeySource,
-}
+pub type AnthropicChat = HttpChat<MessagesDecoder>;
 
-impl AnthropicChat {
-    /// Reads API keys from the process environment.
-    pub fn new() -> Self {
-        Self::default()
-    }
+impl ChatApi for MessagesDecoder {
+    const PROVIDER: &'static str = "anthropic";
+    /// The public API; `base_url` replaces it without the `/v1`, as
+    /// `ANTHROPIC_BASE_URL` does for Anthropic's own clients.
+    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    const PATH: &'static str = "v1/messages";
 
-    /// Reads API keys from `keys` (tests cannot safely set environment variables).
-    pub fn with_keys(keys: KeySource) -> Self {
-        Self { keys }
-    }
-}
-
-#[async_trait]
-impl ChatModel for AnthropicChat {
-    fn provider(&self) -> &'static str {
-        "anthropic"
-    }
-
-    async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
-        let agent = &request.agent;
-        let model = agent.model.as_deref().ok_or_else(|| {
+    fn body(request: &ChatRequest) -> Result<Value, ChatError> {
+        let model = request.agent.model.as_deref().ok_or_else(|| {
             ChatError::Config(
                 "`model` is not set (the Anthropic API needs one, e.g. `claude-sonnet-4-5`)".into(),
             )
         })?;
-        let url = http::endpoint(agent, DEFAULT_BASE_URL, "v1/messages")?;
-        let key = self.keys.key(agent)?;
-        let body = serde_json::to_vec(&wire::request_body(&request, model))
-            .map_err(|e| ChatError::Config(format!("cannot encode the request: {e}")))?;
+        Ok(wire::request_body(request, model))
+    }
+
+    fn headers(key: Option<&str>, agent: &AgentDef) -> Result<Headers, ChatError> {
         let mut headers = vec![(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(API_VERSION),
         )];
         if let Some(key) = key {
-            let key = http::key_header(&key, agent)?;
+            let key = http::key_header(key, agent)?;
             headers.push((HeaderName::from_static("x-api-key"), key));
         }
-        let response = http::post_json(agent, url, headers, body).await?;
-        Ok(http::decode(MessagesDecoder::new(), http::events(response)))
+        Ok(headers)
     }
 }
 
@@ -81,7 +59,9 @@ impl ChatModel for AnthropicChat {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use domain::workflow::{AgentDef, Provider};
+    use crate::http::KeySource;
+    use application::ports::ChatModel;
+    use domain::workflow::Provider;
 
     use crate::normalize::testing::assert_refused;
 

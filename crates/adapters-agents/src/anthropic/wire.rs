@@ -11,7 +11,7 @@ use application::ports::{ChatBlock, ChatMessage, ChatRequest, ToolResult};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::normalize::usage::MessagesUsage;
+use crate::normalize::usage::TokenCounts;
 
 /// `max_tokens` is required by the API; this is what a turn gets when the
 /// agent sets none: enough for a long answer on every current model.
@@ -140,7 +140,7 @@ pub(super) enum StreamEvent {
         #[serde(default)]
         delta: MessageDelta,
         /// Cumulative usage.
-        usage: Option<MessagesUsage>,
+        usage: Option<TokenCounts>,
     },
     /// The turn is over.
     MessageStop,
@@ -165,7 +165,7 @@ pub(super) struct MessageStart {
     /// The model that answers.
     pub model: Option<String>,
     /// Prompt tokens (and an initial output count).
-    pub usage: Option<MessagesUsage>,
+    pub usage: Option<TokenCounts>,
 }
 
 /// `content_block_start.content_block`.

@@ -5,8 +5,9 @@
 //! which we only observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`ClaudeDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`ClaudeCli`] is its command line, which
-//! [`ClaudeCode`] (the shared [`crate::process::CliAgent`]) runs. Decoding is
+//! frames and repairs the raw bytes; the decoder's [`CliProgram`] impl is its
+//! command line, which [`ClaudeCode`] (the shared [`crate::process::CliAgent`])
+//! runs. Decoding is
 //! pure, so it is tested on recorded real output; the process side with fake
 //! executables.
 
@@ -17,7 +18,7 @@ pub use decode::ClaudeDecoder;
 
 use application::ports::AgentRequest;
 
-use crate::process::{CliAgent, CliCommand, CliProgram, flag};
+use crate::process::{CliAgent, CliProgram, flag};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -33,16 +34,12 @@ pub const DEFAULT_ALLOWED_TOOLS: &[&str] = &[
 ];
 
 /// Runs agents on the Claude Code CLI.
-pub type ClaudeCode = CliAgent<ClaudeCli>;
+pub type ClaudeCode = CliAgent<ClaudeDecoder>;
 
-/// The Claude Code CLI: its command line and its decoder.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ClaudeCli;
+impl CliProgram for ClaudeDecoder {
+    const EXECUTABLE: &'static str = "claude";
 
-impl CliProgram for ClaudeCli {
-    type Decoder = ClaudeDecoder;
-
-    fn command(request: &AgentRequest) -> CliCommand {
+    fn args(request: &AgentRequest) -> Vec<String> {
         let agent = &request.agent;
         let system_prompt = Some(&agent.system_prompt).filter(|p| !p.is_empty());
         let tools = if agent.tools.is_empty() {
@@ -68,7 +65,7 @@ impl CliProgram for ClaudeCli {
             args.extend(["--session-id".into(), session.to_string()]);
         }
         args.extend(agent.args.iter().cloned());
-        CliCommand::for_agent(request, "claude", args)
+        args
     }
 }
 

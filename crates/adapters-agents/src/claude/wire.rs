@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::{MessagesUsage, ModelTokens};
+use crate::normalize::usage::{ModelTokens, TokenCounts};
 
 /// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
 #[derive(Debug, Deserialize)]
@@ -147,7 +147,7 @@ pub struct ResultLine {
     /// Cost, cumulative over a resumed session.
     pub total_cost_usd: Option<f64>,
     /// Token usage of this invocation.
-    pub usage: Option<MessagesUsage>,
+    pub usage: Option<TokenCounts>,
     /// Per-model usage.
     #[serde(rename = "modelUsage")]
     pub model_usage: Option<BTreeMap<String, ModelTokens>>,

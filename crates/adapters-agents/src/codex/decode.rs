@@ -12,23 +12,21 @@
 //!
 //! Usage: Codex reports no cost, and after a resume `turn.completed.usage` is
 //! cumulative for the whole thread, not for this invocation. A decoder sees
-//! one invocation only, so it cannot correct that alone: the caller passes
-//! the previous invocation's totals with [`CodexDecoder::with_previous_usage`]
-//! and they are subtracted (saturating). Without them the usage is reported as
-//! Codex printed it.
+//! one invocation only, so it reports the usage as Codex printed it; the
+//! shared [`crate::process::CliAgent`] subtracts what the thread's earlier
+//! invocations recorded ([`crate::process::CliProgram::REPORTS_SESSION_TOTALS`]).
 
 use application::ports::{AgentMessage, AgentResult, QueryError};
 use domain::SessionId;
-use domain::event::Usage;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
     CommandExecution, ErrorItem, ErrorMessage, ItemHead, ItemLine, McpToolCall, TextItem,
-    ThreadStarted, TurnCompleted, TurnFailed, WireUsage,
+    ThreadStarted, TurnCompleted, TurnFailed,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
-use crate::normalize::usage::usage;
+use crate::normalize::usage::TokenCounts;
 use crate::normalize::{
     Answer, Cli, Decoded, Decoder, Ending, STDERR_TAIL_CHARS, ToolCalls, announce_session,
     error_text, tail, unpaired_result, warning,
@@ -60,9 +58,7 @@ pub struct CodexDecoder {
     /// `turn.completed` lines seen.
     turns: u32,
     /// Usage of the last `turn.completed` (cumulative, so the last one counts).
-    usage: Option<WireUsage>,
-    /// Totals of the previous invocation on the same thread, subtracted.
-    previous: Option<Usage>,
+    usage: Option<TokenCounts>,
     /// The first `turn.failed`, emitted at [`Decoder::finish`].
     failure: Option<QueryError>,
     /// Holds the end back until [`Decoder::finish`].
@@ -70,17 +66,6 @@ pub struct CodexDecoder {
 }
 
 impl CodexDecoder {
-    /// A decoder for a resumed invocation: Codex then reports the thread's
-    /// cumulative usage, and `previous` (the totals the previous invocation
-    /// reported) is subtracted from it, saturating at zero, so the result
-    /// carries this invocation's usage only.
-    pub fn with_previous_usage(previous: Usage) -> Self {
-        Self {
-            previous: Some(previous),
-            ..Self::default()
-        }
-    }
-
     /// The thread id, once `thread.started` announced it.
     pub fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref()
@@ -172,22 +157,6 @@ impl CodexDecoder {
         self.failure = Some(fatal(classify(&message), message, value));
         Vec::new()
     }
-
-    /// This invocation's usage: what Codex reported, less the thread's
-    /// previous totals.
-    fn usage(&self) -> Usage {
-        let u = self.usage.unwrap_or_default();
-        let reported = usage(
-            u.input_tokens,
-            u.output_tokens,
-            u.cache_write_input_tokens,
-            u.cached_input_tokens,
-        );
-        match &self.previous {
-            Some(previous) => reported.minus(previous),
-            None => reported,
-        }
-    }
 }
 
 impl Decoder for CodexDecoder {
@@ -225,7 +194,7 @@ impl Decoder for CodexDecoder {
         } else if self.turns > 0 {
             Some(Ok(AgentMessage::Completed(AgentResult {
                 text: self.last_text.take().unwrap_or_default(),
-                usage: self.usage(),
+                usage: self.usage.unwrap_or_default().into(),
                 model_usage: None,
                 total_cost_usd: None,
                 duration_ms: None,
@@ -361,8 +330,8 @@ fn classify(message: &str) -> &'static str {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::normalize::decode_all;
     use crate::normalize::testing::*;
+    use domain::event::Usage;
 
     fn error_types(out: &[Decoded]) -> Vec<&str> {
         out.iter()
@@ -425,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn resume_capture_usage_is_cumulative_unless_corrected() {
+    fn resume_capture_usage_is_the_threads_total() {
         let stdout = include_bytes!("../../testdata/codex/resume/stdout.jsonl");
         let rc = include_str!("../../testdata/codex/resume/rc");
         let out = capture::<CodexDecoder>(stdout, rc);
@@ -435,15 +404,8 @@ mod tests {
             session(&out),
             ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
         );
+        // The thread's totals: `CliAgent` subtracts what was recorded before.
         assert_eq!(completed(&out).usage, usage(360, 60, 75));
-        // The previous invocation (the tool capture) reported 240/40/50.
-        let decoder = CodexDecoder::with_previous_usage(usage(240, 40, 50));
-        let out = decode_all(decoder, stdout, Some(0), "");
-        assert_eq!(completed(&out).usage, usage(120, 20, 25));
-        // Saturating: totals larger than the current ones give zero.
-        let decoder = CodexDecoder::with_previous_usage(usage(1_000, 1_000, 1_000));
-        let out = decode_all(decoder, stdout, Some(0), "");
-        assert_eq!(completed(&out).usage, usage(0, 0, 0));
     }
 
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;

@@ -6,8 +6,9 @@
 //! observe. This module maps that output into normalized
 //! [`application::ports::AgentMessage`]s: [`wire`] declares the lines,
 //! [`CodexDecoder`] maps them, and the shared [`crate::normalize`] layer
-//! frames and repairs the raw bytes; [`CodexCli`] is its command line, which
-//! [`Codex`] (the shared [`crate::process::CliAgent`]) runs. Decoding is pure
+//! frames and repairs the raw bytes; the decoder's [`CliProgram`] impl is its
+//! command line, which [`Codex`] (the shared [`crate::process::CliAgent`])
+//! runs. Decoding is pure
 //! so it is tested on recorded real output.
 
 mod decode;
@@ -15,28 +16,22 @@ pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use application::ports::{AgentRequest, AgentStream, QueryError};
+use application::ports::AgentRequest;
 
-use crate::process::{CliAgent, CliCommand, CliProgram, flag, prompt_with_system, run_cli};
+use crate::process::{CliAgent, CliProgram, flag, prompt_with_system};
 
 /// Runs agents on the Codex CLI.
-pub type Codex = CliAgent<CodexCli>;
+pub type Codex = CliAgent<CodexDecoder>;
 
-/// The Codex CLI: its command line and its decoder.
-///
-/// Codex reports a thread's cumulative usage after a resume; `agent:complete`
-/// wants this invocation's, so the usage the thread's earlier invocations
-/// recorded (`AgentRequest::session_usage`, from the run's log) is
-/// subtracted.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CodexCli;
+impl CliProgram for CodexDecoder {
+    const EXECUTABLE: &'static str = "codex";
 
-impl CliProgram for CodexCli {
-    type Decoder = CodexDecoder;
+    /// A resumed thread's `turn.completed` usage is the thread's total.
+    const REPORTS_SESSION_TOTALS: bool = true;
 
     /// Codex has no system prompt flag in `exec` mode, so the agent's
     /// system prompt leads the prompt text.
-    fn command(request: &AgentRequest) -> CliCommand {
+    fn args(request: &AgentRequest) -> Vec<String> {
         let agent = &request.agent;
         let mut args: Vec<String> = vec!["exec".into()];
         if request.resume.is_some() {
@@ -49,16 +44,7 @@ impl CliProgram for CodexCli {
             args.push(thread.to_string());
         }
         args.push(prompt_with_system(request));
-        CliCommand::for_agent(request, "codex", args)
-    }
-
-    /// Decodes with the thread's recorded usage subtracted after a resume.
-    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
-        let decoder = match &request.resume {
-            Some(_) => CodexDecoder::with_previous_usage(request.session_usage),
-            None => CodexDecoder::default(),
-        };
-        run_cli(command, decoder)
+        args
     }
 }
 

@@ -9,6 +9,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::normalize::usage::TokenCounts;
+
 /// `type: "thread.started"`: the thread (session) is known.
 #[derive(Debug, Deserialize)]
 pub struct ThreadStarted {
@@ -55,7 +57,7 @@ pub struct CommandExecution {
     pub status: Option<String>,
 }
 
-/// An `mcp_tool_call` item.
+/// An `mcp_tool_call` item (its `status` is read with every tool item's).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct McpToolCall {
@@ -69,8 +71,6 @@ pub struct McpToolCall {
     pub result: Value,
     /// Set when the call failed (`{"message": ...}`).
     pub error: Value,
-    /// `in_progress`, `completed`, `failed`.
-    pub status: Option<String>,
 }
 
 /// An `error` item: a non-fatal warning.
@@ -84,21 +84,9 @@ pub struct ErrorItem {
 /// `type: "turn.completed"`.
 #[derive(Debug, Deserialize)]
 pub struct TurnCompleted {
-    /// Token usage (cumulative for the thread after a resume).
-    pub usage: Option<WireUsage>,
-}
-
-/// `usage` of a completed turn. No cost is reported.
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
-pub struct WireUsage {
-    /// Prompt tokens (cached ones included).
-    pub input_tokens: Option<u64>,
-    /// Prompt tokens read from the cache.
-    pub cached_input_tokens: Option<u64>,
-    /// Prompt tokens written to the cache.
-    pub cache_write_input_tokens: Option<u64>,
-    /// Completion tokens (reasoning ones included).
-    pub output_tokens: Option<u64>,
+    /// Token usage (cumulative for the thread after a resume). No cost is
+    /// reported.
+    pub usage: Option<TokenCounts>,
 }
 
 /// `type: "turn.failed"`.

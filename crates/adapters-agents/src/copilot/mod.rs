@@ -5,9 +5,9 @@
 //! object per line; it runs its own tools, which we only observe. This module
 //! maps that output into normalized [`application::ports::AgentMessage`]s:
 //! [`wire`] declares the lines, [`CopilotDecoder`] maps them, and the shared
-//! [`crate::normalize`] layer frames and repairs the raw bytes;
-//! [`CopilotCli`] is its command line, which [`Copilot`] (the shared
-//! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
+//! [`crate::normalize`] layer frames and repairs the raw bytes; the
+//! decoder's [`CliProgram`] impl is its command line, which [`Copilot`] (the
+//! shared [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
 //! recorded real output.
 
 mod decode;
@@ -18,26 +18,15 @@ pub use decode::CopilotDecoder;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError};
+use application::ports::{AgentMessage, AgentRequest};
 use domain::event::{ModelUsage, Usage};
-use futures::StreamExt;
 use serde_json::Value;
 
-use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args, run_cli};
+use crate::normalize::Decoded;
+use crate::process::{CliAgent, CliProgram, flag, print_args};
 
 /// Runs agents on the GitHub Copilot CLI.
-pub type Copilot = CliAgent<CopilotCli>;
-
-/// The Copilot CLI: its command line, its decoder, and the usage its
-/// sessions reported.
-///
-/// Its session id appears only on the final line, and token counts are not
-/// printed on stdout at all: the CLI writes them to a `--usage-output-file`,
-/// read when the run ends. Those are cumulative over a resumed session, so
-/// the usage its earlier invocations recorded (`AgentRequest::session_usage`,
-/// from the run's log) is subtracted.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CopilotCli;
+pub type Copilot = CliAgent<CopilotDecoder>;
 
 /// Where one invocation's usage file goes: unique per node execution.
 fn usage_file(request: &AgentRequest) -> PathBuf {
@@ -71,11 +60,19 @@ pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsag
     Some((total, per_model))
 }
 
-impl CliProgram for CopilotCli {
-    type Decoder = CopilotDecoder;
+/// The Copilot CLI's command line, and the usage its sessions reported.
+///
+/// Its session id appears only on the final line, and token counts are not
+/// printed on stdout at all: the CLI writes them to a `--usage-output-file`,
+/// read when the run ends.
+impl CliProgram for CopilotDecoder {
+    const EXECUTABLE: &'static str = "copilot";
+
+    /// The usage file holds a resumed session's totals.
+    const REPORTS_SESSION_TOTALS: bool = true;
 
     /// The command line for one invocation; usage goes to its usage file.
-    fn command(request: &AgentRequest) -> CliCommand {
+    fn args(request: &AgentRequest) -> Vec<String> {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         let mut args = print_args(request, "json", "--no-ask-user");
@@ -95,34 +92,20 @@ impl CliProgram for CopilotCli {
             usage_file(request).display().to_string(),
         ]);
         args.extend(agent.args.iter().cloned());
-        CliCommand::for_agent(request, "copilot", args)
+        args
     }
 
-    /// Reads the usage file when the run completes (then the CLI has
-    /// exited and the file is whole) into this invocation's share, and
-    /// removes it.
-    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
-        let path = usage_file(&request);
-        let stream = run_cli(command, CopilotDecoder::default())?;
-        // A resumed session's file holds its totals: what its earlier
-        // invocations recorded in the run's log is subtracted.
-        let previous = request.resume.is_some().then_some(request.session_usage);
-        Ok(Box::pin(stream.map(move |item| match item {
-            Ok(AgentMessage::Completed(mut result)) => {
-                if let Some((total, per_model)) = read_usage_file(&path) {
-                    result.usage = total.minus(&previous.clone().unwrap_or_default());
-                    // Per-model figures are cumulative too: only a first invocation's are its own.
-                    result.model_usage = previous.is_none().then_some(per_model);
-                }
-                let _ = std::fs::remove_file(&path);
-                Ok(AgentMessage::Completed(result))
-            }
-            Err(error) => {
-                let _ = std::fs::remove_file(&path);
-                Err(error)
-            }
-            other => other,
-        })))
+    /// Reads the usage file into the result (the CLI has exited, so the
+    /// file is whole) and removes it.
+    fn ended(request: &AgentRequest, last: &mut Decoded) {
+        let path = usage_file(request);
+        if let Ok(AgentMessage::Completed(result)) = last
+            && let Some((total, per_model)) = read_usage_file(&path)
+        {
+            result.usage = total;
+            result.model_usage = Some(per_model);
+        }
+        let _ = std::fs::remove_file(&path);
     }
 }
 

@@ -5,8 +5,8 @@
 //! it runs its own tools, which we only observe. This module maps that output
 //! into normalized [`application::ports::AgentMessage`]s: [`wire`] declares
 //! the lines, [`GeminiDecoder`] maps them, and the shared
-//! [`crate::normalize`] layer frames and repairs the raw bytes. [`GeminiCli`]
-//! is its command line, which [`Gemini`] (the shared
+//! [`crate::normalize`] layer frames and repairs the raw bytes. The decoder's
+//! [`CliProgram`] impl is its command line, which [`Gemini`] (the shared
 //! [`crate::process::CliAgent`]) runs. Decoding is pure, so it is tested on
 //! recorded real output.
 
@@ -17,20 +17,16 @@ pub use decode::GeminiDecoder;
 
 use application::ports::AgentRequest;
 
-use crate::process::{CliAgent, CliCommand, CliProgram, flag, print_args};
+use crate::process::{CliAgent, CliProgram, flag, print_args};
 
 /// Runs agents on the Gemini CLI. Name a model: the default `auto` makes an
 /// extra routing call first.
-pub type Gemini = CliAgent<GeminiCli>;
+pub type Gemini = CliAgent<GeminiDecoder>;
 
-/// The Gemini CLI: its command line and its decoder.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GeminiCli;
+impl CliProgram for GeminiDecoder {
+    const EXECUTABLE: &'static str = "gemini";
 
-impl CliProgram for GeminiCli {
-    type Decoder = GeminiDecoder;
-
-    fn command(request: &AgentRequest) -> CliCommand {
+    fn args(request: &AgentRequest) -> Vec<String> {
         let agent = &request.agent;
         // No system prompt flag in this mode: the system prompt leads the prompt.
         // `--yolo`: without it the shell tool is not even offered.
@@ -40,6 +36,6 @@ impl CliProgram for GeminiCli {
         args.extend(flag("--allowed-tools", tools));
         args.extend(flag("--resume", request.resume.as_ref()));
         args.extend(agent.args.iter().cloned());
-        CliCommand::for_agent(request, "gemini", args)
+        args
     }
 }

@@ -1,5 +1,5 @@
-//! Token usage: the wire shapes more than one provider prints, and the
-//! mapping to [`Usage`].
+//! Token usage: the wire shapes the providers print, and their mapping to
+//! [`Usage`], in one convention (a prompt count without the cached share).
 //!
 //! Codex and Copilot report, after a resume, the totals of the whole
 //! session. `agent:complete` records one invocation's usage, so the
@@ -11,17 +11,40 @@ use std::collections::BTreeMap;
 use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
 
-/// The Messages API's `usage` (Anthropic), which Claude Code prints as is.
+/// A `usage` object: the Messages API's (Anthropic), which Claude Code
+/// prints as is, and Codex's `turn.completed.usage`, which names the cache
+/// counts its own way.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
-pub struct MessagesUsage {
-    /// Prompt tokens not read from or written to the cache.
+pub struct TokenCounts {
+    /// Prompt tokens: on the Messages API those not read from or written to
+    /// the cache; Codex counts the cached ones in, and they are kept so.
     pub input_tokens: Option<u64>,
-    /// Output tokens (cumulative while a message streams).
+    /// Output tokens (cumulative while a message streams; reasoning included).
     pub output_tokens: Option<u64>,
     /// Prompt tokens written to the cache.
+    #[serde(alias = "cache_write_input_tokens")]
     pub cache_creation_input_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
+    #[serde(alias = "cached_input_tokens")]
     pub cache_read_input_tokens: Option<u64>,
+}
+
+/// A Chat Completions `usage` (OpenAI and compatible servers).
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct ChatCompletionsUsage {
+    /// All prompt tokens, cached ones included.
+    pub prompt_tokens: Option<u64>,
+    /// Generated tokens (reasoning included).
+    pub completion_tokens: Option<u64>,
+    /// The cached share of the prompt.
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the provider's cache.
+    pub cached_tokens: Option<u64>,
 }
 
 /// One model's prompt and output tokens, as Claude Code (`modelUsage`,
@@ -36,13 +59,30 @@ pub struct ModelTokens {
     pub output_tokens: Option<u64>,
 }
 
-impl From<MessagesUsage> for Usage {
-    fn from(u: MessagesUsage) -> Self {
+impl From<TokenCounts> for Usage {
+    fn from(u: TokenCounts) -> Self {
         usage(
             u.input_tokens,
             u.output_tokens,
             u.cache_creation_input_tokens,
             u.cache_read_input_tokens,
+        )
+    }
+}
+
+/// Normalizes to Anthropic's convention, which the rest of awr uses:
+/// `input_tokens` excludes the cached prompt, which is counted apart (OpenAI
+/// counts it inside `prompt_tokens`), so prices apply to each share once.
+impl From<ChatCompletionsUsage> for Usage {
+    fn from(u: ChatCompletionsUsage) -> Self {
+        let prompt = u.prompt_tokens.unwrap_or(0);
+        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+        let cached = cached.unwrap_or(0);
+        usage(
+            Some(prompt.saturating_sub(cached)),
+            u.completion_tokens,
+            None,
+            (cached > 0).then_some(cached),
         )
     }
 }

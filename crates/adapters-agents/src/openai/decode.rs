@@ -14,12 +14,11 @@
 use std::collections::BTreeMap;
 
 use application::ports::{ChatError, ChatEvent, StopReason, ToolCall};
-use domain::event::Usage;
 use eventsource_stream::Event;
 use serde_json::Value;
 use tracing::debug;
 
-use super::wire::{Chunk, Delta, WireUsage};
+use super::wire::{Chunk, Delta};
 use crate::http::{self, TurnMeta};
 
 /// Decodes one streamed turn, one `data:` payload at a time.
@@ -118,7 +117,7 @@ impl ChunkDecoder {
             turn.model = chunk.model.filter(|m| !m.is_empty());
         }
         if let Some(usage) = chunk.usage {
-            turn.usage = normalize_usage(&usage);
+            turn.usage = usage.into();
         }
         let mut out = Vec::new();
         for choice in chunk.choices.into_iter().flatten() {
@@ -231,25 +230,6 @@ fn stop_reason(reason: &str) -> StopReason {
     }
 }
 
-/// Normalizes to Anthropic's convention, which the rest of awr uses:
-/// `input_tokens` excludes the cached prompt, which is counted apart (OpenAI
-/// counts it inside `prompt_tokens`), so prices apply to each share once.
-fn normalize_usage(usage: &WireUsage) -> Usage {
-    let prompt = usage.prompt_tokens.unwrap_or(0);
-    let cached = usage
-        .prompt_tokens_details
-        .as_ref()
-        .and_then(|d| d.cached_tokens)
-        .unwrap_or(0);
-    Usage {
-        extra: Default::default(),
-        input_tokens: prompt.saturating_sub(cached),
-        output_tokens: usage.completion_tokens.unwrap_or(0),
-        cache_creation_input_tokens: None,
-        cache_read_input_tokens: (cached > 0).then_some(cached),
-    }
-}
-
 /// An error object inside the stream (`{"error": {"message", "type"}}`).
 /// Only the server's own overload signals are worth a retry.
 fn stream_error(value: &Value, data: &str) -> ChatError {
@@ -276,6 +256,7 @@ mod tests {
         assert_not_json_named, call_of, end, ok, sse_turn, thought_of, usage_of,
     };
     use application::ports::TurnEnd;
+    use domain::event::Usage;
     use serde_json::json;
 
     /// Streams `sse` through the real SSE framing in small pieces (so events

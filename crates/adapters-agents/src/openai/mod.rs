@@ -10,48 +10,29 @@
 //!
 //! `wire` turns a [`ChatRequest`] into the request body; [`ChunkDecoder`] reads
 //! the streamed chunks back into [`ChatEvent`]s and is pure, so it is tested
-//! on canned streams; [`OpenAiChat`] is the [`ChatModel`] that joins the two
-//! over the client and error mapping shared by the HTTP providers.
+//! on canned streams; [`OpenAiChat`] (the shared [`HttpChat`]) is the
+//! [`ChatModel`] that joins the two over the client and error mapping shared
+//! by the HTTP providers.
 //!
 //! [`ChatEvent`]: application::ports::ChatEvent
+//! [`ChatModel`]: application::ports::ChatModel
 
 mod decode;
 mod wire;
 
 pub use decode::ChunkDecoder;
 
-use application::ports::{ChatError, ChatModel, ChatRequest, ChatStream};
-use async_trait::async_trait;
+use application::ports::{ChatError, ChatRequest};
+use domain::workflow::AgentDef;
 use reqwest::header::AUTHORIZATION;
 use serde_json::Value;
 
-use crate::http::{self, KeySource};
-
-/// The public endpoint, used when the agent sets no `base_url`.
-const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+use crate::http::{self, ChatApi, Headers, HttpChat};
 
 /// Runs agent turns on an OpenAI-compatible Chat Completions server.
-///
-/// Holds no key, only where to look it up: the key is read at each turn, so
-/// a rotated key is picked up without a restart, and it cannot leak through
-/// `Debug`.
-#[derive(Debug, Clone, Default)]
-pub struct OpenAiChat {
-    /// Where the API key comes from (the environment, or a test's lookup).
-    keys: KeySource,
-}
+pub type OpenAiChat = HttpChat<ChunkDecoder>;
 
 impl OpenAiChat {
-    /// Reads API keys from the process environment.
-    pub fn new() -> Self {
-        Self::with_keys(KeySource::env())
-    }
-
-    /// Reads API keys from `keys`.
-    pub fn with_keys(keys: KeySource) -> Self {
-        Self { keys }
-    }
-
     /// The JSON body sent for `request`; public so what is sent can be
     /// inspected without a server.
     ///
@@ -62,24 +43,23 @@ impl OpenAiChat {
     }
 }
 
-#[async_trait]
-impl ChatModel for OpenAiChat {
-    fn provider(&self) -> &'static str {
-        "openai"
+impl ChatApi for ChunkDecoder {
+    const PROVIDER: &'static str = "openai";
+    /// The public endpoint, used when the agent sets no `base_url`.
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const PATH: &'static str = "chat/completions";
+
+    fn body(request: &ChatRequest) -> Result<Value, ChatError> {
+        wire::request_body(request)
     }
 
-    async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
-        let agent = &request.agent;
-        let body = wire::request_body(&request)?;
-        let key = self.keys.key(agent)?;
-        let url = http::endpoint(agent, DEFAULT_BASE_URL, "chat/completions")?;
+    fn headers(key: Option<&str>, agent: &AgentDef) -> Result<Headers, ChatError> {
         let mut headers = Vec::new();
         if let Some(key) = key {
             let bearer = http::key_header(&format!("Bearer {key}"), agent)?;
             headers.push((AUTHORIZATION, bearer));
         }
-        let response = http::post_json(agent, url, headers, body.to_string()).await?;
-        Ok(http::decode(ChunkDecoder::new(), http::events(response)))
+        Ok(headers)
     }
 }
 
@@ -87,7 +67,9 @@ impl ChatModel for OpenAiChat {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use domain::workflow::{AgentDef, Provider};
+    use crate::http::KeySource;
+    use application::ports::ChatModel;
+    use domain::workflow::Provider;
 
     use crate::normalize::testing::assert_refused;
 

@@ -11,6 +11,8 @@ use application::ports::{ChatBlock, ChatError, ChatMessage, ChatRequest, ToolCal
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::normalize::usage::ChatCompletionsUsage;
+
 /// The streaming request body for one turn.
 ///
 /// Thinking blocks are not sent back: Chat Completions has no field for
@@ -114,7 +116,7 @@ pub(crate) struct Chunk {
     /// One entry per choice; empty on the usage chunk.
     pub choices: Option<Vec<Choice>>,
     /// Token counts; on the last chunk with `include_usage`, `null` before.
-    pub usage: Option<WireUsage>,
+    pub usage: Option<ChatCompletionsUsage>,
 }
 
 /// One choice of a chunk; we ask for one (no `n`), so only index 0 counts.
@@ -162,24 +164,6 @@ pub(crate) struct FunctionDelta {
     pub name: Option<String>,
     /// A piece of the JSON arguments text.
     pub arguments: Option<String>,
-}
-
-/// `usage` of a chunk.
-#[derive(Debug, Deserialize)]
-pub(crate) struct WireUsage {
-    /// All prompt tokens, cached ones included.
-    pub prompt_tokens: Option<u64>,
-    /// Generated tokens (reasoning included).
-    pub completion_tokens: Option<u64>,
-    /// The cached share of the prompt.
-    pub prompt_tokens_details: Option<PromptTokensDetails>,
-}
-
-/// `usage.prompt_tokens_details`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct PromptTokensDetails {
-    /// Prompt tokens read from the provider's cache.
-    pub cached_tokens: Option<u64>,
 }
 
 #[cfg(test)]

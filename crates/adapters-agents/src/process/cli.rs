@@ -14,18 +14,20 @@
 //! Anthropic key, never the OpenAI one.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use application::secrets::{KeyNames, needed_by};
 use async_trait::async_trait;
+use futures::StreamExt;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
 use super::group::{GroupId, ProcessGroup, RUN_VAR, Sandbox, Spawned, spawn};
-use crate::normalize::{Decoder, StreamDecoder};
+use crate::normalize::{Decoded, Decoder, StreamDecoder};
 
 /// Bytes of stderr kept for error messages; older output is dropped.
 const STDERR_TAIL_BYTES: usize = 16 * 1024;
@@ -87,53 +89,82 @@ impl CliCommand {
     }
 }
 
-/// What a CLI provider holds of its own: its command line, its decoder,
+/// What a CLI provider holds of its own, implemented by its decoder: the
+/// executable, the command line that makes it print what the decoder reads,
 /// and what it does around a run. [`CliAgent`] does the rest.
-pub trait CliProgram: Default + Send + Sync + 'static {
-    /// Maps the CLI's stdout lines.
-    type Decoder: Decoder + Default + Send + 'static;
+pub trait CliProgram: Decoder + Default + Send + 'static {
+    /// The executable, looked up on `PATH` when the agent names none.
+    const EXECUTABLE: &'static str;
 
-    /// The command line for one invocation.
-    fn command(request: &AgentRequest) -> CliCommand;
+    /// After a resume the CLI reports the whole session's usage, not this
+    /// invocation's: the usage its earlier invocations recorded
+    /// (`AgentRequest::session_usage`, from the run's log) is subtracted, and
+    /// per-model figures, cumulative too, are dropped.
+    const REPORTS_SESSION_TOTALS: bool = false;
 
-    /// Runs `command` (the command line of `request`, keys withheld); by
-    /// default with a new decoder, its stream passed on as is.
-    fn start(&self, request: AgentRequest, command: CliCommand) -> Result<AgentStream, QueryError> {
-        let _ = request;
-        run_cli(command, Self::Decoder::default())
+    /// The arguments of one invocation.
+    fn args(request: &AgentRequest) -> Vec<String>;
+
+    /// Called on the stream's last item (the result or the error), after
+    /// the CLI exited: reads what it wrote besides stdout, removes what it
+    /// left. By default nothing.
+    fn ended(request: &AgentRequest, last: &mut Decoded) {
+        let _ = (request, last);
     }
 }
 
 /// The [`QueryFn`] of a CLI provider: runs its [`CliProgram`] with the key
 /// variables its node does not need withheld.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct CliAgent<P> {
-    program: P,
+    /// Key variables withheld besides the fixed rules.
     keys: KeyNames,
+    /// The program (its decoder).
+    program: PhantomData<fn() -> P>,
 }
 
-impl<P: CliProgram> CliAgent<P> {
+impl<P> CliAgent<P> {
     /// Withholds `keys` from the CLI besides the fixed rules, except the
     /// ones its node needs.
     pub fn withholding(keys: KeyNames) -> Self {
         Self {
-            program: P::default(),
             keys,
+            program: PhantomData,
         }
     }
+}
 
+impl<P: CliProgram> CliAgent<P> {
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
-        P::command(request)
+        CliCommand::for_agent(request, P::EXECUTABLE, P::args(request))
     }
 }
 
 #[async_trait]
 impl<P: CliProgram> QueryFn for CliAgent<P> {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let command = P::command(&request).withholding(&self.keys);
-        self.program.start(request, command)
+        let command = Self::command(&request).withholding(&self.keys);
+        let stream = run_cli(command, P::default())?;
+        Ok(Box::pin(stream.map(move |item| match item {
+            Ok(AgentMessage::Completed(_)) | Err(_) => last_item::<P>(&request, item),
+            other => other,
+        })))
     }
+}
+
+/// The stream's last item (the result or the error) as the program leaves
+/// it, with this invocation's own usage.
+fn last_item<P: CliProgram>(request: &AgentRequest, mut last: Decoded) -> Decoded {
+    P::ended(request, &mut last);
+    if let Ok(AgentMessage::Completed(result)) = &mut last
+        && P::REPORTS_SESSION_TOTALS
+        && request.resume.is_some()
+    {
+        result.usage = result.usage.minus(&request.session_usage);
+        result.model_usage = None;
+    }
+    last
 }
 
 /// The prompt for a CLI that has no system prompt flag in its
@@ -323,8 +354,16 @@ impl Run<'_> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::claude::ClaudeDecoder;
+    use crate::codex::CodexDecoder;
     use crate::normalize::Decoded;
+    use crate::normalize::testing::agent_request;
+    use crate::normalize::usage::usage;
     use crate::process::testing::{ends, pid_in};
+    use application::ports::AgentResult;
+    use domain::SessionId;
+    use domain::event::Usage;
+    use domain::workflow::Provider;
     use futures::StreamExt;
     use serde_json::Value;
 
@@ -350,6 +389,44 @@ mod tests {
             cwd: None,
             timeout: None,
         }
+    }
+
+    /// The result `last_item` leaves of a result with these counts.
+    fn last<P: CliProgram>(request: &AgentRequest, counts: (u64, u64, u64)) -> AgentResult {
+        let result = AgentResult {
+            usage: tokens(counts),
+            model_usage: Some(BTreeMap::new()),
+            ..AgentResult::default()
+        };
+        match last_item::<P>(request, Ok(AgentMessage::Completed(result))) {
+            Ok(AgentMessage::Completed(result)) => result,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn tokens((input, output, cache_read): (u64, u64, u64)) -> Usage {
+        usage(Some(input), Some(output), None, Some(cache_read))
+    }
+
+    #[test]
+    fn a_resumed_session_total_is_reduced_to_this_invocations_usage() {
+        let mut request = agent_request(Provider::Codex, None);
+        request.session_usage = tokens((240, 40, 50));
+        // Not resumed: the usage is this invocation's already.
+        let fresh = last::<CodexDecoder>(&request, (360, 60, 75));
+        assert_eq!(fresh.usage, tokens((360, 60, 75)));
+        assert!(fresh.model_usage.is_some());
+        request.resume = Some(SessionId::new("th-1").unwrap());
+        let own = last::<CodexDecoder>(&request, (360, 60, 75));
+        assert_eq!(own.usage, tokens((120, 20, 25)));
+        assert_eq!(own.model_usage, None, "per-model figures are totals too");
+        // Saturating: earlier totals larger than the current ones give zero.
+        request.session_usage = tokens((1_000, 1_000, 1_000));
+        let zero = last::<CodexDecoder>(&request, (360, 60, 75));
+        assert_eq!(zero.usage, tokens((0, 0, 0)));
+        // A CLI that reports each invocation's own usage is left alone.
+        let claude = last::<ClaudeDecoder>(&request, (360, 60, 75));
+        assert_eq!(claude.usage, tokens((360, 60, 75)));
     }
 
     #[tokio::test]
