@@ -34,6 +34,10 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
     let mut tool_calls = 0u64;
     let mut turn = task.resume.take();
     let result = loop {
+        // Between invocations is a safe point.
+        if task.pausing.is_cancelled() {
+            break Err(paused());
+        }
         let call = Call {
             agent_name: &agent_name,
             agent: &agent,
@@ -48,6 +52,9 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             }
             Err(error) => error,
         };
+        if task.pausing.is_cancelled() {
+            break Err(error);
+        }
         // A session its CLI never saved (stopped right after it began)
         // cannot be continued: the node run starts afresh, as a node run
         // with no session does on resume.
@@ -115,6 +122,15 @@ fn run_over() -> QueryError {
     }
 }
 
+/// The run paused: the node run stays in flight, nothing is recorded for it.
+fn paused() -> QueryError {
+    QueryError::Agent {
+        error_type: "paused".into(),
+        message: "the run paused".into(),
+        details: None,
+    }
+}
+
 /// One invocation: `agent:start` on record first (with the session it runs
 /// in when that is known), then the call, its messages as events, and
 /// `agent:complete` or the error (already recorded as `agent:error`).
@@ -173,7 +189,21 @@ async fn invoke(
     let mut current = (session, agent.model.clone());
     let mut named = !provisional;
     let mut open_tool_uses: Vec<Option<String>> = Vec::new();
-    while let Some(item) = stream.next().await {
+    // Tools the runtime runs for the agent (HTTP agents), started and not finished.
+    let mut running_tools = 0usize;
+    loop {
+        // A pause stops the agent only while no tool call is in flight:
+        // dropping the stream then kills no tool halfway.
+        let item = if open_tool_uses.is_empty() && running_tools == 0 {
+            tokio::select! {
+                biased;
+                () = task.pausing.cancelled() => return Err(paused()),
+                item = stream.next() => item,
+            }
+        } else {
+            stream.next().await
+        };
+        let Some(item) = item else { break };
         let message = match item {
             Ok(message) => message,
             Err(error) => return failed(task, error).await,
@@ -257,11 +287,14 @@ async fn invoke(
                 call_id,
                 name,
                 input,
-            } => EventKind::ToolStarted {
-                call_id,
-                tool_name: name,
-                tool_input: input,
-            },
+            } => {
+                running_tools += 1;
+                EventKind::ToolStarted {
+                    call_id,
+                    tool_name: name,
+                    tool_input: input,
+                }
+            }
             AgentMessage::ToolFinished {
                 call_id,
                 name,
@@ -269,6 +302,7 @@ async fn invoke(
                 duration_ms,
             } => {
                 *tool_calls += 1;
+                running_tools = running_tools.saturating_sub(1);
                 match output {
                     Ok(tool_output) => EventKind::ToolCompleted {
                         call_id,

@@ -58,6 +58,8 @@ pub(crate) struct Driver {
     input: Value,
     rec: Recorder,
     cancel: Cancel,
+    /// Fired by a pause: each agent stops at its next safe point.
+    pausing: Cancel,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
     tasks: JoinSet<()>,
@@ -114,6 +116,7 @@ impl Driver {
             input,
             rec,
             cancel,
+            pausing: Cancel::new(),
             tx,
             rx,
             tasks: JoinSet::new(),
@@ -335,6 +338,7 @@ impl Driver {
             item,
             tx: self.tx.clone(),
             cancel: cancel.clone(),
+            pausing: self.pausing.clone(),
         };
         let handle = self.tasks.spawn(task.run());
         self.running.insert(run, (handle.id(), cancel));

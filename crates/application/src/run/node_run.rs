@@ -99,6 +99,9 @@ pub(crate) struct NodeTask {
     pub item: Option<u32>,
     pub tx: mpsc::Sender<Msg>,
     pub cancel: Cancel,
+    /// The run is pausing: an agent stops at its next safe point, with no
+    /// tool call in flight (see `agent::invoke`).
+    pub pausing: Cancel,
 }
 
 impl NodeTask {

@@ -107,3 +107,120 @@ async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
     ));
     assert!(child_state.node_runs.is_empty());
 }
+
+/// Takes the commands a test sends, as the writer's control endpoint.
+struct Commands(std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::ports::Delivery>>>);
+
+#[async_trait::async_trait]
+impl crate::ports::ControlChannel for Commands {
+    async fn listen(&self, _: domain::RunId) -> Result<crate::ports::Listener, ControlError> {
+        let rx = self.0.lock().unwrap().take().expect("one writer");
+        Ok(crate::ports::Listener::new(rx, ()))
+    }
+
+    async fn deliver(
+        &self,
+        run: domain::RunId,
+        _: &serde_json::Value,
+    ) -> Result<crate::ports::CommandReply, ControlError> {
+        Err(ControlError::NoWriter(run))
+    }
+}
+
+/// An agent that calls a tool at once, gets its result after 10 s, and
+/// answers 50 s later; the run is paused `at` seconds in. Returns when the
+/// run stopped, its outcome and its events.
+async fn paused_at(at: u64) -> (Duration, RunOutcome, Vec<RuntimeEvent>) {
+    use crate::ports::{AgentMessage, AgentResult};
+    use futures::StreamExt;
+    let rig = rig(|_| {
+        let steps = vec![
+            (
+                0,
+                AgentMessage::ToolUse {
+                    id: Some("t1".into()),
+                    name: "Bash".into(),
+                    input: json!({"command": "make"}),
+                },
+            ),
+            (
+                10,
+                AgentMessage::Tool {
+                    id: Some("t1".into()),
+                    name: "Bash".into(),
+                    input: json!({"command": "make"}),
+                    output: json!("built"),
+                    duration_ms: None,
+                    error: None,
+                },
+            ),
+            (
+                50,
+                AgentMessage::Completed(AgentResult {
+                    text: "done".into(),
+                    num_turns: 2,
+                    ..AgentResult::default()
+                }),
+            ),
+        ];
+        Ok(Box::pin(futures::stream::iter(steps).then(
+            |(secs, message)| async move {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                Ok(message)
+            },
+        )))
+    });
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let executor = rig
+        .executor
+        .with_control(Arc::new(Commands(std::sync::Mutex::new(Some(rx)))));
+    let rig = super::graph_tests::Rig {
+        executor,
+        events: rig.events,
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(at)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let raw = json!({"type": "pause"});
+        tx.send(crate::ports::Delivery { raw, reply })
+            .await
+            .unwrap();
+        assert!(answer.await.unwrap().accepted);
+    });
+    let started = tokio::time::Instant::now();
+    let flow = wf("name: p\nagents: {w: {provider: mock}}\nnodes:\n  - {id: a, agent: w}\n");
+    let outcome = run(&rig, flow, json!("go")).await;
+    let events = rig.events.lock().unwrap().clone();
+    (started.elapsed(), outcome, events)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_waits_for_the_tool_call_in_flight_then_stops_the_agent() {
+    let (elapsed, outcome, events) = paused_at(5).await;
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert_eq!(
+        elapsed,
+        Duration::from_secs(10),
+        "stopped once the tool ended"
+    );
+    let types: Vec<&str> = events.iter().map(|e| e.kind.type_name()).collect();
+    assert!(
+        types.contains(&"agent:tool"),
+        "the tool's result is kept: {types:?}"
+    );
+    assert!(!types.contains(&"agent:complete"), "{types:?}");
+    assert!(!types.contains(&"node:failed"), "{types:?}");
+    assert_eq!(types.last(), Some(&"flow:paused"));
+    let state = RunSnapshot::fold(&events).unwrap();
+    assert_eq!(state.node_runs.len(), 1, "the node run stays in flight");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_with_no_tool_in_flight_stops_the_agent_at_once() {
+    let (elapsed, outcome, events) = paused_at(15).await;
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert_eq!(elapsed, Duration::from_secs(15));
+    let types: Vec<&str> = events.iter().map(|e| e.kind.type_name()).collect();
+    assert!(!types.contains(&"agent:complete"), "{types:?}");
+    assert_eq!(types.last(), Some(&"flow:paused"));
+}

@@ -3,6 +3,7 @@
 //! cancelled and waited for, what it still sent is recorded, and each one
 //! still open ends with `node:failed`; then the terminal event.
 
+use domain::workflow::NodeKind;
 use domain::{EventKind, NodeId, NodeRunId, RunStatus, Stopping};
 use serde_json::Value;
 
@@ -91,10 +92,30 @@ impl Driver {
         Ok(self.outcome(status, Value::Null, Some(error)))
     }
 
-    /// Paused: every node run stops where it is and stays in flight (a
-    /// resume continues it), then `flow:paused` and the final snapshot.
+    /// Paused: no node run starts; each agent stops at its next safe
+    /// point (no tool call in flight: a tool is never cut off halfway),
+    /// any other node run at once; all stay in flight (a resume continues
+    /// them). Then `flow:paused` and the final snapshot. A cancellation
+    /// while it waits turns the pause into a cancel.
     async fn pause(&mut self, reason: String) -> Result<RunOutcome, ExecutorError> {
-        self.wind_down(true).await?;
+        self.pausing.cancel(reason.clone());
+        for (run, (_, cancel)) in &self.running {
+            let agent = self
+                .state()
+                .node_runs
+                .get(run)
+                .and_then(|r| self.workflow.node(&r.node_id))
+                .is_some_and(|n| matches!(n.kind, NodeKind::Agent { .. }));
+            if !agent {
+                cancel.cancel("the run is pausing");
+            }
+        }
+        self.drain(true).await?;
+        if self.cancel.is_cancelled() {
+            let why = self.cancel.reason().unwrap_or("cancelled").to_owned();
+            let stop = self.cancelled(why).await?;
+            return Box::pin(self.stop(stop)).await;
+        }
         let paused = EventKind::FlowPaused {
             reason: Some(reason.clone()),
         };
@@ -110,6 +131,12 @@ impl Driver {
         for (_, cancel) in self.running.values() {
             cancel.cancel("the run is stopping");
         }
+        self.drain(keep).await
+    }
+
+    /// Waits for every node run's task to end, recording what they still
+    /// send (see [`Self::wind_down`] for `keep`).
+    async fn drain(&mut self, keep: bool) -> Result<(), ExecutorError> {
         loop {
             tokio::select! {
                 biased;
