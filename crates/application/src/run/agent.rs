@@ -44,6 +44,11 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             prompt: &prompt,
         };
         let continued = turn.as_ref().is_some_and(|t| t.session.is_some());
+        // Messages the invocation delivers, owed again if it must start afresh.
+        let owed = turn
+            .as_ref()
+            .map(|t| (t.inbox.clone(), t.notes.clone()))
+            .unwrap_or_default();
         let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
             Ok(Invoked { data, next: None }) => break Ok(data),
             Ok(Invoked { next, .. }) => {
@@ -59,6 +64,20 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
         // cannot be continued: the node run starts afresh, as a node run
         // with no session does on resume.
         let unsaved = continued && error.error_type() == SESSION_NOT_FOUND;
+        if !owed.0.is_empty() {
+            // A new attempt starts afresh: it delivers them with the prompt.
+            let (inbox, notes) = owed;
+            let message = std::iter::once(prompt.clone())
+                .chain(notes.iter().cloned())
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            turn = Some(Continuation {
+                message,
+                inbox,
+                notes,
+                ..Continuation::default()
+            });
+        }
         let retry = &task.node.retry;
         let wait = match control::retry_after(retry, task.attempt, &error, agent.provider.is_http())
         {

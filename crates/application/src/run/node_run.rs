@@ -181,6 +181,9 @@ pub(crate) struct Continuation {
     pub message: String,
     /// Offsets of the inbox messages it delivers.
     pub inbox: Vec<u64>,
+    /// Those messages' texts (also in `message`): what a node run that
+    /// must start afresh still owes its agent.
+    pub notes: Vec<String>,
     /// The provider call it redoes, when an earlier process began it and
     /// died before its end: it keeps its index (the mock provider serves
     /// the same recorded call again).

@@ -1,6 +1,8 @@
-//! How a run stops before it completes, on mocked ports and tokio's paused
-//! clock: a cancellation or a node failure stops the node runs in flight at
-//! once (each recorded), and a child run records its own end.
+//! How a run stops before it completes, and what commands do to a live
+//! run, on mocked ports and tokio's paused clock: a cancellation or a node
+//! failure stops the node runs in flight at once (each recorded), a child
+//! run records its own end, a pause waits for the tool call in flight, and
+//! a message is never lost to a session that cannot be continued.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -223,4 +225,105 @@ async fn a_pause_with_no_tool_in_flight_stops_the_agent_at_once() {
     let types: Vec<&str> = events.iter().map(|e| e.kind.type_name()).collect();
     assert!(!types.contains(&"agent:complete"), "{types:?}");
     assert_eq!(types.last(), Some(&"flow:paused"));
+}
+
+/// A message sent during a turn goes to the agent's session after it; when
+/// that session cannot be continued, the node run starts afresh and the
+/// message comes with the prompt instead of being lost.
+#[tokio::test(start_paused = true)]
+async fn a_message_for_a_session_that_cannot_be_continued_comes_with_the_fresh_start() {
+    use crate::ports::{AgentMessage, AgentRequest, AgentResult};
+    use futures::StreamExt;
+    let requests: Arc<std::sync::Mutex<Vec<AgentRequest>>> = Arc::default();
+    let seen = Arc::clone(&requests);
+    let rig = rig(move |request| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            seen.push(request.clone());
+            seen.len()
+        };
+        if request.resume.is_some() {
+            return Err(QueryError::Agent {
+                error_type: "session_not_found".into(),
+                message: "no conversation found".into(),
+                details: None,
+            });
+        }
+        let session = AgentMessage::Session {
+            session_id: domain::SessionId::new("s1").unwrap(),
+            model: None,
+        };
+        let done = AgentMessage::Completed(AgentResult {
+            text: format!("answer {n}"),
+            num_turns: 1,
+            ..AgentResult::default()
+        });
+        Ok(Box::pin(
+            futures::stream::iter([(0, session), (10, done)]).then(|(secs, message)| async move {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                Ok(message)
+            }),
+        ))
+    });
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let executor = rig
+        .executor
+        .with_control(Arc::new(Commands(std::sync::Mutex::new(Some(rx)))));
+    let events = rig.events;
+    let log = Arc::clone(&events);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let run = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|e| e.node_run_id)
+            .unwrap();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let raw = json!({"type": "send", "nodeRunId": run, "message": "use metric units"});
+        tx.send(crate::ports::Delivery { raw, reply })
+            .await
+            .unwrap();
+        assert!(answer.await.unwrap().accepted);
+    });
+    let rig = super::graph_tests::Rig { executor, events };
+    let flow = wf("name: m\nagents: {w: {provider: claude-code}}\nnodes:\n  - {id: a, agent: w}\n");
+    let outcome = run(&rig, flow, json!("go")).await;
+    assert_eq!(outcome.status, RunStatus::Completed);
+    let requests = requests.lock().unwrap().clone();
+    let prompts: Vec<(bool, &str)> = requests
+        .iter()
+        .map(|r| (r.resume.is_some(), r.prompt.as_str()))
+        .collect();
+    assert_eq!(prompts.len(), 3, "{prompts:?}");
+    assert_eq!(
+        prompts[1],
+        (true, "use metric units"),
+        "delivered in the session"
+    );
+    assert!(!prompts[2].0, "started afresh: {prompts:?}");
+    assert!(
+        prompts[2].1.starts_with("go") && prompts[2].1.ends_with("use metric units"),
+        "the prompt, then the message: {prompts:?}"
+    );
+    let events = rig.events.lock().unwrap().clone();
+    let command = events
+        .iter()
+        .find(|e| e.kind.type_name() == "command:received")
+        .unwrap()
+        .offset
+        .get();
+    let last_start = events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.kind {
+            EventKind::AgentStart { inbox, .. } => Some(inbox.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        last_start,
+        [command],
+        "the fresh start names what it delivers"
+    );
 }

@@ -380,6 +380,7 @@ impl Driver {
             .collect::<Vec<_>>()
             .join("\n\n");
         let inbox = waiting.iter().map(|e| e.offset).collect();
+        let notes = waiting.iter().map(|e| e.message.clone()).collect();
         let session = node_run.session.clone();
         let session_usage = node_run.session_usage.clone().unwrap_or_default();
         let http = self
@@ -401,6 +402,7 @@ impl Driver {
             history,
             message,
             inbox,
+            notes,
             call_index: None,
         }))
     }
