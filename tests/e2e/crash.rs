@@ -57,6 +57,24 @@ sleep 0.05
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"'"$session"'","num_turns":1,"duration_ms":5,"usage":{"input_tokens":10,"output_tokens":4}}'
 "#;
 
+/// A fake Claude Code that fails when its prompt says "bad", and when it
+/// resumes a session that did (a real CLI remembers its conversation);
+/// `MARKS` is the directory where it notes those sessions.
+const PICKY_CLAUDE: &str = r#"#!/bin/sh
+session=none
+case "$*" in *bad*) bad=1 ;; esac
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) session="$2"; shift ;; esac
+  shift
+done
+[ -n "$bad" ] && touch "MARKS/bad.$session"
+if [ -e "MARKS/bad.$session" ]; then
+  echo '{"type":"result","subtype":"error_during_execution","is_error":true,"result":"refused","session_id":"'"$session"'","num_turns":1}'
+else
+  echo '{"type":"result","subtype":"success","is_error":false,"result":"fine","session_id":"'"$session"'","num_turns":1}'
+fi
+"#;
+
 /// Three fake-CLI agents: one, then two side by side.
 fn fake_cli_flow(exe: &Path) -> String {
     format!(
@@ -696,6 +714,22 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
     )
     .unwrap();
     flows.push(("fails", fails));
+    // An item's failure stops the run and names its item after a resume too.
+    use std::os::unix::fs::PermissionsExt;
+    let fails_on_item = scratch.path().join("fails-on-item.yaml");
+    let picky = scratch.path().join("picky-claude");
+    let marks = scratch.path().to_str().unwrap();
+    std::fs::write(&picky, PICKY_CLAUDE.replace("MARKS", marks)).unwrap();
+    std::fs::set_permissions(&picky, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &fails_on_item,
+        format!(
+            "name: fails-on-item\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nnodes:\n  - {{id: each, agent: coder, retry: {{max_attempts: 1}}, for_each: {{items: '[\"good\", \"bad\"]', max_concurrency: 1}}}}\n",
+            picky.display()
+        ),
+    )
+    .unwrap();
+    flows.push(("fails-on-item", fails_on_item));
     // A failure the run goes on past is routed like a success.
     flows.push((
         "build-and-test",
@@ -709,7 +743,7 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
                 let awr = Awr::new();
                 let pid_file = awr.dir.path().join("pids");
                 let out = awr_within(&awr, &pid_file, &["run", file.to_str().unwrap()]).unwrap();
-                let code = if name == "fails" { 1 } else { 0 };
+                let code = if name.starts_with("fails") { 1 } else { 0 };
                 assert_eq!(out.code, code, "{name}: {}", out.stderr);
                 let run = only_run(&awr).unwrap();
                 let full =

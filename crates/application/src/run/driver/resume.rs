@@ -131,11 +131,11 @@ impl Driver {
     pub(super) async fn finish_last_step(&mut self) -> Result<Option<Stop>, ExecutorError> {
         match self.last_step().await? {
             Some(LastStep::Routing { node, recorded }) => self.route_rest(node, &recorded).await,
-            Some(LastStep::Failing { node, error }) => {
-                let error = match routing::node_status(self.state(), &node) {
-                    NodeStatus::Failed => format!("node `{node}` failed: {error}"),
-                    // A node's items fail without failing the node first.
-                    _ => format!("node `{node}` failed on an item: {error}"),
+            Some(LastStep::Failing { node, run, error }) => {
+                // Which item failed, if any, its `node:started` says.
+                let error = match self.item_of(run).await? {
+                    Some(i) => format!("node `{node}` failed on item {i}: {error}"),
+                    None => format!("node `{node}` failed: {error}"),
                 };
                 Ok(Some(Stop::Failed {
                     node: Some(node),
@@ -407,6 +407,15 @@ impl Driver {
         }))
     }
 
+    /// The `for_each` item node run `run` worked on, from its `node:started`.
+    async fn item_of(&self, run: Option<NodeRunId>) -> Result<Option<u32>, ExecutorError> {
+        let Some(run) = run else { return Ok(None) };
+        Ok(self.events().await?.iter().find_map(|e| match &e.kind {
+            EventKind::NodeStarted { item, .. } if e.node_run_id == Some(run) => *item,
+            _ => None,
+        }))
+    }
+
     /// Every event of the run so far.
     async fn events(&self) -> Result<Vec<RuntimeEvent>, ExecutorError> {
         let run_id = self.state().run_id;
@@ -427,8 +436,12 @@ impl Driver {
 enum LastStep {
     /// Routing `node`'s end; the edges `recorded` are on record.
     Routing { node: NodeId, recorded: Vec<String> },
-    /// Stopping the run for `node`'s failure `error`.
-    Failing { node: NodeId, error: String },
+    /// Stopping the run for `node`'s failure `error` (of its node run `run`).
+    Failing {
+        node: NodeId,
+        run: Option<NodeRunId>,
+        error: String,
+    },
 }
 
 impl LastStep {
@@ -474,6 +487,7 @@ impl LastStep {
         }
         Some(Self::Failing {
             node: cause.node_id.clone()?,
+            run: cause.node_run_id,
             error: error.clone(),
         })
     }
@@ -532,7 +546,7 @@ mod tests {
             ),
         ]);
         match LastStep::of(&tail, false) {
-            Some(Some(LastStep::Failing { node, error })) => {
+            Some(Some(LastStep::Failing { node, error, .. })) => {
                 assert_eq!(node.as_str(), "a");
                 assert_eq!(error, "exit 3");
             }
