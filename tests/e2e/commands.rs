@@ -19,10 +19,10 @@ use crate::util::{Awr, Output};
 const PROMPT: &str = "Write the report.";
 
 /// A live run of the fake agent, and where its gate and call log are.
-struct Live {
-    awr: Awr,
+pub(crate) struct Live {
+    pub(crate) awr: Awr,
     child: Child,
-    run: String,
+    pub(crate) run: String,
     /// Created by the test to let the agent's first turn end.
     gate: PathBuf,
     /// One line per invocation of the agent: its arguments.
@@ -42,7 +42,7 @@ impl Drop for Live {
 
 /// Starts `awr run` of a one-agent workflow and waits until its agent is
 /// in its first turn (`agent:start` on record).
-fn start() -> Live {
+pub(crate) fn start() -> Live {
     use std::os::unix::fs::PermissionsExt;
     let awr = Awr::new();
     let gate = awr.dir.path().join("go");
@@ -114,7 +114,7 @@ impl Live {
             .collect()
     }
 
-    fn awr(&self, args: &[&str]) -> Output {
+    pub(crate) fn awr(&self, args: &[&str]) -> Output {
         self.awr.run_within(30, args)
     }
 
@@ -132,7 +132,7 @@ impl Live {
 
     /// Waits for `awr run` to end; its exit code and stdout, and a
     /// report for a failed assertion (its stderr and the events).
-    fn wait(&mut self) -> (i32, String, String) {
+    pub(crate) fn wait(&mut self) -> (i32, String, String) {
         let code = wait_exit(&mut self.child, 30, "awr run to end");
         let mut stdout = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();

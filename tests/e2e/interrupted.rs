@@ -13,7 +13,7 @@ use crate::util::Awr;
 
 /// Kills the agent processes the dead `awr` left behind, and a follower
 /// that failed to end, however the test ends.
-struct Leftovers(Vec<String>);
+pub(crate) struct Leftovers(pub(crate) Vec<String>);
 
 impl Drop for Leftovers {
     fn drop(&mut self) {

@@ -28,7 +28,12 @@ fn store_failure(e: StoreError) -> Failure {
 /// Finds the run a user named by its id or a unique prefix of it.
 async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
     if let Ok(id) = wanted.parse::<RunId>() {
-        return Ok(id);
+        // An unknown run is named here, the same for every command, before
+        // anything looks for its workflow, its writer or its transcript.
+        return match store.last_offset(id).await {
+            Err(e @ StoreError::NotFound(_)) => Err(store_failure(e)),
+            _ => Ok(id),
+        };
     }
     let runs = store.list_runs().await.map_err(store_failure)?;
     let matches: Vec<RunId> = runs
