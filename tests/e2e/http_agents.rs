@@ -368,6 +368,20 @@ async fn a_shell_the_model_runs_cannot_read_the_api_key() {
     s.assert_key_kept_secret(&out);
 }
 
+/// What the shell tool runs carries `AWR_RUN_ID`, as every process of a
+/// run does, so that a resume finds it if its writer dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_the_model_runs_is_tagged_with_the_run() {
+    let s = Scratch::new().await;
+    let prompt = r#"CALLTOOL shell {"command": "echo run=$AWR_RUN_ID"}"#;
+    let out = s.run(&s.workflow("openai", prompt, ""));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let events = s.events(&run);
+    let completed = of_type(&events, "tool:completed");
+    assert_eq!(completed[0]["toolOutput"]["stdout"], format!("run={run}\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_examples_run_against_the_fake_server() {
     for example in ["openai", "anthropic"] {

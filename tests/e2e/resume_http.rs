@@ -10,7 +10,7 @@ use std::process::Stdio;
 use awr_tests::fake_model::FakeModel;
 use serde_json::Value;
 
-use crate::cancel::wait_for;
+use crate::cancel::{gone, wait_for};
 use crate::util::Awr;
 
 /// The API key handed to awr.
@@ -265,6 +265,82 @@ async fn an_openai_agent_killed_mid_tool_loop_resumes_with_its_whole_conversatio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anthropic_agent_killed_mid_tool_loop_resumes_with_its_whole_conversation() {
     killed_mid_tool_loop_resumes("anthropic", "claude-sonnet-4-5", "").await;
+}
+
+/// A shell the model started, left running by a writer killed with
+/// SIGKILL (nothing records its processes), is killed by `awr resume`
+/// before the agent goes on: it carries the run's `AWR_RUN_ID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_kills_the_shell_a_dead_writer_left_running() {
+    let server = FakeModel::start().await.expect("fake model");
+    let awr = Awr::new();
+    let workspace = awr.dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let pid_file = awr.dir.path().join("pids");
+    let _leftovers = Leftovers(pid_file.clone());
+    let command = format!(
+        "sleep 300 >/dev/null 2>&1 & echo $$ $! > {}; wait",
+        pid_file.display()
+    );
+    let prompt = format!(
+        "CALLTOOL shell {}",
+        serde_json::json!({ "command": command })
+    );
+    let yaml = format!(
+        "name: shell-left\ninput: {prompt:?}\nagents:\n  operator:\n    provider: openai\n    \
+         model: gpt-4o-mini\n    base_url: {}/v1\n    api_key_env: AWR_TEST_API_KEY\n    \
+         tools: [shell]\nsteps: [{{agent: operator}}]\n",
+        server.base_url()
+    );
+    let file = awr.write("flow.yaml", &yaml).display().to_string();
+    let mut child = awr
+        .command(&["run", &file])
+        .current_dir(&workspace)
+        .env("AWR_TEST_API_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn awr run");
+    let pids = || -> Vec<String> {
+        std::fs::read_to_string(&pid_file)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    wait_for(30, "the shell and its child to start", || pids().len() == 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = pids();
+    assert!(
+        started.iter().all(|p| !gone(p)),
+        "alive after awr died: {started:?}"
+    );
+
+    let run = awr.run_ids().pop().unwrap();
+    let out = tokio::task::block_in_place(|| {
+        awr.run_in(&workspace, &[("AWR_TEST_API_KEY", KEY)], &["resume", &run])
+    });
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.stdout);
+    for pid in &started {
+        wait_for(10, &format!("process {pid} of the dead run to end"), || {
+            gone(pid)
+        });
+    }
+}
+
+/// Kills the processes whose pids a test wrote to its file, however the test ends.
+struct Leftovers(std::path::PathBuf);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let pids = std::fs::read_to_string(&self.0).unwrap_or_default();
+        for pid in pids.split_whitespace().filter(|p| !gone(p)) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid])
+                .status();
+        }
+    }
 }
 
 #[test]
