@@ -3,9 +3,7 @@
 //! says what is wrong, and the exit code says whose fault it is (2: the
 //! input, nothing was started).
 
-use serde_json::Value;
-
-use crate::util::{Awr, Output, run_id_of};
+use crate::util::{Awr, Output};
 
 /// A run id that no run of a fresh storage has.
 const UNKNOWN: &str = "6f1c2a9e-0d3b-4c5a-8e7f-1a2b3c4d5e6f";
@@ -23,17 +21,17 @@ fn refused_with(out: &Output, line: &str) {
 
 /// The workflow hash a run's `flow:started` records.
 fn recorded_hash(awr: &Awr, run: &str) -> String {
-    let log = std::fs::read_to_string(awr.run_dir(run).join("events.ndjson")).unwrap();
-    let first: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
-    first["workflow"]["hash"].as_str().unwrap().to_owned()
+    awr.events(run)[0]["workflow"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[test]
 fn a_command_to_an_unknown_run_says_it_is_not_found_once() {
     let awr = Awr::new();
     // The storage exists, with one run that is not the one asked for.
-    let out = awr.run(&["run", "examples/summarize.yaml"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    awr.completed_run("examples/summarize.yaml");
     let expected = format!("awr: run {UNKNOWN} not found");
     for args in [
         &["resume", UNKNOWN][..],
@@ -43,7 +41,6 @@ fn a_command_to_an_unknown_run_says_it_is_not_found_once() {
         &["cancel", UNKNOWN],
         &["show", UNKNOWN],
         &["events", UNKNOWN],
-        &["transcript", UNKNOWN],
     ] {
         let out = awr.run_within(30, args);
         assert_eq!(out.stderr, format!("{expected}\n"), "{args:?}");
@@ -54,9 +51,7 @@ fn a_command_to_an_unknown_run_says_it_is_not_found_once() {
 #[test]
 fn a_command_to_an_ended_run_names_the_run_once() {
     let awr = Awr::new();
-    let out = awr.run(&["run", "examples/summarize.yaml"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let run = run_id_of(&out);
+    let run = awr.completed_run("examples/summarize.yaml");
     let ended = format!("awr: run {run} has ended (completed); it takes no more commands");
     for args in [
         &["cancel", &run][..],
@@ -83,9 +78,8 @@ fn resuming_with_a_changed_workflow_names_the_run_and_both_hashes_once() {
     let (code, _, report) = live.wait();
     assert_eq!(code, 3, "{report}");
     // Another definition: that of a run of another workflow, whose hash is on record.
-    let other = live.awr(&["run", "examples/summarize.yaml"]);
-    assert_eq!(other.code, 0, "{}", other.stderr);
-    let other_hash = recorded_hash(&live.awr, &run_id_of(&other));
+    let other = live.awr.completed_run("examples/summarize.yaml");
+    let other_hash = recorded_hash(&live.awr, &other);
     let hash = recorded_hash(&live.awr, &run);
 
     let out = live.awr(&["resume", &run, "--workflow", "examples/summarize.yaml"]);

@@ -14,7 +14,7 @@ use application::{ExecutorError, inspect};
 use domain::{EventKind, RunId, RunStatus, WorkflowDef};
 use serde_json::{Value, json};
 
-use super::inspect::resolve_id;
+use super::inspect::resolve_run;
 use super::run::{Wired, load_workflow};
 use crate::{Failure, wiring};
 
@@ -85,7 +85,7 @@ pub async fn resume(
     message: Option<String>,
     given: Option<&Path>,
 ) -> Result<(), Failure> {
-    let run_id = resolve_id(storage, run).await?;
+    let run_id = resolve_run(storage, run).await?;
     let (workflow, wired) = wired_for(storage, run_id, given).await?;
     crate::note(&format!("run {run_id} resumes"));
     let cancel = application::Cancel::new();
@@ -178,7 +178,7 @@ impl Command<'_> {
 /// writing the run, or is recorded here when none does. Accepted: exit 0;
 /// rejected: the recorded reason, exit 2.
 pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
-    let run_id = resolve_id(storage, run).await?;
+    let run_id = resolve_run(storage, run).await?;
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
     // A command calls no agent: the executor needs no provider.

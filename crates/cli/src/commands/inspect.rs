@@ -28,12 +28,7 @@ fn store_failure(e: StoreError) -> Failure {
 /// Finds the run a user named by its id or a unique prefix of it.
 async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
     if let Ok(id) = wanted.parse::<RunId>() {
-        // An unknown run is named here, the same for every command, before
-        // anything looks for its workflow, its writer or its transcript.
-        return match store.last_offset(id).await {
-            Err(e @ StoreError::NotFound(_)) => Err(store_failure(e)),
-            _ => Ok(id),
-        };
+        return Ok(id);
     }
     let runs = store.list_runs().await.map_err(store_failure)?;
     let matches: Vec<RunId> = runs
@@ -54,6 +49,19 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
 pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
     let store = wiring::read_store(storage)?;
     resolve(store.as_ref(), wanted).await
+}
+
+/// [`resolve_id`] for a command on a run's log (`resume`, `send`, `pause`,
+/// ...): a run the storage does not hold is refused here, the same way for
+/// each, before anything looks for its workflow or its writer. (A
+/// transcript may outlive its log, so `transcript` does not ask this.)
+pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+    let store = wiring::read_store(storage)?;
+    let id = resolve(store.as_ref(), wanted).await?;
+    match store.last_offset(id).await {
+        Err(e @ StoreError::NotFound(_)) => Err(store_failure(e)),
+        _ => Ok(id),
+    }
 }
 
 /// `awr runs`. A run whose records are corrupt is listed with the status
