@@ -41,18 +41,9 @@ pub(crate) fn wait_exit(child: &mut Child, secs: u64, what: &str) -> i32 {
     code.and_then(|s| s.code()).unwrap_or(-1)
 }
 
-fn events(path: &Path) -> Vec<RuntimeEvent> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an event line"))
-        .collect()
-}
-
 /// Starts a run whose fake Claude Code prints its session, starts a
 /// grandchild, and waits; returns awr, the run's directory and the pids.
 pub(crate) fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
-    use std::os::unix::fs::PermissionsExt;
     let dir = awr.dir.path();
     let (agent_pid, grandchild_pid) = (dir.join("agent.pid"), dir.join("grandchild.pid"));
     let script = format!(
@@ -60,15 +51,7 @@ pub(crate) fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
         a = agent_pid.display(),
         g = grandchild_pid.display()
     );
-    let exe = awr.write("fake-claude", &script);
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let flow = awr.write(
-        "flow.yaml",
-        &format!(
-            "name: cancel\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{agent: coder}}]\n",
-            exe.display()
-        ),
-    );
+    let flow = awr.claude_flow("cancel", &script, "");
     let child = awr
         .command(&["run", flow.to_str().unwrap()])
         .stdout(Stdio::null())
@@ -81,9 +64,9 @@ pub(crate) fn start(awr: &Awr) -> (Child, std::path::PathBuf, String, String) {
     let run = awr.run_ids().pop().expect("a run");
     let run_dir = awr.run_dir(&run);
     wait_for(20, "the agent's session in the log", || {
-        events(&run_dir.join("events.ndjson"))
+        awr.events_so_far(&run)
             .iter()
-            .any(|e| matches!(e.kind, EventKind::AgentStart { .. }))
+            .any(|e| e["type"] == "agent:start")
     });
     let read = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_owned();
     (child, run_dir, read(&agent_pid), read(&grandchild_pid))
@@ -111,7 +94,7 @@ fn cancel_with(signal: &str, expected_code: i32) {
         gone(&grandchild),
         "the agent's grandchild {grandchild} survived"
     );
-    let log = events(&run_dir.join("events.ndjson"));
+    let log = awr.runtime_events(&run);
     let last = log.last().expect("events");
     assert!(
         matches!(&last.kind, EventKind::FlowCancelled { reason: Some(r) } if r.contains(&format!("SIG{signal}"))),

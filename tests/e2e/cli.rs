@@ -7,13 +7,6 @@ use serde_json::Value;
 
 use crate::util::{Awr, repo_root, run_id_of};
 
-fn events_of(awr: &Awr, run: &str) -> Vec<RuntimeEvent> {
-    let text = std::fs::read_to_string(awr.run_dir(run).join("events.ndjson")).unwrap();
-    text.lines()
-        .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
-        .collect()
-}
-
 fn count(events: &[RuntimeEvent], t: &str, node: &str) -> usize {
     events
         .iter()
@@ -36,7 +29,7 @@ fn the_research_pipeline_runs_offline_and_leaves_a_complete_record() {
     assert_eq!(out.stdout.trim_end(), writer.trim_end());
     let run = run_id_of(&out);
 
-    let events = events_of(&awr, &run);
+    let events = awr.runtime_events(&run);
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.offset.get(), i as u64 + 1, "offsets 1..n without gaps");
         assert_eq!(e.run_id.to_string(), run);
@@ -88,9 +81,7 @@ fn the_research_pipeline_runs_offline_and_leaves_a_complete_record() {
 #[test]
 fn events_from_an_offset_and_follow_on_a_finished_run() {
     let awr = Awr::new();
-    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let run = run_id_of(&out);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let lines: Vec<String> = std::fs::read_to_string(awr.run_dir(&run).join("events.ndjson"))
         .unwrap()
         .lines()
@@ -121,8 +112,7 @@ fn events_from_an_offset_and_follow_on_a_finished_run() {
 #[test]
 fn a_torn_last_line_does_not_stop_events_or_show() {
     let awr = Awr::new();
-    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
-    let run = run_id_of(&out);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let log = awr.run_dir(&run).join("events.ndjson");
     let complete = std::fs::read_to_string(&log).unwrap().lines().count();
     let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
@@ -148,7 +138,7 @@ fn a_conditional_edge_takes_one_branch() {
         out.stdout
     );
     let run = run_id_of(&out);
-    let events = events_of(&awr, &run);
+    let events = awr.runtime_events(&run);
     assert_eq!(count(&events, "node:skipped", "reply"), 1);
     assert!(events.iter().any(|e| matches!(&e.kind,
         EventKind::AgentComplete { structured_output: Some(v), .. } if v["severity"] == "critical")));
@@ -157,7 +147,7 @@ fn a_conditional_edge_takes_one_branch() {
 #[test]
 fn runs_lists_and_show_prints_a_run() {
     let awr = Awr::new();
-    let run = run_id_of(&awr.run(&["run", "examples/research-pipeline.yaml"]));
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let runs = awr.run(&["runs"]);
     assert_eq!(runs.code, 0, "{}", runs.stderr);
     let row = runs
@@ -169,8 +159,7 @@ fn runs_lists_and_show_prints_a_run() {
         row.contains("research-pipeline") && row.contains("completed"),
         "{row}"
     );
-    let show = awr.run(&["show", &run, "--json"]);
-    let snapshot: Value = serde_json::from_str(&show.stdout).unwrap();
+    let snapshot = awr.show_json(&run);
     assert_eq!(snapshot["runId"], run.as_str());
     let missing = awr.run(&["show", "00000000-0000-4000-8000-000000000000"]);
     assert_eq!(missing.code, 2);
@@ -179,18 +168,11 @@ fn runs_lists_and_show_prints_a_run() {
 #[test]
 fn a_failing_agent_exits_1_and_records_the_failure() {
     let awr = Awr::new();
-    let flow = awr.write(
-        "flow.yaml",
-        "name: failing\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
-    );
-    awr.write(
-        "fx/a.json",
-        r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "slow down"}}}]}"#,
-    );
+    let flow = awr.api_error_flow();
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("slow down"), "{}", out.stderr);
-    let events = events_of(&awr, &run_id_of(&out));
+    let events = awr.runtime_events(&run_id_of(&out));
     assert_eq!(events.last().unwrap().kind.type_name(), "flow:failed");
     assert!(events.iter().any(|e| matches!(&e.kind,
         EventKind::AgentError { error_type, .. } if error_type == "api_error")));
@@ -363,7 +345,7 @@ fn bad_json_input_is_an_error_and_text_needs_input_text() {
 
     let out = awr.run(&["run", "examples/triage.yaml", "--input-text", "{bad"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let events = events_of(&awr, &run_id_of(&out));
+    let events = awr.runtime_events(&run_id_of(&out));
     let EventKind::FlowStarted { input, .. } = &events[0].kind else {
         panic!("{:?}", events[0].kind)
     };

@@ -8,10 +8,9 @@ use serde_json::Value;
 use crate::util::{Awr, run_id_of};
 
 fn fake_cli(awr: &Awr, name: &str, body: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let path = awr.write(name, &format!("#!/bin/sh\n{body}\n"));
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
+    awr.executable(name, &format!("#!/bin/sh\n{body}\n"))
+        .display()
+        .to_string()
 }
 
 fn flow(awr: &Awr, exe: &str, extra: &str) -> String {

@@ -7,7 +7,7 @@
 //! The agent is a fake Claude Code that holds its first turn open until the
 //! test lets it finish (a file appears), and answers a resumed session at once.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 
 use serde_json::{Value, json};
@@ -19,10 +19,10 @@ use crate::util::{Awr, Output};
 const PROMPT: &str = "Write the report.";
 
 /// A live run of the fake agent, and where its gate and call log are.
-struct Live {
-    awr: Awr,
+pub(crate) struct Live {
+    pub(crate) awr: Awr,
     child: Child,
-    run: String,
+    pub(crate) run: String,
     /// Created by the test to let the agent's first turn end.
     gate: PathBuf,
     /// One line per invocation of the agent: its arguments.
@@ -42,8 +42,7 @@ impl Drop for Live {
 
 /// Starts `awr run` of a one-agent workflow and waits until its agent is
 /// in its first turn (`agent:start` on record).
-fn start() -> Live {
-    use std::os::unix::fs::PermissionsExt;
+pub(crate) fn start() -> Live {
     let awr = Awr::new();
     let gate = awr.dir.path().join("go");
     let calls = awr.dir.path().join("calls.log");
@@ -72,15 +71,7 @@ printf '%s\n' '{{"type":"result","subtype":"success","is_error":false,"result":"
         calls = calls.display(),
         gate = gate.display(),
     );
-    let exe = awr.write("fake-claude", &script);
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let flow = awr.write(
-        "flow.yaml",
-        &format!(
-            "name: commands\nagents:\n  writer: {{provider: claude-code, executable: '{}'}}\nsteps: [{{id: write, agent: writer}}]\n",
-            exe.display()
-        ),
-    );
+    let flow = awr.claude_flow("commands", &script, "");
     let child = awr
         .command(&["run", flow.to_str().unwrap(), "--input-text", PROMPT])
         .stdout(Stdio::piped())
@@ -104,7 +95,7 @@ printf '%s\n' '{{"type":"result","subtype":"success","is_error":false,"result":"
 
 impl Live {
     fn events(&self) -> Vec<Value> {
-        read_events(&self.awr.run_dir(&self.run).join("events.ndjson"))
+        self.awr.events_so_far(&self.run)
     }
 
     fn of_type(&self, kind: &str) -> Vec<Value> {
@@ -114,7 +105,7 @@ impl Live {
             .collect()
     }
 
-    fn awr(&self, args: &[&str]) -> Output {
+    pub(crate) fn awr(&self, args: &[&str]) -> Output {
         self.awr.run_within(30, args)
     }
 
@@ -132,7 +123,7 @@ impl Live {
 
     /// Waits for `awr run` to end; its exit code and stdout, and a
     /// report for a failed assertion (its stderr and the events).
-    fn wait(&mut self) -> (i32, String, String) {
+    pub(crate) fn wait(&mut self) -> (i32, String, String) {
         let code = wait_exit(&mut self.child, 30, "awr run to end");
         let mut stdout = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
@@ -149,14 +140,6 @@ impl Live {
             .pop()
             .expect("a command:received")
     }
-}
-
-fn read_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an event line"))
-        .collect()
 }
 
 /// The offset `awr send` reports: `... at offset N)`.
@@ -307,9 +290,7 @@ fn cancel_ends_a_live_run_with_its_reason() {
     let last = live.events().pop().unwrap();
     assert_eq!(last["type"], "flow:cancelled", "{last}");
     assert_eq!(last["reason"], "no longer needed");
-    let show = live.awr(&["show", &run, "--json"]);
-    let shown: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(shown["status"], "cancelled", "{}", show.stdout);
+    assert_eq!(live.awr.show_json(&run)["status"], "cancelled");
 }
 
 #[test]
@@ -321,9 +302,7 @@ fn a_paused_run_exits_3_keeps_commands_and_a_cancel_ends_it() {
     let (code, _, report) = live.wait();
     assert_eq!(code, 3, "awr run of a paused run exits 3: {report}");
     assert_eq!(live.events().last().unwrap()["type"], "flow:paused");
-    let show = live.awr(&["show", &run, "--json"]);
-    let shown: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(shown["status"], "paused", "{}", show.stdout);
+    assert_eq!(live.awr.show_json(&run)["status"], "paused");
 
     // No writer now: the command records itself, under the run's lock.
     let again = live.awr(&["pause", &run]);
@@ -354,9 +333,7 @@ fn a_paused_run_exits_3_keeps_commands_and_a_cancel_ends_it() {
         "{:#?}",
         &events[n - 4..]
     );
-    let show = live.awr(&["show", &run, "--json"]);
-    let shown: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(shown["status"], "cancelled", "{}", show.stdout);
+    assert_eq!(live.awr.show_json(&run)["status"], "cancelled");
     // An ended run takes no more commands.
     let late = live.awr(&["cancel", &run]);
     assert_eq!(late.code, 2, "{}{}", late.stdout, late.stderr);

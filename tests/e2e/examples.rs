@@ -1,7 +1,7 @@
 //! Every example runs offline, and the run is its log: folding a run's
 //! events gives exactly the final snapshot the executor wrote (its state).
 
-use domain::{RunId, RunSnapshot, RuntimeEvent};
+use domain::{RunId, RunSnapshot};
 use serde_json::Value;
 
 use crate::util::{Awr, repo_root, run_id_of};
@@ -18,14 +18,6 @@ fn examples() -> Vec<String> {
     found
 }
 
-fn events(awr: &Awr, run: &str) -> Vec<RuntimeEvent> {
-    std::fs::read_to_string(awr.run_dir(run).join("events.ndjson"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn every_example_runs_and_its_log_folds_to_its_final_state() {
     let all = examples();
@@ -36,7 +28,7 @@ fn every_example_runs_and_its_log_folds_to_its_final_state() {
         assert_eq!(out.code, 0, "{example}: {}", out.stderr);
         let main = run_id_of(&out);
         for run in awr.run_ids() {
-            let log = events(&awr, &run);
+            let log = awr.runtime_events(&run);
             let folded = RunSnapshot::fold(&log).unwrap();
             let id: RunId = run.parse().unwrap();
             let bytes = std::fs::read(awr.run_dir(&run).join("snapshot.json")).unwrap();

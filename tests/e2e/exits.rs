@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-use crate::util::{Awr, Output, run_id_of};
+use crate::util::{Awr, Output};
 
 /// A pipe whose read end is already closed.
 fn closed_pipe() -> Stdio {
@@ -19,13 +19,6 @@ fn closed_pipe() -> Stdio {
 /// Runs `command` to its end and returns its output.
 fn output(mut command: Command) -> Output {
     Output::from(command.output().expect("run awr"))
-}
-
-/// A finished run of the research pipeline.
-fn finished_run(awr: &Awr) -> String {
-    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    run_id_of(&out)
 }
 
 /// A workflow whose only agent has no fixture file, so the run fails.
@@ -121,7 +114,7 @@ fn a_failed_run_prints_its_error_once() {
 #[test]
 fn every_command_ends_quietly_on_a_closed_stdout() {
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let cases: Vec<Vec<&str>> = vec![
         vec!["run", "examples/research-pipeline.yaml"],
         vec!["validate", "examples/research-pipeline.yaml"],
@@ -168,7 +161,7 @@ fn a_closed_stderr_changes_no_exit_code() {
 /// A run whose event log has no offset index logs (at debug level) that it
 /// scans the log instead: a log line to look at.
 fn logging_command(awr: &Awr) -> Command {
-    let run = finished_run(awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     std::fs::remove_file(awr.run_dir(&run).join("events.idx")).unwrap();
     let mut command = awr.command(&["events", &run]);
     command.env("AWR_LOG", "debug").env_remove("NO_COLOR");
@@ -247,19 +240,11 @@ fn no_color_turns_escapes_off_on_a_terminal() {
 /// A cause that spans lines (a CLI's stderr) still ends on one `awr:` line.
 #[test]
 fn an_error_is_one_line_even_when_its_cause_spans_several() {
-    use std::os::unix::fs::PermissionsExt;
     let awr = Awr::new();
-    let exe = awr.write(
-        "fake-claude",
+    let flow = awr.claude_flow(
+        "cli",
         "#!/bin/sh\necho 'first line' >&2\necho 'second line' >&2\nexit 3\n",
-    );
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let flow = awr.write(
-        "flow.yaml",
-        &format!(
-            "name: cli\nagents:\n  coder:\n    provider: claude-code\n    executable: {}\n    system_prompt: x\nsteps: [{{agent: coder}}]\n",
-            exe.display()
-        ),
+        "    system_prompt: x\n",
     );
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);

@@ -66,8 +66,7 @@ fn agent_text_reaches_no_terminal_as_control_characters() {
         assert_inert(&format!("{args:?}"), &out);
     }
     // The JSON forms stay exact JSON, escapes and all.
-    let json = awr.run(&["show", &run, "--json"]);
-    let snapshot: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let snapshot = awr.show_json(&run);
     assert_eq!(snapshot["outputs"]["a"]["data"], EVIL);
 }
 
@@ -203,8 +202,8 @@ fn a_relative_workdir_that_is_a_symlink_out_of_the_project_is_refused() {
 #[test]
 fn a_transcript_of_another_run_is_reported_not_shown_as_this_one() {
     let awr = Awr::new();
-    let first = run_id_of(&awr.run(&["run", "examples/summarize.yaml"]));
-    let second = run_id_of(&awr.run(&["run", "examples/triage.yaml"]));
+    let first = awr.completed_run("examples/summarize.yaml");
+    let second = awr.completed_run("examples/triage.yaml");
     let transcripts = awr.storage().join("transcripts");
     std::fs::copy(
         transcripts.join(format!("{second}.jsonl")),

@@ -3,12 +3,10 @@
 //! tools. Each test checks the three records (event log, snapshot,
 //! transcript) and that the API key reached the server but no file.
 
-use std::path::Path;
-
 use awr_tests::fake_model::FakeModel;
 use serde_json::Value;
 
-use crate::util::{Awr, Output, run_id_of};
+use crate::util::{Awr, Output, of_type, read_json_lines, run_id_of};
 
 /// The API key the tests hand to awr; unique so a search for it cannot
 /// match anything else.
@@ -72,11 +70,11 @@ impl Scratch {
     }
 
     fn events(&self, run: &str) -> Vec<Value> {
-        read_lines(&self.awr.run_dir(run).join("events.ndjson"))
+        self.awr.events(run)
     }
 
     fn transcript(&self, run: &str) -> Vec<Value> {
-        read_lines(
+        read_json_lines(
             &self
                 .awr
                 .storage()
@@ -103,18 +101,6 @@ impl Scratch {
             }
         }
     }
-}
-
-fn read_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["type"] == kind).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,16 +342,35 @@ async fn a_missing_key_or_an_unknown_tool_is_refused_with_its_name() {
     assert_eq!(s.awr.run_ids().len(), runs, "refused before any run");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shell_the_model_runs_cannot_read_the_api_key() {
-    let s = Scratch::new().await;
-    let prompt = r#"CALLTOOL shell {"command": "echo key=$AWR_TEST_API_KEY"}"#;
-    let out = s.run(&s.workflow("openai", prompt, ""));
+/// Runs an `openai` agent whose model calls `shell` with `command`, which
+/// must complete: what awr printed, and the shell's stdout as recorded.
+fn shell_stdout(s: &Scratch, command: &str) -> (Output, Value) {
+    let prompt = format!(
+        "CALLTOOL shell {}",
+        serde_json::json!({ "command": command })
+    );
+    let out = s.run(&s.workflow("openai", &prompt, ""));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let events = s.events(&run_id_of(&out));
     let completed = of_type(&events, "tool:completed");
-    assert_eq!(completed[0]["toolOutput"]["stdout"], "key=\n");
+    (out, completed[0]["toolOutput"]["stdout"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_the_model_runs_cannot_read_the_api_key() {
+    let s = Scratch::new().await;
+    let (out, stdout) = shell_stdout(&s, "echo key=$AWR_TEST_API_KEY");
+    assert_eq!(stdout, "key=\n");
     s.assert_key_kept_secret(&out);
+}
+
+/// What the shell tool runs carries `AWR_RUN_ID`, as every process of a
+/// run does, so that a resume finds it if its writer dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_the_model_runs_is_tagged_with_the_run() {
+    let s = Scratch::new().await;
+    let (out, stdout) = shell_stdout(&s, "echo run=$AWR_RUN_ID");
+    assert_eq!(stdout, format!("run={}\n", run_id_of(&out)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use crate::util::Awr;
 
 /// Kills the agent processes the dead `awr` left behind, and a follower
 /// that failed to end, however the test ends.
-struct Leftovers(Vec<String>);
+pub(crate) struct Leftovers(pub(crate) Vec<String>);
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
@@ -85,9 +85,8 @@ fn a_killed_run_is_shown_interrupted_and_its_followers_end() {
         "{}",
         show.stdout
     );
-    let json = awr.run(&["show", &run, "--json"]);
-    let value: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    assert_eq!(value["status"], "interrupted", "{}", json.stdout);
+    let value = awr.show_json(&run);
+    assert_eq!(value["status"], "interrupted", "{value}");
 
     // Derived, never written: the log still ends without a terminal event.
     let log = std::fs::read_to_string(run_dir.join("events.ndjson")).unwrap();

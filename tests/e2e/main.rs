@@ -8,6 +8,7 @@ mod cli_agents;
 mod commands;
 mod crash;
 mod docs;
+mod errors;
 mod examples;
 mod exits;
 mod fake_model;

@@ -48,13 +48,6 @@ fn json_lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// A finished run of the research example, and its id.
-fn finished_run(awr: &Awr) -> String {
-    let out = awr.run(&["run", "examples/research-pipeline.yaml"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    run_id_of(&out)
-}
-
 fn assert_exit(out: &Output, code: i32, needle: &str) {
     assert_eq!(
         out.code, code,
@@ -149,7 +142,7 @@ fn transcripts_of_older_and_newer_writers_are_read_and_shown_whole() {
 #[test]
 fn a_bad_event_line_is_reported_with_its_line_and_the_rest_is_shown() {
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let log = awr.run_dir(&run).join("events.ndjson");
     let mut lines = lines_of(&log);
     let total = lines.len();
@@ -191,7 +184,7 @@ fn a_bad_event_line_is_reported_with_its_line_and_the_rest_is_shown() {
 #[test]
 fn a_bad_transcript_line_is_reported_with_its_line_and_the_rest_is_shown() {
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let path = awr
         .storage()
         .join("transcripts")
@@ -218,7 +211,7 @@ fn duplicate_missing_or_out_of_order_offsets_are_corruption() {
     ];
     for (what, edit) in edits {
         let awr = Awr::new();
-        let run = finished_run(&awr);
+        let run = awr.completed_run("examples/research-pipeline.yaml");
         let log = awr.run_dir(&run).join("events.ndjson");
         let mut lines = lines_of(&log);
         edit(&mut lines);
@@ -236,7 +229,7 @@ fn duplicate_missing_or_out_of_order_offsets_are_corruption() {
 #[test]
 fn duplicate_or_out_of_order_seq_in_a_transcript_is_corruption() {
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let path = awr
         .storage()
         .join("transcripts")
@@ -252,8 +245,8 @@ fn duplicate_or_out_of_order_seq_in_a_transcript_is_corruption() {
 fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
     // A snapshot of another run.
     let awr = Awr::new();
-    let a = finished_run(&awr);
-    let b = finished_run(&awr);
+    let a = awr.completed_run("examples/research-pipeline.yaml");
+    let b = awr.completed_run("examples/research-pipeline.yaml");
     std::fs::copy(
         awr.run_dir(&a).join("snapshot.json"),
         awr.run_dir(&b).join("snapshot.json"),
@@ -263,7 +256,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
 
     // A log truncated below the snapshot's lastOffset.
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let log = awr.run_dir(&run).join("events.ndjson");
     let lines = lines_of(&log);
     std::fs::write(&log, lines[..lines.len() / 2].join("\n") + "\n").unwrap();
@@ -276,8 +269,8 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
 
     // A log that belongs to another run.
     let awr = Awr::new();
-    let a = finished_run(&awr);
-    let b = finished_run(&awr);
+    let a = awr.completed_run("examples/research-pipeline.yaml");
+    let b = awr.completed_run("examples/research-pipeline.yaml");
     std::fs::copy(
         awr.run_dir(&a).join("events.ndjson"),
         awr.run_dir(&b).join("events.ndjson"),
@@ -290,7 +283,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
 
     // A snapshot whose status the event at its lastOffset contradicts.
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let path = awr.run_dir(&run).join("snapshot.json");
     let mut snapshot: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     snapshot["status"] = "failed".into();
@@ -299,7 +292,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
 
     // A stale snapshot is caught up from the log.
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let path = awr.run_dir(&run).join("snapshot.json");
     let mut snapshot: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     snapshot["status"] = "running".into();
@@ -314,14 +307,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
 #[test]
 fn show_of_a_failed_run_names_the_node_and_its_error() {
     let awr = Awr::new();
-    let flow = awr.write(
-        "flow.yaml",
-        "name: failing\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
-    );
-    awr.write(
-        "fx/a.json",
-        r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "slow down"}}}]}"#,
-    );
+    let flow = awr.api_error_flow();
     let out = awr.run(&["run", flow.to_str().unwrap()]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     let run = run_id_of(&out);
@@ -336,15 +322,14 @@ fn show_of_a_failed_run_names_the_node_and_its_error() {
         error.contains("a") && error.contains("slow down"),
         "{error}"
     );
-    let json = awr.run(&["show", &run, "--json"]);
-    let s: Value = serde_json::from_str(&json.stdout).unwrap();
+    let s = awr.show_json(&run);
     assert_eq!(s["failure"]["node"], "a", "{s}");
 }
 
 #[test]
 fn no_temporary_snapshot_is_left_after_a_run() {
     let awr = Awr::new();
-    let run = finished_run(&awr);
+    let run = awr.completed_run("examples/research-pipeline.yaml");
     let left: Vec<_> = std::fs::read_dir(awr.run_dir(&run))
         .unwrap()
         .flatten()
@@ -417,7 +402,7 @@ fn workflow_files_that_are_not_regular_or_too_big_are_refused_at_once() {
 fn run_files_that_are_not_regular_files_are_errors_not_hangs() {
     for file in ["events.ndjson", "snapshot.json", "events.idx", "transcript"] {
         let awr = Awr::new();
-        let run = finished_run(&awr);
+        let run = awr.completed_run("examples/research-pipeline.yaml");
         let path = if file == "transcript" {
             awr.storage()
                 .join("transcripts")

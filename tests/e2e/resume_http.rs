@@ -5,13 +5,14 @@
 //! message. Against the fake model server on 127.0.0.1, for each HTTP
 //! provider.
 
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 
 use awr_tests::fake_model::FakeModel;
 use serde_json::Value;
 
-use crate::cancel::wait_for;
-use crate::util::Awr;
+use crate::cancel::{gone, wait_for};
+use crate::util::{Awr, Output, of_type};
 
 /// The API key handed to awr.
 const KEY: &str = "sk-awr-resume-test";
@@ -108,16 +109,28 @@ fn conversation(body: &Value) -> Vec<Said> {
     said
 }
 
-fn events(awr: &Awr, run: &str) -> Vec<Value> {
-    std::fs::read_to_string(awr.run_dir(run).join("events.ndjson"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an event line"))
-        .collect()
+/// A scratch storage with a workspace directory for the agent's tools.
+fn scratch() -> (Awr, PathBuf) {
+    let awr = Awr::new();
+    let workspace = awr.dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    (awr, workspace)
 }
 
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["type"] == kind).collect()
+/// Starts `awr run FILE` in `workspace` with the key in its environment.
+fn spawn_run(awr: &Awr, workspace: &Path, file: &str) -> Child {
+    awr.command(&["run", file])
+        .current_dir(workspace)
+        .env("AWR_TEST_API_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn awr run")
+}
+
+/// `awr ARGS` in `workspace` with the key in its environment, to its end.
+fn awr_in(awr: &Awr, workspace: &Path, args: &[&str]) -> Output {
+    tokio::task::block_in_place(|| awr.run_in(workspace, &[("AWR_TEST_API_KEY", KEY)], args))
 }
 
 async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
@@ -125,9 +138,7 @@ async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
     // The first call is answered (the tool call); the one after the tool's
     // result hangs, so the run is surely killed inside its tool loop.
     server.hold_after(1);
-    let awr = Awr::new();
-    let workspace = awr.dir.path().join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
+    let (awr, workspace) = scratch();
     let yaml = format!(
         "name: resume-{provider}\ninput: {PROMPT:?}\nagents:\n  operator:\n    \
          provider: {provider}\n    model: {model}\n    base_url: {base}{path}\n    \
@@ -136,22 +147,16 @@ async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
         base = server.base_url()
     );
     let file = awr.write("flow.yaml", &yaml).display().to_string();
-    let mut child = awr
-        .command(&["run", &file])
-        .current_dir(&workspace)
-        .env("AWR_TEST_API_KEY", KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn awr run");
+    let mut child = spawn_run(&awr, &workspace, &file);
     wait_for(30, "a run in the store", || !awr.run_ids().is_empty());
     let run = awr.run_ids().pop().unwrap();
     wait_for(30, "the tool's result on record and the next call", || {
-        !of_type(&events(&awr, &run), "tool:completed").is_empty() && server.requests().len() >= 2
+        !of_type(&awr.events_so_far(&run), "tool:completed").is_empty()
+            && server.requests().len() >= 2
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    let before = events(&awr, &run);
+    let before = awr.events(&run);
     assert!(
         of_type(&before, "flow:completed").is_empty(),
         "{provider}: killed before its end"
@@ -164,13 +169,7 @@ async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
 
     server.release();
     let calls_before = server.requests().len();
-    let out = tokio::task::block_in_place(|| {
-        awr.run_in(
-            &workspace,
-            &[("AWR_TEST_API_KEY", KEY)],
-            &["resume", &run, "--message", MESSAGE],
-        )
-    });
+    let out = awr_in(&awr, &workspace, &["resume", &run, "--message", MESSAGE]);
     assert_eq!(out.code, 0, "{provider}: {}\n{}", out.stderr, out.stdout);
     assert_eq!(
         out.stdout.trim(),
@@ -226,7 +225,7 @@ async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
         "{provider}: the call is not repeated: {said:#?}"
     );
 
-    let after = events(&awr, &run);
+    let after = awr.events(&run);
     assert_eq!(
         of_type(&after, "tool:completed").len(),
         1,
@@ -252,9 +251,8 @@ async fn killed_mid_tool_loop_resumes(provider: &str, model: &str, path: &str) {
         "flow:completed",
         "{provider}"
     );
-    let show = awr.run(&["show", &run, "--json"]);
-    let shown: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(shown["status"], "completed", "{provider}: {}", show.stdout);
+    let shown = awr.show_json(&run);
+    assert_eq!(shown["status"], "completed", "{provider}: {shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,6 +263,71 @@ async fn an_openai_agent_killed_mid_tool_loop_resumes_with_its_whole_conversatio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anthropic_agent_killed_mid_tool_loop_resumes_with_its_whole_conversation() {
     killed_mid_tool_loop_resumes("anthropic", "claude-sonnet-4-5", "").await;
+}
+
+/// A shell the model started, left running by a writer killed with
+/// SIGKILL (nothing records its processes), is killed by `awr resume`
+/// before the agent goes on: it carries the run's `AWR_RUN_ID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_kills_the_shell_a_dead_writer_left_running() {
+    let server = FakeModel::start().await.expect("fake model");
+    let (awr, workspace) = scratch();
+    let pid_file = awr.dir.path().join("pids");
+    let _leftovers = Leftovers(pid_file.clone());
+    let command = format!(
+        "sleep 300 >/dev/null 2>&1 & echo $$ $! > {}; wait",
+        pid_file.display()
+    );
+    let prompt = format!(
+        "CALLTOOL shell {}",
+        serde_json::json!({ "command": command })
+    );
+    let yaml = format!(
+        "name: shell-left\ninput: {prompt:?}\nagents:\n  operator:\n    provider: openai\n    \
+         model: gpt-4o-mini\n    base_url: {}/v1\n    api_key_env: AWR_TEST_API_KEY\n    \
+         tools: [shell]\nsteps: [{{agent: operator}}]\n",
+        server.base_url()
+    );
+    let file = awr.write("flow.yaml", &yaml).display().to_string();
+    let mut child = spawn_run(&awr, &workspace, &file);
+    let pids = || -> Vec<String> {
+        std::fs::read_to_string(&pid_file)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    wait_for(30, "the shell and its child to start", || pids().len() == 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = pids();
+    assert!(
+        started.iter().all(|p| !gone(p)),
+        "alive after awr died: {started:?}"
+    );
+
+    let run = awr.run_ids().pop().unwrap();
+    let out = awr_in(&awr, &workspace, &["resume", &run]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.stdout);
+    for pid in &started {
+        wait_for(10, &format!("process {pid} of the dead run to end"), || {
+            gone(pid)
+        });
+    }
+}
+
+/// Kills the processes whose pids a test wrote to its file, however the test ends.
+struct Leftovers(std::path::PathBuf);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let pids = std::fs::read_to_string(&self.0).unwrap_or_default();
+        for pid in pids.split_whitespace().filter(|p| !gone(p)) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid])
+                .status();
+        }
+    }
 }
 
 #[test]

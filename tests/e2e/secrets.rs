@@ -122,8 +122,7 @@ say "{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\
 [ -n "$FAIL" ] && exit 3
 say "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"keys $ANTHROPIC_API_KEY $MY_CLI_CREDENTIAL\",\"session_id\":\"sess-keys\",\"num_turns\":1,\"duration_ms\":5,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}"
 "#;
-    let exe = awr.write("fake-claude", script);
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = awr.executable("fake-claude", script);
     let anthropic = OTHER_KEYS[0].1;
     let own = "cli-cred-6a0e4b2d8c17";
     for fail in ["", "1"] {

@@ -1,7 +1,7 @@
 //! `call_workflow`: a child is a run of its own, linked to its parent both
 //! ways, in the event logs and in the transcripts, to any depth.
 
-use domain::{EventKind, RuntimeEvent};
+use domain::EventKind;
 use serde_json::Value;
 
 use crate::util::{Awr, run_id_of};
@@ -15,14 +15,6 @@ fn transcript(awr: &Awr, run: &str) -> Vec<Value> {
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn events(awr: &Awr, run: &str) -> Vec<RuntimeEvent> {
-    std::fs::read_to_string(awr.run_dir(run).join("events.ndjson"))
-        .unwrap()
-        .lines()
-        .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
         .collect()
 }
 
@@ -55,12 +47,12 @@ fn the_sub_workflow_example_links_parent_and_child_both_ways() {
         assert_eq!(l["seq"], i as u64 + 1, "one seq series per file");
     }
 
-    let parent_events = events(&awr, &parent);
+    let parent_events = awr.runtime_events(&parent);
     assert!(parent_events.iter().any(|e| matches!(&e.kind,
         EventKind::SubflowStarted { child_run_id, .. } if child_run_id.to_string() == child)));
     assert!(parent_events.iter().any(|e| matches!(&e.kind,
         EventKind::SubflowCompleted { child_run_id, .. } if child_run_id.to_string() == child)));
-    let child_events = events(&awr, &child);
+    let child_events = awr.runtime_events(&child);
     assert!(matches!(&child_events[0].kind,
         EventKind::FlowStarted { parent_run_id: Some(p), .. } if p.to_string() == parent));
 
@@ -167,10 +159,10 @@ fn a_failing_child_fails_its_parent() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("boom"), "{}", out.stderr);
     let parent = run_id_of(&out);
-    let last = events(&awr, &parent).pop().unwrap();
+    let last = awr.runtime_events(&parent).pop().unwrap();
     assert_eq!(last.kind.type_name(), "flow:failed");
     assert!(
-        matches!(&events(&awr, &parent).iter().find(|e| e.kind.type_name() == "subflow:completed").unwrap().kind,
+        matches!(&awr.runtime_events(&parent).iter().find(|e| e.kind.type_name() == "subflow:completed").unwrap().kind,
         EventKind::SubflowCompleted { status, .. } if status.as_str() == "failed")
     );
 }

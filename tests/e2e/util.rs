@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use domain::RuntimeEvent;
+use serde_json::Value;
+
 /// The `awr` binary, built once per test process.
 ///
 /// The binary belongs to another package, so cargo does not hand its path to
@@ -120,6 +123,102 @@ impl Awr {
         std::fs::write(&path, body).expect("write");
         path
     }
+}
+
+impl Awr {
+    /// Writes an executable script under the scratch directory (a fake
+    /// agent CLI) and returns its path.
+    pub fn executable(&self, name: &str, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.write(name, script);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    /// A workflow `name` of one Claude Code agent, `coder`, whose executable
+    /// is `script` (a fake CLI, written as `fake-claude`), with `settings`
+    /// (YAML lines indented for the agent's mapping) as its extra settings.
+    pub fn claude_flow(&self, name: &str, script: &str, settings: &str) -> PathBuf {
+        let exe = self.executable("fake-claude", script);
+        self.write(
+            "flow.yaml",
+            &format!(
+                "name: {name}\nagents:\n  coder:\n    provider: claude-code\n    \
+                 executable: '{}'\n{settings}steps: [{{agent: coder}}]\n",
+                exe.display()
+            ),
+        )
+    }
+
+    /// The lines of a run's event log, as JSON; fails the test when the
+    /// log is missing or a line is not JSON.
+    pub fn events(&self, run: &str) -> Vec<Value> {
+        read_json_lines(&self.run_dir(run).join("events.ndjson"))
+    }
+
+    /// The lines of a run's event log so far, as JSON: none while the run
+    /// has no log yet (for polling a live run).
+    pub fn events_so_far(&self, run: &str) -> Vec<Value> {
+        let path = self.run_dir(run).join("events.ndjson");
+        if path.exists() {
+            read_json_lines(&path)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A run's event log, typed; fails the test on a missing log or a bad line.
+    pub fn runtime_events(&self, run: &str) -> Vec<RuntimeEvent> {
+        let path = self.run_dir(run).join("events.ndjson");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .lines()
+            .map(|l| RuntimeEvent::from_json(l.as_bytes()).expect("an event line"))
+            .collect()
+    }
+
+    /// `awr show RUN --json`, parsed; fails the test unless it exits 0.
+    pub fn show_json(&self, run: &str) -> Value {
+        let show = self.run(&["show", run, "--json"]);
+        assert_eq!(show.code, 0, "{}", show.stderr);
+        serde_json::from_str(&show.stdout)
+            .unwrap_or_else(|e| panic!("show --json: {e}:\n{}", show.stdout))
+    }
+
+    /// `awr run FILE`, which must complete (exit 0); its run id.
+    pub fn completed_run(&self, file: &str) -> String {
+        let out = self.run(&["run", file]);
+        assert_eq!(out.code, 0, "awr run {file}: {}", out.stderr);
+        run_id_of(&out)
+    }
+
+    /// A one-agent mock workflow whose only call fails with an `api_error`
+    /// saying `slow down`, so its run fails.
+    pub fn api_error_flow(&self) -> PathBuf {
+        self.write(
+            "fx/a.json",
+            r#"{"calls": [{"output": {"error": {"errorType": "api_error", "message": "slow down"}}}]}"#,
+        );
+        self.write(
+            "flow.yaml",
+            "name: failing\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
+        )
+    }
+}
+
+/// The lines of a JSON Lines file; fails the test when the file is missing
+/// or a line is not JSON.
+pub fn read_json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
+        .collect()
+}
+
+/// The events of type `kind`.
+pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
 }
 
 /// The run id `awr run` printed on stderr.

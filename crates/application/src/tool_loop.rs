@@ -114,7 +114,8 @@ impl QueryFn for ToolLoop {
                 Some(dir) => self.workspace.join(dir),
                 None => self.workspace.clone(),
             })
-            .hiding(request.agent.key_env().map(str::to_owned)),
+            .hiding(request.agent.key_env().map(str::to_owned))
+            .for_run(request.run_id),
             clock: Arc::clone(&self.clock),
             ids: Arc::clone(&self.ids),
             backoff: self.backoff,

@@ -162,6 +162,24 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// What went wrong, whatever the exit code.
+    pub fn error(&self) -> &anyhow::Error {
+        let (Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e) | Failure::Paused(e)) =
+            self;
+        e
+    }
+
+    /// The same failure (same exit code), its error passed through `f`.
+    #[must_use]
+    pub fn map(self, f: impl FnOnce(anyhow::Error) -> anyhow::Error) -> Self {
+        match self {
+            Failure::Input(e) => Failure::Input(f(e)),
+            Failure::Run(e) => Failure::Run(f(e)),
+            Failure::Cancelled(code, e) => Failure::Cancelled(code, f(e)),
+            Failure::Paused(e) => Failure::Paused(f(e)),
+        }
+    }
+
     fn code(&self) -> u8 {
         match self {
             Failure::Input(_) => 2,
@@ -189,14 +207,7 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            let (Failure::Input(e)
-            | Failure::Run(e)
-            | Failure::Cancelled(_, e)
-            | Failure::Paused(e)) = &failure;
-            note(&format!(
-                "awr: {}",
-                one_line(&wiring::redact_printed(&format!("{e:#}")))
-            ));
+            report(&failure);
             ExitCode::from(failure.code())
         }
     }
@@ -286,6 +297,27 @@ pub fn say(line: &str) -> Result<(), Failure> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         Err(e) => Err(Failure::Run(anyhow::anyhow!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Prints why a command failed: one `awr: ...` line on stderr, its cause
+/// chain on one line, secrets masked.
+pub fn report(failure: &Failure) {
+    let chain = format!("{:#}", failure.error());
+    note(&format!(
+        "awr: {}",
+        one_line(&wiring::redact_printed(&chain))
+    ));
+}
+
+/// `error`, naming `run_id` once: the application's errors name the run
+/// where they know it (not found, refused, locked, the workflow of run X),
+/// so the run is added as context only to those that do not (an I/O error).
+pub fn about_run(run_id: domain::RunId, error: anyhow::Error) -> anyhow::Error {
+    if format!("{error:#}").contains(&run_id.to_string()) {
+        error
+    } else {
+        error.context(format!("run {run_id}"))
     }
 }
 

@@ -3,7 +3,8 @@
 //! Never granted by default: a shell reaches the whole machine, so an agent
 //! gets it only when its `tools:` lists it. It inherits awr's environment
 //! less every key variable ([`application::secrets`]): the agent's own key
-//! is awr's to use, so a shell needs none.
+//! is awr's to use, so a shell needs none. It carries `AWR_RUN_ID` (the
+//! call's run), as every process of a run does.
 //! The command runs in a process group of its own with stdin closed, and the
 //! whole group is killed when it exits, times out, or the call is dropped, so
 //! nothing it started in the background outlives the call. Output is capped
@@ -11,7 +12,6 @@
 //! a full pipe. A non-zero exit is a result, not a tool error: the model
 //! needs the exit code and stderr to decide what to do next.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use application::ports::{Tool, ToolContext, ToolError, ToolSpec};
@@ -19,7 +19,7 @@ use application::secrets::KeyNames;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::group::Sandbox;
+use super::group::{RUN_VAR, Sandbox};
 use super::script::{Script, run_script};
 
 /// Default time a command may run: long enough for a build step, short
@@ -98,7 +98,12 @@ impl Tool for Shell {
             keys: self.keys.clone(),
             keep: Vec::new(),
             hidden: context.hidden_env.clone(),
-            env: BTreeMap::new(),
+            // Tagged as every process of a run is, for a resume to find.
+            env: context
+                .run_id
+                .map(|run| (RUN_VAR.to_owned(), run.to_string()))
+                .into_iter()
+                .collect(),
         };
         let outcome = run_script(Script {
             text: command,
@@ -171,6 +176,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out["stdout"], "hidden\n");
+    }
+
+    #[tokio::test]
+    async fn the_command_carries_the_run_id_of_the_call() {
+        let run: domain::RunId = "7f8c2b1e-3d4a-4b5c-9d6e-1f2a3b4c5d6e".parse().unwrap();
+        let mut shell = Granted::new(Shell::new());
+        let command = json!({"command": "echo \"${AWR_RUN_ID:-none}\""});
+        let out = shell.call(command.clone()).await.unwrap();
+        assert_eq!(out["stdout"], "none\n", "a call of no run");
+        shell.ctx = shell.ctx.for_run(run);
+        let out = shell.call(command).await.unwrap();
+        assert_eq!(out["stdout"], format!("{run}\n"));
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+use domain::RunId;
 use serde_json::Value;
 
 /// What a model is told about a tool.
@@ -30,15 +31,26 @@ pub struct ToolContext {
     /// agent's API key variable, so a model cannot have a shell print it
     /// into the run's records.
     pub hidden_env: Vec<String>,
+    /// The run the call belongs to: a tool that starts processes tags them
+    /// with it (`AWR_RUN_ID`), so a resume finds what a dead writer left.
+    pub run_id: Option<RunId>,
 }
 
 impl ToolContext {
-    /// Calls confined to `workspace`, hiding nothing.
+    /// Calls confined to `workspace`, hiding nothing, of no run.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
             hidden_env: Vec::new(),
+            run_id: None,
         }
+    }
+
+    /// Calls made for the run `run_id`.
+    #[must_use]
+    pub fn for_run(mut self, run_id: RunId) -> Self {
+        self.run_id = Some(run_id);
+        self
     }
 
     /// Also hides the variables `names`.

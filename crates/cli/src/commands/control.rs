@@ -14,7 +14,7 @@ use application::{ExecutorError, inspect};
 use domain::{EventKind, RunId, RunStatus, WorkflowDef};
 use serde_json::{Value, json};
 
-use super::inspect::resolve_id;
+use super::inspect::resolve_run;
 use super::run::{Wired, load_workflow};
 use crate::{Failure, wiring};
 
@@ -30,7 +30,7 @@ async fn workflow_file(
     let first = store
         .read(run_id, 0, 1)
         .await
-        .map_err(|e| Failure::Input(anyhow!("run {run_id}: {e}")))?;
+        .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
     match first.first().map(|e| &e.kind) {
         Some(EventKind::FlowStarted {
             source: Some(source),
@@ -61,15 +61,20 @@ async fn wired_for(
     Ok((workflow, wired))
 }
 
-/// An executor error as the CLI reports it: refusals and a held lock are
-/// bad input (exit 2), anything else a runtime failure (exit 1).
+/// An executor error as the CLI reports it, naming the run once: refusals,
+/// a held lock and an unknown run are bad input (exit 2), anything else a
+/// runtime failure (exit 1).
 fn failure(run_id: RunId, error: ExecutorError) -> Failure {
-    let error = anyhow::Error::new(error).context(format!("run {run_id}"));
-    match error.downcast_ref::<ExecutorError>() {
-        Some(ExecutorError::Refused(_) | ExecutorError::Store(StoreError::Locked(_))) => {
-            Failure::Input(error)
-        }
-        _ => Failure::Run(error),
+    let input = matches!(
+        error,
+        ExecutorError::Refused(_)
+            | ExecutorError::Store(StoreError::Locked(_) | StoreError::NotFound(_))
+    );
+    let error = crate::about_run(run_id, error.into());
+    if input {
+        Failure::Input(error)
+    } else {
+        Failure::Run(error)
     }
 }
 
@@ -80,7 +85,7 @@ pub async fn resume(
     message: Option<String>,
     given: Option<&Path>,
 ) -> Result<(), Failure> {
-    let run_id = resolve_id(storage, run).await?;
+    let run_id = resolve_run(storage, run).await?;
     go_on(storage, run_id, given, Some(message)).await
 }
 
@@ -141,8 +146,8 @@ pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
             Ok(()) => {}
             // A pause its dead writer had begun, finished: what was asked.
             Err(Failure::Paused(_)) => crate::note(&format!("run {run_id} is paused")),
-            Err(Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e)) => {
-                crate::note(&format!("awr: run {run_id}: {e:#}"));
+            Err(e) => {
+                crate::report(&e.map(|e| crate::about_run(run_id, e)));
                 failed += 1;
             }
         }
@@ -188,7 +193,7 @@ impl Command<'_> {
 /// writing the run, or is recorded here when none does. Accepted: exit 0;
 /// rejected: the recorded reason, exit 2.
 pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
-    let run_id = resolve_id(storage, run).await?;
+    let run_id = resolve_run(storage, run).await?;
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
     // A command calls no agent: the executor needs no provider.
@@ -201,13 +206,7 @@ pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<
         wired_for(&storage, run_id, None)
             .await
             .map(|(workflow, _)| workflow)
-            .map_err(|e| {
-                let (Failure::Input(e)
-                | Failure::Run(e)
-                | Failure::Cancelled(_, e)
-                | Failure::Paused(e)) = e;
-                ExecutorError::Refused(format!("{e:#}"))
-            })
+            .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
     };
     let reply = executor
         .command(run_id, &command.raw(), load)

@@ -51,6 +51,19 @@ pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> 
     resolve(store.as_ref(), wanted).await
 }
 
+/// [`resolve_id`] for a command on a run's log (`resume`, `send`, `pause`,
+/// ...): a run the storage does not hold is refused here, the same way for
+/// each, before anything looks for its workflow or its writer. (A
+/// transcript may outlive its log, so `transcript` does not ask this.)
+pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+    let store = wiring::read_store(storage)?;
+    let id = resolve(store.as_ref(), wanted).await?;
+    match store.last_offset(id).await {
+        Err(e @ StoreError::NotFound(_)) => Err(store_failure(e)),
+        _ => Ok(id),
+    }
+}
+
 /// `awr runs`. A run whose records are corrupt is listed with the status
 /// `corrupt`, its problem goes to stderr, and the command exits 2 after
 /// listing every run.

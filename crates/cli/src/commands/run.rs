@@ -101,8 +101,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
         .executor
         .run_cancellable(run_id, request, cancel)
         .await
-        .with_context(|| format!("run {run_id}"))
-        .map_err(Failure::Run)?;
+        .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
     wired.finish(outcome, &signals)
 }
 

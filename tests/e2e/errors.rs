@@ -1,0 +1,126 @@
+//! The error line of the commands that name a run (`resume`, `send`,
+//! `reply`, `pause`, `cancel`, `recover`, `show`): it names the run once,
+//! says what is wrong, and the exit code says whose fault it is (2: the
+//! input, nothing was started).
+
+use crate::util::{Awr, Output};
+
+/// A run id that no run of a fresh storage has.
+const UNKNOWN: &str = "6f1c2a9e-0d3b-4c5a-8e7f-1a2b3c4d5e6f";
+
+/// Asserts that `out` exited 2 and that its last stderr line is `line`.
+fn refused_with(out: &Output, line: &str) {
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stderr.lines().last(),
+        Some(line),
+        "stderr:\n{}",
+        out.stderr
+    );
+}
+
+/// The workflow hash a run's `flow:started` records.
+fn recorded_hash(awr: &Awr, run: &str) -> String {
+    awr.events(run)[0]["workflow"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_command_to_an_unknown_run_says_it_is_not_found_once() {
+    let awr = Awr::new();
+    // The storage exists, with one run that is not the one asked for.
+    awr.completed_run("examples/summarize.yaml");
+    let expected = format!("awr: run {UNKNOWN} not found");
+    for args in [
+        &["resume", UNKNOWN][..],
+        &["send", UNKNOWN, "--node-run", UNKNOWN, "hello"],
+        &["reply", UNKNOWN, "--node-run", UNKNOWN, "hello"],
+        &["pause", UNKNOWN],
+        &["cancel", UNKNOWN],
+        &["show", UNKNOWN],
+        &["events", UNKNOWN],
+    ] {
+        let out = awr.run_within(30, args);
+        assert_eq!(out.stderr, format!("{expected}\n"), "{args:?}");
+        refused_with(&out, &expected);
+    }
+}
+
+#[test]
+fn a_command_to_an_ended_run_names_the_run_once() {
+    let awr = Awr::new();
+    let run = awr.completed_run("examples/summarize.yaml");
+    let ended = format!("awr: run {run} has ended (completed); it takes no more commands");
+    for args in [
+        &["cancel", &run][..],
+        &["pause", &run],
+        &["send", &run, "--node-run", UNKNOWN, "hello"],
+    ] {
+        let out = awr.run_within(30, args);
+        assert_eq!(out.stderr, format!("{ended}\n"), "{args:?}");
+        refused_with(&out, &ended);
+    }
+    let out = awr.run_within(30, &["resume", &run]);
+    refused_with(
+        &out,
+        &format!("awr: run {run} has ended (completed); there is nothing to resume"),
+    );
+}
+
+#[test]
+fn resuming_with_a_changed_workflow_names_the_run_and_both_hashes_once() {
+    let mut live = crate::commands::start();
+    let run = live.run.clone();
+    let out = live.awr(&["pause", &run]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let (code, _, report) = live.wait();
+    assert_eq!(code, 3, "{report}");
+    // Another definition: that of a run of another workflow, whose hash is on record.
+    let other = live.awr.completed_run("examples/summarize.yaml");
+    let other_hash = recorded_hash(&live.awr, &other);
+    let hash = recorded_hash(&live.awr, &run);
+
+    let out = live.awr(&["resume", &run, "--workflow", "examples/summarize.yaml"]);
+    refused_with(
+        &out,
+        &format!(
+            "awr: run {run} started with workflow `commands` of hash {hash}, and this \
+             definition's hash is {other_hash}: it changed since the run started"
+        ),
+    );
+}
+
+#[test]
+fn recover_names_each_run_it_could_not_resume_once() {
+    let awr = Awr::new();
+    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
+    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The workflow file the run recorded is gone.
+    let flow = awr.dir.path().join("flow.yaml");
+    std::fs::remove_file(&flow).unwrap();
+
+    let out = awr.run_within(30, &["recover", "--all"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.last().copied(),
+        Some("awr: 1 run(s) did not complete"),
+        "{}",
+        out.stderr
+    );
+    let about = lines
+        .iter()
+        .find(|l| l.contains(&run))
+        .unwrap_or_else(|| panic!("no line names the run:\n{}", out.stderr));
+    assert_eq!(about.matches(&run).count(), 1, "{about}");
+    assert!(
+        about.starts_with(&format!("awr: the workflow of run {run}: "))
+            && about.contains(&flow.display().to_string()),
+        "{about}"
+    );
+}
