@@ -34,6 +34,9 @@ enum Stop {
     Pause,
     /// SIGKILL of `awr run`: its agent's process group is left behind.
     Kill,
+    /// SIGKILL of `awr run` and of its agent, whose saved session is then
+    /// removed: as if the CLI had been stopped before it saved it.
+    Lost,
 }
 
 /// The parsed events of a run.
@@ -237,6 +240,76 @@ fn argv_of(wrapped: &Path, pid: &str) -> Vec<String> {
         .collect()
 }
 
+/// The command line of the process the `nth` `agent:start` of `events` started.
+fn process_args(events: &[Value], wrapped: &Path, nth: usize) -> Vec<String> {
+    let start = of_type(events, "agent:start")[nth]["offset"]
+        .as_u64()
+        .unwrap();
+    let pid = of_type(events, "process:started")
+        .into_iter()
+        .find(|e| e["offset"].as_u64().unwrap() > start)
+        .unwrap_or_else(|| panic!("no process for invocation {nth}: {events:#?}"))["pid"]
+        .to_string();
+    argv_of(wrapped, &pid)
+}
+
+/// Removes what the CLI saved of `session` under `home`: each file
+/// `is_file` recognizes, with its directory when that is named after the
+/// session (Copilot's `session-state/<id>/`).
+fn lose(home: &Path, session: &str, is_file: fn(&Path, &str) -> bool) {
+    let mut dirs = vec![home.to_path_buf()];
+    let mut lost = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if is_file(&path, session) {
+                let parent = path.parent().unwrap();
+                if parent.file_name().is_some_and(|n| n == session) {
+                    std::fs::remove_dir_all(parent).unwrap();
+                } else {
+                    std::fs::remove_file(&path).unwrap();
+                }
+                lost += 1;
+            }
+        }
+    }
+    assert!(
+        lost > 0,
+        "no saved session {session} under {}",
+        home.display()
+    );
+}
+
+/// A resume of a session the CLI never saved: the CLI says so
+/// (`session_not_found`), and the node run starts a new attempt in a new
+/// session, asked its prompt again, and the run completes.
+fn restarted_as_a_new_attempt(name: &str, events: &[Value], session: &Value) {
+    let starts = of_type(events, "agent:start");
+    assert_eq!(starts.len(), 3, "{name}: {starts:#?}");
+    assert_eq!(starts[1]["sessionId"], *session, "{name}: tried first");
+    assert_eq!(starts[1]["prompt"], MESSAGE, "{name}");
+    assert_ne!(starts[2]["sessionId"], *session, "{name}: a new session");
+    assert_eq!(
+        starts[2]["prompt"], PROMPT,
+        "{name}: asked its prompt again"
+    );
+    let errors = of_type(events, "agent:error");
+    assert_eq!(
+        errors.first().map(|e| &e["errorType"]),
+        Some(&Value::from("session_not_found")),
+        "{name}: {errors:#?}"
+    );
+    let attempts: Vec<&Value> = of_type(events, "node:started")
+        .iter()
+        .map(|e| &e["attempt"])
+        .collect();
+    assert_eq!(attempts, [1, 2], "{name}");
+    assert_eq!(events.last().unwrap()["type"], "flow:completed", "{name}");
+    println!("{name}: session {session} lost, restarted");
+}
+
 /// `awr run FLOW --input-text PROMPT` in the background, its output to files.
 fn spawn_run(scratch: &Scratch, flow: &str) -> Child {
     let out = std::fs::File::create(scratch.path("run.stdout")).unwrap();
@@ -265,7 +338,10 @@ impl Drop for Leftover {
     }
 }
 
-async fn resumes_in_the_same_session(cli: Resumable, stop: Stop) {
+/// Runs `cli` until it is mid-call, stops it there as `stop` says, resumes
+/// the run, and checks that it continued in the same session (or, for
+/// [`Stop::Lost`], restarted the node run).
+async fn stopped_mid_call_and_resumed(cli: Resumable, stop: Stop) {
     let Some(bin) = clis_dir() else { return };
     let Resumable {
         cli,
@@ -373,13 +449,31 @@ async fn resumes_in_the_same_session(cli: Resumable, stop: Stop) {
             );
             let paused = events(&scratch, &run);
             assert_eq!(paused.last().unwrap()["type"], "flow:paused", "{name}");
-            assert!(gone(&agent_pid), "{name}: the pause ended the agent");
+            // The pause killed the agent's process group; a large process
+            // (Gemini CLI's) may take a moment to be torn down.
+            let (pid, exited) = (agent_pid.clone(), Instant::now());
+            wait_until(10, "the pause to end the agent", move || gone(&pid)).await;
+            println!(
+                "{name}: the agent was gone {} ms after `awr run` exited",
+                exited.elapsed().as_millis()
+            );
         }
-        Stop::Kill => {
+        Stop::Kill | Stop::Lost => {
             child.kill().unwrap();
             child.wait().unwrap();
             awr_leftover.0 = None;
         }
+    }
+    if let Stop::Lost = stop {
+        let group = format!("-{agent_pid}");
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let pid = agent_pid.clone();
+        wait_until(30, "the agent killed", move || gone(&pid)).await;
+        lose(
+            &scratch.path("home"),
+            session.as_str().unwrap(),
+            session_file,
+        );
     }
 
     shared.release();
@@ -398,6 +492,14 @@ async fn resumes_in_the_same_session(cli: Resumable, stop: Stop) {
     assert!(gone(&agent_pid), "{name}: the first agent process is gone");
 
     let after = events(&scratch, &run);
+    if let Stop::Lost = stop {
+        let resumed_args = process_args(&after, &wrapped, 1);
+        assert!(
+            resumes(&resumed_args, session.as_str().unwrap()),
+            "{name}: the CLI is asked to continue {session} first: {resumed_args:?}"
+        );
+        return restarted_as_a_new_attempt(&name, &after, &session);
+    }
     let starts = of_type(&after, "agent:start");
     let resumed = starts.last().unwrap();
     assert!(starts.len() >= 2, "{name}: {starts:#?}");
@@ -408,12 +510,7 @@ async fn resumes_in_the_same_session(cli: Resumable, stop: Stop) {
         "{name}: the resumed invocation continues the session"
     );
     let resumed_at = resumed["offset"].as_u64().unwrap();
-    let resumed_pid = of_type(&after, "process:started")
-        .into_iter()
-        .find(|e| e["offset"].as_u64().unwrap() > resumed_at)
-        .unwrap_or_else(|| panic!("{name}: no process for the resumed invocation"))["pid"]
-        .to_string();
-    let resumed_args = argv_of(&wrapped, &resumed_pid);
+    let resumed_args = process_args(&after, &wrapped, starts.len() - 1);
     assert!(
         resumes(&resumed_args, session.as_str().unwrap()),
         "{name}: the CLI is told to continue {session}: {resumed_args:?}"
@@ -461,42 +558,52 @@ async fn resumes_in_the_same_session(cli: Resumable, stop: Stop) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(claude(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(claude(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(claude(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(claude(), Stop::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(codex(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(codex(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(codex(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(codex(), Stop::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(gemini(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(gemini(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(gemini(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(gemini(), Stop::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copilot_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(copilot(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(copilot(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copilot_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(copilot(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(copilot(), Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_resuming_a_session_it_never_saved_restarts_the_node_run() {
+    stopped_mid_call_and_resumed(gemini(), Stop::Lost).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilot_resuming_a_session_it_never_saved_restarts_the_node_run() {
+    stopped_mid_call_and_resumed(copilot(), Stop::Lost).await;
 }
 
 /// A CLI stopped before it saved its session has nothing to resume:
