@@ -1,11 +1,13 @@
-//! The genuine Claude Code and Codex CLIs, paused (`awr pause`) or killed
-//! (SIGKILL of `awr run`) in the middle of their model call, continue with
-//! `awr resume` in the same provider session: the resumed `agent:start`
-//! names the session of the first, and the fake model server's next call
-//! holds the first prompt and then the resume message. Offline, against the
-//! fake model server on 127.0.0.1; gated on `AWR_AGENT_CLIS` like
-//! `real_clis`.
+//! The genuine agent CLIs (Claude Code, Codex, Gemini CLI, Copilot CLI),
+//! paused (`awr pause`) or killed (SIGKILL of `awr run`) in the middle of
+//! their model call, continue with `awr resume` in the same provider
+//! session: the resumed `agent:start` names the session of the first, the
+//! CLI is called with its resume flag for that session, and the fake model
+//! server's next call holds the first prompt and then the resume message.
+//! Offline, against the fake model server on 127.0.0.1; gated on
+//! `AWR_AGENT_CLIS` like `real_clis`.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,9 @@ enum Stop {
     Pause,
     /// SIGKILL of `awr run`: its agent's process group is left behind.
     Kill,
+    /// SIGKILL of `awr run` and of its agent, whose saved session is then
+    /// removed: as if the CLI had been stopped before it saved it.
+    Lost,
 }
 
 /// The parsed events of a run.
@@ -71,19 +76,130 @@ async fn wait_until(
     .expect("waiting");
 }
 
+/// Who names a CLI's session.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Naming {
+    /// awr chooses the id and passes it to the CLI (`--session-id`): it is
+    /// in `agent:start`, on record before the CLI starts.
+    Chosen,
+    /// The CLI names its session once it runs (`agent:session`).
+    Named,
+}
+
+/// What a CLI does about sessions: who names them, where it saves them,
+/// and how it is told to continue one.
+struct Resumable {
+    cli: Cli,
+    naming: Naming,
+    /// Whether `path` (under the CLI's home) is the file it saves `session` in.
+    session_file: fn(path: &Path, session: &str) -> bool,
+    /// Whether `args` (its command line) continue `session`.
+    resumes: fn(args: &[String], session: &str) -> bool,
+}
+
+/// Whether `args` hold `flag` followed by `value`.
+fn flag_with(args: &[String], flag: &str, value: &str) -> bool {
+    args.windows(2).any(|w| w[0] == flag && w[1] == value)
+}
+
+/// The name of the file at `path`.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn claude() -> Resumable {
+    Resumable {
+        cli: Cli {
+            provider: "claude-code",
+            exe: "claude",
+            model: "claude-sonnet-4-5",
+            reports_usage: true,
+        },
+        naming: Naming::Chosen,
+        // `~/.claude/projects/<project>/<id>.jsonl`
+        session_file: |path, session| file_name(path) == format!("{session}.jsonl"),
+        resumes: |args, session| flag_with(args, "--resume", session),
+    }
+}
+
+fn codex() -> Resumable {
+    Resumable {
+        cli: Cli {
+            provider: "codex",
+            exe: "codex",
+            model: "gpt-5.5",
+            reports_usage: true,
+        },
+        naming: Naming::Named,
+        // `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`
+        session_file: |path, session| {
+            let name = file_name(path);
+            name.starts_with("rollout-") && name.ends_with(&format!("-{session}.jsonl"))
+        },
+        resumes: |args, session| {
+            args.starts_with(&["exec".to_owned(), "resume".to_owned()])
+                && args.iter().any(|a| a == session)
+        },
+    }
+}
+
+fn gemini() -> Resumable {
+    Resumable {
+        cli: Cli {
+            provider: "gemini",
+            exe: "gemini",
+            model: "gemini-2.5-flash",
+            reports_usage: true,
+        },
+        naming: Naming::Named,
+        // `~/.gemini/tmp/<project>/chats/session-<time>-<first 8 of id>.jsonl`,
+        // whose first line names the whole id.
+        session_file: |path, session| {
+            let name = file_name(path);
+            path.parent().is_some_and(|p| p.ends_with("chats"))
+                && name.starts_with("session-")
+                && name.ends_with(&format!("-{}.jsonl", &session[..8.min(session.len())]))
+                && std::fs::read_to_string(path).is_ok_and(|t| t.contains(session))
+        },
+        resumes: |args, session| flag_with(args, "--resume", session),
+    }
+}
+
+fn copilot() -> Resumable {
+    Resumable {
+        cli: Cli {
+            provider: "copilot",
+            exe: "copilot",
+            model: "gpt-5.5",
+            reports_usage: true,
+        },
+        naming: Naming::Chosen,
+        // `~/.copilot/session-state/<id>/events.jsonl`
+        session_file: |path, session| {
+            path.ends_with(
+                Path::new("session-state")
+                    .join(session)
+                    .join("events.jsonl"),
+            )
+        },
+        resumes: |args, session| args.iter().any(|a| *a == format!("--resume={session}")),
+    }
+}
+
 /// Whether the CLI has saved session `session` with the prompt in it under
-/// `home` (a file named after the session: Claude Code's
-/// `projects/*/<id>.jsonl`, Codex's `sessions/**/rollout-*-<id>.jsonl`).
-/// Only then can the provider continue it: a CLI stopped before it saved
-/// its session has nothing to resume.
-fn saved(home: &std::path::Path, session: &str) -> bool {
+/// `home`, in the file `is_file` recognizes. Only then can the provider
+/// continue it: a CLI stopped before it saved its session has nothing to
+/// resume.
+fn saved(home: &Path, session: &str, is_file: fn(&Path, &str) -> bool) -> bool {
     let mut dirs = vec![home.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if entry.file_name().to_string_lossy().contains(session)
+            } else if is_file(&path, session)
                 && std::fs::read_to_string(&path).is_ok_and(|t| t.contains(PROMPT))
             {
                 return true;
@@ -91,6 +207,107 @@ fn saved(home: &std::path::Path, session: &str) -> bool {
         }
     }
     false
+}
+
+/// A directory holding `exe`: a script that saves its command line (NUL
+/// separated) as `<dir>/argv/<pid>`, then becomes the real CLI in `bin`.
+/// It keeps its pid, so the file is named after the pid `process:started`
+/// records.
+fn recording_wrapper(scratch: &Scratch, bin: &Path, exe: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch.path("wrapped");
+    std::fs::create_dir_all(dir.join("argv")).unwrap();
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\0' \"$@\" > {argv}/$$\nexec {real} \"$@\"\n",
+        argv = q(&dir.join("argv")),
+        real = q(&bin.join(exe)),
+    );
+    let path = dir.join(exe);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// The command line the process `pid` was started with, as the wrapper saved it.
+fn argv_of(wrapped: &Path, pid: &str) -> Vec<String> {
+    let raw = std::fs::read(wrapped.join("argv").join(pid))
+        .unwrap_or_else(|e| panic!("no command line saved for pid {pid}: {e}"));
+    raw.strip_suffix(&[0])
+        .unwrap_or(&raw)
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The command line of the process the `nth` `agent:start` of `events` started.
+fn process_args(events: &[Value], wrapped: &Path, nth: usize) -> Vec<String> {
+    let start = of_type(events, "agent:start")[nth]["offset"]
+        .as_u64()
+        .unwrap();
+    let pid = of_type(events, "process:started")
+        .into_iter()
+        .find(|e| e["offset"].as_u64().unwrap() > start)
+        .unwrap_or_else(|| panic!("no process for invocation {nth}: {events:#?}"))["pid"]
+        .to_string();
+    argv_of(wrapped, &pid)
+}
+
+/// Removes what the CLI saved of `session` under `home`: each file
+/// `is_file` recognizes, with its directory when that is named after the
+/// session (Copilot's `session-state/<id>/`).
+fn lose(home: &Path, session: &str, is_file: fn(&Path, &str) -> bool) {
+    let mut dirs = vec![home.to_path_buf()];
+    let mut lost = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if is_file(&path, session) {
+                let parent = path.parent().unwrap();
+                if parent.file_name().is_some_and(|n| n == session) {
+                    std::fs::remove_dir_all(parent).unwrap();
+                } else {
+                    std::fs::remove_file(&path).unwrap();
+                }
+                lost += 1;
+            }
+        }
+    }
+    assert!(
+        lost > 0,
+        "no saved session {session} under {}",
+        home.display()
+    );
+}
+
+/// A resume of a session the CLI never saved: the CLI says so
+/// (`session_not_found`), and the node run starts a new attempt in a new
+/// session, asked its prompt again, and the run completes.
+fn restarted_as_a_new_attempt(name: &str, events: &[Value], session: &Value) {
+    let starts = of_type(events, "agent:start");
+    assert_eq!(starts.len(), 3, "{name}: {starts:#?}");
+    assert_eq!(starts[1]["sessionId"], *session, "{name}: tried first");
+    assert_eq!(starts[1]["prompt"], MESSAGE, "{name}");
+    assert_ne!(starts[2]["sessionId"], *session, "{name}: a new session");
+    assert_eq!(
+        starts[2]["prompt"], PROMPT,
+        "{name}: asked its prompt again"
+    );
+    let errors = of_type(events, "agent:error");
+    assert_eq!(
+        errors.first().map(|e| &e["errorType"]),
+        Some(&Value::from("session_not_found")),
+        "{name}: {errors:#?}"
+    );
+    let attempts: Vec<&Value> = of_type(events, "node:started")
+        .iter()
+        .map(|e| &e["attempt"])
+        .collect();
+    assert_eq!(attempts, [1, 2], "{name}");
+    assert_eq!(events.last().unwrap()["type"], "flow:completed", "{name}");
+    println!("{name}: session {session} lost, restarted");
 }
 
 /// `awr run FLOW --input-text PROMPT` in the background, its output to files.
@@ -121,15 +338,27 @@ impl Drop for Leftover {
     }
 }
 
-async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
+/// Runs `cli` until it is mid-call, stops it there as `stop` says, resumes
+/// the run, and checks that it continued in the same session (or, for
+/// [`Stop::Lost`], restarted the node run).
+async fn stopped_mid_call_and_resumed(cli: Resumable, stop: Stop) {
     let Some(bin) = clis_dir() else { return };
+    let Resumable {
+        cli,
+        naming,
+        session_file,
+        resumes,
+    } = cli;
     let name = format!("{} ({stop:?})", cli.provider);
     let server = FakeModel::start().await.expect("fake model");
     // Every model call hangs until released: the agent is surely mid-call.
     server.hold_after(0);
     let scratch = std::sync::Arc::new(Scratch::new());
     let env = offline_env(&cli, &scratch, &server.base_url());
-    let flow = workflow(&scratch, &cli, &bin, &env).display().to_string();
+    let wrapped = recording_wrapper(&scratch, &bin, cli.exe);
+    let flow = workflow(&scratch, &cli, &wrapped, &env)
+        .display()
+        .to_string();
     let mut child = spawn_run(&scratch, &flow);
     let mut awr_leftover = Leftover(Some(child.id().to_string()));
 
@@ -148,44 +377,55 @@ async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
         .to_string_lossy()
         .into_owned();
     // Mid-call: its process on record, the model call with the prompt
-    // under way, and its session known (Codex names it in `thread.started`)
-    // and saved by the CLI.
-    let codex = cli.provider == "codex";
+    // under way, and its session known (chosen by awr and on record in
+    // `agent:start`, or named by the CLI in `agent:session`) and saved by
+    // the CLI.
     let shared = std::sync::Arc::new(server);
     {
-        let (scratch, run, server) = (
+        let (scratch, run, server, name) = (
             std::sync::Arc::clone(&scratch),
             run.clone(),
             std::sync::Arc::clone(&shared),
+            name.clone(),
         );
         wait_until(180, "the agent in its model call", move || {
             let events = events(&scratch, &run);
-            let session = match of_type(&events, "agent:session").last() {
-                Some(named) => named["sessionId"].as_str().map(str::to_owned),
-                None if codex => None,
-                None => of_type(&events, "agent:start")
-                    .first()
+            let session = match naming {
+                Naming::Named => of_type(&events, "agent:session")
+                    .last()
                     .and_then(|e| e["sessionId"].as_str().map(str::to_owned)),
+                Naming::Chosen => of_type(&events, "agent:start").first().map(|start| {
+                    assert_ne!(
+                        start["provisional"], true,
+                        "{name}: awr chooses the session before the CLI starts: {start}"
+                    );
+                    start["sessionId"].as_str().unwrap_or_default().to_owned()
+                }),
             };
             !of_type(&events, "process:started").is_empty()
                 && server
                     .requests()
                     .iter()
                     .any(|r| r.body.to_string().contains(PROMPT))
-                && session.is_some_and(|s| saved(&scratch.path("home"), &s))
+                && session.is_some_and(|s| saved(&scratch.path("home"), &s, session_file))
         })
         .await;
     }
     let before = events(&scratch, &run);
     let first_start = of_type(&before, "agent:start")[0].clone();
     let node_run = first_start["nodeRunId"].clone();
-    let session = match of_type(&before, "agent:session").last() {
-        Some(named) => named["sessionId"].clone(),
-        None => first_start["sessionId"].clone(),
+    let session = match naming {
+        Naming::Named => of_type(&before, "agent:session").last().unwrap()["sessionId"].clone(),
+        Naming::Chosen => first_start["sessionId"].clone(),
     };
     assert!(session.is_string(), "{name}: a session: {before:#?}");
     let agent_pid = of_type(&before, "process:started")[0]["pid"].to_string();
     let _agent_leftover = Leftover(Some(agent_pid.clone()));
+    let first_args = argv_of(&wrapped, &agent_pid);
+    assert!(
+        !resumes(&first_args, session.as_str().unwrap()),
+        "{name}: the first invocation starts its session: {first_args:?}"
+    );
 
     match stop {
         Stop::Pause => {
@@ -209,13 +449,31 @@ async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
             );
             let paused = events(&scratch, &run);
             assert_eq!(paused.last().unwrap()["type"], "flow:paused", "{name}");
-            assert!(gone(&agent_pid), "{name}: the pause ended the agent");
+            // The pause killed the agent's process group; a large process
+            // (Gemini CLI's) may take a moment to be torn down.
+            let (pid, exited) = (agent_pid.clone(), Instant::now());
+            wait_until(10, "the pause to end the agent", move || gone(&pid)).await;
+            println!(
+                "{name}: the agent was gone {} ms after `awr run` exited",
+                exited.elapsed().as_millis()
+            );
         }
-        Stop::Kill => {
+        Stop::Kill | Stop::Lost => {
             child.kill().unwrap();
             child.wait().unwrap();
             awr_leftover.0 = None;
         }
+    }
+    if let Stop::Lost = stop {
+        let group = format!("-{agent_pid}");
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let pid = agent_pid.clone();
+        wait_until(30, "the agent killed", move || gone(&pid)).await;
+        lose(
+            &scratch.path("home"),
+            session.as_str().unwrap(),
+            session_file,
+        );
     }
 
     shared.release();
@@ -234,6 +492,14 @@ async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
     assert!(gone(&agent_pid), "{name}: the first agent process is gone");
 
     let after = events(&scratch, &run);
+    if let Stop::Lost = stop {
+        let resumed_args = process_args(&after, &wrapped, 1);
+        assert!(
+            resumes(&resumed_args, session.as_str().unwrap()),
+            "{name}: the CLI is asked to continue {session} first: {resumed_args:?}"
+        );
+        return restarted_as_a_new_attempt(&name, &after, &session);
+    }
     let starts = of_type(&after, "agent:start");
     let resumed = starts.last().unwrap();
     assert!(starts.len() >= 2, "{name}: {starts:#?}");
@@ -244,6 +510,15 @@ async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
         "{name}: the resumed invocation continues the session"
     );
     let resumed_at = resumed["offset"].as_u64().unwrap();
+    let resumed_args = process_args(&after, &wrapped, starts.len() - 1);
+    assert!(
+        resumes(&resumed_args, session.as_str().unwrap()),
+        "{name}: the CLI is told to continue {session}: {resumed_args:?}"
+    );
+    assert!(
+        resumed_args.iter().any(|a| a.contains(MESSAGE)),
+        "{name}: with the message: {resumed_args:?}"
+    );
     for named in of_type(&after, "agent:session") {
         assert_eq!(
             named["sessionId"], session,
@@ -281,42 +556,54 @@ async fn resumes_in_the_same_session(cli: Cli, stop: Stop) {
     println!("{name}: resumed session {session}");
 }
 
-fn claude() -> Cli {
-    Cli {
-        provider: "claude-code",
-        exe: "claude",
-        model: "claude-sonnet-4-5",
-        reports_usage: true,
-    }
-}
-
-fn codex() -> Cli {
-    Cli {
-        provider: "codex",
-        exe: "codex",
-        model: "gpt-5.5",
-        reports_usage: true,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(claude(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(claude(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(claude(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(claude(), Stop::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_paused_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(codex(), Stop::Pause).await;
+    stopped_mid_call_and_resumed(codex(), Stop::Pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_mid_call_resumes_in_its_session() {
-    resumes_in_the_same_session(codex(), Stop::Kill).await;
+    stopped_mid_call_and_resumed(codex(), Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_paused_mid_call_resumes_in_its_session() {
+    stopped_mid_call_and_resumed(gemini(), Stop::Pause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_killed_mid_call_resumes_in_its_session() {
+    stopped_mid_call_and_resumed(gemini(), Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilot_paused_mid_call_resumes_in_its_session() {
+    stopped_mid_call_and_resumed(copilot(), Stop::Pause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilot_killed_mid_call_resumes_in_its_session() {
+    stopped_mid_call_and_resumed(copilot(), Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_resuming_a_session_it_never_saved_restarts_the_node_run() {
+    stopped_mid_call_and_resumed(gemini(), Stop::Lost).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilot_resuming_a_session_it_never_saved_restarts_the_node_run() {
+    stopped_mid_call_and_resumed(copilot(), Stop::Lost).await;
 }
 
 /// A CLI stopped before it saved its session has nothing to resume:

@@ -32,13 +32,18 @@ use serde_json::{Value, json};
 use super::wire::{
     Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
 };
-use crate::normalize::errors::{DURING_EXECUTION, fatal, reported, status_error_type};
+use crate::normalize::errors::{
+    DURING_EXECUTION, fatal, reported, session_missing, status_error_type,
+};
 use crate::normalize::{
     Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, error_text, exit_code_in, exit_error,
     warning,
 };
 
 const CLI: Cli = Cli("Copilot CLI");
+
+/// How Copilot CLI says `--resume=ID` named a session it does not have.
+const NO_SESSION: &str = "No session, task, or name matched";
 
 /// Line types that carry nothing the runtime records.
 const NOISE: &[&str] = &[
@@ -295,8 +300,11 @@ impl Decoder for CopilotDecoder {
         // The CLI may give up on the model without printing its result.
         let fatal = self.fatal.take().map(Err);
         let missing = "a result line";
+        let otherwise = || {
+            fatal.or_else(|| session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err))
+        };
         self.ending
-            .finish(CLI, missing, exit_code, stderr_tail, || fatal)
+            .finish(CLI, missing, exit_code, stderr_tail, otherwise)
     }
 }
 
@@ -461,5 +469,23 @@ mod tests {
             ],
             "c2 stays a use alone: no result is made up for it"
         );
+    }
+
+    #[test]
+    fn a_resume_of_a_session_it_never_saved_is_session_not_found() {
+        // What Copilot CLI 1.0.102 printed for `--resume=ID` when it has no
+        // session ID (exit 1, nothing on stdout).
+        let stderr = "Error: No session, task, or name matched '22222222-2222-4333-8444-555555555555'.\n\nTo resume by session or task ID:  copilot --resume=<id>\nTo start a new session with ID:   copilot --session-id=<valid-uuid>\n";
+        let out = crate::normalize::decode_all(CopilotDecoder::default(), b"", Some(1), stderr);
+        let (error_type, message) = agent_error(&out);
+        assert_eq!(error_type, "session_not_found");
+        assert!(
+            message.contains("No session, task, or name matched"),
+            "{message}"
+        );
+        // Any other failure stays what it was.
+        let out =
+            crate::normalize::decode_all(CopilotDecoder::default(), b"", Some(1), "Error: boom\n");
+        assert_eq!(agent_error(&out).0, "error_during_execution");
     }
 }

@@ -86,6 +86,10 @@ impl CliProgram for CopilotDecoder {
         args.extend(flag("--model", agent.model.as_ref()));
         if let Some(session) = &request.resume {
             args.push(format!("--resume={session}"));
+        } else if let Some(session) = &request.session_id {
+            // The id is on record before the CLI starts (design §4.3): it
+            // prints its own only on its last line.
+            args.push(format!("--session-id={session}"));
         }
         args.extend([
             "--usage-output-file".into(),
@@ -138,5 +142,23 @@ mod usage_tests {
             .position(|a| a == "--usage-output-file")
             .unwrap();
         assert_eq!(cmd.args[at + 1], path.display().to_string());
+    }
+
+    #[test]
+    fn a_new_session_starts_under_the_id_on_record_and_a_resume_names_its_own() {
+        let id = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        let mut request = agent_request(domain::workflow::Provider::Copilot, None);
+        request.session_id = Some(domain::SessionId::new(id).unwrap());
+        let args = Copilot::command(&request).args;
+        assert!(args.contains(&format!("--session-id={id}")), "{args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--resume")), "{args:?}");
+        request.session_id = None;
+        request.resume = Some(domain::SessionId::new(id).unwrap());
+        let args = Copilot::command(&request).args;
+        assert!(args.contains(&format!("--resume={id}")), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.starts_with("--session-id")),
+            "{args:?}"
+        );
     }
 }

@@ -24,7 +24,7 @@ use super::wire::{
     ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
 use crate::normalize::errors::{
-    API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported, status_error_type,
+    API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported, session_missing, status_error_type,
 };
 use crate::normalize::usage::{model_usage, usage};
 use crate::normalize::{
@@ -33,6 +33,9 @@ use crate::normalize::{
 };
 
 const CLI: Cli = Cli("Gemini CLI");
+
+/// How Gemini CLI says `--resume` named a session it has no file for.
+const NO_SESSION: &str = "Error resuming session:";
 
 /// Decoder state for one Gemini CLI invocation.
 #[derive(Debug, Default)]
@@ -176,8 +179,9 @@ impl Decoder for GeminiDecoder {
 
     fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
         let missing = "a result line";
+        let unsaved = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
         self.ending
-            .finish(CLI, missing, exit_code, stderr_tail, || None)
+            .finish(CLI, missing, exit_code, stderr_tail, unsaved)
     }
 }
 
@@ -425,5 +429,20 @@ mod tests {
         assert!(
             matches!(&out[4], Ok(AgentMessage::Error { error_type, .. }) if error_type == "api_error")
         );
+    }
+
+    #[test]
+    fn a_resume_of_a_session_it_never_saved_is_session_not_found() {
+        // What Gemini CLI 0.61.0 printed for `--resume ID` when it has no
+        // file for ID (exit 42, nothing on stdout).
+        for stderr in [
+            "Ripgrep is not available. Falling back to GrepTool.\nError resuming session: Invalid session identifier \"33333333-2222-4333-8444-555555555555\".\n  Searched for sessions in /h/.gemini/tmp/work/chats.\n  Use --list-sessions to see available sessions, then use --resume {number}, --resume {uuid}, or --resume latest.\n",
+            "Error resuming session: No previous sessions found for this project.\n",
+        ] {
+            let out = crate::normalize::decode_all(GeminiDecoder::default(), b"", Some(42), stderr);
+            let (error_type, message) = agent_error(&out);
+            assert_eq!(error_type, "session_not_found", "{stderr}");
+            assert!(message.contains("Error resuming session"), "{message}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! from (a retried request), or the [`QueryError`] that ends the invocation.
 
 use application::ports::{AgentMessage, QueryError};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The provider refused for rate or quota (HTTP 429).
 pub const RATE_LIMIT: &str = "rate_limit";
@@ -32,6 +32,23 @@ pub fn fatal(error_type: &str, message: String, line: &Value) -> QueryError {
         message,
         details: Some(line.clone()),
     }
+}
+
+/// The error of a CLI that ended without a result because it has no
+/// session by the id it was asked to resume, as the stderr line holding
+/// `marker` says: [`SESSION_NOT_FOUND`]. `None` for any other stderr.
+pub fn session_missing(
+    cli: &str,
+    marker: &str,
+    exit_code: Option<i32>,
+    stderr_tail: &str,
+) -> Option<QueryError> {
+    let said = stderr_tail.lines().find(|l| l.contains(marker))?.trim();
+    Some(QueryError::Agent {
+        error_type: SESSION_NOT_FOUND.to_owned(),
+        message: format!("{cli} has no session to resume: {said}"),
+        details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr_tail })),
+    })
 }
 
 /// An error the agent reported and went on from, keeping its line.

@@ -109,13 +109,13 @@ impl Provider {
     }
 
     /// Whether the provider starts a session under an id the runtime
-    /// chooses (Claude Code's `--session-id`; an HTTP agent's conversation,
-    /// which the runtime names anyway), so the id is on record before the
-    /// call; the others name their session once they run.
+    /// chooses (Claude Code's and Copilot's `--session-id`; an HTTP agent's
+    /// conversation, which the runtime names anyway), so the id is on record
+    /// before the call; the others name their session once they run.
     pub fn takes_session_id(self) -> bool {
         matches!(
             self,
-            Provider::ClaudeCode | Provider::OpenAi | Provider::Anthropic
+            Provider::ClaudeCode | Provider::Copilot | Provider::OpenAi | Provider::Anthropic
         )
     }
 }
