@@ -129,6 +129,24 @@ impl crate::ports::ControlChannel for Commands {
     }
 }
 
+/// `rig` with a control endpoint; commands sent on the returned sender reach its runs.
+fn taking_commands(
+    rig: super::graph_tests::Rig,
+) -> (
+    super::graph_tests::Rig,
+    tokio::sync::mpsc::Sender<crate::ports::Delivery>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let executor = rig
+        .executor
+        .with_control(Arc::new(Commands(std::sync::Mutex::new(Some(rx)))));
+    let rig = super::graph_tests::Rig {
+        executor,
+        events: rig.events,
+    };
+    (rig, tx)
+}
+
 /// An agent that calls a tool at once, gets its result after 10 s, and
 /// answers 50 s later; the run is paused `at` seconds in. Returns when the
 /// run stopped, its outcome and its events.
@@ -172,14 +190,7 @@ async fn paused_at(at: u64) -> (Duration, RunOutcome, Vec<RuntimeEvent>) {
             },
         )))
     });
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let executor = rig
-        .executor
-        .with_control(Arc::new(Commands(std::sync::Mutex::new(Some(rx)))));
-    let rig = super::graph_tests::Rig {
-        executor,
-        events: rig.events,
-    };
+    let (rig, tx) = taking_commands(rig);
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(at)).await;
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -265,12 +276,8 @@ async fn a_message_for_a_session_that_cannot_be_continued_comes_with_the_fresh_s
             }),
         ))
     });
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let executor = rig
-        .executor
-        .with_control(Arc::new(Commands(std::sync::Mutex::new(Some(rx)))));
-    let events = rig.events;
-    let log = Arc::clone(&events);
+    let (rig, tx) = taking_commands(rig);
+    let log = Arc::clone(&rig.events);
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let run = log
@@ -286,7 +293,6 @@ async fn a_message_for_a_session_that_cannot_be_continued_comes_with_the_fresh_s
             .unwrap();
         assert!(answer.await.unwrap().accepted);
     });
-    let rig = super::graph_tests::Rig { executor, events };
     let flow = wf("name: m\nagents: {w: {provider: claude-code}}\nnodes:\n  - {id: a, agent: w}\n");
     let outcome = run(&rig, flow, json!("go")).await;
     assert_eq!(outcome.status, RunStatus::Completed);
