@@ -37,7 +37,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 #[cfg(test)]
@@ -293,15 +293,12 @@ async fn serve(stream: UnixStream, commands: mpsc::Sender<Delivery>, config: Con
         Ok(Ok(Line::End(bytes))) if bytes.is_empty() => return,
         Ok(Ok(Line::Complete(bytes) | Line::End(bytes))) => bytes,
     };
-    let (reply, answer) = oneshot::channel();
-    let delivery = Delivery {
-        raw: parse_raw(&bytes),
-        reply,
-    };
+    let (delivery, answer) = Delivery::new(parse_raw(&bytes));
     if commands.send(delivery).await.is_err() {
         return;
     }
-    let Ok(answer) = answer.await else {
+    // The writer waits while `_handover` lives: until the answer is written.
+    let Some((answer, _handover)) = answer.recv().await else {
         return;
     };
     match serde_json::to_vec(&answer) {

@@ -50,7 +50,69 @@ pub struct Delivery {
     pub raw: Value,
     /// Where the answer goes; dropping it tells the sender the writer gave
     /// no answer.
-    pub reply: oneshot::Sender<CommandReply>,
+    pub reply: ReplyTo,
+}
+
+impl Delivery {
+    /// A delivery of `raw`, and the endpoint's end of its answer: for
+    /// implementations of [`ControlChannel`].
+    pub fn new(raw: Value) -> (Self, Answer) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self {
+                raw,
+                reply: ReplyTo(tx),
+            },
+            Answer(rx),
+        )
+    }
+}
+
+/// How long a writer waits for its endpoint to pass an answer on. Writing
+/// one short line to a local socket takes microseconds; the bound only
+/// keeps a broken endpoint from holding the writer up.
+const HANDOVER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The writer's end of a command's answer.
+///
+/// [`ReplyTo::send`] returns once the endpoint has passed the answer on,
+/// not when it was queued: a writer that stops right after a `pause` or a
+/// `cancel` would otherwise exit with the answer unsent, and its sender,
+/// seeing no answer, would take the command as undelivered and record it a
+/// second time.
+#[derive(Debug)]
+pub struct ReplyTo(oneshot::Sender<(CommandReply, Handover)>);
+
+impl ReplyTo {
+    /// Hands `reply` to the endpoint and waits until it has passed it on
+    /// (or gave up: its client left), at most a couple of seconds.
+    pub async fn send(self, reply: CommandReply) {
+        let (handover, passed) = oneshot::channel();
+        if self.0.send((reply, Handover { _passed: handover })).is_ok() {
+            // Ends when the endpoint drops its `Handover`, whatever came of
+            // the write.
+            let _ = tokio::time::timeout(HANDOVER, passed).await;
+        }
+    }
+}
+
+/// The endpoint's end of a command's answer.
+#[derive(Debug)]
+pub struct Answer(oneshot::Receiver<(CommandReply, Handover)>);
+
+impl Answer {
+    /// The writer's answer, with the [`Handover`] to drop once it is passed
+    /// on; `None` when the writer gave none.
+    pub async fn recv(self) -> Option<(CommandReply, Handover)> {
+        self.0.await.ok()
+    }
+}
+
+/// Held by the endpoint while it passes an answer on; dropping it lets the
+/// writer go on.
+#[derive(Debug)]
+pub struct Handover {
+    _passed: oneshot::Sender<()>,
 }
 
 /// A writer's open command endpoint. Commands arrive on `commands` until it

@@ -26,7 +26,9 @@ pub use command::MockCommandRunner;
 pub use command::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
 #[cfg(test)]
 pub use control::MockControlChannel;
-pub use control::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
+pub use control::{
+    Answer, CommandReply, ControlChannel, ControlError, Delivery, Handover, Listener, ReplyTo,
+};
 pub use observer::RunObserver;
 #[cfg(test)]
 pub use process::MockProcesses;

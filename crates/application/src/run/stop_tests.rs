@@ -193,12 +193,10 @@ async fn paused_at(at: u64) -> (Duration, RunOutcome, Vec<RuntimeEvent>) {
     let (rig, tx) = taking_commands(rig);
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(at)).await;
-        let (reply, answer) = tokio::sync::oneshot::channel();
         let raw = json!({"type": "pause"});
-        tx.send(crate::ports::Delivery { raw, reply })
-            .await
-            .unwrap();
-        assert!(answer.await.unwrap().accepted);
+        let (delivery, answer) = crate::ports::Delivery::new(raw);
+        tx.send(delivery).await.unwrap();
+        assert!(answer.recv().await.unwrap().0.accepted);
     });
     let started = tokio::time::Instant::now();
     let flow = wf("name: p\nagents: {w: {provider: mock}}\nnodes:\n  - {id: a, agent: w}\n");
@@ -286,12 +284,10 @@ async fn a_message_for_a_session_that_cannot_be_continued_comes_with_the_fresh_s
             .iter()
             .find_map(|e| e.node_run_id)
             .unwrap();
-        let (reply, answer) = tokio::sync::oneshot::channel();
         let raw = json!({"type": "send", "nodeRunId": run, "message": "use metric units"});
-        tx.send(crate::ports::Delivery { raw, reply })
-            .await
-            .unwrap();
-        assert!(answer.await.unwrap().accepted);
+        let (delivery, answer) = crate::ports::Delivery::new(raw);
+        tx.send(delivery).await.unwrap();
+        assert!(answer.recv().await.unwrap().0.accepted);
     });
     let flow = wf("name: m\nagents: {w: {provider: claude-code}}\nnodes:\n  - {id: a, agent: w}\n");
     let outcome = run(&rig, flow, json!("go")).await;

@@ -73,7 +73,7 @@ async fn a_command_reaches_the_writer_and_its_answer_comes_back() {
                 offset: 7,
                 error: Some("no such node run".into()),
             })
-            .unwrap();
+            .await;
     };
     let (answer, ()) = tokio::join!(control.deliver(run, &command), writer);
     assert_eq!(
@@ -104,7 +104,7 @@ async fn twenty_clients_at_once_each_get_their_own_answer() {
     }
     for d in held.into_iter().rev() {
         let n = d.raw["n"].as_u64().unwrap();
-        d.reply.send(reply(n + 100)).unwrap();
+        d.reply.send(reply(n + 100)).await;
     }
     for client in clients {
         let (n, answer) = client.await.unwrap();
@@ -145,7 +145,7 @@ async fn a_stale_socket_means_no_writer_and_is_replaced_by_the_next_listener() {
     let mut listener = control.listen(run).await.unwrap();
     let writer = async {
         let d = listener.commands.recv().await.unwrap();
-        d.reply.send(reply(3)).unwrap();
+        d.reply.send(reply(3)).await;
     };
     let pause = json!({"type": "pause"});
     let (answer, ()) = tokio::join!(control.deliver(run, &pause), writer);
@@ -176,7 +176,7 @@ async fn a_line_that_is_not_json_is_delivered_as_a_string() {
     let writer = async {
         let d = listener.commands.recv().await.unwrap();
         assert_eq!(d.raw, Value::String("pause please".into()));
-        d.reply.send(reply(5)).unwrap();
+        d.reply.send(reply(5)).await;
     };
     let (answer, ()) = tokio::join!(raw_exchange(&path, b"pause please\r\n"), writer);
     assert_eq!(
@@ -196,7 +196,7 @@ async fn a_last_line_without_newline_is_still_a_command() {
     stream.shutdown().await.unwrap();
     let d = listener.commands.recv().await.unwrap();
     assert_eq!(d.raw, json!({"type": "cancel"}));
-    d.reply.send(reply(1)).unwrap();
+    d.reply.send(reply(1)).await;
     let answer = read_to_end(&mut stream).await;
     assert_eq!(
         serde_json::from_str::<CommandReply>(&answer).unwrap(),
@@ -289,11 +289,44 @@ async fn dropping_an_old_listener_keeps_a_newer_socket() {
     );
     let writer = async {
         let d = new.commands.recv().await.unwrap();
-        d.reply.send(reply(2)).unwrap();
+        d.reply.send(reply(2)).await;
     };
     let pause = json!({"type": "pause"});
     let (answer, ()) = tokio::join!(control.deliver(run, &pause), writer);
     assert_eq!(answer.unwrap(), reply(2));
+}
+
+/// A writer that stops right after answering (a `pause`, then exit) must not
+/// leave its client without the answer: the client would take the command as
+/// undelivered and record it a second time. The writer here runs on a
+/// runtime of its own that is shut down the moment the answer is handed
+/// over, as a process exit would.
+#[tokio::test]
+async fn an_answer_is_passed_on_before_the_writer_can_exit() {
+    for _ in 0..20 {
+        let (_tmp, control, run) = setup(ControlConfig::default());
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let writer = {
+            let control = control.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let mut listener = control.listen(run).await.unwrap();
+                    ready_tx.send(()).unwrap();
+                    let d = listener.commands.recv().await.unwrap();
+                    d.reply.send(reply(9)).await;
+                });
+                rt.shutdown_background();
+            })
+        };
+        ready.await.unwrap();
+        let answer = control.deliver(run, &json!({"type": "pause"})).await;
+        assert_eq!(answer.unwrap(), reply(9));
+        writer.join().unwrap();
+    }
 }
 
 #[tokio::test]

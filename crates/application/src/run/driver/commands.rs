@@ -32,7 +32,7 @@ impl Driver {
             error,
         };
         // A sender that stopped waiting learns the outcome from the log.
-        let _ = delivery.reply.send(reply);
+        delivery.reply.send(reply).await;
         Ok(match verdict {
             Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
             Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
