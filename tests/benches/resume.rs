@@ -18,8 +18,9 @@
 //! processes a dead writer left). Every port call is timed on the way, and
 //! the medians of those parts are printed after the group and written to
 //! `target/criterion/resume/parts.json` for `cargo xtask bench-report`.
-//! Raw references in the same run: reading the run's log file, and a
-//! `write` + `fdatasync` of one line.
+//! Raw references in the same run: reading the run's log file; reading and
+//! parsing (as untyped JSON) its snapshot, and the log lines after it; and
+//! a `write` + `fdatasync` of one line.
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
@@ -68,14 +69,15 @@ impl QueryFn for DiesMidCall {
 
 /// The resumed run's agent: says it was called, then never answers (the
 /// resume is dropped by then).
-struct Entered(Mutex<Option<oneshot::Sender<AgentRequest>>>);
+struct Entered(Mutex<Option<oneshot::Sender<(AgentRequest, Instant)>>>);
 
 #[async_trait]
 impl QueryFn for Entered {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let at = Instant::now();
         let tell = self.0.lock().ok().and_then(|mut s| s.take());
         if let Some(tell) = tell {
-            let _ = tell.send(request);
+            let _ = tell.send((request, at));
         }
         Ok(Box::pin(futures::stream::pending()))
     }
@@ -389,9 +391,9 @@ fn resume_once(
         let resume = executor.resume(run.run_id, workflow, None, Cancel::new());
         tokio::select! {
             biased;
-            request = told => {
-                let took = start.elapsed();
-                (took, request.expect("the agent was called"), start)
+            told = told => {
+                let (request, at) = told.expect("the agent was called");
+                (at - start, request, start)
             }
             outcome = resume => panic!("the resume ended before calling the agent: {outcome:?}"),
         }
@@ -483,6 +485,9 @@ fn bench_resume(c: &mut Criterion) {
                 .read(run.run_id, lines as u64, 100),
         )
         .expect("read");
+    let snapshot_bytes = std::fs::metadata(log_path.with_file_name("snapshot.json"))
+        .map_or(0, |m| m.len());
+    println!("resume: snapshot.json is {snapshot_bytes} bytes");
     let written: Vec<&str> = after.iter().map(|e| e.kind.type_name()).collect();
     println!(
         "resume: the dead writer left {lines} events ({} bytes), its last snapshot at offset {snapshot_at}; \
@@ -531,6 +536,26 @@ fn bench_resume(c: &mut Criterion) {
     raw.sample_size(50);
     raw.bench_function("read_log", |b| {
         b.iter(|| std::fs::read(&log_path).expect("read"))
+    });
+    let snapshot_path = log_path.with_file_name("snapshot.json");
+    raw.bench_function("read_parse_snapshot", |b| {
+        b.iter(|| {
+            let bytes = std::fs::read(&snapshot_path).expect("read");
+            serde_json::from_slice::<Value>(&bytes).expect("parse")
+        })
+    });
+    // The lines a resume folds: those after the snapshot's offset.
+    let tail = usize::try_from(snapshot_at).expect("offset");
+    raw.bench_function("read_parse_tail", |b| {
+        b.iter(|| {
+            let bytes = std::fs::read(&log_path).expect("read");
+            bytes
+                .split(|b| *b == b'\n')
+                .skip(tail)
+                .filter(|l| !l.is_empty())
+                .map(|l| serde_json::from_slice::<Value>(l).expect("parse"))
+                .count()
+        })
     });
     let path = dir.path().join("raw.log");
     let mut file = std::fs::OpenOptions::new()
