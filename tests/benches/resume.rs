@@ -485,8 +485,8 @@ fn bench_resume(c: &mut Criterion) {
                 .read(run.run_id, lines as u64, 100),
         )
         .expect("read");
-    let snapshot_bytes = std::fs::metadata(log_path.with_file_name("snapshot.json"))
-        .map_or(0, |m| m.len());
+    let snapshot_bytes =
+        std::fs::metadata(log_path.with_file_name("snapshot.json")).map_or(0, |m| m.len());
     println!("resume: snapshot.json is {snapshot_bytes} bytes");
     let written: Vec<&str> = after.iter().map(|e| e.kind.type_name()).collect();
     println!(
@@ -554,7 +554,7 @@ fn bench_resume(c: &mut Criterion) {
                 .skip(tail)
                 .filter(|l| !l.is_empty())
                 .map(|l| serde_json::from_slice::<Value>(l).expect("parse"))
-                .count()
+                .collect::<Vec<Value>>()
         })
     });
     let path = dir.path().join("raw.log");
