@@ -112,7 +112,44 @@ fn bench() -> anyhow::Result<()> {
 fn report() -> anyhow::Result<()> {
     report_steps()?;
     report_fan_out()?;
-    report_http()
+    report_http()?;
+    report_resume()
+}
+
+/// Prints the time from `Executor::resume` to the provider call for an
+/// interrupted 100-step run, its parts, and the raw figures of the same run
+/// (see `tests/benches/resume.rs`); skipped when that bench has not run.
+fn report_resume() -> anyhow::Result<()> {
+    let Ok(sync) = median_us("resume_raw", "write_300B_fdatasync") else {
+        return Ok(());
+    };
+    let snapshot = median_us("resume_raw", "read_parse_snapshot")?;
+    let tail = median_us("resume_raw", "read_parse_tail")?;
+    println!("raw: read + parse snapshot (JSON)   {snapshot:>9.1} µs");
+    println!("raw: read log + parse its tail      {tail:>9.1} µs");
+    println!("raw: write 300 B + fdatasync        {sync:>9.1} µs");
+    for wiring in ["bare", "as_awr"] {
+        let us = median_us("resume", &format!("{wiring}_100_steps"))?;
+        println!(
+            "resume {wiring:<7} to the provider call {us:>9.1} µs   ({:.2} x the 1 ms target, {:.2} x one fdatasync, {:.2} x the raw parse of snapshot + tail)",
+            us / 1_000.0,
+            us / sync,
+            us / (snapshot + tail)
+        );
+        let path = format!("target/criterion/resume/parts_{wiring}.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let parts: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+        if let Some(parts) = parts["parts"].as_object() {
+            for (what, part) in parts {
+                let us = part["median_us"].as_f64().unwrap_or_default();
+                println!("  {what:<24} {us:>9.1} µs");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prints a fan-out of three 1-second agents beside one such agent alone:

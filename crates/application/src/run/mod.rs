@@ -443,6 +443,8 @@ mod edge_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod resume_tests;
+#[cfg(test)]
 mod stop_tests;
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,9 @@ const BATCH: usize = 1024;
 
 impl Driver {
     /// Continues a run from its state (folded from its log): `flow:resumed`,
-    /// then every node run in flight goes on (see [`Self::go_on`]), then the loop.
+    /// then every node run in flight goes on (see [`Self::go_on`]), then the
+    /// loop. Nothing is synced before the provider calls it leads to: the
+    /// next step boundary does that (design §4.2, §11).
     pub(crate) async fn resume(
         ports: Arc<Ports>,
         lock: RunLock,
@@ -70,7 +72,10 @@ impl Driver {
                     return driver.stop(stop).await;
                 }
             }
-            driver.rec.checkpoint().await?;
+            // No step boundary here: a resume starts no step, it goes on
+            // with the ones in flight, and their ends sync the log (with
+            // `flow:resumed`) as any step's does. A sync and a snapshot
+            // here would stand between the resume and the provider call.
             driver.drive().await
         }
         .await;
@@ -191,6 +196,8 @@ impl Driver {
                 self.rec.emit((Some(node.clone()), None), kind).await?;
             }
         }
+        // The routing is done: a step boundary, as at the end of `route`.
+        self.rec.checkpoint().await?;
         Ok(None)
     }
 
