@@ -109,12 +109,22 @@ pub async fn current_snapshot(
         Err(e) => return Err(e),
     };
     let mut snapshot = match saved {
-        Some(saved) => {
-            check_saved(store, run_id, &saved).await?;
-            saved
-        }
+        Some(saved) => saved,
         None => RunSnapshot::new(run_id),
     };
+    if snapshot.last_offset == 0 {
+        check_run(run_id, &snapshot)?;
+        catch_up(store, run_id, &mut snapshot).await?;
+        return Ok(snapshot);
+    }
+    // One read brings the event the snapshot reflects, to check it, and
+    // the first of those after it: a resume reads nothing it can spare.
+    let events = store.read(run_id, snapshot.last_offset - 1, BATCH).await?;
+    check_saved(store, run_id, &snapshot, events.first()).await?;
+    for event in events.iter().skip(1) {
+        check_next(run_id, snapshot.last_offset, event)?;
+        snapshot.apply(event);
+    }
     catch_up(store, run_id, &mut snapshot).await?;
     Ok(snapshot)
 }
@@ -291,32 +301,30 @@ async fn unwritten_end(
     }))
 }
 
-/// Whether the log agrees with a saved snapshot (see the module docs).
-async fn check_saved(
-    store: &dyn RunStore,
-    run_id: RunId,
-    saved: &RunSnapshot,
-) -> Result<(), StoreError> {
+/// Whether a saved snapshot is this run's.
+fn check_run(run_id: RunId, saved: &RunSnapshot) -> Result<(), StoreError> {
     if saved.run_id != run_id {
         return Err(StoreError::Corrupt(format!(
             "the snapshot of run {run_id} is the snapshot of run {}",
             saved.run_id
         )));
     }
-    if saved.last_offset == 0 {
-        return Ok(());
-    }
-    let last = store.last_offset(run_id).await?;
-    if saved.last_offset > last {
+    Ok(())
+}
+
+/// Whether the log agrees with a saved snapshot (see the module docs):
+/// `at` is the log's event at the snapshot's `lastOffset`, if it has one.
+async fn check_saved(
+    store: &dyn RunStore,
+    run_id: RunId,
+    saved: &RunSnapshot,
+    at: Option<&RuntimeEvent>,
+) -> Result<(), StoreError> {
+    check_run(run_id, saved)?;
+    let Some(event) = at else {
+        let last = store.last_offset(run_id).await?;
         return Err(StoreError::Corrupt(format!(
             "run {run_id}: the snapshot reflects events up to offset {} (lastOffset) but the log ends at offset {last}: the log was truncated or replaced",
-            saved.last_offset
-        )));
-    }
-    let at = store.read(run_id, saved.last_offset - 1, 1).await?;
-    let Some(event) = at.first() else {
-        return Err(StoreError::Corrupt(format!(
-            "run {run_id}: no event at the snapshot's lastOffset {}",
             saved.last_offset
         )));
     };

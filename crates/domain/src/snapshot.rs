@@ -236,6 +236,13 @@ impl RunSnapshot {
     /// Parses `snapshot.json` of `run_id`; a snapshot that does not name its
     /// run (`runId` is optional in seed 001) is taken to be that run's.
     pub fn from_json(bytes: &[u8], run_id: RunId) -> Result<Self, serde_json::Error> {
+        // Straight to the struct: a resume reads the snapshot before it can
+        // call a provider, and a detour through a `Value` tree doubles the
+        // parse. Only a snapshot the fast parse refuses (no `runId`, or
+        // broken) takes the slow way, which also gives the error.
+        if let Ok(snapshot) = serde_json::from_slice(bytes) {
+            return Ok(snapshot);
+        }
         let mut map: Map<String, Value> = serde_json::from_slice(bytes)?;
         map.entry("runId")
             .or_insert_with(|| Value::String(run_id.to_string()));

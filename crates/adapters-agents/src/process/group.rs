@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::io::Read;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -117,20 +118,30 @@ pub fn kill_run(run_id: &str) -> usize {
     let tag = format!("{RUN_VAR}={run_id}");
     let (me, my_group) = (rustix::process::getpid(), rustix::process::getpgrp());
     let mut found = 0;
+    // One buffer and one path for every process, and no `stat` before each
+    // read (`fs::read` does one): a resume waits for this scan.
+    let mut environ = Vec::with_capacity(8 << 10);
+    let mut path = String::with_capacity(32);
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
+        let name = entry.file_name();
+        let Some(pid) = name
             .to_str()
             .and_then(|name| name.parse::<i32>().ok())
             .and_then(Pid::from_raw)
         else {
             continue;
         };
-        // Gone meanwhile, or not ours to read: not one of the run's.
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+        if pid == me {
             continue;
-        };
-        if pid == me || !environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
+        }
+        path.clear();
+        path.push_str("/proc/");
+        path.push_str(name.to_str().unwrap_or_default());
+        path.push_str("/environ");
+        environ.clear();
+        // Gone meanwhile, or not ours to read: not one of the run's.
+        let read = std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut environ));
+        if read.is_err() || !environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
             continue;
         }
         found += 1;

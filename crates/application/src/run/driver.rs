@@ -76,18 +76,23 @@ pub(crate) struct Driver {
     _lock: RunLock,
 }
 
-impl Driver {
-    /// Opens the run for writing, at `state` (nothing, for a new run).
-    async fn open(
-        ports: Arc<Ports>,
-        lock: RunLock,
+/// What a writer opens besides the log: the run's transcript and its
+/// command endpoint. Independent of the run's state, so a resume opens them
+/// while that state loads.
+pub(super) struct Endpoints {
+    transcript: Option<TranscriptWriter>,
+    listener: Option<Listener>,
+}
+
+impl Endpoints {
+    /// Opens the transcript of `run_id` and, when `listen`, its command
+    /// endpoint (a run that cannot take commands still goes on).
+    pub(super) async fn open(
+        ports: &Ports,
+        run_id: RunId,
         parent: Option<RunId>,
-        workflow: Arc<WorkflowDef>,
-        state: RunSnapshot,
-        cancel: Cancel,
         listen: bool,
     ) -> Result<Self, ExecutorError> {
-        let run_id = lock.run_id();
         let transcript = match &ports.transcripts {
             Some(t) => Some(TranscriptWriter::new(
                 t.open(run_id, parent).await?,
@@ -106,11 +111,47 @@ impl Driver {
             },
             None => None,
         };
+        Ok(Self {
+            transcript,
+            listener,
+        })
+    }
+}
+
+impl Driver {
+    /// Opens the run for writing, at `state` (nothing, for a new run).
+    async fn open(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        parent: Option<RunId>,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        cancel: Cancel,
+        listen: bool,
+    ) -> Result<Self, ExecutorError> {
+        let endpoints = Endpoints::open(&ports, lock.run_id(), parent, listen).await?;
+        Ok(Self::with(ports, lock, workflow, state, cancel, endpoints))
+    }
+
+    /// The writer of the run at `state`, its endpoints open.
+    fn with(
+        ports: Arc<Ports>,
+        lock: RunLock,
+        workflow: Arc<WorkflowDef>,
+        state: RunSnapshot,
+        cancel: Cancel,
+        endpoints: Endpoints,
+    ) -> Self {
         let input = state.input.clone();
-        let rec = Recorder::new(Arc::clone(&ports), Arc::clone(&workflow), state, transcript);
+        let rec = Recorder::new(
+            Arc::clone(&ports),
+            Arc::clone(&workflow),
+            state,
+            endpoints.transcript,
+        );
         let (tx, rx) = mpsc::channel(CHANNEL);
         let budgeted = control::budgeted(&workflow);
-        Ok(Driver {
+        Driver {
             ports,
             workflow,
             input,
@@ -123,9 +164,9 @@ impl Driver {
             running: HashMap::new(),
             ready: BTreeSet::new(),
             budgeted,
-            listener,
+            listener: endpoints.listener,
             _lock: lock,
-        })
+        }
     }
 
     /// Starts a new run: `flow:started`, the first snapshot, then the loop.

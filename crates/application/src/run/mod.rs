@@ -347,18 +347,7 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
-        let state = crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await?;
-        resumable(&state, &workflow)?;
-        driver::Driver::resume(
-            Arc::clone(&self.ports),
-            lock,
-            None,
-            workflow,
-            state,
-            how,
-            cancel,
-        )
-        .await
+        driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
     }
 
     /// Gives a command (design §7; the raw JSON of a [`RuntimeCommand`]) to

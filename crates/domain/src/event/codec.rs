@@ -1,7 +1,12 @@
 //! One event as one log line: parsing it (unknown types and fields kept whole)
 //! and writing it back, so a round trip loses nothing.
 
-use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+use serde::de::value::MapDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{EventKind, KNOWN_TYPES, RuntimeEvent, keys};
@@ -33,58 +38,68 @@ pub enum EventParseError {
 const ENVELOPE: [&str; 6] = ["id", "offset", "timestamp", "runId", "nodeId", "nodeRunId"];
 
 impl RuntimeEvent {
-    /// Parses one log line. Unknown types are kept as [`EventKind::Unknown`].
+    /// Parses one log line. Unknown types are kept as [`EventKind::Unknown`],
+    /// and fields a known type does not have are kept in `extra`.
+    ///
+    /// The line is scanned once into its fields' raw text (nothing is
+    /// built); the envelope and the kind are then deserialized from those
+    /// slices. A `Value` tree first would double the cost of reading a log,
+    /// which a resume, a follower and a replay all pay.
     pub fn from_json(line: &[u8]) -> Result<Self, EventParseError> {
-        let mut map: Map<String, Value> = serde_json::from_slice(line)?;
-        fn take<T: serde::de::DeserializeOwned>(
-            map: &mut Map<String, Value>,
+        let Fields(fields) = serde_json::from_slice(line)?;
+        let field = |name: &str| fields.iter().rev().find(|(k, _)| k == name).map(|f| f.1);
+        fn envelope<'a, T: Deserialize<'a>>(
+            raw: Option<&'a RawValue>,
             field: &'static str,
         ) -> Result<T, EventParseError> {
-            let value = map.remove(field).unwrap_or(Value::Null);
-            serde_json::from_value(value).map_err(|e| EventParseError::Envelope {
+            let text = raw.map_or("null", RawValue::get);
+            serde_json::from_str(text).map_err(|e| EventParseError::Envelope {
                 field,
                 message: e.to_string(),
             })
         }
-        let id = take(&mut map, "id")?;
-        let offset = take(&mut map, "offset")?;
-        let timestamp = take(&mut map, "timestamp")?;
-        let run_id = take(&mut map, "runId")?;
-        let node_id = take(&mut map, "nodeId")?;
-        let node_run_id = take(&mut map, "nodeRunId")?;
-        debug_assert!(ENVELOPE.iter().all(|f| !map.contains_key(*f)));
-        let type_name = match map.get("type") {
-            Some(Value::String(t)) => t.clone(),
-            _ => {
-                return Err(EventParseError::Envelope {
-                    field: "type",
-                    message: "missing or not a string".into(),
-                });
-            }
+        let id = envelope(field("id"), "id")?;
+        let offset = envelope(field("offset"), "offset")?;
+        let timestamp = envelope(field("timestamp"), "timestamp")?;
+        let run_id = envelope(field("runId"), "runId")?;
+        let node_id = envelope(field("nodeId"), "nodeId")?;
+        let node_run_id = envelope(field("nodeRunId"), "nodeRunId")?;
+        let Some(type_name) =
+            field("type").and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+        else {
+            return Err(EventParseError::Envelope {
+                field: "type",
+                message: "missing or not a string".into(),
+            });
         };
+        // The body: every field but the envelope, each once (the last of a
+        // repeated name, as a JSON object keeps it).
+        let body = fields.iter().enumerate().filter(|(i, (k, _))| {
+            !ENVELOPE.contains(&k.as_ref()) && !fields[i + 1..].iter().any(|(later, _)| later == k)
+        });
         let (kind, extra) = if KNOWN_TYPES.contains(&type_name.as_str()) {
-            // Deserialized from a borrow, so the map is not copied.
-            let value = Value::Object(map);
-            let kind = EventKind::deserialize(&value).map_err(|e| EventParseError::Body {
-                type_name,
-                message: e.to_string(),
-            })?;
-            let mut map = match value {
-                Value::Object(map) => map,
-                _ => Map::new(),
-            };
+            let body_fields = body.clone().map(|(_, (k, v))| (k.as_ref(), *v));
+            let kind = EventKind::deserialize(MapDeserializer::new(body_fields)).map_err(
+                |e: serde_json::Error| EventParseError::Body {
+                    type_name,
+                    message: e.to_string(),
+                },
+            )?;
             // Whatever the kind did not take is a newer writer's field: keep it.
             let mut taken = keys::Keys::default();
+            let mut extra = Map::new();
             if kind.serialize(&mut taken).is_ok() {
-                map.retain(|k, _| !taken.0.contains(&k.as_str()));
+                for (_, (k, v)) in body.filter(|(_, (k, _))| !taken.0.contains(&k.as_ref())) {
+                    extra.insert(k.to_string(), raw_value(v)?);
+                }
             }
-            (kind, map)
+            (kind, extra)
         } else {
-            map.remove("type");
-            let kind = EventKind::Unknown {
-                type_name,
-                raw: map,
-            };
+            let mut raw = Map::new();
+            for (_, (k, v)) in body.filter(|(_, (k, _))| k != "type") {
+                raw.insert(k.to_string(), raw_value(v)?);
+            }
+            let kind = EventKind::Unknown { type_name, raw };
             (kind, Map::new())
         };
         Ok(RuntimeEvent {
@@ -133,5 +148,58 @@ impl RuntimeEvent {
             }
             _ => serde_json::to_writer(buf, self),
         }
+    }
+}
+
+/// A JSON object's fields in order, each value as its raw text: what one
+/// scan of a line yields, with nothing allocated but the list (and a key
+/// that has escapes).
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Scan;
+        impl<'de> Visitor<'de> for Scan {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(12));
+                while let Some(Key(key)) = map.next_key()? {
+                    fields.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(Scan)
+    }
+}
+
+/// A field kept as it is: its raw text made a value.
+fn raw_value(raw: &RawValue) -> Result<Value, EventParseError> {
+    Ok(serde_json::from_str(raw.get())?)
+}
+
+/// An object key, borrowed from the line unless it has escapes (serde's own
+/// `Cow` always copies).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Text)
     }
 }

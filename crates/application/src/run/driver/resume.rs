@@ -17,14 +17,15 @@ use domain::{
 };
 use serde_json::{Value, json};
 
-use super::{Driver, Stop};
+use super::{Driver, Endpoints, Stop};
+use crate::inspect::current_snapshot;
 use crate::ports::{CommandReply, RunLock};
 use crate::run::control::{Cancel, Exceeded};
 use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
-use crate::run::{Continue, Ports, RunOutcome};
+use crate::run::{Continue, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands, routing};
 use domain::command::DEFAULT_RESUME_MESSAGE;
 
@@ -32,20 +33,57 @@ use domain::command::DEFAULT_RESUME_MESSAGE;
 const BATCH: usize = 1024;
 
 impl Driver {
-    /// Continues a run from its state (folded from its log): `flow:resumed`,
-    /// then every node run in flight goes on (see [`Self::go_on`]), then the
-    /// loop. Nothing is synced before the provider calls it leads to: the
-    /// next step boundary does that (design §4.2, §11).
+    /// Continues the run `lock` holds from its state (folded from its
+    /// log): `flow:resumed`, then every node run in flight goes on (see
+    /// [`Self::go_on`]), then the loop. Nothing is synced before the
+    /// provider calls it leads to: the next step boundary does that
+    /// (design §4.2, §11).
+    ///
+    /// The fold is on the way to the provider call; the sweep for processes
+    /// the previous writer left (a scan of every process, the slowest part)
+    /// and the opening of the endpoints are not, and depend on nothing it
+    /// reads: one task does them meanwhile, and the resume waits for it
+    /// before anything starts.
     pub(crate) async fn resume(
         ports: Arc<Ports>,
         lock: RunLock,
         parent: Option<RunId>,
         workflow: Arc<WorkflowDef>,
-        state: RunSnapshot,
         how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        let mut driver = Self::open(ports, lock, parent, workflow, state, cancel, true).await?;
+        let run_id = lock.run_id();
+        let aside = tokio::spawn({
+            let ports = Arc::clone(&ports);
+            async move {
+                let endpoints = Endpoints::open(&ports, run_id, parent, true).await;
+                if let Some(processes) = ports.processes.clone() {
+                    match tokio::task::spawn_blocking(move || processes.kill_run(run_id)).await {
+                        Ok(0) => {}
+                        Ok(found) => {
+                            tracing::info!(found, run = %run_id, "killed processes the run's previous writer left");
+                        }
+                        Err(e) => {
+                            tracing::warn!(run = %run_id, error = %e, "the sweep for processes the run's previous writer left failed");
+                        }
+                    }
+                }
+                endpoints
+            }
+        });
+        let state = current_snapshot(ports.store.as_ref(), run_id).await?;
+        resumable(&state, &workflow)?;
+        let endpoints = match aside.await {
+            Ok(endpoints) => endpoints?,
+            // As if it had run here.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                return Err(ExecutorError::Refused(format!(
+                    "run {run_id}: the runtime shut down while the resume began: {e}"
+                )));
+            }
+        };
+        let mut driver = Self::with(ports, lock, workflow, state, cancel, endpoints);
         let result = async {
             let message = match &how {
                 Continue::Resume(message) => message.clone(),
@@ -54,7 +92,6 @@ impl Driver {
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
-            driver.kill_run_leftovers();
             if let Some(stop) = driver.stop_under_way(how) {
                 let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
                 for run in in_flight {
