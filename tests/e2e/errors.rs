@@ -8,12 +8,13 @@ use crate::util::{Awr, Output};
 /// A run id that no run of a fresh storage has.
 const UNKNOWN: &str = "6f1c2a9e-0d3b-4c5a-8e7f-1a2b3c4d5e6f";
 
-/// Asserts that `out` exited 2 and that its last stderr line is `line`.
+/// Asserts that `out` exited 2 and that `line` is all it wrote on stderr:
+/// nothing said the command was under way before it was refused.
 fn refused_with(out: &Output, line: &str) {
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert_eq!(
-        out.stderr.lines().last(),
-        Some(line),
+        out.stderr.lines().collect::<Vec<_>>(),
+        [line],
         "stderr:\n{}",
         out.stderr
     );

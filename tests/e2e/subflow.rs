@@ -166,3 +166,130 @@ fn a_failing_child_fails_its_parent() {
         EventKind::SubflowCompleted { status, .. } if status.as_str() == "failed")
     );
 }
+
+/// How a parent run with its child in flight is stopped.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// `awr pause PARENT`: the child pauses with it.
+    Pause,
+    /// SIGKILL of the process that writes both.
+    Kill,
+}
+
+/// A parent whose only node calls a child whose command waits the first
+/// time (its marker file does not exist) and answers at once after. The
+/// run is stopped while the child waits, then resumed: the same child run
+/// goes on from where it was, never a second one, and its leftover
+/// process is gone.
+fn child_in_flight_goes_on_after(stop: Stop) {
+    use crate::cancel::{gone, wait_exit, wait_for};
+    use crate::crash::Reaper;
+    let awr = Awr::new();
+    let dir = awr.dir.path();
+    let (mark, pids) = (dir.join("child.mark"), dir.join("pids"));
+    awr.write(
+        "child.yaml",
+        &format!(
+            "name: child\nnodes:\n  - {{id: wait, command: 'if [ -e {m} ]; then echo done; else touch {m}; echo $$ >> {p}; exec sleep 30; fi'}}\n",
+            m = mark.display(),
+            p = pids.display()
+        ),
+    );
+    let parent = awr.write(
+        "parent.yaml",
+        "name: parent\nnodes:\n  - {id: call, call_workflow: child.yaml}\n",
+    );
+    let mut reaper = Reaper {
+        child: None,
+        pids: pids.clone(),
+    };
+    let child = awr
+        .command(&["run", parent.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let child = reaper.child.insert(child);
+    wait_for(20, "the child's command to start", || {
+        std::fs::read_to_string(&pids).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let runs = awr.run_ids();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let is_child = |run: &str| {
+        matches!(
+            &awr.runtime_events(run)[0].kind,
+            EventKind::FlowStarted {
+                parent_run_id: Some(_),
+                ..
+            }
+        )
+    };
+    let (child_run, parent_run) = match is_child(&runs[0]) {
+        true => (runs[0].clone(), runs[1].clone()),
+        false => (runs[1].clone(), runs[0].clone()),
+    };
+    match stop {
+        Stop::Pause => {
+            let out = awr.run(&["pause", &parent_run]);
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            assert_eq!(wait_exit(child, 30, "awr run to pause"), 3);
+        }
+        Stop::Kill => {
+            let sent = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+            wait_exit(child, 30, "awr run to die");
+        }
+    }
+    let out = awr.run_within(60, &["resume", &parent_run]);
+    assert_eq!(out.code, 0, "{stop:?}: {}", out.stderr);
+    for run in [&parent_run, &child_run] {
+        assert!(
+            out.stderr.contains(&format!("run {run} resumes")),
+            "{stop:?}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(awr.run_ids().len(), 2, "{stop:?}: no second child run");
+    let first = std::fs::read_to_string(&pids).unwrap();
+    let first = first.split_whitespace().next().unwrap();
+    assert!(gone(first), "{stop:?}: the child's first command is gone");
+
+    let parent_log = awr.runtime_events(&parent_run);
+    let started: Vec<_> = parent_log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::SubflowStarted { child_run_id, .. } => Some(child_run_id.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, std::slice::from_ref(&child_run), "{stop:?}");
+    assert!(parent_log.iter().any(|e| matches!(&e.kind,
+        EventKind::SubflowCompleted { child_run_id, status }
+            if child_run_id.to_string() == child_run && status.as_str() == "completed")));
+    let child_log = awr.runtime_events(&child_run);
+    let types: Vec<&str> = child_log.iter().map(|e| e.kind.type_name()).collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "flow:started").count(),
+        1,
+        "{stop:?}: {types:?}"
+    );
+    assert!(types.contains(&"flow:resumed"), "{stop:?}: {types:?}");
+    if let Stop::Pause = stop {
+        assert!(types.contains(&"flow:paused"), "{types:?}");
+    }
+    assert_eq!(types.last(), Some(&"flow:completed"), "{stop:?}: {types:?}");
+}
+
+#[test]
+fn a_paused_parent_resumes_its_child_run_where_it_was() {
+    child_in_flight_goes_on_after(Stop::Pause);
+}
+
+#[test]
+fn a_killed_parent_resumes_its_child_run_where_it_was() {
+    child_in_flight_goes_on_after(Stop::Kill);
+}

@@ -87,7 +87,7 @@ pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, St
                 status: ShownStatus::Interrupted,
             });
         }
-        catch_up(store, run_id, &mut snapshot).await?;
+        catch_up(store, run_id, &mut snapshot, &mut Vec::new(), 0).await?;
     }
     Ok(RunView {
         status: ShownStatus::Recorded(snapshot.status),
@@ -100,6 +100,17 @@ pub async fn current_snapshot(
     store: &dyn RunStore,
     run_id: RunId,
 ) -> Result<RunSnapshot, StoreError> {
+    Ok(snapshot_and_tail(store, run_id, 0).await?.0)
+}
+
+/// [`current_snapshot`], and the last `keep` (at most) of the events it
+/// folded after the saved snapshot: what a resume looks at next, so it
+/// need not read them again.
+pub(crate) async fn snapshot_and_tail(
+    store: &dyn RunStore,
+    run_id: RunId,
+    keep: usize,
+) -> Result<(RunSnapshot, Vec<RuntimeEvent>), StoreError> {
     let saved = match store.load_snapshot(run_id).await {
         Ok(saved) => saved,
         Err(StoreError::Corrupt(why)) => {
@@ -112,21 +123,47 @@ pub async fn current_snapshot(
         Some(saved) => saved,
         None => RunSnapshot::new(run_id),
     };
+    let mut tail = Vec::new();
     if snapshot.last_offset == 0 {
         check_run(run_id, &snapshot)?;
-        catch_up(store, run_id, &mut snapshot).await?;
-        return Ok(snapshot);
+        catch_up(store, run_id, &mut snapshot, &mut tail, keep).await?;
+        return Ok((snapshot, tail));
     }
     // One read brings the event the snapshot reflects, to check it, and
     // the first of those after it: a resume reads nothing it can spare.
     let events = store.read(run_id, snapshot.last_offset - 1, BATCH).await?;
     check_saved(store, run_id, &snapshot, events.first()).await?;
-    for event in events.iter().skip(1) {
+    fold_into(
+        run_id,
+        &mut snapshot,
+        events.get(1..).unwrap_or_default(),
+        &mut tail,
+        keep,
+    )?;
+    catch_up(store, run_id, &mut snapshot, &mut tail, keep).await?;
+    Ok((snapshot, tail))
+}
+
+/// Folds `events` (the next ones) into `snapshot`, keeping the last `keep`
+/// of all those folded so far in `tail`.
+fn fold_into(
+    run_id: RunId,
+    snapshot: &mut RunSnapshot,
+    events: &[RuntimeEvent],
+    tail: &mut Vec<RuntimeEvent>,
+    keep: usize,
+) -> Result<(), StoreError> {
+    for event in events {
         check_next(run_id, snapshot.last_offset, event)?;
         snapshot.apply(event);
     }
-    catch_up(store, run_id, &mut snapshot).await?;
-    Ok(snapshot)
+    if keep > 0 {
+        let from = events.len().saturating_sub(keep);
+        tail.extend_from_slice(&events[from..]);
+        let over = tail.len().saturating_sub(keep);
+        tail.drain(..over);
+    }
+    Ok(())
 }
 
 /// Folds the events after `snapshot.last_offset` into it.
@@ -134,16 +171,15 @@ async fn catch_up(
     store: &dyn RunStore,
     run_id: RunId,
     snapshot: &mut RunSnapshot,
+    tail: &mut Vec<RuntimeEvent>,
+    keep: usize,
 ) -> Result<(), StoreError> {
     loop {
         let events = store.read(run_id, snapshot.last_offset, BATCH).await?;
         if events.is_empty() {
             return Ok(());
         }
-        for event in &events {
-            check_next(run_id, snapshot.last_offset, event)?;
-            snapshot.apply(event);
-        }
+        fold_into(run_id, snapshot, &events, tail, keep)?;
     }
 }
 

@@ -118,6 +118,7 @@ impl Progress {
             }
             EventKind::AgentError { error_type, .. } => format!("  agent error {error_type}"),
             EventKind::Warning { message, .. } => format!("  warning: {message}"),
+            EventKind::FlowResumed { .. } => format!("run {} resumes", event.run_id),
             EventKind::FlowCompleted { duration_ms, .. } => {
                 format!("run completed in {duration_ms} ms")
             }

@@ -304,6 +304,11 @@ impl RunSnapshot {
                 });
             }
             EventKind::FlowCancelled { .. } => self.status = RunStatus::Cancelled,
+            EventKind::SubflowStarted { child_run_id, .. } => {
+                if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
+                    run.child = Some(*child_run_id);
+                }
+            }
             EventKind::NodeStarted {
                 input,
                 attempt,
@@ -441,6 +446,7 @@ impl RunSnapshot {
                 call_index: None,
                 in_turn: false,
                 processes: Vec::new(),
+                child: None,
                 ..run.clone()
             };
             return;
@@ -470,6 +476,7 @@ impl RunSnapshot {
                     call_index: None,
                     in_turn: false,
                     processes: Vec::new(),
+                    child: None,
                 },
             );
         }

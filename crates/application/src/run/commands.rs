@@ -95,6 +95,7 @@ mod tests {
             call_index: None,
             in_turn,
             processes: Vec::new(),
+            child: None,
         };
         state
             .node_runs

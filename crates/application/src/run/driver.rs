@@ -31,7 +31,7 @@ use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorder};
 use super::transcript::TranscriptWriter;
-use super::{ExecutorError, Ports, RunOutcome, RunRequest, routing};
+use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
@@ -72,6 +72,11 @@ pub(crate) struct Driver {
     budgeted: Vec<usize>,
     /// Where commands for the run arrive from other processes.
     listener: Option<Listener>,
+    /// The parent's pause, for a child run: it pauses with its parent, to
+    /// be continued with it.
+    parent_pausing: Option<Cancel>,
+    /// The last events a resume folded, until it has looked at them.
+    tail: Vec<domain::RuntimeEvent>,
     /// This process's right to write the run, held until the run ends.
     _lock: RunLock,
 }
@@ -165,6 +170,8 @@ impl Driver {
             ready: BTreeSet::new(),
             budgeted,
             listener: endpoints.listener,
+            parent_pausing: None,
+            tail: Vec::new(),
             _lock: lock,
         }
     }
@@ -173,12 +180,13 @@ impl Driver {
     pub async fn start(
         ports: Arc<Ports>,
         lock: RunLock,
-        parent: Option<RunId>,
+        parent: Option<Parent>,
         request: RunRequest,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let state = RunSnapshot::new(lock.run_id());
         let workflow = request.workflow;
+        let (parent, parent_pausing) = Parent::split(parent);
         let mut driver = Self::open(
             ports,
             lock,
@@ -189,6 +197,7 @@ impl Driver {
             true,
         )
         .await?;
+        driver.parent_pausing = parent_pausing;
         driver.input = request.input;
         let started = EventKind::FlowStarted {
             workflow: WorkflowRef {
@@ -257,6 +266,7 @@ impl Driver {
                     let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
                     Some(self.cancelled(reason).await?)
                 }
+                () = commands::parent_paused(self.parent_pausing.as_ref()) => Some(self.paused_with_parent().await?),
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
                 Some(delivery) = commands::next(&mut self.listener) => self.command(delivery).await?,
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use domain::command::DEFAULT_RESUME_MESSAGE;
-use domain::{RunId, RunSnapshot, RunStatus, WorkflowDef};
+use domain::{EventKind, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -82,8 +82,53 @@ pub struct RunOutcome {
     pub snapshot: RunSnapshot,
 }
 
+/// What a child run (`call_workflow`) knows of its parent.
+#[derive(Debug, Clone)]
+pub(crate) struct Parent {
+    /// The parent run: `flow:started`'s `parentRunId`, the transcript's link.
+    pub run_id: RunId,
+    /// Fires when the parent pauses: the child pauses with it, and is
+    /// continued with it.
+    pub pausing: Cancel,
+}
+
+impl Parent {
+    /// The parent's id and pause, each if there is a parent.
+    fn split(parent: Option<Parent>) -> (Option<RunId>, Option<Cancel>) {
+        match parent {
+            Some(p) => (Some(p.run_id), Some(p.pausing)),
+            None => (None, None),
+        }
+    }
+}
+
 /// How often [`Executor::command`] tries to reach a writer or take the lock.
 const COMMAND_TRIES: u32 = 40;
+
+/// The outcome of a run that has ended, as its log records it: the final
+/// output is on its `flow:completed`.
+async fn ended(store: &dyn RunStore, state: RunSnapshot) -> Result<RunOutcome, ExecutorError> {
+    let last = store
+        .read(state.run_id, state.last_offset.saturating_sub(1), 1)
+        .await?;
+    let output = match last.first().map(|e| &e.kind) {
+        Some(EventKind::FlowCompleted { output, .. }) => output.clone(),
+        _ => Value::Null,
+    };
+    let error = match &last.first().map(|e| &e.kind) {
+        Some(EventKind::FlowCancelled { reason }) => {
+            Some(reason.clone().unwrap_or_else(|| "cancelled".to_owned()))
+        }
+        _ => state.failure.as_ref().map(|f| f.error.clone()),
+    };
+    Ok(RunOutcome {
+        run_id: state.run_id,
+        status: state.status,
+        output,
+        error,
+        snapshot: state,
+    })
+}
 
 /// Whether `state` is a run that `workflow` may continue.
 fn resumable(state: &RunSnapshot, workflow: &WorkflowDef) -> Result<(), ExecutorError> {
@@ -415,7 +460,7 @@ impl Executor {
     pub(crate) fn run_child(
         &self,
         run_id: RunId,
-        parent: RunId,
+        parent: Parent,
         request: RunRequest,
         cancel: Cancel,
     ) -> BoxFuture<'static, Result<RunOutcome, ExecutorError>> {
@@ -423,6 +468,36 @@ impl Executor {
         Box::pin(async move {
             let lock = executor.lock(run_id).await?;
             driver::Driver::start(executor.ports, lock, Some(parent), request, cancel).await
+        })
+    }
+
+    /// Continues child run `run_id`, which a resumed parent's node run had
+    /// started: to its end from where it stopped (`message` is what its
+    /// agents in flight are told), or its end as recorded if it has one. A
+    /// child that never started starts now, with `request`.
+    pub(crate) fn continue_child(
+        &self,
+        run_id: RunId,
+        parent: Parent,
+        request: RunRequest,
+        message: String,
+        cancel: Cancel,
+    ) -> BoxFuture<'static, Result<RunOutcome, ExecutorError>> {
+        let executor = self.clone();
+        Box::pin(async move {
+            let lock = executor.lock(run_id).await?;
+            let store = executor.ports.store.as_ref();
+            let state = crate::inspect::current_snapshot(store, run_id).await?;
+            if state.last_offset == 0 {
+                return driver::Driver::start(executor.ports, lock, Some(parent), request, cancel)
+                    .await;
+            }
+            if state.status.is_terminal() {
+                return ended(store, state).await;
+            }
+            let how = Continue::Resume(message);
+            let workflow = request.workflow;
+            driver::Driver::resume(executor.ports, lock, Some(parent), workflow, how, cancel).await
         })
     }
 }

@@ -188,6 +188,9 @@ pub(crate) struct Continuation {
     /// died before its end: it keeps its index (the mock provider serves
     /// the same recorded call again).
     pub call_index: Option<u32>,
+    /// The child run a `call_workflow` node run had started: it is
+    /// continued, not started again.
+    pub child: Option<RunId>,
 }
 
 /// The most of a failed command's standard error quoted in `node:failed`.

@@ -110,14 +110,84 @@ async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
     assert!(child_state.node_runs.is_empty());
 }
 
+/// A pause of the parent pauses its child run where it is (recorded in the
+/// child's own log as the pause command it is), and the parent's node run
+/// stays in flight with its child named, for the resume to continue.
+#[tokio::test(start_paused = true)]
+async fn pausing_a_run_pauses_its_child_run_which_stays_to_be_continued() {
+    let child = Arc::new(wf(
+        "name: child\nagents: {slow: {provider: mock}}\nsteps: [{agent: slow}]\n",
+    ));
+    let mut parent = wf(
+        "name: parent\nagents: {a: {provider: mock}}\nnodes:\n  - {id: call, call_workflow: child.yaml}\n",
+    );
+    parent.nodes[0].kind = domain::workflow::NodeKind::CallWorkflow {
+        workflow: "child.yaml".into(),
+        resolved: Some(child),
+    };
+    let (rig, tx) = taking_commands(rig(|r| after(60, r.node_id.to_string(), 1)));
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (delivery, answer) = crate::ports::Delivery::new(json!({"type": "pause"}));
+        tx.send(delivery).await.unwrap();
+        assert!(answer.recv().await.unwrap().0.accepted);
+    });
+    let started = tokio::time::Instant::now();
+    let outcome = run(&rig, parent, json!("go")).await;
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(5),
+        "no waiting for the agent"
+    );
+    let events = rig.events.lock().unwrap().clone();
+    let parent_id = outcome.run_id;
+    let child_id = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SubflowStarted { child_run_id, .. } => Some(*child_run_id),
+            _ => None,
+        })
+        .expect("a child run");
+    let parent_log: Vec<&RuntimeEvent> = events.iter().filter(|e| e.run_id == parent_id).collect();
+    let parent_state = RunSnapshot::fold(parent_log.iter().copied()).unwrap();
+    let in_flight: Vec<_> = parent_state.node_runs.values().collect();
+    assert_eq!(in_flight.len(), 1, "the call stays in flight");
+    assert_eq!(in_flight[0].child, Some(child_id), "naming its child");
+    assert!(
+        !parent_log
+            .iter()
+            .any(|e| e.kind.type_name() == "subflow:completed"),
+        "the child did not end"
+    );
+    let child_log: Vec<&RuntimeEvent> = events.iter().filter(|e| e.run_id == child_id).collect();
+    let child_state = RunSnapshot::fold(child_log.iter().copied()).unwrap();
+    assert_eq!(
+        child_state.status,
+        RunStatus::Paused,
+        "the child paused too"
+    );
+    assert_eq!(child_state.node_runs.len(), 1, "its agent stays in flight");
+    assert!(child_log.iter().any(|e| matches!(&e.kind,
+        EventKind::CommandReceived { command, accepted: true, .. } if command["type"] == "pause")));
+}
+
 /// Takes the commands a test sends, as the writer's control endpoint.
 struct Commands(std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::ports::Delivery>>>);
 
 #[async_trait::async_trait]
 impl crate::ports::ControlChannel for Commands {
     async fn listen(&self, _: domain::RunId) -> Result<crate::ports::Listener, ControlError> {
-        let rx = self.0.lock().unwrap().take().expect("one writer");
-        Ok(crate::ports::Listener::new(rx, ()))
+        // The first writer (the run) gets the test's commands; any other
+        // (a child run) an endpoint nothing is sent to.
+        let taken = self.0.lock().unwrap().take();
+        Ok(match taken {
+            Some(rx) => crate::ports::Listener::new(rx, ()),
+            None => {
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                crate::ports::Listener::new(rx, tx)
+            }
+        })
     }
 
     async fn deliver(

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use domain::{EventKind, WorkflowDef};
+use domain::{EventKind, RunStatus, WorkflowDef};
 use serde_json::json;
 
 use super::node_run::{NodeEnd, NodeTask};
-use super::{Executor, RunRequest};
+use super::{Executor, Parent, RunRequest};
 
 /// Runs the child to its end. Cancelling the node run cancels the child
 /// through its own token, so the child records its own `flow:cancelled`.
@@ -26,31 +26,51 @@ pub(super) async fn run(
         ports: Arc::clone(&task.ports),
         created: Arc::default(),
     };
-    let child_id = match executor.create().await {
-        Ok(id) => id,
-        Err(e) => return NodeEnd::failed(format!("cannot create the child run: {e}")),
+    let parent = Parent {
+        run_id: task.run_id,
+        pausing: task.pausing.clone(),
     };
-    let announced = task
-        .record(EventKind::SubflowStarted {
-            child_run_id: child_id,
-            workflow: child.name.clone(),
-        })
-        .await;
-    if announced.is_none() {
-        return NodeEnd::failed("the run ended before its child could start");
-    }
     let request = RunRequest {
         workflow: Arc::clone(&child),
         input: task.data().clone(),
         source: None,
     };
-    let outcome = match executor
-        .run_child(child_id, task.run_id, request, task.cancel.child())
-        .await
-    {
+    let cancel = task.cancel.child();
+    let (child_id, outcome) = match task.resume.as_ref().and_then(|c| Some((c.child?, c))) {
+        Some((child_id, next)) => {
+            let message = next.message.clone();
+            let outcome = executor
+                .continue_child(child_id, parent, request, message, cancel)
+                .await;
+            (child_id, outcome)
+        }
+        None => {
+            let child_id = match executor.create().await {
+                Ok(id) => id,
+                Err(e) => return NodeEnd::failed(format!("cannot create the child run: {e}")),
+            };
+            let announced = task
+                .record(EventKind::SubflowStarted {
+                    child_run_id: child_id,
+                    workflow: child.name.clone(),
+                })
+                .await;
+            if announced.is_none() {
+                return NodeEnd::failed("the run ended before its child could start");
+            }
+            let outcome = executor.run_child(child_id, parent, request, cancel).await;
+            (child_id, outcome)
+        }
+    };
+    let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(e) => return NodeEnd::failed(format!("child run {child_id} failed: {e}")),
     };
+    if outcome.status == RunStatus::Paused && task.pausing.is_cancelled() {
+        // Paused with this run: the node run stays in flight, its child
+        // to be continued by the resume.
+        return NodeEnd::failed(format!("child run {child_id} paused with its parent"));
+    }
     let elapsed = task.ports.clock.now().millis_since(started);
     task.send(EventKind::SubflowCompleted {
         child_run_id: child_id,

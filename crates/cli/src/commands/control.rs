@@ -97,7 +97,6 @@ async fn go_on(
     message: Option<Option<String>>,
 ) -> Result<(), Failure> {
     let (workflow, wired) = wired_for(storage, run_id, given).await?;
-    crate::note(&format!("run {run_id} resumes"));
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let executor = &wired.executor;

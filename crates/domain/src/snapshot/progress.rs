@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::Usage;
-use crate::ids::{NodeId, SessionId};
+use crate::ids::{NodeId, RunId, SessionId};
 use crate::time::Timestamp;
 
 /// One node run that started and has not ended: what a resume finds in flight.
@@ -63,6 +63,10 @@ pub struct NodeRunState {
     /// what a resume kills if the process that ran them died.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessRef>,
+    /// The child run its current attempt started (`subflow:started`): what
+    /// a resume continues, rather than starting another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<RunId>,
 }
 
 /// A process group leader, as `process:started` recorded it.

@@ -8,6 +8,7 @@ use super::{Driver, Stop};
 use crate::ports::{CommandReply, Delivery, Listener};
 use crate::run::ExecutorError;
 use crate::run::commands;
+use crate::run::control::Cancel;
 use crate::run::recorder::RUN_LEVEL;
 
 impl Driver {
@@ -59,6 +60,32 @@ impl Driver {
         self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;
         Ok(Stop::Cancelled(reason))
+    }
+}
+
+impl Driver {
+    /// The parent of this child run paused: the child pauses too, recorded
+    /// as the `pause` command it is, and made durable, before it winds
+    /// down. A resume of the parent continues it.
+    pub(super) async fn paused_with_parent(&mut self) -> Result<Stop, ExecutorError> {
+        let received = EventKind::CommandReceived {
+            command: serde_json::to_value(RuntimeCommand::Pause).unwrap_or_default(),
+            accepted: true,
+            error: None,
+        };
+        self.rec.emit(RUN_LEVEL, received).await?;
+        self.rec.checkpoint().await?;
+        // Fired once: the pause below does not come back to the loop.
+        self.parent_pausing = None;
+        Ok(Stop::Paused("its parent run paused".to_owned()))
+    }
+}
+
+/// Ends when the parent run pauses; never for a run with no parent.
+pub(super) async fn parent_paused(pausing: Option<&Cancel>) {
+    match pausing {
+        Some(pausing) => pausing.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 

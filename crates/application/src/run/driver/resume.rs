@@ -12,22 +12,26 @@ use std::sync::Arc;
 
 use domain::workflow::NodeKind;
 use domain::{
-    EventKind, NodeId, NodeRunId, NodeStatus, RunId, RunSnapshot, RuntimeCommand, RuntimeEvent,
-    Stopping, WorkflowDef,
+    EventKind, NodeId, NodeRunId, NodeStatus, RunSnapshot, RuntimeCommand, RuntimeEvent, Stopping,
+    WorkflowDef,
 };
 use serde_json::{Value, json};
 
 use super::{Driver, Endpoints, Stop};
-use crate::inspect::current_snapshot;
+use crate::inspect::snapshot_and_tail;
 use crate::ports::{CommandReply, RunLock};
 use crate::run::control::{Cancel, Exceeded};
 use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
-use crate::run::{Continue, Ports, RunOutcome, resumable};
+use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands, routing};
 use domain::command::DEFAULT_RESUME_MESSAGE;
+
+/// Events at the end of the log a resume keeps from its fold, to find the
+/// step the previous writer was in without reading them again.
+const TAIL: usize = 16;
 
 /// Events read per batch when rebuilding a conversation.
 const BATCH: usize = 1024;
@@ -47,12 +51,13 @@ impl Driver {
     pub(crate) async fn resume(
         ports: Arc<Ports>,
         lock: RunLock,
-        parent: Option<RunId>,
+        parent: Option<Parent>,
         workflow: Arc<WorkflowDef>,
         how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let run_id = lock.run_id();
+        let (parent, parent_pausing) = Parent::split(parent);
         let aside = tokio::spawn({
             let ports = Arc::clone(&ports);
             async move {
@@ -63,6 +68,8 @@ impl Driver {
                         Ok(found) => {
                             tracing::info!(found, run = %run_id, "killed processes the run's previous writer left");
                         }
+                        // The runtime shuts down: the resume has ended.
+                        Err(e) if e.is_cancelled() => {}
                         Err(e) => {
                             tracing::warn!(run = %run_id, error = %e, "the sweep for processes the run's previous writer left failed");
                         }
@@ -71,8 +78,21 @@ impl Driver {
                 endpoints
             }
         });
-        let state = current_snapshot(ports.store.as_ref(), run_id).await?;
-        resumable(&state, &workflow)?;
+        let loaded = snapshot_and_tail(ports.store.as_ref(), run_id, TAIL).await;
+        let refused = loaded
+            .map_err(ExecutorError::from)
+            .and_then(|(state, tail)| {
+                resumable(&state, &workflow)?;
+                Ok((state, tail))
+            });
+        let (state, tail) = match refused {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // Nothing is continued: nothing is swept nor opened either.
+                aside.abort();
+                return Err(e);
+            }
+        };
         let endpoints = match aside.await {
             Ok(endpoints) => endpoints?,
             // As if it had run here.
@@ -84,6 +104,8 @@ impl Driver {
             }
         };
         let mut driver = Self::with(ports, lock, workflow, state, cancel, endpoints);
+        driver.parent_pausing = parent_pausing;
+        driver.tail = tail;
         let result = async {
             let message = match &how {
                 Continue::Resume(message) => message.clone(),
@@ -99,7 +121,9 @@ impl Driver {
                 }
                 return driver.stop(stop).await;
             }
-            if let Some(stop) = driver.finish_last_step().await? {
+            let last_step = driver.finish_last_step().await?;
+            driver.tail = Vec::new();
+            if let Some(stop) = last_step {
                 return driver.stop(stop).await;
             }
             driver.rec.emit(RUN_LEVEL, resumed).await?;
@@ -240,9 +264,18 @@ impl Driver {
 
     /// The step the end of the log shows under way, if any.
     async fn last_step(&self) -> Result<Option<LastStep>, ExecutorError> {
+        // The end of the log the resume folded, if it holds the answer.
+        if let Some(first) = self.tail.first() {
+            let after = first.offset.get() - 1;
+            if self.tail.last().map(|e| e.offset.get()) == Some(self.state().last_offset)
+                && let Some(step) = LastStep::of(&self.tail, after == 0)
+            {
+                return Ok(step);
+            }
+        }
         let run_id = self.state().run_id;
         let last = self.state().last_offset;
-        let mut back = 16u64;
+        let mut back = TAIL as u64;
         loop {
             let after = last.saturating_sub(back);
             let tail = self
@@ -307,6 +340,16 @@ impl Driver {
                     ..Continuation::default()
                 });
             }
+        }
+        if let (NodeKind::CallWorkflow { .. }, Some(child)) = (&def.kind, state.child) {
+            // Its child run goes on, under the same attempt.
+            let next = Continuation {
+                message: message.to_owned(),
+                child: Some(child),
+                ..Continuation::default()
+            };
+            self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next));
+            return Ok(None);
         }
         let attempt = state.attempt.saturating_add(1);
         let again = EventKind::NodeStarted {
@@ -448,6 +491,7 @@ impl Driver {
             inbox,
             notes,
             call_index: None,
+            child: None,
         }))
     }
 

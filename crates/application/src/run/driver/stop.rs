@@ -93,20 +93,26 @@ impl Driver {
     }
 
     /// Paused: no node run starts; each agent stops at its next safe
-    /// point (no tool call in flight: a tool is never cut off halfway),
-    /// any other node run at once; all stay in flight (a resume continues
-    /// them). Then `flow:paused` and the final snapshot. A cancellation
-    /// while it waits turns the pause into a cancel.
+    /// point (no tool call in flight: a tool is never cut off halfway), a
+    /// child run pauses likewise, any other node run stops at once; all
+    /// stay in flight (a resume continues them). Then `flow:paused` and the
+    /// final snapshot. A cancellation while it waits turns the pause into a
+    /// cancel.
     async fn pause(&mut self, reason: String) -> Result<RunOutcome, ExecutorError> {
         self.pausing.cancel(reason.clone());
         for (run, (_, cancel)) in &self.running {
-            let agent = self
+            let pauses_itself = self
                 .state()
                 .node_runs
                 .get(run)
                 .and_then(|r| self.workflow.node(&r.node_id))
-                .is_some_and(|n| matches!(n.kind, NodeKind::Agent { .. }));
-            if !agent {
+                .is_some_and(|n| {
+                    matches!(
+                        n.kind,
+                        NodeKind::Agent { .. } | NodeKind::CallWorkflow { .. }
+                    )
+                });
+            if !pauses_itself {
                 cancel.cancel("the run is pausing");
             }
         }
