@@ -278,3 +278,97 @@ fn follow_on_a_finished_run_ends_and_tree_shows_the_steps() {
         2
     );
 }
+
+/// A fake Claude Code that says half of its answer and hangs the first
+/// time, and finishes it when resumed. Notes its pid in `PIDS` and, once
+/// it has spoken, touches `MARK`.
+const HALF_THEN_REST: &str = r#"#!/bin/sh
+session=none
+resumed=
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id) session="$2"; shift ;; --resume) session="$2"; resumed=1; shift ;; esac
+  shift
+done
+echo '{"type":"system","subtype":"init","session_id":"'"$session"'","model":"m"}'
+if [ -z "$resumed" ]; then
+  echo '{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"half of the answer"}]}}'
+  echo $$ >> PIDS
+  touch MARK
+  exec sleep 300
+fi
+echo '{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"the rest"}]}}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"the rest","session_id":"'"$session"'","num_turns":1,"usage":{"input_tokens":3,"output_tokens":2}}'
+"#;
+
+/// What an agent said before its writer was killed is in the transcript
+/// after the resume, as the reply so far ahead of the resume message: the
+/// writer that held it in memory died, the log did not.
+#[test]
+fn a_turn_cut_short_by_a_kill_keeps_what_the_agent_said_in_the_transcript() {
+    use crate::cancel::{wait_exit, wait_for};
+    use crate::crash::Reaper;
+    let awr = Awr::new();
+    let dir = awr.dir.path();
+    let (mark, pids) = (dir.join("MARK"), dir.join("PIDS"));
+    let script = HALF_THEN_REST
+        .replace("PIDS", &pids.display().to_string())
+        .replace("MARK", &mark.display().to_string());
+    let flow = awr.claude_flow("half", &script, "");
+    let mut reaper = Reaper {
+        child: None,
+        pids: pids.clone(),
+    };
+    let child = awr
+        .command(&["run", flow.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let child = reaper.child.insert(child);
+    wait_for(20, "the agent to speak", || mark.exists());
+    let run = crate::crash::only_run(&awr).unwrap();
+    wait_for(20, "the agent's first words on record", || {
+        awr.events_so_far(&run)
+            .iter()
+            .any(|e| e["type"] == "agent:text")
+    });
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_exit(child, 30, "awr run to die");
+
+    let out = awr.run_within(60, &["resume", &run, "--message", "go on"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = awr.run(&["transcript", &run, "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let messages: Vec<(String, String)> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| {
+            l["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("message."))
+        })
+        .map(|l| {
+            let text = l["payload"]["blocks"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            (l["type"].as_str().unwrap().to_owned(), text.to_owned())
+        })
+        .collect();
+    let expected = [
+        ("message.assistant", "half of the answer"),
+        ("message.user", "go on"),
+        ("message.assistant", "the rest"),
+    ];
+    let tail: Vec<(&str, &str)> = messages
+        .iter()
+        .skip(1)
+        .map(|(t, m)| (t.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(tail, expected, "{}", out.stdout);
+}

@@ -194,7 +194,7 @@ impl Decoder for CodexDecoder {
         } else if self.turns > 0 {
             Some(Ok(AgentMessage::Completed(AgentResult {
                 text: self.last_text.take().unwrap_or_default(),
-                usage: self.usage.unwrap_or_default().into(),
+                usage: self.usage.unwrap_or_default().cached_inside(),
                 model_usage: None,
                 total_cost_usd: None,
                 duration_ms: None,
@@ -405,7 +405,7 @@ mod tests {
             ("01a2014c-3f7a-76c0-8a95-919d9bc7d411", None)
         );
         // The thread's totals: `CliAgent` subtracts what was recorded before.
-        assert_eq!(completed(&out).usage, usage(360, 60, 75));
+        assert_eq!(completed(&out).usage, usage(300, 60, 75));
     }
 
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"t1"}"#;
@@ -474,7 +474,11 @@ mod tests {
         assert!(message.contains("fell back to HTTPS"), "{message}");
         let result = completed(&out);
         assert_eq!(result.text, "hi");
-        assert_eq!(result.usage, usage_of(5, 2, None, Some(1)));
+        assert_eq!(
+            result.usage,
+            usage_of(4, 2, None, Some(1)),
+            "the cached token taken out"
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@ use serde::Deserialize;
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 pub struct TokenCounts {
     /// Prompt tokens: on the Messages API those not read from or written to
-    /// the cache; Codex counts the cached ones in, and they are kept so.
+    /// the cache; Codex counts the cached ones in (see
+    /// [`TokenCounts::cached_inside`]).
     pub input_tokens: Option<u64>,
     /// Output tokens (cumulative while a message streams; reasoning included).
     pub output_tokens: Option<u64>,
@@ -57,6 +58,19 @@ pub struct ModelTokens {
     /// Completion tokens.
     #[serde(alias = "outputTokens")]
     pub output_tokens: Option<u64>,
+}
+
+impl TokenCounts {
+    /// The usage of counts whose `input_tokens` include the cached share,
+    /// as Codex prints them (the Responses API's convention): that share
+    /// is taken out, so that every provider's `input_tokens` means the same.
+    pub fn cached_inside(self) -> Usage {
+        let cached = self.cache_read_input_tokens.unwrap_or(0);
+        Usage::from(TokenCounts {
+            input_tokens: self.input_tokens.map(|n| n.saturating_sub(cached)),
+            ..self
+        })
+    }
 }
 
 impl From<TokenCounts> for Usage {

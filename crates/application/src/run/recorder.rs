@@ -43,6 +43,19 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
+    /// Whether the run has a transcript.
+    pub(super) fn has_transcript(&self) -> bool {
+        self.transcript.is_some()
+    }
+
+    /// Gives the transcript what the turns in flight said before a resume
+    /// (see [`TranscriptWriter::restore`]).
+    pub(super) fn restore_transcript(&mut self, events: &[RuntimeEvent]) {
+        if let Some(transcript) = &mut self.transcript {
+            transcript.restore(&self.state, events);
+        }
+    }
+
     pub fn new(
         ports: Arc<Ports>,
         workflow: Arc<WorkflowDef>,

@@ -385,14 +385,47 @@ impl TranscriptWriter {
             return Ok(());
         };
         let here = place(event, state);
-        let reply = self.replies.entry(run_id).or_default();
+        let lines = self.replies.entry(run_id).or_default().absorb(&event.kind);
+        for (kind, payload) in lines {
+            self.line(kind, here.clone(), payload, None).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes in what the agents of turns in flight said before this writer
+    /// (a resume's) took over, without writing it: those lines were written
+    /// as it happened, and the reply so far is written when the resumed
+    /// turn goes on, as any reply so far is.
+    /// The child runs of `call_workflow` node runs in flight come from
+    /// `state`, for the `step.call_workflow.completed` each still owes.
+    pub(crate) fn restore(&mut self, state: &RunSnapshot, events: &[RuntimeEvent]) {
+        for (run, child) in state
+            .node_runs
+            .iter()
+            .filter_map(|(r, s)| Some((r, s.child?)))
+        {
+            self.replies.entry(*run).or_default().child = Some(child);
+        }
+        for event in events {
+            if let Some(run_id) = event.node_run_id {
+                self.replies.entry(run_id).or_default().absorb(&event.kind);
+            }
+        }
+    }
+}
+
+impl Reply {
+    /// Adds what `kind` says to the reply; the transcript lines it makes
+    /// (a tool call or result is a line of its own as it happens).
+    fn absorb(&mut self, kind: &EventKind) -> Vec<(ExchangeType, Value)> {
         let fidelity = Fidelity::AgentEmitted;
-        let line: Option<(ExchangeType, Value)> = match &event.kind {
+        let mut lines = Vec::new();
+        let line: Option<(ExchangeType, Value)> = match kind {
             EventKind::AgentThinkingDelta { content, .. } => {
-                if let Some(ContentBlock::Thinking { thinking, .. }) = reply.blocks.last_mut() {
+                if let Some(ContentBlock::Thinking { thinking, .. }) = self.blocks.last_mut() {
                     thinking.push_str(content);
                 } else {
-                    reply.blocks.push(ContentBlock::Thinking {
+                    self.blocks.push(ContentBlock::Thinking {
                         thinking: content.clone(),
                         signature: None,
                         fidelity,
@@ -403,14 +436,14 @@ impl TranscriptWriter {
             EventKind::AgentThinking {
                 content, signature, ..
             } => {
-                match reply.blocks.last_mut() {
+                match self.blocks.last_mut() {
                     // The whole block after its deltas: it only adds the signature.
                     Some(ContentBlock::Thinking {
                         thinking,
                         signature: pending @ None,
                         ..
                     }) if thinking == content => pending.clone_from(signature),
-                    _ => reply.blocks.push(ContentBlock::Thinking {
+                    _ => self.blocks.push(ContentBlock::Thinking {
                         thinking: content.clone(),
                         signature: signature.clone(),
                         fidelity,
@@ -419,10 +452,10 @@ impl TranscriptWriter {
                 None
             }
             EventKind::AgentTextDelta { content } => {
-                if let Some(ContentBlock::Text { text, .. }) = reply.blocks.last_mut() {
+                if let Some(ContentBlock::Text { text, .. }) = self.blocks.last_mut() {
                     text.push_str(content);
                 } else {
-                    reply.blocks.push(ContentBlock::Text {
+                    self.blocks.push(ContentBlock::Text {
                         text: content.clone(),
                         fidelity,
                     });
@@ -430,7 +463,7 @@ impl TranscriptWriter {
                 None
             }
             EventKind::AgentText { content } => {
-                reply.blocks.push(ContentBlock::Text {
+                self.blocks.push(ContentBlock::Text {
                     text: content.clone(),
                     fidelity,
                 });
@@ -438,12 +471,12 @@ impl TranscriptWriter {
             }
             EventKind::AgentComplete { result, .. } => {
                 // A provider that streamed no text gives its answer only here.
-                let streamed = reply
+                let streamed = self
                     .blocks
                     .iter()
                     .any(|b| matches!(b, ContentBlock::Text { .. }));
                 if !streamed && !result.is_empty() {
-                    reply.blocks.push(ContentBlock::Text {
+                    self.blocks.push(ContentBlock::Text {
                         text: result.clone(),
                         fidelity,
                     });
@@ -455,8 +488,8 @@ impl TranscriptWriter {
                 tool_name,
                 tool_input,
             } => {
-                reply.open_tool_uses.push(tool_use_id.clone());
-                Some(agent_tool_use(reply, tool_use_id, tool_name, tool_input))
+                self.open_tool_uses.push(tool_use_id.clone());
+                Some(agent_tool_use(self, tool_use_id, tool_name, tool_input))
             }
             EventKind::AgentTool {
                 tool_use_id,
@@ -469,13 +502,13 @@ impl TranscriptWriter {
                 // The use is already in place when the agent announced it;
                 // a provider that reports only the whole call gets it here.
                 let mut call = None;
-                match reply.open_tool_uses.iter().position(|id| id == tool_use_id) {
+                match self.open_tool_uses.iter().position(|id| id == tool_use_id) {
                     Some(at) => {
-                        reply.open_tool_uses.remove(at);
+                        self.open_tool_uses.remove(at);
                     }
-                    None => call = Some(agent_tool_use(reply, tool_use_id, tool_name, tool_input)),
+                    None => call = Some(agent_tool_use(self, tool_use_id, tool_name, tool_input)),
                 }
-                reply.blocks.push(ContentBlock::ToolResult {
+                self.blocks.push(ContentBlock::ToolResult {
                     tool_id: tool_use_id.clone().unwrap_or_default(),
                     tool_content: if error.is_some() {
                         Value::Null
@@ -484,9 +517,7 @@ impl TranscriptWriter {
                     },
                     fidelity,
                 });
-                if let Some((kind, payload)) = call {
-                    self.line(kind, here.clone(), payload, None).await?;
-                }
+                lines.extend(call);
                 let mut result =
                     json!({"name": tool_name, "output": tool_output, "fidelity": fidelity});
                 if let Some(id) = tool_use_id {
@@ -503,7 +534,7 @@ impl TranscriptWriter {
                 tool_input,
             } => {
                 let fidelity = Fidelity::Router;
-                reply.blocks.push(ContentBlock::ToolUse {
+                self.blocks.push(ContentBlock::ToolUse {
                     tool_name: tool_name.clone(),
                     tool_id: call_id.clone(),
                     tool_input: tool_input.clone(),
@@ -518,7 +549,7 @@ impl TranscriptWriter {
                 tool_output,
                 duration_ms,
             } => {
-                reply.blocks.push(ContentBlock::ToolResult {
+                self.blocks.push(ContentBlock::ToolResult {
                     tool_id: call_id.clone(),
                     tool_content: tool_output.clone(),
                     fidelity: Fidelity::Router,
@@ -533,7 +564,7 @@ impl TranscriptWriter {
                 error,
                 duration_ms,
             } => {
-                reply.blocks.push(ContentBlock::ToolResult {
+                self.blocks.push(ContentBlock::ToolResult {
                     tool_id: call_id.clone(),
                     tool_content: Value::Null,
                     fidelity: Fidelity::Router,
@@ -544,10 +575,8 @@ impl TranscriptWriter {
             }
             _ => None,
         };
-        match line {
-            Some((kind, payload)) => self.line(kind, here, payload, None).await,
-            None => Ok(()),
-        }
+        lines.extend(line);
+        lines
     }
 }
 

@@ -8,6 +8,7 @@
 //! with that result; anything else starts a new attempt of the same node
 //! run, redoing the provider call it had begun under the same call index.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use domain::workflow::NodeKind;
@@ -121,11 +122,11 @@ impl Driver {
                 }
                 return driver.stop(stop).await;
             }
-            let last_step = driver.finish_last_step().await?;
-            driver.tail = Vec::new();
-            if let Some(stop) = last_step {
+            if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
+            driver.restore_transcript().await?;
+            driver.tail = Vec::new();
             driver.rec.emit(RUN_LEVEL, resumed).await?;
             let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
             for run in in_flight {
@@ -506,16 +507,74 @@ impl Driver {
 
     /// Every event of the run so far.
     async fn events(&self) -> Result<Vec<RuntimeEvent>, ExecutorError> {
+        self.events_after(0).await
+    }
+
+    /// The events of the run after offset `after`.
+    async fn events_after(&self, after: u64) -> Result<Vec<RuntimeEvent>, ExecutorError> {
         let run_id = self.state().run_id;
-        let mut events = Vec::new();
+        let mut events: Vec<RuntimeEvent> = Vec::new();
         loop {
-            let after = events.last().map_or(0, |e: &RuntimeEvent| e.offset.get());
-            let batch = self.ports.store.read(run_id, after, BATCH).await?;
+            let from = events.last().map_or(after, |e| e.offset.get());
+            let batch = self.ports.store.read(run_id, from, BATCH).await?;
             if batch.is_empty() {
                 return Ok(events);
             }
             events.extend(batch);
         }
+    }
+
+    /// The transcript's replies in progress died with the writer that held
+    /// them: the events of each turn in flight since its `agent:start` are
+    /// read back from the end of the log, so that the resumed turn's reply
+    /// so far is what its agent said before the stop.
+    async fn restore_transcript(&mut self) -> Result<(), ExecutorError> {
+        if !self.rec.has_transcript() {
+            return Ok(());
+        }
+        let turns: Vec<NodeRunId> = self
+            .state()
+            .node_runs
+            .iter()
+            .filter(|(_, r)| r.in_turn)
+            .map(|(id, _)| *id)
+            .collect();
+        if turns.is_empty() {
+            self.rec.restore_transcript(&[]);
+            return Ok(());
+        }
+        let starts_in = |events: &[RuntimeEvent]| -> HashMap<NodeRunId, u64> {
+            events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::AgentStart { .. }))
+                .filter_map(|e| Some((e.node_run_id?, e.offset.get())))
+                .collect()
+        };
+        let last = self.state().last_offset;
+        // The tail the resume folded, if it reaches back far enough.
+        let mut events = std::mem::take(&mut self.tail);
+        let mut starts = starts_in(&events);
+        let mut back = TAIL as u64;
+        let whole = |events: &[RuntimeEvent]| events.first().is_some_and(|e| e.offset.get() == 1);
+        while !(whole(&events)
+            || events.last().is_some_and(|e| e.offset.get() == last)
+                && turns.iter().all(|t| starts.contains_key(t)))
+        {
+            back = back.saturating_mul(4);
+            events = self.events_after(last.saturating_sub(back)).await?;
+            starts = starts_in(&events);
+        }
+        let said: Vec<RuntimeEvent> = events
+            .into_iter()
+            .filter(|e| {
+                e.node_run_id
+                    .filter(|r| turns.contains(r))
+                    .and_then(|r| starts.get(&r))
+                    .is_some_and(|start| e.offset.get() > *start)
+            })
+            .collect();
+        self.rec.restore_transcript(&said);
+        Ok(())
     }
 }
 
