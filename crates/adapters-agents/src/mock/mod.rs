@@ -18,12 +18,13 @@
 
 mod fixture;
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
+use lru::LruCache;
 
 pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
 
@@ -34,10 +35,17 @@ pub struct MockQuery {
     /// Where fixture directories are, one per workflow name, when an agent
     /// names no `fixtures:` directory.
     default_root: PathBuf,
-    /// Parsed files by path. A std mutex: it is never held across an
-    /// await, and the critical sections are tiny.
-    files: Mutex<HashMap<PathBuf, Arc<FixtureFile>>>,
+    /// The files parsed last, by path: a node's calls (a loop, a retry)
+    /// come close together, and a long workflow's files are not all held
+    /// at once. A std mutex: it is never held across an await, and the
+    /// critical sections are tiny.
+    files: Mutex<LruCache<PathBuf, Arc<FixtureFile>>>,
 }
+
+/// Parsed fixture files kept at most: a run's memory does not grow with
+/// its number of nodes, and a file is read again only after this many
+/// others were used since.
+const KEPT_FILES: NonZeroUsize = NonZeroUsize::new(64).unwrap();
 
 impl MockQuery {
     /// A mock whose agents' `fixtures:` paths are relative to `base_dir`,
@@ -46,7 +54,7 @@ impl MockQuery {
         Self {
             base_dir: base_dir.into(),
             default_root: default_root.into(),
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(LruCache::new(KEPT_FILES)),
         }
     }
 
@@ -61,7 +69,7 @@ impl MockQuery {
     /// The parsed fixture file at `path`, read once.
     fn file(&self, path: &Path) -> Result<Arc<FixtureFile>, QueryError> {
         let cached = {
-            let files = self.files.lock().map_err(|_| poisoned())?;
+            let mut files = self.files.lock().map_err(|_| poisoned())?;
             files.get(path).cloned()
         };
         if let Some(file) = cached {
@@ -70,7 +78,7 @@ impl MockQuery {
         let file =
             Arc::new(FixtureFile::load(path).map_err(|e| QueryError::Fixture(e.to_string()))?);
         let mut files = self.files.lock().map_err(|_| poisoned())?;
-        Ok(Arc::clone(files.entry(path.to_owned()).or_insert(file)))
+        Ok(Arc::clone(files.get_or_insert(path.to_owned(), || file)))
     }
 }
 
@@ -144,6 +152,29 @@ mod tests {
         request: AgentRequest,
     ) -> Vec<Result<AgentMessage, QueryError>> {
         mock.query(request).await.unwrap().collect().await
+    }
+
+    /// A long workflow's fixture files are not all held in memory: only
+    /// the last few used, and a file dropped is read again when needed.
+    #[tokio::test]
+    async fn only_the_files_used_last_are_kept_parsed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wf");
+        std::fs::create_dir_all(&dir).unwrap();
+        let nodes = KEPT_FILES.get() * 2;
+        for n in 0..nodes {
+            let body = format!(r#"{{"calls": [{{"output": {{"text": "answer {n}"}}}}]}}"#);
+            std::fs::write(dir.join(format!("n{n}.json")), body).unwrap();
+        }
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        for n in (0..nodes).chain([0]) {
+            let out = replay(&mock, request(&format!("n{n}"), None)).await;
+            match out.last().unwrap() {
+                Ok(AgentMessage::Completed(r)) => assert_eq!(r.text, format!("answer {n}")),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(mock.files.lock().unwrap().len(), KEPT_FILES.get());
     }
 
     #[tokio::test]
