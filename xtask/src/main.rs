@@ -12,7 +12,9 @@
 //! The tidy test (`src/tidy.rs`) lives here too, so `cargo test` enforces
 //! the architecture's invariants on every run.
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
@@ -110,6 +112,13 @@ fn bench() -> anyhow::Result<()> {
 
 /// Every figure `cargo bench` left that has a raw reference beside it.
 fn report() -> anyhow::Result<()> {
+    let dir = criterion_dir()?;
+    if !dir.is_dir() {
+        bail!(
+            "no benchmark results in {}: run `cargo xtask bench` first",
+            dir.display()
+        );
+    }
     report_steps()?;
     report_fan_out()?;
     report_http()?;
@@ -136,12 +145,12 @@ fn report_resume() -> anyhow::Result<()> {
             us / sync,
             us / (snapshot + tail)
         );
-        let path = format!("target/criterion/resume/parts_{wiring}.json");
+        let path = criterion_file(&format!("resume/parts_{wiring}.json"))?;
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         let parts: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+            serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
         if let Some(parts) = parts["parts"].as_object() {
             for (what, part) in parts {
                 let us = part["median_us"].as_f64().unwrap_or_default();
@@ -168,10 +177,46 @@ fn report_fan_out() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where criterion writes its results: `criterion/` in the target
+/// directory cargo uses (`CARGO_TARGET_DIR`, a configured `target-dir`, or
+/// `target/` in the workspace), as `cargo metadata` reports it, so the
+/// report finds them whatever the target directory and working directory.
+fn criterion_dir() -> anyhow::Result<&'static PathBuf> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(workspace_root())
+        .output()
+        .context("cannot start `cargo metadata`")?;
+    if !out.status.success() {
+        bail!(
+            "`cargo metadata` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("`cargo metadata` printed no JSON")?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .context("`cargo metadata` names no target directory")?;
+    Ok(DIR.get_or_init(|| PathBuf::from(target).join("criterion")))
+}
+
+/// A file of criterion's results, `criterion/<rest>`.
+fn criterion_file(rest: &str) -> anyhow::Result<PathBuf> {
+    Ok(criterion_dir()?.join(rest))
+}
+
 /// Median of one criterion benchmark, in microseconds.
 fn median_us(group: &str, id: &str) -> anyhow::Result<f64> {
-    let path = format!("target/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let path = criterion_file(&format!("{group}/{id}/new/estimates.json"))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let path = path.display();
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     json["median"]["point_estimate"]
@@ -183,7 +228,9 @@ fn median_us(group: &str, id: &str) -> anyhow::Result<f64> {
 /// Prints the runner's marginal cost per step, `(t200 - t20) / 180`, beside
 /// the raw sync figures of the same run (see `tests/benches/runner.rs`).
 fn report_steps() -> anyhow::Result<()> {
-    let sync = median_us("raw", "write_300B_fdatasync")?;
+    let Ok(sync) = median_us("raw", "write_300B_fdatasync") else {
+        return Ok(());
+    };
     let step_bytes = median_us("raw", "write_5x300B_fdatasync")?;
     println!("raw: write 300 B + fdatasync        {sync:>9.1} µs");
     println!("raw: write 5 x 300 B + fdatasync    {step_bytes:>9.1} µs");
@@ -219,10 +266,11 @@ fn report_http() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo ARGS` in the workspace, from whatever directory xtask was run.
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
-    command.args(args);
+    command.args(args).current_dir(workspace_root());
     run(command, &format!("cargo {}", args.join(" ")))
 }
 
@@ -241,7 +289,26 @@ fn run(mut command: Command, what: &str) -> anyhow::Result<()> {
 mod tests {
     //! CI and `cargo xtask ci` are one list of steps, kept here.
 
-    use super::workspace_root;
+    #![allow(clippy::unwrap_used)]
+
+    use super::{criterion_dir, workspace_root};
+
+    /// The report reads criterion's results where cargo put them: in the
+    /// target directory `cargo metadata` names, not `./target`.
+    #[test]
+    fn criterion_results_are_looked_for_in_cargos_target_directory() {
+        let dir = criterion_dir().unwrap();
+        assert!(dir.ends_with("criterion"), "{}", dir.display());
+        let target = dir.parent().unwrap();
+        let expected = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(t) => std::path::PathBuf::from(t),
+            None => workspace_root().join("target"),
+        };
+        assert_eq!(
+            target.canonicalize().unwrap(),
+            expected.canonicalize().unwrap()
+        );
+    }
 
     /// `.ci/run` only prepares the machine and hands over to `cargo xtask
     /// ci`: a step added to one cannot be missing from the other.
