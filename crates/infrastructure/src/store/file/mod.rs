@@ -12,10 +12,12 @@
 //! - An append is one `write` of whole lines to an `O_APPEND` file, done
 //!   inline: a page-cache write takes about a microsecond, less than a hop to
 //!   a blocking thread would. Only `fdatasync` goes to `spawn_blocking`.
-//! - Durability is a [`SyncPolicy`]. Concurrent flushes of a run share one
-//!   `fdatasync` (group commit); flushes of different runs sync different
-//!   files on separate blocking threads, which the filesystem journal commits
-//!   together.
+//! - Durability is a [`SyncPolicy`]. The flushes of all runs of a store
+//!   share syncs (group commit, see `sync`): a flush joins the batch that
+//!   the next sync covers, so N runs flushing together cost one sync, not N.
+//!   A new run costs one sync more than nothing: its first flush is one
+//!   `syncfs`, which makes its directory entries durable with its log; the
+//!   snapshot is never synced (the log is the truth, design §4.2).
 //! - Reads seek through an in-memory offset index, so reading at offset 10
 //!   and at offset 1,000,000 costs the same; the index is persisted in
 //!   batches and re-derived from the log whenever it is missing or in doubt.
