@@ -71,12 +71,14 @@ const HANDLE_CACHE_SOFT_CAP: usize = 256;
 /// When appended events become durable against a machine crash.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum SyncPolicy {
-    /// `fdatasync` inside every `append`: nothing acknowledged is ever lost,
-    /// at one sync (~0.25–1.5 ms) per append.
+    /// A sync inside every `append`: nothing acknowledged is ever lost, at
+    /// one sync (~0.1–1.5 ms, shared with other runs appending meanwhile)
+    /// per append.
     Always,
-    /// `fdatasync` in `flush`, which the runner calls at each step boundary:
-    /// one sync per step, and a crash loses at most the step in progress,
-    /// which resume re-runs. The default.
+    /// A sync in `flush`, which the runner calls at each step boundary: one
+    /// sync per step (shared with the runs that flush in the same window),
+    /// and a crash loses at most the step in progress, which resume re-runs.
+    /// The default.
     #[default]
     StepBoundary,
     /// Never sync: the page cache survives a process crash but not a machine
