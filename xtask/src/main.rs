@@ -122,7 +122,39 @@ fn report() -> anyhow::Result<()> {
     report_steps()?;
     report_fan_out()?;
     report_http()?;
-    report_resume()
+    report_resume()?;
+    report_group_commit()
+}
+
+/// Prints steps of 1, 10 and 100 concurrent runs and a run's fixed cost,
+/// with their syncs, as ratios to a raw `fdatasync` taken in turn with them
+/// (see `tests/benches/group_commit.rs`); skipped when that bench has not run.
+fn report_group_commit() -> anyhow::Result<()> {
+    let path = "target/criterion/group_commit/figures.json";
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+    let Some(figures) = json["interleaved"].as_object() else {
+        bail!("{path}: no interleaved figures");
+    };
+    for (name, figure) in figures {
+        let us = figure["median_us"].as_f64().unwrap_or(f64::NAN);
+        let ratio = figure["ratio"].as_f64().unwrap_or(f64::NAN);
+        let syncs = figure["syncs_per_boundary"]
+            .as_f64()
+            .map(|s| format!("; {s:.3} syncs per step boundary"))
+            .unwrap_or_default();
+        let per_step = figure["per_boundary_ratio"]
+            .as_f64()
+            .map(|r| format!("; per step {r:.2} x"))
+            .unwrap_or_default();
+        println!(
+            "group commit: {name:<20} {us:>9.1} µs   ({ratio:.2} x one fdatasync{per_step}{syncs})"
+        );
+    }
+    Ok(())
 }
 
 /// Prints the time from `Executor::resume` to the provider call for an

@@ -17,7 +17,7 @@ use domain::RuntimeEvent;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
-pub use file::{FileRunStore, FileStoreConfig, SyncPolicy};
+pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
 
 /// Events a follower reads per batch: large enough that catching up on a

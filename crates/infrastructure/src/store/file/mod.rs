@@ -12,10 +12,12 @@
 //! - An append is one `write` of whole lines to an `O_APPEND` file, done
 //!   inline: a page-cache write takes about a microsecond, less than a hop to
 //!   a blocking thread would. Only `fdatasync` goes to `spawn_blocking`.
-//! - Durability is a [`SyncPolicy`]. Concurrent flushes of a run share one
-//!   `fdatasync` (group commit); flushes of different runs sync different
-//!   files on separate blocking threads, which the filesystem journal commits
-//!   together.
+//! - Durability is a [`SyncPolicy`]. The flushes of all runs of a store
+//!   share syncs (group commit, see `sync`): a flush joins the batch that
+//!   the next sync covers, so N runs flushing together cost one sync, not N.
+//!   A new run costs one sync more than nothing: its first flush is one
+//!   `syncfs`, which makes its directory entries durable with its log; the
+//!   snapshot is never synced (the log is the truth, design §4.2).
 //! - Reads seek through an in-memory offset index, so reading at offset 10
 //!   and at offset 1,000,000 costs the same; the index is persisted in
 //!   batches and re-derived from the log whenever it is missing or in doubt.
@@ -33,13 +35,17 @@ mod index;
 mod lock;
 mod log;
 mod snapshot;
+mod sync;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod sync_tests;
 
 use std::collections::HashMap;
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -51,6 +57,8 @@ use tokio::sync::Notify;
 use self::lock::WriterSlot;
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
 use self::snapshot::{blobs_err, read_snapshot, write_snapshot};
+pub use self::sync::SyncCounts;
+use self::sync::{GroupSync, Member, RunSync, off_the_runtime};
 use super::{LogSource, follow_log};
 
 /// Mode of every directory the store creates.
@@ -63,12 +71,14 @@ const HANDLE_CACHE_SOFT_CAP: usize = 256;
 /// When appended events become durable against a machine crash.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum SyncPolicy {
-    /// `fdatasync` inside every `append`: nothing acknowledged is ever lost,
-    /// at one sync (~0.25–1.5 ms) per append.
+    /// A sync inside every `append`: nothing acknowledged is ever lost, at
+    /// one sync (~0.1–1.5 ms, shared with other runs appending meanwhile)
+    /// per append.
     Always,
-    /// `fdatasync` in `flush`, which the runner calls at each step boundary:
-    /// one sync per step, and a crash loses at most the step in progress,
-    /// which resume re-runs. The default.
+    /// A sync in `flush`, which the runner calls at each step boundary: one
+    /// sync per step (shared with the runs that flush in the same window),
+    /// and a crash loses at most the step in progress, which resume re-runs.
+    /// The default.
     #[default]
     StepBoundary,
     /// Never sync: the page cache survives a process crash but not a machine
@@ -112,6 +122,8 @@ struct Inner {
     /// Open runs. A `std` mutex, not a Tokio one: it is held only to look up
     /// or insert a handle, never across an `.await`.
     handles: Mutex<HashMap<RunId, Arc<RunHandle>>>,
+    /// Group commit across the store's runs.
+    group: Arc<GroupSync>,
 }
 
 /// Everything this process keeps about one run.
@@ -124,17 +136,10 @@ struct RunHandle {
     log: Mutex<Option<LogState>>,
     /// Wakes this process's followers after every append.
     changed: Notify,
-    /// Group commit: one `fdatasync` in flight per run. A Tokio mutex
-    /// because it is held across the awaited sync; flushers queued behind it
-    /// usually find their events covered when they get their turn.
-    sync_gate: tokio::sync::Mutex<()>,
-    /// Offset up to which the log is known to be synced.
-    synced: AtomicU64,
-    /// `fdatasync`s performed, so tests can see that flushes share them.
-    syncs: AtomicU64,
-    /// Set for runs this process created: their directory entries must be
-    /// synced once too, or a machine crash could lose the whole run.
-    dir_unsynced: AtomicBool,
+    /// How far the log is synced, and the run's place in group commit.
+    sync: RunSync,
+    /// The store's group commit, shared by all its runs.
+    group: Arc<GroupSync>,
     /// Snapshot writes of one run share a temporary file name, so they take
     /// turns; a `std` mutex, held only around the write and rename.
     snapshot_lock: Mutex<()>,
@@ -190,6 +195,7 @@ impl FileRunStore {
         Self {
             inner: Arc::new(Inner {
                 root,
+                group: Arc::new(GroupSync::new(runs_dir.clone())),
                 runs_dir,
                 config,
                 handles: Mutex::new(HashMap::new()),
@@ -220,6 +226,12 @@ impl FileRunStore {
         self.inner.runs_dir.join(run_id.to_string())
     }
 
+    /// Syncs this store has issued (every `fdatasync`, `fsync` and
+    /// `syncfs`), for tests and benchmarks that count them.
+    pub fn syncs(&self) -> SyncCounts {
+        self.inner.group.counts()
+    }
+
     /// The policy this store syncs by.
     pub fn sync_policy(&self) -> SyncPolicy {
         self.inner.config.sync
@@ -234,10 +246,8 @@ impl Inner {
             paths,
             log: Mutex::new(None),
             changed: Notify::new(),
-            sync_gate: tokio::sync::Mutex::new(()),
-            synced: AtomicU64::new(0),
-            syncs: AtomicU64::new(0),
-            dir_unsynced: AtomicBool::new(false),
+            sync: RunSync::default(),
+            group: Arc::clone(&self.group),
             snapshot_lock: Mutex::new(()),
             follow_poll: self.config.follow_poll,
             durable: self.config.sync != SyncPolicy::Never,
@@ -320,110 +330,52 @@ impl RunHandle {
         }
     }
 
-    /// Makes the log durable up to at least offset `target`, sharing the
-    /// `fdatasync` with every flusher of this run that arrives meanwhile.
-    async fn sync_to(&self, target: u64) -> Result<(), StoreError> {
-        let covered = || {
-            self.synced.load(Ordering::Acquire) >= target
-                && !self.dir_unsynced.load(Ordering::Acquire)
-        };
-        if covered() {
-            return Ok(());
-        }
-        let _turn = self.sync_gate.lock().await;
-        if covered() {
-            return Ok(());
-        }
-        // Sync everything written so far, not just `target`: flushers queued
-        // behind us are then covered by this one sync.
+    /// What a leader of group commit syncs for this run: `None` unless this
+    /// process writes the run's log now.
+    fn member(self: &Arc<Self>) -> Option<Member> {
         let (file, upto) = {
             let slot = lock(&self.log);
-            match slot.as_ref() {
-                Some(log) => (log.file(), log.known_last()),
-                None => return Ok(()),
-            }
+            let log = slot.as_ref().filter(|log| log.is_writable())?;
+            (log.file(), log.known_last())
         };
-        let dirs = self
-            .dir_unsynced
-            .swap(false, Ordering::AcqRel)
-            .then(|| (self.paths.dir.clone(), self.paths.runs_dir.clone()));
-        let log_path = self.paths.log.clone();
-        let retry_dirs = dirs.is_some();
-        let result = off_the_runtime(move || sync_files(&file, &log_path, dirs));
-        match result {
-            Ok(()) => {
-                self.syncs.fetch_add(1, Ordering::Relaxed);
-                self.synced.fetch_max(upto, Ordering::AcqRel);
-                Ok(())
-            }
-            Err(e) => {
-                if retry_dirs {
-                    self.dir_unsynced.store(true, Ordering::Release);
-                }
-                Err(e)
-            }
-        }
+        Some(Member {
+            handle: Arc::clone(self),
+            file,
+            upto,
+            dirs: self.sync.dir_unsynced.load(Ordering::Acquire),
+        })
     }
-}
 
-/// Runs a short blocking call (a sync, ~0.1-1 ms) on the calling thread.
-///
-/// A hop to Tokio's blocking pool costs two thread wake-ups, 30-100 µs on
-/// this kind of VM: as much as the sync itself. On a multi-thread runtime
-/// (servers) `block_in_place` hands this worker's other tasks to the other
-/// workers, so runs syncing at once still overlap. On a current-thread
-/// runtime (`awr run`, which drives one run) the call simply runs inline,
-/// delaying that runtime's other tasks by one sync at most.
-fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
+    /// Whether this process has the run's log open as its writer.
+    fn is_writing(&self) -> bool {
+        lock(&self.log).as_ref().is_some_and(LogState::is_writable)
     }
-}
 
-impl RunHandle {
     /// What a writer that releases the run leaves durable: everything it
     /// appended, as a `flush` would have made it (after the release, this
     /// store's `flush` has nothing of its own to sync). Blocking, and only
     /// when something is left unsynced: a writer usually flushes first.
-    fn sync_on_release(&self, log: &LogState) {
-        let unsynced = self.synced.load(Ordering::Acquire) < log.known_last()
-            || self.dir_unsynced.load(Ordering::Acquire);
+    fn sync_on_release(self: &Arc<Self>, log: &LogState) {
+        let unsynced = self.sync.synced.load(Ordering::Acquire) < log.known_last()
+            || self.sync.dir_unsynced.load(Ordering::Acquire);
         if !self.durable || !log.is_writable() || !unsynced {
             return;
         }
-        let dirs = self
-            .dir_unsynced
-            .swap(false, Ordering::AcqRel)
-            .then(|| (self.paths.dir.clone(), self.paths.runs_dir.clone()));
-        match off_the_runtime(|| sync_files(&log.file(), &self.paths.log, dirs)) {
-            Ok(()) => {
-                self.syncs.fetch_add(1, Ordering::Relaxed);
-                self.synced.fetch_max(log.known_last(), Ordering::AcqRel);
-            }
-            Err(e) => {
+        let member = Member {
+            handle: Arc::clone(self),
+            file: log.file(),
+            upto: log.known_last(),
+            dirs: self.sync.dir_unsynced.load(Ordering::Acquire),
+        };
+        let results = off_the_runtime(|| self.group.sync_members(std::slice::from_ref(&member)));
+        match results.into_iter().next() {
+            Some(Ok(())) => member.synced(),
+            Some(Err(e)) => {
                 tracing::warn!(run = %self.paths.run_id, error = %e, "cannot sync a released run")
             }
+            None => {}
         }
     }
-}
-
-/// `fdatasync` of the log, and of the directories that name a new run.
-fn sync_files(
-    file: &File,
-    log_path: &Path,
-    dirs: Option<(PathBuf, PathBuf)>,
-) -> Result<(), StoreError> {
-    file.sync_data().map_err(|e| io_err("sync", log_path, &e))?;
-    if let Some((run_dir, runs_dir)) = dirs {
-        for dir in [run_dir, runs_dir] {
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io_err("sync", &dir, &e))?;
-        }
-    }
-    Ok(())
 }
 
 impl LogSource for RunHandle {
@@ -497,7 +449,7 @@ impl RunStore for FileRunStore {
             .open(&paths.log)
             .map_err(|e| io_err("create", &paths.log, &e))?;
         let state = LogState::created(file, &paths)?;
-        handle.dir_unsynced.store(true, Ordering::Release);
+        handle.sync.dir_unsynced.store(true, Ordering::Release);
         let mut slot = lock(&handle.log);
         if slot.is_none() {
             *slot = Some(state);
@@ -524,7 +476,7 @@ impl RunStore for FileRunStore {
         }
         handle.changed.notify_waiters();
         if self.inner.config.sync == SyncPolicy::Always {
-            handle.sync_to(last).await?;
+            self.inner.group.sync(&handle, last).await?;
         }
         Ok(())
     }
@@ -548,7 +500,7 @@ impl RunStore for FileRunStore {
                 Some(log) => log.known_last(),
             }
         };
-        handle.sync_to(target).await
+        self.inner.group.sync(&handle, target).await
     }
 
     async fn read(
@@ -594,6 +546,7 @@ impl RunStore for FileRunStore {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::fs::File;
     use std::io::Write;
 
     use super::*;
@@ -629,13 +582,8 @@ mod tests {
         }
     }
 
-    fn syncs(store: &FileRunStore, run: RunId) -> u64 {
-        store
-            .inner
-            .handle(run)
-            .unwrap()
-            .syncs
-            .load(Ordering::Relaxed)
+    fn syncs(store: &FileRunStore, _run: RunId) -> u64 {
+        store.syncs().total()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
