@@ -130,10 +130,11 @@ fn report() -> anyhow::Result<()> {
 /// with their syncs, as ratios to a raw `fdatasync` taken in turn with them
 /// (see `tests/benches/group_commit.rs`); skipped when that bench has not run.
 fn report_group_commit() -> anyhow::Result<()> {
-    let path = "target/criterion/group_commit/figures.json";
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let path = criterion_file("group_commit/figures.json")?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(());
     };
+    let path = path.display();
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     let Some(figures) = json["interleaved"].as_object() else {
