@@ -137,7 +137,12 @@ fn open(dir: &Path) -> FileRunStore {
 struct Written {
     run_id: RunId,
     events: Vec<RuntimeEvent>,
+    /// The log as encoded (before large values moved to blobs: the 10,000
+    /// steps of the definition in `flow:started` are one).
     log_bytes: u64,
+    /// What the run's directory holds at the end (log, index, snapshot,
+    /// the blobs its snapshots' large values went to).
+    disk_bytes: u64,
     snapshot_bytes: u64,
     snapshots: u64,
 }
@@ -172,17 +177,12 @@ fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written 
         }
         events.extend(batch);
     }
-    let log_file = store.inner.run_dir(run_id).join("events.ndjson");
-    let log_bytes = std::fs::metadata(&log_file).expect("log").len();
-    assert_eq!(
-        log_bytes,
-        store.log.load(Ordering::Relaxed),
-        "the store reports the bytes it appends"
-    );
+    let run_dir = store.inner.run_dir(run_id);
     Written {
         run_id,
         events,
-        log_bytes,
+        log_bytes: store.log.load(Ordering::Relaxed),
+        disk_bytes: disk_bytes(&run_dir),
         snapshot_bytes: store.snapshots.load(Ordering::Relaxed),
         snapshots: store.saves.load(Ordering::Relaxed),
     }
@@ -219,8 +219,8 @@ fn worst_moment(offsets: &[u64]) -> Worst {
         .unwrap_or(Worst { saved: 0, upto: 0 })
 }
 
-/// Rebuilds that moment in a new store at `dir`.
-fn rebuild(rt: &tokio::runtime::Runtime, dir: &Path, written: &Written, worst: &Worst) {
+/// Rebuilds that moment in a new store at `dir`; the snapshot's size.
+fn rebuild(rt: &tokio::runtime::Runtime, dir: &Path, written: &Written, worst: &Worst) -> u64 {
     let store = open(dir);
     let run_id = written.run_id;
     let upto = usize::try_from(worst.upto).expect("offset");
@@ -234,9 +234,10 @@ fn rebuild(rt: &tokio::runtime::Runtime, dir: &Path, written: &Written, worst: &
         for event in &written.events[..saved] {
             snapshot.apply(event);
         }
-        store.save_snapshot(&snapshot).await.expect("snapshot");
+        let bytes = store.save_snapshot(&snapshot).await.expect("snapshot");
         drop(lock);
-    });
+        bytes
+    })
 }
 
 /// Byte position of the line of `offset + 1` in the log at `path`.
@@ -253,11 +254,31 @@ fn line_start(path: &Path, offset: u64) -> u64 {
         .map_or(log.len() as u64, |(i, _)| i as u64 + 1)
 }
 
-/// The raw load: `snapshot.json` and the tail's lines read and parsed as
-/// untyped JSON.
+/// Reads and parses the blobs `value` refers to (`{"$blob": "sha256:<hex>"}`),
+/// beside the snapshot in `blobs/sha256-<hex>`.
+fn raw_blobs(value: &Value, blobs: &Path, out: &mut Vec<Value>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(hex) = map.get("$blob").and_then(Value::as_str) {
+                let file = blobs.join(hex.replace(':', "-"));
+                let bytes = std::fs::read(file).expect("read blob");
+                out.push(serde_json::from_slice(&bytes).expect("parse blob"));
+                return;
+            }
+            map.values().for_each(|v| raw_blobs(v, blobs, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| raw_blobs(v, blobs, out)),
+        _ => {}
+    }
+}
+
+/// The raw load: `snapshot.json` with the blobs it refers to, and the
+/// tail's lines, read and parsed as untyped JSON (no hash checked).
 fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>) {
     let bytes = std::fs::read(snapshot).expect("read snapshot");
     let state: Value = serde_json::from_slice(&bytes).expect("parse snapshot");
+    let mut parts = Vec::new();
+    raw_blobs(&state, &snapshot.with_file_name("blobs"), &mut parts);
     let mut file = std::fs::File::open(log).expect("open log");
     file.seek(SeekFrom::Start(tail_start)).expect("seek");
     let mut tail = Vec::new();
@@ -266,13 +287,57 @@ fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>)
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice::<Value>(l).expect("parse line"))
+        .chain(parts)
         .collect();
     (state, events)
 }
 
+/// Medians of the load's two parts: the snapshot read and parsed, the
+/// tail after it read and folded, in µs.
+fn split(
+    rt: &tokio::runtime::Runtime,
+    store: &FileRunStore,
+    run_id: RunId,
+    saved: u64,
+) -> (f64, f64) {
+    let (mut snapshot, mut tail) = (Vec::new(), Vec::new());
+    for _ in 0..31 {
+        let start = std::time::Instant::now();
+        let mut state = rt
+            .block_on(store.load_snapshot(run_id))
+            .expect("load")
+            .unwrap_or_else(|| RunSnapshot::new(run_id));
+        snapshot.push(start.elapsed().as_nanos() as f64);
+        let start = std::time::Instant::now();
+        let mut after = saved;
+        loop {
+            let batch = rt.block_on(store.read(run_id, after, 1_000)).expect("read");
+            let Some(last) = batch.last() else { break };
+            after = last.offset.get();
+            batch.iter().for_each(|e| state.apply(e));
+        }
+        tail.push(start.elapsed().as_nanos() as f64);
+    }
+    (median_ns(&mut snapshot) / 1e3, median_ns(&mut tail) / 1e3)
+}
+
+/// Bytes of the files under `dir`, recursively: what the run left on disk.
+fn disk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => disk_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
+}
+
+/// The median, or NaN for none (a filter left the bench out).
 fn median_ns(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Where criterion writes its results (see `resume.rs`).
@@ -301,22 +366,25 @@ fn bench_cadence(c: &mut Criterion) {
         let offsets = snapshot_offsets(&written.events);
         let worst = worst_moment(&offsets);
         let scratch = dir.path().join(format!("load{steps}"));
-        rebuild(&rt, &scratch, &written, &worst);
+        let snapshot_len = rebuild(&rt, &scratch, &written, &worst);
         let run_dir = open(&scratch).run_dir(written.run_id);
         let log = run_dir.join("events.ndjson");
         let snapshot = run_dir.join("snapshot.json");
         let tail_start = line_start(&log, worst.saved);
         let tail_bytes = std::fs::metadata(&log).expect("log").len() - tail_start;
-        let snapshot_len = std::fs::metadata(&snapshot).expect("snapshot").len();
         let total = written.log_bytes + written.snapshot_bytes;
         println!(
-            "cadence/{steps}: log {} B, {} snapshots {} B, total {total} B = {:.2} x the log; \
-             longest tail {} events ({tail_bytes} B) after a {snapshot_len} B snapshot",
+            "cadence/{steps}: log {} B, {} snapshots {} B, total {total} B = {:.2} x the log \
+             ({} B on disk at the end, {:.2} x); longest tail {} events ({tail_bytes} B) \
+             after a snapshot of offset {} ({snapshot_len} B)",
             written.log_bytes,
             written.snapshots,
             written.snapshot_bytes,
             total as f64 / written.log_bytes as f64,
+            written.disk_bytes,
+            written.disk_bytes as f64 / written.log_bytes as f64,
             worst.upto - worst.saved,
+            worst.saved,
         );
 
         let warm = open(&scratch);
@@ -354,20 +422,27 @@ fn bench_cadence(c: &mut Criterion) {
         });
         let warm_us = median_ns(&mut warm_ns) / 1e3;
         let raw_us = median_ns(&mut raw_ns) / 1e3;
+        let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
         println!(
-            "cadence/{steps}: state load {warm_us:.1} µs, raw read + parse of the same bytes {raw_us:.1} µs ({:.2} x raw)",
+            "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \
+             raw read + parse of the same bytes {raw_us:.1} µs ({:.2} x raw)",
             warm_us / raw_us
         );
         figures.insert(
             steps.to_string(),
             json!({
                 "log_bytes": written.log_bytes,
+                "disk_bytes": written.disk_bytes,
                 "snapshot_bytes": written.snapshot_bytes,
                 "snapshots": written.snapshots,
                 "events": written.events.len(),
                 "tail_events": worst.upto - worst.saved,
                 "tail_bytes": tail_bytes,
                 "snapshot_len": snapshot_len,
+                "load_us": warm_us,
+                "snapshot_us": snapshot_us,
+                "tail_us": tail_us,
+                "raw_us": raw_us,
             }),
         );
     }
