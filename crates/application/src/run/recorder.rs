@@ -10,9 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use domain::{
-    EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef,
-};
+use domain::{EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, WorkflowDef};
 use serde_json::json;
 
 use super::transcript::TranscriptWriter;
