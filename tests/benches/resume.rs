@@ -165,7 +165,7 @@ impl RunStore for TimedStore {
     async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
         self.inner.has_writer(run_id).await
     }
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         timed(
             &self.parts,
             "store.append",
@@ -200,7 +200,7 @@ impl RunStore for TimedStore {
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
         self.inner.follow(run_id, after).await
     }
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         timed(
             &self.parts,
             "store.save_snapshot",

@@ -35,7 +35,7 @@ impl RunStore for Recording {
     async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
         self.inner.has_writer(run_id).await
     }
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         self.inner.append(run_id, events).await
     }
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
@@ -55,7 +55,7 @@ impl RunStore for Recording {
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
         self.inner.follow(run_id, after).await
     }
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         self.saved.lock().unwrap().push(snapshot.clone());
         self.inner.save_snapshot(snapshot).await
     }

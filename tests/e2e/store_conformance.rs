@@ -188,7 +188,7 @@ async fn concurrent_appends_of_one_offset_admit_one(s: Subject) {
         tokio::spawn(async move { store.append(run, &[warning(run, 1)]).await })
     });
     let results = futures::future::join_all(attempts).await;
-    let ok = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+    let ok = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
     assert_eq!(ok, 1, "{results:?}");
     assert_eq!(s.store.last_offset(run).await.unwrap(), 1);
 }
@@ -309,6 +309,42 @@ async fn snapshots_round_trip_and_overwrite(s: Subject) {
     // Snapshots are per run.
     let (other, _other_lock) = run_with(store, 0).await;
     assert_eq!(store.load_snapshot(other).await.unwrap(), None);
+}
+
+/// The size of `event` as its JSON line.
+fn line_len(event: &RuntimeEvent) -> u64 {
+    let mut line = Vec::new();
+    event.write_json(&mut line).unwrap();
+    line.len() as u64 + 1
+}
+
+/// What `append` and `save_snapshot` return: the size of what they were
+/// given as encoded, large values included (the file store moves those to
+/// blobs; the recorder's snapshot cadence weighs the whole).
+async fn writes_report_their_encoded_size(s: Subject) {
+    let store = &*s.store;
+    let (run, _lock) = run_with(store, 0).await;
+    assert_eq!(store.append(run, &[]).await.unwrap(), 0);
+    let small = warnings(run, 1..=3);
+    let expected: u64 = small.iter().map(line_len).sum();
+    assert_eq!(store.append(run, &small).await.unwrap(), expected);
+    let mut large = warning(run, 4);
+    large.kind = EventKind::Warning {
+        message: "x".repeat(200_000),
+        details: None,
+    };
+    let reported = store.append(run, &[large.clone()]).await.unwrap();
+    assert_eq!(reported, line_len(&large));
+    let mut state = snapshot(run, 4, RunStatus::Running);
+    assert_eq!(
+        store.save_snapshot(&state).await.unwrap(),
+        serde_json::to_vec(&state).unwrap().len() as u64
+    );
+    state.state.insert("big".into(), json!("y".repeat(200_000)));
+    assert_eq!(
+        store.save_snapshot(&state).await.unwrap(),
+        serde_json::to_vec(&state).unwrap().len() as u64
+    );
 }
 
 async fn list_runs_lists_every_run(s: Subject) {
@@ -573,6 +609,7 @@ conformance! {
         last_offset_tracks_appends,
         unknown_runs_are_not_found,
         snapshots_round_trip_and_overwrite,
+        writes_report_their_encoded_size,
         list_runs_lists_every_run,
         flush_is_idempotent_and_shared,
         follow_yields_history_then_live_then_ends,

@@ -119,6 +119,7 @@ fn report() -> anyhow::Result<()> {
             dir.display()
         );
     }
+    report_cadence()?;
     report_steps()?;
     report_fan_out()?;
     report_http()?;
@@ -153,6 +154,43 @@ fn report_group_commit() -> anyhow::Result<()> {
             .unwrap_or_default();
         println!(
             "group commit: {name:<20} {us:>9.1} µs   ({ratio:.2} x one fdatasync{per_step}{syncs})"
+        );
+    }
+    Ok(())
+}
+
+/// Prints, for runs of 100 to 10,000 steps, the bytes written beside the
+/// log's size and the state load beside a raw parse of the same bytes (see
+/// `tests/benches/cadence.rs`); skipped when that bench has not run.
+fn report_cadence() -> anyhow::Result<()> {
+    let path = criterion_file("cadence/figures.json")?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let path = path.display();
+    let runs: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+    for steps in ["100", "2000", "10000"] {
+        let run = &runs[steps];
+        let n = |key: &str| run[key].as_f64().unwrap_or(f64::NAN);
+        let (log, written) = (n("log_bytes"), n("log_bytes") + n("snapshot_bytes"));
+        println!(
+            "cadence {steps:>5} steps: log {:.2} MB, log + {} snapshots {:.2} MB ({:.2} x the log, target <= 3)",
+            log / 1e6,
+            n("snapshots"),
+            written / 1e6,
+            written / log
+        );
+        println!(
+            "  state load at the longest tail ({} events after a {:.0} KB snapshot) {:>9.1} µs \
+             (snapshot {:.1} + tail {:.1}; {:.2} x the raw parse, {:.1} µs)",
+            n("tail_events"),
+            n("snapshot_len") / 1e3,
+            n("load_us"),
+            n("snapshot_us"),
+            n("tail_us"),
+            n("load_us") / n("raw_us"),
+            n("raw_us")
         );
     }
     Ok(())

@@ -156,7 +156,7 @@ impl RunStore for RedactingStore {
         self.inner.has_writer(run_id).await
     }
 
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let mut redacted: Option<Vec<RuntimeEvent>> = None;
         for (i, event) in events.iter().enumerate() {
             if let Cow::Owned(new) = self.redactor.record(event).map_err(StoreError::Io)? {
@@ -189,7 +189,7 @@ impl RunStore for RedactingStore {
         self.inner.follow(run_id, after).await
     }
 
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let snapshot = self.redactor.record(snapshot).map_err(StoreError::Io)?;
         self.inner.save_snapshot(&snapshot).await
     }

@@ -43,7 +43,7 @@ async fn run(args: &[String]) -> Result<ExitCode, String> {
                 eprintln!("lock: {e}");
             }
             match store.append(run, &[event]).await {
-                Ok(()) => store.flush(run).await.map_err(|e| e.to_string())?,
+                Ok(_) => store.flush(run).await.map_err(|e| e.to_string())?,
                 Err(e) => eprintln!("append: {e}"),
             }
             Ok(if lock.is_ok() {

@@ -113,9 +113,12 @@ pub trait RunStore: Send + Sync + 'static {
     /// concurrent [`RunStore::lock`] fail. `NotFound` for no such run.
     async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError>;
 
-    /// Appends events whose offsets continue the log exactly (last + 1, ...).
+    /// Appends events whose offsets continue the log exactly (last + 1, ...),
+    /// and returns their size as the store encodes them (JSON lines, before
+    /// any large value is moved aside): the recorder weighs the log's growth
+    /// against the size of the last snapshot to decide when the next is due.
     /// [`StoreError::Locked`] unless this store holds the run's lock.
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError>;
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError>;
 
     /// Makes what was appended durable per the store's sync policy (called at step boundaries).
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError>;
@@ -139,9 +142,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// goes on after it; any other error ends the stream.
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError>;
 
-    /// Replaces the run's snapshot atomically. [`StoreError::Locked`]
-    /// unless this store holds the run's lock.
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError>;
+    /// Replaces the run's snapshot atomically, and returns its size as
+    /// encoded (measured as [`RunStore::append`] measures events).
+    /// [`StoreError::Locked`] unless this store holds the run's lock.
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError>;
 
     /// The last saved snapshot, if any.
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError>;

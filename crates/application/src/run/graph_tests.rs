@@ -81,10 +81,10 @@ pub(super) fn rig(
     let log = Arc::clone(&events);
     store.expect_append().returning(move |_, batch| {
         log.lock().unwrap().extend_from_slice(batch);
-        Ok(())
+        Ok(0)
     });
     store.expect_flush().returning(|_| Ok(()));
-    store.expect_save_snapshot().returning(|_| Ok(()));
+    store.expect_save_snapshot().returning(|_| Ok(0));
     let executor = Executor::new(
         Arc::new(store),
         Arc::new(Agents(agents)),

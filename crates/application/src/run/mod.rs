@@ -172,37 +172,53 @@ pub enum ExecutorError {
     Transcript(#[from] TranscriptError),
 }
 
-/// When the executor writes a snapshot at a step boundary.
+/// When the executor writes a snapshot at a step boundary: an amortized
+/// rule, in the bytes the store reports writing (design §5.1).
 ///
 /// The log is flushed at every step boundary; the snapshot is only a cache of
 /// `fold(events)`, so writing it less often loses nothing: a reader folds
-/// the events after its `lastOffset`. It matters for speed: replacing a file
-/// by rename adds a journal commit to the step's sync, which on ext4 doubles
-/// it. So a snapshot is written when enough has happened since the last one.
-/// The first (after `flow:started`) and the final snapshot are always written.
+/// the events after its `lastOffset`. Every snapshot rewrites the whole
+/// state, which grows with the run, so a fixed cadence (every N events or
+/// milliseconds) writes O(n²) bytes. Instead a snapshot is due once the log
+/// has grown since the last one by at least `growth_percent` of that
+/// snapshot's size (and by at least `min_log_bytes`): each snapshot is paid
+/// for by as many log bytes, so all snapshots together weigh at most
+/// `100 / growth_percent` times the log, and the tail a load folds after the
+/// snapshot is at most that share of the snapshot's size (or the floor),
+/// plus one step. The first (after `flow:started`) and the final snapshot
+/// are always written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPolicy {
-    /// Write one once this many events were recorded since the last.
-    pub max_events: u64,
-    /// Write one once this much time passed since the last (milliseconds).
-    pub max_interval_ms: u64,
+    /// Log growth since the last snapshot, in percent of that snapshot's
+    /// size, that makes the next one due.
+    pub growth_percent: u64,
+    /// Log growth (bytes) below which no snapshot is due, however small the
+    /// last one: short runs do not replace a file at every step, and the
+    /// tail stays cheap to fold.
+    pub min_log_bytes: u64,
 }
 
 impl CheckpointPolicy {
     /// A snapshot at every step boundary.
     pub const EVERY_STEP: CheckpointPolicy = CheckpointPolicy {
-        max_events: 0,
-        max_interval_ms: 0,
+        growth_percent: 0,
+        min_log_bytes: 0,
     };
+
+    /// Whether a snapshot is due, `log_bytes` having been appended since the
+    /// last one of `snapshot_bytes`.
+    pub(crate) fn due(&self, log_bytes: u64, snapshot_bytes: u64) -> bool {
+        let growth = snapshot_bytes.saturating_mul(self.growth_percent) / 100;
+        log_bytes >= growth.max(self.min_log_bytes)
+    }
 }
 
 impl Default for CheckpointPolicy {
-    /// At most 128 events (a resume folds well under a millisecond of events)
-    /// or 100 ms behind.
+    /// The log grown by the snapshot's own size, and by at least 32 KiB.
     fn default() -> Self {
         Self {
-            max_events: 128,
-            max_interval_ms: 100,
+            growth_percent: 100,
+            min_log_bytes: 32 * 1024,
         }
     }
 }
@@ -502,6 +518,8 @@ impl Executor {
     }
 }
 
+#[cfg(test)]
+mod cadence_tests;
 #[cfg(test)]
 mod edge_tests;
 #[cfg(test)]

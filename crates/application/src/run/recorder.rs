@@ -10,9 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use domain::{
-    EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef,
-};
+use domain::{EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, WorkflowDef};
 use serde_json::json;
 
 use super::transcript::TranscriptWriter;
@@ -32,8 +30,10 @@ pub(crate) struct Recorder {
     /// The run's state: `fold(events)`, changed only by [`Recorder::emit`].
     pub state: RunSnapshot,
     transcript: Option<TranscriptWriter>,
-    /// Offset and time of the last snapshot written (none yet: `None`).
-    last_snapshot: Option<(u64, Timestamp)>,
+    /// Bytes of the last snapshot written (none yet: `None`).
+    last_snapshot: Option<u64>,
+    /// Bytes the store reported appending since the last snapshot.
+    log_since_snapshot: u64,
     /// Subscriber drops already recorded as `warning` events.
     drops_reported: u64,
     /// Positions of the nodes an event recorded since the last
@@ -69,6 +69,7 @@ impl Recorder {
             state,
             transcript,
             last_snapshot: None,
+            log_since_snapshot: 0,
             drops_reported: 0,
             touched: (0..workflow_len).collect(),
         }
@@ -107,7 +108,8 @@ impl Recorder {
                 .observe(&event, &self.state, &self.workflow)
                 .await?;
         }
-        self.ports
+        self.log_since_snapshot += self
+            .ports
             .store
             .append(self.state.run_id, std::slice::from_ref(&event))
             .await?;
@@ -129,21 +131,18 @@ impl Recorder {
     }
 
     /// Step boundary: the snapshot and its `state:saved` marker when one is
-    /// due (see [`super::CheckpointPolicy`]), then one flush for all of it.
+    /// due (see [`super::CheckpointPolicy`]: the log grew by the last
+    /// snapshot's size since it), then one flush for all of it. The marker
+    /// counts towards the next snapshot's growth.
     pub async fn checkpoint(&mut self) -> Result<(), ExecutorError> {
         self.report_drops().await?;
-        let now = self.ports.clock.now();
-        let policy = self.ports.checkpoints;
-        let due = match self.last_snapshot {
-            None => true,
-            Some((offset, at)) => {
-                self.state.last_offset - offset >= policy.max_events
-                    || now.millis_since(at) >= policy.max_interval_ms
-            }
-        };
+        let due = self.last_snapshot.is_none_or(|snapshot_bytes| {
+            (self.ports.checkpoints).due(self.log_since_snapshot, snapshot_bytes)
+        });
         if due {
-            self.ports.store.save_snapshot(&self.state).await?;
-            self.last_snapshot = Some((self.state.last_offset, now));
+            let bytes = self.ports.store.save_snapshot(&self.state).await?;
+            self.last_snapshot = Some(bytes);
+            self.log_since_snapshot = 0;
             let snapshot_offset = Offset::new(self.state.last_offset)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })

@@ -44,12 +44,12 @@ impl RunStore for Log {
     async fn has_writer(&self, _: RunId) -> Result<bool, StoreError> {
         Ok(false)
     }
-    async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         for e in events {
             self.note(format!("append {}", e.kind.type_name()));
         }
         self.events.lock().unwrap().extend_from_slice(events);
-        Ok(())
+        Ok(0)
     }
     async fn flush(&self, _: RunId) -> Result<(), StoreError> {
         self.note("flush".into());
@@ -71,9 +71,9 @@ impl RunStore for Log {
     async fn follow(&self, _: RunId, _: u64) -> Result<EventStream, StoreError> {
         Ok(Box::pin(futures::stream::empty()))
     }
-    async fn save_snapshot(&self, _: &RunSnapshot) -> Result<(), StoreError> {
+    async fn save_snapshot(&self, _: &RunSnapshot) -> Result<u64, StoreError> {
         self.note("save_snapshot".into());
-        Ok(())
+        Ok(0)
     }
     async fn load_snapshot(&self, _: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         // No snapshot: the state is the fold of the whole log.

@@ -27,6 +27,11 @@ pub(super) struct Harness {
     pub(super) fail_final_save: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// The bytes of `value` as JSON: what the mocked store reports it wrote.
+pub(super) fn json_len(value: &impl serde::Serialize) -> u64 {
+    serde_json::to_vec(value).unwrap().len() as u64
+}
+
 pub(super) fn done(text: &str) -> Result<AgentMessage, QueryError> {
     Ok(AgentMessage::Completed(AgentResult {
         text: text.into(),
@@ -73,7 +78,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
             );
             log.push(e.clone());
         }
-        Ok(())
+        Ok(batch.iter().map(json_len).sum())
     });
     store.expect_flush().returning(|_| Ok(()));
     let saved = Arc::clone(&snapshots);
@@ -84,7 +89,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
             return Err(StoreError::Io("disk full".into()));
         }
         saved.lock().unwrap().push(s.clone());
-        Ok(())
+        Ok(json_len(s))
     });
 
     let scripts = Mutex::new(scripts);
@@ -287,23 +292,18 @@ async fn snapshots_follow_the_checkpoint_policy_and_the_log_is_flushed_every_ste
             ("c", vec![vec![done("3")]]),
         ])
     };
-    // Each step records 5 events and the clock moves 1 ms per reading.
+    // The mocked store reports the JSON size of what it is given.
     let h = harness(scripts(), None);
     let h = Harness {
         runner: h.runner.with_checkpoints(CheckpointPolicy {
-            max_events: 10,
-            max_interval_ms: 1_000,
+            growth_percent: 300,
+            min_log_bytes: 0,
         }),
         ..h
     };
     run(&h, CHAIN, json!("x")).await.unwrap();
-    let offsets: Vec<u64> = h
-        .snapshots
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.last_offset)
-        .collect();
+    let snapshots = h.snapshots.lock().unwrap();
+    let offsets: Vec<u64> = snapshots.iter().map(|s| s.last_offset).collect();
     let events = h.events.lock().unwrap();
     assert_eq!(offsets.first(), Some(&1), "always right after flow:started");
     assert_eq!(
@@ -312,8 +312,12 @@ async fn snapshots_follow_the_checkpoint_policy_and_the_log_is_flushed_every_ste
         "always at the end"
     );
     assert!(offsets.len() < 5, "not at every step: {offsets:?}");
-    for pair in offsets.windows(2).take(offsets.len().saturating_sub(2)) {
-        assert!(pair[1] - pair[0] >= 10, "{offsets:?}");
+    // Between two snapshots (the final one aside) the log grew by at least
+    // three times the size of the first of them.
+    for pair in snapshots.windows(2).take(snapshots.len().saturating_sub(2)) {
+        let (from, to) = (pair[0].last_offset as usize, pair[1].last_offset as usize);
+        let grown: u64 = events[from..to].iter().map(json_len).sum();
+        assert!(grown >= 3 * json_len(&pair[0]), "{offsets:?}");
     }
 }
 

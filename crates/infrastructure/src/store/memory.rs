@@ -35,6 +35,8 @@ struct MemRun {
 #[derive(Debug, Default)]
 struct MemState {
     events: Vec<RuntimeEvent>,
+    /// Reused buffer for measuring events as the file store's JSON lines.
+    buf: Vec<u8>,
     snapshot: Option<RunSnapshot>,
     /// Whether a [`RunLock`] of this run is alive.
     locked: bool,
@@ -144,15 +146,29 @@ impl RunStore for MemoryRunStore {
         Ok(self.run(run_id)?.state().locked)
     }
 
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    /// Returns the bytes the events take as JSON lines, as the file store
+    /// writes them: the measure the recorder weighs snapshots against.
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let run = self.run(run_id)?;
-        {
+        let bytes = {
             let mut state = run.writable(run_id)?;
             check_continuation(run_id, state.events.len() as u64, events)?;
+            let mut bytes = 0;
+            for event in events {
+                state.buf.clear();
+                event.write_json(&mut state.buf).map_err(|e| {
+                    StoreError::Io(format!(
+                        "cannot serialize event {} (offset {}) of run {run_id}: {e}",
+                        event.id, event.offset
+                    ))
+                })?;
+                bytes += state.buf.len() as u64 + 1;
+            }
             state.events.extend_from_slice(events);
-        }
+            bytes
+        };
         run.changed.notify_waiters();
-        Ok(())
+        Ok(bytes)
     }
 
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
@@ -176,11 +192,17 @@ impl RunStore for MemoryRunStore {
         Ok(follow_log(self.run(run_id)?, after))
     }
 
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
-        self.run(snapshot.run_id)?
-            .writable(snapshot.run_id)?
-            .snapshot = Some(snapshot.clone());
-        Ok(())
+    /// Returns the bytes of the snapshot as JSON, as the file store writes it.
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
+        let run = self.run(snapshot.run_id)?;
+        let bytes = serde_json::to_vec(snapshot).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot serialize the snapshot of run {}: {e}",
+                snapshot.run_id
+            ))
+        })?;
+        run.writable(snapshot.run_id)?.snapshot = Some(snapshot.clone());
+        Ok(bytes.len() as u64)
     }
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {

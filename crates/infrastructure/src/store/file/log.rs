@@ -348,12 +348,13 @@ impl LogState {
     }
 
     /// Writes `events` as one `write` of newline-terminated lines; returns
-    /// the new last offset. The caller must have made the state writable.
+    /// the new last offset and the bytes of those lines as encoded, before
+    /// large values moved to blobs. The caller must have made the state writable.
     pub(super) fn append(
         &mut self,
         paths: &RunPaths,
         events: &[RuntimeEvent],
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, u64), StoreError> {
         if let Some(why) = &self.broken {
             return Err(StoreError::Io(format!(
                 "{} cannot be appended to until it is reopened: {why}",
@@ -362,10 +363,11 @@ impl LogState {
         }
         let last = check_continuation(paths.run_id, self.index.len() as u64, events)?;
         if events.is_empty() {
-            return Ok(last);
+            return Ok((last, 0));
         }
         let before = self.index.len();
         self.buf.clear();
+        let mut encoded = 0;
         for event in events {
             self.index.push(self.end + self.buf.len() as u64);
             let line_start = self.buf.len();
@@ -376,6 +378,7 @@ impl LogState {
                     event.id, event.offset, paths.run_id
                 )));
             }
+            encoded += (self.buf.len() - line_start) as u64 + 1;
             if let Err(e) = paths.blobs.externalize_tail(&mut self.buf, line_start) {
                 self.index.truncate(before);
                 return Err(super::blobs_err(
@@ -403,7 +406,7 @@ impl LogState {
         if self.index.len() - self.idx_persisted >= IDX_BATCH {
             self.persist_index(paths);
         }
-        Ok(last)
+        Ok((last, encoded))
     }
 
     /// Writes the index entries not yet in `events.idx` (writers only). A

@@ -465,20 +465,20 @@ impl RunStore for FileRunStore {
         self::lock::probe(&self.inner.handle(run_id)?.paths)
     }
 
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<(), StoreError> {
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let handle = self.inner.handle(run_id)?;
-        let last = {
+        let (last, bytes) = {
             let _held = handle.writer.held(&handle.paths)?;
             handle.with_log(true, |log, paths| log.append(paths, events))?
         };
         if events.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         handle.changed.notify_waiters();
         if self.inner.config.sync == SyncPolicy::Always {
             self.inner.group.sync(&handle, last).await?;
         }
-        Ok(())
+        Ok(bytes)
     }
 
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
@@ -523,7 +523,7 @@ impl RunStore for FileRunStore {
         Ok(follow_log(handle, after))
     }
 
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let handle = self.inner.handle(snapshot.run_id)?;
         let _held = handle.writer.held(&handle.paths)?;
         write_snapshot(&handle, snapshot)

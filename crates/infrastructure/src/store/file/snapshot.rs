@@ -22,8 +22,12 @@ use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 /// write's temporary file. Creating a fresh file and renaming it over the
 /// old one (the portable way, used when the filesystem cannot exchange)
 /// costs an inode allocation and release per step, which on ext4 was most of
-/// a step's cost.
-pub(super) fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(), StoreError> {
+/// a step's cost. Returns the bytes of the snapshot as encoded, before
+/// large values moved to blobs.
+pub(super) fn write_snapshot(
+    handle: &RunHandle,
+    snapshot: &RunSnapshot,
+) -> Result<u64, StoreError> {
     let paths = &handle.paths;
     let bytes = serde_json::to_vec(snapshot).map_err(|e| {
         StoreError::Io(format!(
@@ -31,6 +35,7 @@ pub(super) fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Resu
             paths.run_id
         ))
     })?;
+    let encoded = bytes.len() as u64;
     let bytes = (paths.blobs.externalize(bytes))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
@@ -68,7 +73,7 @@ pub(super) fn write_snapshot(handle: &RunHandle, snapshot: &RunSnapshot) -> Resu
             Err(e) => return Err(io_err("remove", &paths.snapshot_tmp, &e)),
         }
     }
-    Ok(())
+    Ok(encoded)
 }
 
 /// Runs `fill` on the temporary file `tmp` at `path`; when it fails (a full

@@ -1,0 +1,305 @@
+//! The snapshot cadence's structural properties (design §5.1), counted on
+//! an in-memory store that reports the bytes the file store would write
+//! (an event as its JSON line, a snapshot as its JSON): the bytes a long run
+//! writes stay linear in its log, the tail a state load folds stays within
+//! one snapshot's size, and runs of huge events neither stop the snapshots
+//! nor take one at every step. Counted, not timed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use domain::{RunSnapshot, RuntimeEvent};
+use serde_json::json;
+
+use super::*;
+use crate::ports::{
+    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, IdGen, QueryError, QueryFn,
+    RunLock,
+};
+
+/// What the store was given, in bytes.
+#[derive(Default)]
+struct Tally {
+    log: u64,
+    snapshots: u64,
+    /// The offset of each snapshot saved.
+    saved_at: Vec<u64>,
+    /// Bytes of the last snapshot saved.
+    last_snapshot: u64,
+    /// Log bytes appended since the last snapshot: what a load folds.
+    tail: u64,
+    /// Log bytes appended since the last flush or snapshot: the step in
+    /// progress.
+    step: u64,
+    /// The largest tail seen, the step in progress aside, and the snapshot
+    /// it followed: `(tail, snapshot)`.
+    worst_tail: (u64, u64),
+}
+
+/// A run's log in memory, measuring what it is given.
+#[derive(Default)]
+struct Measured {
+    events: Mutex<Vec<RuntimeEvent>>,
+    snapshot: Mutex<Option<RunSnapshot>>,
+    tally: Mutex<Tally>,
+}
+
+#[async_trait]
+impl RunStore for Measured {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        Ok(RunLock::new(run_id, ()))
+    }
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        Ok(RunLock::new(run_id, ()))
+    }
+    async fn has_writer(&self, _: RunId) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+    async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
+        let mut buf = Vec::new();
+        let mut bytes = 0;
+        for event in events {
+            buf.clear();
+            event.write_json(&mut buf).unwrap();
+            bytes += buf.len() as u64 + 1;
+        }
+        self.events.lock().unwrap().extend_from_slice(events);
+        let mut t = self.tally.lock().unwrap();
+        t.log += bytes;
+        t.tail += bytes;
+        t.step += bytes;
+        if t.tail - t.step > t.worst_tail.0 {
+            t.worst_tail = (t.tail - t.step, t.last_snapshot);
+        }
+        Ok(bytes)
+    }
+    async fn flush(&self, _: RunId) -> Result<(), StoreError> {
+        self.tally.lock().unwrap().step = 0;
+        Ok(())
+    }
+    async fn read(
+        &self,
+        _: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        let events = self.events.lock().unwrap();
+        let from = usize::try_from(after).unwrap().min(events.len());
+        Ok(events[from..].iter().take(limit).cloned().collect())
+    }
+    async fn last_offset(&self, _: RunId) -> Result<u64, StoreError> {
+        Ok(self.events.lock().unwrap().len() as u64)
+    }
+    async fn follow(&self, _: RunId, _: u64) -> Result<EventStream, StoreError> {
+        Ok(Box::pin(futures::stream::empty()))
+    }
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
+        let bytes = serde_json::to_vec(snapshot).unwrap().len() as u64;
+        *self.snapshot.lock().unwrap() = Some(snapshot.clone());
+        let mut t = self.tally.lock().unwrap();
+        t.snapshots += bytes;
+        t.saved_at.push(snapshot.last_offset);
+        t.last_snapshot = bytes;
+        // What was appended so far is in the snapshot.
+        t.tail = 0;
+        t.step = 0;
+        Ok(bytes)
+    }
+    async fn load_snapshot(&self, _: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        Ok(self.snapshot.lock().unwrap().clone())
+    }
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Answers each call at once with `text_len` bytes of text for the nodes
+/// in `large`, a short answer for the others.
+struct Agent {
+    large: fn(usize) -> bool,
+    text_len: usize,
+}
+
+#[async_trait]
+impl QueryFn for Agent {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let node = request.node_id.to_string();
+        let step: usize = node.trim_start_matches('n').parse().unwrap();
+        let text = if (self.large)(step) {
+            "x".repeat(self.text_len)
+        } else {
+            format!("answer of {node}")
+        };
+        let done = AgentMessage::Completed(AgentResult {
+            text,
+            num_turns: 1,
+            ..AgentResult::default()
+        });
+        Ok(Box::pin(futures::stream::iter([Ok(done)])))
+    }
+}
+
+struct Counter(AtomicU64);
+
+impl IdGen for Counter {
+    fn uuid(&self) -> uuid::Uuid {
+        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        let mut bytes = [0u8; 16];
+        bytes[8..].copy_from_slice(&n.to_be_bytes());
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }
+}
+
+/// A clock that moves 1 ms per reading.
+struct Ticking(AtomicU64);
+
+impl crate::ports::Clock for Ticking {
+    fn now(&self) -> domain::Timestamp {
+        domain::Timestamp::from_millis(
+            1_767_225_600_000 + self.0.fetch_add(1, Ordering::Relaxed) as i64,
+        )
+    }
+    fn sleep(&self, duration: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// A chain of `steps` agent nodes `n0`, `n1`, ...
+fn chain(steps: usize) -> WorkflowDef {
+    let mut yaml = String::from("name: cadence\nagents:\n  a: {provider: claude-code}\nnodes:\n");
+    for i in 0..steps {
+        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
+    }
+    yaml += "edges:\n";
+    for i in 1..steps {
+        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
+    }
+    WorkflowDef::from_yaml(&yaml).unwrap()
+}
+
+/// Runs the chain to its end with the default policy; what the store saw.
+async fn run_chain(steps: usize, agent: Agent) -> (Tally, Vec<RuntimeEvent>) {
+    let store = Arc::new(Measured::default());
+    let executor = Executor::new(
+        Arc::clone(&store) as Arc<dyn RunStore>,
+        Arc::new(agent),
+        Arc::new(Ticking(AtomicU64::new(0))),
+        Arc::new(Counter(AtomicU64::new(1))),
+    );
+    let run_id = executor.create().await.unwrap();
+    let request = RunRequest {
+        workflow: Arc::new(chain(steps)),
+        input: json!("go"),
+        source: None,
+    };
+    let outcome = executor.run(run_id, request).await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Completed);
+    let tally = std::mem::take(&mut *store.tally.lock().unwrap());
+    let events = std::mem::take(&mut *store.events.lock().unwrap());
+    (tally, events)
+}
+
+fn small() -> Agent {
+    Agent {
+        large: |_| false,
+        text_len: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_10000_step_run_writes_less_than_three_times_its_log() {
+    let (t, events) = run_chain(10_000, small()).await;
+    let total = t.log + t.snapshots;
+    assert!(
+        total < 3 * t.log,
+        "log {} B, {} snapshots {} B: {:.2} x the log",
+        t.log,
+        t.saved_at.len(),
+        t.snapshots,
+        total as f64 / t.log as f64
+    );
+    assert_eq!(t.saved_at.first(), Some(&1), "right after flow:started");
+    assert_eq!(
+        t.saved_at.last(),
+        Some(&(events.len() as u64)),
+        "the final one"
+    );
+}
+
+#[tokio::test]
+async fn the_tail_a_state_load_folds_stays_within_the_snapshot_it_follows() {
+    let (t, _) = run_chain(3_000, small()).await;
+    // At every append, the log after the saved snapshot, the step in
+    // progress aside, is no larger than that snapshot (or the policy's
+    // floor, while snapshots are small): a load reads at most about twice
+    // the snapshot's bytes.
+    let floor = CheckpointPolicy::default().min_log_bytes;
+    let (tail, after) = t.worst_tail;
+    assert!(
+        tail <= after.max(floor),
+        "a tail of {tail} B after a snapshot of {after} B ({} snapshots)",
+        t.saved_at.len()
+    );
+    assert!(
+        after > floor,
+        "the longest tail follows a snapshot over the floor: the rule, not the floor, bounds it"
+    );
+}
+
+#[tokio::test]
+async fn one_huge_output_is_snapshotted_with_the_steps_that_carry_it_and_not_at_every_step_after() {
+    const HUGE: usize = 4 << 20;
+    let agent = Agent {
+        large: |step| step == 10,
+        text_len: HUGE,
+    };
+    let (t, events) = run_chain(60, agent).await;
+    let started = |node: &str| {
+        events
+            .iter()
+            .find(|e| {
+                matches!(&e.kind, EventKind::NodeStarted { .. })
+                    && e.node_id.as_ref().is_some_and(|n| n.as_str() == node)
+            })
+            .unwrap()
+            .offset
+            .get()
+    };
+    // The value is in the log twice, as `n10`'s output and `n11`'s input:
+    // the steps that record it end with a snapshot (the log grew by more
+    // than any snapshot before), then the 48 small steps after them weigh
+    // far less than that snapshot: only the final one follows.
+    let (huge_from, small_from) = (started("n10"), started("n12"));
+    let at = &t.saved_at;
+    assert!(
+        at.iter().any(|s| (huge_from..small_from).contains(s)),
+        "snapshots at {at:?}"
+    );
+    let after: Vec<&u64> = at.iter().filter(|s| **s > small_from).collect();
+    assert_eq!(after, [&(events.len() as u64)], "snapshots at {at:?}");
+}
+
+#[tokio::test]
+async fn steps_of_large_outputs_snapshot_at_a_growing_interval() {
+    let agent = Agent {
+        large: |_| true,
+        text_len: 256 << 10,
+    };
+    let steps = 40;
+    let (t, events) = run_chain(steps, agent).await;
+    let regular = t.saved_at.len() - 1;
+    assert!(
+        (4..steps / 2).contains(&regular),
+        "{regular} snapshots before the final one, at {:?}",
+        t.saved_at
+    );
+    let gaps: Vec<u64> = t.saved_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[gaps.len() - 2] > gaps[1],
+        "the interval grows with the state: {gaps:?}"
+    );
+    assert_eq!(t.saved_at.last(), Some(&(events.len() as u64)));
+}

@@ -1,0 +1,460 @@
+//! Snapshot cadence: the bytes a run writes beside its log's size, and the
+//! state load (saved snapshot + the tail folded after it) beside a raw read
+//! and parse of the same bytes as untyped JSON, for runs of 100, 2,000 and
+//! 10,000 steps (design §5.1: total bytes stay linear in the run).
+//!
+//! Set-up, outside the timing: the real executor runs a chain of stub agents
+//! on the real file store (sync off, which changes what is synced, not what
+//! is written). A store wrapper sums the bytes `append` and `save_snapshot`
+//! report. The `state:saved` markers of the log then say where each
+//! snapshot was taken, and the worst moment for a state load is rebuilt in
+//! a fresh store: the log up to the offset just before the longest gap's
+//! snapshot, with the snapshot before that gap — the longest tail the
+//! cadence lets a load fold.
+//!
+//! Timed: `inspect::current_snapshot` over that store, opened once (`warm`:
+//! the snapshot read and parsed, the tail read and folded) and opened anew
+//! each time as a new process would (`fresh`: also the log's index loaded).
+//! Raw, in the same run: reading `snapshot.json` and the tail's bytes and
+//! parsing them as untyped JSON. Figures are printed after each group and
+//! written to `target/criterion/cadence/figures.json` for
+//! `cargo xtask bench-report`.
+
+#![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use application::inspect::current_snapshot;
+use application::ports::{
+    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
+    RunLock, RunStore, StoreError,
+};
+use application::{Executor, RunRequest};
+use async_trait::async_trait;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
+use serde_json::{Value, json};
+
+/// Run lengths measured, in steps.
+const LENGTHS: [usize; 3] = [100, 2_000, 10_000];
+
+/// An agent that answers at once.
+struct Stub;
+
+#[async_trait]
+impl QueryFn for Stub {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let done = AgentMessage::Completed(AgentResult {
+            text: format!("answer of {}", request.node_id),
+            num_turns: 1,
+            ..AgentResult::default()
+        });
+        Ok(Box::pin(futures::stream::iter([Ok(done)])))
+    }
+}
+
+fn chain(steps: usize) -> WorkflowDef {
+    let mut yaml = String::from("name: cadence-bench\nagents:\n");
+    for i in 0..steps {
+        yaml += &format!("  a{i}: {{provider: claude-code, system_prompt: 'agent {i}'}}\n");
+    }
+    yaml += "steps:\n";
+    for i in 0..steps {
+        yaml += &format!("  - agent: a{i}\n");
+    }
+    WorkflowDef::from_yaml(&yaml).expect("bench workflow")
+}
+
+/// The file store, counting the bytes it reports writing.
+struct Counting {
+    inner: FileRunStore,
+    log: AtomicU64,
+    snapshots: AtomicU64,
+    saves: AtomicU64,
+}
+
+#[async_trait]
+impl RunStore for Counting {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.create_run(run_id).await
+    }
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.lock(run_id).await
+    }
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.inner.has_writer(run_id).await
+    }
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
+        let bytes = self.inner.append(run_id, events).await?;
+        self.log.fetch_add(bytes, Ordering::Relaxed);
+        Ok(bytes)
+    }
+    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.flush(run_id).await
+    }
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read(run_id, after, limit).await
+    }
+    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
+        self.inner.last_offset(run_id).await
+    }
+    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        self.inner.follow(run_id, after).await
+    }
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
+        let bytes = self.inner.save_snapshot(snapshot).await?;
+        self.snapshots.fetch_add(bytes, Ordering::Relaxed);
+        self.saves.fetch_add(1, Ordering::Relaxed);
+        Ok(bytes)
+    }
+    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        self.inner.load_snapshot(run_id).await
+    }
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        self.inner.list_runs().await
+    }
+}
+
+fn open(dir: &Path) -> FileRunStore {
+    let config = FileStoreConfig {
+        sync: SyncPolicy::Never,
+        ..FileStoreConfig::default()
+    };
+    FileRunStore::open_with(dir, config).expect("store")
+}
+
+/// What one completed run wrote.
+struct Written {
+    run_id: RunId,
+    events: Vec<RuntimeEvent>,
+    /// The log as encoded (before large values moved to blobs: the 10,000
+    /// steps of the definition in `flow:started` are one).
+    log_bytes: u64,
+    /// What the run's directory holds at the end (log, index, snapshot,
+    /// the blobs its snapshots' large values went to).
+    disk_bytes: u64,
+    snapshot_bytes: u64,
+    snapshots: u64,
+}
+
+fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written {
+    let store = Arc::new(Counting {
+        inner: open(dir),
+        log: AtomicU64::new(0),
+        snapshots: AtomicU64::new(0),
+        saves: AtomicU64::new(0),
+    });
+    let executor = Executor::new(
+        store.clone(),
+        Arc::new(Stub),
+        Arc::new(SystemClock),
+        Arc::new(RandomIds),
+    );
+    let run_id = rt.block_on(executor.create()).expect("create");
+    let request = RunRequest {
+        workflow: Arc::new(chain(steps)),
+        input: json!("go"),
+        source: None,
+    };
+    rt.block_on(executor.run(run_id, request)).expect("run");
+    let mut events = Vec::new();
+    loop {
+        let batch = rt
+            .block_on(store.read(run_id, events.len() as u64, 10_000))
+            .expect("read");
+        if batch.is_empty() {
+            break;
+        }
+        events.extend(batch);
+    }
+    let run_dir = store.inner.run_dir(run_id);
+    Written {
+        run_id,
+        events,
+        log_bytes: store.log.load(Ordering::Relaxed),
+        disk_bytes: disk_bytes(&run_dir),
+        snapshot_bytes: store.snapshots.load(Ordering::Relaxed),
+        snapshots: store.saves.load(Ordering::Relaxed),
+    }
+}
+
+/// The offsets snapshots were taken at: those the markers name, and the
+/// end (the final snapshot, which no marker follows).
+fn snapshot_offsets(events: &[RuntimeEvent]) -> Vec<u64> {
+    let mut at: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::StateSaved { snapshot_offset } => Some(snapshot_offset.get()),
+            _ => None,
+        })
+        .collect();
+    at.push(events.len() as u64);
+    at
+}
+
+/// The worst moment for a load: the log up to `upto`, the snapshot at `saved`.
+struct Worst {
+    saved: u64,
+    upto: u64,
+}
+
+fn worst_moment(offsets: &[u64]) -> Worst {
+    offsets
+        .windows(2)
+        .map(|w| Worst {
+            saved: w[0],
+            upto: w[1],
+        })
+        .max_by_key(|w| w.upto - w.saved)
+        .unwrap_or(Worst { saved: 0, upto: 0 })
+}
+
+/// Rebuilds that moment in a new store at `dir`; the snapshot's size.
+fn rebuild(rt: &tokio::runtime::Runtime, dir: &Path, written: &Written, worst: &Worst) -> u64 {
+    let store = open(dir);
+    let run_id = written.run_id;
+    let upto = usize::try_from(worst.upto).expect("offset");
+    let saved = usize::try_from(worst.saved).expect("offset");
+    rt.block_on(async {
+        let lock = store.create_run(run_id).await.expect("create");
+        for batch in written.events[..upto].chunks(1_000) {
+            store.append(run_id, batch).await.expect("append");
+        }
+        let mut snapshot = RunSnapshot::new(run_id);
+        for event in &written.events[..saved] {
+            snapshot.apply(event);
+        }
+        let bytes = store.save_snapshot(&snapshot).await.expect("snapshot");
+        drop(lock);
+        bytes
+    })
+}
+
+/// Byte position of the line of `offset + 1` in the log at `path`.
+fn line_start(path: &Path, offset: u64) -> u64 {
+    let log = std::fs::read(path).expect("log");
+    let skip = usize::try_from(offset).expect("offset");
+    if skip == 0 {
+        return 0;
+    }
+    log.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(skip - 1)
+        .map_or(log.len() as u64, |(i, _)| i as u64 + 1)
+}
+
+/// Reads and parses the blobs `value` refers to (`{"$blob": "sha256:<hex>"}`),
+/// beside the snapshot in `blobs/sha256-<hex>`.
+fn raw_blobs(value: &Value, blobs: &Path, out: &mut Vec<Value>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(hex) = map.get("$blob").and_then(Value::as_str) {
+                let file = blobs.join(hex.replace(':', "-"));
+                let bytes = std::fs::read(file).expect("read blob");
+                out.push(serde_json::from_slice(&bytes).expect("parse blob"));
+                return;
+            }
+            map.values().for_each(|v| raw_blobs(v, blobs, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| raw_blobs(v, blobs, out)),
+        _ => {}
+    }
+}
+
+/// The raw load: `snapshot.json` with the blobs it refers to, and the
+/// tail's lines, read and parsed as untyped JSON (no hash checked).
+fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>) {
+    let bytes = std::fs::read(snapshot).expect("read snapshot");
+    let state: Value = serde_json::from_slice(&bytes).expect("parse snapshot");
+    let mut parts = Vec::new();
+    raw_blobs(&state, &snapshot.with_file_name("blobs"), &mut parts);
+    let mut file = std::fs::File::open(log).expect("open log");
+    file.seek(SeekFrom::Start(tail_start)).expect("seek");
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).expect("read tail");
+    let events = tail
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice::<Value>(l).expect("parse line"))
+        .chain(parts)
+        .collect();
+    (state, events)
+}
+
+/// Medians of the load's two parts: the snapshot read and parsed, the
+/// tail after it read and folded, in µs.
+fn split(
+    rt: &tokio::runtime::Runtime,
+    store: &FileRunStore,
+    run_id: RunId,
+    saved: u64,
+) -> (f64, f64) {
+    let (mut snapshot, mut tail) = (Vec::new(), Vec::new());
+    for _ in 0..31 {
+        let start = std::time::Instant::now();
+        let mut state = rt
+            .block_on(store.load_snapshot(run_id))
+            .expect("load")
+            .unwrap_or_else(|| RunSnapshot::new(run_id));
+        snapshot.push(start.elapsed().as_nanos() as f64);
+        let start = std::time::Instant::now();
+        let mut after = saved;
+        loop {
+            let batch = rt.block_on(store.read(run_id, after, 1_000)).expect("read");
+            let Some(last) = batch.last() else { break };
+            after = last.offset.get();
+            batch.iter().for_each(|e| state.apply(e));
+        }
+        tail.push(start.elapsed().as_nanos() as f64);
+    }
+    (median_ns(&mut snapshot) / 1e3, median_ns(&mut tail) / 1e3)
+}
+
+/// Bytes of the files under `dir`, recursively: what the run left on disk.
+fn disk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => disk_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
+}
+
+/// The median, or NaN for none (a filter left the bench out).
+fn median_ns(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Where criterion writes its results (see `resume.rs`).
+fn criterion_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.parent()?.parent()?.to_path_buf())
+        })
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("criterion")
+}
+
+fn bench_cadence(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut figures = BTreeMap::new();
+    let mut group = c.benchmark_group("cadence");
+    group.sample_size(30);
+    for steps in LENGTHS {
+        let written = run_chain(&rt, &dir.path().join(format!("run{steps}")), steps);
+        let offsets = snapshot_offsets(&written.events);
+        let worst = worst_moment(&offsets);
+        let scratch = dir.path().join(format!("load{steps}"));
+        let snapshot_len = rebuild(&rt, &scratch, &written, &worst);
+        let run_dir = open(&scratch).run_dir(written.run_id);
+        let log = run_dir.join("events.ndjson");
+        let snapshot = run_dir.join("snapshot.json");
+        let tail_start = line_start(&log, worst.saved);
+        let tail_bytes = std::fs::metadata(&log).expect("log").len() - tail_start;
+        let total = written.log_bytes + written.snapshot_bytes;
+        println!(
+            "cadence/{steps}: log {} B, {} snapshots {} B, total {total} B = {:.2} x the log \
+             ({} B on disk at the end, {:.2} x); longest tail {} events ({tail_bytes} B) \
+             after a snapshot of offset {} ({snapshot_len} B)",
+            written.log_bytes,
+            written.snapshots,
+            written.snapshot_bytes,
+            total as f64 / written.log_bytes as f64,
+            written.disk_bytes,
+            written.disk_bytes as f64 / written.log_bytes as f64,
+            worst.upto - worst.saved,
+            worst.saved,
+        );
+
+        let warm = open(&scratch);
+        let mut warm_ns = Vec::new();
+        group.bench_function(format!("load_warm/{steps}"), |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let one = std::time::Instant::now();
+                    rt.block_on(current_snapshot(&warm, written.run_id))
+                        .expect("load");
+                    warm_ns.push(one.elapsed().as_nanos() as f64);
+                }
+                start.elapsed()
+            })
+        });
+        group.bench_function(format!("load_fresh/{steps}"), |b| {
+            b.iter_batched(
+                || open(&scratch),
+                |store| rt.block_on(current_snapshot(&store, written.run_id)),
+                BatchSize::PerIteration,
+            )
+        });
+        let mut raw_ns = Vec::new();
+        group.bench_function(format!("raw_load/{steps}"), |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let one = std::time::Instant::now();
+                    raw_load(&snapshot, &log, tail_start);
+                    raw_ns.push(one.elapsed().as_nanos() as f64);
+                }
+                start.elapsed()
+            })
+        });
+        let warm_us = median_ns(&mut warm_ns) / 1e3;
+        let raw_us = median_ns(&mut raw_ns) / 1e3;
+        let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
+        println!(
+            "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \
+             raw read + parse of the same bytes {raw_us:.1} µs ({:.2} x raw)",
+            warm_us / raw_us
+        );
+        figures.insert(
+            steps.to_string(),
+            json!({
+                "log_bytes": written.log_bytes,
+                "disk_bytes": written.disk_bytes,
+                "snapshot_bytes": written.snapshot_bytes,
+                "snapshots": written.snapshots,
+                "events": written.events.len(),
+                "tail_events": worst.upto - worst.saved,
+                "tail_bytes": tail_bytes,
+                "snapshot_len": snapshot_len,
+                "load_us": warm_us,
+                "snapshot_us": snapshot_us,
+                "tail_us": tail_us,
+                "raw_us": raw_us,
+            }),
+        );
+    }
+    group.finish();
+    let out = criterion_dir().join("cadence");
+    if std::fs::create_dir_all(&out).is_ok() {
+        let _ = std::fs::write(
+            out.join("figures.json"),
+            Value::Object(figures.into_iter().collect()).to_string(),
+        );
+    }
+}
+
+criterion_group!(benches, bench_cadence);
+criterion_main!(benches);
