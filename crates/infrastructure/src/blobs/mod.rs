@@ -138,6 +138,8 @@ pub fn transcript_blob_dir(transcript: &Path) -> PathBuf {
 pub struct BlobDir {
     dir: PathBuf,
     sync: bool,
+    /// A directory whose blob of the same content is linked, not copied.
+    share_from: Option<PathBuf>,
 }
 
 impl BlobDir {
@@ -147,7 +149,16 @@ impl BlobDir {
         Self {
             dir: dir.into(),
             sync,
+            share_from: None,
         }
+    }
+
+    /// The same directory, taking a blob that `other` holds already as a
+    /// hard link to it rather than a copy: a run's snapshot carries values
+    /// its log stored, and they are stored once.
+    pub fn sharing_from(mut self, other: &BlobDir) -> Self {
+        self.share_from = Some(other.dir.clone());
+        self
     }
 
     /// The same directory with another sync setting.
@@ -223,6 +234,59 @@ impl BlobDir {
             buf.extend_from_slice(&out);
         }
         Ok(())
+    }
+
+    /// Removes the blobs of this directory that `doc` does not refer to,
+    /// for a directory whose blobs belong to that one document (a run's
+    /// snapshot: each snapshot replaces the last, and what only the last
+    /// referred to is garbage). A document that mentions `"$blob"` other
+    /// than in references of the written form removes nothing. Returns how
+    /// many blobs were removed.
+    pub fn keep_only(&self, doc: &[u8]) -> Result<usize, BlobError> {
+        let mentions = memchr::memmem::find_iter(doc, REF_NEEDLE).count();
+        let kept: std::collections::HashSet<String> = memchr::memmem::find_iter(doc, REF_OPEN)
+            .filter_map(|at| parse_reference(doc, at))
+            .map(|found| found.hex)
+            .collect();
+        let found = memchr::memmem::find_iter(doc, REF_OPEN)
+            .filter(|at| parse_reference(doc, *at).is_some())
+            .count();
+        if found != mentions {
+            return Ok(0);
+        }
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => {
+                return Err(BlobError::Io {
+                    what: "list",
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_prefix("sha256-")) else {
+                continue;
+            };
+            if !is_hex_hash(hex.as_bytes()) || kept.contains(hex) {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(BlobError::Io {
+                        what: "remove",
+                        path: entry.path(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(removed)
     }
 
     /// [`BlobDir::externalize_tail`] of a whole document.
@@ -453,6 +517,15 @@ impl BlobDir {
             .mode(DIR_MODE)
             .create(&self.dir)
             .map_err(io("create", &self.dir))?;
+        if let Some(other) = &self.share_from {
+            let theirs = other.join(format!("sha256-{hex}"));
+            let same = std::fs::symlink_metadata(&theirs)
+                .is_ok_and(|meta| meta.is_file() && meta.len() == content.len() as u64);
+            // Linked, or (another filesystem, a race) written below.
+            if same && std::fs::hard_link(&theirs, &path).is_ok() {
+                return Ok(true);
+            }
+        }
         let mut tmp = tempfile::Builder::new()
             .prefix(TEMP_PREFIX)
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE))
@@ -897,18 +970,27 @@ mod record_tests {
     }
 
     /// Every file under `dir` and its size.
+    /// Every file under `dir` with its size, a file with several names
+    /// (hard links) counted once: what it takes on disk.
     fn tree(dir: &Path) -> Vec<(PathBuf, u64)> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let entry = entry.unwrap();
-            let meta = entry.metadata().unwrap();
-            if meta.is_dir() {
-                out.extend(tree(&entry.path()));
-            } else {
-                out.push((entry.path(), meta.len()));
+        fn walk(
+            dir: &Path,
+            seen: &mut std::collections::HashSet<(u64, u64)>,
+        ) -> Vec<(PathBuf, u64)> {
+            use std::os::unix::fs::MetadataExt;
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let meta = entry.metadata().unwrap();
+                if meta.is_dir() {
+                    out.extend(walk(&entry.path(), seen));
+                } else if seen.insert((meta.dev(), meta.ino())) {
+                    out.push((entry.path(), meta.len()));
+                }
             }
+            out
         }
-        out
+        walk(dir, &mut std::collections::HashSet::new())
     }
 
     fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {

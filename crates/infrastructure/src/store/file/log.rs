@@ -63,8 +63,11 @@ pub(super) struct RunPaths {
     pub snapshot_tmp: PathBuf,
     /// `lock`: `flock`ed by the run's one writer (see `super::lock`).
     pub lock: PathBuf,
-    /// `blobs/`: large values of the log and snapshot (see [`crate::blobs`]).
+    /// `blobs/`: large values of the log and transcript (see [`crate::blobs`]).
     pub blobs: BlobDir,
+    /// `snapshot-blobs/`: large values of the snapshot, never synced (the
+    /// snapshot is not) and removed once no snapshot refers to them.
+    pub snapshot_blobs: BlobDir,
 }
 
 impl RunPaths {
@@ -78,6 +81,8 @@ impl RunPaths {
             snapshot: dir.join("snapshot.json"),
             snapshot_tmp: dir.join("snapshot.json.tmp"),
             lock: dir.join("lock"),
+            snapshot_blobs: BlobDir::new(dir.join("snapshot-blobs"), false)
+                .sharing_from(&BlobDir::new(dir.join("blobs"), true)),
             blobs: BlobDir::new(dir.join("blobs"), true),
             dir,
         }
@@ -225,6 +230,7 @@ impl LogState {
     /// the temporary blob files a crashed writer left go.
     fn settle_writer(&mut self, paths: &RunPaths, len: u64) -> Result<(), StoreError> {
         paths.blobs.remove_stale_temps();
+        paths.snapshot_blobs.remove_stale_temps();
         if len > self.end {
             tracing::warn!(
                 file = %paths.log.display(),

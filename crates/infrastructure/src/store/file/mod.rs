@@ -5,6 +5,7 @@
 //! <root>/runs/<run-id>/events.idx      derived: byte position of each line (see `index`)
 //! <root>/runs/<run-id>/snapshot.json   the state to resume from, replaced by rename
 //! <root>/runs/<run-id>/blobs/          values over 64 KiB, stored once (see `crate::blobs`)
+//! <root>/runs/<run-id>/snapshot-blobs/ the snapshot's values over 64 KiB (links to `blobs/` when there)
 //! <root>/runs/<run-id>/lock            empty; `flock`ed by the run's one writer (see `lock`)
 //! ```
 //!
@@ -612,6 +613,38 @@ mod tests {
             result.unwrap();
         }
         assert_eq!(syncs(&store, run), 3, "concurrent flushes share one sync");
+    }
+
+    /// A snapshot's large values live in `snapshot-blobs/`, which holds the
+    /// current snapshot's blobs only: those of the snapshots it replaced
+    /// are removed, so a long run's storage is not its snapshots' history.
+    /// The log's `blobs/` is never touched by a snapshot.
+    #[tokio::test]
+    async fn a_replaced_snapshot_leaves_no_blob_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let _lock = store.create_run(run).await.unwrap();
+        let run_dir = store.run_dir(run);
+        let blobs = |name: &str| -> Vec<String> {
+            std::fs::read_dir(run_dir.join(name))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut snapshot = RunSnapshot::new(run);
+        for n in 0..5 {
+            let big = format!("{n}").repeat(crate::blobs::INLINE_LIMIT + 10);
+            snapshot.input = serde_json::Value::String(big);
+            store.save_snapshot(&snapshot).await.unwrap();
+            assert_eq!(blobs("snapshot-blobs").len(), 1, "after snapshot {n}");
+            let loaded = store.load_snapshot(run).await.unwrap().unwrap();
+            assert_eq!(loaded.input, snapshot.input);
+        }
+        assert!(blobs("blobs").is_empty(), "{:?}", blobs("blobs"));
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@ pub(super) fn write_snapshot(
         ))
     })?;
     let encoded = bytes.len() as u64;
-    let bytes = (paths.blobs.externalize(bytes))
+    let bytes = (paths.snapshot_blobs.externalize(bytes))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
     let mut options = OpenOptions::new();
@@ -63,6 +63,12 @@ pub(super) fn write_snapshot(
         // No snapshot yet (ENOENT), or a filesystem without exchange: plain rename.
         Err(_) => fs::rename(&paths.snapshot_tmp, &paths.snapshot)
             .map_err(|e| io_err("rename onto", &paths.snapshot, &e))?,
+    }
+    // The blobs only the replaced snapshot named are garbage now. A reader
+    // still resolving that snapshot finds one missing and rebuilds the
+    // state from the log, as from any unreadable snapshot.
+    if let Err(e) = paths.snapshot_blobs.keep_only(&bytes) {
+        tracing::warn!(run = %paths.run_id, error = %e, "cannot remove the blobs of a replaced snapshot");
     }
     // At rest (ended or paused) the run writes no snapshot until it is
     // resumed: the old one, swapped into the temporary name, goes now.
@@ -103,7 +109,7 @@ pub(super) fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, Sto
         Err(FileReadError::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(StoreError::Io(e.to_string())),
     };
-    let bytes = (paths.blobs.resolve(&bytes))
+    let bytes = (paths.snapshot_blobs.resolve(&bytes))
         .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
     RunSnapshot::from_json(&bytes, paths.run_id)
         .map(Some)
