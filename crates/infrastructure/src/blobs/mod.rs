@@ -140,6 +140,9 @@ pub struct BlobDir {
     sync: bool,
     /// A directory whose blob of the same content is linked, not copied.
     share_from: Option<PathBuf>,
+    /// Whether large objects and arrays are stored too, not only large
+    /// strings (see [`BlobDir::strings_only`]).
+    containers: bool,
 }
 
 impl BlobDir {
@@ -150,7 +153,19 @@ impl BlobDir {
             dir: dir.into(),
             sync,
             share_from: None,
+            containers: true,
         }
+    }
+
+    /// The same directory, storing large strings only, found by scanning
+    /// the text: a large object or array stays in the document. For a
+    /// document that is a state, not a message (a run's snapshot): its
+    /// size comes from many small parts, and finding large containers
+    /// means building the whole document's tree, ten times its size in
+    /// memory, for a blob that would change with every snapshot anyway.
+    pub fn strings_only(mut self) -> Self {
+        self.containers = false;
+        self
     }
 
     /// The same directory, taking a blob that `other` holds already as a
@@ -211,7 +226,7 @@ impl BlobDir {
             }
         }
         let current = rewritten.as_deref().unwrap_or(doc);
-        if current.len() > INLINE_LIMIT || has_refs {
+        if (self.containers && current.len() > INLINE_LIMIT) || has_refs {
             let mut value: Value = serde_json::from_slice(current)?;
             let mut writer = Writer {
                 blobs: self,

@@ -65,7 +65,7 @@ pub(super) struct RunPaths {
     pub lock: PathBuf,
     /// `blobs/`: large values of the log and transcript (see [`crate::blobs`]).
     pub blobs: BlobDir,
-    /// `snapshot-blobs/`: large values of the snapshot, never synced (the
+    /// `snapshot-blobs/`: large strings of the snapshot, never synced (the
     /// snapshot is not) and removed once no snapshot refers to them.
     pub snapshot_blobs: BlobDir,
 }
@@ -82,7 +82,8 @@ impl RunPaths {
             snapshot_tmp: dir.join("snapshot.json.tmp"),
             lock: dir.join("lock"),
             snapshot_blobs: BlobDir::new(dir.join("snapshot-blobs"), false)
-                .sharing_from(&BlobDir::new(dir.join("blobs"), true)),
+                .sharing_from(&BlobDir::new(dir.join("blobs"), true))
+                .strings_only(),
             blobs: BlobDir::new(dir.join("blobs"), true),
             dir,
         }
