@@ -22,19 +22,24 @@ fn payload() -> String {
     text
 }
 
-/// Every file under `dir` with its size.
+/// Every file under `dir` with its size, a file of several names (hard
+/// links) once: what is stored.
 fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let meta = entry.metadata().unwrap();
-        if meta.is_dir() {
-            out.extend(files(&entry.path()));
-        } else {
-            out.push((entry.path(), meta.len()));
+    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> Vec<(PathBuf, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                out.extend(walk(&entry.path(), seen));
+            } else if seen.insert((meta.dev(), meta.ino())) {
+                out.push((entry.path(), meta.len()));
+            }
         }
+        out
     }
-    out
+    walk(dir, &mut std::collections::HashSet::new())
 }
 
 fn count(haystack: &[u8], needle: &[u8]) -> usize {

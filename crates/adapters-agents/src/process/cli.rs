@@ -26,7 +26,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
-use super::group::{GroupId, ProcessGroup, RUN_VAR, Sandbox, Spawned, spawn};
+use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, run_tags, spawn};
 use crate::normalize::{Decoded, Decoder, StreamDecoder};
 
 /// Bytes of stderr kept for error messages; older output is dropped.
@@ -71,7 +71,7 @@ impl CliCommand {
             args,
             env: {
                 let mut env = agent.env.clone();
-                env.insert(RUN_VAR.to_owned(), request.run_id.to_string());
+                env.extend(run_tags(&request.run_id.to_string()));
                 env
             },
             keys: KeyNames::default(),

@@ -15,7 +15,7 @@ use application::ports::{CommandError, CommandOutcome, CommandRequest, CommandRu
 use application::secrets::KeyNames;
 use async_trait::async_trait;
 
-use super::group::{RUN_VAR, Sandbox};
+use super::group::{Sandbox, run_tags};
 use super::script::{Script, run_script};
 
 /// Bytes kept of stdout and of stderr each (their first bytes): enough for a
@@ -107,7 +107,7 @@ impl CommandRunner for ShellCommandRunner {
             hidden: Vec::new(),
             env: {
                 let mut env = request.env.clone();
-                env.insert(RUN_VAR.to_owned(), request.run_id.to_string());
+                env.extend(run_tags(&request.run_id.to_string()));
                 env
             },
         };

@@ -108,8 +108,54 @@ pub fn kill_leftover(pid: u32, start_time: u64) -> bool {
 /// awr process finds them even when their start never reached the log.
 pub const RUN_VAR: &str = "AWR_RUN_ID";
 
-/// Kills every process whose environment says `RUN_VAR=run_id`, and its
-/// process group, save this process and its own group; how many were
+/// The variable naming the awr process that started a process for a run
+/// (`<pid>:<start ticks>`, see [`writer_tag`]): a process whose writer
+/// still lives is that writer's, not a leftover. The same run id can be
+/// written by two live processes at once when its storage was copied.
+pub const WRITER_VAR: &str = "AWR_WRITER";
+
+/// This process, as [`WRITER_VAR`] names it.
+pub fn writer_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let pid = std::process::id();
+        format!("{pid}:{}", start_ticks(pid).unwrap_or_default())
+    })
+}
+
+/// Whether the writer a [`writer_tag`] names still runs: the same pid with
+/// the same start time.
+fn writer_lives(tag: &[u8]) -> bool {
+    let Some((pid, ticks)) = std::str::from_utf8(tag)
+        .ok()
+        .and_then(|t| t.split_once(':'))
+        .and_then(|(p, t)| Some((p.parse::<u32>().ok()?, t.parse::<u64>().ok()?)))
+    else {
+        return false;
+    };
+    // A zombie is dead: killed, not yet reaped by its parent.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let mut fields = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace());
+    let state = fields.as_mut().and_then(Iterator::next);
+    let started = fields.and_then(|mut f| f.nth(18)?.parse::<u64>().ok());
+    !matches!(state, Some("Z" | "X")) && started == Some(ticks)
+}
+
+/// The variables that tag a process awr starts for `run_id`.
+pub fn run_tags(run_id: &str) -> [(String, String); 2] {
+    [
+        (RUN_VAR.to_owned(), run_id.to_owned()),
+        (WRITER_VAR.to_owned(), writer_tag().to_owned()),
+    ]
+}
+
+/// Kills every process whose environment says `RUN_VAR=run_id` and whose
+/// writer (`WRITER_VAR`) is gone, and its process group, save this process
+/// and its own group; how many were
 /// found. Reads `/proc`: elsewhere it finds nothing.
 pub fn kill_run(run_id: &str) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -142,6 +188,13 @@ pub fn kill_run(run_id: &str) -> usize {
         // Gone meanwhile, or not ours to read: not one of the run's.
         let read = std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut environ));
         if read.is_err() || !environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
+            continue;
+        }
+        let writer = environ
+            .split(|b| *b == 0)
+            .find_map(|var| var.strip_prefix(WRITER_VAR.as_bytes())?.strip_prefix(b"="));
+        // Started by a live awr process: another writer's, not a leftover.
+        if writer.is_some_and(writer_lives) {
             continue;
         }
         found += 1;
@@ -339,6 +392,59 @@ mod tests {
         assert_eq!(kill_run("run-c"), 0);
         drop(theirs);
         assert!(ends_within(theirs_child, limit).await);
+    }
+
+    /// The same run id written by two live awr processes (a copied
+    /// storage): the sweep of one spares what the other, still alive,
+    /// started, and kills what a dead writer left.
+    #[tokio::test]
+    async fn processes_whose_writer_lives_are_not_leftovers() {
+        use crate::process::testing::{ends_within, pid_in};
+        let dir = tempfile::tempdir().unwrap();
+        let limit = std::time::Duration::from_secs(10);
+        let start = |writer: Option<&str>, file: &str| {
+            let mut command = Command::new("sh");
+            let path = dir.path().join(file);
+            command.args([
+                "-c",
+                &format!("echo $$ > '{}'; exec sleep 300", path.display()),
+            ]);
+            let mut env = BTreeMap::from([(RUN_VAR.to_owned(), "run-w".to_owned())]);
+            if let Some(writer) = writer {
+                env.insert(WRITER_VAR.to_owned(), writer.to_owned());
+            }
+            let sandbox = Sandbox {
+                env,
+                ..Sandbox::default()
+            };
+            (spawn(command, &sandbox).unwrap(), path)
+        };
+        // A live writer other than this process: the test's own parent.
+        let parent = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get() as u32);
+        let live = format!("{parent}:{}", start_ticks(parent).unwrap());
+        let (_kept, kept_pid) = start(Some(&live), "live.pid");
+        let (_dead, dead_pid) = start(Some(&format!("{parent}:1")), "dead.pid");
+        let (_old, old_pid) = start(None, "old.pid");
+        let kept_pid = pid_in(&kept_pid, limit).await.unwrap();
+        let dead_pid = pid_in(&dead_pid, limit).await.unwrap();
+        let old_pid = pid_in(&old_pid, limit).await.unwrap();
+        assert_eq!(
+            kill_run("run-w"),
+            2,
+            "the dead writer's and the untagged one"
+        );
+        assert!(
+            ends_within(dead_pid, limit).await,
+            "a dead writer's process survived"
+        );
+        assert!(
+            ends_within(old_pid, limit).await,
+            "an untagged process survived"
+        );
+        assert!(
+            !ends_within(kept_pid, std::time::Duration::from_millis(300)).await,
+            "a live writer's process was killed"
+        );
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use application::secrets::KeyNames;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::group::{RUN_VAR, Sandbox};
+use super::group::{Sandbox, run_tags};
 use super::script::{Script, run_script};
 
 /// Default time a command may run: long enough for a build step, short
@@ -101,8 +101,9 @@ impl Tool for Shell {
             // Tagged as every process of a run is, for a resume to find.
             env: context
                 .run_id
-                .map(|run| (RUN_VAR.to_owned(), run.to_string()))
+                .map(|run| run_tags(&run.to_string()))
                 .into_iter()
+                .flatten()
                 .collect(),
         };
         let outcome = run_script(Script {
