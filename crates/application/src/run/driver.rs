@@ -23,14 +23,17 @@ use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
 mod commands;
+mod endpoints;
 mod resume;
 mod stop;
+mod tail;
+
+use self::endpoints::Endpoints;
 
 use super::control::{self, Cancel, Exceeded};
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorder};
-use super::transcript::TranscriptWriter;
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
@@ -79,48 +82,6 @@ pub(crate) struct Driver {
     tail: Vec<domain::RuntimeEvent>,
     /// This process's right to write the run, held until the run ends.
     _lock: RunLock,
-}
-
-/// What a writer opens besides the log: the run's transcript and its
-/// command endpoint. Independent of the run's state, so a resume opens them
-/// while that state loads.
-pub(super) struct Endpoints {
-    transcript: Option<TranscriptWriter>,
-    listener: Option<Listener>,
-}
-
-impl Endpoints {
-    /// Opens the transcript of `run_id` and, when `listen`, its command
-    /// endpoint (a run that cannot take commands still goes on).
-    pub(super) async fn open(
-        ports: &Ports,
-        run_id: RunId,
-        parent: Option<RunId>,
-        listen: bool,
-    ) -> Result<Self, ExecutorError> {
-        let transcript = match &ports.transcripts {
-            Some(t) => Some(TranscriptWriter::new(
-                t.open(run_id, parent).await?,
-                Arc::clone(&ports.clock),
-            )),
-            None => None,
-        };
-        let listener = match ports.control.as_ref().filter(|_| listen) {
-            Some(control) => match control.listen(run_id).await {
-                Ok(listener) => Some(listener),
-                Err(e) => {
-                    // The run goes on; commands then wait for a later writer.
-                    tracing::warn!(run = %run_id, error = %e, "cannot take commands for this run");
-                    None
-                }
-            },
-            None => None,
-        };
-        Ok(Self {
-            transcript,
-            listener,
-        })
-    }
 }
 
 impl Driver {
