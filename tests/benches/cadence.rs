@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -340,18 +340,6 @@ fn median_ns(samples: &mut [f64]) -> f64 {
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Where criterion writes its results (see `resume.rs`).
-fn criterion_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            Some(exe.parent()?.parent()?.parent()?.to_path_buf())
-        })
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("criterion")
-}
-
 fn bench_cadence(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -447,7 +435,7 @@ fn bench_cadence(c: &mut Criterion) {
         );
     }
     group.finish();
-    let out = criterion_dir().join("cadence");
+    let out = awr_tests::bench::criterion_dir().join("cadence");
     if std::fs::create_dir_all(&out).is_ok() {
         let _ = std::fs::write(
             out.join("figures.json"),

@@ -30,8 +30,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use application::ports::{RunLock, RunStore};
@@ -151,28 +150,6 @@ fn rounds(
     took
 }
 
-/// Where criterion writes its results: `target/criterion`, the bench binary
-/// being `target/<profile>/deps/group_commit-*`.
-fn criterion_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            Some(exe.parent()?.parent()?.parent()?.to_path_buf())
-        })
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("criterion")
-}
-
-fn append_file(path: &Path) -> File {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .expect("raw file")
-}
-
 fn bench_group_commit(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -250,10 +227,10 @@ fn bench_group_commit(c: &mut Criterion) {
     let mut raw = c.benchmark_group("group_commit_raw");
     raw.sample_size(30);
     raw.warm_up_time(Duration::from_secs(1));
-    let line: Vec<u8> = [b'x'; 299].into_iter().chain([b'\n']).collect();
+    let line = awr_tests::bench::raw_line();
     let raw_dir = dir.path().join("raw");
     std::fs::create_dir(&raw_dir).expect("raw dir");
-    let mut one = append_file(&raw_dir.join("one.log"));
+    let mut one = awr_tests::bench::append_file(&raw_dir.join("one.log"));
     raw.bench_function("write_300B_fdatasync", |b| {
         b.iter(|| {
             one.write_all(&line).expect("write");
@@ -263,7 +240,7 @@ fn bench_group_commit(c: &mut Criterion) {
     let fs = File::open(&raw_dir).expect("raw dir");
     for n in RUNS {
         let files: Vec<File> = (0..n)
-            .map(|i| append_file(&raw_dir.join(format!("{n}-{i}.log"))))
+            .map(|i| awr_tests::bench::append_file(&raw_dir.join(format!("{n}-{i}.log"))))
             .collect();
         raw.bench_function(format!("write_300B_x{n}_syncfs"), |b| {
             b.iter(|| {
@@ -287,7 +264,7 @@ fn bench_group_commit(c: &mut Criterion) {
     raw.finish();
 
     report.insert("interleaved".into(), interleaved(&rt, dir.path(), &line));
-    let out = criterion_dir().join("group_commit");
+    let out = awr_tests::bench::criterion_dir().join("group_commit");
     if std::fs::create_dir_all(&out).is_ok() {
         let body = serde_json::Value::Object(report).to_string();
         let _ = std::fs::write(out.join("figures.json"), body);
@@ -309,7 +286,7 @@ fn interleaved(rt: &Runtime, dir: &Path, line: &[u8]) -> serde_json::Value {
         .iter()
         .map(|&n| {
             (0..n)
-                .map(|i| append_file(&raw_dir.join(format!("{n}-{i}.log"))))
+                .map(|i| awr_tests::bench::append_file(&raw_dir.join(format!("{n}-{i}.log"))))
                 .collect()
         })
         .collect();

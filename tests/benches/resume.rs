@@ -26,7 +26,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -426,19 +425,6 @@ fn median_us(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Where criterion writes its results: `target/criterion`, the bench binary
-/// being `target/<profile>/deps/resume-*`.
-fn criterion_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            Some(exe.parent()?.parent()?.parent()?.to_path_buf())
-        })
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("criterion")
-}
-
 fn bench_resume(c: &mut Criterion) {
     // As `awr` builds it.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -528,7 +514,7 @@ fn bench_resume(c: &mut Criterion) {
                 m["calls"]
             );
         }
-        let out = criterion_dir().join("resume");
+        let out = awr_tests::bench::criterion_dir().join("resume");
         if std::fs::create_dir_all(&out).is_ok() {
             let body = json!({ "total_us": total, "parts": split });
             let _ = std::fs::write(out.join(format!("parts_{name}.json")), body.to_string());
@@ -563,13 +549,8 @@ fn bench_resume(c: &mut Criterion) {
         })
     });
     let path = dir.path().join("raw.log");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&path)
-        .expect("raw file");
-    let line: Vec<u8> = [b'x'; 299].into_iter().chain([b'\n']).collect();
+    let mut file = awr_tests::bench::append_file(&path);
+    let line = awr_tests::bench::raw_line();
     raw.bench_function("write_300B_fdatasync", |b| {
         b.iter(|| {
             file.write_all(&line).expect("write");

@@ -16,7 +16,6 @@
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -192,13 +191,8 @@ fn bench_runner(c: &mut Criterion) {
     let mut raw = c.benchmark_group("raw");
     raw.sample_size(30);
     let path = dir.path().join("raw.log");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&path)
-        .expect("raw file");
-    let line: Vec<u8> = [b'x'; 299].into_iter().chain([b'\n']).collect();
+    let mut file = awr_tests::bench::append_file(&path);
+    let line = awr_tests::bench::raw_line();
     raw.bench_function("write_300B_fdatasync", |b| {
         b.iter(|| {
             file.write_all(&line).expect("write");

@@ -3,6 +3,7 @@
 //! It is a library, not a module inside `e2e`, so that other test binaries or
 //! benches can reuse it; it holds only harness code, never product code.
 
+pub mod bench;
 pub mod fake_model;
 
 /// Says that the running test skipped its checks, why, and the command that
