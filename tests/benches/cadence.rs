@@ -22,6 +22,7 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
+use awr_tests::bench::{Stub, chain};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -29,46 +30,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use application::inspect::current_snapshot;
-use application::ports::{
-    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
-    RunLock, RunStore, StoreError,
-};
+use application::ports::{EventStream, RunLock, RunStore, StoreError};
 use application::{Executor, RunRequest};
 use async_trait::async_trait;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
 use serde_json::{Value, json};
 
 /// Run lengths measured, in steps.
 const LENGTHS: [usize; 3] = [100, 2_000, 10_000];
-
-/// An agent that answers at once.
-struct Stub;
-
-#[async_trait]
-impl QueryFn for Stub {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let done = AgentMessage::Completed(AgentResult {
-            text: format!("answer of {}", request.node_id),
-            num_turns: 1,
-            ..AgentResult::default()
-        });
-        Ok(Box::pin(futures::stream::iter([Ok(done)])))
-    }
-}
-
-fn chain(steps: usize) -> WorkflowDef {
-    let mut yaml = String::from("name: cadence-bench\nagents:\n");
-    for i in 0..steps {
-        yaml += &format!("  a{i}: {{provider: claude-code, system_prompt: 'agent {i}'}}\n");
-    }
-    yaml += "steps:\n";
-    for i in 0..steps {
-        yaml += &format!("  - agent: a{i}\n");
-    }
-    WorkflowDef::from_yaml(&yaml).expect("bench workflow")
-}
 
 /// The file store, counting the bytes it reports writing.
 struct Counting {
@@ -162,7 +133,7 @@ fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written 
     );
     let run_id = rt.block_on(executor.create()).expect("create");
     let request = RunRequest {
-        workflow: Arc::new(chain(steps)),
+        workflow: Arc::new(chain("cadence-bench", "provider: claude-code", steps)),
         input: json!("go"),
         source: None,
     };

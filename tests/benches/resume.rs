@@ -24,6 +24,7 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
+use awr_tests::bench::chain;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -89,18 +90,6 @@ fn answer(request: &AgentRequest) -> AgentStream {
         ..AgentResult::default()
     });
     Box::pin(futures::stream::iter([Ok(done)]))
-}
-
-fn chain(steps: usize) -> WorkflowDef {
-    let mut yaml = String::from("name: resume-bench\nagents:\n");
-    for i in 0..steps {
-        yaml += &format!("  a{i}: {{provider: claude-code, system_prompt: 'agent {i}'}}\n");
-    }
-    yaml += "steps:\n";
-    for i in 0..steps {
-        yaml += &format!("  - agent: a{i}\n");
-    }
-    WorkflowDef::from_yaml(&yaml).expect("bench workflow")
 }
 
 /// Time spent in each port operation during one resume, by name; and the
@@ -278,7 +267,7 @@ struct Interrupted {
 }
 
 fn interrupted_run(rt: &tokio::runtime::Runtime, storage: PathBuf) -> Interrupted {
-    let workflow = Arc::new(chain(DONE + 1));
+    let workflow = Arc::new(chain("resume-bench", "provider: claude-code", DONE + 1));
     let store = Arc::new(FileRunStore::open(&storage).expect("store"));
     let entered = Arc::new(Notify::new());
     let agent = DiesMidCall {

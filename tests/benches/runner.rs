@@ -15,6 +15,7 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
+use awr_tests::bench::{Stub, chain};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -32,21 +33,6 @@ use serde_json::json;
 
 /// Chain lengths measured; the marginal cost per step is their difference.
 const LENGTHS: [usize; 2] = [20, 200];
-
-/// An agent that answers at once: what is measured is the runtime alone.
-struct Stub;
-
-#[async_trait]
-impl QueryFn for Stub {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let done = AgentMessage::Completed(AgentResult {
-            text: format!("answer of {}", request.node_id),
-            num_turns: 1,
-            ..AgentResult::default()
-        });
-        Ok(Box::pin(futures::stream::iter([Ok(done)])))
-    }
-}
 
 /// An agent that answers after a fixed time, like a model that thinks.
 struct Slow(std::time::Duration);
@@ -74,18 +60,6 @@ fn fan_out(width: usize) -> WorkflowDef {
         yaml += &format!("  - {{id: n{i}, agent: a}}\n");
     }
     WorkflowDef::from_yaml(&yaml).expect("fan-out workflow")
-}
-
-fn chain(steps: usize) -> WorkflowDef {
-    let mut yaml = String::from("name: bench\nagents:\n");
-    for i in 0..steps {
-        yaml += &format!("  a{i}: {{provider: mock, system_prompt: 'agent {i}', fixtures: fx}}\n");
-    }
-    yaml += "steps:\n";
-    for i in 0..steps {
-        yaml += &format!("  - agent: a{i}\n");
-    }
-    WorkflowDef::from_yaml(&yaml).expect("bench workflow")
 }
 
 fn write_fixtures(dir: &Path, steps: usize) {
@@ -143,7 +117,7 @@ fn bench_runner(c: &mut Criterion) {
     let mut group = c.benchmark_group("run");
     group.sample_size(10);
     for steps in LENGTHS {
-        let workflow = Arc::new(chain(steps));
+        let workflow = Arc::new(chain("bench", "provider: mock, fixtures: fx", steps));
         for (name, sync) in [
             ("stub_sync_never", SyncPolicy::Never),
             ("stub_sync_step", SyncPolicy::StepBoundary),

@@ -1,9 +1,16 @@
-//! What the benches share: where criterion writes, and the raw file and
-//! line every figure is judged against.
+//! What the benches share: where criterion writes, the raw file and line
+//! every figure is judged against, an agent that answers at once, and a
+//! chain of agent steps.
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use application::ports::{
+    AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn,
+};
+use async_trait::async_trait;
+use domain::WorkflowDef;
 
 /// Where criterion writes its results: `criterion/` in the target
 /// directory, which is `CARGO_TARGET_DIR` or the one the bench binary
@@ -39,4 +46,38 @@ pub fn append_file(path: &Path) -> File {
 /// writes.
 pub fn raw_line() -> Vec<u8> {
     [b'x'; 299].into_iter().chain([b'\n']).collect()
+}
+
+/// An agent that answers at once: what is measured is the runtime alone.
+pub struct Stub;
+
+#[async_trait]
+impl QueryFn for Stub {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let done = AgentMessage::Completed(AgentResult {
+            text: format!("answer of {}", request.node_id),
+            num_turns: 1,
+            ..AgentResult::default()
+        });
+        Ok(Box::pin(futures::stream::iter([Ok(done)])))
+    }
+}
+
+/// A workflow `name` of `steps` agent steps in a chain, each its own agent
+/// `a<i>` with the settings `agent` (YAML flow-mapping entries, such as
+/// `provider: mock`) and a system prompt of its own.
+///
+/// # Panics
+/// When the settings make no valid workflow.
+pub fn chain(name: &str, agent: &str, steps: usize) -> WorkflowDef {
+    let mut yaml = format!("name: {name}\nagents:\n");
+    for i in 0..steps {
+        yaml += &format!("  a{i}: {{{agent}, system_prompt: 'agent {i}'}}\n");
+    }
+    yaml += "steps:\n";
+    for i in 0..steps {
+        yaml += &format!("  - agent: a{i}\n");
+    }
+    #[allow(clippy::expect_used)]
+    WorkflowDef::from_yaml(&yaml).expect("bench workflow")
 }
