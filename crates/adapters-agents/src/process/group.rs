@@ -74,15 +74,19 @@ impl GroupId {
 
 /// The start time of `pid` in clock ticks after boot, from `/proc`.
 fn start_ticks(pid: u32) -> Option<u64> {
+    state_and_start(pid).map(|(_, ticks)| ticks)
+}
+
+/// The state letter (`R`, `S`, `Z`...) of `pid` and its start time in clock
+/// ticks after boot, from `/proc/<pid>/stat`.
+fn state_and_start(pid: u32) -> Option<(String, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and `)`; the fields after
-    // its last `)` start at field 3, so field 22 is the 20th of them.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
+    // its last `)` start at field 3 (the state), so field 22 is the 20th.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.to_owned();
+    let ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, ticks))
 }
 
 /// Kills the process group a dead awr process left behind, named by what
@@ -134,15 +138,8 @@ fn writer_lives(tag: &[u8]) -> bool {
         return false;
     };
     // A zombie is dead: killed, not yet reaped by its parent.
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let mut fields = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace());
-    let state = fields.as_mut().and_then(Iterator::next);
-    let started = fields.and_then(|mut f| f.nth(18)?.parse::<u64>().ok());
-    !matches!(state, Some("Z" | "X")) && started == Some(ticks)
+    state_and_start(pid)
+        .is_some_and(|(state, started)| !matches!(state.as_str(), "Z" | "X") && started == ticks)
 }
 
 /// The variables that tag a process awr starts for `run_id`.
