@@ -5,7 +5,8 @@
 //! - every source file opens with a `//!` doc saying why it exists;
 //! - no should-panic tests, ignored tests or debug-print macros anywhere:
 //!   tests assert behaviour, and slow tests are gated on an environment
-//!   variable instead.
+//!   variable instead;
+//! - no merge-conflict markers left in any source, doc or example.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -18,18 +19,27 @@ fn workspace_root() -> PathBuf {
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    files_ending(dir, &["rs"], out);
+}
+
+/// Files under `dir` whose extension is one of `extensions`, skipping
+/// `target`, `node_modules` and hidden entries.
+fn files_ending(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
-        if name == "target" || name.to_string_lossy().starts_with('.') {
+        if name == "target" || name == "node_modules" || name.to_string_lossy().starts_with('.') {
             continue;
         }
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_ending(&path, extensions, out);
+        } else if path
+            .extension()
+            .is_some_and(|e| extensions.iter().any(|x| e == *x))
+        {
             out.push(path);
         }
     }
@@ -173,6 +183,39 @@ fn no_escape_hatches_in_tests_or_code() {
                 !text.contains(pattern),
                 "{}: `{pattern}` is not allowed (gate slow tests on an environment variable)",
                 file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn no_merge_conflict_markers() {
+    const TEXT: [&str; 10] = [
+        "rs", "md", "toml", "yaml", "yml", "json", "js", "mjs", "html", "css",
+    ];
+    let root = workspace_root();
+    let mut files = Vec::new();
+    files_ending(&root, &TEXT, &mut files);
+    assert!(
+        files.len() > 10,
+        "no text files found under {}",
+        root.display()
+    );
+    let markers = [
+        concat!("<<<<<", "<< "),
+        concat!(">>>>>", ">> "),
+        concat!("=====", "==\n"),
+    ];
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for line in text.split_inclusive('\n') {
+            assert!(
+                !markers
+                    .iter()
+                    .any(|m| line.starts_with(m) && (m.ends_with(' ') || line == *m)),
+                "{}: a merge-conflict marker is left in: {}",
+                file.display(),
+                line.trim_end()
             );
         }
     }
