@@ -17,6 +17,8 @@ impl Driver {
     /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
     /// `flow:cancelled` last.
     pub(super) async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
+        // What was decided is stored before the node runs are stopped.
+        self.rec.publish().await?;
         if let Stop::Paused(reason) = stop {
             return self.pause(reason).await;
         }
