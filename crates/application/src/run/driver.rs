@@ -368,12 +368,31 @@ impl Driver {
                 node,
                 kind,
                 ack,
+                end,
             } => {
                 let complete = matches!(kind, EventKind::AgentComplete { .. });
-                let recorded = self.record_for(run, node, kind, ack).await?;
-                Ok(recorded
-                    .filter(|_| complete)
-                    .and_then(|r| self.over_budget(r.timestamp)))
+                let Some((recorded, end)) = self.record_for(run, &node, kind, ack, end).await?
+                else {
+                    return Ok(None);
+                };
+                let stop = if complete {
+                    self.over_budget(recorded.timestamp)
+                } else {
+                    None
+                };
+                match end {
+                    None => Ok(stop),
+                    Some(end) => {
+                        self.running.remove(&run);
+                        if stop.is_some() {
+                            // The run stops: the end is recorded, not routed.
+                            let ctx: Ctx = (Some(node), Some(run));
+                            self.rec.emit(ctx, end.into_event(false)).await?;
+                            return Ok(stop);
+                        }
+                        self.node_ended(run, &node, end).await
+                    }
+                }
             }
             Msg::Ended { run, node, end } => {
                 if !self.state().node_runs.contains_key(&run) {
@@ -389,39 +408,59 @@ impl Driver {
     /// flight, then answers its acknowledgement once it is stored (the
     /// sender must not wait for a run that dropped its message). An
     /// `agent:start` gets its `callIndex` here, the one place that knows the
-    /// node's calls.
+    /// node's calls. The `end` offered with an `agent:complete` is taken
+    /// (and returned) when no message waits for the node run: the caller
+    /// records it, and the answer, which the task only ends on, need not
+    /// wait for a write.
     async fn record_for(
         &mut self,
         run: NodeRunId,
-        node: NodeId,
+        node: &NodeId,
         mut kind: EventKind,
         ack: Option<tokio::sync::oneshot::Sender<Ack>>,
-    ) -> Result<Option<Recorded>, ExecutorError> {
+        end: Option<NodeEnd>,
+    ) -> Result<Option<(Recorded, Option<NodeEnd>)>, ExecutorError> {
         if !self.state().node_runs.contains_key(&run) {
             return Ok(None);
         }
         let mut call = None;
         if let EventKind::AgentStart { call_index, .. } = &mut kind {
-            call = Some(*call_index.get_or_insert(self.calls_of(&node)));
+            call = Some(*call_index.get_or_insert(self.calls_of(node)));
         }
         let complete = matches!(kind, EventKind::AgentComplete { .. });
-        let recorded = self.rec.emit((Some(node), Some(run)), kind).await?;
-        if let Some(ack) = ack {
-            let answer = match call {
-                Some(call_index) => Ack {
-                    call_index,
-                    next: None,
-                },
-                None if complete => Ack {
+        let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
+        let Some(ack) = ack else {
+            return Ok(Some((recorded, None)));
+        };
+        let mut taken = None;
+        let answer = match call {
+            Some(call_index) => Ack {
+                call_index,
+                ..Ack::default()
+            },
+            None if complete => {
+                let next = self.deliver(run, None).await?;
+                let (end, back) = match end {
+                    Some(end) if next.is_none() => (Some(end), None),
+                    other => (None, other),
+                };
+                taken = end;
+                Ack {
                     call_index: 0,
-                    next: self.deliver(run, None).await?,
-                },
-                None => Ack::default(),
-            };
+                    next,
+                    end: back,
+                }
+            }
+            None => Ack {
+                end,
+                ..Ack::default()
+            },
+        };
+        if taken.is_none() {
             self.rec.publish().await?;
-            let _ = ack.send(answer);
         }
-        Ok(Some(recorded))
+        let _ = ack.send(answer);
+        Ok(Some((recorded, taken)))
     }
 
     /// The provider calls `node` has made so far in this run.

@@ -16,10 +16,10 @@ use super::memory_log::{Counter, MemoryLog, Ticking};
 use super::*;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 
-/// Appends of a stub step: its `agent:start` (stored before the call), its
-/// `agent:complete` (before the node run goes on), and its end with its
-/// routing and the next step's start, together.
-const APPENDS_PER_STEP: u64 = 3;
+/// Appends of a stub step: its `agent:start` (stored before the call),
+/// then its `agent:complete`, its end, its routing and the next step's
+/// start, together.
+const APPENDS_PER_STEP: u64 = 2;
 
 /// Answers at once; notes each call in the log's operations.
 struct Stub(Arc<Mutex<Vec<String>>>);

@@ -167,8 +167,16 @@ impl Driver {
                 node,
                 kind,
                 ack,
+                end,
             } => {
-                self.record_for(run, node, kind, ack).await?;
+                // An end taken with the event is the node run's `Ended`.
+                let taken = self.record_for(run, &node, kind, ack, end).await?;
+                if let Some((_, Some(end))) = taken
+                    && !keep
+                {
+                    let ctx: Ctx = (Some(node), Some(run));
+                    self.rec.emit(ctx, end.into_event(false)).await?;
+                }
             }
             Msg::Ended { run, node, end } => {
                 if !keep && self.state().node_runs.contains_key(&run) {
