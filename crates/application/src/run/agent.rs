@@ -56,7 +56,9 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
             .unwrap_or_default();
         let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
             Ok(Invoked { ended: true, .. }) => return None,
-            Ok(Invoked { data, next: None, .. }) => break Ok(data),
+            Ok(Invoked {
+                data, next: None, ..
+            }) => break Ok(data),
             Ok(Invoked { next, .. }) => {
                 turn = next;
                 continue;

@@ -126,6 +126,10 @@ async fn an_event_is_stored_before_it_is_shown_and_a_start_before_its_call() {
             .iter()
             .filter(|op| *op == "append agent:start")
             .count();
-        assert_eq!(starts, i + 1, "n{i} was called before its agent:start was stored");
+        assert_eq!(
+            starts,
+            i + 1,
+            "n{i} was called before its agent:start was stored"
+        );
     }
 }
