@@ -26,8 +26,11 @@ pub struct Progress {
     /// across an await.
     state: Mutex<State>,
     /// Where the text goes: stderr, in one `write` per call.
-    sink: Box<dyn Fn(&[u8]) + Send + Sync>,
+    sink: Sink,
 }
+
+/// Takes what is printed, one call per `write`.
+type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
 
 /// Writes `bytes` to stderr at once (it is unbuffered: each piece written
 /// apart would be a `write` of its own).

@@ -37,6 +37,9 @@ pub(crate) struct Ack {
 }
 
 /// What a node run tells its run's recorder.
+// `Event` is large (an event and an end): a box would cost an allocation
+// per message, for a channel of at most `CHANNEL` slots.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Msg {
     /// Record this event of node run `run`; `ack` is answered once it is
     /// stored. `end` is how the node run ends if nothing more is asked of
