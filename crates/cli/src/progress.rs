@@ -25,6 +25,17 @@ pub struct Progress {
     /// parent). A std mutex: held only while printing one event, never
     /// across an await.
     state: Mutex<State>,
+    /// Where the text goes: stderr, in one `write` per call.
+    sink: Sink,
+}
+
+/// Takes what is printed, one call per `write`.
+type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Writes `bytes` to stderr at once (it is unbuffered: each piece written
+/// apart would be a `write` of its own).
+fn to_stderr(bytes: &[u8]) {
+    let _ = std::io::stderr().lock().write_all(bytes);
 }
 
 #[derive(Default)]
@@ -40,6 +51,7 @@ impl Progress {
             live: std::io::stderr().is_terminal(),
             color: crate::stderr_color(),
             state: Mutex::new(State::default()),
+            sink: Box::new(to_stderr),
         }
     }
 
@@ -48,7 +60,7 @@ impl Progress {
         if let Ok(mut state) = self.state.lock()
             && state.mid_line
         {
-            let _ = writeln!(std::io::stderr().lock());
+            (self.sink)(b"\n");
             state.mid_line = false;
         }
     }
@@ -141,29 +153,32 @@ impl RunObserver for Progress {
                 .map_or(0, |d| d + 1);
             state.depth.insert(event.run_id, depth);
         }
-        let indent = "  ".repeat(state.depth.get(&event.run_id).copied().unwrap_or(0));
-        let mut err = std::io::stderr().lock();
+        let depth = state.depth.get(&event.run_id).copied().unwrap_or(0);
+        // What one event prints is put together first and written once.
+        let mut out = String::new();
         if self.live
             && let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
                 &event.kind
         {
             // Streamed text is dimmed so it reads apart from the step lines.
             let content = crate::inert(content);
-            let _ = if self.color {
-                write!(err, "\x1b[2m{content}\x1b[0m")
+            if self.color {
+                out = format!("\x1b[2m{content}\x1b[0m");
             } else {
-                write!(err, "{content}")
-            };
-            let _ = err.flush();
+                out.push_str(&content);
+            }
             state.mid_line = !content.ends_with('\n');
-            return;
-        }
-        if let Some(line) = self.line(event) {
+        } else if let Some(line) = self.line(event) {
             if state.mid_line {
-                let _ = writeln!(err);
+                out.push('\n');
                 state.mid_line = false;
             }
-            let _ = writeln!(err, "{indent}{}", crate::inert(&line));
+            out.push_str(&"  ".repeat(depth));
+            out.push_str(&crate::inert(&line));
+            out.push('\n');
+        }
+        if !out.is_empty() {
+            (self.sink)(out.as_bytes());
         }
     }
 }
@@ -178,7 +193,43 @@ mod tests {
             live: false,
             color: false,
             state: Mutex::new(State::default()),
+            sink: Box::new(|_| {}),
         }
+    }
+
+    /// An event's line reaches stderr in one `write`, its indent and its
+    /// newline included (the line of a child run is indented), and the
+    /// newline that ends streamed text goes with the next line.
+    #[test]
+    fn each_event_prints_in_one_write() {
+        let writes = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = std::sync::Arc::clone(&writes);
+        let progress = Progress {
+            live: true,
+            sink: Box::new(move |b| seen.lock().unwrap().push(String::from_utf8_lossy(b).into())),
+            ..plain()
+        };
+        let child = "33333333-3333-4333-8333-333333333333";
+        let mut started = event(serde_json::json!({
+            "type": "flow:started", "workflow": {"name": "w", "hash": "h"}, "input": null,
+            "parentRunId": "22222222-2222-4222-8222-222222222222", "nodes": [], "edges": [],
+        }));
+        let parent = event(serde_json::json!({
+            "type": "flow:started", "workflow": {"name": "w", "hash": "h"}, "input": null,
+            "nodes": [], "edges": [],
+        }));
+        progress.on_event(&parent);
+        started.run_id = child.parse().unwrap();
+        progress.on_event(&started);
+        let mut delta = event(serde_json::json!({"type": "agent:text:delta", "content": "hi"}));
+        delta.run_id = started.run_id;
+        progress.on_event(&delta);
+        let mut node = event(serde_json::json!({
+            "type": "node:started", "input": null, "attempt": 1,
+        }));
+        node.run_id = started.run_id;
+        progress.on_event(&node);
+        assert_eq!(*writes.lock().unwrap(), ["hi", "\n  ▸ writer\n"]);
     }
 
     fn event(kind: serde_json::Value) -> RuntimeEvent {

@@ -4,7 +4,7 @@
 use domain::event::Prompt;
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
-use domain::{EventKind, SessionId};
+use domain::{EventKind, SessionId, Timestamp};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -20,14 +20,18 @@ const SESSION_NOT_FOUND: &str = "session_not_found";
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
 /// delivered after it, in the same conversation, before the node run ends.
-pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
+/// `None` when the recorder recorded the end with the last `agent:complete`.
+pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
     let Some((agent_name, agent)) = task
         .workflow
         .agent_of(&task.node)
         .map(|(name, agent)| (name.to_owned(), agent.clone()))
     else {
         // Validation guarantees every agent node names a known agent.
-        return NodeEnd::failed(format!("node `{}` has no agent", task.node.id));
+        return Some(NodeEnd::failed(format!(
+            "node `{}` has no agent",
+            task.node.id
+        )));
     };
     let started = task.ports.clock.now();
     let prompt = render_prompt(task.data());
@@ -42,6 +46,7 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             agent_name: &agent_name,
             agent: &agent,
             prompt: &prompt,
+            started,
         };
         let continued = turn.as_ref().is_some_and(|t| t.session.is_some());
         // Messages the invocation delivers, owed again if it must start afresh.
@@ -50,7 +55,10 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             .map(|t| (t.inbox.clone(), t.notes.clone()))
             .unwrap_or_default();
         let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
-            Ok(Invoked { data, next: None }) => break Ok(data),
+            Ok(Invoked { ended: true, .. }) => return None,
+            Ok(Invoked {
+                data, next: None, ..
+            }) => break Ok(data),
             Ok(Invoked { next, .. }) => {
                 turn = next;
                 continue;
@@ -97,13 +105,8 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             break Err(error);
         }
     };
-    let elapsed = task.ports.clock.now().millis_since(started);
-    let metadata = json!({
-        "agent_name": agent_name,
-        "execution_time_ms": elapsed,
-        "tool_calls_count": tool_calls,
-    });
-    match result {
+    let metadata = metadata(task, &agent_name, started, tool_calls);
+    Some(match result {
         Ok(data) => NodeEnd {
             data,
             metadata,
@@ -114,7 +117,17 @@ pub(super) async fn run(task: &mut NodeTask) -> NodeEnd {
             metadata,
             error: Some(error.to_string()),
         },
-    }
+    })
+}
+
+/// `metadata` of an agent node run's output, now.
+fn metadata(task: &NodeTask, agent_name: &str, started: Timestamp, tool_calls: u64) -> Value {
+    let elapsed = task.ports.clock.now().millis_since(started);
+    json!({
+        "agent_name": agent_name,
+        "execution_time_ms": elapsed,
+        "tool_calls_count": tool_calls,
+    })
 }
 
 /// What every invocation of one node run shares.
@@ -123,13 +136,17 @@ struct Call<'a> {
     agent: &'a AgentDef,
     /// The node run's prompt, for an invocation that starts afresh.
     prompt: &'a str,
+    /// When the node run began.
+    started: Timestamp,
 }
 
 /// A successful invocation: its output data, and how the conversation
-/// goes on when messages for the node run arrived meanwhile.
+/// goes on when messages for the node run arrived meanwhile; `ended` when
+/// nothing did and the recorder recorded the node run's end already.
 struct Invoked {
     data: Value,
     next: Option<Continuation>,
+    ended: bool,
 }
 
 /// The run ended while an invocation was being recorded.
@@ -348,7 +365,7 @@ async fn invoke(
             },
             AgentMessage::Completed(result) => {
                 let elapsed = task.ports.clock.now().millis_since(started);
-                return completed(task, agent, result, elapsed, &current).await;
+                return completed(task, call, result, elapsed, &current, *tool_calls).await;
             }
         };
         task.send(kind).await;
@@ -362,14 +379,17 @@ async fn invoke(
 }
 
 /// Checks the result against the agent's limits and schema, then records
-/// `agent:complete` and learns whether messages wait for the node run.
+/// `agent:complete` and learns whether messages wait for the node run; if
+/// none do, the recorder ends the node run with it.
 async fn completed(
     task: &NodeTask,
-    agent: &AgentDef,
+    call: &Call<'_>,
     result: AgentResult,
     elapsed_ms: u64,
     (session, model): &(SessionId, Option<String>),
+    tool_calls: u64,
 ) -> Result<Invoked, QueryError> {
+    let agent = call.agent;
     if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
         let error = QueryError::Agent {
             error_type: "error_max_turns".into(),
@@ -411,10 +431,26 @@ async fn completed(
         num_turns: result.num_turns,
         session_id: result.session_id.filter(|s| s != session),
     };
-    let ack = task.record(complete).await.ok_or_else(run_over)?;
-    Ok(Invoked {
+    let end = NodeEnd {
         data,
-        next: ack.next,
+        metadata: metadata(task, call.agent_name, call.started, tool_calls),
+        error: None,
+    };
+    let ack = task
+        .record_or_end(complete, Some(end))
+        .await
+        .ok_or_else(run_over)?;
+    Ok(match ack.end {
+        Some(end) => Invoked {
+            data: end.data,
+            next: ack.next,
+            ended: false,
+        },
+        None => Invoked {
+            data: Value::Null,
+            next: None,
+            ended: true,
+        },
     })
 }
 

@@ -7,114 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use async_trait::async_trait;
-use domain::{RunSnapshot, RuntimeEvent};
+use domain::RuntimeEvent;
 use serde_json::json;
 
+use super::memory_log::{Counter, MemoryLog, Tally, Ticking};
 use super::*;
-use crate::ports::{
-    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, IdGen, QueryError, QueryFn,
-    RunLock,
-};
-
-/// What the store was given, in bytes.
-#[derive(Default)]
-struct Tally {
-    log: u64,
-    snapshots: u64,
-    /// The offset of each snapshot saved.
-    saved_at: Vec<u64>,
-    /// Bytes of the last snapshot saved.
-    last_snapshot: u64,
-    /// Log bytes appended since the last snapshot: what a load folds.
-    tail: u64,
-    /// Log bytes appended since the last flush or snapshot: the step in
-    /// progress.
-    step: u64,
-    /// The largest tail seen, the step in progress aside, and the snapshot
-    /// it followed: `(tail, snapshot)`.
-    worst_tail: (u64, u64),
-}
-
-/// A run's log in memory, measuring what it is given.
-#[derive(Default)]
-struct Measured {
-    events: Mutex<Vec<RuntimeEvent>>,
-    snapshot: Mutex<Option<RunSnapshot>>,
-    tally: Mutex<Tally>,
-}
-
-#[async_trait]
-impl RunStore for Measured {
-    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        Ok(RunLock::new(run_id, ()))
-    }
-    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        Ok(RunLock::new(run_id, ()))
-    }
-    async fn has_writer(&self, _: RunId) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-    async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        let mut buf = Vec::new();
-        let mut bytes = 0;
-        for event in events {
-            buf.clear();
-            event.write_json(&mut buf).unwrap();
-            bytes += buf.len() as u64 + 1;
-        }
-        self.events.lock().unwrap().extend_from_slice(events);
-        let mut t = self.tally.lock().unwrap();
-        t.log += bytes;
-        t.tail += bytes;
-        t.step += bytes;
-        if t.tail - t.step > t.worst_tail.0 {
-            t.worst_tail = (t.tail - t.step, t.last_snapshot);
-        }
-        Ok(bytes)
-    }
-    async fn flush(&self, _: RunId) -> Result<(), StoreError> {
-        self.tally.lock().unwrap().step = 0;
-        Ok(())
-    }
-    async fn read(
-        &self,
-        _: RunId,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<RuntimeEvent>, StoreError> {
-        let events = self.events.lock().unwrap();
-        let from = usize::try_from(after).unwrap().min(events.len());
-        Ok(events[from..].iter().take(limit).cloned().collect())
-    }
-    async fn last_offset(&self, _: RunId) -> Result<u64, StoreError> {
-        Ok(self.events.lock().unwrap().len() as u64)
-    }
-    async fn follow(&self, _: RunId, _: u64) -> Result<EventStream, StoreError> {
-        Ok(Box::pin(futures::stream::empty()))
-    }
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
-        let bytes = serde_json::to_vec(snapshot).unwrap().len() as u64;
-        *self.snapshot.lock().unwrap() = Some(snapshot.clone());
-        let mut t = self.tally.lock().unwrap();
-        t.snapshots += bytes;
-        t.saved_at.push(snapshot.last_offset);
-        t.last_snapshot = bytes;
-        // What was appended so far is in the snapshot.
-        t.tail = 0;
-        t.step = 0;
-        Ok(bytes)
-    }
-    async fn load_snapshot(&self, _: RunId) -> Result<Option<RunSnapshot>, StoreError> {
-        Ok(self.snapshot.lock().unwrap().clone())
-    }
-    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
-        Ok(Vec::new())
-    }
-}
+use crate::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 
 /// Answers each call at once with `text_len` bytes of text for the nodes
 /// in `large`, a short answer for the others.
@@ -142,31 +41,6 @@ impl QueryFn for Agent {
     }
 }
 
-struct Counter(AtomicU64);
-
-impl IdGen for Counter {
-    fn uuid(&self) -> uuid::Uuid {
-        let n = self.0.fetch_add(1, Ordering::Relaxed);
-        let mut bytes = [0u8; 16];
-        bytes[8..].copy_from_slice(&n.to_be_bytes());
-        uuid::Builder::from_random_bytes(bytes).into_uuid()
-    }
-}
-
-/// A clock that moves 1 ms per reading.
-struct Ticking(AtomicU64);
-
-impl crate::ports::Clock for Ticking {
-    fn now(&self) -> domain::Timestamp {
-        domain::Timestamp::from_millis(
-            1_767_225_600_000 + self.0.fetch_add(1, Ordering::Relaxed) as i64,
-        )
-    }
-    fn sleep(&self, duration: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
 /// A chain of `steps` agent nodes `n0`, `n1`, ...
 fn chain(steps: usize) -> WorkflowDef {
     let mut yaml = String::from("name: cadence\nagents:\n  a: {provider: claude-code}\nnodes:\n");
@@ -182,12 +56,12 @@ fn chain(steps: usize) -> WorkflowDef {
 
 /// Runs the chain to its end with the default policy; what the store saw.
 async fn run_chain(steps: usize, agent: Agent) -> (Tally, Vec<RuntimeEvent>) {
-    let store = Arc::new(Measured::default());
+    let store = Arc::new(MemoryLog::default());
     let executor = Executor::new(
         Arc::clone(&store) as Arc<dyn RunStore>,
         Arc::new(agent),
-        Arc::new(Ticking(AtomicU64::new(0))),
-        Arc::new(Counter(AtomicU64::new(1))),
+        Arc::new(Ticking::default()),
+        Arc::new(Counter::default()),
     );
     let run_id = executor.create().await.unwrap();
     let request = RunRequest {

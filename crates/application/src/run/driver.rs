@@ -15,9 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domain::event::WorkflowRef;
-use domain::{
-    EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef,
-};
+use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, Timestamp, WorkflowDef};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
@@ -33,7 +31,7 @@ use self::endpoints::Endpoints;
 use super::control::{self, Cancel, Exceeded};
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
-use super::recorder::{Ctx, RUN_LEVEL, Recorder};
+use super::recorder::{Ctx, RUN_LEVEL, Recorded, Recorder};
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
@@ -221,6 +219,9 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            // Nothing recorded waits while the run waits: the node runs
+            // and the observer see it now.
+            self.rec.publish().await?;
             let stop = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
@@ -323,12 +324,13 @@ impl Driver {
             let error = format!("node `{node}` is not in the workflow");
             return self.node_ended(run, node, NodeEnd::failed(error)).await;
         };
-        self.spawn_task(run, def, 1, input, item, None);
+        self.spawn_task(run, def, 1, input, item, None).await?;
         Ok(None)
     }
 
-    /// Starts the task of a node run whose start is on record.
-    fn spawn_task(
+    /// Starts the task of a node run whose start is recorded: published
+    /// first, so its start is on record before the node run can act.
+    async fn spawn_task(
         &mut self,
         run: NodeRunId,
         def: domain::workflow::NodeDef,
@@ -336,7 +338,8 @@ impl Driver {
         input: Value,
         item: Option<u32>,
         resume: Option<Continuation>,
-    ) {
+    ) -> Result<(), ExecutorError> {
+        self.rec.publish().await?;
         let cancel = self.cancel.child();
         let task = NodeTask {
             ports: Arc::clone(&self.ports),
@@ -354,6 +357,7 @@ impl Driver {
         };
         let handle = self.tasks.spawn(task.run());
         self.running.insert(run, (handle.id(), cancel));
+        Ok(())
     }
 
     /// One message of a node run.
@@ -364,9 +368,31 @@ impl Driver {
                 node,
                 kind,
                 ack,
+                end,
             } => {
-                let event = self.record_for(run, node, kind, ack).await?;
-                Ok(event.and_then(|e| self.over_budget(&e)))
+                let complete = matches!(kind, EventKind::AgentComplete { .. });
+                let Some((recorded, end)) = self.record_for(run, &node, kind, ack, end).await?
+                else {
+                    return Ok(None);
+                };
+                let stop = if complete {
+                    self.over_budget(recorded.timestamp)
+                } else {
+                    None
+                };
+                match end {
+                    None => Ok(stop),
+                    Some(end) => {
+                        self.running.remove(&run);
+                        if stop.is_some() {
+                            // The run stops: the end is recorded, not routed.
+                            let ctx: Ctx = (Some(node), Some(run));
+                            self.rec.emit(ctx, end.into_event(false)).await?;
+                            return Ok(stop);
+                        }
+                        self.node_ended(run, &node, end).await
+                    }
+                }
             }
             Msg::Ended { run, node, end } => {
                 if !self.state().node_runs.contains_key(&run) {
@@ -379,38 +405,62 @@ impl Driver {
     }
 
     /// Records an event a node run sent, if that node run is still in
-    /// flight, then answers its acknowledgement (the sender must not wait
-    /// for a run that dropped its message). An `agent:start` gets its
-    /// `callIndex` here, the one place that knows the node's calls.
+    /// flight, then answers its acknowledgement once it is stored (the
+    /// sender must not wait for a run that dropped its message). An
+    /// `agent:start` gets its `callIndex` here, the one place that knows the
+    /// node's calls. The `end` offered with an `agent:complete` is taken
+    /// (and returned) when no message waits for the node run: the caller
+    /// records it, and the answer, which the task only ends on, need not
+    /// wait for a write.
     async fn record_for(
         &mut self,
         run: NodeRunId,
-        node: NodeId,
+        node: &NodeId,
         mut kind: EventKind,
         ack: Option<tokio::sync::oneshot::Sender<Ack>>,
-    ) -> Result<Option<RuntimeEvent>, ExecutorError> {
+        end: Option<NodeEnd>,
+    ) -> Result<Option<(Recorded, Option<NodeEnd>)>, ExecutorError> {
         if !self.state().node_runs.contains_key(&run) {
             return Ok(None);
         }
+        let mut call = None;
         if let EventKind::AgentStart { call_index, .. } = &mut kind {
-            call_index.get_or_insert(self.calls_of(&node));
+            call = Some(*call_index.get_or_insert(self.calls_of(node)));
         }
-        let event = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
-        if let Some(ack) = ack {
-            let answer = match &event.kind {
-                EventKind::AgentStart { call_index, .. } => Ack {
-                    call_index: call_index.unwrap_or_default(),
-                    next: None,
-                },
-                EventKind::AgentComplete { .. } => Ack {
+        let complete = matches!(kind, EventKind::AgentComplete { .. });
+        let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
+        let Some(ack) = ack else {
+            return Ok(Some((recorded, None)));
+        };
+        let mut taken = None;
+        let answer = match call {
+            Some(call_index) => Ack {
+                call_index,
+                ..Ack::default()
+            },
+            None if complete => {
+                let next = self.deliver(run, None).await?;
+                let (end, back) = match end {
+                    Some(end) if next.is_none() => (Some(end), None),
+                    other => (None, other),
+                };
+                taken = end;
+                Ack {
                     call_index: 0,
-                    next: self.deliver(run, None).await?,
-                },
-                _ => Ack::default(),
-            };
-            let _ = ack.send(answer);
+                    next,
+                    end: back,
+                }
+            }
+            None => Ack {
+                end,
+                ..Ack::default()
+            },
+        };
+        if taken.is_none() {
+            self.rec.publish().await?;
         }
-        Ok(Some(event))
+        let _ = ack.send(answer);
+        Ok(Some((recorded, taken)))
     }
 
     /// The provider calls `node` has made so far in this run.
@@ -418,18 +468,9 @@ impl Driver {
         self.state().node_calls.get(node).copied().unwrap_or(0)
     }
 
-    /// A budget an agent's result crossed.
-    fn over_budget(&self, event: &RuntimeEvent) -> Option<Stop> {
-        if !matches!(event.kind, EventKind::AgentComplete { .. }) {
-            return None;
-        }
-        control::exceeded(
-            self.state(),
-            &self.workflow,
-            &self.budgeted,
-            event.timestamp,
-        )
-        .map(Stop::Budget)
+    /// A budget an agent's result, recorded at `at`, crossed.
+    fn over_budget(&self, at: Timestamp) -> Option<Stop> {
+        control::exceeded(self.state(), &self.workflow, &self.budgeted, at).map(Stop::Budget)
     }
 
     /// A task that ended: a panic ends its node run as a failure.
@@ -497,7 +538,9 @@ impl Driver {
                 for kind in kinds {
                     self.rec.emit((Some(node.clone()), None), kind).await?;
                 }
-                self.rec.checkpoint().await?;
+                // Flushed with what the next decisions record, before
+                // anything can see either.
+                self.rec.boundary().await?;
                 Ok(None)
             }
             Err(error) => Ok(Some(Stop::Failed {

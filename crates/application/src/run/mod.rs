@@ -525,6 +525,10 @@ mod edge_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod memory_log;
+#[cfg(test)]
+mod publish_tests;
+#[cfg(test)]
 mod resume_tests;
 #[cfg(test)]
 mod stop_tests;

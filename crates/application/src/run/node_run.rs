@@ -29,16 +29,29 @@ pub(crate) struct Ack {
     /// After an `agent:complete`: the invocation that delivers the
     /// messages accepted for the node run meanwhile, if any came.
     pub next: Option<Continuation>,
+    /// The end the event came with, given back when the recorder did not
+    /// take it (messages wait for the node run, or the run is stopping).
+    /// Offered and not given back: the node run has ended, and its task has
+    /// nothing more to send.
+    pub end: Option<NodeEnd>,
 }
 
 /// What a node run tells its run's recorder.
+// `Event` is large (an event and an end): a box would cost an allocation
+// per message, for a channel of at most `CHANNEL` slots.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Msg {
-    /// Record this event of node run `run`; `ack` is answered once it is stored.
+    /// Record this event of node run `run`; `ack` is answered once it is
+    /// stored. `end` is how the node run ends if nothing more is asked of
+    /// it (an `agent:complete` with no message waiting): the recorder then
+    /// records that end at once, with the event, instead of waiting for
+    /// [`Msg::Ended`] — one hand-off between the tasks, not two.
     Event {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
         ack: Option<oneshot::Sender<Ack>>,
+        end: Option<NodeEnd>,
     },
     /// The node run ended.
     Ended {
@@ -112,6 +125,7 @@ impl NodeTask {
             node: self.node.id.clone(),
             kind,
             ack: None,
+            end: None,
         };
         // A closed channel means the run is over: nothing is left to record.
         let _ = self.tx.send(msg).await;
@@ -119,12 +133,19 @@ impl NodeTask {
 
     /// Sends one event and waits until it is stored; `None` when the run is over.
     pub async fn record(&self, kind: EventKind) -> Option<Ack> {
+        self.record_or_end(kind, None).await
+    }
+
+    /// [`NodeTask::record`], offering the node run's `end` should nothing
+    /// more be asked of it (see [`Msg::Event`]).
+    pub async fn record_or_end(&self, kind: EventKind, end: Option<NodeEnd>) -> Option<Ack> {
         let (ack, stored) = oneshot::channel();
         let msg = Msg::Event {
             run: self.run,
             node: self.node.id.clone(),
             kind,
             ack: Some(ack),
+            end,
         };
         self.tx.send(msg).await.ok()?;
         stored.await.ok()
@@ -147,7 +168,11 @@ impl NodeTask {
                 let cancel = self.cancel.clone();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    end = agent::run(&mut self) => end,
+                    end = agent::run(&mut self) => match end {
+                        Some(end) => end,
+                        // The recorder took its end with its last event.
+                        None => return,
+                    },
                 }
             }
             NodeKind::Command(_) => {

@@ -1,16 +1,28 @@
 //! [`Recorder`]: the single writer of one run.
 //!
 //! Every event of a run passes through [`Recorder::emit`]: it gets the next
-//! offset, its exchange-transcript lines are written, it is appended to the
-//! store, folded into the state (the only way the state changes) and shown to
-//! the observer — in that order, so nothing is seen before it is stored
-//! (design §4.1). Step boundaries ([`Recorder::checkpoint`]) flush the log
-//! and write a snapshot when one is due.
+//! offset, its exchange-transcript lines are written, and it is folded into
+//! the state (the only way the state changes) and kept as *pending*. The
+//! pending events are appended to the store together, in one append (one
+//! `write`), by [`Recorder::publish`], and only then shown to the observer:
+//! nothing is seen before it is stored (design §4.1). The driver publishes
+//! before anything outside the recorder can learn of a pending event: before
+//! it starts a node run's task, answers a node run, replies to a command,
+//! waits for the next message, or ends. So the events of one turn of the
+//! driver (a node run's end, its routing and the next node run's start) cost
+//! one `write`, not one each.
+//!
+//! Step boundaries ([`Recorder::checkpoint`]) write a snapshot when one is
+//! due and flush the log; [`Recorder::boundary`] marks one whose flush joins
+//! the next publication, so a step's end and the next step's start share a
+//! `write` and a sync.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use domain::{EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, WorkflowDef};
+use domain::{
+    EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef,
+};
 use serde_json::json;
 
 use super::transcript::TranscriptWriter;
@@ -22,6 +34,14 @@ pub(crate) type Ctx = (Option<NodeId>, Option<NodeRunId>);
 
 /// Events about the run as a whole.
 pub(crate) const RUN_LEVEL: Ctx = (None, None);
+
+/// Where an event was recorded: what callers of [`Recorder::emit`] need of
+/// it once it is pending (the event itself waits in the recorder).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Recorded {
+    pub offset: Offset,
+    pub timestamp: Timestamp,
+}
 
 /// The writer of one run: its state and everything that records it.
 pub(crate) struct Recorder {
@@ -40,6 +60,16 @@ pub(crate) struct Recorder {
     /// [`Recorder::take_touched`] may have made ready (the targets of edges
     /// decided, the nodes a loop edge reset): the scheduler's candidates.
     touched: BTreeSet<usize>,
+    /// Events folded into `state` and not yet appended: written together
+    /// by the next [`Recorder::publish`]. The vector is kept, so a turn's
+    /// events cost no allocation of their own.
+    pending: Vec<RuntimeEvent>,
+    /// A step boundary whose flush waits for the next publication.
+    boundary: bool,
+    /// Set when a publication failed and the state could not be read back
+    /// from the store: the state then holds events the log does not, and
+    /// nothing more may be recorded on top of it.
+    broken: Option<String>,
 }
 
 impl Recorder {
@@ -72,6 +102,9 @@ impl Recorder {
             log_since_snapshot: 0,
             drops_reported: 0,
             touched: (0..workflow_len).collect(),
+            pending: Vec::new(),
+            boundary: false,
+            broken: None,
         }
     }
 
@@ -80,12 +113,17 @@ impl Recorder {
         std::mem::take(&mut self.touched)
     }
 
-    /// Records one event and returns it as stored.
+    /// Records one event: its transcript lines are written and it is
+    /// folded into the state; it reaches the store (and the observer) with
+    /// the next [`Recorder::publish`].
     pub async fn emit(
         &mut self,
         (node_id, node_run_id): Ctx,
         kind: EventKind,
-    ) -> Result<RuntimeEvent, ExecutorError> {
+    ) -> Result<Recorded, ExecutorError> {
+        if let Some(why) = &self.broken {
+            return Err(StoreError::Io(why.clone()).into());
+        }
         let offset = Offset::new(self.state.last_offset + 1)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let event = RuntimeEvent {
@@ -108,11 +146,6 @@ impl Recorder {
                 .observe(&event, &self.state, &self.workflow)
                 .await?;
         }
-        self.log_since_snapshot += self
-            .ports
-            .store
-            .append(self.state.run_id, std::slice::from_ref(&event))
-            .await?;
         self.state.apply(&event);
         if let EventKind::EdgeFired {
             to, reset_nodes, ..
@@ -124,18 +157,26 @@ impl Recorder {
         } else if let EventKind::EdgeSkipped { to, .. } = &event.kind {
             self.touched.extend(self.workflow.position(to));
         }
-        if let Some(observer) = &self.ports.observer {
-            observer.on_event(&event);
-        }
-        Ok(event)
+        let recorded = Recorded {
+            offset: event.offset,
+            timestamp: event.timestamp,
+        };
+        self.pending.push(event);
+        Ok(recorded)
     }
 
-    /// Step boundary: the snapshot and its `state:saved` marker when one is
-    /// due (see [`super::CheckpointPolicy`]: the log grew by the last
-    /// snapshot's size since it), then one flush for all of it. The marker
-    /// counts towards the next snapshot's growth.
-    pub async fn checkpoint(&mut self) -> Result<(), ExecutorError> {
-        self.report_drops().await?;
+    /// Appends the pending events in one append and shows them to the
+    /// observer; then, if a step boundary was marked since the last
+    /// publication, writes a snapshot when one is due (see
+    /// [`super::CheckpointPolicy`]: the log grew by the last snapshot's size
+    /// since it; its `state:saved` marker counts towards the next one's
+    /// growth) and flushes the log. Nothing pending and no boundary: nothing
+    /// to do.
+    pub async fn publish(&mut self) -> Result<(), ExecutorError> {
+        self.write_pending().await?;
+        if !std::mem::take(&mut self.boundary) {
+            return Ok(());
+        }
         let due = self.last_snapshot.is_none_or(|snapshot_bytes| {
             (self.ports.checkpoints).due(self.log_since_snapshot, snapshot_bytes)
         });
@@ -147,8 +188,79 @@ impl Recorder {
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
                 .await?;
+            self.write_pending().await?;
         }
         self.ports.store.flush(self.state.run_id).await?;
+        Ok(())
+    }
+
+    /// Appends the pending events, all in one append, then shows them to
+    /// the observer.
+    ///
+    /// When the append fails, the state is read back from the store (it
+    /// holds events the log does not), so the runtime's failure can still
+    /// be recorded after what was stored; if that fails too, nothing more
+    /// is recorded.
+    async fn write_pending(&mut self) -> Result<(), ExecutorError> {
+        if let Some(why) = &self.broken {
+            return Err(StoreError::Io(why.clone()).into());
+        }
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        match self
+            .ports
+            .store
+            .append(self.state.run_id, &self.pending)
+            .await
+        {
+            Ok(bytes) => self.log_since_snapshot += bytes,
+            Err(e) => {
+                self.pending.clear();
+                self.reread().await;
+                return Err(e.into());
+            }
+        }
+        if let Some(observer) = &self.ports.observer {
+            for event in &self.pending {
+                observer.on_event(event);
+            }
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// After a failed append: the state as the store has it.
+    async fn reread(&mut self) {
+        let run_id = self.state.run_id;
+        match crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await {
+            Ok(state) => {
+                self.state = state;
+                self.touched = (0..self.workflow.nodes.len()).collect();
+            }
+            Err(e) => {
+                self.broken = Some(format!(
+                    "run {run_id}: an append failed and the stored state cannot be read back: {e}"
+                ));
+            }
+        }
+    }
+
+    /// Step boundary, made durable now: [`Recorder::boundary`], then
+    /// [`Recorder::publish`].
+    pub async fn checkpoint(&mut self) -> Result<(), ExecutorError> {
+        self.boundary().await?;
+        self.publish().await
+    }
+
+    /// Marks a step boundary: the next [`Recorder::publish`], which the
+    /// driver makes before anything can see the step's events, writes the
+    /// snapshot if one is due and flushes the log. What the same turn
+    /// records meanwhile (the next step's start) shares the step's `write`
+    /// and its sync.
+    pub async fn boundary(&mut self) -> Result<(), ExecutorError> {
+        self.report_drops().await?;
+        self.boundary = true;
         Ok(())
     }
 
@@ -178,6 +290,9 @@ impl Recorder {
     /// failure that would contradict the log.
     pub async fn finish(&mut self) -> Result<(), ExecutorError> {
         let run_id = self.state.run_id;
+        // A boundary left pending is this one: the final snapshot follows.
+        self.boundary = false;
+        self.write_pending().await?;
         self.ports.store.flush(run_id).await?;
         if let Err(e) = self.ports.store.save_snapshot(&self.state).await {
             tracing::warn!(run = %run_id, error = %e, "cannot save the final snapshot; the event log holds the outcome");

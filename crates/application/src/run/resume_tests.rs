@@ -7,82 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use domain::{RunSnapshot, RuntimeEvent};
 use serde_json::json;
 
+use super::memory_log::{Counter, MemoryLog, Ticking};
 use super::*;
-use crate::ports::{
-    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, IdGen, QueryError, QueryFn,
-    RunLock,
-};
-
-/// A log in memory that notes each operation (`append <type>`, `flush`,
-/// `save_snapshot`, `query <node>`) in `ops`, shared with the agent.
-#[derive(Default)]
-struct Log {
-    events: Mutex<Vec<RuntimeEvent>>,
-    ops: Arc<Mutex<Vec<String>>>,
-}
-
-impl Log {
-    fn note(&self, op: String) {
-        self.ops.lock().unwrap().push(op);
-    }
-}
-
-#[async_trait]
-impl RunStore for Log {
-    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        Ok(RunLock::new(run_id, ()))
-    }
-    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        Ok(RunLock::new(run_id, ()))
-    }
-    async fn has_writer(&self, _: RunId) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-    async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        for e in events {
-            self.note(format!("append {}", e.kind.type_name()));
-        }
-        self.events.lock().unwrap().extend_from_slice(events);
-        Ok(0)
-    }
-    async fn flush(&self, _: RunId) -> Result<(), StoreError> {
-        self.note("flush".into());
-        Ok(())
-    }
-    async fn read(
-        &self,
-        _: RunId,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<RuntimeEvent>, StoreError> {
-        let events = self.events.lock().unwrap();
-        let from = usize::try_from(after).unwrap().min(events.len());
-        Ok(events[from..].iter().take(limit).cloned().collect())
-    }
-    async fn last_offset(&self, _: RunId) -> Result<u64, StoreError> {
-        Ok(self.events.lock().unwrap().len() as u64)
-    }
-    async fn follow(&self, _: RunId, _: u64) -> Result<EventStream, StoreError> {
-        Ok(Box::pin(futures::stream::empty()))
-    }
-    async fn save_snapshot(&self, _: &RunSnapshot) -> Result<u64, StoreError> {
-        self.note("save_snapshot".into());
-        Ok(0)
-    }
-    async fn load_snapshot(&self, _: RunId) -> Result<Option<RunSnapshot>, StoreError> {
-        // No snapshot: the state is the fold of the whole log.
-        Ok(None)
-    }
-    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
-        Ok(Vec::new())
-    }
-}
+use crate::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 
 /// Answers at once, except the nodes in `hangs`, which never answer; notes
 /// each call in `ops` and tells `called` of it.
@@ -110,30 +41,6 @@ impl QueryFn for Agent {
     }
 }
 
-struct Counter(AtomicU64);
-
-impl IdGen for Counter {
-    fn uuid(&self) -> uuid::Uuid {
-        let n = self.0.fetch_add(1, Ordering::SeqCst);
-        let mut bytes = [0u8; 16];
-        bytes[8..].copy_from_slice(&n.to_be_bytes());
-        uuid::Builder::from_random_bytes(bytes).into_uuid()
-    }
-}
-
-struct Clock0(AtomicU64);
-
-impl crate::ports::Clock for Clock0 {
-    fn now(&self) -> domain::Timestamp {
-        domain::Timestamp::from_millis(
-            1_767_225_600_000 + self.0.fetch_add(1, Ordering::SeqCst) as i64,
-        )
-    }
-    fn sleep(&self, duration: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
 const CHAIN: &str = "
 name: chain
 agents:
@@ -144,7 +51,7 @@ steps: [{agent: a}, {agent: b}]
 
 /// An executor over `log` whose agent hangs on the nodes in `hangs`.
 fn executor(
-    log: &Arc<Log>,
+    log: &Arc<MemoryLog>,
     hangs: &'static [&'static str],
 ) -> (Executor, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let (called, calls) = tokio::sync::mpsc::unbounded_channel();
@@ -156,8 +63,8 @@ fn executor(
     let executor = Executor::new(
         Arc::clone(log) as Arc<dyn RunStore>,
         Arc::new(agent),
-        Arc::new(Clock0(AtomicU64::new(0))),
-        Arc::new(Counter(AtomicU64::new(1))),
+        Arc::new(Ticking::default()),
+        Arc::new(Counter::default()),
     );
     (executor, calls)
 }
@@ -173,7 +80,7 @@ async fn called(calls: &mut tokio::sync::mpsc::UnboundedReceiver<String>, node: 
 
 /// Runs `CHAIN` until its agent is called on `node`, then drops the run, as
 /// the death of its writer would leave it.
-async fn killed_at(log: &Arc<Log>, node: &str) -> (RunId, Arc<WorkflowDef>) {
+async fn killed_at(log: &Arc<MemoryLog>, node: &str) -> (RunId, Arc<WorkflowDef>) {
     let workflow = Arc::new(WorkflowDef::from_yaml(CHAIN).unwrap());
     let hangs: &'static [&'static str] = if node == "a" { &["a", "b"] } else { &["b"] };
     let (executor, mut calls) = executor(log, hangs);
@@ -194,7 +101,7 @@ async fn killed_at(log: &Arc<Log>, node: &str) -> (RunId, Arc<WorkflowDef>) {
 /// Resumes the run and returns the store operations from the resume's
 /// start up to the call of `node`.
 async fn resume_until_called(
-    log: &Arc<Log>,
+    log: &Arc<MemoryLog>,
     run_id: RunId,
     workflow: Arc<WorkflowDef>,
     node: &str,
@@ -211,7 +118,7 @@ async fn resume_until_called(
 
 #[tokio::test]
 async fn a_resume_calls_the_agent_in_flight_before_any_sync_or_snapshot() {
-    let log = Arc::new(Log::default());
+    let log = Arc::new(MemoryLog::forgetting_snapshots());
     let (run_id, workflow) = killed_at(&log, "b").await;
     let ops = resume_until_called(&log, run_id, workflow, "b").await;
     assert_eq!(
@@ -223,7 +130,7 @@ async fn a_resume_calls_the_agent_in_flight_before_any_sync_or_snapshot() {
 
 #[tokio::test]
 async fn a_routing_left_half_done_ends_with_a_sync_before_the_next_call() {
-    let log = Arc::new(Log::default());
+    let log = Arc::new(MemoryLog::forgetting_snapshots());
     let (run_id, workflow) = killed_at(&log, "b").await;
     // The writer died right after a's end: its edge and b are not on record.
     {

@@ -300,7 +300,8 @@ impl Driver {
                 if state.in_turn {
                     next.call_index = state.call_index;
                 }
-                self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next));
+                self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next))
+                    .await?;
                 return Ok(None);
             }
             if state.in_turn {
@@ -320,7 +321,8 @@ impl Driver {
                 child: Some(child),
                 ..Continuation::default()
             };
-            self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next));
+            self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next))
+                .await?;
             return Ok(None);
         }
         let attempt = state.attempt.saturating_add(1);
@@ -331,7 +333,8 @@ impl Driver {
             items: None,
         };
         self.rec.emit((Some(node), Some(run)), again).await?;
-        self.spawn_task(run, def, attempt, state.input, state.item, resume);
+        self.spawn_task(run, def, attempt, state.input, state.item, resume)
+            .await?;
         Ok(None)
     }
 
@@ -468,7 +471,7 @@ impl Driver {
     }
 
     /// The `for_each` item node run `run` worked on, from its `node:started`.
-    async fn item_of(&self, run: Option<NodeRunId>) -> Result<Option<u32>, ExecutorError> {
+    async fn item_of(&mut self, run: Option<NodeRunId>) -> Result<Option<u32>, ExecutorError> {
         let Some(run) = run else { return Ok(None) };
         Ok(self.events().await?.iter().find_map(|e| match &e.kind {
             EventKind::NodeStarted { item, .. } if e.node_run_id == Some(run) => *item,

@@ -17,6 +17,8 @@ impl Driver {
     /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
     /// `flow:cancelled` last.
     pub(super) async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
+        // What was decided is stored before the node runs are stopped.
+        self.rec.publish().await?;
         if let Stop::Paused(reason) = stop {
             return self.pause(reason).await;
         }
@@ -165,8 +167,16 @@ impl Driver {
                 node,
                 kind,
                 ack,
+                end,
             } => {
-                self.record_for(run, node, kind, ack).await?;
+                // An end taken with the event is the node run's `Ended`.
+                let taken = self.record_for(run, &node, kind, ack, end).await?;
+                if let Some((_, Some(end))) = taken
+                    && !keep
+                {
+                    let ctx: Ctx = (Some(node), Some(run));
+                    self.rec.emit(ctx, end.into_event(false)).await?;
+                }
             }
             Msg::Ended { run, node, end } => {
                 if !keep && self.state().node_runs.contains_key(&run) {

@@ -11,7 +11,7 @@ use crate::run::ExecutorError;
 
 impl Driver {
     /// The step the end of the log shows under way, if any.
-    pub(super) async fn last_step(&self) -> Result<Option<LastStep>, ExecutorError> {
+    pub(super) async fn last_step(&mut self) -> Result<Option<LastStep>, ExecutorError> {
         // The end of the log the resume folded, if it holds the answer.
         if let Some(first) = self.tail.first() {
             let after = first.offset.get() - 1;
@@ -21,6 +21,8 @@ impl Driver {
                 return Ok(step);
             }
         }
+        // What is read back must include what was recorded.
+        self.rec.publish().await?;
         let run_id = self.state().run_id;
         let last = self.state().last_offset;
         let mut back = TAIL as u64;
@@ -39,15 +41,17 @@ impl Driver {
     }
 
     /// Every event of the run so far.
-    pub(super) async fn events(&self) -> Result<Vec<RuntimeEvent>, ExecutorError> {
+    pub(super) async fn events(&mut self) -> Result<Vec<RuntimeEvent>, ExecutorError> {
         self.events_after(0).await
     }
 
     /// The events of the run after offset `after`.
     pub(super) async fn events_after(
-        &self,
+        &mut self,
         after: u64,
     ) -> Result<Vec<RuntimeEvent>, ExecutorError> {
+        // What is read back must include what was recorded.
+        self.rec.publish().await?;
         let run_id = self.state().run_id;
         let mut events: Vec<RuntimeEvent> = Vec::new();
         loop {
