@@ -171,6 +171,7 @@ fn the_readme_lists_every_command() {
         "pause",
         "cancel",
         "send|reply",
+        "serve",
     ] {
         assert!(
             readme.contains(&format!("awr {command} ")),

@@ -23,6 +23,7 @@ mod records;
 mod resume_cli;
 mod resume_http;
 mod secrets;
+mod serve;
 mod stopping;
 mod store_conformance;
 mod subflow;

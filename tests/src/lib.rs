@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod fake_model;
+pub mod serve;
 
 /// Says that the running test skipped its checks, why, and the command that
 /// runs it for real: `SKIPPED <test>: <reason>; run it with: <command>`.

@@ -124,7 +124,27 @@ fn report() -> anyhow::Result<()> {
     report_fan_out()?;
     report_http()?;
     report_resume()?;
+    report_serve_followers()?;
     report_group_commit()
+}
+
+/// Prints the events/s of one run with 0, 100 and 1,000 HTTP followers and
+/// the slowdown beside none (see `tests/benches/serve.rs`); skipped when
+/// that bench has not run.
+fn report_serve_followers() -> anyhow::Result<()> {
+    const EVENTS: f64 = 5_000.0;
+    let Ok(alone) = median_us("serve_followers", "followers_0") else {
+        return Ok(());
+    };
+    for n in [0, 100, 1000] {
+        let us = median_us("serve_followers", &format!("followers_{n}"))?;
+        println!(
+            "serve: one run, {n:>4} followers   {:>9.0} events/s   ({:+.1} % time beside none)",
+            EVENTS / (us / 1e6),
+            (us / alone - 1.0) * 100.0
+        );
+    }
+    Ok(())
 }
 
 /// Prints steps of 1, 10 and 100 concurrent runs and a run's fixed cost,

@@ -1,0 +1,1 @@
+// The timeline of awr serve: fed by EventSource (docs/http.md).

@@ -1,0 +1,164 @@
+//! Followers of one run over HTTP: the rate a run records its events at
+//! with 0, 100 and 1,000 clients streaming it from `awr serve` (issue:
+//! at most 10 % slower at 1,000).
+//!
+//! Set-up: the release `awr serve` on 127.0.0.1, and a workflow whose first
+//! step waits for a gate file and whose second is a mock agent streaming
+//! `EVENTS` text deltas. Each iteration starts the run over HTTP, connects
+//! the followers (NDJSON, each read to its end on its own task), waits
+//! until each has received the run's first event, opens the gate, and waits
+//! until every follower has its terminal frame (with none, until the run
+//! ends). Timed: the run's own clock, from the gate step's `node:completed`
+//! to `flow:completed` in its log, so what is measured is how fast the run
+//! records events while the followers read them, not the clients.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a benchmark has no caller to hand an error to
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use awr_tests::serve::Served;
+use criterion::{Criterion, criterion_group, criterion_main};
+use domain::{EventKind, RuntimeEvent};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// Text deltas the agent streams: the run records about this many events.
+const EVENTS: usize = 5_000;
+
+/// The release `awr`, built next to this bench.
+fn awr_bin() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--release", "-p", "cli", "--bin", "awr"])
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building awr failed");
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("awr")
+}
+
+/// The workflow and its fixture under `dir`; the gate is `dir/gate`.
+fn workflow(dir: &Path) {
+    std::fs::write(
+        dir.join("burst.yaml"),
+        format!(
+            "name: burst\nagents:\n  writer: {{provider: mock}}\nsteps:\n  - id: gate\n    command: 'while [ ! -f {} ]; do sleep 0.005; done'\n  - agent: writer\n",
+            dir.join("gate").display()
+        ),
+    )
+    .unwrap();
+    let deltas: Vec<Value> = (0..EVENTS)
+        .map(|i| json!({"type": "agent:text:delta", "content": format!("token {i} ")}))
+        .collect();
+    let fixture = json!({"calls": [{"output": {"text": "done", "usage": {"inputTokens": 1, "outputTokens": 1}}, "events": deltas}]});
+    let fixtures = dir.join("fixtures/burst");
+    std::fs::create_dir_all(&fixtures).unwrap();
+    std::fs::write(fixtures.join("writer.json"), fixture.to_string()).unwrap();
+}
+
+/// One run with `followers` clients; the time the run took to record its
+/// events after the gate, and how many it recorded.
+async fn one_run(
+    http: &reqwest::Client,
+    base: &str,
+    dir: &Path,
+    followers: usize,
+) -> (Duration, usize) {
+    let _ = std::fs::remove_file(dir.join("gate"));
+    let started = http
+        .post(format!("{base}/workflows"))
+        .body(json!({"path": "burst.yaml"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let started: Value = serde_json::from_str(&started.text().await.unwrap()).unwrap();
+    let run = started["runId"].as_str().unwrap().to_owned();
+    let url = format!("{base}/workflows/{run}/events");
+    let (ready, mut readies) = tokio::sync::mpsc::channel::<()>(followers.max(1));
+    let mut tasks = Vec::new();
+    for _ in 0..followers {
+        let response = http.get(&url).send().await.unwrap();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut body = response.bytes_stream();
+            let mut told = false;
+            let mut tail = Vec::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                if !told {
+                    told = true;
+                    let _ = ready.send(()).await;
+                }
+                tail.extend_from_slice(&chunk);
+                let keep = tail.len().saturating_sub(256);
+                tail.drain(..keep);
+            }
+            String::from_utf8_lossy(&tail).contains("\"type\":\"end\"")
+        }));
+    }
+    for _ in 0..followers {
+        readies.recv().await.unwrap();
+    }
+    std::fs::write(dir.join("gate"), "").unwrap();
+    for task in tasks {
+        assert!(task.await.unwrap(), "a follower got no terminal frame");
+    }
+    // The log, once the run has ended (with no follower, wait for it here).
+    let events = loop {
+        let body = http.get(&url).send().await.unwrap().text().await.unwrap();
+        if body.contains("\"type\":\"end\"") {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let events: Vec<RuntimeEvent> = events
+        .lines()
+        .filter_map(|l| RuntimeEvent::from_json(l.as_bytes()).ok())
+        .collect();
+    let gate = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::NodeCompleted { .. }))
+        .expect("the gate step completed");
+    let last = events.last().unwrap();
+    let took = last.timestamp.millis_since(events[gate].timestamp);
+    (Duration::from_millis(took.max(1)), events.len() - gate - 1)
+}
+
+fn followers(c: &mut Criterion) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    workflow(dir.path());
+    let awr = awr_bin();
+    let server = Served::start(&awr, &dir.path().join("storage"), dir.path(), &[]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let mut group = c.benchmark_group("serve_followers");
+    // One run per sample: with 1,000 followers a run streams 5 million
+    // lines, seconds of wall time for a timed fraction of a second.
+    group.sample_size(10);
+    group.sampling_mode(criterion::SamplingMode::Flat);
+    group.warm_up_time(Duration::from_millis(1));
+    group.measurement_time(Duration::from_millis(1));
+    for n in [0usize, 100, 1000] {
+        group.bench_function(format!("followers_{n}"), |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let (took, events) = one_run(&http, &server.base, dir.path(), n).await;
+                        assert!(events >= EVENTS, "{events} events recorded");
+                        total += took;
+                    }
+                    total
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, followers);
+criterion_main!(benches);

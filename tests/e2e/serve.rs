@@ -1,0 +1,283 @@
+//! `awr serve` over loopback: a real server process, real runs, reqwest
+//! clients. A run streams live from its start to its terminal frame and a
+//! reconnect continues it exactly; a run another `awr run` process writes
+//! streams live too, and a client that leaves never cancels it; a shutdown
+//! pauses the server's runs, ends open streams with their frame, exits 0,
+//! and `awr resume` continues the run; a non-loopback bind needs a token.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use awr_tests::serve::Served;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::cancel::{wait_exit, wait_for};
+use crate::util::{Awr, awr_bin, repo_root};
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A response body read a line (NDJSON) or an event (SSE) at a time.
+struct Reader {
+    body: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,
+    buffer: Vec<u8>,
+}
+
+impl Reader {
+    fn of(response: reqwest::Response) -> Self {
+        Self {
+            body: response.bytes_stream().boxed(),
+            buffer: Vec::new(),
+        }
+    }
+
+    async fn next_until(&mut self, separator: &[u8]) -> Option<String> {
+        loop {
+            if let Some(at) = self
+                .buffer
+                .windows(separator.len())
+                .position(|w| w == separator)
+            {
+                let chunk: Vec<u8> = self.buffer.drain(..at + separator.len()).collect();
+                return Some(String::from_utf8_lossy(&chunk[..at]).into_owned());
+            }
+            match self.body.next().await {
+                Some(Ok(data)) => self.buffer.extend_from_slice(&data),
+                _ => return None,
+            }
+        }
+    }
+
+    async fn line(&mut self) -> Option<Value> {
+        let line = self.next_until(b"\n").await?;
+        Some(serde_json::from_str(&line).unwrap())
+    }
+
+    async fn sse(&mut self) -> Option<String> {
+        self.next_until(b"\n\n").await
+    }
+
+    /// Events (as JSON) up to the end frame, and the frame.
+    async fn until_end(&mut self) -> (Vec<Value>, Option<Value>) {
+        let mut events = Vec::new();
+        while let Some(line) = self.line().await {
+            match line["type"].as_str() {
+                Some("end") => return (events, Some(line)),
+                Some("heartbeat") => {}
+                _ => events.push(line),
+            }
+        }
+        (events, None)
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    serde_json::from_str(&response.text().await.unwrap()).unwrap()
+}
+
+fn sse_id(event: &str) -> Option<u64> {
+    event
+        .lines()
+        .find_map(|l| l.strip_prefix("id: "))
+        .map(|id| id.parse().unwrap())
+}
+
+/// A workflow whose one command step waits for `gate` to exist.
+fn gated_flow(dir: &Path, gate: &Path) -> PathBuf {
+    let flow = dir.join("gated.yaml");
+    std::fs::write(
+        &flow,
+        format!(
+            "name: gated\nsteps:\n  - id: wait\n    command: 'while [ ! -f {} ]; do sleep 0.02; done; echo through'\n",
+            gate.display()
+        ),
+    )
+    .unwrap();
+    flow
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_streams_live_to_its_terminal_frame_and_a_reconnect_continues_exactly() {
+    let awr = Awr::new();
+    let server = Served::start(awr_bin(), &awr.storage(), &repo_root(), &[]);
+    let http = client();
+    let started = http
+        .post(format!("{}/workflows", server.base))
+        .body(json!({"path": "examples/summarize.yaml"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 201);
+    let run = json_of(started).await["runId"].as_str().unwrap().to_owned();
+    let events = http
+        .get(format!("{}/workflows/{run}/events", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.headers()["content-type"], "application/x-ndjson");
+    let (streamed, end) = Reader::of(events).until_end().await;
+    let end = end.expect("a terminal frame");
+    assert_eq!(end["status"], "completed");
+    // Exactly the log, in order.
+    assert_eq!(streamed, awr.events(&run));
+    let last = streamed.len() as u64;
+    assert_eq!(end["lastOffset"], last);
+
+    let k = 5;
+    let sse = format!("{}/workflows/{run}/events/sse?offset=0", server.base);
+    let mut first = Reader::of(http.get(&sse).send().await.unwrap());
+    for expected in 1..=k {
+        assert_eq!(sse_id(&first.sse().await.unwrap()), Some(expected));
+    }
+    drop(first);
+    let again = http
+        .get(&sse)
+        .header("Last-Event-ID", k.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut again = Reader::of(again);
+    let mut ids = Vec::new();
+    while let Some(event) = again.sse().await {
+        match sse_id(&event) {
+            Some(id) => ids.push(id),
+            None => {
+                assert!(event.starts_with("event: end\n"), "{event}");
+                break;
+            }
+        }
+    }
+    assert_eq!(ids, (k + 1..=last).collect::<Vec<_>>());
+    // Caught up with a finished run: nothing more will come.
+    let done = http
+        .get(&sse)
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_another_process_writes_streams_live_and_a_leaving_client_does_not_cancel_it() {
+    let awr = Awr::new();
+    let gate = awr.dir.path().join("gate");
+    let flow = gated_flow(awr.dir.path(), &gate);
+    let server = Served::start(awr_bin(), &awr.storage(), awr.dir.path(), &[]);
+    let mut writer = awr
+        .command(&["run", flow.to_str().unwrap()])
+        .current_dir(awr.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(30, "the run's command step", || {
+        awr.run_ids().first().is_some_and(|run| {
+            awr.events_so_far(run)
+                .iter()
+                .any(|e| e["type"] == "node:started")
+        })
+    });
+    let run = awr.run_ids().pop().unwrap();
+    let http = client();
+    let url = format!("{}/workflows/{run}/events/sse", server.base);
+    // One client leaves mid-run; the other stays to the end.
+    let mut leaving = Reader::of(http.get(&url).send().await.unwrap());
+    assert_eq!(sse_id(&leaving.sse().await.unwrap()), Some(1));
+    drop(leaving);
+    let mut staying = Reader::of(http.get(&url).send().await.unwrap());
+    let mut ids = Vec::new();
+    let mut opened = false;
+    let end = loop {
+        let event = staying.sse().await.expect("the stream ends with its frame");
+        if event.starts_with(':') {
+            continue;
+        }
+        let Some(id) = sse_id(&event) else {
+            break event;
+        };
+        ids.push(id);
+        if !opened && event.contains("\"node:started\"") {
+            // Live: the rest is written only now, by the other process.
+            opened = true;
+            std::fs::write(&gate, "").unwrap();
+        }
+    };
+    assert!(opened);
+    assert!(end.contains("\"status\":\"completed\""), "{end}");
+    let last = awr.events(&run).len() as u64;
+    assert_eq!(ids, (1..=last).collect::<Vec<_>>());
+    assert_eq!(wait_exit(&mut writer, 30, "awr run"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_pauses_the_servers_runs_ends_streams_and_resume_continues() {
+    let awr = Awr::new();
+    let gate = awr.dir.path().join("gate");
+    gated_flow(awr.dir.path(), &gate);
+    let mut server = Served::start(awr_bin(), &awr.storage(), awr.dir.path(), &[]);
+    let http = client();
+    let started = http
+        .post(format!("{}/workflows", server.base))
+        .body(json!({"path": "gated.yaml"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let started = json_of(started).await;
+    let run = started["runId"].as_str().unwrap().to_owned();
+    let mut stream = Reader::of(
+        http.get(format!("{}/workflows/{run}/events", server.base))
+            .send()
+            .await
+            .unwrap(),
+    );
+    loop {
+        let line = stream.line().await.unwrap();
+        if line["type"] == "node:started" {
+            break;
+        }
+    }
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let (_, end) = stream.until_end().await;
+    let end = end.expect("a terminal frame at shutdown");
+    assert_eq!(end["reason"], "server shutting down");
+    assert_eq!(end["status"], "paused");
+    assert_eq!(code, 0, "awr serve exits 0 after a graceful shutdown");
+    let kinds: Vec<Value> = awr
+        .events(&run)
+        .into_iter()
+        .map(|e| e["type"].clone())
+        .collect();
+    assert_eq!(kinds.last().unwrap(), "flow:paused");
+    assert_eq!(end["lastOffset"], kinds.len());
+    std::fs::write(&gate, "").unwrap();
+    let resumed = awr.run_in(awr.dir.path(), &[], &["resume", &run]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert_eq!(awr.show_json(&run)["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_loopback_bind_needs_a_token_and_a_token_is_asked_of_every_request() {
+    let awr = Awr::new();
+    let refused = awr.run(&["serve", "--addr", "0.0.0.0:0"]);
+    assert_eq!(refused.code, 2);
+    assert!(refused.stderr.contains("--token"), "{}", refused.stderr);
+    let server = Served::start(
+        awr_bin(),
+        &awr.storage(),
+        awr.dir.path(),
+        &["--token", "s3cret"],
+    );
+    let http = client();
+    let url = format!("{}/workflows", server.base);
+    let bare = http.get(&url).send().await.unwrap();
+    assert_eq!(bare.status(), 401);
+    assert_eq!(json_of(bare).await["error"], "unauthorized");
+    let carried = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(carried.status(), 200);
+}
