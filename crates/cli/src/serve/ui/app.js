@@ -295,6 +295,7 @@ class RunView {
 
   fold(runId, event) {
     const children = this.timeline.apply(runId, event);
+    if (runId === this.runId && event.type === 'flow:resumed') this.interrupted = false;
     for (const child of children) this.follow(child);
     if (runId === this.runId && this.timeline.root.ended && this.stats.endedAt === null) this.stats.endedAt = performance.now();
     this.schedule();
