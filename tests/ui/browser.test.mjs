@@ -6,13 +6,13 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { artifacts, big, FLAKY, LIVE, launch, startServer, waitFor } from './harness.mjs';
+import { artifacts, big, FLAKY, LIVE, launch, NESTED, startServer, waitFor } from './harness.mjs';
 
 let server;
 let browser;
 
 before(async () => {
-  server = await startServer({ ...LIVE, ...FLAKY, ...big() });
+  server = await startServer({ ...LIVE, ...FLAKY, ...NESTED, ...big() });
   browser = await launch();
 });
 
@@ -102,6 +102,22 @@ describe('timeline', () => {
     assert.equal(stats.opens, 1, 'the browser reconnected the same EventSource');
     assert.ok(server.proxy.drops > 0, 'the proxy cut live connections');
     await browser.screenshot('reconnected');
+  });
+
+  test('a sub-workflow streams live nested under its node, its usage summed into it', async () => {
+    const { page } = browser;
+    const runId = await server.start('nested.yaml');
+    await openRun(runId);
+    const inner = `${node('sub')} > .kids ${node('wait')}[data-status="running"]`;
+    await page.waitForSelector(inner);
+    const childRunId = await page.$eval(inner, (el) => el.dataset.runId);
+    assert.notEqual(childRunId, runId);
+    await browser.screenshot('nested-running');
+    server.open(childRunId);
+    await page.waitForFunction(() => document.querySelector('#run-status')?.textContent === 'completed');
+    await page.waitForSelector(`${node('sub')} > .kids ${node('teller')}[data-status="completed"]`);
+    assert.equal(await page.textContent(`${row('sub')} .tokens`), '177 tok');
+    assert.equal(await page.textContent(`${row('sub')} .cost`), '$0.0017');
   });
 
   test('a failed step is highlighted with its attempt number', async () => {

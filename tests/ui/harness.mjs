@@ -254,6 +254,15 @@ edges:
   'fixtures/live/teller.json': streaming(['one ', 'two ', 'three'], { usage: { inputTokens: 50, outputTokens: 7 }, cost: 0.0005 }),
 };
 
+/** A run whose one node runs `live.yaml` as a sub-workflow. */
+export const NESTED = {
+  'nested.yaml': `name: nested
+nodes:
+  - id: sub
+    call_workflow: live.yaml
+`,
+};
+
 /** A node that fails twice with a transient error: the run fails at attempt 2. */
 export const FLAKY = {
   'flaky.yaml': `name: flaky
