@@ -364,6 +364,8 @@ class RunView {
     el.dataset.status = nr.status;
     el.classList.toggle('failed', nr.status === 'failed');
     el.classList.toggle('retried', nr.attempt > 1);
+    const child = nr.childRunId ? this.timeline.runs.get(nr.childRunId) : null;
+    row.name.textContent = child?.workflow ? `${label(nr)} → ${child.workflow}` : label(nr);
     row.attempt.textContent = nr.attempt > 1 ? `attempt ${nr.attempt}` : '';
     row.attempt.hidden = nr.attempt <= 1;
     const preview = lastText(nr);
