@@ -15,6 +15,7 @@
 
 mod commands;
 mod progress;
+mod serve;
 mod signals;
 mod wiring;
 
@@ -130,6 +131,22 @@ enum Command {
         /// Why, for the record.
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Serve the HTTP API and the timeline UI (docs/http.md) until SIGINT or
+    /// SIGTERM, which pause the runs it writes (`awr resume` continues them).
+    Serve {
+        /// Address to listen on; a non-loopback address needs a token.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: String,
+        /// Directory a workflow `path` of `POST /workflows` must be inside.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        root: PathBuf,
+        /// Bearer token every request must carry.
+        #[arg(long, env = "AWR_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Seconds of silence before a stream sends a heartbeat.
+        #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+        heartbeat: u64,
     },
     /// Print a run's exchange transcript (prompts, replies, tools).
     Transcript {
@@ -275,6 +292,21 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 reason: reason.as_deref(),
             };
             commands::control::command(&storage, &run, command).await
+        }
+        Command::Serve {
+            addr,
+            root,
+            token,
+            heartbeat,
+        } => {
+            let config = serve::Config {
+                storage,
+                root,
+                token,
+                heartbeat: std::time::Duration::from_secs(heartbeat),
+                buffer: serve::BUFFER,
+            };
+            serve::serve(&addr, config).await
         }
         Command::Transcript {
             run,

@@ -27,6 +27,12 @@ impl Signals {
 
 /// Cancels `cancel` on the first SIGINT or SIGTERM, and exits on the second.
 pub fn cancel_on_signal(cancel: Cancel) -> Signals {
+    notify_on_signal(cancel, "cancelling the run")
+}
+
+/// Fires `cancel` on the first SIGINT or SIGTERM, saying on stderr that awr
+/// is `doing` what it asks, and exits on the second.
+pub fn notify_on_signal(cancel: Cancel, doing: &'static str) -> Signals {
     let received = Arc::new(AtomicU8::new(0));
     let seen = Arc::clone(&received);
     tokio::spawn(async move {
@@ -50,7 +56,7 @@ pub fn cancel_on_signal(cancel: Cancel) -> Signals {
             first = false;
             seen.store(number, Ordering::SeqCst);
             crate::note(&format!(
-                "awr: {name}: cancelling the run (send it again to exit at once)"
+                "awr: {name}: {doing} (send it again to exit at once)"
             ));
             cancel.cancel(format!("interrupted by {name}"));
         }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use application::ports::{RunStore, StoreError};
+use application::ports::{CommandReply, RunStore, StoreError};
 use application::{ExecutorError, inspect};
 use domain::{EventKind, RunId, RunStatus, WorkflowDef};
 use serde_json::{Value, json};
@@ -45,19 +45,28 @@ async fn workflow_file(
     }
 }
 
-/// The workflow of `run_id` and the executor wired for it.
-async fn wired_for(
+/// The workflow of `run_id` and the executor wired for it, writing to
+/// `store` (`None`: a store of its own over the storage) with progress on
+/// stderr or not.
+pub async fn wired_for(
     storage: &Path,
     run_id: RunId,
     given: Option<&Path>,
+    store: Option<Arc<dyn RunStore>>,
 ) -> Result<(Arc<WorkflowDef>, Wired), Failure> {
-    let store = wiring::read_store(storage)?;
-    let file = workflow_file(store.as_ref(), run_id, given).await?;
+    let reader = match &store {
+        Some(store) => Arc::clone(store),
+        None => wiring::read_store(storage)?,
+    };
+    let file = workflow_file(reader.as_ref(), run_id, given).await?;
     let workflow = load_workflow(&file).map_err(|e| match e {
         Failure::Input(e) => Failure::Input(e.context(format!("the workflow of run {run_id}"))),
         other => other,
     })?;
-    let wired = Wired::new(storage, &file, &workflow)?;
+    let wired = match store {
+        Some(store) => Wired::over(storage, store, &file, &workflow, None),
+        None => Wired::new(storage, &file, &workflow)?,
+    };
     Ok((workflow, wired))
 }
 
@@ -96,7 +105,7 @@ async fn go_on(
     given: Option<&Path>,
     message: Option<Option<String>>,
 ) -> Result<(), Failure> {
-    let (workflow, wired) = wired_for(storage, run_id, given).await?;
+    let (workflow, wired) = wired_for(storage, run_id, given, None).await?;
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let executor = &wired.executor;
@@ -193,22 +202,7 @@ impl Command<'_> {
 /// rejected: the recorded reason, exit 2.
 pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
-    let store = wiring::store(storage)?;
-    let (clock, ids) = wiring::clock_and_ids();
-    // A command calls no agent: the executor needs no provider.
-    let providers = adapters_agents::Providers::new();
-    let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
-        .with_control(wiring::control(storage))
-        .with_processes(wiring::processes());
-    let storage = storage.to_path_buf();
-    let load = async move || {
-        wired_for(&storage, run_id, None)
-            .await
-            .map(|(workflow, _)| workflow)
-            .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
-    };
-    let reply = executor
-        .command(run_id, &command.raw(), load)
+    let reply = deliver(storage, run_id, &command.raw())
         .await
         .map_err(|e| failure(run_id, e))?;
     match reply.error {
@@ -221,4 +215,30 @@ pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<
             reply.offset
         ))),
     }
+}
+
+/// Gives the raw command `raw` to `run_id`: to the process writing it, or
+/// recorded here when none does. The command line and the server both
+/// send commands this way; either way it is on record before the answer.
+pub async fn deliver(
+    storage: &Path,
+    run_id: RunId,
+    raw: &Value,
+) -> Result<CommandReply, ExecutorError> {
+    let store =
+        wiring::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
+    let (clock, ids) = wiring::clock_and_ids();
+    // A command calls no agent: the executor needs no provider.
+    let providers = adapters_agents::Providers::new();
+    let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
+        .with_control(wiring::control(storage))
+        .with_processes(wiring::processes());
+    let storage = storage.to_path_buf();
+    let load = async move || {
+        wired_for(&storage, run_id, None, None)
+            .await
+            .map(|(workflow, _)| workflow)
+            .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
+    };
+    executor.command(run_id, raw, load).await
 }

@@ -25,24 +25,43 @@ fn store_failure(e: StoreError) -> Failure {
     Failure::Input(anyhow!(e))
 }
 
-/// Finds the run a user named by its id or a unique prefix of it.
-async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
+/// Why a run id or prefix names no single run.
+#[derive(Debug, thiserror::Error)]
+pub enum Unresolved {
+    /// No run's id starts with it.
+    #[error("no run matches `{0}`")]
+    NoMatch(String),
+    /// Several runs' ids start with it.
+    #[error("`{0}` matches {1} runs; give more of the id")]
+    Ambiguous(String, usize),
+    /// The runs cannot be listed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The run a user named by its id or a unique prefix of it: the command
+/// line and the HTTP server both name runs this way.
+pub async fn find(store: &dyn RunStore, wanted: &str) -> Result<RunId, Unresolved> {
     if let Ok(id) = wanted.parse::<RunId>() {
         return Ok(id);
     }
-    let runs = store.list_runs().await.map_err(store_failure)?;
+    let runs = store.list_runs().await?;
     let matches: Vec<RunId> = runs
         .into_iter()
         .filter(|id| !wanted.is_empty() && id.to_string().starts_with(wanted))
         .collect();
     match matches.as_slice() {
         [one] => Ok(*one),
-        [] => Err(Failure::Input(anyhow!("no run matches `{wanted}`"))),
-        _ => Err(Failure::Input(anyhow!(
-            "`{wanted}` matches {} runs; give more of the id",
-            matches.len()
-        ))),
+        [] => Err(Unresolved::NoMatch(wanted.to_owned())),
+        _ => Err(Unresolved::Ambiguous(wanted.to_owned(), matches.len())),
     }
+}
+
+/// [`find`] for the command line: any problem is exit 2.
+async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
+    find(store, wanted)
+        .await
+        .map_err(|e| Failure::Input(anyhow!(e)))
 }
 
 /// Resolves a run id or prefix against the store under `storage`.
@@ -64,17 +83,37 @@ pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure>
     }
 }
 
+/// Every run and its view (or why it cannot be read), oldest first (by
+/// start, then id): what `awr runs` and `GET /workflows` list.
+pub async fn views(
+    store: &dyn RunStore,
+) -> Result<Vec<(RunId, Result<RunView, StoreError>)>, StoreError> {
+    let mut rows = Vec::new();
+    for id in store.list_runs().await? {
+        let state = run_view(store, id).await;
+        rows.push((id, state));
+    }
+    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|v| v.snapshot.started_at), *id));
+    Ok(rows)
+}
+
+/// A run's snapshot as `awr show RUN --json` prints it and `GET
+/// /workflows/{id}` answers: the snapshot, with the status shown
+/// (`interrupted` included).
+pub fn snapshot_json(view: &RunView) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(&view.snapshot)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("status".into(), view.status.as_str().into());
+    }
+    Ok(value)
+}
+
 /// `awr runs`. A run whose records are corrupt is listed with the status
 /// `corrupt`, its problem goes to stderr, and the command exits 2 after
 /// listing every run.
 pub async fn runs(storage: &Path) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
-    let mut rows: Vec<(RunId, Result<RunView, StoreError>)> = Vec::new();
-    for id in store.list_runs().await.map_err(store_failure)? {
-        let state = run_view(store.as_ref(), id).await;
-        rows.push((id, state));
-    }
-    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|v| v.snapshot.started_at), *id));
+    let rows = views(store.as_ref()).await.map_err(store_failure)?;
     say(&format!(
         "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
         "RUN", "WORKFLOW", "STATUS", "STARTED"
@@ -123,22 +162,19 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
 pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
-    let RunView {
-        snapshot: s,
-        status,
-    } = run_view(store.as_ref(), id).await.map_err(store_failure)?;
-    if s.last_offset == 0 {
+    let view = run_view(store.as_ref(), id).await.map_err(store_failure)?;
+    if view.snapshot.last_offset == 0 {
         return Err(Failure::Input(anyhow!("run {id} has no events")));
     }
     if json {
-        // The snapshot, with the status shown (`interrupted` included).
-        let mut value = serde_json::to_value(&s).map_err(|e| Failure::Run(anyhow!(e)))?;
-        if let Some(map) = value.as_object_mut() {
-            map.insert("status".into(), status.as_str().into());
-        }
+        let value = snapshot_json(&view).map_err(|e| Failure::Run(anyhow!(e)))?;
         let text = serde_json::to_string_pretty(&value).map_err(|e| Failure::Run(anyhow!(e)))?;
         return say(&text);
     }
+    let RunView {
+        snapshot: s,
+        status,
+    } = view;
     say(&format!("run       {}", s.run_id))?;
     say(&format!(
         "workflow  {} ({})",
@@ -268,6 +304,41 @@ fn bad_lines(id: RunId, n: usize) -> Result<(), Failure> {
     }
 }
 
+/// What one read of a log after an offset found.
+pub enum Read {
+    /// The next events (none: nothing after that offset).
+    Events(Vec<RuntimeEvent>),
+    /// The next line is not its event: `detail` names the file and line.
+    /// A reader that may skip goes on after `offset`.
+    Bad {
+        /// The bad line's offset.
+        offset: u64,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+/// Up to `limit` events after `after`, the good events before a bad line
+/// first: how `awr events` and the server read a log that may hold one.
+pub async fn read_log(
+    store: &dyn RunStore,
+    id: RunId,
+    after: u64,
+    limit: usize,
+) -> Result<Read, StoreError> {
+    match store.read(id, after, limit).await {
+        Ok(batch) => Ok(Read::Events(batch)),
+        Err(StoreError::BadEvent { offset, .. }) if offset > after + 1 => {
+            let before = usize::try_from(offset - after - 1).unwrap_or(limit);
+            Ok(Read::Events(
+                store.read(id, after, before.min(limit)).await?,
+            ))
+        }
+        Err(StoreError::BadEvent { offset, detail }) => Ok(Read::Bad { offset, detail }),
+        Err(e) => Err(e),
+    }
+}
+
 /// Prints the events after `after`. A line that is not its event is
 /// reported on stderr with its file and line and skipped; the command then
 /// exits 2 once the rest is printed.
@@ -282,17 +353,9 @@ async fn print_history(
     store.last_offset(id).await.map_err(store_failure)?;
     let mut bad = 0usize;
     loop {
-        let batch = match store.read(id, after, BATCH).await {
-            Ok(batch) => batch,
-            // Print the good events before the bad one first.
-            Err(StoreError::BadEvent { offset, .. }) if offset > after + 1 => {
-                let before = usize::try_from(offset - after - 1).unwrap_or(BATCH);
-                store
-                    .read(id, after, before.min(BATCH))
-                    .await
-                    .map_err(store_failure)?
-            }
-            Err(StoreError::BadEvent { offset, detail }) => {
+        let batch = match read_log(store.as_ref(), id, after, BATCH).await {
+            Ok(Read::Events(batch)) => batch,
+            Ok(Read::Bad { offset, detail }) => {
                 report_bad_line(&mut bad, &detail);
                 after = offset;
                 continue;

@@ -92,11 +92,7 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     crate::note(&format!("run {run_id}"));
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let request = RunRequest {
-        workflow,
-        input,
-        source: Some(source_of(file)),
-    };
+    let request = request(workflow, input, file);
     let outcome = wired
         .executor
         .run_cancellable(run_id, request, cancel)
@@ -105,40 +101,74 @@ pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Fa
     wired.finish(outcome, &signals)
 }
 
-/// An executor wired for one workflow, with its progress display and the
-/// secrets it must keep out of what it shows.
+/// What to run: `workflow`, read from `file`, on `input`.
+pub fn request(workflow: Arc<WorkflowDef>, input: Value, file: &Path) -> RunRequest {
+    RunRequest {
+        workflow,
+        input,
+        source: Some(source_of(file)),
+    }
+}
+
+/// An executor wired for one workflow, with its progress display (for
+/// `awr run` and `awr resume`; none in `awr serve`) and the secrets it must
+/// keep out of what it shows.
 pub struct Wired {
     pub executor: Executor,
-    progress: Arc<Progress>,
+    progress: Option<Arc<Progress>>,
     secrets: wiring::Secrets,
 }
 
 impl Wired {
-    /// The executor for `workflow` (read from `file`) over the storage.
+    /// The executor for `workflow` (read from `file`) over the storage,
+    /// showing its progress on stderr.
     pub fn new(storage: &Path, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
+        let store = wiring::store(storage)?;
+        Ok(Self::over(
+            storage,
+            store,
+            file,
+            workflow,
+            Some(Arc::new(Progress::new())),
+        ))
+    }
+
+    /// The executor for `workflow` writing to `store` (the storage's), with
+    /// `progress` or nothing showing its events: the server shares one store
+    /// among its runs and followers, so its appends wake them at once.
+    pub fn over(
+        storage: &Path,
+        store: Arc<dyn application::ports::RunStore>,
+        file: &Path,
+        workflow: &WorkflowDef,
+        progress: Option<Arc<Progress>>,
+    ) -> Self {
         let workflow_dir = file.parent().unwrap_or(Path::new("."));
         let secrets = wiring::Secrets::of(workflow);
-        let store = secrets.store(wiring::store(storage)?);
+        let store = secrets.store(store);
         let (clock, ids) = wiring::clock_and_ids();
         let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
-        let progress = Arc::new(Progress::new());
-        let executor = Executor::new(store, Arc::new(providers), clock, ids)
+        let mut executor = Executor::new(store, Arc::new(providers), clock, ids)
             .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
             .with_commands(wiring::commands(&secrets))
             .with_control(wiring::control(storage))
-            .with_processes(wiring::processes())
-            .with_observer(secrets.observer(progress.clone()));
-        Ok(Self {
+            .with_processes(wiring::processes());
+        if let Some(progress) = &progress {
+            executor = executor.with_observer(secrets.observer(progress.clone()));
+        }
+        Self {
             executor,
             progress,
             secrets,
-        })
+        }
     }
 
     /// Shows how a run ended: its output on stdout, or why it did not
     /// complete, with the exit code that says so.
     pub fn finish(&self, outcome: RunOutcome, signals: &Signals) -> Result<(), Failure> {
-        self.progress.finish();
+        if let Some(progress) = &self.progress {
+            progress.finish();
+        }
         let run_id = outcome.run_id;
         let why = |default: &str| outcome.error.clone().unwrap_or_else(|| default.to_owned());
         match outcome.status {

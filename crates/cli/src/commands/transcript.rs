@@ -1,13 +1,15 @@
 //! `awr transcript RUN [--follow] [--json] [--tree]`: the exchange transcript of a run.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::anyhow;
+use application::ports::TranscriptError;
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
-use infrastructure::{TranscriptLines, read_transcript_lines, transcript_path};
+use futures::StreamExt;
+use infrastructure::{read_transcript_lines, transcript_path};
 use serde_json::Value;
 
 use crate::{Failure, say};
@@ -35,27 +37,66 @@ pub async fn transcript(
         print_tree(storage, run, 0, &mut HashSet::new(), &mut bad)?;
         return bad_lines(bad);
     }
-    let mut printed = 0u64;
-    let mut reported = 0usize;
-    loop {
-        let read = read(&path)?;
-        let already = printed;
-        for event in read.events.iter().filter(|e| e.seq > already) {
-            say(&render(event, json)?)?;
-            printed = event.seq;
+    let mut bad = 0usize;
+    let mut lines = std::pin::pin!(lines(path, follow));
+    while let Some(item) = lines.next().await {
+        match item {
+            Ok(Line::Event(event)) => say(&render(&event, json)?)?,
+            Ok(Line::Bad(problem)) => {
+                bad += 1;
+                crate::note(&format!("awr: skipping a bad line: {problem}"));
+            }
+            Err(e) => return Err(Failure::Input(anyhow!(e))),
         }
-        for problem in read.problems.iter().skip(reported) {
-            crate::note(&format!("awr: skipping a bad line: {problem}"));
+    }
+    bad_lines(bad)
+}
+
+/// A line of a transcript as [`lines`] reads it.
+pub enum Line {
+    /// A good line.
+    Event(ExchangeEvent),
+    /// A bad line, named with its file and line number.
+    Bad(String),
+}
+
+/// The lines of the transcript at `path`, each once; with `follow`, then
+/// the lines written later, until its `run.completed` line. What `awr
+/// transcript` prints and `GET /workflows/{id}/transcript` streams. An
+/// unreadable file ends it with its error.
+pub fn lines(
+    path: PathBuf,
+    follow: bool,
+) -> impl futures::Stream<Item = Result<Line, TranscriptError>> + Send + 'static {
+    async_stream::stream! {
+        let mut printed = 0u64;
+        let mut reported = 0usize;
+        loop {
+            let read = match read_transcript_lines(&path) {
+                Ok(read) => read,
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            };
+            let already = printed;
+            let ended = read
+                .events
+                .iter()
+                .any(|e| e.kind == ExchangeType::RunCompleted);
+            for event in read.events.into_iter().filter(|e| e.seq > already) {
+                printed = event.seq;
+                yield Ok(Line::Event(event));
+            }
+            for problem in read.problems.iter().skip(reported) {
+                yield Ok(Line::Bad(problem.clone()));
+            }
+            reported = reported.max(read.problems.len());
+            if !follow || ended {
+                return;
+            }
+            tokio::time::sleep(FOLLOW_POLL).await;
         }
-        reported = reported.max(read.problems.len());
-        let ended = read
-            .events
-            .iter()
-            .any(|e| e.kind == ExchangeType::RunCompleted);
-        if !follow || ended {
-            return bad_lines(reported);
-        }
-        tokio::time::sleep(FOLLOW_POLL).await;
     }
 }
 
@@ -68,12 +109,6 @@ fn bad_lines(count: usize) -> Result<(), Failure> {
             "{n} line(s) of the transcript are corrupt"
         ))),
     }
-}
-
-/// The lines of a transcript file and its bad lines; an unreadable file is
-/// exit 2 (bad storage).
-fn read(path: &Path) -> Result<TranscriptLines, Failure> {
-    read_transcript_lines(path).map_err(|e| Failure::Input(anyhow!(e)))
 }
 
 fn render(event: &ExchangeEvent, json: bool) -> Result<String, Failure> {

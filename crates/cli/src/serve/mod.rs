@@ -1,0 +1,268 @@
+//! `awr serve`: the HTTP API and the timeline UI, an inbound adapter over
+//! the same services as the command line (docs/http.md).
+//!
+//! - [`runs`]: start, list and show runs, and commands to them;
+//! - [`stream`]: a run's events (NDJSON and SSE) from its durable log, with
+//!   one store follower per run fanned out to every client, and the
+//!   transcript;
+//! - [`auth`]: the bearer token a non-loopback bind requires;
+//! - [`ui`]: the embedded static files of the timeline.
+//!
+//! The server holds one store for everything it reads and writes, so a run
+//! it writes wakes its followers at once; runs other processes write are
+//! followed by polling their logs. On SIGINT or SIGTERM it stops accepting,
+//! pauses the runs it writes (`awr resume` continues them), ends every open
+//! stream with its terminal frame, and exits 0.
+
+mod auth;
+mod error;
+mod runs;
+mod stream;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
+mod ui;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use application::ports::RunStore;
+use axum::Router;
+use axum::routing::{get, post};
+use domain::RunId;
+use tokio::sync::watch;
+
+pub use self::error::ApiError;
+use self::stream::Hub;
+use crate::Failure;
+
+/// Largest request body the server reads (a workflow inline, a command).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Live events buffered per client before it falls back to the store.
+pub const BUFFER: usize = 1024;
+
+/// How long a request may take to produce its response head (streams then
+/// last as long as they like).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a shutdown waits for the runs it paused and the streams it
+/// ended before the process exits anyway (a run still going is then
+/// interrupted, and `awr resume` continues it all the same).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// How `awr serve` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where runs are stored.
+    pub storage: PathBuf,
+    /// The directory a `path` of `POST /workflows` must stay inside.
+    pub root: PathBuf,
+    /// The bearer token every request must carry, if any.
+    pub token: Option<String>,
+    /// How long a stream stays silent before a heartbeat.
+    pub heartbeat: Duration,
+    /// Live events buffered per client of a run before it falls back to
+    /// reading the store.
+    pub buffer: usize,
+}
+
+/// The server's state, shared by every request. Cheap to clone.
+#[derive(Clone)]
+pub struct App(Arc<Inner>);
+
+struct Inner {
+    config: Config,
+    /// The one store of the server: its runs write to it, its streams read it.
+    store: Arc<dyn RunStore>,
+    /// One follower of each run with clients, fanned out to them.
+    hub: Hub,
+    /// Runs this process writes (started or resumed here), to pause them
+    /// on shutdown.
+    writing: Mutex<HashMap<RunId, tokio::task::JoinHandle<()>>>,
+    /// Set once the server shuts down: open streams end with their frame.
+    stopping: watch::Sender<bool>,
+}
+
+impl App {
+    /// The state over the store of `config.storage` (created if needed).
+    pub fn new(mut config: Config) -> Result<Self, Failure> {
+        config.root = config
+            .root
+            .canonicalize()
+            .map_err(|e| Failure::Input(anyhow!("--root {}: {e}", config.root.display())))?;
+        let store = crate::wiring::store(&config.storage)?;
+        let hub = Hub::new(Arc::clone(&store), config.buffer);
+        let (stopping, _) = watch::channel(false);
+        Ok(Self(Arc::new(Inner {
+            config,
+            store,
+            hub,
+            writing: Mutex::new(HashMap::new()),
+            stopping,
+        })))
+    }
+
+    fn config(&self) -> &Config {
+        &self.0.config
+    }
+
+    fn storage(&self) -> &Path {
+        &self.0.config.storage
+    }
+
+    fn store(&self) -> &Arc<dyn RunStore> {
+        &self.0.store
+    }
+
+    fn hub(&self) -> &Hub {
+        &self.0.hub
+    }
+
+    fn writing(&self) -> MutexGuard<'_, HashMap<RunId, tokio::task::JoinHandle<()>>> {
+        self.0
+            .writing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `run` (the writing of `run_id`) in the background until it ends.
+    fn write(&self, run_id: RunId, run: impl Future<Output = ()> + Send + 'static) {
+        let app = self.clone();
+        let mut writing = self.writing();
+        let task = tokio::spawn(async move {
+            run.await;
+            app.writing().remove(&run_id);
+        });
+        if !task.is_finished() {
+            writing.insert(run_id, task);
+        }
+    }
+
+    /// A receiver that turns true once the server shuts down.
+    fn stopping(&self) -> watch::Receiver<bool> {
+        self.0.stopping.subscribe()
+    }
+
+    /// Pauses every run this process writes and waits for them to stop,
+    /// then ends every open stream (each sends its terminal frame).
+    pub async fn shut_down(&self) {
+        let runs: Vec<RunId> = self.writing().keys().copied().collect();
+        for run_id in runs {
+            let pause = serde_json::json!({"type": "pause"});
+            match crate::commands::control::deliver(self.storage(), run_id, &pause).await {
+                Ok(reply) if reply.error.is_none() => {
+                    tracing::info!(run = %run_id, "paused for shutdown");
+                }
+                Ok(reply) => {
+                    tracing::info!(run = %run_id, why = ?reply.error, "not paused for shutdown");
+                }
+                Err(e) => tracing::warn!(run = %run_id, error = %e, "cannot pause for shutdown"),
+            }
+        }
+        let tasks: Vec<_> = self.writing().drain().map(|(_, task)| task).collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.0.stopping.send_replace(true);
+        tracing::info!(
+            followers = self.hub().followers(),
+            fallbacks = self.hub().fallbacks(),
+            "streams ended"
+        );
+    }
+}
+
+/// Every route of the server, with its layers: auth (when a token is set),
+/// a body limit, a timeout on the response head, request tracing, and
+/// every error as `{error, message}`.
+pub fn router(app: App) -> Router {
+    use tower_http::limit::RequestBodyLimitLayer;
+    use tower_http::timeout::TimeoutLayer;
+    use tower_http::trace::TraceLayer;
+
+    let api = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/workflows", post(runs::start).get(runs::list))
+        .route("/workflows/{id}", get(runs::show))
+        .route("/workflows/{id}/events", get(stream::ndjson))
+        .route("/workflows/{id}/events/sse", get(stream::sse))
+        .route("/workflows/{id}/commands", post(runs::command))
+        .route("/workflows/{id}/transcript", get(stream::transcript))
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::file))
+        .fallback(not_found)
+        .with_state(app.clone());
+    api.layer(axum::middleware::from_fn_with_state(app, auth::check))
+        .layer(axum::middleware::map_response(error::as_json))
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(TraceLayer::new_for_http())
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no route {}", uri.path()))
+}
+
+/// `awr serve`: binds `addr`, serves until SIGINT or SIGTERM, then shuts
+/// down gracefully (see the module docs) and returns.
+pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|e| Failure::Input(anyhow!("--addr {addr}: {e}")))?;
+    if !addr.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
+        return Err(Failure::Input(anyhow!(
+            "--addr {addr} is not a loopback address: give a token with --token or AWR_TOKEN"
+        )));
+    }
+    let app = App::new(config)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::Input(anyhow!("cannot listen on {addr}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::Input(anyhow!("cannot listen on {addr}: {e}")))?;
+    crate::note(&format!("awr: listening on http://{bound}"));
+
+    let signal = application::Cancel::new();
+    let _signals = crate::signals::notify_on_signal(signal.clone(), "shutting down");
+    let grace = signal.clone();
+    // Accepting stops at the signal; the streams end once the runs are paused.
+    let closing = {
+        let app = app.clone();
+        let signal = signal.clone();
+        tokio::spawn(async move {
+            signal.cancelled().await;
+            app.shut_down().await;
+        })
+    };
+    let server = axum::serve(listener, router(app))
+        .with_graceful_shutdown(async move { signal.cancelled().await });
+    let grace = async move {
+        grace.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let served = async {
+        let served = server.await;
+        let _ = closing.await;
+        served
+    };
+    tokio::select! {
+        served = served => served.map_err(|e| Failure::Run(anyhow!("the server failed: {e}"))),
+        () = grace => {
+            crate::note("awr: the shutdown took too long; exiting");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Runs over HTTP: start one, list them, show one, give one a command. Each
+//! goes through what the command line uses (loading a workflow, the
+//! executor, `inspect`, `control::deliver`), so both behave the same.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use application::inspect::{RunView, run_view};
+use application::{Cancel, ExecutorError};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use domain::{EventKind, RunId, RuntimeCommand};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::error::parse_body;
+use super::stream::{resolve, store_error};
+use super::{ApiError, App};
+use crate::Failure;
+use crate::commands::control::{deliver, wired_for};
+use crate::commands::inspect::{snapshot_json, views};
+use crate::commands::run::{Wired, load_workflow, request};
+
+/// Runs listed per page unless `limit` says otherwise, and at most.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+/// Statuses a run can be listed with; `counts` always names these.
+const STATUSES: [&str; 6] = [
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "paused",
+    "interrupted",
+];
+
+/// The body of `POST /workflows`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    /// A workflow file, under the server's root.
+    path: Option<String>,
+    /// The workflow itself: its text (YAML or JSON), or a JSON object.
+    workflow: Option<Value>,
+    /// The run's input; absent or null: the workflow's own `input`.
+    input: Option<Value>,
+}
+
+/// The URLs of a run's resources.
+fn urls(run_id: RunId) -> Value {
+    let base = format!("/workflows/{run_id}");
+    json!({
+        "self": base,
+        "events": format!("{base}/events"),
+        "sse": format!("{base}/events/sse"),
+        "transcript": format!("{base}/transcript"),
+        "commands": format!("{base}/commands"),
+    })
+}
+
+/// `POST /workflows`: loads the workflow as `awr run` does and starts it
+/// in this process; `201` once the run exists.
+pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
+    let body: StartBody = parse_body(&body)?;
+    let (file, inline) = match (body.path, body.workflow) {
+        (Some(path), None) => (confined(&app.config().root, &path)?, false),
+        (None, Some(workflow)) => (save_inline(app.storage(), workflow)?, true),
+        _ => {
+            return Err(ApiError::bad_request(
+                "give one of `path` (a workflow file under the server's root) and `workflow` (its YAML or JSON)",
+            ));
+        }
+    };
+    let workflow = load_workflow(&file).map_err(|e| {
+        let message = format!("{:#}", e.error());
+        if inline {
+            // The saved copy's path means nothing to the client.
+            ApiError::bad_request(message.replace(&file.display().to_string(), "workflow"))
+        } else {
+            ApiError::bad_request(message)
+        }
+    })?;
+    let input = match body.input {
+        Some(input) if !input.is_null() => input,
+        _ => workflow.input.clone().unwrap_or(Value::Null),
+    };
+    let wired = Wired::over(
+        app.storage(),
+        std::sync::Arc::clone(app.store()),
+        &file,
+        &workflow,
+        None,
+    );
+    let run_id = wired
+        .executor
+        .create()
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot create the run: {e}")))?;
+    let request = request(workflow, input, &file);
+    app.write(run_id, async move {
+        match wired
+            .executor
+            .run_cancellable(run_id, request, Cancel::new())
+            .await
+        {
+            Ok(outcome) => {
+                tracing::info!(run = %run_id, status = outcome.status.as_str(), "run ended");
+            }
+            Err(e) => tracing::warn!(run = %run_id, error = %e, "run failed"),
+        }
+    });
+    let body = json!({"runId": run_id, "status": "running", "urls": urls(run_id)});
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/workflows/{run_id}"))],
+        Json(body),
+    )
+        .into_response())
+}
+
+/// `path` inside `root` (canonical): a path that leaves it, by `..`, by
+/// being absolute elsewhere or through a symbolic link, is 403.
+fn confined(root: &Path, path: &str) -> Result<PathBuf, ApiError> {
+    let outside = || {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("path: `{path}` is outside the server's root (--root)"),
+        )
+    };
+    let joined = root.join(path);
+    // Judged by its words first, so nothing outside is even looked at.
+    let mut normal = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::ParentDir => {
+                if !normal.pop() {
+                    return Err(outside());
+                }
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    if !normal.starts_with(root) {
+        return Err(outside());
+    }
+    let real = normal.canonicalize().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ApiError::not_found(format!("path: no file `{path}` under the server's root"))
+        } else {
+            ApiError::bad_request(format!("path: `{path}`: {e}"))
+        }
+    })?;
+    if !real.starts_with(root) {
+        return Err(outside());
+    }
+    Ok(real)
+}
+
+/// Keeps an inline workflow as a file of the storage
+/// (`workflows/<sha256>.yaml` or `.json`), so the run records where its
+/// definition is and `awr resume` can read it again.
+fn save_inline(storage: &Path, workflow: Value) -> Result<PathBuf, ApiError> {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+    let (text, extension) = match workflow {
+        Value::String(text) => (text, "yaml"),
+        object @ Value::Object(_) => (
+            serde_json::to_string_pretty(&object).map_err(|e| ApiError::internal(e.to_string()))?,
+            "json",
+        ),
+        _ => {
+            return Err(ApiError::bad_request(
+                "workflow: give the workflow's text (YAML or JSON) or a JSON object",
+            ));
+        }
+    };
+    let dir = storage.join("workflows");
+    let failed = |e: std::io::Error| ApiError::internal(format!("cannot keep the workflow: {e}"));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(failed)?;
+    let hash = Sha256::digest(text.as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    let file = dir.join(format!("{hex}.{extension}"));
+    if !file.exists() {
+        // Written aside and renamed: a reader never sees half of it.
+        let partial = dir.join(format!(".{hex}.{}.tmp", std::process::id()));
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(failed)?;
+        out.write_all(text.as_bytes()).map_err(failed)?;
+        drop(out);
+        std::fs::rename(&partial, &file).map_err(failed)?;
+    }
+    Ok(file)
+}
+
+/// The query of `GET /workflows`.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// `GET /workflows?status=S&limit=N&after=ID`: newest first, with the
+/// count of each status over every run.
+pub async fn list(
+    State(app): State<App>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = match query.limit.as_deref() {
+        None => DEFAULT_LIMIT,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "limit: `{text}` is not a number from 1 to {MAX_LIMIT}"
+                )));
+            }
+        },
+    };
+    let wanted: Option<Vec<&str>> = query.status.as_deref().map(|s| s.split(',').collect());
+    if let Some(wanted) = &wanted
+        && let Some(unknown) = wanted
+            .iter()
+            .find(|s| !STATUSES.contains(s) && !["pending", "corrupt"].contains(s))
+    {
+        return Err(ApiError::bad_request(format!(
+            "status: `{unknown}` is not a status ({}, pending, corrupt)",
+            STATUSES.join(", ")
+        )));
+    }
+    let store = app.store();
+    let rows = views(store.as_ref()).await.map_err(store_error)?;
+    let mut counts: BTreeMap<&str, u64> = STATUSES.iter().map(|s| (*s, 0)).collect();
+    let mut listed = Vec::new();
+    for (run_id, view) in rows.iter().rev() {
+        let status = match view {
+            Ok(view) => view.status.as_str(),
+            Err(_) => "corrupt",
+        };
+        *counts.entry(status).or_default() += 1;
+        if wanted.as_ref().is_none_or(|w| w.contains(&status)) {
+            listed.push((*run_id, view.as_ref().ok(), status));
+        }
+    }
+    let start = match query.after.as_deref() {
+        None | Some("") => 0,
+        Some(after) => match listed.iter().position(|(id, ..)| id.to_string() == after) {
+            Some(at) => at + 1,
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "after: no run `{after}` in this list"
+                )));
+            }
+        },
+    };
+    let page: Vec<_> = listed.iter().skip(start).take(limit).collect();
+    let next = if start + page.len() < listed.len() {
+        page.last().map(|(id, ..)| Value::String(id.to_string()))
+    } else {
+        None
+    };
+    let mut runs = Vec::with_capacity(page.len());
+    for (run_id, view, status) in page {
+        runs.push(row(&app, *run_id, *view, status).await);
+    }
+    Ok(Json(json!({
+        "runs": runs,
+        "counts": counts,
+        "next": next.unwrap_or(Value::Null),
+    })))
+}
+
+/// One run of the list.
+async fn row(app: &App, run_id: RunId, view: Option<&RunView>, status: &str) -> Value {
+    let parent = match app.store().read(run_id, 0, 1).await {
+        Ok(first) => match first.first().map(|e| &e.kind) {
+            Some(EventKind::FlowStarted { parent_run_id, .. }) => json!(parent_run_id),
+            _ => Value::Null,
+        },
+        Err(_) => Value::Null,
+    };
+    let snapshot = view.map(|v| &v.snapshot);
+    json!({
+        "runId": run_id,
+        "workflow": snapshot.map(|s| s.workflow.name.clone()),
+        "status": status,
+        "startedAt": snapshot.and_then(|s| s.started_at),
+        "updatedAt": snapshot.and_then(|s| s.updated_at),
+        "lastOffset": snapshot.map(|s| s.last_offset),
+        "parentRunId": parent,
+    })
+}
+
+/// `GET /workflows/{id}`: the snapshot, as `awr show RUN --json` prints it.
+pub async fn show(
+    State(app): State<App>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run_id = resolve(&app, &id).await?;
+    app.store().last_offset(run_id).await.map_err(store_error)?;
+    let view = run_view(app.store().as_ref(), run_id)
+        .await
+        .map_err(store_error)?;
+    if view.snapshot.last_offset == 0 {
+        return Err(ApiError::not_found(format!("run {run_id} has no events")));
+    }
+    snapshot_json(&view)
+        .map(Json)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// An executor's refusal or failure as an answer.
+fn executor_error(e: ExecutorError) -> ApiError {
+    match e {
+        ExecutorError::Refused(why) => ApiError::conflict(why),
+        ExecutorError::Store(e @ application::ports::StoreError::Locked(_)) => {
+            ApiError::conflict(e.to_string())
+        }
+        ExecutorError::Store(e) => store_error(e),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// `POST /workflows/{id}/commands`: a [`RuntimeCommand`] as JSON. It goes
+/// where `awr pause|cancel|send|reply` sends it; a `resume` of a run no
+/// process writes continues it here. `202 {accepted, offset}`, or the
+/// reason it was refused (400 for a command that is not one, 409 for one
+/// the run cannot take now; recorded, `offset` says where).
+pub async fn command(
+    State(app): State<App>,
+    UrlPath(id): UrlPath<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let raw: Value = parse_body(&body)?;
+    if !raw.is_object() {
+        return Err(ApiError::bad_request(
+            r#"the body must be a command: {"type": "pause" | "cancel" | "resume" | "send" | "reply", ...}"#,
+        ));
+    }
+    let run_id = resolve(&app, &id).await?;
+    let store = app.store();
+    store.last_offset(run_id).await.map_err(store_error)?;
+    let parsed = RuntimeCommand::parse(&raw);
+    if let Ok(RuntimeCommand::Resume { message }) = &parsed
+        && !store.has_writer(run_id).await.map_err(store_error)?
+    {
+        return resume(&app, run_id, message.clone()).await;
+    }
+    let reply = deliver(app.storage(), run_id, &raw)
+        .await
+        .map_err(executor_error)?;
+    match reply.error {
+        None => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"accepted": true, "offset": reply.offset})),
+        )
+            .into_response()),
+        Some(why) if parsed.is_err() => Err(ApiError::bad_request(why).recorded_at(reply.offset)),
+        Some(why) => Err(ApiError::conflict(why).recorded_at(reply.offset)),
+    }
+}
+
+/// Continues `run_id` in this process, as `awr resume` would; answers once
+/// its `flow:resumed` is on record (or why it was refused).
+async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Response, ApiError> {
+    let store = std::sync::Arc::clone(app.store());
+    let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()))
+        .await
+        .map_err(|e| match e {
+            Failure::Input(e) => ApiError::conflict(format!("{e:#}")),
+            other => ApiError::internal(format!("{:#}", other.error())),
+        })?;
+    let from = store.last_offset(run_id).await.map_err(store_error)?;
+    let mut events = store.follow(run_id, from).await.map_err(store_error)?;
+    let (done, ended) = tokio::sync::oneshot::channel();
+    app.write(run_id, async move {
+        let outcome = wired
+            .executor
+            .resume(run_id, workflow, message, Cancel::new())
+            .await;
+        if let Err(e) = &outcome {
+            tracing::warn!(run = %run_id, error = %e, "resume failed");
+        }
+        let _ = done.send(outcome.map(|o| o.status));
+    });
+    let resumed = async {
+        while let Some(event) = events.next().await {
+            if let Ok(event) = event
+                && matches!(event.kind, EventKind::FlowResumed { .. })
+            {
+                return Some(event.offset.get());
+            }
+        }
+        None
+    };
+    let offset = tokio::select! {
+        biased;
+        Some(offset) = resumed => offset,
+        ended = ended => match ended {
+            Ok(Err(e)) => return Err(executor_error(e)),
+            _ => return Err(ApiError::conflict(format!("run {run_id} was not resumed"))),
+        },
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"accepted": true, "offset": offset})),
+    )
+        .into_response())
+}

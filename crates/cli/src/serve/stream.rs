@@ -1,0 +1,593 @@
+//! A run's events over HTTP, from its durable log: the history after the
+//! client's offset, then live events, then a terminal frame
+//! (docs/http.md, "Streaming").
+//!
+//! The offset is the cursor: the `offset` field of each NDJSON line, the
+//! `id:` of each SSE event, and `Last-Event-ID` overrides `?offset` (a
+//! browser reconnects to the same URL). Frames the server makes up
+//! (heartbeats, the end) carry no offset and no id.
+//!
+//! Fan-out: however many clients follow a run, the server follows it once
+//! ([`Hub`]): one store follower per run broadcasts each event, serialized
+//! once, over a bounded channel. A client subscribes first, then reads the
+//! history from the store, and drops at the seam what it already sent, so
+//! nothing is missed or repeated. A client that falls behind (its buffer
+//! overflowed) or sees a gap reads the store from its last offset and joins
+//! the broadcast again: a slow client never slows the run, nor loses an
+//! event. A client that goes away only drops its subscription: the run
+//! goes on, and the follower stops once no client is left.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use application::inspect::run_view;
+use application::ports::{RunStore, StoreError};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use domain::{RunId, RuntimeEvent};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use super::{ApiError, App};
+use crate::commands::inspect::{Read, read_log};
+use crate::commands::transcript::{Line, lines};
+
+/// Events read from the store per batch (history and fallbacks).
+const BATCH: usize = 256;
+
+/// How often a run's follower with no client left notices and stops.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// What the follower of a run broadcasts.
+#[derive(Debug, Clone)]
+enum Item {
+    /// The next event, serialized once for every client.
+    Event(Arc<Shared>),
+    /// The line at this offset is not its event: clients skip it.
+    Bad(u64),
+}
+
+/// One event as clients send it.
+#[derive(Debug)]
+struct Shared {
+    offset: u64,
+    json: Arc<str>,
+    /// `completed`, `failed` or `cancelled` for a run's terminal event.
+    end: Option<&'static str>,
+}
+
+impl Shared {
+    fn of(event: &RuntimeEvent) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            offset: event.offset.get(),
+            json: event.to_json()?.into(),
+            end: terminal_status(event),
+        })
+    }
+}
+
+/// The status a terminal event ends its run with.
+fn terminal_status(event: &RuntimeEvent) -> Option<&'static str> {
+    use domain::EventKind;
+    match event.kind {
+        EventKind::FlowCompleted { .. } => Some("completed"),
+        EventKind::FlowFailed { .. } => Some("failed"),
+        EventKind::FlowCancelled { .. } => Some("cancelled"),
+        _ => None,
+    }
+}
+
+/// The followers of runs with clients, one per run.
+pub struct Hub {
+    inner: Arc<HubInner>,
+}
+
+struct HubInner {
+    store: Arc<dyn RunStore>,
+    /// Events buffered per client before it falls back to the store.
+    capacity: usize,
+    /// The broadcast of each followed run. A `std` mutex, held only to look
+    /// up, insert or remove, never across an await.
+    feeds: Mutex<HashMap<RunId, broadcast::Sender<Item>>>,
+    /// Store followers started, and client fallbacks to the store: for
+    /// tests and the benchmark.
+    followers: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+impl HubInner {
+    fn feeds(&self) -> MutexGuard<'_, HashMap<RunId, broadcast::Sender<Item>>> {
+        self.feeds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Hub {
+    /// No run followed yet; each client buffers up to `capacity` events.
+    pub fn new(store: Arc<dyn RunStore>, capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(HubInner {
+                store,
+                capacity: capacity.max(1),
+                feeds: Mutex::new(HashMap::new()),
+                followers: AtomicU64::new(0),
+                fallbacks: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A subscription to `run_id`'s live events. Starts its follower, from
+    /// `from` (the log's last offset, read before this call), when it has
+    /// none: the caller then reads the history up to at least `from`
+    /// itself, so the seam has no gap.
+    fn subscribe(&self, run_id: RunId, from: u64) -> broadcast::Receiver<Item> {
+        let mut feeds = self.inner.feeds();
+        if let Some(feed) = feeds.get(&run_id) {
+            return feed.subscribe();
+        }
+        let (feed, receiver) = broadcast::channel(self.inner.capacity);
+        feeds.insert(run_id, feed.clone());
+        self.inner.followers.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(follow(Arc::clone(&self.inner), run_id, feed, from));
+        receiver
+    }
+
+    /// How many store followers were started so far.
+    pub fn followers(&self) -> u64 {
+        self.inner.followers.load(Ordering::Relaxed)
+    }
+
+    /// How many times a client fell behind and read the store instead.
+    pub fn fallbacks(&self) -> u64 {
+        self.inner.fallbacks.load(Ordering::Relaxed)
+    }
+}
+
+/// The follower of one run: reads its log after `from` as it grows and
+/// broadcasts each event, until the run ends, the store fails, or no
+/// client is left. Its entry is removed under the same lock clients
+/// subscribe under, so a client either joins it or starts the next one.
+async fn follow(hub: Arc<HubInner>, run_id: RunId, feed: broadcast::Sender<Item>, from: u64) {
+    let leave = |hub: &HubInner, only_if_unused: bool| {
+        let mut feeds = hub.feeds();
+        if only_if_unused && feed.receiver_count() > 0 {
+            return false;
+        }
+        if feeds.get(&run_id).is_some_and(|f| f.same_channel(&feed)) {
+            feeds.remove(&run_id);
+        }
+        true
+    };
+    let mut events = match hub.store.follow(run_id, from).await {
+        Ok(events) => events,
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "cannot follow the run");
+            leave(&hub, false);
+            return;
+        }
+    };
+    loop {
+        let next = tokio::select! {
+            next = events.next() => next,
+            () = tokio::time::sleep(IDLE_CHECK) => {
+                if leave(&hub, true) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let item = match next {
+            Some(Ok(event)) => match Shared::of(&event) {
+                Ok(shared) => Item::Event(Arc::new(shared)),
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "cannot serialize an event");
+                    Item::Bad(event.offset.get())
+                }
+            },
+            Some(Err(StoreError::BadEvent { offset, detail })) => {
+                tracing::warn!(run = %run_id, %detail, "skipping a bad line of the log");
+                Item::Bad(offset)
+            }
+            Some(Err(e)) => {
+                tracing::warn!(run = %run_id, error = %e, "following the run failed");
+                break;
+            }
+            // The run ended: its clients read the end from the store.
+            None => break,
+        };
+        // No receiver is not an error: the next idle check stops us.
+        let _ = feed.send(item);
+    }
+    leave(&hub, false);
+}
+
+/// What a client is sent.
+#[derive(Debug, Clone)]
+pub enum Frame {
+    /// An event of the log, as stored.
+    Event { offset: u64, json: Arc<str> },
+    /// Nothing more will come: the run ended with `status`, or the server
+    /// shuts down (`reason`) and the run is `status` now.
+    End {
+        status: String,
+        last_offset: u64,
+        reason: Option<&'static str>,
+    },
+    /// Nothing happened for a while; the connection is alive.
+    Heartbeat,
+}
+
+impl Frame {
+    /// The frame as one NDJSON line.
+    fn ndjson(&self) -> Bytes {
+        let mut line = match self {
+            Frame::Event { json, .. } => json.as_bytes().to_vec(),
+            Frame::End { .. } => {
+                let mut end = self.end_json();
+                end["type"] = "end".into();
+                end.to_string().into_bytes()
+            }
+            Frame::Heartbeat => br#"{"type":"heartbeat"}"#.to_vec(),
+        };
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+
+    /// The frame as one SSE event.
+    fn sse(&self) -> Event {
+        match self {
+            Frame::Event { offset, json } => Event::default().id(offset.to_string()).data(&**json),
+            Frame::End { .. } => Event::default()
+                .event("end")
+                .data(self.end_json().to_string()),
+            Frame::Heartbeat => Event::default().comment("heartbeat"),
+        }
+    }
+
+    fn end_json(&self) -> serde_json::Value {
+        match self {
+            Frame::End {
+                status,
+                last_offset,
+                reason,
+            } => {
+                let mut end = json!({"status": status, "lastOffset": last_offset});
+                if let Some(reason) = reason {
+                    end["reason"] = (*reason).into();
+                }
+                end
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
+/// Where a client's stream starts.
+enum Opening {
+    /// The run ended at `last` and the client has it all.
+    Finished { status: &'static str, last: u64 },
+    /// Events may come after `after`; the log held `last` when asked.
+    Stream { after: u64, last: u64 },
+}
+
+/// `?offset=N` (and `follow` for the transcript); other parameters (the
+/// token) are not this route's business.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamQuery {
+    offset: Option<String>,
+    follow: Option<String>,
+}
+
+/// A cursor from the query or a header: an event offset.
+fn cursor(value: &str, name: &str) -> Result<u64, ApiError> {
+    value.trim().parse::<u64>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{name}: `{value}` is not an event offset (0, 1, 2, …)"
+        ))
+    })
+}
+
+/// The run named by `wanted` (an id or a unique prefix).
+pub async fn resolve(app: &App, wanted: &str) -> Result<RunId, ApiError> {
+    use crate::commands::inspect::{Unresolved, find};
+    match find(app.store().as_ref(), wanted).await {
+        Ok(id) => Ok(id),
+        Err(e @ Unresolved::NoMatch(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ Unresolved::Ambiguous(..)) => Err(ApiError::bad_request(e.to_string())),
+        Err(Unresolved::Store(e)) => Err(store_error(e)),
+    }
+}
+
+/// A store error as an answer: an unknown run is 404, the rest 500.
+pub fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound(_) => ApiError::not_found(e.to_string()),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// The run, where its stream starts, and whether anything can come.
+async fn open(
+    app: &App,
+    wanted: &str,
+    query: &StreamQuery,
+    headers: &HeaderMap,
+) -> Result<(RunId, Opening), ApiError> {
+    let run_id = resolve(app, wanted).await?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => cursor(value.to_str().unwrap_or("?"), "Last-Event-ID")?,
+        None => match &query.offset {
+            Some(offset) => cursor(offset, "offset")?,
+            None => 0,
+        },
+    };
+    let store = app.store();
+    let last = store.last_offset(run_id).await.map_err(store_error)?;
+    if after > last {
+        return Err(ApiError::bad_request(format!(
+            "offset {after} is past the end of run {run_id}'s log (offset {last})"
+        )));
+    }
+    if after == last && last > 0 {
+        let tail = store.read(run_id, last - 1, 1).await.map_err(store_error)?;
+        if let Some(status) = tail.first().and_then(terminal_status) {
+            return Ok((run_id, Opening::Finished { status, last }));
+        }
+    }
+    Ok((run_id, Opening::Stream { after, last }))
+}
+
+/// The frames of `run_id` after `after` (the log held `last` when the
+/// client came): history, live events, the end. See the module docs.
+fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Item = Frame> {
+    async_stream::stream! {
+        let store = Arc::clone(app.store());
+        let hub = app.hub();
+        let mut stopping = app.stopping();
+        let mut live = hub.subscribe(run_id, last);
+        // Read the store (from `after` to its end) before taking live events again.
+        let mut catch_up = true;
+        // Why catching up is the last thing to do: the server shuts down,
+        // or the run's follower stopped (the run ended, or the store failed).
+        let mut closing: Option<Option<&'static str>> = None;
+        let mut restarted_at: Option<u64> = None;
+        loop {
+            if catch_up {
+                match read_log(store.as_ref(), run_id, after, BATCH).await {
+                    Ok(Read::Events(batch)) if batch.is_empty() => {
+                        catch_up = false;
+                        match closing {
+                            None => {}
+                            Some(None) => {
+                                // The follower stopped without the run's end
+                                // (the store failed): follow afresh, once per
+                                // offset, so a store that keeps failing ends
+                                // the stream rather than spinning.
+                                if restarted_at == Some(after) {
+                                    return;
+                                }
+                                restarted_at = Some(after);
+                                closing = None;
+                                let last = store.last_offset(run_id).await.unwrap_or(after);
+                                live = hub.subscribe(run_id, last.max(after));
+                                catch_up = true;
+                            }
+                            Some(Some(reason)) => {
+                                let status = match run_view(store.as_ref(), run_id).await {
+                                    Ok(view) => view.status.as_str().to_owned(),
+                                    Err(_) => "unknown".to_owned(),
+                                };
+                                yield Frame::End { status, last_offset: after, reason: Some(reason) };
+                                return;
+                            }
+                        }
+                    }
+                    Ok(Read::Events(batch)) => {
+                        for event in batch {
+                            after = event.offset.get();
+                            let Ok(shared) = Shared::of(&event) else {
+                                continue;
+                            };
+                            let end = shared.end;
+                            yield Frame::Event { offset: shared.offset, json: shared.json };
+                            if let Some(status) = end {
+                                yield Frame::End { status: status.to_owned(), last_offset: after, reason: None };
+                                return;
+                            }
+                        }
+                    }
+                    Ok(Read::Bad { offset, detail }) => {
+                        tracing::warn!(run = %run_id, %detail, "skipping a bad line of the log");
+                        after = offset;
+                    }
+                    Err(e) => {
+                        // The client sees no end frame: it reconnects from `after`.
+                        tracing::warn!(run = %run_id, error = %e, "cannot read the run's log");
+                        return;
+                    }
+                }
+                continue;
+            }
+            let received = tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stop| *stop) => {
+                    closing = Some(Some("server shutting down"));
+                    catch_up = true;
+                    continue;
+                }
+                received = live.recv() => received,
+            };
+            match received {
+                Ok(Item::Event(shared)) => {
+                    if shared.offset <= after {
+                        continue;
+                    }
+                    if shared.offset > after + 1 {
+                        catch_up = true;
+                        continue;
+                    }
+                    after = shared.offset;
+                    yield Frame::Event { offset: shared.offset, json: Arc::clone(&shared.json) };
+                    if let Some(status) = shared.end {
+                        yield Frame::End { status: status.to_owned(), last_offset: after, reason: None };
+                        return;
+                    }
+                }
+                Ok(Item::Bad(offset)) if offset == after + 1 => after = offset,
+                Ok(Item::Bad(offset)) if offset > after => catch_up = true,
+                Ok(Item::Bad(_)) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Fell behind: rejoin at the broadcast's end, then read
+                    // the store from where this client is.
+                    live = live.resubscribe();
+                    hub.inner.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    catch_up = true;
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    closing = Some(None);
+                    catch_up = true;
+                }
+            }
+        }
+    }
+}
+
+/// `frames`, with a heartbeat whenever it stays silent for `every`.
+fn with_heartbeats<S>(frames: S, every: Duration) -> impl Stream<Item = Frame>
+where
+    S: Stream<Item = Frame>,
+{
+    async_stream::stream! {
+        let mut frames = std::pin::pin!(frames);
+        loop {
+            match tokio::time::timeout(every, frames.next()).await {
+                Ok(Some(frame)) => yield frame,
+                Ok(None) => return,
+                Err(_) => yield Frame::Heartbeat,
+            }
+        }
+    }
+}
+
+/// Headers of every stream: no caching, no buffering by a proxy.
+fn stream_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 3] {
+    [
+        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        (
+            header::HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        ),
+    ]
+}
+
+/// `GET /workflows/{id}/events?offset=N`: NDJSON.
+pub async fn ndjson(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (run_id, opening) = open(&app, &id, &query, &headers).await?;
+    let frames = match opening {
+        Opening::Finished { status, last } => {
+            let end = Frame::End {
+                status: status.to_owned(),
+                last_offset: last,
+                reason: None,
+            };
+            futures::stream::iter([end]).left_stream()
+        }
+        Opening::Stream { after, last } => {
+            let every = app.config().heartbeat;
+            with_heartbeats(frames(app, run_id, after, last), every).right_stream()
+        }
+    };
+    let body = Body::from_stream(frames.map(|f| Ok::<_, Infallible>(f.ndjson())));
+    Ok((stream_headers("application/x-ndjson"), body).into_response())
+}
+
+/// `GET /workflows/{id}/events/sse?offset=N`: server-sent events; a
+/// client that has the whole of a finished run gets 204, which tells a
+/// browser's `EventSource` not to reconnect.
+pub async fn sse(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (run_id, opening) = open(&app, &id, &query, &headers).await?;
+    let Opening::Stream { after, last } = opening else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let every = app.config().heartbeat;
+    let events = with_heartbeats(frames(app, run_id, after, last), every)
+        .map(|f| Ok::<_, Infallible>(f.sse()));
+    let mut response = Sse::new(events).into_response();
+    response
+        .headers_mut()
+        .extend(stream_headers("text/event-stream"));
+    Ok(response)
+}
+
+/// `GET /workflows/{id}/transcript[?follow=true]`: the transcript's lines
+/// as stored (NDJSON); with `follow`, then new lines until the run's
+/// `run.completed` (heartbeats meanwhile), or the server shuts down.
+pub async fn transcript(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, ApiError> {
+    let follow = match query.follow.as_deref() {
+        None | Some("false" | "0") => false,
+        Some("true" | "1" | "") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "follow: `{other}` is not true or false"
+            )));
+        }
+    };
+    let run_id = resolve(&app, &id).await?;
+    let path = infrastructure::transcript_path(app.storage(), run_id);
+    if !path.exists() {
+        return Err(ApiError::not_found(format!(
+            "run {run_id} has no transcript"
+        )));
+    }
+    let mut stopping = app.stopping();
+    let transcript = lines(path, follow)
+        .filter_map(move |line| async move {
+            match line {
+                Ok(Line::Event(event)) => match serde_json::to_string(&event) {
+                    Ok(json) => Some(Frame::Event {
+                        offset: event.seq,
+                        json: json.into(),
+                    }),
+                    Err(_) => None,
+                },
+                Ok(Line::Bad(problem)) => {
+                    tracing::warn!(run = %run_id, %problem, "skipping a bad line of the transcript");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "cannot read the transcript");
+                    None
+                }
+            }
+        })
+        .take_until(async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        });
+    let every = app.config().heartbeat;
+    let body = Body::from_stream(
+        with_heartbeats(transcript, every).map(|f| Ok::<_, Infallible>(f.ndjson())),
+    );
+    Ok((stream_headers("application/x-ndjson"), body).into_response())
+}
