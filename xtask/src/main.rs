@@ -3,7 +3,8 @@
 //! - `test`: the whole test suite, with what it drives: checks that `jq` is
 //!   on PATH, installs the pinned agent CLIs (`.ci/install-agent-clis`), then
 //!   runs `cargo test --workspace` with both required, so none of their tests
-//!   can pass by skipping.
+//!   can pass by skipping; then the timeline page's tests (`tests/ui`) in the
+//!   system Chromium.
 //! - `ci`: format check, clippy, then `test`; `.ci/run` runs this after
 //!   installing `jq` on a fresh machine, so the two cannot drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
@@ -70,7 +71,28 @@ fn test() -> anyhow::Result<()> {
         .args(["test", "--workspace"])
         .env("AWR_REQUIRE_JQ", "1")
         .env("AWR_AGENT_CLIS", &clis);
-    run(command, "cargo test --workspace")
+    run(command, "cargo test --workspace")?;
+    ui_tests()
+}
+
+/// The timeline page's tests (`tests/ui`, `node --test`): its fold, and the
+/// page in the system Chromium against the `awr` built here. Chromium is
+/// required: without it these tests fail, they do not skip.
+fn ui_tests() -> anyhow::Result<()> {
+    cargo(&["build", "-p", "cli", "--bin", "awr"])?;
+    let target = criterion_dir()?.parent().context("no target directory")?;
+    let dir = workspace_root().join("tests/ui");
+    let mut npm = Command::new("npm");
+    npm.args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1");
+    run(npm, "npm ci (tests/ui)")?;
+    let mut node = Command::new("node");
+    node.args(["--test", "--test-concurrency=1"])
+        .current_dir(&dir)
+        .env("AWR_BIN", target.join("debug/awr"))
+        .env("AWR_UI_ARTIFACTS", target.join("ui-artifacts"));
+    run(node, "node --test (tests/ui)")
 }
 
 /// Installs the pinned agent CLIs (a no-op when the cache holds them) and

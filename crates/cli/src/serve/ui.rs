@@ -21,6 +21,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("ui/app.js"),
     ),
     (
+        "model.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/model.js"),
+    ),
+    (
         "app.css",
         "text/css; charset=utf-8",
         include_str!("ui/app.css"),
