@@ -23,7 +23,8 @@
 //!
 //! Architecture invariant: nothing here knows about workflows or providers;
 //! the stores move opaque [`domain::RuntimeEvent`]s and snapshots, and every
-//! store passes the one conformance suite in `tests/e2e/store_conformance.rs`.
+//! store passes the one conformance suite,
+//! `application::testing::store_conformance`, run from the store's own tests.
 
 pub mod blobs;
 pub mod clock;
