@@ -33,7 +33,7 @@
 //!   read and follow it, and see its appends by polling the file.
 
 mod index;
-mod lock;
+pub(super) mod lock;
 mod log;
 mod snapshot;
 mod sync;
