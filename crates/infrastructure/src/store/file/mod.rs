@@ -36,7 +36,7 @@ mod index;
 pub(super) mod lock;
 mod log;
 mod snapshot;
-mod sync;
+pub(super) mod sync;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod sync_tests;

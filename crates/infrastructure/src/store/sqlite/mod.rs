@@ -44,6 +44,7 @@ use tokio::sync::Notify;
 
 pub use self::schema::SCHEMA_VERSION;
 use super::file::lock::{lock_path, probe_file};
+use super::file::sync::off_the_runtime;
 use super::{LogSource, SyncPolicy, check_continuation, follow_log, locked_here, not_locked};
 
 /// Mode of the directories the store creates.
@@ -469,7 +470,7 @@ struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if self.inner.config.sync == SyncPolicy::StepBoundary
-            && let Err(e) = self.inner.sync()
+            && let Err(e) = off_the_runtime(|| self.inner.sync())
         {
             tracing::warn!(run = %self.run_id, error = %e, "cannot sync a released run");
         }
@@ -538,8 +539,15 @@ impl RunStore for SqliteRunStore {
         probe_file(&self.inner.lock_file(run_id), run_id)
     }
 
+    /// Inline: a commit without a sync takes microseconds, less than a hop
+    /// to another thread. With [`SyncPolicy::Always`] every commit syncs,
+    /// so it runs off the async workers.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        self.inner.append(run_id, events)
+        if self.inner.config.sync == SyncPolicy::Always {
+            off_the_runtime(|| self.inner.append(run_id, events))
+        } else {
+            self.inner.append(run_id, events)
+        }
     }
 
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
@@ -550,10 +558,7 @@ impl RunStore for SqliteRunStore {
         {
             return Ok(());
         }
-        let inner = Arc::clone(inner);
-        tokio::task::spawn_blocking(move || inner.sync())
-            .await
-            .map_err(|e| StoreError::Io(format!("a sync did not finish: {e}")))?
+        off_the_runtime(|| inner.sync())
     }
 
     async fn read(

@@ -152,3 +152,56 @@ async fn a_snapshot_fills_the_runs_row() {
         .unwrap();
     assert_eq!(types, ["warning", "warning"]);
 }
+
+/// Every policy keeps the contract, and what a flush made durable is there
+/// when the database is opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sync_policy_keeps_the_contract() {
+    for sync in [
+        SyncPolicy::Always,
+        SyncPolicy::StepBoundary,
+        SyncPolicy::Never,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("runs.db");
+        let store = Arc::new(
+            SqliteRunStore::open_with(&db, SqliteStoreConfig { sync, ..config() }).unwrap(),
+        );
+        let mut runs = Vec::new();
+        for _ in 0..4 {
+            runs.push(run_with(&*store, 0).await);
+        }
+        let writers = runs.iter().map(|(run, _)| {
+            let (store, run) = (Arc::clone(&store), *run);
+            tokio::spawn(async move {
+                for o in 1..=20 {
+                    store
+                        .append(
+                            run,
+                            &[application::testing::store_conformance::warning(run, o)],
+                        )
+                        .await
+                        .unwrap();
+                    if o % 5 == 0 {
+                        store.flush(run).await.unwrap();
+                    }
+                }
+            })
+        });
+        for w in futures::future::join_all(writers).await {
+            w.unwrap();
+        }
+        let synced = store.inner.synced.load(Ordering::Acquire);
+        let committed = store.inner.committed.load(Ordering::Acquire);
+        if sync == SyncPolicy::StepBoundary {
+            assert_eq!(synced, committed, "the last flush covered every commit");
+        } else {
+            assert_eq!(synced, 0, "{sync:?} never syncs by a flush");
+        }
+        drop(runs);
+        let reopened = SqliteRunStore::open(&db).unwrap();
+        for run in reopened.list_runs().await.unwrap() {
+            assert_eq!(reopened.last_offset(run).await.unwrap(), 20, "{sync:?}");
+        }
+    }
+}
