@@ -24,6 +24,7 @@ mod records;
 mod resume_cli;
 mod resume_http;
 mod secrets;
+mod sqlite_storage;
 mod stopping;
 mod subflow;
 mod transcript_cli;

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
 use super::run::{Wired, load_workflow};
+use crate::storage::Storage;
 use crate::{Failure, wiring};
 
 /// Where the definition of `run_id` is: `--workflow`, else `flow:started`'s `source`.
@@ -47,7 +48,7 @@ async fn workflow_file(
 
 /// The workflow of `run_id` and the executor wired for it.
 async fn wired_for(
-    storage: &Path,
+    storage: &Storage,
     run_id: RunId,
     given: Option<&Path>,
 ) -> Result<(Arc<WorkflowDef>, Wired), Failure> {
@@ -80,7 +81,7 @@ fn failure(run_id: RunId, error: ExecutorError) -> Failure {
 
 /// `awr resume RUN [--message TEXT] [--workflow FILE]`.
 pub async fn resume(
-    storage: &Path,
+    storage: &Storage,
     run: &str,
     message: Option<String>,
     given: Option<&Path>,
@@ -91,7 +92,7 @@ pub async fn resume(
 
 /// Continues `run_id`: resumed with `message` (`Some`), or recovered.
 async fn go_on(
-    storage: &Path,
+    storage: &Storage,
     run_id: RunId,
     given: Option<&Path>,
     message: Option<Option<String>>,
@@ -109,7 +110,7 @@ async fn go_on(
 
 /// `awr recover [--all]`: lists the interrupted runs (a non-terminal,
 /// unpaused run no process writes); with `--all`, resumes each in turn.
-pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
+pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let mut interrupted = Vec::new();
     let runs = store
@@ -191,7 +192,7 @@ impl Command<'_> {
 /// `awr send|reply|pause|cancel RUN ...`: the command goes to the process
 /// writing the run, or is recorded here when none does. Accepted: exit 0;
 /// rejected: the recorded reason, exit 2.
-pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
+pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
     let store = wiring::store(storage)?;
     let (clock, ids) = wiring::clock_and_ids();
@@ -200,7 +201,7 @@ pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<
     let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
         .with_control(wiring::control(storage))
         .with_processes(wiring::processes());
-    let storage = storage.to_path_buf();
+    let storage = storage.clone();
     let load = async move || {
         wired_for(&storage, run_id, None)
             .await

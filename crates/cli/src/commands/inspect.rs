@@ -6,7 +6,6 @@
 //! and a run recorded as `running` that no process writes is shown
 //! `interrupted` (`inspect::run_view`).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::anyhow;
@@ -15,6 +14,7 @@ use application::ports::{RunStore, StoreError};
 use domain::{EventKind, RunId, RuntimeEvent};
 use futures::StreamExt;
 
+use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
 /// Bad lines `awr events` reports one by one before summing the rest up.
@@ -46,7 +46,7 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
 }
 
 /// Resolves a run id or prefix against the store under `storage`.
-pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+pub async fn resolve_id(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
     let store = wiring::read_store(storage)?;
     resolve(store.as_ref(), wanted).await
 }
@@ -55,7 +55,7 @@ pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> 
 /// ...): a run the storage does not hold is refused here, the same way for
 /// each, before anything looks for its workflow or its writer. (A
 /// transcript may outlive its log, so `transcript` does not ask this.)
-pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), wanted).await?;
     match store.last_offset(id).await {
@@ -67,7 +67,7 @@ pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure>
 /// `awr runs`. A run whose records are corrupt is listed with the status
 /// `corrupt`, its problem goes to stderr, and the command exits 2 after
 /// listing every run.
-pub async fn runs(storage: &Path) -> Result<(), Failure> {
+pub async fn runs(storage: &Storage) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let mut rows: Vec<(RunId, Result<RunView, StoreError>)> = Vec::new();
     for id in store.list_runs().await.map_err(store_failure)? {
@@ -120,7 +120,7 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
 }
 
 /// `awr show RUN`.
-pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
+pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     let RunView {
@@ -204,7 +204,7 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
 /// paused or interrupted and how to continue it, and the exit code is 0
 /// (the events were shown; `awr show` tells what became of the run).
 pub async fn events(
-    storage: &Path,
+    storage: &Storage,
     run: &str,
     offset: u64,
     follow: bool,

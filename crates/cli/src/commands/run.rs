@@ -11,6 +11,7 @@ use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
 use crate::signals::Signals;
+use crate::storage::Storage;
 use crate::{Failure, progress::Progress, wiring};
 
 /// Reads and validates a workflow file and every workflow it calls (see
@@ -78,7 +79,7 @@ fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Failur
 }
 
 /// `awr run FILE [--input JSON | --input-text TEXT]`.
-pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Failure> {
+pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(), Failure> {
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
@@ -115,7 +116,7 @@ pub struct Wired {
 
 impl Wired {
     /// The executor for `workflow` (read from `file`) over the storage.
-    pub fn new(storage: &Path, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
+    pub fn new(storage: &Storage, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
         let workflow_dir = file.parent().unwrap_or(Path::new("."));
         let secrets = wiring::Secrets::of(workflow);
         let store = secrets.store(wiring::store(storage)?);
