@@ -74,6 +74,7 @@ impl fmt::Display for Storage {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -24,7 +24,7 @@ pub async fn transcript(
     json: bool,
     tree: bool,
 ) -> Result<(), Failure> {
-    let path = transcript_path(&storage.files(), run);
+    let path = transcript_path(storage.files(), run);
     if !path.exists() {
         return Err(Failure::Input(anyhow!(
             "run {run} has no transcript ({} not found)",
@@ -179,7 +179,7 @@ fn print_tree(
     if !seen.insert(run) {
         return say(&format!("{indent}run {run} (already shown)"));
     }
-    let path = transcript_path(&storage.files(), run);
+    let path = transcript_path(storage.files(), run);
     let events = match read_transcript_lines(&path) {
         Ok(read) => {
             for problem in &read.problems {
