@@ -9,7 +9,7 @@ use application::ports::RunStore;
 use domain::RunSnapshot;
 use infrastructure::SqliteRunStore;
 
-use crate::util::{Output, awr_bin, repo_root, run_id_of};
+use crate::util::{Awr, Output, awr_bin, repo_root, run_id_of};
 
 /// `awr --storage sqlite:DB ARGS` from the repository root.
 fn awr(db: &Path, args: &[&str]) -> Output {
@@ -135,4 +135,27 @@ fn an_unknown_storage_scheme_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("postgres://"), "{stderr}");
+}
+
+/// The control socket of a live run on SQLite (in `PATH-files/control/`)
+/// takes a pause, and `awr resume` continues the run from the database.
+#[test]
+fn a_live_run_on_sqlite_pauses_through_its_socket_and_resumes_to_the_end() {
+    let mut live = crate::commands::start_on(Awr::sqlite());
+    let run = live.run.clone();
+    assert!(live.awr.dir.path().join("awr.db-files/control").is_dir());
+    let out = live.awr(&["pause", &run]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let (code, _, report) = live.wait();
+    assert_eq!(code, 3, "a paused run exits 3: {report}");
+    assert_eq!(live.awr.show_json(&run)["status"], "paused");
+    assert_eq!(live.awr.events(&run).last().unwrap()["type"], "flow:paused");
+
+    let resumed = live.awr.run_within(60, &["resume", &run]);
+    assert_eq!(resumed.code, 0, "{}{}", resumed.stdout, resumed.stderr);
+    assert_eq!(live.awr.show_json(&run)["status"], "completed");
+    assert_eq!(
+        live.awr.events(&run).last().unwrap()["type"],
+        "flow:completed"
+    );
 }
