@@ -159,3 +159,80 @@ fn a_live_run_on_sqlite_pauses_through_its_socket_and_resumes_to_the_end() {
         "flow:completed"
     );
 }
+
+/// `store-writer` (a second process) on `run` of the database `db`.
+fn second_process(db: &Path, run: domain::RunId, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_store-writer"));
+    command
+        .arg(format!("sqlite:{}", db.display()))
+        .arg(run.to_string())
+        .args(args);
+    command
+}
+
+/// One writer per run holds across processes on SQLite too, the lock of a
+/// writer that dies is released by the kernel, and a follower here sees
+/// what another process appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_is_refused_followed_and_released_when_it_dies() {
+    use std::io::{BufRead, BufReader};
+
+    use application::testing::store_conformance::{PATIENCE, assert_locked, run_with};
+    use futures::StreamExt;
+    use infrastructure::SqliteStoreConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awr.db");
+    let config = SqliteStoreConfig {
+        follow_poll: std::time::Duration::from_millis(10),
+        ..SqliteStoreConfig::default()
+    };
+    let store = SqliteRunStore::open_with(&db, config).unwrap();
+    let (run, lock) = run_with(&store, 1).await;
+
+    let refused = second_process(&db, run, &["append", "2"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "run {run} is locked: another process is writing it"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(store.last_offset(run).await.unwrap(), 1, "nothing written");
+
+    let mut follower = store.follow(run, 1).await.unwrap();
+    drop(lock);
+    let allowed = second_process(&db, run, &["append", "2"]).output().unwrap();
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    let next = tokio::time::timeout(PATIENCE, follower.next())
+        .await
+        .expect("the follower sees the other process's append")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.offset.get(), 2);
+
+    let mut holder = second_process(&db, run, &["hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert_eq!(said, "locked\n");
+    assert!(
+        store.has_writer(run).await.unwrap(),
+        "another process holds it"
+    );
+    assert_locked(store.lock(run).await, run, "while another process holds it");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(!store.has_writer(run).await.unwrap(), "its writer died");
+    let _lock = store.lock(run).await.unwrap();
+}
