@@ -122,7 +122,25 @@ fn a_database_from_a_newer_awr_is_a_storage_error_naming_the_file() {
             "{}",
             out.stderr
         );
+        assert_eq!(
+            out.stderr.matches("schema version").count(),
+            1,
+            "said once: {}",
+            out.stderr
+        );
     }
+    let missing = awr(&dir.path().join("none.db"), &["runs"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert_eq!(
+        missing.stderr.matches("none.db").count(),
+        1,
+        "said once: {}",
+        missing.stderr
+    );
+    assert!(
+        !dir.path().join("none.db").exists(),
+        "a read creates nothing"
+    );
 }
 
 #[test]

@@ -11,7 +11,6 @@ use adapters_agents::gemini::Gemini;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{Shell, ShellCommandRunner};
 use adapters_agents::{MockQuery, Providers};
-use application::ports::StoreError;
 use application::ports::{
     ChatModel, Clock, CommandRunner, IdGen, RunObserver, RunStore, Transcripts,
 };
@@ -34,13 +33,15 @@ use infrastructure::UnixControl;
 /// The store `storage` names, created if needed; one that cannot be opened
 /// is a storage error (exit 2).
 pub fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
-    let opened = match storage {
-        Storage::Files(dir) => FileRunStore::open(dir).map(|s| Arc::new(s) as Arc<dyn RunStore>),
+    match storage {
+        Storage::Files(dir) => FileRunStore::open(dir)
+            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+            .map_err(|e| Failure::Input(anyhow::anyhow!("storage {storage}: {e}"))),
+        // Its errors name the database file already.
         Storage::Sqlite(db) => SqliteRunStore::open(db)
             .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-            .map_err(|e| StoreError::Io(e.to_string())),
-    };
-    opened.map_err(|e| Failure::Input(anyhow::anyhow!("storage {storage}: {e}")))
+            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
+    }
 }
 
 /// The existing store `storage` names, for commands that only read: it

@@ -80,7 +80,7 @@ pub enum SqliteOpenError {
         known: i64,
     },
     /// Anything else (naming the file).
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
