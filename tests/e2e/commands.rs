@@ -43,7 +43,11 @@ impl Drop for Live {
 /// Starts `awr run` of a one-agent workflow and waits until its agent is
 /// in its first turn (`agent:start` on record).
 pub(crate) fn start() -> Live {
-    let awr = Awr::new();
+    start_on(Awr::new())
+}
+
+/// [`start`] on the storage of `awr`.
+pub(crate) fn start_on(awr: Awr) -> Live {
     let gate = awr.dir.path().join("go");
     let calls = awr.dir.path().join("calls.log");
     // `-p PROMPT ...`; `--session-id ID` for a new session, `--resume ID`

@@ -56,6 +56,9 @@ pub struct Output {
 pub struct Awr {
     /// Kept alive so the directory lasts as long as the test.
     pub dir: tempfile::TempDir,
+    /// Whether runs are kept in a SQLite database (`sqlite:DIR/awr.db`)
+    /// rather than the file store under [`Awr::storage`].
+    sqlite: bool,
 }
 
 impl Awr {
@@ -63,7 +66,48 @@ impl Awr {
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
+            sqlite: false,
         }
+    }
+
+    /// A fresh scratch directory whose runs go to a SQLite database in it.
+    pub fn sqlite() -> Self {
+        Self {
+            sqlite: true,
+            ..Self::new()
+        }
+    }
+
+    /// The `--storage` value.
+    pub fn storage_arg(&self) -> std::ffi::OsString {
+        if self.sqlite {
+            format!("sqlite:{}", self.dir.path().join("awr.db").display()).into()
+        } else {
+            self.storage().into_os_string()
+        }
+    }
+
+    /// The database of a SQLite scratch, if it exists yet.
+    fn database(&self) -> Option<rusqlite::Connection> {
+        let db = self.dir.path().join("awr.db");
+        if !self.sqlite || !db.exists() {
+            return None;
+        }
+        Some(rusqlite::Connection::open(db).expect("open the database"))
+    }
+
+    /// The JSON of a run's events in a SQLite scratch, read from its rows.
+    fn sqlite_events(&self, run: &str) -> Vec<Value> {
+        let Some(db) = self.database() else {
+            return Vec::new();
+        };
+        let mut stmt = db
+            .prepare("SELECT json FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+            .expect("query events");
+        stmt.query_map([run], |r| r.get::<_, String>(0))
+            .expect("query events")
+            .map(|json| serde_json::from_str(&json.expect("a row")).expect("an event row"))
+            .collect()
     }
 
     /// The storage directory.
@@ -76,7 +120,7 @@ impl Awr {
         let mut command = Command::new(awr_bin());
         command
             .arg("--storage")
-            .arg(self.storage())
+            .arg(self.storage_arg())
             .args(args)
             .current_dir(repo_root())
             .env_remove("AWR_STORAGE")
@@ -100,6 +144,17 @@ impl Awr {
 
     /// The run ids in the store.
     pub fn run_ids(&self) -> Vec<String> {
+        if self.sqlite {
+            let Some(db) = self.database() else {
+                return Vec::new();
+            };
+            let mut stmt = db.prepare("SELECT run_id FROM runs").expect("query runs");
+            return stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .expect("query runs")
+                .map(|id| id.expect("a row"))
+                .collect();
+        }
         let Ok(entries) = std::fs::read_dir(self.storage().join("runs")) else {
             return Vec::new();
         };
@@ -153,12 +208,18 @@ impl Awr {
     /// The lines of a run's event log, as JSON; fails the test when the
     /// log is missing or a line is not JSON.
     pub fn events(&self, run: &str) -> Vec<Value> {
+        if self.sqlite {
+            return self.sqlite_events(run);
+        }
         read_json_lines(&self.run_dir(run).join("events.ndjson"))
     }
 
     /// The lines of a run's event log so far, as JSON: none while the run
     /// has no log yet (for polling a live run).
     pub fn events_so_far(&self, run: &str) -> Vec<Value> {
+        if self.sqlite {
+            return self.sqlite_events(run);
+        }
         let path = self.run_dir(run).join("events.ndjson");
         if path.exists() {
             read_json_lines(&path)

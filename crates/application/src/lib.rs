@@ -22,6 +22,8 @@ pub mod ports;
 pub mod redact;
 pub mod run;
 pub mod secrets;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tool_loop;
 pub mod tools;
 

@@ -17,6 +17,7 @@ mod commands;
 mod progress;
 mod serve;
 mod signals;
+mod storage;
 mod wiring;
 
 use std::path::PathBuf;
@@ -28,9 +29,16 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "awr", version, propagate_version = true)]
 struct Cli {
-    /// Directory that holds runs (`runs/<run-id>/...`).
-    #[arg(long, global = true, env = "AWR_STORAGE", default_value = "storage")]
-    storage: PathBuf,
+    /// Where runs are kept: a directory (the file store, `runs/<run-id>/...`)
+    /// or `sqlite:PATH` (the SQLite store in the database file PATH).
+    #[arg(
+        long,
+        global = true,
+        env = "AWR_STORAGE",
+        default_value = "storage",
+        value_parser = storage::Storage::parse
+    )]
+    storage: storage::Storage,
 
     #[command(subcommand)]
     command: Command,

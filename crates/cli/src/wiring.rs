@@ -21,33 +21,46 @@ use application::tools::ToolRouter;
 use domain::WorkflowDef;
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
-use infrastructure::store::FileRunStore;
+use infrastructure::store::{FileRunStore, SqliteRunStore};
 use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
+use crate::storage::Storage;
 use application::ports::{ControlChannel, Processes};
 use infrastructure::UnixControl;
 
-/// The file store under `storage`; one that cannot be opened is a storage error (exit 2).
-pub fn store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
-    FileRunStore::open(storage)
-        .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-        .map_err(|e| Failure::Input(anyhow::anyhow!("storage {}: {e}", storage.display())))
+/// The store `storage` names, created if needed; one that cannot be opened
+/// is a storage error (exit 2).
+pub fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
+    match storage {
+        Storage::Files(dir) => FileRunStore::open(dir)
+            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+            .map_err(|e| Failure::Input(anyhow::anyhow!("storage {storage}: {e}"))),
+        // Its errors name the database file already.
+        Storage::Sqlite(db) => SqliteRunStore::open(db)
+            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
+    }
 }
 
-/// The file store over the existing directory `storage`, for commands that
-/// only read: it creates nothing, and a missing storage is bad input (exit 2).
-pub fn read_store(storage: &Path) -> Result<Arc<dyn RunStore>, Failure> {
-    FileRunStore::open_existing(storage)
-        .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+/// The existing store `storage` names, for commands that only read: it
+/// creates no storage, and a missing one is bad input (exit 2).
+pub fn read_store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
+    match storage {
+        Storage::Files(dir) => FileRunStore::open_existing(dir)
+            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
+        Storage::Sqlite(db) => SqliteRunStore::open_existing(db)
+            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
+            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
+    }
 }
 
 /// Where runs take commands from other processes: a socket per run under
-/// `storage/control`.
-pub fn control(storage: &Path) -> Arc<dyn ControlChannel> {
-    Arc::new(UnixControl::new(storage.join("control")))
+/// `control/` of the storage's files directory.
+pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
+    Arc::new(UnixControl::new(storage.files().join("control")))
 }
 
 /// This machine's processes, to kill what a dead writer left behind.
@@ -128,9 +141,10 @@ pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
     (Arc::new(SystemClock), Arc::new(RandomIds))
 }
 
-/// Transcript files under `storage/transcripts`.
-pub fn transcripts(storage: &Path) -> Arc<JsonlTranscripts> {
-    Arc::new(JsonlTranscripts::new(storage))
+/// Transcript files under `transcripts/` of the storage's files directory
+/// (whatever the store: transcripts stay files).
+pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
+    Arc::new(JsonlTranscripts::new(storage.files()))
 }
 
 /// The key variables of a run and the redactor of their values: everything

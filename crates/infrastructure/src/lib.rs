@@ -6,6 +6,9 @@
 //!   offset index (`events.idx`) and an atomically replaced `snapshot.json`
 //!   (design §4). Appends are one `write` each; syncing follows a
 //!   [`store::SyncPolicy`] and shares `fdatasync`s between concurrent flushers.
+//! - [`store::SqliteRunStore`]: the same contract in one SQLite database
+//!   (WAL): a row per event holding the file store's JSON line, a snapshot
+//!   row and a `runs` row per run, a `flock`ed lock file per run beside it.
 //! - [`store::MemoryRunStore`]: the same contract in memory, for tests and
 //!   embedders that do not need durability.
 //! - [`transcript::JsonlTranscripts`]: the exchange transcript
@@ -23,7 +26,8 @@
 //!
 //! Architecture invariant: nothing here knows about workflows or providers;
 //! the stores move opaque [`domain::RuntimeEvent`]s and snapshots, and every
-//! store passes the one conformance suite in `tests/e2e/store_conformance.rs`.
+//! store passes the one conformance suite,
+//! `application::testing::store_conformance`, run from the store's own tests.
 
 pub mod blobs;
 pub mod clock;
@@ -35,7 +39,10 @@ pub mod transcript;
 
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
 pub use control::{ControlConfig, UnixControl};
-pub use store::{FileRunStore, FileStoreConfig, MemoryRunStore, SyncPolicy};
+pub use store::{
+    FileRunStore, FileStoreConfig, MemoryRunStore, SCHEMA_VERSION, SqliteOpenError, SqliteRunStore,
+    SqliteStoreConfig, SyncPolicy,
+};
 pub use transcript::{
     JsonlTranscript, JsonlTranscripts, TranscriptLines, TranscriptStats, TranscriptSubscriber,
     read_transcript, read_transcript_lines, transcript_path,

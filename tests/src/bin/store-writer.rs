@@ -1,6 +1,6 @@
-//! A second process that tries to write a run of a file store, so the
-//! store conformance suite can check that one writer per run holds across
-//! processes, not just within one:
+//! A second process that tries to write a run of a store (a file store
+//! directory, or `sqlite:PATH`), so the stores' tests can check that one
+//! writer per run holds across processes, not just within one:
 //!
 //! `store-writer STORAGE RUN_ID append OFFSET` locks the run, appends one
 //! warning at `OFFSET` and exits 0; if the lock is refused it prints the
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use application::ports::RunStore;
 use domain::{EventKind, Offset, RunId, RuntimeEvent, Timestamp};
-use infrastructure::FileRunStore;
+use infrastructure::{FileRunStore, SqliteRunStore};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -33,7 +33,10 @@ async fn run(args: &[String]) -> Result<ExitCode, String> {
         return Err("usage: store-writer STORAGE RUN_ID (append OFFSET | hold)".into());
     };
     let run: RunId = run.parse().map_err(|e| format!("run id `{run}`: {e:?}"))?;
-    let store = FileRunStore::open(storage).map_err(|e| e.to_string())?;
+    let store: Box<dyn RunStore> = match storage.strip_prefix("sqlite:") {
+        Some(db) => Box::new(SqliteRunStore::open(db).map_err(|e| e.to_string())?),
+        None => Box::new(FileRunStore::open(storage).map_err(|e| e.to_string())?),
+    };
     match (mode.as_str(), rest) {
         ("append", [offset]) => {
             let offset: u64 = offset.parse().map_err(|e| format!("offset: {e}"))?;

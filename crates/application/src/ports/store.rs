@@ -1,6 +1,7 @@
 //! [`RunStore`]: runs, their append-only event logs, and their snapshots.
 //!
-//! Contract every implementation meets (checked by one conformance suite):
+//! Contract every implementation meets (checked by one conformance suite,
+//! `crate::testing::store_conformance`, which every store's tests run):
 //! - one writer per run: [`RunStore::create_run`] and [`RunStore::lock`]
 //!   hand out the run's [`RunLock`], at most one at a time across every
 //!   store instance and process sharing the storage; `append` and

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
 use super::run::{Wired, load_workflow};
+use crate::storage::Storage;
 use crate::{Failure, wiring};
 
 /// Where the definition of `run_id` is: `--workflow`, else `flow:started`'s `source`.
@@ -49,7 +50,7 @@ async fn workflow_file(
 /// `store` (`None`: a store of its own over the storage) with progress on
 /// stderr or not.
 pub async fn wired_for(
-    storage: &Path,
+    storage: &Storage,
     run_id: RunId,
     given: Option<&Path>,
     store: Option<Arc<dyn RunStore>>,
@@ -89,7 +90,7 @@ fn failure(run_id: RunId, error: ExecutorError) -> Failure {
 
 /// `awr resume RUN [--message TEXT] [--workflow FILE]`.
 pub async fn resume(
-    storage: &Path,
+    storage: &Storage,
     run: &str,
     message: Option<String>,
     given: Option<&Path>,
@@ -100,7 +101,7 @@ pub async fn resume(
 
 /// Continues `run_id`: resumed with `message` (`Some`), or recovered.
 async fn go_on(
-    storage: &Path,
+    storage: &Storage,
     run_id: RunId,
     given: Option<&Path>,
     message: Option<Option<String>>,
@@ -118,7 +119,7 @@ async fn go_on(
 
 /// `awr recover [--all]`: lists the interrupted runs (a non-terminal,
 /// unpaused run no process writes); with `--all`, resumes each in turn.
-pub async fn recover(storage: &Path, all: bool) -> Result<(), Failure> {
+pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let mut interrupted = Vec::new();
     let runs = store
@@ -200,7 +201,7 @@ impl Command<'_> {
 /// `awr send|reply|pause|cancel RUN ...`: the command goes to the process
 /// writing the run, or is recorded here when none does. Accepted: exit 0;
 /// rejected: the recorded reason, exit 2.
-pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<(), Failure> {
+pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
     let reply = deliver(storage, run_id, &command.raw())
         .await
@@ -221,7 +222,7 @@ pub async fn command(storage: &Path, run: &str, command: Command<'_>) -> Result<
 /// recorded here when none does. The command line and the server both
 /// send commands this way; either way it is on record before the answer.
 pub async fn deliver(
-    storage: &Path,
+    storage: &Storage,
     run_id: RunId,
     raw: &Value,
 ) -> Result<CommandReply, ExecutorError> {
@@ -233,7 +234,7 @@ pub async fn deliver(
     let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
         .with_control(wiring::control(storage))
         .with_processes(wiring::processes());
-    let storage = storage.to_path_buf();
+    let storage = storage.clone();
     let load = async move || {
         wired_for(&storage, run_id, None, None)
             .await

@@ -6,7 +6,6 @@
 //! and a run recorded as `running` that no process writes is shown
 //! `interrupted` (`inspect::run_view`).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::anyhow;
@@ -15,6 +14,7 @@ use application::ports::{RunStore, StoreError};
 use domain::{EventKind, RunId, RuntimeEvent};
 use futures::StreamExt;
 
+use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
 /// Bad lines `awr events` reports one by one before summing the rest up.
@@ -65,7 +65,7 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
 }
 
 /// Resolves a run id or prefix against the store under `storage`.
-pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+pub async fn resolve_id(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
     let store = wiring::read_store(storage)?;
     resolve(store.as_ref(), wanted).await
 }
@@ -74,7 +74,7 @@ pub async fn resolve_id(storage: &Path, wanted: &str) -> Result<RunId, Failure> 
 /// ...): a run the storage does not hold is refused here, the same way for
 /// each, before anything looks for its workflow or its writer. (A
 /// transcript may outlive its log, so `transcript` does not ask this.)
-pub async fn resolve_run(storage: &Path, wanted: &str) -> Result<RunId, Failure> {
+pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), wanted).await?;
     match store.last_offset(id).await {
@@ -111,7 +111,7 @@ pub fn snapshot_json(view: &RunView) -> Result<serde_json::Value, serde_json::Er
 /// `awr runs`. A run whose records are corrupt is listed with the status
 /// `corrupt`, its problem goes to stderr, and the command exits 2 after
 /// listing every run.
-pub async fn runs(storage: &Path) -> Result<(), Failure> {
+pub async fn runs(storage: &Storage) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let rows = views(store.as_ref()).await.map_err(store_failure)?;
     say(&format!(
@@ -159,7 +159,7 @@ pub async fn runs(storage: &Path) -> Result<(), Failure> {
 }
 
 /// `awr show RUN`.
-pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> {
+pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     let view = run_view(store.as_ref(), id).await.map_err(store_failure)?;
@@ -240,7 +240,7 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
 /// paused or interrupted and how to continue it, and the exit code is 0
 /// (the events were shown; `awr show` tells what became of the run).
 pub async fn events(
-    storage: &Path,
+    storage: &Storage,
     run: &str,
     offset: u64,
     follow: bool,

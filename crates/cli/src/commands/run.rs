@@ -11,6 +11,7 @@ use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
 use crate::signals::Signals;
+use crate::storage::Storage;
 use crate::{Failure, progress::Progress, wiring};
 
 /// Reads and validates a workflow file and every workflow it calls (see
@@ -78,7 +79,7 @@ fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Failur
 }
 
 /// `awr run FILE [--input JSON | --input-text TEXT]`.
-pub async fn run(storage: &Path, file: &Path, input: Input<'_>) -> Result<(), Failure> {
+pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(), Failure> {
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
@@ -122,7 +123,7 @@ pub struct Wired {
 impl Wired {
     /// The executor for `workflow` (read from `file`) over the storage,
     /// showing its progress on stderr.
-    pub fn new(storage: &Path, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
+    pub fn new(storage: &Storage, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
         let store = wiring::store(storage)?;
         Ok(Self::over(
             storage,
@@ -137,7 +138,7 @@ impl Wired {
     /// `progress` or nothing showing its events: the server shares one store
     /// among its runs and followers, so its appends wake them at once.
     pub fn over(
-        storage: &Path,
+        storage: &Storage,
         store: Arc<dyn application::ports::RunStore>,
         file: &Path,
         workflow: &WorkflowDef,

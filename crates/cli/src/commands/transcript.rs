@@ -1,7 +1,7 @@
 //! `awr transcript RUN [--follow] [--json] [--tree]`: the exchange transcript of a run.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -12,6 +12,7 @@ use futures::StreamExt;
 use infrastructure::{read_transcript_lines, transcript_path};
 use serde_json::Value;
 
+use crate::storage::Storage;
 use crate::{Failure, say};
 
 /// How often `--follow` looks for new lines written by another process.
@@ -19,13 +20,13 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 /// Prints the transcript of `run` (its file under `storage`).
 pub async fn transcript(
-    storage: &Path,
+    storage: &Storage,
     run: RunId,
     follow: bool,
     json: bool,
     tree: bool,
 ) -> Result<(), Failure> {
-    let path = transcript_path(storage, run);
+    let path = transcript_path(storage.files(), run);
     if !path.exists() {
         return Err(Failure::Input(anyhow!(
             "run {run} has no transcript ({} not found)",
@@ -203,7 +204,7 @@ fn cut(text: &str, max: usize) -> String {
 /// followed through `child_run_id` into the children's own files.
 /// `bad` counts the bad lines found (reported on stderr).
 fn print_tree(
-    storage: &Path,
+    storage: &Storage,
     run: RunId,
     depth: usize,
     seen: &mut HashSet<RunId>,
@@ -213,7 +214,7 @@ fn print_tree(
     if !seen.insert(run) {
         return say(&format!("{indent}run {run} (already shown)"));
     }
-    let path = transcript_path(storage, run);
+    let path = transcript_path(storage.files(), run);
     let events = match read_transcript_lines(&path) {
         Ok(read) => {
             for problem in &read.problems {

@@ -25,7 +25,7 @@ mod ui;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +39,7 @@ use tokio::sync::watch;
 pub use self::error::ApiError;
 use self::stream::Hub;
 use crate::Failure;
+use crate::storage::Storage;
 
 /// Largest request body the server reads (a workflow inline, a command).
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -59,7 +60,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where runs are stored.
-    pub storage: PathBuf,
+    pub storage: Storage,
     /// The directory a `path` of `POST /workflows` must stay inside.
     pub root: PathBuf,
     /// The bearer token every request must carry, if any.
@@ -111,7 +112,7 @@ impl App {
         &self.0.config
     }
 
-    fn storage(&self) -> &Path {
+    fn storage(&self) -> &Storage {
         &self.0.config.storage
     }
 

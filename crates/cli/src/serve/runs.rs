@@ -24,6 +24,7 @@ use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
 use crate::commands::inspect::{snapshot_json, views};
 use crate::commands::run::{Wired, load_workflow, request};
+use crate::storage::Storage;
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -165,7 +166,7 @@ fn confined(root: &Path, path: &str) -> Result<PathBuf, ApiError> {
 /// Keeps an inline workflow as a file of the storage
 /// (`workflows/<sha256>.yaml` or `.json`), so the run records where its
 /// definition is and `awr resume` can read it again.
-fn save_inline(storage: &Path, workflow: Value) -> Result<PathBuf, ApiError> {
+fn save_inline(storage: &Storage, workflow: Value) -> Result<PathBuf, ApiError> {
     use sha2::{Digest, Sha256};
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -182,7 +183,7 @@ fn save_inline(storage: &Path, workflow: Value) -> Result<PathBuf, ApiError> {
             ));
         }
     };
-    let dir = storage.join("workflows");
+    let dir = storage.files().join("workflows");
     let failed = |e: std::io::Error| ApiError::internal(format!("cannot keep the workflow: {e}"));
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -555,7 +555,7 @@ pub async fn transcript(
         }
     };
     let run_id = resolve(&app, &id).await?;
-    let path = infrastructure::transcript_path(app.storage(), run_id);
+    let path = infrastructure::transcript_path(app.storage().files(), run_id);
     if !path.exists() {
         return Err(ApiError::not_found(format!(
             "run {run_id} has no transcript"

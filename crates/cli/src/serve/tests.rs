@@ -26,7 +26,7 @@ fn server_with(token: Option<&str>, buffer: usize, heartbeat: Duration) -> Serve
     let dir = tempfile::tempdir().unwrap();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let app = App::new(Config {
-        storage: dir.path().join("storage"),
+        storage: crate::storage::Storage::Files(dir.path().join("storage")),
         root,
         token: token.map(str::to_owned),
         heartbeat,
@@ -609,7 +609,7 @@ async fn with_a_token_every_request_carries_it() {
 async fn a_non_loopback_bind_without_a_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config {
-        storage: dir.path().join("storage"),
+        storage: crate::storage::Storage::Files(dir.path().join("storage")),
         root: dir.path().to_path_buf(),
         token: None,
         heartbeat: Duration::from_secs(15),

@@ -213,3 +213,42 @@ impl RunStore for MemoryRunStore {
         Ok(lock(&self.runs).keys().copied().collect())
     }
 }
+
+/// The store conformance suite against the memory store.
+#[cfg(test)]
+mod conformance {
+    use std::sync::Arc;
+
+    use application::ports::RunStore;
+    use application::testing::store_conformance::StoreHarness;
+    use domain::RunId;
+
+    use super::MemoryRunStore;
+
+    /// The storage of a memory store is the store itself: there is no other
+    /// instance on it, and nothing stored is encoded, so nothing can tear or rot.
+    struct Memory(Arc<MemoryRunStore>);
+
+    impl StoreHarness for Memory {
+        fn new() -> Self {
+            Self(Arc::new(MemoryRunStore::new()))
+        }
+        fn store(&self) -> Arc<dyn RunStore> {
+            self.0.clone()
+        }
+        fn another(&self) -> Option<Arc<dyn RunStore>> {
+            None
+        }
+        fn tear_tail(&self, _run: RunId) -> bool {
+            false
+        }
+        fn corrupt_event(&self, _run: RunId, _offset: u64) -> bool {
+            false
+        }
+        fn bad_event_place(&self, _run: RunId, _offset: u64) -> String {
+            String::new()
+        }
+    }
+
+    application::store_conformance!(Memory);
+}

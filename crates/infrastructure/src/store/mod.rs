@@ -1,12 +1,13 @@
 //! Run stores: implementations of [`application::ports::RunStore`].
 //!
-//! Both stores share [`follow_log`], the one implementation of `follow`:
+//! Every store shares [`follow_log`], the one implementation of `follow`:
 //! read history in bounded batches, then wait for a wake-up (an in-process
 //! append) or, for logs another process may extend, a poll tick; and the
 //! wording of their errors (a conflict, a lock held elsewhere).
 
 mod file;
 mod memory;
+mod sqlite;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::sync::Notify;
 
 pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreConfig};
 
 /// Events a follower reads per batch: large enough that catching up on a
 /// long history costs few store calls, small enough that a follower never

@@ -18,10 +18,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use application::ports::{RunLock, StoreError};
+use domain::RunId;
 use rustix::fs::{FlockOperation, flock};
 use rustix::io::Errno;
 
@@ -102,13 +104,18 @@ pub(super) fn take(handle: Arc<RunHandle>) -> Result<RunLock, StoreError> {
 /// while some descriptor holds the exclusive one (this store's included).
 /// Creates nothing: no `lock` file means no writer ever locked the run.
 pub(super) fn probe(paths: &RunPaths) -> Result<bool, StoreError> {
-    let file = match crate::fs::open_regular(&paths.lock) {
+    probe_file(&paths.lock, paths.run_id)
+}
+
+/// [`probe`] of the lock file `path` of `run_id`: shared by every store that
+/// locks runs with a file (the SQLite store keeps one per run too).
+pub(in crate::store) fn probe_file(path: &Path, run_id: RunId) -> Result<bool, StoreError> {
+    let file = match crate::fs::open_regular(path) {
         Ok(file) => file,
         Err(crate::fs::FileReadError::NotFound { .. }) => return Ok(false),
         Err(e) => {
             return Err(StoreError::Io(format!(
-                "cannot probe the lock of run {}: {e}",
-                paths.run_id
+                "cannot probe the lock of run {run_id}: {e}"
             )));
         }
     };
@@ -122,7 +129,7 @@ pub(super) fn probe(paths: &RunPaths) -> Result<bool, StoreError> {
         Err(Errno::WOULDBLOCK) => Ok(true),
         Err(e) => Err(StoreError::Io(format!(
             "cannot probe {}: {}",
-            paths.lock.display(),
+            path.display(),
             std::io::Error::from(e)
         ))),
     }
@@ -144,37 +151,43 @@ const PROBE_RETRY: Duration = Duration::from_micros(200);
 /// granted, only probes were in the way, so it is dropped and the
 /// exclusive lock tried again, for at most [`PROBE_PATIENCE`].
 fn lock_file(paths: &RunPaths) -> Result<File, StoreError> {
+    lock_path(&paths.lock, paths.run_id)
+}
+
+/// [`lock_file`] of the lock file `path` of `run_id`, created (0600) if
+/// needed: shared by every store that locks runs with a file.
+pub(in crate::store) fn lock_path(path: &Path, run_id: RunId) -> Result<File, StoreError> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).create(true).mode(FILE_MODE);
-    let file = crate::fs::open_regular_with(options, &paths.lock)
-        .map_err(|e| StoreError::Io(format!("cannot lock run {}: {e}", paths.run_id)))?;
+    let file = crate::fs::open_regular_with(options, path)
+        .map_err(|e| StoreError::Io(format!("cannot lock run {run_id}: {e}")))?;
     let deadline = Instant::now() + PROBE_PATIENCE;
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => return Ok(file),
             Err(Errno::WOULDBLOCK) => {}
-            Err(e) => return Err(flock_err(paths, e)),
+            Err(e) => return Err(flock_err(path, e)),
         }
         match flock(&file, FlockOperation::NonBlockingLockShared) {
             Ok(()) => {
                 // Only probes: drop our shared lock and try again.
-                flock(&file, FlockOperation::Unlock).map_err(|e| flock_err(paths, e))?;
+                flock(&file, FlockOperation::Unlock).map_err(|e| flock_err(path, e))?;
             }
-            Err(Errno::WOULDBLOCK) => return Err(locked_elsewhere(paths.run_id)),
-            Err(e) => return Err(flock_err(paths, e)),
+            Err(Errno::WOULDBLOCK) => return Err(locked_elsewhere(run_id)),
+            Err(e) => return Err(flock_err(path, e)),
         }
         if Instant::now() >= deadline {
-            tracing::warn!(run = %paths.run_id, "probes kept the run's lock busy; giving up");
-            return Err(locked_elsewhere(paths.run_id));
+            tracing::warn!(run = %run_id, "probes kept the run's lock busy; giving up");
+            return Err(locked_elsewhere(run_id));
         }
         std::thread::sleep(PROBE_RETRY);
     }
 }
 
-fn flock_err(paths: &RunPaths, e: Errno) -> StoreError {
+fn flock_err(path: &Path, e: Errno) -> StoreError {
     StoreError::Io(format!(
         "cannot lock {}: {}",
-        paths.lock.display(),
+        path.display(),
         std::io::Error::from(e)
     ))
 }

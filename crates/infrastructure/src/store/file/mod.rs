@@ -33,10 +33,10 @@
 //!   read and follow it, and see its appends by polling the file.
 
 mod index;
-mod lock;
+pub(super) mod lock;
 mod log;
 mod snapshot;
-mod sync;
+pub(super) mod sync;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod sync_tests;
@@ -692,4 +692,68 @@ mod tests {
             assert_eq!(syncs(&store, run), expected, "{sync:?}");
         }
     }
+}
+
+/// The store conformance suite against the file store.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod conformance {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use application::ports::RunStore;
+    use application::testing::store_conformance::StoreHarness;
+    use domain::RunId;
+
+    use super::{FileRunStore, FileStoreConfig};
+
+    /// A file store in a temporary directory; `another` opens the directory
+    /// again, with its own handles and locks, as another process would.
+    struct Files {
+        dir: tempfile::TempDir,
+        store: Arc<FileRunStore>,
+    }
+
+    fn open(root: &std::path::Path) -> FileRunStore {
+        let config = FileStoreConfig {
+            follow_poll: Duration::from_millis(10),
+            ..FileStoreConfig::default()
+        };
+        FileRunStore::open_with(root, config).unwrap()
+    }
+
+    impl StoreHarness for Files {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Arc::new(open(dir.path()));
+            Self { dir, store }
+        }
+        fn store(&self) -> Arc<dyn RunStore> {
+            self.store.clone()
+        }
+        fn another(&self) -> Option<Arc<dyn RunStore>> {
+            Some(Arc::new(open(self.dir.path())))
+        }
+        /// Half a line at the end of the log, as a crash inside `write` leaves.
+        fn tear_tail(&self, run: RunId) -> bool {
+            let log = self.store.run_dir(run).join("events.ndjson");
+            let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+            f.write_all(br#"{"id":"x","offset":11,"timest"#).unwrap();
+            true
+        }
+        fn corrupt_event(&self, run: RunId, offset: u64) -> bool {
+            let log = self.store.run_dir(run).join("events.ndjson");
+            let text = std::fs::read_to_string(&log).unwrap();
+            let mut lines: Vec<&str> = text.lines().collect();
+            lines[usize::try_from(offset).unwrap() - 1] = "{this is not json";
+            std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+            true
+        }
+        fn bad_event_place(&self, _run: RunId, offset: u64) -> String {
+            format!("events.ndjson line {offset}")
+        }
+    }
+
+    application::store_conformance!(Files);
 }

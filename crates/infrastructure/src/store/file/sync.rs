@@ -290,7 +290,7 @@ fn on_one_thread() -> bool {
 /// (servers) `block_in_place` hands this worker's other tasks to the other
 /// workers, so they keep running, and gather the next batch, during the
 /// sync. On a current-thread runtime the call simply runs inline.
-pub(super) fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+pub(in crate::store) fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),

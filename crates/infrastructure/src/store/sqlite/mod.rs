@@ -1,0 +1,682 @@
+//! [`SqliteRunStore`]: the run store in one SQLite database (bundled
+//! SQLite, WAL), for users who keep many runs and query them.
+//!
+//! ```text
+//! <db>              runs, events (one row per event), snapshots (one per run)
+//! <db>-wal, -shm    SQLite's write-ahead log
+//! <db>-locks/<id>   empty; `flock`ed by the run's one writer
+//! ```
+//!
+//! Why it is shaped this way:
+//! - An event row holds the event's JSON exactly as the file store writes
+//!   its line (large values inline: SQLite keeps them in overflow pages), so
+//!   both stores hold the same bytes and copying between them is lossless.
+//! - One writer per run is a `flock` on a lock file per run beside the
+//!   database, as in the file store, rather than a lease row: the kernel
+//!   releases it when the writer dies, where a lease would wait to expire.
+//! - Each instance has two connections: one writes (every append is one
+//!   transaction), one reads, so readers and followers never wait behind a
+//!   writer's sync (WAL readers see the last commit without blocking).
+//! - Sync policy as in the file store: [`SyncPolicy::StepBoundary`] commits
+//!   with `synchronous=NORMAL` (no sync per append) and `flush` commits a
+//!   marker row with `synchronous=FULL`, which syncs the WAL and so every
+//!   commit before it. Flushes share syncs (group commit): one waiting
+//!   while another syncs finds its appends covered and returns.
+//!   [`SyncPolicy::Always`] is `synchronous=FULL` (a sync per commit),
+//!   [`SyncPolicy::Never`] is `synchronous=OFF`.
+//! - Followers poll for other processes' appends, as in the file store.
+
+mod schema;
+
+use std::collections::HashMap;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use async_trait::async_trait;
+use domain::{RunId, RunSnapshot, RuntimeEvent};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::Notify;
+
+pub use self::schema::SCHEMA_VERSION;
+use super::file::lock::{lock_path, probe_file};
+use super::file::sync::off_the_runtime;
+use super::{LogSource, SyncPolicy, check_continuation, follow_log, locked_here, not_locked};
+
+/// Mode of the directories the store creates.
+const DIR_MODE: u32 = 0o700;
+
+/// Mode of the database file: runs hold prompts and outputs private to
+/// their user (SQLite gives its `-wal` and `-shm` files the same mode).
+const FILE_MODE: u32 = 0o600;
+
+/// Bytes of event JSON one `read` returns at most (after its first event),
+/// so a follower catching up never holds a huge batch.
+const READ_BUDGET: usize = 4 << 20;
+
+/// How long a statement waits for another connection's write lock (another
+/// instance or process writing another run) before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a SQLite store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteOpenError {
+    /// The database was written by a newer awr.
+    #[error(
+        "{}: the database has schema version {found}, newer than this awr knows ({known}); \
+         open it with a newer awr",
+        path.display()
+    )]
+    Newer {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+        /// [`SCHEMA_VERSION`].
+        known: i64,
+    },
+    /// Anything else (naming the file).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Settings of a [`SqliteRunStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreConfig {
+    /// When commits are synced.
+    pub sync: SyncPolicy,
+    /// How often a follower looks for events appended by another process.
+    pub follow_poll: Duration,
+}
+
+impl Default for SqliteStoreConfig {
+    fn default() -> Self {
+        Self {
+            sync: SyncPolicy::default(),
+            follow_poll: Duration::from_millis(50),
+        }
+    }
+}
+
+/// The [`RunStore`] in one SQLite database. Cloning is cheap and clones
+/// share connections and locks.
+#[derive(Debug, Clone)]
+pub struct SqliteRunStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    locks_dir: PathBuf,
+    config: SqliteStoreConfig,
+    /// Appends, snapshots and syncs. A `std` mutex: held for one
+    /// transaction, never across an `.await`.
+    writer: Mutex<Connection>,
+    /// Reads and follows.
+    reader: Mutex<Connection>,
+    /// The locked files of the runs this instance holds.
+    held: Mutex<HashMap<RunId, File>>,
+    /// Wakes this instance's followers of a run after its appends.
+    notifies: Mutex<HashMap<RunId, Arc<Notify>>>,
+    /// Commits by this instance, and how many of them are synced.
+    committed: AtomicU64,
+    synced: AtomicU64,
+}
+
+/// Locks, recovering the data of a poisoned lock: nothing here panics while
+/// holding one.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A SQLite failure as a [`StoreError`] naming the database and the action.
+pub(super) fn sql_err(path: &Path, what: &str, e: &rusqlite::Error) -> StoreError {
+    StoreError::Io(format!("{}: cannot {what}: {e}", path.display()))
+}
+
+impl SqliteRunStore {
+    /// The store in the database at `path` with the default settings,
+    /// creating it (and its directory, 0700) if needed.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SqliteOpenError> {
+        Self::open_with(path, SqliteStoreConfig::default())
+    }
+
+    /// The store in the existing database at `path`, for commands that only
+    /// read: fails, naming `path`, when there is no such file.
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, SqliteOpenError> {
+        let path = path.as_ref();
+        if !path.is_file() {
+            return Err(StoreError::Io(format!(
+                "storage {} does not exist (or is not a file)",
+                path.display()
+            ))
+            .into());
+        }
+        Self::connect(path.to_path_buf(), SqliteStoreConfig::default())
+    }
+
+    /// The store at `path` with explicit settings, creating it if needed.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        config: SqliteStoreConfig,
+    ) -> Result<Self, SqliteOpenError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(parent)
+                .map_err(|e| io_err("create", parent, &e))?;
+        }
+        // Created here, so it is private from its first byte.
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .open(&path)
+            .map_err(|e| io_err("create", &path, &e))?;
+        Self::connect(path, config)
+    }
+
+    fn connect(path: PathBuf, config: SqliteStoreConfig) -> Result<Self, SqliteOpenError> {
+        let mut writer = connection(&path, config.sync)?;
+        schema::migrate(&mut writer, &path)?;
+        let reader = connection(&path, config.sync)?;
+        let mut locks_dir = path.clone().into_os_string();
+        locks_dir.push("-locks");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                locks_dir: PathBuf::from(locks_dir),
+                path,
+                config,
+                writer: Mutex::new(writer),
+                reader: Mutex::new(reader),
+                held: Mutex::new(HashMap::new()),
+                notifies: Mutex::new(HashMap::new()),
+                committed: AtomicU64::new(0),
+                synced: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+fn io_err(what: &str, path: &Path, e: &std::io::Error) -> StoreError {
+    StoreError::Io(format!("cannot {what} {}: {e}", path.display()))
+}
+
+/// A connection in WAL mode with the policy's `synchronous` setting.
+fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|e| sql_err(path, "open the database", &e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| sql_err(path, "set the busy timeout", &e))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+        .map_err(|e| sql_err(path, "enable WAL", &e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io(format!(
+            "{}: cannot enable WAL (journal mode is {mode})",
+            path.display()
+        )));
+    }
+    let synchronous = match sync {
+        SyncPolicy::Always => "FULL",
+        SyncPolicy::StepBoundary => "NORMAL",
+        SyncPolicy::Never => "OFF",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
+        .map_err(|e| sql_err(path, "set synchronous", &e))?;
+    Ok(conn)
+}
+
+/// Whether `run_id` is a run of the database.
+fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
+        .and_then(|mut stmt| stmt.exists([run_id.to_string()]))
+        .map_err(|e| sql_err(path, &format!("look up run {run_id}"), &e))
+}
+
+fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Inner {
+    fn require(&self, conn: &Connection, run_id: RunId) -> Result<(), StoreError> {
+        if exists(conn, &self.path, run_id)? {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound(run_id))
+        }
+    }
+
+    fn lock_file(&self, run_id: RunId) -> PathBuf {
+        self.locks_dir.join(run_id.to_string())
+    }
+
+    fn notify(&self, run_id: RunId) -> Arc<Notify> {
+        let mut notifies = lock(&self.notifies);
+        if notifies.len() >= 256 {
+            notifies.retain(|_, n| Arc::strong_count(n) > 1);
+        }
+        Arc::clone(notifies.entry(run_id).or_default())
+    }
+
+    fn wake(&self, run_id: RunId) {
+        if let Some(n) = lock(&self.notifies).get(&run_id) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Takes the run's lock file for this instance.
+    fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
+        let mut held = lock(&self.held);
+        if held.contains_key(&run_id) {
+            return Err(locked_here(run_id));
+        }
+        DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&self.locks_dir)
+            .map_err(|e| io_err("create", &self.locks_dir, &e))?;
+        let file = lock_path(&self.lock_file(run_id), run_id)?;
+        held.insert(run_id, file);
+        Ok(RunLock::new(
+            run_id,
+            Held {
+                inner: Arc::clone(self),
+                run_id,
+            },
+        ))
+    }
+
+    /// Refuses a write to a run this instance does not hold.
+    fn check_held(&self, run_id: RunId) -> Result<(), StoreError> {
+        if lock(&self.held).contains_key(&run_id) {
+            Ok(())
+        } else {
+            Err(not_locked(run_id))
+        }
+    }
+
+    fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
+        let path = &self.path;
+        let mut conn = lock(&self.writer);
+        self.require(&conn, run_id)?;
+        self.check_held(run_id)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(path, "begin an append", &e))?;
+        let last = last_offset(&tx, path, run_id)?;
+        check_continuation(run_id, last, events)?;
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let mut bytes = 0;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO events (run_id, \"offset\", type, node_id, json) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(|e| sql_err(path, "prepare an append", &e))?;
+            let id = run_id.to_string();
+            let mut buf = Vec::with_capacity(256);
+            for event in events {
+                buf.clear();
+                event.write_json(&mut buf).map_err(|e| {
+                    StoreError::Io(format!(
+                        "cannot serialize event {} (offset {}) of run {run_id}: {e}",
+                        event.id, event.offset
+                    ))
+                })?;
+                bytes += buf.len() as u64 + 1;
+                let json = std::str::from_utf8(&buf)
+                    .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))?;
+                insert
+                    .execute(params![
+                        id,
+                        offset_param(event.offset.get()),
+                        event.kind.type_name(),
+                        event.node_id.as_ref().map(|n| n.as_str()),
+                        json
+                    ])
+                    .map_err(|e| sql_err(path, &format!("append to run {run_id}"), &e))?;
+            }
+        }
+        tx.commit()
+            .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), &e))?;
+        self.committed.fetch_add(1, Ordering::AcqRel);
+        drop(conn);
+        self.wake(run_id);
+        Ok(bytes)
+    }
+
+    /// Syncs the WAL if this instance committed anything since the last
+    /// sync: a marker commit with `synchronous=FULL`. Blocking.
+    fn sync(&self) -> Result<(), StoreError> {
+        let conn = lock(&self.writer);
+        // Under the writer lock no commit is in flight: this covers them all.
+        let upto = self.committed.load(Ordering::Acquire);
+        if self.synced.load(Ordering::Acquire) >= upto {
+            return Ok(());
+        }
+        conn.execute_batch(
+            "PRAGMA synchronous=FULL; \
+             UPDATE sync_marks SET n = n + 1 WHERE id = 1; \
+             PRAGMA synchronous=NORMAL;",
+        )
+        .map_err(|e| sql_err(&self.path, "sync", &e))?;
+        self.synced.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        let path = &self.path;
+        let conn = lock(&self.reader);
+        self.require(&conn, run_id)?;
+        if limit == 0 || after >= i64::MAX as u64 {
+            return Ok(Vec::new());
+        }
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT \"offset\", json FROM events WHERE run_id = ?1 AND \"offset\" > ?2 \
+                 ORDER BY \"offset\" LIMIT ?3",
+            )
+            .map_err(|e| sql_err(path, "prepare a read", &e))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows = stmt
+            .query(params![run_id.to_string(), offset_param(after), limit])
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?;
+        let mut events = Vec::new();
+        let mut expected = after + 1;
+        let mut bytes = 0;
+        while let Some(row) = rows
+            .next()
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?
+        {
+            let bad = |detail: String| StoreError::BadEvent {
+                offset: expected,
+                detail: format!(
+                    "{} events row (run {run_id}, offset {expected}): {detail}",
+                    path.display()
+                ),
+            };
+            let offset: i64 = row.get(0).map_err(|e| bad(e.to_string()))?;
+            if u64::try_from(offset).ok() != Some(expected) {
+                return Err(bad(format!("missing (the next row is offset {offset})")));
+            }
+            let json = row.get_ref(1).map_err(|e| bad(e.to_string()))?;
+            let json = json.as_bytes().map_err(|e| bad(e.to_string()))?;
+            let event = RuntimeEvent::from_json(json).map_err(|e| bad(e.to_string()))?;
+            if event.offset.get() != expected || event.run_id != run_id {
+                return Err(bad(format!(
+                    "holds offset {} of run {}",
+                    event.offset, event.run_id
+                )));
+            }
+            bytes += json.len();
+            events.push(event);
+            expected += 1;
+            if bytes >= READ_BUDGET {
+                break;
+            }
+        }
+        Ok(events)
+    }
+
+    fn last(&self, run_id: RunId) -> Result<u64, StoreError> {
+        let conn = lock(&self.reader);
+        self.require(&conn, run_id)?;
+        last_offset(&conn, &self.path, run_id)
+    }
+}
+
+/// An offset as SQLite's signed integer (offsets stay far below `i64::MAX`).
+fn offset_param(offset: u64) -> i64 {
+    i64::try_from(offset).unwrap_or(i64::MAX)
+}
+
+fn last_offset(conn: &Connection, path: &Path, run_id: RunId) -> Result<u64, StoreError> {
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT MAX(\"offset\") FROM events WHERE run_id = ?1")
+        .and_then(|mut stmt| stmt.query_row([run_id.to_string()], |row| row.get(0)))
+        .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), &e))?;
+    Ok(last.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
+}
+
+/// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
+/// instance left unsynced (as a flush would) and closes the lock file,
+/// which releases the `flock`.
+struct Held {
+    inner: Arc<Inner>,
+    run_id: RunId,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.inner.config.sync == SyncPolicy::StepBoundary
+            && let Err(e) = off_the_runtime(|| self.inner.sync())
+        {
+            tracing::warn!(run = %self.run_id, error = %e, "cannot sync a released run");
+        }
+        // The writer connection first, as `append` takes them: no write of
+        // this run is in flight when the lock goes.
+        let _writer = lock(&self.inner.writer);
+        lock(&self.inner.held).remove(&self.run_id);
+    }
+}
+
+/// One run's log as a follower polls it.
+struct SqlLog {
+    inner: Arc<Inner>,
+    run_id: RunId,
+    changed: Arc<Notify>,
+}
+
+impl LogSource for SqlLog {
+    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read(self.run_id, after, limit)
+    }
+
+    fn last(&self) -> Result<u64, StoreError> {
+        self.inner.last(self.run_id)
+    }
+
+    fn changed(&self) -> &Notify {
+        &self.changed
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        Some(self.inner.config.follow_poll)
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteRunStore {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        let inner = &self.inner;
+        if exists(&lock(&inner.reader), &inner.path, run_id)? {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        // Locked before the row exists: nobody else writes it first.
+        let run_lock = inner.take_lock(run_id)?;
+        let inserted = lock(&inner.writer)
+            .execute(
+                "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
+                 ON CONFLICT (run_id) DO NOTHING",
+                params![run_id.to_string(), now_millis()],
+            )
+            .map_err(|e| sql_err(&inner.path, &format!("create run {run_id}"), &e))?;
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        inner.committed.fetch_add(1, Ordering::AcqRel);
+        Ok(run_lock)
+    }
+
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.require(&lock(&self.inner.reader), run_id)?;
+        self.inner.take_lock(run_id)
+    }
+
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.inner.require(&lock(&self.inner.reader), run_id)?;
+        probe_file(&self.inner.lock_file(run_id), run_id)
+    }
+
+    /// Inline: a commit without a sync takes microseconds, less than a hop
+    /// to another thread. With [`SyncPolicy::Always`] every commit syncs,
+    /// so it runs off the async workers.
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
+        if self.inner.config.sync == SyncPolicy::Always {
+            off_the_runtime(|| self.inner.append(run_id, events))
+        } else {
+            self.inner.append(run_id, events)
+        }
+    }
+
+    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        inner.require(&lock(&inner.reader), run_id)?;
+        if inner.config.sync != SyncPolicy::StepBoundary
+            || inner.synced.load(Ordering::Acquire) >= inner.committed.load(Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        off_the_runtime(|| inner.sync())
+    }
+
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read(run_id, after, limit)
+    }
+
+    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
+        self.inner.last(run_id)
+    }
+
+    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        self.inner.require(&lock(&self.inner.reader), run_id)?;
+        let log = SqlLog {
+            inner: Arc::clone(&self.inner),
+            run_id,
+            changed: self.inner.notify(run_id),
+        };
+        Ok(follow_log(Arc::new(log), after))
+    }
+
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        let path = &inner.path;
+        let run_id = snapshot.run_id;
+        let json = serde_json::to_string(snapshot).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot serialize the snapshot of run {run_id}: {e}"
+            ))
+        })?;
+        let status = serde_json::to_value(snapshot.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned));
+        let mut conn = lock(&inner.writer);
+        inner.require(&conn, run_id)?;
+        inner.check_held(run_id)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(path, "begin a snapshot", &e))?;
+        tx.execute(
+            "INSERT INTO snapshots (run_id, json) VALUES (?1, ?2) \
+             ON CONFLICT (run_id) DO UPDATE SET json = excluded.json",
+            params![run_id.to_string(), json],
+        )
+        .and_then(|_| {
+            tx.execute(
+                "UPDATE runs SET status = ?2, workflow = ?3, started_at = ?4, updated_at = ?5 \
+                 WHERE run_id = ?1",
+                params![
+                    run_id.to_string(),
+                    status,
+                    snapshot.workflow.name,
+                    snapshot.started_at.map(|t| t.as_millis()),
+                    snapshot.updated_at.map(|t| t.as_millis()),
+                ],
+            )
+        })
+        .and_then(|_| tx.commit())
+        .map_err(|e| sql_err(path, &format!("save the snapshot of run {run_id}"), &e))?;
+        inner.committed.fetch_add(1, Ordering::AcqRel);
+        Ok(json.len() as u64)
+    }
+
+    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        let inner = &self.inner;
+        let conn = lock(&inner.reader);
+        inner.require(&conn, run_id)?;
+        let json: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT CAST(json AS BLOB) FROM snapshots WHERE run_id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row([run_id.to_string()], |row| row.get(0))
+                    .optional()
+            })
+            .map_err(|e| {
+                sql_err(
+                    &inner.path,
+                    &format!("read the snapshot of run {run_id}"),
+                    &e,
+                )
+            })?;
+        json.map(|json| {
+            RunSnapshot::from_json(&json, run_id).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "{} snapshots row of run {run_id}: {e}",
+                    inner.path.display()
+                ))
+            })
+        })
+        .transpose()
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        let inner = &self.inner;
+        let conn = lock(&inner.reader);
+        let mut stmt = conn
+            .prepare_cached("SELECT run_id FROM runs")
+            .map_err(|e| sql_err(&inner.path, "list runs", &e))?;
+        let ids = stmt
+            .query_map([], |row| row.get::<_, String>(0))
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(|e| sql_err(&inner.path, "list runs", &e))?;
+        let mut runs = Vec::with_capacity(ids.len());
+        for id in ids {
+            match id.parse() {
+                Ok(run_id) => runs.push(run_id),
+                Err(_) => {
+                    tracing::warn!(db = %inner.path.display(), id, "a runs row is not a run id; skipped")
+                }
+            }
+        }
+        Ok(runs)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

@@ -1,0 +1,207 @@
+//! Tests of the SQLite store: the conformance suite, and what only it has
+//! (schema versions, its files).
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use application::ports::RunStore;
+use application::testing::store_conformance::{StoreHarness, run_with, snapshot};
+use domain::{RunId, RunStatus};
+
+use super::*;
+
+fn config() -> SqliteStoreConfig {
+    SqliteStoreConfig {
+        follow_poll: Duration::from_millis(10),
+        ..SqliteStoreConfig::default()
+    }
+}
+
+/// A database in a temporary directory; `another` opens it again, with its
+/// own connections and locks, as another process would.
+struct Sqlite {
+    dir: tempfile::TempDir,
+    store: Arc<SqliteRunStore>,
+}
+
+impl Sqlite {
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("runs.db")
+    }
+}
+
+impl StoreHarness for Sqlite {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(SqliteRunStore::open_with(dir.path().join("runs.db"), config()).unwrap());
+        Self { dir, store }
+    }
+    fn store(&self) -> Arc<dyn RunStore> {
+        self.store.clone()
+    }
+    fn another(&self) -> Option<Arc<dyn RunStore>> {
+        Some(Arc::new(
+            SqliteRunStore::open_with(self.db(), config()).unwrap(),
+        ))
+    }
+    /// An append is one transaction: a crash leaves all of it or none.
+    fn tear_tail(&self, _run: RunId) -> bool {
+        false
+    }
+    fn corrupt_event(&self, run: RunId, offset: u64) -> bool {
+        let conn = Connection::open(self.db()).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE events SET json = '{this is not json' WHERE run_id = ?1 AND \"offset\" = ?2",
+                params![run.to_string(), offset as i64],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+        true
+    }
+    fn bad_event_place(&self, run: RunId, offset: u64) -> String {
+        format!("runs.db events row (run {run}, offset {offset})")
+    }
+}
+
+mod conformance {
+    application::store_conformance!(super::Sqlite);
+}
+
+#[test]
+fn a_database_from_a_newer_awr_is_refused_naming_the_file_and_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    drop(SqliteRunStore::open(&db).unwrap());
+    let conn = Connection::open(&db).unwrap();
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 5)
+        .unwrap();
+    drop(conn);
+    let err = SqliteRunStore::open(&db).unwrap_err();
+    assert!(matches!(err, SqliteOpenError::Newer { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&db.display().to_string()), "{message}");
+    assert!(
+        message.contains(&format!("schema version {}", SCHEMA_VERSION + 5)),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("knows ({SCHEMA_VERSION})")),
+        "{message}"
+    );
+}
+
+#[test]
+fn opening_applies_the_migrations_once_and_sets_the_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("deep/dir/runs.db");
+    drop(SqliteRunStore::open(&db).unwrap());
+    // A second open finds the schema in place and applies nothing.
+    drop(SqliteRunStore::open(&db).unwrap());
+    let conn = Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&db), 0o600);
+    assert_eq!(mode(db.parent().unwrap()), 0o700);
+}
+
+#[test]
+fn open_existing_refuses_a_missing_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let err = SqliteRunStore::open_existing(&db).unwrap_err();
+    assert!(err.to_string().contains("none.db"), "{err}");
+    assert!(!db.exists(), "nothing created");
+}
+
+/// The snapshot fills the run's row, which listing and queries read.
+#[tokio::test]
+async fn a_snapshot_fills_the_runs_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let store = SqliteRunStore::open(&db).unwrap();
+    let (run, _lock) = run_with(&store, 2).await;
+    store
+        .save_snapshot(&snapshot(run, 2, RunStatus::Running))
+        .await
+        .unwrap();
+    let conn = Connection::open(&db).unwrap();
+    let (status, workflow): (String, String) = conn
+        .query_row(
+            "SELECT status, workflow FROM runs WHERE run_id = ?1",
+            [run.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((status.as_str(), workflow.as_str()), ("running", "flow"));
+    let types: Vec<String> = conn
+        .prepare("SELECT type FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+        .unwrap()
+        .query_map([run.to_string()], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(types, ["warning", "warning"]);
+}
+
+/// Every policy keeps the contract, and what a flush made durable is there
+/// when the database is opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sync_policy_keeps_the_contract() {
+    for sync in [
+        SyncPolicy::Always,
+        SyncPolicy::StepBoundary,
+        SyncPolicy::Never,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("runs.db");
+        let store = Arc::new(
+            SqliteRunStore::open_with(&db, SqliteStoreConfig { sync, ..config() }).unwrap(),
+        );
+        let mut runs = Vec::new();
+        for _ in 0..4 {
+            runs.push(run_with(&*store, 0).await);
+        }
+        let writers = runs.iter().map(|(run, _)| {
+            let (store, run) = (Arc::clone(&store), *run);
+            tokio::spawn(async move {
+                for o in 1..=20 {
+                    store
+                        .append(
+                            run,
+                            &[application::testing::store_conformance::warning(run, o)],
+                        )
+                        .await
+                        .unwrap();
+                    if o % 5 == 0 {
+                        store.flush(run).await.unwrap();
+                    }
+                }
+            })
+        });
+        for w in futures::future::join_all(writers).await {
+            w.unwrap();
+        }
+        let synced = store.inner.synced.load(Ordering::Acquire);
+        let committed = store.inner.committed.load(Ordering::Acquire);
+        if sync == SyncPolicy::StepBoundary {
+            assert_eq!(synced, committed, "the last flush covered every commit");
+        } else {
+            assert_eq!(synced, 0, "{sync:?} never syncs by a flush");
+        }
+        drop(runs);
+        let reopened = SqliteRunStore::open(&db).unwrap();
+        for run in reopened.list_runs().await.unwrap() {
+            assert_eq!(reopened.last_offset(run).await.unwrap(), 20, "{sync:?}");
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! `--storage sqlite:PATH`: every example runs on the SQLite store, and the
+//! commands that read a run (`runs`, `show`, `events`, `transcript`) work on
+//! it unchanged, through the store port.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use application::ports::RunStore;
+use domain::RunSnapshot;
+use infrastructure::SqliteRunStore;
+
+use crate::util::{Awr, Output, awr_bin, repo_root, run_id_of};
+
+/// `awr --storage sqlite:DB ARGS` from the repository root.
+fn awr(db: &Path, args: &[&str]) -> Output {
+    let out = Command::new(awr_bin())
+        .arg("--storage")
+        .arg(format!("sqlite:{}", db.display()))
+        .args(args)
+        .current_dir(repo_root())
+        .env_remove("AWR_STORAGE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run awr");
+    Output::from(out)
+}
+
+fn examples() -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test]
+async fn every_example_runs_on_sqlite_and_reads_back_through_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let db: PathBuf = dir.path().join("awr.db");
+    let mut mains = Vec::new();
+    for example in examples() {
+        let out = awr(&db, &["run", &example]);
+        assert_eq!(out.code, 0, "{example}: {}", out.stderr);
+        mains.push((example, run_id_of(&out)));
+    }
+    // Nothing went to a storage directory: the runs are in the database,
+    // transcripts and control sockets in the files beside it.
+    assert!(
+        !repo_root()
+            .join("storage")
+            .join("runs")
+            .join(&mains[0].1)
+            .exists()
+    );
+    assert!(dir.path().join("awr.db-files/transcripts").is_dir());
+
+    let store = SqliteRunStore::open_existing(&db).unwrap();
+    let runs = store.list_runs().await.unwrap();
+    assert!(runs.len() >= mains.len(), "{runs:?}");
+    for run in &runs {
+        let log = store.read(*run, 0, usize::MAX).await.unwrap();
+        let folded = RunSnapshot::fold(&log).unwrap();
+        let saved = store.load_snapshot(*run).await.unwrap().unwrap();
+        assert_eq!(folded, saved, "run {run}");
+        assert!(
+            folded.status.is_terminal(),
+            "run {run}: {:?}",
+            folded.status
+        );
+    }
+
+    let listed = awr(&db, &["runs"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    for (example, run) in &mains {
+        assert!(
+            listed.stdout.contains(&run[..8]),
+            "{example}: {}",
+            listed.stdout
+        );
+
+        let show = awr(&db, &["show", run, "--json"]);
+        assert_eq!(show.code, 0, "{example}: {}", show.stderr);
+        let shown: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+        assert_eq!(shown["status"], "completed", "{example}");
+
+        let events = awr(&db, &["events", run, "--json"]);
+        assert_eq!(events.code, 0, "{example}: {}", events.stderr);
+        let id = run.parse().unwrap();
+        let stored = store.read(id, 0, usize::MAX).await.unwrap();
+        let lines: Vec<&str> = events.stdout.lines().collect();
+        assert_eq!(lines.len(), stored.len(), "{example}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(lines[0]).unwrap()["type"],
+            "flow:started"
+        );
+
+        let transcript = awr(&db, &["transcript", run]);
+        assert_eq!(transcript.code, 0, "{example}: {}", transcript.stderr);
+    }
+}
+
+#[test]
+fn a_database_from_a_newer_awr_is_a_storage_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awr.db");
+    drop(SqliteRunStore::open(&db).unwrap());
+    let newer = infrastructure::SCHEMA_VERSION + 1;
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", newer)
+        .unwrap();
+    for args in [&["runs"][..], &["run", "examples/summarize.yaml"][..]] {
+        let out = awr(&db, args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains("awr.db"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("schema version {newer}")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(
+            out.stderr.matches("schema version").count(),
+            1,
+            "said once: {}",
+            out.stderr
+        );
+    }
+    let missing = awr(&dir.path().join("none.db"), &["runs"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert_eq!(
+        missing.stderr.matches("none.db").count(),
+        1,
+        "said once: {}",
+        missing.stderr
+    );
+    assert!(
+        !dir.path().join("none.db").exists(),
+        "a read creates nothing"
+    );
+}
+
+#[test]
+fn an_unknown_storage_scheme_is_a_usage_error() {
+    let out = Command::new(awr_bin())
+        .args(["--storage", "postgres://localhost/awr", "runs"])
+        .env_remove("AWR_STORAGE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("postgres://"), "{stderr}");
+}
+
+/// The control socket of a live run on SQLite (in `PATH-files/control/`)
+/// takes a pause, and `awr resume` continues the run from the database.
+#[test]
+fn a_live_run_on_sqlite_pauses_through_its_socket_and_resumes_to_the_end() {
+    let mut live = crate::commands::start_on(Awr::sqlite());
+    let run = live.run.clone();
+    assert!(live.awr.dir.path().join("awr.db-files/control").is_dir());
+    let out = live.awr(&["pause", &run]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let (code, _, report) = live.wait();
+    assert_eq!(code, 3, "a paused run exits 3: {report}");
+    assert_eq!(live.awr.show_json(&run)["status"], "paused");
+    assert_eq!(live.awr.events(&run).last().unwrap()["type"], "flow:paused");
+
+    let resumed = live.awr.run_within(60, &["resume", &run]);
+    assert_eq!(resumed.code, 0, "{}{}", resumed.stdout, resumed.stderr);
+    assert_eq!(live.awr.show_json(&run)["status"], "completed");
+    assert_eq!(
+        live.awr.events(&run).last().unwrap()["type"],
+        "flow:completed"
+    );
+}
+
+/// `store-writer` (a second process) on `run` of the database `db`.
+fn second_process(db: &Path, run: domain::RunId, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_store-writer"));
+    command
+        .arg(format!("sqlite:{}", db.display()))
+        .arg(run.to_string())
+        .args(args);
+    command
+}
+
+/// One writer per run holds across processes on SQLite too, the lock of a
+/// writer that dies is released by the kernel, and a follower here sees
+/// what another process appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_is_refused_followed_and_released_when_it_dies() {
+    use std::io::{BufRead, BufReader};
+
+    use application::testing::store_conformance::{PATIENCE, assert_locked, run_with};
+    use futures::StreamExt;
+    use infrastructure::SqliteStoreConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awr.db");
+    let config = SqliteStoreConfig {
+        follow_poll: std::time::Duration::from_millis(10),
+        ..SqliteStoreConfig::default()
+    };
+    let store = SqliteRunStore::open_with(&db, config).unwrap();
+    let (run, lock) = run_with(&store, 1).await;
+
+    let refused = second_process(&db, run, &["append", "2"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "run {run} is locked: another process is writing it"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(store.last_offset(run).await.unwrap(), 1, "nothing written");
+
+    let mut follower = store.follow(run, 1).await.unwrap();
+    drop(lock);
+    let allowed = second_process(&db, run, &["append", "2"]).output().unwrap();
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    let next = tokio::time::timeout(PATIENCE, follower.next())
+        .await
+        .expect("the follower sees the other process's append")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.offset.get(), 2);
+
+    let mut holder = second_process(&db, run, &["hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert_eq!(said, "locked\n");
+    assert!(
+        store.has_writer(run).await.unwrap(),
+        "another process holds it"
+    );
+    assert_locked(store.lock(run).await, run, "while another process holds it");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(!store.has_writer(run).await.unwrap(), "its writer died");
+    let _lock = store.lock(run).await.unwrap();
+}
