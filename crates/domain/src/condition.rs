@@ -72,6 +72,9 @@ pub struct Condition {
     nodes: Arc<[String]>,
     /// The variables it reads, sorted, so validation can tell where they are bound.
     variables: Arc<[String]>,
+    /// It reads `outputs` as a whole (`size(outputs)`, `"x" in outputs`, a
+    /// comprehension over it), not only node by node through `nodes`.
+    outputs_whole: bool,
 }
 
 /// Why a condition could not be compiled or did not yield a decision.
@@ -151,6 +154,7 @@ impl Condition {
             unknown: Vec::new(),
             nodes: BTreeSet::new(),
             read: BTreeSet::new(),
+            outputs_whole: false,
         };
         names.walk(program.expression(), &mut Vec::new());
         if let Some(unknown) = names.unknown.first() {
@@ -165,12 +169,20 @@ impl Condition {
             program: Arc::new(program),
             nodes: names.nodes.into_iter().collect(),
             variables: names.read.into_iter().collect(),
+            outputs_whole: names.outputs_whole,
         })
     }
 
     /// Node ids this condition reads through `outputs`.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
+    }
+
+    /// The node ids whose outputs an evaluation needs in `outputs`: those of
+    /// [`Self::nodes`], or `None` when it reads the map whole (then every
+    /// finished node's). Lets a caller bind only what is read.
+    pub fn output_nodes(&self) -> Option<&[String]> {
+        (!self.outputs_whole).then_some(&*self.nodes)
     }
 
     /// The expression as written, for messages and snapshots.
@@ -225,6 +237,11 @@ impl Expression {
     /// Node ids it reads through `outputs`.
     pub fn nodes(&self) -> &[String] {
         self.0.nodes()
+    }
+
+    /// See [`Condition::output_nodes`].
+    pub fn output_nodes(&self) -> Option<&[String]> {
+        self.0.output_nodes()
     }
 
     /// The variables it reads (of [`INPUT_VARIABLES`]), sorted.
@@ -426,6 +443,8 @@ struct Names<'v> {
     unknown: Vec<String>,
     nodes: BTreeSet<String>,
     read: BTreeSet<String>,
+    /// `outputs` is read other than as `outputs.<id>` or `outputs["<id>"]`.
+    outputs_whole: bool,
 }
 
 impl Names<'_> {
@@ -437,6 +456,7 @@ impl Names<'_> {
                 let free = !bound.contains(&name) && !TYPE_NAMES.contains(&name);
                 if free && self.variables.contains(&name) {
                     self.read.insert(name.to_owned());
+                    self.outputs_whole |= name == "outputs";
                 } else if free {
                     self.unknown.push(name.to_owned());
                 }
@@ -454,8 +474,13 @@ impl Names<'_> {
                 bound.truncate(before);
             }
             _ => {
-                if let Some(node) = output_of(expr, bound) {
+                if let Some(node) = output_of(expr, bound)
+                    && self.variables.contains(&"outputs")
+                {
+                    // `outputs` itself is the only other name there.
                     self.nodes.insert(node.to_owned());
+                    self.read.insert("outputs".to_owned());
+                    return;
                 }
                 for child in children(expr) {
                     self.walk(child, bound);
@@ -814,6 +839,36 @@ mod tests {
         assert!(Condition::compile("[1, 2].map(x, x * 2).size() > 0").is_ok());
         let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
         assert_eq!(c.nodes(), ["draft", "fix", "review"]);
+        assert_eq!(c.output_nodes(), Some(&c.nodes()[..]));
+    }
+
+    #[test]
+    fn output_nodes_are_none_when_outputs_is_read_whole() {
+        let reads = |src: &str| {
+            Condition::compile(src)
+                .unwrap()
+                .output_nodes()
+                .map(<[String]>::to_vec)
+        };
+        assert_eq!(reads("output == 1"), Some(vec![]));
+        assert_eq!(
+            reads("outputs.a.x.y > 1 || has(outputs.b) || outputs['c'] == 2"),
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(reads("outputs.a == 1 && size(outputs) == 2"), None);
+        assert_eq!(reads("'a' in outputs"), None);
+        assert_eq!(reads("outputs.exists(k, k == 'a')"), None);
+        assert_eq!(reads("outputs[output] == 1"), None, "a computed key");
+        assert_eq!(
+            reads("[1].exists(outputs, outputs == 1) && outputs.a == 1"),
+            Some(vec!["a".into()]),
+            "a bound `outputs` is not the variable"
+        );
+        let e = Expression::compile("{'d': outputs.x, 'all': outputs}").unwrap();
+        assert_eq!(e.output_nodes(), None);
+        let e = Expression::compile("[outputs.x, input, loops.again]").unwrap();
+        assert_eq!(e.output_nodes(), Some(&["x".to_owned()][..]));
+        assert_eq!(e.variables(), ["input", "loops", "outputs"]);
     }
 
     #[test]

@@ -17,13 +17,16 @@
 mod agents;
 mod progress;
 mod stopping;
+mod text;
+mod unknown;
 
 pub use progress::{ForEachState, NodeRunState, ProcessRef, Spent};
 pub use stopping::Stopping;
+pub use text::JsonText;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::command::InboxEntry;
@@ -121,8 +124,11 @@ fn is_zero(n: &u64) -> bool {
 
 /// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
 /// `lastOffset` and `version` (design §3), and the run's start and last update.
+///
+/// Read in one pass ([`unknown`]): the derived reader is wrapped so that
+/// unknown fields go to `extra` without `flatten` buffering the whole object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", remote = "Self")]
 pub struct RunSnapshot {
     /// Schema version ([`SNAPSHOT_VERSION`]); 1 when absent.
     #[serde(default = "first_version")]
@@ -138,8 +144,9 @@ pub struct RunSnapshot {
     /// expressions read: a resume needs it.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub input: Value,
-    /// Output (`{data, metadata}`) of each node that finished.
-    pub outputs: BTreeMap<NodeId, Value>,
+    /// Output (`{data, metadata}`) of each node that finished, as its JSON
+    /// text: parsed only when something reads that node's output.
+    pub outputs: BTreeMap<NodeId, JsonText>,
     /// User-defined workflow state.
     pub state: Map<String, Value>,
     /// Status of every node.
@@ -196,8 +203,26 @@ pub struct RunSnapshot {
     pub stopping: Option<Stopping>,
     /// Fields this version does not know (a newer writer's), kept so they are
     /// shown and saved back unchanged.
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub extra: Map<String, Value>,
+}
+
+impl Serialize for RunSnapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RunSnapshot::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunSnapshot {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut extra = Map::new();
+        let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
+            inner: d,
+            extra: &mut extra,
+        })?;
+        snapshot.extra = extra;
+        Ok(snapshot)
+    }
 }
 
 impl RunSnapshot {
@@ -334,7 +359,8 @@ impl RunSnapshot {
                     _ => {
                         if let Some(node) = node {
                             self.node_status.insert(node.clone(), NodeStatus::Done);
-                            self.outputs.insert(node.clone(), output.clone());
+                            self.outputs
+                                .insert(node.clone(), JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
                                 .pointer("/metadata/agent_name")
@@ -369,7 +395,8 @@ impl RunSnapshot {
                                     "data": Value::Null,
                                     "metadata": { "error": error },
                                 });
-                                self.outputs.insert(node.clone(), output);
+                                self.outputs
+                                    .insert(node.clone(), JsonText::from_value(&output));
                             }
                         }
                     }
@@ -657,6 +684,53 @@ mod tests {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         let back: RunSnapshot = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    /// A snapshot as awr writes it, with a field of a newer writer
+    /// (`future`) at the end, where `extra` is written.
+    const WRITTEN: &str = concat!(
+        r#"{"version":1,"runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","workflow":{"name":"w","hash":"sha256:00"},"#,
+        r#""status":"running","outputs":{"a":{"data":{"k":[1,2.5,"s"]},"metadata":{"agent_name":"x","step_index":0}},"#,
+        r#""b":{"data":null,"metadata":{"error":"e"}}},"state":{},"nodeStatus":{"a":"done","b":"failed"},"#,
+        r#""edgeStatus":{"a->b":"fired"},"loopCounters":{},"inbox":[],"agentSessions":{},"lastOffset":9,"#,
+        r#""future":{"z":[true]}}"#
+    );
+
+    #[test]
+    fn a_saved_snapshot_reads_and_writes_back_byte_for_byte() {
+        let run_id = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap();
+        let s = RunSnapshot::from_json(WRITTEN.as_bytes(), run_id).unwrap();
+        assert_eq!(s.extra["future"], serde_json::json!({"z": [true]}));
+        assert_eq!(
+            s.outputs[&NodeId::new("a").unwrap()].data().unwrap(),
+            serde_json::json!({"k": [1, 2.5, "s"]})
+        );
+        assert_eq!(serde_json::to_string(&s).unwrap(), WRITTEN);
+        // Through a `Value` (the slow path, `awr show --json`) it is the same.
+        let value: Value = serde_json::from_str(WRITTEN).unwrap();
+        assert_eq!(serde_json::to_value(&s).unwrap(), value);
+        assert_eq!(serde_json::from_value::<RunSnapshot>(value).unwrap(), s);
+        // Without `runId` it is the named run's; broken, an error.
+        let anonymous = WRITTEN.replace(r#""runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","#, "");
+        assert_eq!(
+            RunSnapshot::from_json(anonymous.as_bytes(), run_id).unwrap(),
+            s
+        );
+        assert!(RunSnapshot::from_json(&WRITTEN.as_bytes()[..200], run_id).is_err());
+    }
+
+    #[test]
+    fn a_folded_output_is_saved_as_the_event_had_it() {
+        let events: Vec<_> = sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
+            .collect();
+        let s = RunSnapshot::fold(&events).unwrap();
+        let saved: Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(saved["outputs"]["a"], Value::from("x"));
+        let back = RunSnapshot::from_json(&serde_json::to_vec(&s).unwrap(), s.run_id).unwrap();
         assert_eq!(back, s);
     }
 

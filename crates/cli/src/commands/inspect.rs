@@ -190,7 +190,8 @@ pub async fn show(storage: &Path, run: &str, json: bool) -> Result<(), Failure> 
     if !s.outputs.is_empty() {
         say("outputs")?;
         for (node, output) in &s.outputs {
-            say(&format!("  {node}: {}", preview(&output["data"], 100)))?;
+            let data = output.data().unwrap_or_default();
+            say(&format!("  {node}: {}", preview(&data, 100)))?;
         }
     }
     Ok(())
