@@ -63,15 +63,22 @@ const TYPE_NAMES: [&str; 11] = [
 
 /// A compiled `when:` expression. Cheap to clone and shareable across threads,
 /// because the runner evaluates conditions from whichever task finished a node.
+///
+/// One shared allocation: a workflow holds one per edge condition and per
+/// `input:`, so a node or an edge without one pays a null pointer, and a
+/// long workflow stays small.
 #[derive(Clone)]
-pub struct Condition {
-    source: Arc<str>,
-    program: Arc<cel::Program>,
+pub struct Condition(Arc<Compiled>);
+
+/// What compiling a [`Condition`] produced.
+struct Compiled {
+    source: Box<str>,
+    program: cel::Program,
     /// Node ids read as `outputs.<id>` or `outputs["<id>"]`, so validation
     /// can check that they exist.
-    nodes: Arc<[String]>,
+    nodes: Box<[String]>,
     /// The variables it reads, sorted, so validation can tell where they are bound.
-    variables: Arc<[String]>,
+    variables: Box<[String]>,
     /// It reads `outputs` as a whole (`size(outputs)`, `"x" in outputs`, a
     /// comprehension over it), not only node by node through `nodes`.
     outputs_whole: bool,
@@ -164,30 +171,30 @@ impl Condition {
                 known.join(", ")
             )));
         }
-        Ok(Condition {
-            source: Arc::from(src),
-            program: Arc::new(program),
+        Ok(Condition(Arc::new(Compiled {
+            source: Box::from(src),
+            program,
             nodes: names.nodes.into_iter().collect(),
             variables: names.read.into_iter().collect(),
             outputs_whole: names.outputs_whole,
-        })
+        })))
     }
 
     /// Node ids this condition reads through `outputs`.
     pub fn nodes(&self) -> &[String] {
-        &self.nodes
+        &self.0.nodes
     }
 
     /// The node ids whose outputs an evaluation needs in `outputs`: those of
     /// [`Self::nodes`], or `None` when it reads the map whole (then every
     /// finished node's). Lets a caller bind only what is read.
     pub fn output_nodes(&self) -> Option<&[String]> {
-        (!self.outputs_whole).then_some(&*self.nodes)
+        (!self.0.outputs_whole).then_some(&*self.0.nodes)
     }
 
     /// The expression as written, for messages and snapshots.
     pub fn source(&self) -> &str {
-        &self.source
+        &self.0.source
     }
 
     /// Evaluates the condition with `vars` bound as CEL variables.
@@ -197,7 +204,7 @@ impl Condition {
             cel::Value::Bool(b) => Ok(b),
             other => Err(ConditionError::NotBool(format!(
                 "`{}` evaluated to {}, not a bool",
-                shorten(&self.source),
+                shorten(&self.0.source),
                 describe(&other)
             ))),
         }
@@ -208,10 +215,10 @@ impl Condition {
         for (name, value) in vars {
             ctx.add_variable_from_value(name.as_str(), to_cel(value));
         }
-        self.program.execute(&ctx).map_err(|e| {
+        self.0.program.execute(&ctx).map_err(|e| {
             ConditionError::Eval(format!(
                 "`{}` failed to evaluate: {e}",
-                shorten(&self.source)
+                shorten(&self.0.source)
             ))
         })
     }
@@ -246,7 +253,7 @@ impl Expression {
 
     /// The variables it reads (of [`INPUT_VARIABLES`]), sorted.
     pub fn variables(&self) -> &[String] {
-        &self.0.variables
+        &self.0.0.variables
     }
 
     /// Its value as JSON, with `vars` bound.
@@ -518,14 +525,14 @@ fn describe(value: &cel::Value) -> String {
 
 impl fmt::Debug for Condition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Condition").field(&self.source).finish()
+        f.debug_tuple("Condition").field(&self.0.source).finish()
     }
 }
 
 /// Two conditions are the same when they were written the same: compiling is deterministic.
 impl PartialEq for Condition {
     fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 

@@ -358,9 +358,9 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(node.clone(), NodeStatus::Done);
+                            self.node_status.insert(self.key(node), NodeStatus::Done);
                             self.outputs
-                                .insert(node.clone(), JsonText::from_value(output));
+                                .insert(self.key(node), JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
                                 .pointer("/metadata/agent_name")
@@ -386,7 +386,7 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(node.clone(), NodeStatus::Failed);
+                            self.node_status.insert(self.key(node), NodeStatus::Failed);
                             self.for_each.remove(node);
                             // A failure the run goes on past leaves `null` data
                             // for the nodes after it, and says why.
@@ -396,7 +396,7 @@ impl RunSnapshot {
                                     "metadata": { "error": error },
                                 });
                                 self.outputs
-                                    .insert(node.clone(), JsonText::from_value(&output));
+                                    .insert(self.key(node), JsonText::from_value(&output));
                             }
                         }
                     }
@@ -405,7 +405,7 @@ impl RunSnapshot {
             }
             EventKind::NodeSkipped { .. } => {
                 if let Some(node) = node {
-                    self.node_status.insert(node.clone(), NodeStatus::Skipped);
+                    self.node_status.insert(self.key(node), NodeStatus::Skipped);
                 }
             }
             EventKind::EdgeFired {
@@ -478,7 +478,7 @@ impl RunSnapshot {
             };
             return;
         }
-        let passes = self.node_passes.entry(node.clone()).or_insert(0);
+        let passes = self.node_passes.entry(self.key(node)).or_insert(0);
         let iteration = match item {
             // Items share the pass of the node run that spawned them.
             Some(_) => passes.saturating_sub(1),
@@ -491,7 +491,7 @@ impl RunSnapshot {
             self.node_runs.insert(
                 id,
                 NodeRunState {
-                    node_id: node.clone(),
+                    node_id: self.key(node),
                     attempt,
                     item,
                     iteration,
@@ -508,7 +508,7 @@ impl RunSnapshot {
             );
         }
         self.node_spent
-            .entry(node.clone())
+            .entry(self.key(node))
             .or_default()
             .since
             .get_or_insert(event.timestamp);
@@ -520,7 +520,7 @@ impl RunSnapshot {
             }
             None => {
                 self.steps_started += 1;
-                self.node_status.insert(node.clone(), NodeStatus::Running);
+                self.node_status.insert(self.key(node), NodeStatus::Running);
                 self.outputs.remove(node);
                 if items.is_some() {
                     let list = input
@@ -539,6 +539,15 @@ impl RunSnapshot {
                 }
             }
         }
+    }
+
+    /// `node` as the state already holds it (its entry in `nodeStatus`,
+    /// keyed from `flow:started`), so the state's per-node maps share one
+    /// copy of each id instead of one per map and event.
+    pub(crate) fn key(&self, node: &NodeId) -> NodeId {
+        self.node_status
+            .get_key_value(node)
+            .map_or_else(|| node.clone(), |(key, _)| key.clone())
     }
 
     /// The node run an event ends, no longer in flight.
