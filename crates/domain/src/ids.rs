@@ -225,10 +225,21 @@ macro_rules! string_serde {
     };
     (@de $ty:ty, $parse:expr) => {
         impl<'de> Deserialize<'de> for $ty {
+            /// Parsed from the text as the reader has it, never copied
+            /// first: ids are on every event and keys of the state's maps.
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
-                let parse: fn(&str) -> Result<$ty, IdError> = $parse;
-                parse(&raw).map_err(serde::de::Error::custom)
+                struct Text;
+                impl<'de> serde::de::Visitor<'de> for Text {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$ty, E> {
+                        let parse: fn(&str) -> Result<$ty, IdError> = $parse;
+                        parse(v).map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(Text)
             }
         }
     };

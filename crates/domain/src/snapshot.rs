@@ -15,6 +15,7 @@
 //! reads as reflecting no event, so the whole log is folded onto it.
 
 mod agents;
+mod maps;
 mod progress;
 mod stopping;
 mod text;
@@ -146,18 +147,23 @@ pub struct RunSnapshot {
     pub input: Value,
     /// Output (`{data, metadata}`) of each node that finished, as its JSON
     /// text: parsed only when something reads that node's output.
+    #[serde(deserialize_with = "maps::bulk")]
     pub outputs: BTreeMap<NodeId, JsonText>,
     /// User-defined workflow state.
     pub state: Map<String, Value>,
     /// Status of every node.
+    #[serde(deserialize_with = "maps::bulk")]
     pub node_status: BTreeMap<NodeId, NodeStatus>,
     /// Status of every edge.
+    #[serde(deserialize_with = "maps::bulk")]
     pub edge_status: BTreeMap<String, EdgeStatus>,
     /// How often each loop edge fired.
+    #[serde(deserialize_with = "maps::bulk")]
     pub loop_counters: BTreeMap<String, u32>,
     /// Accepted commands not yet consumed by their node run.
     pub inbox: Vec<InboxEntry>,
     /// Provider session of each agent node, for resume.
+    #[serde(deserialize_with = "maps::bulk")]
     pub agent_sessions: BTreeMap<NodeId, SessionId>,
     /// Offset of the last event this snapshot reflects.
     #[serde(default)]
@@ -181,12 +187,20 @@ pub struct RunSnapshot {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub steps_started: u64,
     /// How many times each node started (the transcript's `iteration`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_passes: BTreeMap<NodeId, u32>,
     /// Provider calls each node made (one per `agent:start`; one that
     /// continues after a crash keeps its `callIndex`): the index of the
     /// node's next call.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_calls: BTreeMap<NodeId, u32>,
     /// Agent of the node that completed last (`metadata.previous_agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,7 +209,11 @@ pub struct RunSnapshot {
     #[serde(default, skip_serializing_if = "Spent::is_empty")]
     pub spent: Spent,
     /// What each node's agents consumed, against the node's budget.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_spent: BTreeMap<NodeId, Spent>,
     /// A stop decided and not yet ended (see [`Stopping`]): a writer that
     /// continues the run finishes it.
