@@ -376,12 +376,13 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(self.key(node), NodeStatus::Done);
+                            self.set_status(node, NodeStatus::Done);
                             self.outputs
                                 .insert(self.key(node), JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
-                                .pointer("/metadata/agent_name")
+                                .get("metadata")
+                                .and_then(|m| m.get("agent_name"))
                                 .and_then(Value::as_str)
                                 .map(str::to_owned);
                         }
@@ -404,7 +405,7 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(self.key(node), NodeStatus::Failed);
+                            self.set_status(node, NodeStatus::Failed);
                             self.for_each.remove(node);
                             // A failure the run goes on past leaves `null` data
                             // for the nodes after it, and says why.
@@ -423,7 +424,7 @@ impl RunSnapshot {
             }
             EventKind::NodeSkipped { .. } => {
                 if let Some(node) = node {
-                    self.node_status.insert(self.key(node), NodeStatus::Skipped);
+                    self.set_status(node, NodeStatus::Skipped);
                 }
             }
             EventKind::EdgeFired {
@@ -438,7 +439,7 @@ impl RunSnapshot {
                     self.loop_counters.insert(edge_id.clone(), *iteration);
                 }
                 for n in reset_nodes {
-                    self.node_status.insert(n.clone(), NodeStatus::Pending);
+                    self.set_status(n, NodeStatus::Pending);
                 }
                 for e in reset_edges {
                     self.edge_status.insert(e.clone(), EdgeStatus::Pending);
@@ -538,7 +539,7 @@ impl RunSnapshot {
             }
             None => {
                 self.steps_started += 1;
-                self.node_status.insert(self.key(node), NodeStatus::Running);
+                self.set_status(node, NodeStatus::Running);
                 self.outputs.remove(node);
                 if items.is_some() {
                     let list = input
@@ -555,6 +556,17 @@ impl RunSnapshot {
                         },
                     );
                 }
+            }
+        }
+    }
+
+    /// Sets the status of `node`: one search, the node being known from
+    /// `flow:started` (a hot path of every load's fold).
+    fn set_status(&mut self, node: &NodeId, status: NodeStatus) {
+        match self.node_status.get_mut(node) {
+            Some(current) => *current = status,
+            None => {
+                self.node_status.insert(node.clone(), status);
             }
         }
     }
