@@ -846,7 +846,7 @@ mod tests {
         assert!(Condition::compile("[1, 2].map(x, x * 2).size() > 0").is_ok());
         let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
         assert_eq!(c.nodes(), ["draft", "fix", "review"]);
-        assert_eq!(c.output_nodes(), Some(&c.nodes()[..]));
+        assert_eq!(c.output_nodes(), Some(c.nodes()));
     }
 
     #[test]
