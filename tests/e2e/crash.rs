@@ -113,7 +113,7 @@ fn outputs(log: &[RuntimeEvent], state: &RunSnapshot) -> Value {
     let nodes: serde_json::Map<String, Value> = state
         .outputs
         .iter()
-        .map(|(node, out)| (node.to_string(), out["data"].clone()))
+        .map(|(node, out)| (node.to_string(), out.data().unwrap()))
         .collect();
     json!({
         "status": state.status.as_str(),

@@ -114,7 +114,7 @@ fn a_50_mb_input_is_stored_once_and_every_reader_gives_it_back() {
     let out = awr.run(&["show", &run, "--json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let shown: RunSnapshot = serde_json::from_str(&out.stdout).unwrap();
-    assert!(shown.outputs["echo"]["data"] == text.as_str());
+    assert!(shown.outputs["echo"].data().unwrap() == text.as_str());
     assert!(
         RunSnapshot::fold(&events).unwrap() == shown,
         "fold(events) == snapshot"

@@ -213,7 +213,15 @@ fn a_pause_cut_short_is_finished_by_recover_and_undone_by_resume() {
         assert_eq!(code, 0, "{what}: `awr resume` exit: {stderr}");
         let state = RunSnapshot::fold(&log).unwrap();
         assert_eq!(state.status.as_str(), "completed", "{what}");
-        assert_eq!(state.outputs["x"]["data"]["stdout"], "done-x\n", "{what}");
-        assert_eq!(state.outputs["y"]["data"]["stdout"], "done-y\n", "{what}");
+        assert_eq!(
+            state.outputs["x"].data().unwrap()["stdout"],
+            "done-x\n",
+            "{what}"
+        );
+        assert_eq!(
+            state.outputs["y"].data().unwrap()["stdout"],
+            "done-y\n",
+            "{what}"
+        );
     }
 }

@@ -63,15 +63,25 @@ const TYPE_NAMES: [&str; 11] = [
 
 /// A compiled `when:` expression. Cheap to clone and shareable across threads,
 /// because the runner evaluates conditions from whichever task finished a node.
+///
+/// One shared allocation: a workflow holds one per edge condition and per
+/// `input:`, so a node or an edge without one pays a null pointer, and a
+/// long workflow stays small.
 #[derive(Clone)]
-pub struct Condition {
-    source: Arc<str>,
-    program: Arc<cel::Program>,
+pub struct Condition(Arc<Compiled>);
+
+/// What compiling a [`Condition`] produced.
+struct Compiled {
+    source: Box<str>,
+    program: cel::Program,
     /// Node ids read as `outputs.<id>` or `outputs["<id>"]`, so validation
     /// can check that they exist.
-    nodes: Arc<[String]>,
+    nodes: Box<[String]>,
     /// The variables it reads, sorted, so validation can tell where they are bound.
-    variables: Arc<[String]>,
+    variables: Box<[String]>,
+    /// It reads `outputs` as a whole (`size(outputs)`, `"x" in outputs`, a
+    /// comprehension over it), not only node by node through `nodes`.
+    outputs_whole: bool,
 }
 
 /// Why a condition could not be compiled or did not yield a decision.
@@ -151,6 +161,7 @@ impl Condition {
             unknown: Vec::new(),
             nodes: BTreeSet::new(),
             read: BTreeSet::new(),
+            outputs_whole: false,
         };
         names.walk(program.expression(), &mut Vec::new());
         if let Some(unknown) = names.unknown.first() {
@@ -160,22 +171,30 @@ impl Condition {
                 known.join(", ")
             )));
         }
-        Ok(Condition {
-            source: Arc::from(src),
-            program: Arc::new(program),
+        Ok(Condition(Arc::new(Compiled {
+            source: Box::from(src),
+            program,
             nodes: names.nodes.into_iter().collect(),
             variables: names.read.into_iter().collect(),
-        })
+            outputs_whole: names.outputs_whole,
+        })))
     }
 
     /// Node ids this condition reads through `outputs`.
     pub fn nodes(&self) -> &[String] {
-        &self.nodes
+        &self.0.nodes
+    }
+
+    /// The node ids whose outputs an evaluation needs in `outputs`: those of
+    /// [`Self::nodes`], or `None` when it reads the map whole (then every
+    /// finished node's). Lets a caller bind only what is read.
+    pub fn output_nodes(&self) -> Option<&[String]> {
+        (!self.0.outputs_whole).then_some(&*self.0.nodes)
     }
 
     /// The expression as written, for messages and snapshots.
     pub fn source(&self) -> &str {
-        &self.source
+        &self.0.source
     }
 
     /// Evaluates the condition with `vars` bound as CEL variables.
@@ -185,7 +204,7 @@ impl Condition {
             cel::Value::Bool(b) => Ok(b),
             other => Err(ConditionError::NotBool(format!(
                 "`{}` evaluated to {}, not a bool",
-                shorten(&self.source),
+                shorten(&self.0.source),
                 describe(&other)
             ))),
         }
@@ -196,10 +215,10 @@ impl Condition {
         for (name, value) in vars {
             ctx.add_variable_from_value(name.as_str(), to_cel(value));
         }
-        self.program.execute(&ctx).map_err(|e| {
+        self.0.program.execute(&ctx).map_err(|e| {
             ConditionError::Eval(format!(
                 "`{}` failed to evaluate: {e}",
-                shorten(&self.source)
+                shorten(&self.0.source)
             ))
         })
     }
@@ -227,9 +246,14 @@ impl Expression {
         self.0.nodes()
     }
 
+    /// See [`Condition::output_nodes`].
+    pub fn output_nodes(&self) -> Option<&[String]> {
+        self.0.output_nodes()
+    }
+
     /// The variables it reads (of [`INPUT_VARIABLES`]), sorted.
     pub fn variables(&self) -> &[String] {
-        &self.0.variables
+        &self.0.0.variables
     }
 
     /// Its value as JSON, with `vars` bound.
@@ -426,6 +450,8 @@ struct Names<'v> {
     unknown: Vec<String>,
     nodes: BTreeSet<String>,
     read: BTreeSet<String>,
+    /// `outputs` is read other than as `outputs.<id>` or `outputs["<id>"]`.
+    outputs_whole: bool,
 }
 
 impl Names<'_> {
@@ -437,6 +463,7 @@ impl Names<'_> {
                 let free = !bound.contains(&name) && !TYPE_NAMES.contains(&name);
                 if free && self.variables.contains(&name) {
                     self.read.insert(name.to_owned());
+                    self.outputs_whole |= name == "outputs";
                 } else if free {
                     self.unknown.push(name.to_owned());
                 }
@@ -454,8 +481,13 @@ impl Names<'_> {
                 bound.truncate(before);
             }
             _ => {
-                if let Some(node) = output_of(expr, bound) {
+                if let Some(node) = output_of(expr, bound)
+                    && self.variables.contains(&"outputs")
+                {
+                    // `outputs` itself is the only other name there.
                     self.nodes.insert(node.to_owned());
+                    self.read.insert("outputs".to_owned());
+                    return;
                 }
                 for child in children(expr) {
                     self.walk(child, bound);
@@ -493,14 +525,14 @@ fn describe(value: &cel::Value) -> String {
 
 impl fmt::Debug for Condition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Condition").field(&self.source).finish()
+        f.debug_tuple("Condition").field(&self.0.source).finish()
     }
 }
 
 /// Two conditions are the same when they were written the same: compiling is deterministic.
 impl PartialEq for Condition {
     fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 
@@ -814,6 +846,36 @@ mod tests {
         assert!(Condition::compile("[1, 2].map(x, x * 2).size() > 0").is_ok());
         let c = Condition::compile("outputs.review.score > 1 && has(outputs.draft) && outputs['fix'] != null && output.outputs == 1").unwrap();
         assert_eq!(c.nodes(), ["draft", "fix", "review"]);
+        assert_eq!(c.output_nodes(), Some(c.nodes()));
+    }
+
+    #[test]
+    fn output_nodes_are_none_when_outputs_is_read_whole() {
+        let reads = |src: &str| {
+            Condition::compile(src)
+                .unwrap()
+                .output_nodes()
+                .map(<[String]>::to_vec)
+        };
+        assert_eq!(reads("output == 1"), Some(vec![]));
+        assert_eq!(
+            reads("outputs.a.x.y > 1 || has(outputs.b) || outputs['c'] == 2"),
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(reads("outputs.a == 1 && size(outputs) == 2"), None);
+        assert_eq!(reads("'a' in outputs"), None);
+        assert_eq!(reads("outputs.exists(k, k == 'a')"), None);
+        assert_eq!(reads("outputs[output] == 1"), None, "a computed key");
+        assert_eq!(
+            reads("[1].exists(outputs, outputs == 1) && outputs.a == 1"),
+            Some(vec!["a".into()]),
+            "a bound `outputs` is not the variable"
+        );
+        let e = Expression::compile("{'d': outputs.x, 'all': outputs}").unwrap();
+        assert_eq!(e.output_nodes(), None);
+        let e = Expression::compile("[outputs.x, input, loops.again]").unwrap();
+        assert_eq!(e.output_nodes(), Some(&["x".to_owned()][..]));
+        assert_eq!(e.variables(), ["input", "loops", "outputs"]);
     }
 
     #[test]

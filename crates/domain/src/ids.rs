@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
@@ -93,21 +94,38 @@ impl fmt::Display for NodeRunId {
 
 /// A node of a workflow graph. Node ids name fixture files and appear in
 /// paths, so they are restricted to a portable, path-safe alphabet.
+///
+/// Shared text: a run's state keys several maps by node, and a long run
+/// holds an entry per node in each; a clone is a reference count, not a
+/// copy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(String);
+pub struct NodeId(Arc<str>);
 
 impl NodeId {
     /// Validates `[A-Za-z0-9][A-Za-z0-9_-]{0,63}`.
     pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
         let id = id.into();
-        let mut chars = id.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if first_ok && rest_ok && id.len() <= 64 {
-            Ok(Self(id))
+        if Self::valid(&id) {
+            Ok(Self(Arc::from(id)))
         } else {
             Err(IdError::BadNodeId(id))
         }
+    }
+
+    /// [`Self::new`] of borrowed text, copied once.
+    pub fn parse(id: &str) -> Result<Self, IdError> {
+        if Self::valid(id) {
+            Ok(Self(Arc::from(id)))
+        } else {
+            Err(IdError::BadNodeId(id.to_owned()))
+        }
+    }
+
+    fn valid(id: &str) -> bool {
+        let mut chars = id.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        first_ok && rest_ok && id.len() <= 64
     }
 
     /// The id as written in the workflow.
@@ -207,10 +225,21 @@ macro_rules! string_serde {
     };
     (@de $ty:ty, $parse:expr) => {
         impl<'de> Deserialize<'de> for $ty {
+            /// Parsed from the text as the reader has it, never copied
+            /// first: ids are on every event and keys of the state's maps.
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;
-                let parse: fn(&str) -> Result<$ty, IdError> = $parse;
-                parse(&raw).map_err(serde::de::Error::custom)
+                struct Text;
+                impl<'de> serde::de::Visitor<'de> for Text {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$ty, E> {
+                        let parse: fn(&str) -> Result<$ty, IdError> = $parse;
+                        parse(v).map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(Text)
             }
         }
     };
@@ -231,7 +260,7 @@ macro_rules! uuid_serde {
 
 uuid_serde!(RunId);
 uuid_serde!(NodeRunId);
-string_serde!(NodeId, |s| NodeId::new(s));
+string_serde!(NodeId, NodeId::parse);
 string_serde!(SessionId, |s| SessionId::new(s));
 
 impl Serialize for Offset {

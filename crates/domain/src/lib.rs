@@ -24,6 +24,6 @@ pub mod workflow;
 pub use command::RuntimeCommand;
 pub use event::{EventKind, RuntimeEvent};
 pub use ids::{IdError, NodeId, NodeRunId, Offset, RunId, SessionId};
-pub use snapshot::{EdgeStatus, NodeStatus, RunSnapshot, RunStatus, Stopping};
+pub use snapshot::{EdgeStatus, JsonText, NodeStatus, RunSnapshot, RunStatus, Stopping};
 pub use time::Timestamp;
 pub use workflow::{WorkflowDef, WorkflowError};

@@ -15,15 +15,19 @@
 //! reads as reflecting no event, so the whole log is folded onto it.
 
 mod agents;
+mod maps;
 mod progress;
 mod stopping;
+mod text;
+mod unknown;
 
 pub use progress::{ForEachState, NodeRunState, ProcessRef, Spent};
 pub use stopping::Stopping;
+pub use text::JsonText;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::command::InboxEntry;
@@ -121,8 +125,11 @@ fn is_zero(n: &u64) -> bool {
 
 /// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
 /// `lastOffset` and `version` (design §3), and the run's start and last update.
+///
+/// Read in one pass ([`unknown`]): the derived reader is wrapped so that
+/// unknown fields go to `extra` without `flatten` buffering the whole object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", remote = "Self")]
 pub struct RunSnapshot {
     /// Schema version ([`SNAPSHOT_VERSION`]); 1 when absent.
     #[serde(default = "first_version")]
@@ -138,19 +145,25 @@ pub struct RunSnapshot {
     /// expressions read: a resume needs it.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub input: Value,
-    /// Output (`{data, metadata}`) of each node that finished.
-    pub outputs: BTreeMap<NodeId, Value>,
+    /// Output (`{data, metadata}`) of each node that finished, as its JSON
+    /// text: parsed only when something reads that node's output.
+    #[serde(deserialize_with = "maps::bulk")]
+    pub outputs: BTreeMap<NodeId, JsonText>,
     /// User-defined workflow state.
     pub state: Map<String, Value>,
     /// Status of every node.
+    #[serde(deserialize_with = "maps::bulk")]
     pub node_status: BTreeMap<NodeId, NodeStatus>,
     /// Status of every edge.
+    #[serde(deserialize_with = "maps::bulk")]
     pub edge_status: BTreeMap<String, EdgeStatus>,
     /// How often each loop edge fired.
+    #[serde(deserialize_with = "maps::bulk")]
     pub loop_counters: BTreeMap<String, u32>,
     /// Accepted commands not yet consumed by their node run.
     pub inbox: Vec<InboxEntry>,
     /// Provider session of each agent node, for resume.
+    #[serde(deserialize_with = "maps::bulk")]
     pub agent_sessions: BTreeMap<NodeId, SessionId>,
     /// Offset of the last event this snapshot reflects.
     #[serde(default)]
@@ -174,12 +187,20 @@ pub struct RunSnapshot {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub steps_started: u64,
     /// How many times each node started (the transcript's `iteration`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_passes: BTreeMap<NodeId, u32>,
     /// Provider calls each node made (one per `agent:start`; one that
     /// continues after a crash keeps its `callIndex`): the index of the
     /// node's next call.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_calls: BTreeMap<NodeId, u32>,
     /// Agent of the node that completed last (`metadata.previous_agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,7 +209,11 @@ pub struct RunSnapshot {
     #[serde(default, skip_serializing_if = "Spent::is_empty")]
     pub spent: Spent,
     /// What each node's agents consumed, against the node's budget.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "maps::bulk"
+    )]
     pub node_spent: BTreeMap<NodeId, Spent>,
     /// A stop decided and not yet ended (see [`Stopping`]): a writer that
     /// continues the run finishes it.
@@ -196,8 +221,26 @@ pub struct RunSnapshot {
     pub stopping: Option<Stopping>,
     /// Fields this version does not know (a newer writer's), kept so they are
     /// shown and saved back unchanged.
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub extra: Map<String, Value>,
+}
+
+impl Serialize for RunSnapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RunSnapshot::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunSnapshot {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut extra = Map::new();
+        let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
+            inner: d,
+            extra: &mut extra,
+        })?;
+        snapshot.extra = extra;
+        Ok(snapshot)
+    }
 }
 
 impl RunSnapshot {
@@ -333,11 +376,13 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(node.clone(), NodeStatus::Done);
-                            self.outputs.insert(node.clone(), output.clone());
+                            self.set_status(node, NodeStatus::Done);
+                            self.outputs
+                                .insert(self.key(node), JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
-                                .pointer("/metadata/agent_name")
+                                .get("metadata")
+                                .and_then(|m| m.get("agent_name"))
                                 .and_then(Value::as_str)
                                 .map(str::to_owned);
                         }
@@ -360,7 +405,7 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.node_status.insert(node.clone(), NodeStatus::Failed);
+                            self.set_status(node, NodeStatus::Failed);
                             self.for_each.remove(node);
                             // A failure the run goes on past leaves `null` data
                             // for the nodes after it, and says why.
@@ -369,7 +414,8 @@ impl RunSnapshot {
                                     "data": Value::Null,
                                     "metadata": { "error": error },
                                 });
-                                self.outputs.insert(node.clone(), output);
+                                self.outputs
+                                    .insert(self.key(node), JsonText::from_value(&output));
                             }
                         }
                     }
@@ -378,7 +424,7 @@ impl RunSnapshot {
             }
             EventKind::NodeSkipped { .. } => {
                 if let Some(node) = node {
-                    self.node_status.insert(node.clone(), NodeStatus::Skipped);
+                    self.set_status(node, NodeStatus::Skipped);
                 }
             }
             EventKind::EdgeFired {
@@ -393,7 +439,7 @@ impl RunSnapshot {
                     self.loop_counters.insert(edge_id.clone(), *iteration);
                 }
                 for n in reset_nodes {
-                    self.node_status.insert(n.clone(), NodeStatus::Pending);
+                    self.set_status(n, NodeStatus::Pending);
                 }
                 for e in reset_edges {
                     self.edge_status.insert(e.clone(), EdgeStatus::Pending);
@@ -451,7 +497,7 @@ impl RunSnapshot {
             };
             return;
         }
-        let passes = self.node_passes.entry(node.clone()).or_insert(0);
+        let passes = self.node_passes.entry(self.key(node)).or_insert(0);
         let iteration = match item {
             // Items share the pass of the node run that spawned them.
             Some(_) => passes.saturating_sub(1),
@@ -464,7 +510,7 @@ impl RunSnapshot {
             self.node_runs.insert(
                 id,
                 NodeRunState {
-                    node_id: node.clone(),
+                    node_id: self.key(node),
                     attempt,
                     item,
                     iteration,
@@ -481,7 +527,7 @@ impl RunSnapshot {
             );
         }
         self.node_spent
-            .entry(node.clone())
+            .entry(self.key(node))
             .or_default()
             .since
             .get_or_insert(event.timestamp);
@@ -493,7 +539,7 @@ impl RunSnapshot {
             }
             None => {
                 self.steps_started += 1;
-                self.node_status.insert(node.clone(), NodeStatus::Running);
+                self.set_status(node, NodeStatus::Running);
                 self.outputs.remove(node);
                 if items.is_some() {
                     let list = input
@@ -512,6 +558,26 @@ impl RunSnapshot {
                 }
             }
         }
+    }
+
+    /// Sets the status of `node`: one search, the node being known from
+    /// `flow:started` (a hot path of every load's fold).
+    fn set_status(&mut self, node: &NodeId, status: NodeStatus) {
+        match self.node_status.get_mut(node) {
+            Some(current) => *current = status,
+            None => {
+                self.node_status.insert(node.clone(), status);
+            }
+        }
+    }
+
+    /// `node` as the state already holds it (its entry in `nodeStatus`,
+    /// keyed from `flow:started`), so the state's per-node maps share one
+    /// copy of each id instead of one per map and event.
+    pub(crate) fn key(&self, node: &NodeId) -> NodeId {
+        self.node_status
+            .get_key_value(node)
+            .map_or_else(|| node.clone(), |(key, _)| key.clone())
     }
 
     /// The node run an event ends, no longer in flight.
@@ -657,6 +723,53 @@ mod tests {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         let back: RunSnapshot = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    /// A snapshot as awr writes it, with a field of a newer writer
+    /// (`future`) at the end, where `extra` is written.
+    const WRITTEN: &str = concat!(
+        r#"{"version":1,"runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","workflow":{"name":"w","hash":"sha256:00"},"#,
+        r#""status":"running","outputs":{"a":{"data":{"k":[1,2.5,"s"]},"metadata":{"agent_name":"x","step_index":0}},"#,
+        r#""b":{"data":null,"metadata":{"error":"e"}}},"state":{},"nodeStatus":{"a":"done","b":"failed"},"#,
+        r#""edgeStatus":{"a->b":"fired"},"loopCounters":{},"inbox":[],"agentSessions":{},"lastOffset":9,"#,
+        r#""future":{"z":[true]}}"#
+    );
+
+    #[test]
+    fn a_saved_snapshot_reads_and_writes_back_byte_for_byte() {
+        let run_id = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap();
+        let s = RunSnapshot::from_json(WRITTEN.as_bytes(), run_id).unwrap();
+        assert_eq!(s.extra["future"], serde_json::json!({"z": [true]}));
+        assert_eq!(
+            s.outputs[&NodeId::new("a").unwrap()].data().unwrap(),
+            serde_json::json!({"k": [1, 2.5, "s"]})
+        );
+        assert_eq!(serde_json::to_string(&s).unwrap(), WRITTEN);
+        // Through a `Value` (the slow path, `awr show --json`) it is the same.
+        let value: Value = serde_json::from_str(WRITTEN).unwrap();
+        assert_eq!(serde_json::to_value(&s).unwrap(), value);
+        assert_eq!(serde_json::from_value::<RunSnapshot>(value).unwrap(), s);
+        // Without `runId` it is the named run's; broken, an error.
+        let anonymous = WRITTEN.replace(r#""runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","#, "");
+        assert_eq!(
+            RunSnapshot::from_json(anonymous.as_bytes(), run_id).unwrap(),
+            s
+        );
+        assert!(RunSnapshot::from_json(&WRITTEN.as_bytes()[..200], run_id).is_err());
+    }
+
+    #[test]
+    fn a_folded_output_is_saved_as_the_event_had_it() {
+        let events: Vec<_> = sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
+            .collect();
+        let s = RunSnapshot::fold(&events).unwrap();
+        let saved: Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(saved["outputs"]["a"], Value::from("x"));
+        let back = RunSnapshot::from_json(&serde_json::to_vec(&s).unwrap(), s.run_id).unwrap();
         assert_eq!(back, s);
     }
 

@@ -57,27 +57,59 @@ pub(crate) fn readiness(state: &RunSnapshot, wf: &WorkflowDef, node: &NodeDef) -
 }
 
 /// Data of a finished node (`null` when it has none).
-fn data_of(state: &RunSnapshot, node: &NodeId) -> Value {
+pub(crate) fn data_of(state: &RunSnapshot, node: &NodeId) -> Value {
     state
         .outputs
         .get(node)
-        .and_then(|o| o.get("data"))
-        .cloned()
+        .and_then(|o| o.data().ok())
         .unwrap_or(Value::Null)
 }
 
-/// `outputs` of an expression: the data of every finished node, by id.
-fn outputs_data(state: &RunSnapshot) -> Map<String, Value> {
-    state
-        .outputs
-        .keys()
-        .map(|id| (id.to_string(), data_of(state, id)))
-        .collect()
+/// Which outputs an evaluation binds in `outputs`: those of the named
+/// nodes, or every finished node's (an expression that reads the map whole).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reads<'a> {
+    /// These node ids (whichever of them finished).
+    Nodes(&'a [String]),
+    /// Every finished node.
+    All,
 }
 
-/// The variables of `input:` and `for_each:` expressions.
-pub(crate) fn input_vars(state: &RunSnapshot, run_input: &Value) -> Map<String, Value> {
-    let outputs = outputs_data(state);
+impl<'a> Reads<'a> {
+    /// What an expression reads, from [`Condition::output_nodes`](domain::condition::Condition::output_nodes).
+    fn of(nodes: Option<&'a [String]>) -> Self {
+        nodes.map_or(Self::All, Self::Nodes)
+    }
+}
+
+/// `outputs` of an expression: the data of the finished nodes it reads, by
+/// id. Only those are parsed, so the cost of an evaluation follows what it
+/// names, not how many nodes finished before it.
+fn outputs_data(state: &RunSnapshot, reads: Reads<'_>) -> Map<String, Value> {
+    match reads {
+        Reads::All => state
+            .outputs
+            .keys()
+            .map(|id| (id.to_string(), data_of(state, id)))
+            .collect(),
+        Reads::Nodes(ids) => ids
+            .iter()
+            .filter_map(|id| {
+                let output = state.outputs.get(id.as_str())?;
+                Some((id.clone(), output.data().unwrap_or(Value::Null)))
+            })
+            .collect(),
+    }
+}
+
+/// The variables of `input:` and `for_each:` expressions, `outputs` holding
+/// what `reads` names.
+pub(crate) fn input_vars(
+    state: &RunSnapshot,
+    run_input: &Value,
+    reads: Reads<'_>,
+) -> Map<String, Value> {
+    let outputs = outputs_data(state, reads);
     let loops: Map<String, Value> = state
         .loop_counters
         .iter()
@@ -128,7 +160,11 @@ pub(crate) fn gather_input(
         // Under `for_each`, `input:` maps each item instead (see `item_input`).
         (Some(expression), None) => {
             let value = expression
-                .evaluate(&input_vars(state, run_input))
+                .evaluate(&input_vars(
+                    state,
+                    run_input,
+                    Reads::of(expression.output_nodes()),
+                ))
                 .map_err(|e| format!("node `{}`: `input`: {e}", node.id))?;
             Ok((value, previous))
         }
@@ -145,7 +181,11 @@ pub(crate) fn for_each_items(
     let Some(for_each) = &node.for_each else {
         return Ok(None);
     };
-    match for_each.items.evaluate(&input_vars(state, run_input)) {
+    let reads = Reads::of(for_each.items.output_nodes());
+    match for_each
+        .items
+        .evaluate(&input_vars(state, run_input, reads))
+    {
         Ok(Value::Array(items)) => Ok(Some(items)),
         Ok(other) => Err(format!(
             "node `{}`: `for_each` must yield a list, not {}",
@@ -168,7 +208,8 @@ pub(crate) fn item_input(
     match &node.input {
         None => Ok(item.clone()),
         Some(expression) => {
-            let mut vars = input_vars(state, run_input);
+            let reads = Reads::of(expression.output_nodes());
+            let mut vars = input_vars(state, run_input, reads);
             vars.insert("item".into(), item.clone());
             vars.insert("index".into(), json!(index));
             expression
@@ -189,9 +230,15 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-/// `output` (the finished node's data), `outputs` (every finished node's data), `input`.
-fn condition_vars(state: &RunSnapshot, data: &Value, run_input: &Value) -> Map<String, Value> {
-    let outputs = outputs_data(state);
+/// `output` (the finished node's data), `outputs` (the data of the finished
+/// nodes `reads` names), `input`.
+fn condition_vars(
+    state: &RunSnapshot,
+    data: &Value,
+    run_input: &Value,
+    reads: Reads<'_>,
+) -> Map<String, Value> {
+    let outputs = outputs_data(state, reads);
     let mut vars = Map::new();
     vars.insert("output".into(), data.clone());
     vars.insert("outputs".into(), Value::Object(outputs));
@@ -213,11 +260,22 @@ pub(crate) fn route(
     run_input: &Value,
 ) -> Result<Vec<EventKind>, String> {
     let edges: Vec<&EdgeDef> = wf.outgoing(node).collect();
-    // Building the variables copies every output so far: only when some edge asks.
-    let vars = if edges.iter().any(|e| e.when.is_some()) {
-        condition_vars(state, data, run_input)
-    } else {
+    // One set of variables for all the edges, holding the outputs their
+    // conditions name (every finished node's if one reads `outputs` whole).
+    let conditions: Vec<_> = edges.iter().filter_map(|e| e.when.as_ref()).collect();
+    let vars = if conditions.is_empty() {
         Map::new()
+    } else if conditions.iter().any(|c| c.output_nodes().is_none()) {
+        condition_vars(state, data, run_input, Reads::All)
+    } else {
+        let mut named: Vec<String> = conditions
+            .iter()
+            .flat_map(|c| c.output_nodes().unwrap_or_default())
+            .cloned()
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        condition_vars(state, data, run_input, Reads::Nodes(&named))
     };
     let mut decisions = Vec::with_capacity(edges.len());
     for edge in &edges {
@@ -316,5 +374,91 @@ pub(crate) fn final_output(state: &RunSnapshot, wf: &WorkflowDef) -> Value {
         0 => Value::Null,
         1 => leaves.into_values().next().unwrap_or(Value::Null),
         _ => Value::Object(leaves.into_iter().collect()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use domain::JsonText;
+    use serde_json::json;
+
+    use super::*;
+
+    const FINISHED: usize = 1_000;
+
+    /// A state where `n0` .. `n999` finished, each with data `{"i": n}`,
+    /// and a workflow whose node `last` reads some of them.
+    fn setup(last: &str, edges: &str) -> (RunSnapshot, WorkflowDef) {
+        let mut nodes: Vec<String> = (0..FINISHED)
+            .map(|i| format!("{{id: n{i}, agent: a}}"))
+            .collect();
+        nodes.push(format!("{{id: last, agent: a{last}}}"));
+        nodes.push("{id: next, agent: a}".into());
+        let yaml = format!(
+            "name: w\nagents: {{a: {{provider: mock}}}}\nnodes: [{}]\nedges: [{edges}]\n",
+            nodes.join(", ")
+        );
+        let wf = WorkflowDef::from_yaml(&yaml).unwrap();
+        let mut state = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());
+        for i in 0..FINISHED {
+            let id = NodeId::new(format!("n{i}")).unwrap();
+            state.node_status.insert(id.clone(), NodeStatus::Done);
+            let output = json!({"data": {"i": i}, "metadata": {"agent_name": "a"}});
+            state.outputs.insert(id, JsonText::from_value(&output));
+        }
+        (state, wf)
+    }
+
+    /// Parses of stored outputs while `f` runs (on this thread).
+    fn parses<T>(f: impl FnOnce() -> T) -> (T, u64) {
+        let before = JsonText::parses();
+        let value = f();
+        (value, JsonText::parses() - before)
+    }
+
+    #[test]
+    fn an_edge_condition_parses_only_the_outputs_it_names() {
+        let (state, wf) = setup(
+            "",
+            "{from: last, to: next, when: 'outputs.n7.i == 7 && outputs[\"n9\"].i == 9 && output == 1'}",
+        );
+        let last = NodeId::new("last").unwrap();
+        let (kinds, parsed) = parses(|| route(&state, &wf, &last, &json!(1), &Value::Null));
+        assert!(matches!(kinds.unwrap()[..], [EventKind::EdgeFired { .. }]));
+        assert_eq!(
+            parsed, 2,
+            "only n7 and n9 are read, of {FINISHED} finished nodes"
+        );
+    }
+
+    #[test]
+    fn an_input_expression_parses_only_the_outputs_it_names() {
+        let (state, wf) = setup(", input: '[outputs.n3.i, input]'", "{from: n999, to: last}");
+        let node = wf.node(&NodeId::new("last").unwrap()).unwrap().clone();
+        let (input, parsed) = parses(|| gather_input(&state, &wf, &node, &json!("go")));
+        assert_eq!(input.unwrap().0, json!([3, "go"]));
+        assert_eq!(parsed, 1, "only n3 is read, of {FINISHED} finished nodes");
+    }
+
+    #[test]
+    fn an_expression_reading_outputs_whole_sees_every_finished_node() {
+        let (state, wf) = setup(
+            "",
+            "{from: last, to: next, when: 'size(outputs) == 1000 && \"n5\" in outputs && !has(outputs.next)'}",
+        );
+        let last = NodeId::new("last").unwrap();
+        let (kinds, parsed) = parses(|| route(&state, &wf, &last, &json!(1), &Value::Null));
+        assert!(matches!(kinds.unwrap()[..], [EventKind::EdgeFired { .. }]));
+        assert_eq!(parsed, FINISHED as u64);
+    }
+
+    #[test]
+    fn edges_without_conditions_parse_no_output() {
+        let (state, wf) = setup("", "{from: last, to: next}");
+        let last = NodeId::new("last").unwrap();
+        let (kinds, parsed) = parses(|| route(&state, &wf, &last, &json!(1), &Value::Null));
+        assert_eq!(kinds.unwrap().len(), 1);
+        assert_eq!(parsed, 0);
     }
 }

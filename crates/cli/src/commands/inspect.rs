@@ -226,7 +226,8 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     if !s.outputs.is_empty() {
         say("outputs")?;
         for (node, output) in &s.outputs {
-            say(&format!("  {node}: {}", preview(&output["data"], 100)))?;
+            let data = output.data().unwrap_or_default();
+            say(&format!("  {node}: {}", preview(&data, 100)))?;
         }
     }
     Ok(())

@@ -62,7 +62,7 @@ impl RunSnapshot {
                     run.session_usage = Some(before.plus(usage));
                 }
                 if let Some(node) = &event.node_id {
-                    self.node_spent.entry(node.clone()).or_default().add(
+                    self.node_spent.entry(self.key(node)).or_default().add(
                         usage,
                         *total_cost_usd,
                         *num_turns,
@@ -89,7 +89,7 @@ impl RunSnapshot {
     ) {
         self.inbox.retain(|entry| !inbox.contains(&entry.offset));
         if let (Some(node), Some(index)) = (&event.node_id, call_index) {
-            let calls = self.node_calls.entry(node.clone()).or_insert(0);
+            let calls = self.node_calls.entry(self.key(node)).or_insert(0);
             *calls = (*calls).max(index.saturating_add(1));
         }
         if let Some(run) = self.node_run_mut(event) {
@@ -106,7 +106,7 @@ impl RunSnapshot {
     /// a new one starts its usage baseline from nothing.
     fn agent_session(&mut self, event: &RuntimeEvent, session: &SessionId) {
         if let Some(node) = &event.node_id {
-            self.agent_sessions.insert(node.clone(), session.clone());
+            self.agent_sessions.insert(self.key(node), session.clone());
         }
         if let Some(run) = self.node_run_mut(event)
             && run.session.as_ref() != Some(session)

@@ -177,6 +177,13 @@ impl<'a> NodeSet<'a> {
         }
     }
 
+    /// The nodes, without the room the vector grew into: a workflow is
+    /// held for the whole run.
+    pub fn into_nodes(mut self) -> Vec<NodeDef> {
+        self.nodes.shrink_to_fit();
+        self.nodes
+    }
+
     pub fn add(&mut self, item: String, id: &str, keys: NodeKeys) -> Result<(), WorkflowError> {
         let NodeKeys {
             agent,

@@ -290,7 +290,7 @@ fn lower_steps(
             on_limit: OnLimit::default(),
         })
         .collect();
-    Ok((set.nodes, edges))
+    Ok((set.into_nodes(), edges))
 }
 
 fn lower_graph(
@@ -383,7 +383,7 @@ fn lower_graph(
             on_limit: raw.on_limit.unwrap_or_default(),
         });
     }
-    Ok((set.nodes, edges))
+    Ok((set.into_nodes(), edges))
 }
 
 fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {

@@ -229,13 +229,7 @@ impl Driver {
         if !ended {
             return Ok(None);
         }
-        let data = self
-            .state()
-            .outputs
-            .get(&node)
-            .and_then(|o| o.get("data"))
-            .cloned()
-            .unwrap_or_default();
+        let data = routing::data_of(self.state(), &node);
         let kinds = match routing::route(self.state(), &self.workflow, &node, &data, &self.input) {
             Ok(kinds) => kinds,
             // As it would have stopped the run the first time.
