@@ -1,0 +1,234 @@
+//! One conformance suite for every [`RunStore`]: the contract written in
+//! `crate::ports::store`, checked by the same functions against each store.
+//!
+//! A store's tests implement [`StoreHarness`] (fresh storage, a second
+//! instance on it, and the store's own way to damage stored data) and
+//! invoke [`store_conformance!`](crate::store_conformance), which expands to
+//! one `#[tokio::test]` per check. The checks and their helpers are public
+//! so store-specific tests can build on them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use domain::event::WorkflowRef;
+use domain::{EventKind, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent, Timestamp};
+use futures::StreamExt;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::ports::{RunLock, RunStore, StoreError};
+
+mod damage;
+mod follow;
+mod lock;
+mod log;
+
+pub use self::damage::*;
+pub use self::follow::*;
+pub use self::lock::*;
+pub use self::log::*;
+
+/// A store under test on storage of its own, which lives as long as the harness.
+pub trait StoreHarness: Send + Sync + Sized + 'static {
+    /// Fresh, empty storage and a store instance on it.
+    fn new() -> Self;
+
+    /// The store instance under test (the same one on every call).
+    fn store(&self) -> Arc<dyn RunStore>;
+
+    /// A second store instance on the same storage, with its own caches,
+    /// handles and locks, as another process would open it; `None` when the
+    /// storage is the instance (memory), which makes the checks across
+    /// instances moot.
+    fn another(&self) -> Option<Arc<dyn RunStore>>;
+
+    /// Leaves a torn record after the last event of `run`, as a crash in
+    /// the middle of an append would. `false` when the store's appends
+    /// cannot tear (a transaction, memory): the check is then moot.
+    fn tear_tail(&self, run: RunId) -> bool;
+
+    /// Makes the stored event at `offset` of `run` unreadable (not JSON).
+    /// `false` when the store keeps no encoded form that can rot (memory).
+    fn corrupt_event(&self, run: RunId, offset: u64) -> bool;
+
+    /// What the detail of a [`StoreError::BadEvent`] at `offset` names: the
+    /// file and line, or the database and row.
+    fn bad_event_place(&self, run: RunId, offset: u64) -> String;
+}
+
+/// The store under test, as the checks below name it.
+struct Subject {
+    store: Arc<dyn RunStore>,
+}
+
+/// Another instance on the storage of `h`, or its store when there is none.
+fn other_or_same<H: StoreHarness>(h: &H) -> Arc<dyn RunStore> {
+    h.another().unwrap_or_else(|| h.store())
+}
+
+impl Subject {
+    fn of<H: StoreHarness>(h: &H) -> Self {
+        Self { store: h.store() }
+    }
+}
+
+/// Upper bound for anything that should happen "at once": generous so a
+/// loaded CI machine does not flake, finite so a hung follower fails.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A fresh run id.
+pub fn new_run() -> RunId {
+    RunId::new(Uuid::new_v4()).unwrap()
+}
+
+/// An event of `run` at `offset`.
+pub fn event(run: RunId, offset: u64, kind: EventKind) -> RuntimeEvent {
+    RuntimeEvent {
+        id: Uuid::new_v4().to_string(),
+        offset: Offset::new(offset).unwrap(),
+        timestamp: Timestamp::from_millis(1_767_225_600_000 + offset as i64),
+        run_id: run,
+        node_id: None,
+        node_run_id: None,
+        kind,
+        extra: Default::default(),
+    }
+}
+
+/// A warning event of `run` at `offset`.
+pub fn warning(run: RunId, offset: u64) -> RuntimeEvent {
+    event(
+        run,
+        offset,
+        EventKind::Warning {
+            message: format!("event {offset}"),
+            details: None,
+        },
+    )
+}
+
+/// The terminal `flow:completed` event of `run` at `offset`.
+pub fn completed(run: RunId, offset: u64) -> RuntimeEvent {
+    event(
+        run,
+        offset,
+        EventKind::FlowCompleted {
+            output: json!({"done": true}),
+            duration_ms: 7,
+        },
+    )
+}
+
+/// Warnings of `run` at `offsets`.
+pub fn warnings(run: RunId, offsets: std::ops::RangeInclusive<u64>) -> Vec<RuntimeEvent> {
+    offsets.map(|o| warning(run, o)).collect()
+}
+
+/// The offsets of `events`.
+pub fn offsets(events: &[RuntimeEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.offset.get()).collect()
+}
+
+/// A run holding offsets 1..=n (warnings), and its lock.
+pub async fn run_with(store: &dyn RunStore, n: u64) -> (RunId, RunLock) {
+    let run = new_run();
+    let lock = store.create_run(run).await.unwrap();
+    if n > 0 {
+        store.append(run, &warnings(run, 1..=n)).await.unwrap();
+    }
+    (run, lock)
+}
+
+/// Asserts `Conflict`.
+pub fn assert_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
+    assert!(
+        matches!(result, Err(StoreError::Conflict(_))),
+        "{what}: expected Conflict, got {result:?}"
+    );
+}
+
+/// Asserts `NotFound(run)`.
+pub fn assert_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run: RunId, what: &str) {
+    assert!(
+        matches!(result, Err(StoreError::NotFound(id)) if id == run),
+        "{what}: expected NotFound({run}), got {result:?}"
+    );
+}
+
+/// `Locked`, with a message that names `run`.
+pub fn assert_locked<T: std::fmt::Debug>(result: Result<T, StoreError>, run: RunId, what: &str) {
+    match result {
+        Err(StoreError::Locked(message)) => {
+            assert!(message.contains(&run.to_string()), "{what}: {message}");
+        }
+        other => panic!("{what}: expected Locked, got {other:?}"),
+    }
+}
+
+/// A snapshot of `run` with some state.
+pub fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot {
+    let mut s = RunSnapshot::new(run);
+    s.workflow = WorkflowRef {
+        extra: Default::default(),
+        name: "flow".into(),
+        hash: "sha256:00".into(),
+    };
+    s.status = status;
+    s.last_offset = last_offset;
+    s.state.insert("k".into(), json!([1, 2, 3]));
+    s
+}
+
+// ---------------------------------------------------------------- checks
+
+/// Expands to one `#[tokio::test]` per check of the suite, run against
+/// the [`StoreHarness`](crate::testing::store_conformance::StoreHarness) `$harness`:
+/// `cargo test conformance::read_windows` runs one of them.
+#[macro_export]
+macro_rules! store_conformance {
+    ($harness:ty) => {
+        $crate::store_conformance!(@checks $harness, [
+            create_twice_conflicts,
+            offsets_must_continue_the_log,
+            concurrent_appends_of_one_offset_admit_one,
+            read_windows,
+            events_round_trip_exactly,
+            read_deep_in_a_long_log,
+            last_offset_tracks_appends,
+            unknown_runs_are_not_found,
+            snapshots_round_trip_and_overwrite,
+            writes_report_their_encoded_size,
+            list_runs_lists_every_run,
+            flush_is_idempotent_and_shared,
+            follow_yields_history_then_live_then_ends,
+            follow_of_a_finished_run_ends_by_itself,
+            many_followers_see_everything,
+            unknown_event_types_round_trip,
+            a_run_has_one_lock_at_a_time,
+            concurrent_lockers_get_one_lock,
+            writes_without_the_lock_are_refused_and_write_nothing,
+            has_writer_tells_whether_the_run_is_locked,
+            probes_never_make_a_lock_fail,
+            a_torn_tail_is_never_read,
+            a_corrupt_event_is_reported_in_its_place,
+            another_instance_sees_appends_and_follows,
+            another_instance_cannot_lock_or_write_a_locked_run,
+            the_fold_of_the_log_equals_the_saved_snapshot,
+            many_concurrent_runs,
+            a_large_payload_round_trips,
+        ]);
+    };
+    (@checks $harness:ty, [$($check:ident),* $(,)?]) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                $crate::testing::store_conformance::$check(
+                    <$harness as $crate::testing::store_conformance::StoreHarness>::new(),
+                )
+                .await;
+            }
+        )*
+    };
+}

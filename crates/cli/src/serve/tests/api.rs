@@ -1,0 +1,227 @@
+//! The API in process: bad input, tokens, starting, listing and showing
+//! runs, and the embedded UI.
+
+use super::*;
+
+#[tokio::test]
+async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
+    let s = server();
+    let run = s.run().await;
+    let id = run.id();
+    let message = error(
+        s.get(&format!("/workflows/{id}/events?offset=ten")).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("offset: `ten`"), "{message}");
+    let message = error(
+        s.request(
+            Request::get(format!("/workflows/{id}/events/sse"))
+                .header("last-event-id", "x1")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("Last-Event-ID"), "{message}");
+    for uri in [
+        format!("/workflows/{}", uuid_like(999_999)),
+        format!("/workflows/{}/events", uuid_like(999_999)),
+        "/workflows/zzz".to_owned(),
+        "/nowhere".to_owned(),
+        "/ui/secret.txt".to_owned(),
+    ] {
+        error(s.get(&uri).await, StatusCode::NOT_FOUND, "not_found").await;
+    }
+    let message = error(
+        s.post("/workflows", "{not json").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("line 1 column 2"), "{message}");
+    let message = error(
+        s.post("/workflows", r#"{"path": "x", "inputs": 1}"#).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("unknown field `inputs`"), "{message}");
+    let bad = json!({"workflow": "name: x\nagents:\n  a: {provider: nope}\nsteps: [{agent: a}]\n"});
+    let message = error(
+        s.post("/workflows", bad.to_string()).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        message.starts_with("workflow:3:") && message.contains("agents.a.provider"),
+        "{message}"
+    );
+    for path in ["../../etc/passwd", "/etc/passwd"] {
+        let body = json!({ "path": path });
+        error(
+            s.post("/workflows", body.to_string()).await,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        )
+        .await;
+    }
+    let huge = format!(
+        r#"{{"workflow": "{}"}}"#,
+        "x".repeat(crate::serve::BODY_LIMIT + 1)
+    );
+    error(
+        s.post("/workflows", huge).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    let message = error(
+        s.post(&format!("/workflows/{id}/commands"), "[1]").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("must be a command"), "{message}");
+    let message = error(
+        s.get("/workflows?limit=lots").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.contains("limit"), "{message}");
+}
+
+#[tokio::test]
+async fn with_a_token_every_request_carries_it() {
+    let s = server_with(Some("s3cret"), 16, Duration::from_secs(15));
+    error(
+        s.get("/healthz").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let wrong = Request::get("/healthz")
+        .header("authorization", "Bearer s3cre")
+        .body(Body::empty())
+        .unwrap();
+    error(
+        s.request(wrong).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let right = Request::get("/healthz")
+        .header("authorization", "Bearer s3cret")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(s.request(right).await.status(), StatusCode::OK);
+    assert_eq!(
+        s.get("/healthz?access_token=s3cret").await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_non_loopback_bind_without_a_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        storage: crate::storage::Storage::Files(dir.path().join("storage")),
+        root: dir.path().to_path_buf(),
+        token: None,
+        heartbeat: Duration::from_secs(15),
+        buffer: 16,
+    };
+    let Err(crate::Failure::Input(e)) = crate::serve::serve("0.0.0.0:0", config).await else {
+        panic!("a non-loopback bind without a token must be refused");
+    };
+    assert!(e.to_string().contains("--token"), "{e}");
+}
+
+#[tokio::test]
+async fn a_run_started_over_http_is_listed_shown_and_streamed_to_its_end() {
+    let s = server();
+    let response = s
+        .post("/workflows", r#"{"path": "examples/summarize.yaml"}"#)
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let body = json_body(response).await;
+    let id = body["runId"].as_str().unwrap().to_owned();
+    assert_eq!(location, format!("/workflows/{id}"));
+    assert_eq!(body["urls"]["sse"], format!("/workflows/{id}/events/sse"));
+    let (offsets, end) = Reader::of(s.get(&format!("{location}/events")).await)
+        .offsets_to_end()
+        .await;
+    let last = offsets.len() as u64;
+    assert_eq!(offsets, (1..=last).collect::<Vec<_>>());
+    assert_eq!(end.unwrap()["status"], "completed");
+    let shown = json_body(s.get(&location).await).await;
+    assert_eq!(shown["status"], "completed");
+    assert_eq!(shown["lastOffset"], last);
+    // By a prefix, as on the command line.
+    let by_prefix = json_body(s.get(&format!("/workflows/{}", &id[..8])).await).await;
+    assert_eq!(by_prefix["runId"], id);
+    let list = json_body(s.get("/workflows?status=completed").await).await;
+    assert_eq!(list["counts"]["completed"], 1);
+    assert_eq!(list["runs"][0]["runId"], id);
+    assert_eq!(list["runs"][0]["workflow"], "summarize");
+    assert_eq!(list["next"], Value::Null);
+    let message = error(
+        s.post(&format!("{location}/commands"), r#"{"type":"pause"}"#)
+            .await,
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
+    assert!(message.contains("has ended"), "{message}");
+    let transcript = s.get(&format!("{location}/transcript")).await;
+    let mut transcript = Reader::of(transcript);
+    assert_eq!(transcript.line().await.unwrap()["type"], "run.started");
+}
+
+#[tokio::test]
+async fn the_list_pages_newest_first_with_counts_over_every_run() {
+    let s = server();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let run = s.run().await;
+        ids.push(run.id());
+        run.append(completed()).await;
+    }
+    let first = json_body(s.get("/workflows?limit=2").await).await;
+    assert_eq!(first["counts"]["completed"], 3);
+    assert_eq!(first["runs"].as_array().unwrap().len(), 2);
+    let next = first["next"].as_str().unwrap().to_owned();
+    let second = json_body(s.get(&format!("/workflows?limit=2&after={next}")).await).await;
+    assert_eq!(second["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(second["next"], Value::Null);
+    let none = json_body(s.get("/workflows?status=failed").await).await;
+    assert_eq!(none["runs"], json!([]));
+    assert_eq!(none["counts"]["completed"], 3);
+}
+
+#[tokio::test]
+async fn the_ui_is_served_from_the_binary() {
+    let s = server();
+    let index = s.get("/").await;
+    assert_eq!(index.status(), StatusCode::OK);
+    assert!(
+        index.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let js = s.get("/ui/app.js").await;
+    assert!(
+        js.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+}
