@@ -132,7 +132,7 @@ fn followers(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     workflow(dir.path());
     let awr = awr_bin();
-    let server = Served::start(&awr, &dir.path().join("storage"), dir.path(), &[]);
+    let server = Served::start(&awr, dir.path().join("storage"), dir.path(), &[]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let http = reqwest::Client::new();
     let mut group = c.benchmark_group("serve_followers");

@@ -138,6 +138,13 @@ impl Live {
         (code, stdout, report)
     }
 
+    /// Kills `awr run` with SIGKILL, as a crash would, and reaps it; its
+    /// agent is left in its turn.
+    pub(crate) fn kill_writer(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// The last `command:received`.
     fn last_command(&self) -> Value {
         self.of_type("command:received")

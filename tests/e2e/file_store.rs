@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use application::ports::{RunLock, RunStore, StoreError};
 use application::testing::store_conformance::{
-    assert_locked, assert_not_found, completed, new_run, offsets, run_with, snapshot, warning,
+    assert_not_found, completed, new_run, offsets, run_with, snapshot, warning,
 };
 use domain::{RunId, RunStatus};
 use infrastructure::{FileRunStore, FileStoreConfig, SyncPolicy};
@@ -168,31 +168,12 @@ async fn a_second_process_cannot_lock_or_write_a_locked_run() {
 
 #[tokio::test]
 async fn a_writer_that_dies_leaves_its_run_unlocked() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let (run, lock) = run_with(&store, 1).await;
     drop(lock);
-    let mut holder = second_process(dir.path(), run, &["hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut said)
-        .unwrap();
-    assert_eq!(said, "locked\n");
-    assert!(
-        store.has_writer(run).await.unwrap(),
-        "another process holds it"
-    );
-    assert_locked(store.lock(run).await, run, "while another process holds it");
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    assert!(!store.has_writer(run).await.unwrap(), "its writer died");
+    let holder = second_process(dir.path(), run, &["hold"]);
+    crate::util::a_dead_holder_releases_its_run(&store, run, holder).await;
     let _lock = store.lock(run).await.unwrap();
     store.append(run, &[warning(run, 2)]).await.unwrap();
 }

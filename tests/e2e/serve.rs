@@ -101,8 +101,16 @@ fn gated_flow(dir: &Path, gate: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_streams_live_to_its_terminal_frame_and_a_reconnect_continues_exactly() {
-    let awr = Awr::new();
-    let server = Served::start(awr_bin(), &awr.storage(), &repo_root(), &[]);
+    streams_live_and_a_reconnect_continues_exactly(Awr::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_run_streams_live_and_a_reconnect_continues_exactly() {
+    streams_live_and_a_reconnect_continues_exactly(Awr::sqlite()).await;
+}
+
+async fn streams_live_and_a_reconnect_continues_exactly(awr: Awr) {
+    let server = Served::start(awr_bin(), awr.storage_arg(), &repo_root(), &[]);
     let http = client();
     let started = http
         .post(format!("{}/workflows", server.base))
@@ -163,10 +171,19 @@ async fn a_run_streams_live_to_its_terminal_frame_and_a_reconnect_continues_exac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_another_process_writes_streams_live_and_a_leaving_client_does_not_cancel_it() {
-    let awr = Awr::new();
+    another_process_streams_live(Awr::new()).await;
+}
+
+/// SQLite: the server sees another process's appends by polling the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_run_another_process_writes_streams_live() {
+    another_process_streams_live(Awr::sqlite()).await;
+}
+
+async fn another_process_streams_live(awr: Awr) {
     let gate = awr.dir.path().join("gate");
     let flow = gated_flow(awr.dir.path(), &gate);
-    let server = Served::start(awr_bin(), &awr.storage(), awr.dir.path(), &[]);
+    let server = Served::start(awr_bin(), awr.storage_arg(), awr.dir.path(), &[]);
     let mut writer = awr
         .command(&["run", flow.to_str().unwrap()])
         .current_dir(awr.dir.path())
@@ -218,7 +235,7 @@ async fn a_shutdown_pauses_the_servers_runs_ends_streams_and_resume_continues() 
     let awr = Awr::new();
     let gate = awr.dir.path().join("gate");
     gated_flow(awr.dir.path(), &gate);
-    let mut server = Served::start(awr_bin(), &awr.storage(), awr.dir.path(), &[]);
+    let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
     let http = client();
     let started = http
         .post(format!("{}/workflows", server.base))
@@ -269,7 +286,7 @@ async fn a_non_loopback_bind_needs_a_token_and_a_token_is_asked_of_every_request
     assert!(refused.stderr.contains("--token"), "{}", refused.stderr);
     let server = Served::start(
         awr_bin(),
-        &awr.storage(),
+        awr.storage(),
         awr.dir.path(),
         &["--token", "s3cret"],
     );

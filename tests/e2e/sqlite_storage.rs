@@ -178,6 +178,38 @@ fn a_live_run_on_sqlite_pauses_through_its_socket_and_resumes_to_the_end() {
     );
 }
 
+/// A run on SQLite whose process is killed is shown interrupted, listed by
+/// `awr recover`, and finished by `awr recover --all` from the database.
+#[test]
+fn a_killed_run_on_sqlite_is_listed_and_finished_by_recover() {
+    let mut live = crate::commands::start_on(Awr::sqlite());
+    let run = live.run.clone();
+    live.kill_writer();
+    assert_eq!(live.awr.show_json(&run)["status"], "interrupted");
+    let listed = live.awr(&["recover"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains(&run),
+        "{}{}",
+        listed.stdout,
+        listed.stderr
+    );
+
+    let recovered = live.awr.run_within(60, &["recover", "--all"]);
+    assert_eq!(
+        recovered.code, 0,
+        "{}{}",
+        recovered.stdout, recovered.stderr
+    );
+    assert_eq!(live.awr.show_json(&run)["status"], "completed");
+    let events = live.awr.events(&run);
+    assert_eq!(events.last().unwrap()["type"], "flow:completed");
+    let starts = crate::util::of_type(&events, "agent:start");
+    assert_eq!(starts.len(), 2, "the first call and its resume: {events:?}");
+    let quiet = live.awr(&["recover"]);
+    assert!(!quiet.stdout.contains(&run), "{}", quiet.stdout);
+}
+
 /// `store-writer` (a second process) on `run` of the database `db`.
 fn second_process(db: &Path, run: domain::RunId, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_store-writer"));
@@ -193,9 +225,7 @@ fn second_process(db: &Path, run: domain::RunId, args: &[&str]) -> Command {
 /// what another process appends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_is_refused_followed_and_released_when_it_dies() {
-    use std::io::{BufRead, BufReader};
-
-    use application::testing::store_conformance::{PATIENCE, assert_locked, run_with};
+    use application::testing::store_conformance::{PATIENCE, run_with};
     use futures::StreamExt;
     use infrastructure::SqliteStoreConfig;
 
@@ -234,23 +264,7 @@ async fn another_process_is_refused_followed_and_released_when_it_dies() {
         .unwrap();
     assert_eq!(next.offset.get(), 2);
 
-    let mut holder = second_process(&db, run, &["hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut said)
-        .unwrap();
-    assert_eq!(said, "locked\n");
-    assert!(
-        store.has_writer(run).await.unwrap(),
-        "another process holds it"
-    );
-    assert_locked(store.lock(run).await, run, "while another process holds it");
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    assert!(!store.has_writer(run).await.unwrap(), "its writer died");
+    let holder = second_process(&db, run, &["hold"]);
+    crate::util::a_dead_holder_releases_its_run(&store, run, holder).await;
     let _lock = store.lock(run).await.unwrap();
 }

@@ -325,3 +325,35 @@ impl From<std::process::Output> for Output {
         }
     }
 }
+
+/// Starts `holder` (a `store-writer STORAGE RUN hold`), waits until it holds
+/// `run`'s lock, and checks that `store` sees that writer and is refused the
+/// lock; then kills it and checks that the kernel released the run.
+pub async fn a_dead_holder_releases_its_run(
+    store: &dyn application::ports::RunStore,
+    run: domain::RunId,
+    mut holder: Command,
+) {
+    use std::io::{BufRead, BufReader};
+
+    use application::testing::store_conformance::assert_locked;
+
+    let mut holder = holder
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert_eq!(said, "locked\n");
+    assert!(
+        store.has_writer(run).await.unwrap(),
+        "another process holds it"
+    );
+    assert_locked(store.lock(run).await, run, "while another process holds it");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(!store.has_writer(run).await.unwrap(), "its writer died");
+}

@@ -2,6 +2,7 @@
 //! followers benchmark: started on a free port (`--addr 127.0.0.1:0`), its
 //! address read from the line it prints, and stopped with a signal.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -22,7 +23,7 @@ impl Served {
     /// # Panics
     /// When it cannot start or exits before it listens.
     #[allow(clippy::expect_used)]
-    pub fn start(awr: &Path, storage: &Path, root: &Path, extra: &[&str]) -> Self {
+    pub fn start(awr: &Path, storage: impl AsRef<OsStr>, root: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(awr)
             .arg("--storage")
             .arg(storage)
