@@ -86,25 +86,40 @@ async fn one_run(
         tasks.push(tokio::spawn(async move {
             let mut body = response.bytes_stream();
             let mut told = false;
-            let mut tail = Vec::new();
+            // Each follower checks that it got offsets 1, 2, ... in order,
+            // each once, then the terminal frame.
+            let (mut pending, mut next, mut ended) = (Vec::new(), 1u64, false);
             while let Some(Ok(chunk)) = body.next().await {
                 if !told {
                     told = true;
                     let _ = ready.send(()).await;
                 }
-                tail.extend_from_slice(&chunk);
-                let keep = tail.len().saturating_sub(256);
-                tail.drain(..keep);
+                pending.extend_from_slice(&chunk);
+                let mut start = 0;
+                while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
+                    let line = &pending[start..start + end];
+                    match offset_of(line) {
+                        Some(offset) => {
+                            assert_eq!(offset, next, "a follower's offsets go 1, 2, ...");
+                            next += 1;
+                        }
+                        None => ended |= line.ends_with(br#""type":"end"}"#),
+                    }
+                    start += end + 1;
+                }
+                pending.drain(..start);
             }
-            String::from_utf8_lossy(&tail).contains("\"type\":\"end\"")
+            assert!(ended, "a follower got no terminal frame");
+            next - 1
         }));
     }
     for _ in 0..followers {
         readies.recv().await.unwrap();
     }
     std::fs::write(dir.join("gate"), "").unwrap();
+    let mut received = Vec::new();
     for task in tasks {
-        assert!(task.await.unwrap(), "a follower got no terminal frame");
+        received.push(task.await.unwrap());
     }
     // The log, once the run has ended (with no follower, wait for it here).
     let events = loop {
@@ -122,9 +137,24 @@ async fn one_run(
         .iter()
         .position(|e| matches!(e.kind, EventKind::NodeCompleted { .. }))
         .expect("the gate step completed");
+    for got in received {
+        assert_eq!(got as usize, events.len(), "a follower got every event");
+    }
     let last = events.last().unwrap();
     let took = last.timestamp.millis_since(events[gate].timestamp);
     (Duration::from_millis(took.max(1)), events.len() - gate - 1)
+}
+
+/// The `offset` of an event's NDJSON line; `None` for a frame of the
+/// server's (the end, a heartbeat).
+fn offset_of(line: &[u8]) -> Option<u64> {
+    let key = br#""offset":"#;
+    let at = line.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&line[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn followers(c: &mut Criterion) {
@@ -133,7 +163,16 @@ fn followers(c: &mut Criterion) {
     workflow(dir.path());
     let awr = awr_bin();
     let server = Served::start(&awr, dir.path().join("storage"), dir.path(), &[]);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The clients stand for browsers on other machines: on this one, they
+    // take what CPU the server leaves, as the server's threads take what
+    // the run leaves (awr serve lowers its own priority the same way).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(|| {
+            let _ = rustix::process::nice(10);
+        })
+        .enable_all()
+        .build()
+        .unwrap();
     let http = reqwest::Client::new();
     let mut group = c.benchmark_group("serve_followers");
     // One run per sample: with 1,000 followers a run streams 5 million

@@ -87,10 +87,14 @@ struct Inner {
     writing: Mutex<HashMap<RunId, tokio::task::JoinHandle<()>>>,
     /// Set once the server shuts down: open streams end with their frame.
     stopping: watch::Sender<bool>,
+    /// The runtime runs are executed on: the one `App::new` was called on,
+    /// never the (lower-priority) runtime serving requests.
+    runs: tokio::runtime::Handle,
 }
 
 impl App {
     /// The state over the store of `config.storage` (created if needed).
+    /// The runs it starts are executed on the runtime this is called on.
     pub fn new(mut config: Config) -> Result<Self, Failure> {
         config.root = config
             .root
@@ -105,6 +109,7 @@ impl App {
             hub,
             writing: Mutex::new(HashMap::new()),
             stopping,
+            runs: tokio::runtime::Handle::current(),
         })))
     }
 
@@ -131,11 +136,12 @@ impl App {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `run` (the writing of `run_id`) in the background until it ends.
+    /// Runs `run` (the writing of `run_id`) in the background until it
+    /// ends, on the runs' runtime.
     fn write(&self, run_id: RunId, run: impl Future<Output = ()> + Send + 'static) {
         let app = self.clone();
         let mut writing = self.writing();
-        let task = tokio::spawn(async move {
+        let task = self.0.runs.spawn(async move {
             run.await;
             app.writing().remove(&run_id);
         });
@@ -228,12 +234,12 @@ pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
         )));
     }
     let app = App::new(config)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| Failure::Input(anyhow!("cannot listen on {addr}: {e}")))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| Failure::Input(anyhow!("cannot listen on {addr}: {e}")))?;
+    let cannot_listen = |e: std::io::Error| Failure::Input(anyhow!("cannot listen on {addr}: {e}"));
+    let listener = std::net::TcpListener::bind(addr).map_err(cannot_listen)?;
+    listener.set_nonblocking(true).map_err(cannot_listen)?;
+    let bound = listener.local_addr().map_err(cannot_listen)?;
+    let http = http_runtime()
+        .map_err(|e| Failure::Run(anyhow!("cannot start the server's runtime: {e}")))?;
     crate::note(&format!("awr: listening on http://{bound}"));
 
     let signal = application::Cancel::new();
@@ -248,8 +254,13 @@ pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
             app.shut_down().await;
         })
     };
-    let server = axum::serve(listener, router(app))
-        .with_graceful_shutdown(async move { signal.cancelled().await });
+    let router = router(app);
+    let server = http.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { signal.cancelled().await })
+            .await
+    });
     let grace = async move {
         grace.cancelled().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -259,11 +270,40 @@ pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
         let _ = closing.await;
         served
     };
-    tokio::select! {
-        served = served => served.map_err(|e| Failure::Run(anyhow!("the server failed: {e}"))),
+    let outcome = tokio::select! {
+        served = served => match served {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::Run(anyhow!("the server failed: {e}"))),
+            Err(e) => Err(Failure::Run(anyhow!("the server failed: {e}"))),
+        },
         () = grace => {
             crate::note("awr: the shutdown took too long; exiting");
             Ok(())
         }
-    }
+    };
+    http.shutdown_background();
+    outcome
+}
+
+/// How much lower than the runs' threads the server's threads are
+/// scheduled (a nice increment): on a busy machine, streaming a run to
+/// many clients takes what CPU the runs leave, so the clients get their
+/// events later (a slow client reads the store), never the run slower.
+const HTTP_NICENESS: i32 = 10;
+
+/// The runtime that accepts connections and serves requests and streams,
+/// with threads of their own at [`HTTP_NICENESS`]; runs are executed on the
+/// caller's runtime (see [`App::write`]). On Linux a nice value is per
+/// thread, so only these threads are lowered; where it is per process
+/// the whole server is, which changes nothing between the two.
+fn http_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name("awr-http")
+        .on_thread_start(|| {
+            if let Err(e) = rustix::process::nice(HTTP_NICENESS) {
+                tracing::debug!(error = %e, "cannot lower the priority of a server thread");
+            }
+        })
+        .enable_all()
+        .build()
 }

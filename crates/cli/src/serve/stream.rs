@@ -28,7 +28,6 @@ use application::ports::{RunStore, StoreError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use domain::{RunId, RuntimeEvent};
 use futures::{Stream, StreamExt};
@@ -42,6 +41,9 @@ use crate::commands::transcript::{Line, lines};
 
 /// Events read from the store per batch (history and fallbacks).
 const BATCH: usize = 256;
+
+/// Most frames sent to a client in one body chunk.
+const CHUNK_FRAMES: usize = 512;
 
 /// How often a run's follower with no client left notices and stops.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -225,30 +227,40 @@ pub enum Frame {
 }
 
 impl Frame {
-    /// The frame as one NDJSON line.
-    fn ndjson(&self) -> Bytes {
-        let mut line = match self {
-            Frame::Event { json, .. } => json.as_bytes().to_vec(),
+    /// Appends the frame as one NDJSON line.
+    fn ndjson(&self, out: &mut Vec<u8>) {
+        match self {
+            Frame::Event { json, .. } => out.extend_from_slice(json.as_bytes()),
             Frame::End { .. } => {
                 let mut end = self.end_json();
                 end["type"] = "end".into();
-                end.to_string().into_bytes()
+                out.extend_from_slice(end.to_string().as_bytes());
             }
-            Frame::Heartbeat => br#"{"type":"heartbeat"}"#.to_vec(),
-        };
-        line.push(b'\n');
-        Bytes::from(line)
+            Frame::Heartbeat => out.extend_from_slice(br#"{"type":"heartbeat"}"#),
+        }
+        out.push(b'\n');
     }
 
-    /// The frame as one SSE event.
-    fn sse(&self) -> Event {
+    /// Appends the frame as one SSE event. Every field is one line: event
+    /// JSON is compact (a newline inside a string is escaped), and an id is
+    /// digits.
+    fn sse(&self, out: &mut Vec<u8>) {
         match self {
-            Frame::Event { offset, json } => Event::default().id(offset.to_string()).data(&**json),
-            Frame::End { .. } => Event::default()
-                .event("end")
-                .data(self.end_json().to_string()),
-            Frame::Heartbeat => Event::default().comment("heartbeat"),
+            Frame::Event { offset, json } => {
+                out.extend_from_slice(b"id: ");
+                out.extend_from_slice(offset.to_string().as_bytes());
+                out.extend_from_slice(b"\ndata: ");
+                out.extend_from_slice(json.as_bytes());
+                out.push(b'\n');
+            }
+            Frame::End { .. } => {
+                out.extend_from_slice(b"event: end\ndata: ");
+                out.extend_from_slice(self.end_json().to_string().as_bytes());
+                out.push(b'\n');
+            }
+            Frame::Heartbeat => out.extend_from_slice(b": heartbeat\n"),
         }
+        out.push(b'\n');
     }
 
     fn end_json(&self) -> serde_json::Value {
@@ -476,6 +488,24 @@ where
     }
 }
 
+/// The body of a stream of frames, each encoded by `encode`. The frames
+/// ready at once (a batch of history, live events that came while the
+/// client's last chunk was being written) go out as one chunk: a client
+/// costs a write per batch, not per event, and the busier the run, the
+/// larger the batches.
+fn body<S>(frames: S, encode: fn(&Frame, &mut Vec<u8>)) -> Body
+where
+    S: Stream<Item = Frame> + Send + 'static,
+{
+    Body::from_stream(frames.ready_chunks(CHUNK_FRAMES).map(move |batch| {
+        let mut out = Vec::new();
+        for frame in &batch {
+            encode(frame, &mut out);
+        }
+        Ok::<_, Infallible>(Bytes::from(out))
+    }))
+}
+
 /// Headers of every stream: no caching, no buffering by a proxy.
 fn stream_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 3] {
     [
@@ -510,8 +540,11 @@ pub async fn ndjson(
             with_heartbeats(frames(app, run_id, after, last), every).right_stream()
         }
     };
-    let body = Body::from_stream(frames.map(|f| Ok::<_, Infallible>(f.ndjson())));
-    Ok((stream_headers("application/x-ndjson"), body).into_response())
+    Ok((
+        stream_headers("application/x-ndjson"),
+        body(frames, Frame::ndjson),
+    )
+        .into_response())
 }
 
 /// `GET /workflows/{id}/events/sse?offset=N`: server-sent events; a
@@ -528,13 +561,12 @@ pub async fn sse(
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let every = app.config().heartbeat;
-    let events = with_heartbeats(frames(app, run_id, after, last), every)
-        .map(|f| Ok::<_, Infallible>(f.sse()));
-    let mut response = Sse::new(events).into_response();
-    response
-        .headers_mut()
-        .extend(stream_headers("text/event-stream"));
-    Ok(response)
+    let frames = with_heartbeats(frames(app, run_id, after, last), every);
+    Ok((
+        stream_headers("text/event-stream"),
+        body(frames, Frame::sse),
+    )
+        .into_response())
 }
 
 /// `GET /workflows/{id}/transcript[?follow=true]`: the transcript's lines
@@ -586,8 +618,9 @@ pub async fn transcript(
             let _ = stopping.wait_for(|stop| *stop).await;
         });
     let every = app.config().heartbeat;
-    let body = Body::from_stream(
-        with_heartbeats(transcript, every).map(|f| Ok::<_, Infallible>(f.ndjson())),
-    );
-    Ok((stream_headers("application/x-ndjson"), body).into_response())
+    Ok((
+        stream_headers("application/x-ndjson"),
+        body(with_heartbeats(transcript, every), Frame::ndjson),
+    )
+        .into_response())
 }

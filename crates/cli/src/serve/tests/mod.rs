@@ -236,3 +236,24 @@ async fn error(response: axum::response::Response, status: StatusCode, kind: &st
     assert_eq!(body["error"], kind, "{body}");
     body["message"].as_str().unwrap().to_owned()
 }
+
+/// Requests and streams are served below the priority of runs: the
+/// server's threads are `HTTP_NICENESS` nicer than the thread that made
+/// them (on Linux a nice value is per thread).
+#[test]
+fn the_servers_threads_run_below_the_runs_priority() {
+    use rustix::process::getpriority_process;
+
+    let runs = getpriority_process(None).unwrap();
+    let http = super::http_runtime().unwrap();
+    let served = http
+        .block_on(async { tokio::spawn(async { getpriority_process(None) }).await })
+        .unwrap()
+        .unwrap();
+    assert_eq!(served, (runs + super::HTTP_NICENESS).min(19));
+    assert_eq!(
+        getpriority_process(None).unwrap(),
+        runs,
+        "this thread is untouched"
+    );
+}

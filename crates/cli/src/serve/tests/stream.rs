@@ -210,9 +210,10 @@ async fn an_idle_stream_sends_heartbeats_without_ids() {
     let mut ndjson = Reader::of(ndjson);
     assert_eq!(sse_id(&sse.sse().await.unwrap()), Some(1));
     assert_eq!(ndjson.line().await.unwrap()["offset"], 1);
-    // A body is polled as it is read: each silence is timed from its read.
+    // Each stream's silence is timed from its last frame.
     let before = tokio::time::Instant::now();
     assert_eq!(sse.sse().await.unwrap(), ": heartbeat");
+    assert_eq!(ndjson.line().await.unwrap(), json!({"type": "heartbeat"}));
     let waited = before.elapsed();
     assert!(
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
@@ -225,9 +226,16 @@ async fn an_idle_stream_sends_heartbeats_without_ids() {
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
         "{waited:?}"
     );
-    // An event resets the silence; it comes next, with its id.
+    // An event comes next, with its id (after the heartbeat the SSE
+    // stream sent meanwhile, unread).
     run.append(warning(2)).await;
-    assert_eq!(sse_id(&sse.sse().await.unwrap()), Some(2));
+    let next = loop {
+        let frame = sse.sse().await.unwrap();
+        if frame != ": heartbeat" {
+            break frame;
+        }
+    };
+    assert_eq!(sse_id(&next), Some(2));
 }
 
 #[tokio::test]
