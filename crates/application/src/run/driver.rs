@@ -519,13 +519,17 @@ impl Driver {
         self.state().started_at.map_or(0, |at| now.millis_since(at))
     }
 
-    fn outcome(&self, status: RunStatus, output: Value, error: Option<String>) -> RunOutcome {
+    /// The run's outcome, which takes the state: called once the run is
+    /// over (its end recorded), when nothing reads the state again, so the
+    /// run's largest value is handed over rather than copied.
+    fn outcome(&mut self, status: RunStatus, output: Value, error: Option<String>) -> RunOutcome {
+        let run_id = self.state().run_id;
         RunOutcome {
-            run_id: self.state().run_id,
+            run_id,
             status,
             output,
             error,
-            snapshot: self.state().clone(),
+            snapshot: std::mem::replace(&mut self.rec.state, RunSnapshot::new(run_id)),
         }
     }
 }
