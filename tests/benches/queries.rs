@@ -25,9 +25,7 @@ use application::ports::RunStore;
 use application::query::{RunFilter, find_runs};
 use criterion::{Criterion, criterion_group, criterion_main};
 use domain::event::WorkflowRef;
-use domain::{
-    EventKind, NodeId, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent, Timestamp,
-};
+use domain::{EventKind, NodeId, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent, Timestamp};
 use infrastructure::{
     FileRunStore, FileStoreConfig, SqliteRunStore, SqliteStoreConfig, SyncPolicy,
 };

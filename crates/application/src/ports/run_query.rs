@@ -215,7 +215,13 @@ async fn summarize<S: RunStore + ?Sized>(
 ) -> Result<RunSummary, StoreError> {
     let mut summary = RunSummary::new(run_id);
     let mut after = 0;
-    if let Some(saved) = store.load_snapshot(run_id).await?
+    // An unreadable snapshot is rebuilt from the log, as readers do.
+    let saved = match store.load_snapshot(run_id).await {
+        Ok(saved) => saved,
+        Err(StoreError::Corrupt(_)) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(saved) = saved
         && saved.run_id == run_id
     {
         summary.status = Some(saved.status);

@@ -224,6 +224,7 @@ macro_rules! store_conformance {
             query_runs_follow_the_log_and_agree_with_the_fold,
             read_matching_by_type_node_and_time,
             read_matching_reports_a_corrupt_event_in_its_place,
+            running_and_interrupted_runs_each_fill_a_page,
         ]);
     };
     (@checks $harness:ty, [$($check:ident),* $(,)?]) => {

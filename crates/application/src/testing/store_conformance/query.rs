@@ -384,3 +384,51 @@ pub async fn read_matching_reports_a_corrupt_event_in_its_place<H: StoreHarness>
     let rest = store.read_matching(run, 4, &started, 100).await.unwrap();
     assert_eq!(offsets(&rest), vec![7]);
 }
+
+/// Conformance: `running` and `interrupted` (recorded `running`, told apart
+/// by the run's lock) each fill a page, the store asked again when the
+/// runs it selected were of the other kind.
+pub async fn running_and_interrupted_runs_each_fill_a_page<H: StoreHarness>(h: H) {
+    use crate::inspect::ShownStatus;
+    use crate::query::{RunFilter, find_runs};
+    let s = Subject::of(&h);
+    let store = &*s.store;
+    let dead = make_run(store, "flow", 0, RunStatus::Running, None).await;
+    let mut live = Vec::new();
+    let mut locks = Vec::new();
+    for minute in [10, 20] {
+        let run = new_run();
+        locks.push(store.create_run(run).await.unwrap());
+        store
+            .append(run, &[started(run, 1, "flow", None, minute)])
+            .await
+            .unwrap();
+        live.insert(0, run);
+    }
+    let find = |statuses: Vec<ShownStatus>, limit: Option<usize>| async move {
+        let filter = RunFilter {
+            statuses,
+            limit,
+            ..RunFilter::default()
+        };
+        let listed = find_runs(store, &filter).await.unwrap();
+        listed.iter().map(|l| l.run_id()).collect::<Vec<_>>()
+    };
+    let running = ShownStatus::Recorded(RunStatus::Running);
+    assert_eq!(
+        find(vec![ShownStatus::Interrupted], Some(1)).await,
+        vec![dead]
+    );
+    assert_eq!(find(vec![running], Some(1)).await, vec![live[0]]);
+    assert_eq!(find(vec![running], None).await, live);
+    assert_eq!(
+        find(vec![ShownStatus::Interrupted, running], Some(3)).await,
+        vec![live[0], live[1], dead]
+    );
+    drop(locks);
+    assert_eq!(
+        find(vec![ShownStatus::Interrupted], Some(2)).await,
+        vec![live[0], live[1]]
+    );
+    assert!(find(vec![running], None).await.is_empty());
+}
