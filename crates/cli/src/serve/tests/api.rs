@@ -217,8 +217,10 @@ async fn the_list_selects_by_workflow_and_start_and_refuses_bad_values() {
         run_id,
         _lock: s.app.store().create_run(run_id).await.unwrap(),
     };
-    let mut workflow = domain::event::WorkflowRef::default();
-    workflow.name = "nightly".into();
+    let workflow = domain::event::WorkflowRef {
+        name: "nightly".into(),
+        ..Default::default()
+    };
     named
         .append(EventKind::FlowStarted {
             workflow,
