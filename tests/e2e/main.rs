@@ -19,6 +19,7 @@ mod http_agents;
 mod interrupted;
 mod openai_chat;
 mod payloads;
+mod queries;
 mod real_clis;
 mod records;
 mod resume_cli;

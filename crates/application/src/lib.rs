@@ -19,6 +19,7 @@
 pub mod inspect;
 pub mod load;
 pub mod ports;
+pub mod query;
 pub mod redact;
 pub mod run;
 pub mod secrets;

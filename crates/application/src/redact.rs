@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ports::{
-    EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript, TranscriptError,
-    Transcripts,
+    EventFilter, EventStream, RunLock, RunObserver, RunQuery, RunStore, RunSummary, StoreError,
+    Transcript, TranscriptError, Transcripts,
 };
 
 /// What a secret value is replaced with.
@@ -200,6 +200,20 @@ impl RunStore for RedactingStore {
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await
+    }
+
+    async fn query_runs(&self, query: &RunQuery) -> Result<Vec<RunSummary>, StoreError> {
+        self.inner.query_runs(query).await
+    }
+
+    async fn read_matching(
+        &self,
+        run_id: RunId,
+        after: u64,
+        filter: &EventFilter,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read_matching(run_id, after, filter, limit).await
     }
 }
 

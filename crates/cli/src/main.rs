@@ -63,8 +63,8 @@ enum Command {
         /// Workflow file (YAML or JSON).
         file: PathBuf,
     },
-    /// List runs: id, workflow, status, started, duration.
-    Runs,
+    /// List runs, newest first: id, workflow, status, started, duration.
+    Runs(commands::query::RunsArgs),
     /// Show a run's current state (its snapshot).
     Show {
         /// Run id (a unique prefix is enough).
@@ -86,6 +86,8 @@ enum Command {
         /// Print each event as its JSON line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        filter: commands::query::EventFilterArgs,
     },
     /// Continue a paused or interrupted run from its log: every node run
     /// that was in flight goes on (an agent in its own session, told
@@ -254,14 +256,15 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             commands::run::run(&storage, &file, input).await
         }
         Command::Validate { file } => commands::run::validate(&file),
-        Command::Runs => commands::inspect::runs(&storage).await,
+        Command::Runs(args) => commands::query::runs(&storage, &args).await,
         Command::Show { run, json } => commands::inspect::show(&storage, &run, json).await,
         Command::Events {
             run,
             offset,
             follow,
             json,
-        } => commands::inspect::events(&storage, &run, offset, follow, json).await,
+            filter,
+        } => commands::inspect::events(&storage, &run, offset, follow, json, &filter).await,
         Command::Resume {
             run,
             message,

@@ -101,6 +101,15 @@ impl Serialize for Timestamp {
     }
 }
 
+impl std::str::FromStr for Timestamp {
+    type Err = chrono::ParseError;
+
+    /// Any RFC 3339 time (`2026-01-02T03:04:05Z`, `...+02:00`), in UTC.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DateTime::parse_from_rfc3339(s).map(|t| Self::new(t.with_timezone(&Utc)))
+    }
+}
+
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = std::borrow::Cow::<'de, str>::deserialize(d)?;

@@ -7,6 +7,7 @@ mod control;
 mod observer;
 mod process;
 mod query;
+mod run_query;
 mod source;
 mod store;
 mod tool;
@@ -36,6 +37,7 @@ pub use process::Processes;
 #[cfg(test)]
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
+pub use run_query::{EventFilter, RunCursor, RunQuery, RunSummary, scan_events, scan_runs};
 #[cfg(test)]
 pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};

@@ -28,6 +28,8 @@ use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::stream::BoxStream;
 
+use super::run_query::{EventFilter, RunQuery, RunSummary, scan_events, scan_runs};
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -153,4 +155,27 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Every run, in no particular order.
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError>;
+
+    /// The runs `query` selects, newest first (see [`RunQuery`]). The
+    /// default reads every run ([`scan_runs`]); a store with an index of
+    /// runs answers from it.
+    async fn query_runs(&self, query: &RunQuery) -> Result<Vec<RunSummary>, StoreError> {
+        scan_runs(self, query).await
+    }
+
+    /// Up to `limit` events of the run with offset greater than `after` that
+    /// `filter` lets through, in order; only an empty batch means there are
+    /// no more. Matches before a bad line come first; a batch that would
+    /// start with one is [`StoreError::BadEvent`] (the caller may go on
+    /// after its offset). The default reads every event after `after`
+    /// ([`scan_events`]); a store with an index of events answers from it.
+    async fn read_matching(
+        &self,
+        run_id: RunId,
+        after: u64,
+        filter: &EventFilter,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        scan_events(self, run_id, after, filter, limit).await
+    }
 }

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use application::inspect::{FollowEnd, Followed, RunView, follow_run, run_view};
-use application::ports::{RunStore, StoreError};
+use application::ports::{Clock, EventFilter, RunStore, StoreError};
 use domain::{EventKind, RunId, RuntimeEvent};
 use futures::StreamExt;
 
+use super::query::EventFilterArgs;
 use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
@@ -83,20 +84,6 @@ pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failu
     }
 }
 
-/// Every run and its view (or why it cannot be read), oldest first (by
-/// start, then id): what `awr runs` and `GET /workflows` list.
-pub async fn views(
-    store: &dyn RunStore,
-) -> Result<Vec<(RunId, Result<RunView, StoreError>)>, StoreError> {
-    let mut rows = Vec::new();
-    for id in store.list_runs().await? {
-        let state = run_view(store, id).await;
-        rows.push((id, state));
-    }
-    rows.sort_by_key(|(id, state)| (state.as_ref().ok().and_then(|v| v.snapshot.started_at), *id));
-    Ok(rows)
-}
-
 /// A run's snapshot as `awr show RUN --json` prints it and `GET
 /// /workflows/{id}` answers: the snapshot, with the status shown
 /// (`interrupted` included).
@@ -106,56 +93,6 @@ pub fn snapshot_json(view: &RunView) -> Result<serde_json::Value, serde_json::Er
         map.insert("status".into(), view.status.as_str().into());
     }
     Ok(value)
-}
-
-/// `awr runs`. A run whose records are corrupt is listed with the status
-/// `corrupt`, its problem goes to stderr, and the command exits 2 after
-/// listing every run.
-pub async fn runs(storage: &Storage) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
-    let rows = views(store.as_ref()).await.map_err(store_failure)?;
-    say(&format!(
-        "{:<36}  {:<24}  {:<9}  {:<24}  DURATION",
-        "RUN", "WORKFLOW", "STATUS", "STARTED"
-    ))?;
-    let mut corrupt = Vec::new();
-    for (id, state) in rows {
-        let (s, status) = match state {
-            Ok(view) => (view.snapshot, view.status),
-            Err(e) => {
-                say(&format!(
-                    "{:<36}  {:<24}  {:<9}",
-                    id.to_string(),
-                    "?",
-                    "corrupt"
-                ))?;
-                corrupt.push(format!("run {id}: {e}"));
-                continue;
-            }
-        };
-        let started = s.started_at.map(|t| t.to_string()).unwrap_or_default();
-        let duration = match (s.started_at, s.updated_at) {
-            (Some(a), Some(b)) => format!("{} ms", b.millis_since(a)),
-            _ => String::new(),
-        };
-        say(&format!(
-            "{:<36}  {:<24}  {:<9}  {:<24}  {duration}",
-            s.run_id.to_string(),
-            crate::inert(&s.workflow.name),
-            status.as_str(),
-            started
-        ))?;
-    }
-    if corrupt.is_empty() {
-        return Ok(());
-    }
-    for problem in &corrupt {
-        crate::note(&format!("awr: {problem}"));
-    }
-    Err(Failure::Input(anyhow!(
-        "{} of the runs listed cannot be read (status `corrupt`)",
-        corrupt.len()
-    )))
 }
 
 /// `awr show RUN`.
@@ -233,39 +170,52 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     Ok(())
 }
 
-/// `awr events RUN [--offset N] [--follow] [--json]`. A bad line of the log
-/// is reported on stderr and skipped, following or not; exit 2 at the end.
+/// `awr events RUN [--offset N] [--follow] [--json] [--type K] [--node ID]
+/// [--since T]`. A bad line of the log is reported on stderr and skipped,
+/// following or not; exit 2 at the end.
 ///
 /// `--follow` ends after the run's terminal event, or once no process
 /// writes the run and every event is shown: then stderr says the run is
 /// paused or interrupted and how to continue it, and the exit code is 0
 /// (the events were shown; `awr show` tells what became of the run).
+/// With a filter, the history is read through the store's filter (an index
+/// where it has one) and live events are filtered as they come.
 pub async fn events(
     storage: &Storage,
     run: &str,
     offset: u64,
     follow: bool,
     json: bool,
+    filter: &EventFilterArgs,
 ) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
-    if follow {
-        let (clock, _) = wiring::clock_and_ids();
-        let mut stream = follow_run(Arc::clone(&store), clock, id, offset)
-            .await
-            .map_err(store_failure)?;
-        let mut bad = 0usize;
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(Followed::Event(event)) => print_event(&event, json)?,
-                Ok(Followed::End(end)) => report_end(id, end),
-                Err(StoreError::BadEvent { detail, .. }) => report_bad_line(&mut bad, &detail),
-                Err(e) => return Err(store_failure(e)),
-            }
-        }
+    let (clock, _) = wiring::clock_and_ids();
+    let filter = filter.filter(clock.now());
+    let mut bad = 0usize;
+    if !follow {
+        print_history(&store, id, offset, None, json, &filter, &mut bad).await?;
         return bad_lines(id, bad);
     }
-    print_history(&store, id, offset, json).await
+    let mut from = offset;
+    if !filter.is_empty() {
+        let upto = store.last_offset(id).await.map_err(store_failure)?;
+        print_history(&store, id, offset, Some(upto), json, &filter, &mut bad).await?;
+        from = from.max(upto);
+    }
+    let mut stream = follow_run(Arc::clone(&store), clock, id, from)
+        .await
+        .map_err(store_failure)?;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Followed::Event(event)) if filter.matches(&event) => print_event(&event, json)?,
+            Ok(Followed::Event(_)) => {}
+            Ok(Followed::End(end)) => report_end(id, end),
+            Err(StoreError::BadEvent { detail, .. }) => report_bad_line(&mut bad, &detail),
+            Err(e) => return Err(store_failure(e)),
+        }
+    }
+    bad_lines(id, bad)
 }
 
 /// Says on stderr why a follow ended when the run did not.
@@ -340,38 +290,51 @@ pub async fn read_log(
     }
 }
 
-/// Prints the events after `after`. A line that is not its event is
-/// reported on stderr with its file and line and skipped; the command then
-/// exits 2 once the rest is printed.
+/// Prints the events after `after` (up to `upto`, when given) that
+/// `filter` lets through. A line that is not its event is reported on
+/// stderr with its file and line, counted in `bad` and skipped.
 async fn print_history(
     store: &Arc<dyn RunStore>,
     id: RunId,
     mut after: u64,
+    upto: Option<u64>,
     json: bool,
+    filter: &EventFilter,
+    bad: &mut usize,
 ) -> Result<(), Failure> {
     const BATCH: usize = 1024;
     // Fail on a run that does not exist rather than printing nothing.
     store.last_offset(id).await.map_err(store_failure)?;
-    let mut bad = 0usize;
     loop {
-        let batch = match read_log(store.as_ref(), id, after, BATCH).await {
+        let read = if filter.is_empty() {
+            read_log(store.as_ref(), id, after, BATCH).await
+        } else {
+            match store.read_matching(id, after, filter, BATCH).await {
+                Ok(batch) => Ok(Read::Events(batch)),
+                Err(StoreError::BadEvent { offset, detail }) => Ok(Read::Bad { offset, detail }),
+                Err(e) => Err(e),
+            }
+        };
+        let batch = match read {
             Ok(Read::Events(batch)) => batch,
             Ok(Read::Bad { offset, detail }) => {
-                report_bad_line(&mut bad, &detail);
+                report_bad_line(bad, &detail);
                 after = offset;
                 continue;
             }
             Err(e) => return Err(store_failure(e)),
         };
         if batch.is_empty() {
-            break;
+            return Ok(());
         }
         for event in &batch {
+            if upto.is_some_and(|upto| event.offset.get() > upto) {
+                return Ok(());
+            }
             print_event(event, json)?;
             after = event.offset.get();
         }
     }
-    bad_lines(id, bad)
 }
 
 fn print_event(event: &RuntimeEvent, json: bool) -> Result<(), Failure> {

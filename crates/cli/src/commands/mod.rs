@@ -2,5 +2,6 @@
 
 pub mod control;
 pub mod inspect;
+pub mod query;
 pub mod run;
 pub mod transcript;

@@ -5,14 +5,17 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use application::inspect::{RunView, run_view};
+use application::inspect::run_view;
+use application::ports::Clock;
+use application::ports::RunQuery;
+use application::query::{Listed, RunFilter, STATUS_NAMES, find_runs, parse_status};
 use application::{Cancel, ExecutorError};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::{EventKind, RunId, RuntimeCommand};
+use domain::{EventKind, RunId, RunStatus, RuntimeCommand};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,7 +25,8 @@ use super::stream::{resolve, store_error};
 use super::{ApiError, App};
 use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
-use crate::commands::inspect::{snapshot_json, views};
+use crate::commands::inspect::snapshot_json;
+use crate::commands::query::Since;
 use crate::commands::run::{Wired, load_workflow, request};
 use crate::storage::Storage;
 
@@ -214,11 +218,14 @@ fn save_inline(storage: &Storage, workflow: Value) -> Result<PathBuf, ApiError> 
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     status: Option<String>,
+    workflow: Option<String>,
+    since: Option<String>,
     limit: Option<String>,
     after: Option<String>,
 }
 
-/// `GET /workflows?status=S&limit=N&after=ID`: newest first, with the
+/// `GET /workflows?status=S&workflow=NAME&since=T&limit=N&after=ID`: newest
+/// first, selected as `awr runs` selects (`application::query`), with the
 /// count of each status over every run.
 pub async fn list(
     State(app): State<App>,
@@ -235,35 +242,52 @@ pub async fn list(
             }
         },
     };
-    let wanted: Option<Vec<&str>> = query.status.as_deref().map(|s| s.split(',').collect());
-    if let Some(wanted) = &wanted
-        && let Some(unknown) = wanted
-            .iter()
-            .find(|s| !STATUSES.contains(s) && !["pending", "corrupt"].contains(s))
+    let mut statuses = Vec::new();
+    for name in query
+        .status
+        .as_deref()
+        .map(|s| s.split(','))
+        .into_iter()
+        .flatten()
     {
-        return Err(ApiError::bad_request(format!(
-            "status: `{unknown}` is not a status ({}, pending, corrupt)",
-            STATUSES.join(", ")
-        )));
+        statuses.push(parse_status(name).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "status: `{name}` is not a status ({})",
+                STATUS_NAMES.join(", ")
+            ))
+        })?);
     }
+    let started_since = match query.since.as_deref() {
+        None | Some("") => None,
+        Some(text) => {
+            let since =
+                Since::parse(text).map_err(|e| ApiError::bad_request(format!("since: {e}")))?;
+            Some(since.resolve(crate::wiring::clock_and_ids().0.now()))
+        }
+    };
     let store = app.store();
-    let rows = views(store.as_ref()).await.map_err(store_error)?;
+    // Counts over every run, from what the store records: only the runs
+    // recorded `running` are probed for a writer.
+    let every = store
+        .query_runs(&RunQuery::default())
+        .await
+        .map_err(store_error)?;
     let mut counts: BTreeMap<&str, u64> = STATUSES.iter().map(|s| (*s, 0)).collect();
-    let mut listed = Vec::new();
-    for (run_id, view) in rows.iter().rev() {
-        let status = match view {
-            Ok(view) => view.status.as_str(),
-            Err(_) => "corrupt",
+    for run in &every {
+        let status = match run.status {
+            None => "corrupt",
+            Some(RunStatus::Running) => match store.has_writer(run.run_id).await {
+                Ok(false) => "interrupted",
+                _ => "running",
+            },
+            Some(status) => status.as_str(),
         };
         *counts.entry(status).or_default() += 1;
-        if wanted.as_ref().is_none_or(|w| w.contains(&status)) {
-            listed.push((*run_id, view.as_ref().ok(), status));
-        }
     }
-    let start = match query.after.as_deref() {
-        None | Some("") => 0,
-        Some(after) => match listed.iter().position(|(id, ..)| id.to_string() == after) {
-            Some(at) => at + 1,
+    let after = match query.after.as_deref() {
+        None | Some("") => None,
+        Some(after) => match every.iter().find(|r| r.run_id.to_string() == after) {
+            Some(run) => Some(run.cursor()),
             None => {
                 return Err(ApiError::bad_request(format!(
                     "after: no run `{after}` in this list"
@@ -271,16 +295,26 @@ pub async fn list(
             }
         },
     };
-    let page: Vec<_> = listed.iter().skip(start).take(limit).collect();
-    let next = if start + page.len() < listed.len() {
-        page.last().map(|(id, ..)| Value::String(id.to_string()))
+    let filter = RunFilter {
+        statuses,
+        workflow: query.workflow.filter(|w| !w.is_empty()),
+        started_since,
+        after,
+        // One more than the page tells whether another page follows.
+        limit: Some(limit + 1),
+    };
+    let mut listed = find_runs(store.as_ref(), &filter)
+        .await
+        .map_err(store_error)?;
+    let next = if listed.len() > limit {
+        listed.truncate(limit);
+        listed
+            .last()
+            .map(|run| Value::String(run.run_id().to_string()))
     } else {
         None
     };
-    let mut runs = Vec::with_capacity(page.len());
-    for (run_id, view, status) in page {
-        runs.push(row(&app, *run_id, *view, status).await);
-    }
+    let runs: Vec<Value> = listed.iter().map(row).collect();
     Ok(Json(json!({
         "runs": runs,
         "counts": counts,
@@ -289,23 +323,16 @@ pub async fn list(
 }
 
 /// One run of the list.
-async fn row(app: &App, run_id: RunId, view: Option<&RunView>, status: &str) -> Value {
-    let parent = match app.store().read(run_id, 0, 1).await {
-        Ok(first) => match first.first().map(|e| &e.kind) {
-            Some(EventKind::FlowStarted { parent_run_id, .. }) => json!(parent_run_id),
-            _ => Value::Null,
-        },
-        Err(_) => Value::Null,
-    };
-    let snapshot = view.map(|v| &v.snapshot);
+fn row(run: &Listed) -> Value {
+    let snapshot = run.view.as_ref().ok().map(|v| &v.snapshot);
     json!({
-        "runId": run_id,
+        "runId": run.run_id(),
         "workflow": snapshot.map(|s| s.workflow.name.clone()),
-        "status": status,
+        "status": run.status(),
         "startedAt": snapshot.and_then(|s| s.started_at),
         "updatedAt": snapshot.and_then(|s| s.updated_at),
         "lastOffset": snapshot.map(|s| s.last_offset),
-        "parentRunId": parent,
+        "parentRunId": run.summary.parent,
     })
 }
 

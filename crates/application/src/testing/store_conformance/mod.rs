@@ -24,11 +24,13 @@ mod damage;
 mod follow;
 mod lock;
 mod log;
+mod query;
 
 pub use self::damage::*;
 pub use self::follow::*;
 pub use self::lock::*;
 pub use self::log::*;
+pub use self::query::*;
 
 /// A store under test on storage of its own, which lives as long as the harness.
 pub trait StoreHarness: Send + Sync + Sized + 'static {
@@ -218,6 +220,11 @@ macro_rules! store_conformance {
             the_fold_of_the_log_equals_the_saved_snapshot,
             many_concurrent_runs,
             a_large_payload_round_trips,
+            query_runs_by_status_workflow_and_start,
+            query_runs_follow_the_log_and_agree_with_the_fold,
+            read_matching_by_type_node_and_time,
+            read_matching_reports_a_corrupt_event_in_its_place,
+            running_and_interrupted_runs_each_fill_a_page,
         ]);
     };
     (@checks $harness:ty, [$($check:ident),* $(,)?]) => {

@@ -207,6 +207,61 @@ async fn the_list_pages_newest_first_with_counts_over_every_run() {
 }
 
 #[tokio::test]
+async fn the_list_selects_by_workflow_and_start_and_refuses_bad_values() {
+    let s = server();
+    let plain = s.run().await;
+    plain.append(completed()).await;
+    let run_id: RunId = uuid_like(rand_u64()).parse().unwrap();
+    let named = Writer {
+        store: Arc::clone(s.app.store()),
+        run_id,
+        _lock: s.app.store().create_run(run_id).await.unwrap(),
+    };
+    let workflow = domain::event::WorkflowRef {
+        name: "nightly".into(),
+        ..Default::default()
+    };
+    named
+        .append(EventKind::FlowStarted {
+            workflow,
+            input: Value::Null,
+            parent_run_id: None,
+            source: None,
+            nodes: vec![],
+            edges: vec![],
+        })
+        .await;
+    let nightly = json_body(s.get("/workflows?workflow=nightly").await).await;
+    assert_eq!(nightly["runs"].as_array().unwrap().len(), 1, "{nightly}");
+    assert_eq!(nightly["runs"][0]["runId"], run_id.to_string());
+    assert_eq!(nightly["runs"][0]["status"], "running");
+    assert_eq!(nightly["counts"]["completed"], 1);
+    // The test's events are from 1970.
+    let recent = json_body(s.get("/workflows?since=1h").await).await;
+    assert_eq!(recent["runs"], json!([]));
+    let old = json_body(
+        s.get("/workflows?since=1970-01-01T00:00:00Z&status=completed")
+            .await,
+    )
+    .await;
+    assert_eq!(old["runs"][0]["runId"], plain.run_id.to_string());
+    assert_eq!(old["runs"].as_array().unwrap().len(), 1);
+    for (query, named) in [
+        ("since=soon", "soon"),
+        ("status=done", "done"),
+        ("limit=0", "0"),
+    ] {
+        let message = error(
+            s.get(&format!("/workflows?{query}")).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+        assert!(message.contains(named), "{message}");
+    }
+}
+
+#[tokio::test]
 async fn the_ui_is_served_from_the_binary() {
     let s = server();
     let index = s.get("/").await;

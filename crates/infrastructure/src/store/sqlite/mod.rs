@@ -26,6 +26,7 @@
 //!   [`SyncPolicy::Never`] is `synchronous=OFF`.
 //! - Followers poll for other processes' appends, as in the file store.
 
+mod query;
 mod rows;
 mod schema;
 
@@ -39,7 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use application::ports::{
+    EventFilter, EventStream, RunLock, RunQuery, RunStore, RunSummary, StoreError,
+};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -300,7 +303,7 @@ impl RunStore for SqliteRunStore {
         let run_lock = inner.take_lock(run_id)?;
         let inserted = lock(&inner.writer)
             .execute(
-                "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
+                "INSERT INTO runs (run_id, created_at, status) VALUES (?1, ?2, 'pending') \
                  ON CONFLICT (run_id) DO NOTHING",
                 params![run_id.to_string(), now_millis()],
             )
@@ -457,6 +460,20 @@ impl RunStore for SqliteRunStore {
             }
         }
         Ok(runs)
+    }
+
+    async fn query_runs(&self, query: &RunQuery) -> Result<Vec<RunSummary>, StoreError> {
+        self.inner.query_runs(query)
+    }
+
+    async fn read_matching(
+        &self,
+        run_id: RunId,
+        after: u64,
+        filter: &EventFilter,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read_matching(run_id, after, filter, limit)
     }
 }
 

@@ -104,8 +104,8 @@ impl Inner {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (run_id, \"offset\", type, node_id, json) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(|e| sql_err(path, "prepare an append", &e))?;
             let id = run_id.to_string();
@@ -127,11 +127,13 @@ impl Inner {
                         offset_param(event.offset.get()),
                         event.kind.type_name(),
                         event.node_id.as_ref().map(|n| n.as_str()),
-                        json
+                        json,
+                        event.timestamp.as_millis()
                     ])
                     .map_err(|e| sql_err(path, &format!("append to run {run_id}"), &e))?;
             }
         }
+        super::query::index_run(&tx, path, run_id, events)?;
         tx.commit()
             .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), &e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);

@@ -9,7 +9,10 @@ use super::{SqliteOpenError, sql_err};
 
 /// Migration `k` (0-based) takes the schema from version `k` to `k + 1`.
 /// Append only: a released migration is never edited.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_queries.sql"),
+];
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
