@@ -89,6 +89,26 @@ enum Command {
         #[command(flatten)]
         filter: commands::query::EventFilterArgs,
     },
+    /// Play a run's recorded events again, in order, at the pace they were
+    /// recorded (audit playback: nothing is executed again).
+    Replay {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// How many times faster than recorded (0.5: half as fast).
+        #[arg(long, default_value = "1", value_parser = commands::replay::parse_speed)]
+        speed: f64,
+        /// Longest wait between two events, in seconds (after --speed).
+        #[arg(long, value_name = "SECS", default_value = "5", value_parser = commands::replay::parse_max_wait)]
+        max_wait: std::time::Duration,
+        /// Replay only the events after this offset.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Print each event as its JSON line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        filter: commands::query::EventFilterArgs,
+    },
     /// Continue a paused or interrupted run from its log: every node run
     /// that was in flight goes on (an agent in its own session, told
     /// MESSAGE), then the rest of the workflow. Exit codes as for `run`.
@@ -264,7 +284,18 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             follow,
             json,
             filter,
-        } => commands::inspect::events(&storage, &run, offset, follow, json, &filter).await,
+        } => commands::inspect::events(&storage, &run, offset, follow, json, &filter, None).await,
+        Command::Replay {
+            run,
+            speed,
+            max_wait,
+            offset,
+            json,
+            filter,
+        } => {
+            let pace = commands::replay::Pace::new(speed, max_wait);
+            commands::replay::replay(&storage, &run, offset, json, &filter, pace).await
+        }
         Command::Resume {
             run,
             message,

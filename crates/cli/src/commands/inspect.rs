@@ -15,6 +15,7 @@ use domain::{EventKind, RunId, RuntimeEvent};
 use futures::StreamExt;
 
 use super::query::EventFilterArgs;
+use super::replay::Pace;
 use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
@@ -179,7 +180,8 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
 /// paused or interrupted and how to continue it, and the exit code is 0
 /// (the events were shown; `awr show` tells what became of the run).
 /// With a filter, the history is read through the store's filter (an index
-/// where it has one) and live events are filtered as they come.
+/// where it has one) and live events are filtered as they come. With a
+/// `pace` (`awr replay`), the history is shown at the pace it was recorded.
 pub async fn events(
     storage: &Storage,
     run: &str,
@@ -187,20 +189,26 @@ pub async fn events(
     follow: bool,
     json: bool,
     filter: &EventFilterArgs,
+    mut pace: Option<Pace>,
 ) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     let (clock, _) = wiring::clock_and_ids();
     let filter = filter.filter(clock.now());
     let mut bad = 0usize;
+    let history = History {
+        json,
+        filter: &filter,
+        pace: pace.as_mut(),
+    };
     if !follow {
-        print_history(&store, id, offset, None, json, &filter, &mut bad).await?;
+        print_history(&store, id, offset, None, history, &mut bad).await?;
         return bad_lines(id, bad);
     }
     let mut from = offset;
-    if !filter.is_empty() {
+    if !filter.is_empty() || history.pace.is_some() {
         let upto = store.last_offset(id).await.map_err(store_failure)?;
-        print_history(&store, id, offset, Some(upto), json, &filter, &mut bad).await?;
+        print_history(&store, id, offset, Some(upto), history, &mut bad).await?;
         from = from.max(upto);
     }
     let mut stream = follow_run(Arc::clone(&store), clock, id, from)
@@ -293,13 +301,24 @@ pub async fn read_log(
 /// Prints the events after `after` (up to `upto`, when given) that
 /// `filter` lets through. A line that is not its event is reported on
 /// stderr with its file and line, counted in `bad` and skipped.
+/// How [`print_history`] shows the events it reads.
+struct History<'a> {
+    json: bool,
+    filter: &'a EventFilter,
+    /// When to show each event, for a replay; at once without.
+    pace: Option<&'a mut Pace>,
+}
+
 async fn print_history(
     store: &Arc<dyn RunStore>,
     id: RunId,
     mut after: u64,
     upto: Option<u64>,
-    json: bool,
-    filter: &EventFilter,
+    History {
+        json,
+        filter,
+        mut pace,
+    }: History<'_>,
     bad: &mut usize,
 ) -> Result<(), Failure> {
     const BATCH: usize = 1024;
@@ -330,6 +349,9 @@ async fn print_history(
         for event in &batch {
             if upto.is_some_and(|upto| event.offset.get() > upto) {
                 return Ok(());
+            }
+            if let Some(pace) = pace.as_deref_mut() {
+                pace.wait(event.timestamp).await;
             }
             print_event(event, json)?;
             after = event.offset.get();

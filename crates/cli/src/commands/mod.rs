@@ -3,5 +3,6 @@
 pub mod control;
 pub mod inspect;
 pub mod query;
+pub mod replay;
 pub mod run;
 pub mod transcript;

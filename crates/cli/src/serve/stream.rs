@@ -37,6 +37,7 @@ use tokio::sync::broadcast;
 
 use super::{ApiError, App};
 use crate::commands::inspect::{Read, read_log};
+use crate::commands::replay::{MAX_WAIT, Pace, parse_speed};
 use crate::commands::transcript::{Line, lines};
 
 /// Events read from the store per batch (history and fallbacks).
@@ -289,12 +290,25 @@ enum Opening {
     Stream { after: u64, last: u64 },
 }
 
-/// `?offset=N` (and `follow` for the transcript); other parameters (the
-/// token) are not this route's business.
+/// `?offset=N`, `?replay=SPEED` (and `follow` for the transcript); other
+/// parameters (the token) are not this route's business.
 #[derive(Debug, Default, Deserialize)]
 pub struct StreamQuery {
     offset: Option<String>,
     follow: Option<String>,
+    replay: Option<String>,
+}
+
+impl StreamQuery {
+    /// The pace of `?replay=SPEED`, if asked for.
+    fn pace(&self) -> Result<Option<Pace>, ApiError> {
+        let Some(speed) = &self.replay else {
+            return Ok(None);
+        };
+        let speed =
+            parse_speed(speed).map_err(|e| ApiError::bad_request(format!("replay: {e}")))?;
+        Ok(Some(Pace::new(speed, MAX_WAIT)))
+    }
 }
 
 /// A cursor from the query or a header: an event offset.
@@ -392,10 +406,7 @@ fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Ite
                                 catch_up = true;
                             }
                             Some(Some(reason)) => {
-                                let status = match run_view(store.as_ref(), run_id).await {
-                                    Ok(view) => view.status.as_str().to_owned(),
-                                    Err(_) => "unknown".to_owned(),
-                                };
+                                let status = shown_status(store.as_ref(), run_id).await;
                                 yield Frame::End { status, last_offset: after, reason: Some(reason) };
                                 return;
                             }
@@ -471,6 +482,79 @@ fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Ite
     }
 }
 
+/// [`frames`], or with a `pace` (`?replay=SPEED`) a replay: the history
+/// after `after` up to `last` (the log's end when the client came) at the
+/// pace it was recorded, then [`frames`] from there on (live events, the
+/// end). The offsets are the log's, so a reconnect continues either.
+fn played(
+    app: App,
+    run_id: RunId,
+    after: u64,
+    last: u64,
+    pace: Option<Pace>,
+) -> impl Stream<Item = Frame> {
+    let Some(mut pace) = pace else {
+        return frames(app, run_id, after, last).left_stream();
+    };
+    async_stream::stream! {
+        let store = Arc::clone(app.store());
+        let mut stopping = app.stopping();
+        let mut after = after;
+        while after < last {
+            let batch = match read_log(store.as_ref(), run_id, after, BATCH).await {
+                Ok(Read::Events(batch)) if batch.is_empty() => break,
+                Ok(Read::Events(batch)) => batch,
+                Ok(Read::Bad { offset, detail }) => {
+                    tracing::warn!(run = %run_id, %detail, "skipping a bad line of the log");
+                    after = offset;
+                    continue;
+                }
+                Err(e) => {
+                    // The client sees no end frame: it reconnects from `after`.
+                    tracing::warn!(run = %run_id, error = %e, "cannot read the run's log");
+                    return;
+                }
+            };
+            for event in batch.iter().take_while(|e| e.offset.get() <= last) {
+                let stopped = tokio::select! {
+                    biased;
+                    _ = stopping.wait_for(|stop| *stop) => true,
+                    () = pace.wait(event.timestamp) => false,
+                };
+                if stopped {
+                    let status = shown_status(store.as_ref(), run_id).await;
+                    yield Frame::End { status, last_offset: after, reason: Some("server shutting down") };
+                    return;
+                }
+                after = event.offset.get();
+                let Ok(shared) = Shared::of(event) else {
+                    continue;
+                };
+                let end = shared.end;
+                yield Frame::Event { offset: shared.offset, json: shared.json };
+                if let Some(status) = end {
+                    yield Frame::End { status: status.to_owned(), last_offset: after, reason: None };
+                    return;
+                }
+            }
+        }
+        let last = store.last_offset(run_id).await.unwrap_or(after).max(after);
+        let mut rest = std::pin::pin!(frames(app, run_id, after, last));
+        while let Some(frame) = rest.next().await {
+            yield frame;
+        }
+    }
+    .right_stream()
+}
+
+/// The status a stream's end names when it ends before the run does.
+async fn shown_status(store: &dyn RunStore, run_id: RunId) -> String {
+    match run_view(store, run_id).await {
+        Ok(view) => view.status.as_str().to_owned(),
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
 /// `frames`, with a heartbeat whenever it stays silent for `every`.
 fn with_heartbeats<S>(frames: S, every: Duration) -> impl Stream<Item = Frame>
 where
@@ -525,6 +609,7 @@ pub async fn ndjson(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let pace = query.pace()?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let frames = match opening {
         Opening::Finished { status, last } => {
@@ -537,7 +622,7 @@ pub async fn ndjson(
         }
         Opening::Stream { after, last } => {
             let every = app.config().heartbeat;
-            with_heartbeats(frames(app, run_id, after, last), every).right_stream()
+            with_heartbeats(played(app, run_id, after, last, pace), every).right_stream()
         }
     };
     Ok((
@@ -556,12 +641,13 @@ pub async fn sse(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let pace = query.pace()?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let Opening::Stream { after, last } = opening else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let every = app.config().heartbeat;
-    let frames = with_heartbeats(frames(app, run_id, after, last), every);
+    let frames = with_heartbeats(played(app, run_id, after, last, pace), every);
     Ok((
         stream_headers("text/event-stream"),
         body(frames, Frame::sse),

@@ -121,12 +121,19 @@ fn completed() -> EventKind {
 }
 
 impl Writer {
+    /// Appends `kind` at the next offset, recorded `offset` ms after 1970.
     async fn append(&self, kind: EventKind) -> u64 {
+        self.append_at(kind, None).await
+    }
+
+    /// Appends `kind` at the next offset, recorded at `millis` (the
+    /// offset when `None`).
+    async fn append_at(&self, kind: EventKind, millis: Option<i64>) -> u64 {
         let offset = self.store.last_offset(self.run_id).await.unwrap() + 1;
         let event = RuntimeEvent {
             id: format!("e{offset}"),
             offset: Offset::new(offset).unwrap(),
-            timestamp: Timestamp::from_millis(offset as i64),
+            timestamp: Timestamp::from_millis(millis.unwrap_or(offset as i64)),
             run_id: self.run_id,
             node_id: None,
             node_run_id: None,

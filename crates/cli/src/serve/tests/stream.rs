@@ -260,3 +260,44 @@ async fn a_shutdown_ends_open_streams_with_their_frame() {
         "event: end\ndata: {\"lastOffset\":2,\"reason\":\"server shutting down\",\"status\":\"running\"}"
     );
 }
+
+/// `?replay=SPEED` plays the recorded log at its pace over the speed (1 s
+/// between events at speed 2: every 0.5 s), with the log's offsets, then
+/// goes on live to the end; a speed that is not above 0 is refused.
+#[tokio::test(start_paused = true)]
+async fn a_replay_plays_the_log_at_its_recorded_pace_then_goes_live() {
+    let s = server();
+    let run = s.run().await;
+    for k in 2..=4 {
+        run.append_at(warning(k), Some(1 + (k as i64 - 1) * 1000))
+            .await;
+    }
+    let begun = tokio::time::Instant::now();
+    let mut replay = Reader::of(
+        s.get(&format!("/workflows/{}/events?replay=2", run.id()))
+            .await,
+    );
+    let mut shown = Vec::new();
+    for _ in 1..=4 {
+        let line = replay.line().await.unwrap();
+        shown.push((
+            line["offset"].as_u64().unwrap(),
+            begun.elapsed().as_millis(),
+        ));
+    }
+    assert_eq!(shown, vec![(1, 0), (2, 500), (3, 1000), (4, 1500)]);
+    // Caught up: live events come as they are written.
+    run.append(completed()).await;
+    let (offsets, end) = replay.offsets_to_end().await;
+    assert_eq!(offsets, vec![5]);
+    assert_eq!(end.unwrap()["status"], "completed");
+
+    for bad in ["0", "-1", "fast"] {
+        let uri = format!("/workflows/{}/events/sse?replay={bad}", run.id());
+        let message = error(s.get(&uri).await, StatusCode::BAD_REQUEST, "bad_request").await;
+        assert!(
+            message.contains("replay") && message.contains(bad),
+            "{message}"
+        );
+    }
+}

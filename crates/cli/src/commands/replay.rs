@@ -1,0 +1,130 @@
+//! `awr replay`: audit playback. A recorded run's events again, in order,
+//! at the pace they were recorded (or `--speed` times faster), to the
+//! terminal, or through `awr serve` (`?replay=SPEED` on a run's event
+//! streams, which the timeline plays). A replay only reads the log:
+//! nothing is executed again, nothing is written.
+
+use std::time::Duration;
+
+use domain::Timestamp;
+use tokio::time::Instant;
+
+use super::inspect;
+use super::query::EventFilterArgs;
+use crate::Failure;
+use crate::storage::Storage;
+
+/// The longest wait between two events of a replay, by default: a run that
+/// sat paused for a day replays its resume a few seconds later.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// When to show each event of a replay: as long after the previous one as
+/// it was recorded after it, divided by the speed, and at most `max_wait`.
+/// Waits are counted from the first event's showing, not from the end of
+/// the previous wait, so a slow terminal does not make a replay drift.
+#[derive(Debug, Clone)]
+pub struct Pace {
+    speed: f64,
+    max_wait: Duration,
+    /// When the first event was shown, and the last timestamp seen.
+    started: Option<(Instant, Timestamp)>,
+    /// How long after `started` the next event is due.
+    due: Duration,
+}
+
+impl Pace {
+    /// `speed` times the recorded pace (see [`parse_speed`]); no wait
+    /// longer than `max_wait`.
+    pub fn new(speed: f64, max_wait: Duration) -> Self {
+        Self {
+            speed,
+            max_wait,
+            started: None,
+            due: Duration::ZERO,
+        }
+    }
+
+    /// Waits until the event recorded at `at` is due. A timestamp earlier
+    /// than the previous one (a clock set back) is due at once.
+    pub async fn wait(&mut self, at: Timestamp) {
+        let Some((origin, last)) = self.started.as_mut() else {
+            self.started = Some((Instant::now(), at));
+            return;
+        };
+        let gap = Duration::from_millis(at.millis_since(*last)).div_f64(self.speed);
+        *last = at;
+        self.due += gap.min(self.max_wait);
+        tokio::time::sleep_until(*origin + self.due).await;
+    }
+}
+
+/// A replay speed: a finite number above 0 (`1` is the recorded pace,
+/// `10` ten times faster, `0.5` half as fast).
+pub fn parse_speed(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(speed) if speed.is_finite() && speed > 0.0 => Ok(speed),
+        _ => Err(format!(
+            "`{text}` is not a speed: give a number above 0 (1 is the recorded pace)"
+        )),
+    }
+}
+
+/// A longest wait in seconds: a finite number, 0 or more.
+pub fn parse_max_wait(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 && secs < 1e9 => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        _ => Err(format!("`{text}` is not a number of seconds (0 or more)")),
+    }
+}
+
+/// `awr replay RUN [--speed X] [--max-wait SECS] [--offset N] [--json]
+/// [filters]`: `awr events` of the recorded log, paced. A run still being
+/// written is replayed up to its last event when the replay started.
+pub async fn replay(
+    storage: &Storage,
+    run: &str,
+    offset: u64,
+    json: bool,
+    filter: &EventFilterArgs,
+    pace: Pace,
+) -> Result<(), Failure> {
+    inspect::events(storage, run, offset, false, json, filter, Some(pace)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(millis: i64) -> Timestamp {
+        Timestamp::from_millis(1_700_000_000_000 + millis)
+    }
+
+    /// Each event is shown its recorded gap after the previous one,
+    /// divided by the speed, capped; a clock set back costs nothing.
+    #[tokio::test(start_paused = true)]
+    async fn events_are_due_at_their_recorded_gaps_over_the_speed() {
+        let mut pace = Pace::new(2.0, Duration::from_secs(3));
+        let start = Instant::now();
+        let mut shown = Vec::new();
+        for millis in [0, 1_000, 1_000, 5_000, 4_000, 60_000] {
+            pace.wait(at(millis)).await;
+            shown.push(start.elapsed().as_millis());
+        }
+        // Gaps 1 s, 0, 4 s, back 1 s, 56 s: halved, each at most 3 s.
+        assert_eq!(shown, vec![0, 500, 500, 2_500, 2_500, 5_500]);
+    }
+
+    #[test]
+    fn a_speed_is_a_finite_number_above_zero() {
+        assert_eq!(parse_speed("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "abc", "inf", "NaN", ""] {
+            let e = parse_speed(bad).unwrap_err();
+            assert!(e.contains(&format!("`{bad}`")), "{e}");
+        }
+        assert_eq!(parse_max_wait("0"), Ok(Duration::ZERO));
+        assert!(parse_max_wait("-0.5").is_err());
+        assert!(parse_max_wait("soon").is_err());
+    }
+}
