@@ -354,6 +354,14 @@ impl RunSnapshot {
                 if let Some(input) = input {
                     self.input = input.clone();
                 }
+                // The fork starts now: its duration and deadlines count from
+                // here (what the copied events spent still counts).
+                self.started_at = Some(event.timestamp);
+                for spent in self.node_spent.values_mut() {
+                    if spent.since.is_some() {
+                        spent.since = Some(event.timestamp);
+                    }
+                }
                 for run in self.node_runs.values_mut() {
                     // Its process groups are the parent's writer's, not this run's.
                     run.forked = true;
@@ -817,7 +825,7 @@ mod tests {
             .enumerate()
             .map(|(i, body)| {
                 let line = format!(
-                    r#"{{"id":"e{i}","offset":{},"timestamp":"2026-01-01T00:00:00Z","runId":"{run}",{body}}}"#,
+                    r#"{{"id":"e{i}","offset":{},"timestamp":"2026-01-01T00:00:0{i}Z","runId":"{run}",{body}}}"#,
                     i + 1
                 );
                 RuntimeEvent::from_json(line.as_bytes()).unwrap()
@@ -834,6 +842,7 @@ mod tests {
             })
         );
         assert_eq!(s.input, Value::from("new"));
+        assert_eq!(s.started_at, Some(events[6].timestamp), "it starts at the fork");
         let node_run = s.node_runs.values().next().unwrap();
         assert!(node_run.forked && node_run.processes.is_empty());
         assert_eq!(node_run.session.as_ref().map(SessionId::as_str), Some("s1"));
