@@ -43,12 +43,19 @@ fn fork_after_the_first_node(awr: &Awr) {
     assert_eq!(events[usize::try_from(at).unwrap()]["type"], "flow:forked");
     assert_eq!(started_after(&events, at), ["analyst", "writer"]);
     assert_eq!(started_after(&parent_events, 0).len(), 3);
-    for (copy, original) in events.iter().zip(&parent_events[..usize::try_from(at).unwrap()]) {
+    for (copy, original) in events
+        .iter()
+        .zip(&parent_events[..usize::try_from(at).unwrap()])
+    {
         assert_eq!(copy["runId"], fork.as_str());
         assert_eq!(copy["type"], original["type"]);
         assert_eq!(copy["timestamp"], original["timestamp"]);
     }
-    assert_eq!(awr.events(&parent), parent_events, "the parent is untouched");
+    assert_eq!(
+        awr.events(&parent),
+        parent_events,
+        "the parent is untouched"
+    );
 
     let shown = awr.show_json(&fork);
     assert_eq!(shown["status"], "completed");
@@ -98,7 +105,11 @@ fn a_sub_workflow_in_flight_at_the_fork_point_is_forked_with_its_parent() {
         .unwrap()
         .to_owned();
     assert_ne!(fork_child, child, "the child in flight is forked with it");
-    assert_eq!(of_type(&events, "subflow:started").len(), 1, "not started twice");
+    assert_eq!(
+        of_type(&events, "subflow:started").len(),
+        1,
+        "not started twice"
+    );
     assert_eq!(
         of_type(&events, "subflow:completed")[0]["childRunId"],
         fork_child.as_str()

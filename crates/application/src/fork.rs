@@ -38,9 +38,9 @@ use std::sync::Arc;
 use domain::{EventKind, Offset, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
 use serde_json::Value;
 
+use crate::Cancel;
 use crate::ports::{RunLock, RunStore};
 use crate::run::{Continue, Executor, ExecutorError, RunOutcome};
-use crate::Cancel;
 
 /// Events read and copied per batch.
 const BATCH: usize = 1024;
@@ -155,11 +155,7 @@ impl Executor {
     /// Creates the fork of `source` (and, first, of its children in flight
     /// at the cut), copies its events and records `flow:forked`; the locks
     /// of every run made go to `held`.
-    async fn copy(
-        &self,
-        source: Source,
-        held: &mut Vec<RunLock>,
-    ) -> Result<RunId, ExecutorError> {
+    async fn copy(&self, source: Source, held: &mut Vec<RunLock>) -> Result<RunId, ExecutorError> {
         let store = self.store();
         let fork = self.new_run_id();
         held.push(store.create_run(fork).await?);
@@ -229,12 +225,10 @@ impl Executor {
                 state.apply(event);
             }
         }
-        let parent_offset = Offset::new(source.cut).map_err(|e| {
-            ExecutorError::Refused(format!("offset {}: {e}", source.cut))
-        })?;
-        let offset = Offset::new(source.cut.saturating_add(1)).map_err(|e| {
-            ExecutorError::Refused(format!("offset {}: {e}", source.cut))
-        })?;
+        let parent_offset = Offset::new(source.cut)
+            .map_err(|e| ExecutorError::Refused(format!("offset {}: {e}", source.cut)))?;
+        let offset = Offset::new(source.cut.saturating_add(1))
+            .map_err(|e| ExecutorError::Refused(format!("offset {}: {e}", source.cut)))?;
         let forked = RuntimeEvent {
             id: self.new_event_id(),
             offset,

@@ -842,7 +842,11 @@ mod tests {
             })
         );
         assert_eq!(s.input, Value::from("new"));
-        assert_eq!(s.started_at, Some(events[6].timestamp), "it starts at the fork");
+        assert_eq!(
+            s.started_at,
+            Some(events[6].timestamp),
+            "it starts at the fork"
+        );
         let node_run = s.node_runs.values().next().unwrap();
         assert!(node_run.forked && node_run.processes.is_empty());
         assert_eq!(node_run.session.as_ref().map(SessionId::as_str), Some("s1"));

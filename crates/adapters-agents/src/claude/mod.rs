@@ -64,7 +64,11 @@ impl CliProgram for ClaudeDecoder {
                 // A forked run's agent: a copy of the parent run's session,
                 // under the id on record (the CLI takes `--session-id` with
                 // `--resume` only together with `--fork-session`).
-                args.extend(["--fork-session".into(), "--session-id".into(), copy.to_string()]);
+                args.extend([
+                    "--fork-session".into(),
+                    "--session-id".into(),
+                    copy.to_string(),
+                ]);
             }
         } else if let Some(session) = &request.session_id {
             // The id is on record before the CLI starts (design §4.3).
@@ -167,7 +171,10 @@ mod process_tests {
         // Without the fork, a resume continues the session itself.
         request.fork_session = false;
         let args = ClaudeCode::command(&request).args.join(" ");
-        assert!(!args.contains("--fork-session") && !args.contains("--session-id"), "{args}");
+        assert!(
+            !args.contains("--fork-session") && !args.contains("--session-id"),
+            "{args}"
+        );
     }
 
     /// The test cannot set variables of its own (that is `unsafe`), so it

@@ -150,7 +150,9 @@ async fn completed(executor: &Executor, workflow: &Arc<WorkflowDef>) -> RunId {
 fn offset_of(events: &[RuntimeEvent], kind: &str, node: &str) -> u64 {
     events
         .iter()
-        .find(|e| e.kind.type_name() == kind && e.node_id.as_ref().map(|n| n.as_str()) == Some(node))
+        .find(|e| {
+            e.kind.type_name() == kind && e.node_id.as_ref().map(|n| n.as_str()) == Some(node)
+        })
         .unwrap_or_else(|| panic!("no {kind} of {node}"))
         .offset
         .get()
@@ -191,7 +193,10 @@ async fn a_fork_after_the_first_node_copies_its_log_and_runs_the_other_two_again
     let events = runs.events(fork);
     for (copy, original) in events.iter().zip(&before[..usize::try_from(at).unwrap()]) {
         assert_eq!(copy.run_id, fork);
-        assert_ne!(copy.id, original.id, "an event id names one event of one log");
+        assert_ne!(
+            copy.id, original.id,
+            "an event id names one event of one log"
+        );
         assert_eq!(
             (copy.offset, copy.timestamp, &copy.kind),
             (original.offset, original.timestamp, &original.kind)
@@ -206,9 +211,15 @@ async fn a_fork_after_the_first_node_copies_its_log_and_runs_the_other_two_again
             input: None,
         }
     );
-    assert_eq!(started_after(&events, at), ["b", "c"], "b and c only, once each");
+    assert_eq!(
+        started_after(&events, at),
+        ["b", "c"],
+        "b and c only, once each"
+    );
     assert!(
-        !events.iter().any(|e| matches!(e.kind, EventKind::FlowResumed { .. })),
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::FlowResumed { .. })),
         "flow:forked stands for it"
     );
     let state = RunSnapshot::fold(&events).unwrap();
@@ -332,7 +343,13 @@ async fn a_claude_code_agent_in_flight_goes_on_in_a_copy_of_its_session() {
         && matches!(&e.kind, EventKind::AgentStart { session_id, .. } if *session_id == copy)));
     assert_eq!(started_after(&events, at), ["b", "c"]);
     assert!(!events.iter().any(|e| e.offset.get() > at
-        && matches!(e.kind, EventKind::NodeStarted { attempt: Some(2), .. })));
+        && matches!(
+            e.kind,
+            EventKind::NodeStarted {
+                attempt: Some(2),
+                ..
+            }
+        )));
 }
 
 #[tokio::test]
@@ -341,10 +358,19 @@ async fn an_agent_whose_provider_cannot_fork_restarts_as_a_new_attempt() {
     let [request] = &requests[..] else {
         panic!("one call of b: {requests:?}")
     };
-    assert!(!request.fork_session && request.resume.is_none(), "{request:?}");
+    assert!(
+        !request.fork_session && request.resume.is_none(),
+        "{request:?}"
+    );
     assert!(events.iter().any(|e| e.offset.get() > at
         && e.node_id.as_ref().is_some_and(|n| n.as_str() == "b")
-        && matches!(e.kind, EventKind::NodeStarted { attempt: Some(2), .. })));
+        && matches!(
+            e.kind,
+            EventKind::NodeStarted {
+                attempt: Some(2),
+                ..
+            }
+        )));
     assert_eq!(started_after(&events, at), ["b", "c"]);
 }
 

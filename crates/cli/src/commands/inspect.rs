@@ -183,7 +183,10 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     ))?;
     say(&format!("status    {}", status.as_str()))?;
     if let Some(from) = &s.forked_from {
-        say(&format!("forked    from {} at offset {}", from.run_id, from.offset))?;
+        say(&format!(
+            "forked    from {} at offset {}",
+            from.run_id, from.offset
+        ))?;
     }
     if let Some(failure) = &s.failure {
         let node = failure

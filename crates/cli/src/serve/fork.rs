@@ -63,7 +63,11 @@ pub async fn fork(
             other => ApiError::internal(other.to_string()),
         })?;
     app.write(run_id, async move {
-        match wired.executor.run_fork(run_id, workflow, Cancel::new()).await {
+        match wired
+            .executor
+            .run_fork(run_id, workflow, Cancel::new())
+            .await
+        {
             Ok(outcome) => {
                 tracing::info!(run = %run_id, status = outcome.status.as_str(), "fork ended");
             }

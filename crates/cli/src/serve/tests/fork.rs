@@ -23,10 +23,16 @@ async fn events(s: &super::Server, location: &str) -> Vec<Value> {
 async fn a_fork_over_http_runs_the_nodes_after_its_offset_and_names_its_parent() {
     let s = server();
     let started = s
-        .post("/workflows", r#"{"path": "examples/research-pipeline.yaml"}"#)
+        .post(
+            "/workflows",
+            r#"{"path": "examples/research-pipeline.yaml"}"#,
+        )
         .await;
     assert_eq!(started.status(), StatusCode::CREATED);
-    let parent = json_body(started).await["runId"].as_str().unwrap().to_owned();
+    let parent = json_body(started).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let parent_events = events(&s, &format!("/workflows/{parent}")).await;
     let at = parent_events
         .iter()
@@ -69,11 +75,25 @@ async fn a_fork_over_http_runs_the_nodes_after_its_offset_and_names_its_parent()
         (r#"{"input": 1}"#.to_owned(), "at"),
         (format!(r#"{{"at": {at}, "inptu": 1}}"#), "inptu"),
     ] {
-        let message = error(s.post(&uri, body).await, StatusCode::BAD_REQUEST, "bad_request").await;
+        let message = error(
+            s.post(&uri, body).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
         assert!(message.contains(says), "{says}: {message}");
     }
     let unknown = "/workflows/7f8c2b1e-3d4a-4b5c-9d6e-1f2a3b4c5d6e/fork";
-    error(s.post(unknown, r#"{"at": 1}"#).await, StatusCode::NOT_FOUND, "not_found").await;
+    error(
+        s.post(unknown, r#"{"at": 1}"#).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
     let list = json_body(s.get("/workflows").await).await;
-    assert_eq!(list["runs"].as_array().unwrap().len(), 2, "no other run was made");
+    assert_eq!(
+        list["runs"].as_array().unwrap().len(),
+        2,
+        "no other run was made"
+    );
 }
