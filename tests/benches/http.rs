@@ -135,6 +135,7 @@ fn bench_http(c: &mut Criterion) {
             agent: agent.clone(),
             prompt: "Say hello.".into(),
             resume: None,
+            fork_session: false,
             session_id: None,
             session_usage: Default::default(),
             history: Vec::new(),

@@ -14,6 +14,7 @@ mod exits;
 mod fake_model;
 mod file_store;
 mod fold_property;
+mod fork;
 mod hostile;
 mod http_agents;
 mod interrupted;

@@ -401,6 +401,7 @@ async fn resume_session(
         },
         prompt: "continue".into(),
         resume: Some(domain::SessionId::new(session).expect("session")),
+        fork_session: false,
         session_id: None,
         session_usage: Default::default(),
         history: Vec::new(),

@@ -6,6 +6,8 @@
 //!   [`ports::RunObserver`] (live presentation). Each port's error enum sits beside it.
 //! - [`run`]: the [`run::Executor`], which executes a validated workflow
 //!   graph; a run's whole state is the fold of its event log (design §5.1).
+//! - [`fork`]: [`Executor::fork`], a new run that branches off another at
+//!   one of its offsets and goes on through the executor's resume path.
 //! - [`load`]: [`load::load_workflow`], which reads a workflow and every
 //!   workflow it calls through the [`ports::WorkflowSource`] port, and
 //!   refuses a bad file, a call cycle or a chain too deep before anything runs.
@@ -16,6 +18,7 @@
 //! Architecture invariant: this crate names no concrete store, provider, file
 //! path or clock. The composition root (`cli`, test harnesses) wires those in.
 
+pub mod fork;
 pub mod inspect;
 pub mod load;
 pub mod ports;

@@ -505,6 +505,7 @@ mod tests {
             agent,
             prompt: "do it".into(),
             resume: None,
+            fork_session: false,
             session_id: None,
             session_usage: Default::default(),
             history: Vec::new(),

@@ -123,6 +123,19 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         workflow: Option<PathBuf>,
     },
+    /// Branch a new run off RUN after its event at OFFSET (a copy of its
+    /// log up to there) and run it from that state; prints like `run`.
+    Fork {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// The offset of RUN's last event the fork keeps (from 1).
+        #[arg(long, value_name = "OFFSET")]
+        at: u64,
+        /// Input of the nodes that start after the fork point, replacing
+        /// the run's: JSON text, or `@FILE` to read it from a file.
+        #[arg(long)]
+        input: Option<String>,
+    },
     /// List the interrupted runs (their process died); with --all, resume each.
     Recover {
         /// Resume every interrupted run, one after another.
@@ -301,6 +314,9 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             message,
             workflow,
         } => commands::control::resume(&storage, &run, Some(message), workflow.as_deref()).await,
+        Command::Fork { run, at, input } => {
+            commands::fork::fork(&storage, &run, at, input.as_deref()).await
+        }
         Command::Recover { all } => commands::control::recover(&storage, all).await,
         Command::Send {
             run,

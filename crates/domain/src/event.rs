@@ -11,7 +11,8 @@
 //! `timestamp`, `type`, `runId`); for the `agent:*` types the fields seed 001
 //! requires; for the other types only the ids that say what the event is
 //! about (`edgeId`, `from`, `to`, `callId`, `toolName`, `childRunId`,
-//! `snapshotOffset`, `status`). Every other field, awr's own additions
+//! `snapshotOffset`, `status`, `parentRunId` and `parentOffset` of
+//! `flow:forked`). Every other field, awr's own additions
 //! included, is optional on read and reads as empty (null, 0, "", []) when
 //! an older writer left it out.
 
@@ -185,6 +186,17 @@ pub enum EventKind {
     FlowResumed {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+    },
+    /// The run is a fork: its log up to here is a copy of the events of
+    /// run `parentRunId` up to `parentOffset` (seed 004's branch, recorded
+    /// in the branch). `input`, when present, replaces the run's input for
+    /// what starts after it.
+    #[serde(rename = "flow:forked", rename_all = "camelCase")]
+    FlowForked {
+        parent_run_id: RunId,
+        parent_offset: Offset,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
     },
     /// Terminal: every reachable node finished.
     #[serde(rename = "flow:completed", rename_all = "camelCase")]
@@ -487,6 +499,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "flow:started",
     "flow:paused",
     "flow:resumed",
+    "flow:forked",
     "flow:completed",
     "flow:failed",
     "flow:cancelled",
@@ -527,6 +540,7 @@ impl EventKind {
             EventKind::FlowStarted { .. } => "flow:started",
             EventKind::FlowPaused { .. } => "flow:paused",
             EventKind::FlowResumed { .. } => "flow:resumed",
+            EventKind::FlowForked { .. } => "flow:forked",
             EventKind::FlowCompleted { .. } => "flow:completed",
             EventKind::FlowFailed { .. } => "flow:failed",
             EventKind::FlowCancelled { .. } => "flow:cancelled",

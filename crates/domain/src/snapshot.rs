@@ -21,7 +21,7 @@ mod stopping;
 mod text;
 mod unknown;
 
-pub use progress::{ForEachState, NodeRunState, ProcessRef, Spent};
+pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
 pub use stopping::Stopping;
 pub use text::JsonText;
 
@@ -219,6 +219,9 @@ pub struct RunSnapshot {
     /// continues the run finishes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopping: Option<Stopping>,
+    /// The run and offset this run was forked from (`flow:forked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
     /// Fields this version does not know (a newer writer's), kept so they are
     /// shown and saved back unchanged.
     #[serde(flatten, skip_deserializing)]
@@ -272,6 +275,7 @@ impl RunSnapshot {
             spent: Spent::default(),
             node_spent: BTreeMap::new(),
             stopping: None,
+            forked_from: None,
             extra: Map::new(),
         }
     }
@@ -335,6 +339,34 @@ impl RunSnapshot {
             EventKind::FlowResumed { .. } => {
                 self.status = RunStatus::Running;
                 self.failure = None;
+            }
+            EventKind::FlowForked {
+                parent_run_id,
+                parent_offset,
+                input,
+            } => {
+                self.status = RunStatus::Running;
+                self.failure = None;
+                self.forked_from = Some(ForkedFrom {
+                    run_id: *parent_run_id,
+                    offset: parent_offset.get(),
+                });
+                if let Some(input) = input {
+                    self.input = input.clone();
+                }
+                // The fork starts now: its duration and deadlines count from
+                // here (what the copied events spent still counts).
+                self.started_at = Some(event.timestamp);
+                for spent in self.node_spent.values_mut() {
+                    if spent.since.is_some() {
+                        spent.since = Some(event.timestamp);
+                    }
+                }
+                for run in self.node_runs.values_mut() {
+                    // Its process groups are the parent's writer's, not this run's.
+                    run.forked = true;
+                    run.processes.clear();
+                }
             }
             EventKind::FlowCompleted { .. } => self.status = RunStatus::Completed,
             EventKind::FlowFailed {
@@ -493,6 +525,7 @@ impl RunSnapshot {
                 in_turn: false,
                 processes: Vec::new(),
                 child: None,
+                forked: false,
                 ..run.clone()
             };
             return;
@@ -523,6 +556,7 @@ impl RunSnapshot {
                     in_turn: false,
                     processes: Vec::new(),
                     child: None,
+                    forked: false,
                 },
             );
         }
@@ -771,6 +805,62 @@ mod tests {
         assert_eq!(saved["outputs"]["a"], Value::from("x"));
         let back = RunSnapshot::from_json(&serde_json::to_vec(&s).unwrap(), s.run_id).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_fork_names_its_parent_takes_its_input_and_hands_over_its_node_runs() {
+        let run = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        let parent = "7f8c2b1e-3d4a-4b5c-9d6e-1f2a3b4c5d6e";
+        let lines = [
+            r#""type":"flow:started","input":"old","nodes":["a"]"#.to_owned(),
+            r#""type":"node:started","nodeId":"a","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e00","input":{"data":"old"}"#.to_owned(),
+            r#""type":"agent:start","nodeId":"a","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e00","sessionId":"s1","prompt":"p","callIndex":0"#.to_owned(),
+            r#""type":"process:started","nodeId":"a","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e00","pid":42,"startTime":7"#.to_owned(),
+            r#""type":"command:received","command":{"type":"cancel"},"accepted":true"#.to_owned(),
+            r#""type":"flow:paused""#.to_owned(),
+            format!(r#""type":"flow:forked","parentRunId":"{parent}","parentOffset":6,"input":"new""#),
+        ];
+        let events: Vec<RuntimeEvent> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                let line = format!(
+                    r#"{{"id":"e{i}","offset":{},"timestamp":"2026-01-01T00:00:0{i}Z","runId":"{run}",{body}}}"#,
+                    i + 1
+                );
+                RuntimeEvent::from_json(line.as_bytes()).unwrap()
+            })
+            .collect();
+        let s = RunSnapshot::fold(&events).unwrap();
+        assert_eq!(s.status, RunStatus::Running, "a fork goes on");
+        assert_eq!(s.stopping, None, "the parent's stop is not the fork's");
+        assert_eq!(
+            s.forked_from,
+            Some(ForkedFrom {
+                run_id: parent.parse().unwrap(),
+                offset: 6
+            })
+        );
+        assert_eq!(s.input, Value::from("new"));
+        assert_eq!(
+            s.started_at,
+            Some(events[6].timestamp),
+            "it starts at the fork"
+        );
+        let node_run = s.node_runs.values().next().unwrap();
+        assert!(node_run.forked && node_run.processes.is_empty());
+        assert_eq!(node_run.session.as_ref().map(SessionId::as_str), Some("s1"));
+        // Its next invocation is its own.
+        let mut after = s.clone();
+        let next = format!(
+            r#"{{"id":"e8","offset":8,"timestamp":"2026-01-01T00:00:00Z","runId":"{run}","type":"agent:start","nodeId":"a","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e00","sessionId":"s2","prompt":"continue","callIndex":0}}"#
+        );
+        after.apply(&RuntimeEvent::from_json(next.as_bytes()).unwrap());
+        assert!(!after.node_runs.values().next().unwrap().forked);
+        // It is saved and read back.
+        let json = serde_json::to_vec(&s).unwrap();
+        assert_eq!(RunSnapshot::from_json(&json, s.run_id).unwrap(), s);
+        assert!(serde_json::to_value(&s).unwrap()["forkedFrom"]["runId"] == parent);
     }
 
     proptest! {

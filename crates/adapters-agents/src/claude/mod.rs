@@ -60,6 +60,16 @@ impl CliProgram for ClaudeDecoder {
         args.extend(["--allowedTools".into(), tools]);
         if let Some(session) = &request.resume {
             args.extend(["--resume".into(), session.to_string()]);
+            if let Some(copy) = request.session_id.as_ref().filter(|_| request.fork_session) {
+                // A forked run's agent: a copy of the parent run's session,
+                // under the id on record (the CLI takes `--session-id` with
+                // `--resume` only together with `--fork-session`).
+                args.extend([
+                    "--fork-session".into(),
+                    "--session-id".into(),
+                    copy.to_string(),
+                ]);
+            }
         } else if let Some(session) = &request.session_id {
             // The id is on record before the CLI starts (design §4.3).
             args.extend(["--session-id".into(), session.to_string()]);
@@ -144,6 +154,27 @@ mod process_tests {
             "{args}"
         );
         assert!(!args.contains("--resume"), "{args}");
+    }
+
+    #[test]
+    fn a_forked_session_is_resumed_as_a_copy_under_the_id_on_record() {
+        let mut request = request("claude".into(), None);
+        request.fork_session = true;
+        request.session_id = Some(SessionId::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f").unwrap());
+        let args = ClaudeCode::command(&request).args.join(" ");
+        assert!(
+            args.contains(
+                "--resume sess-1 --fork-session --session-id 0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f"
+            ),
+            "{args}"
+        );
+        // Without the fork, a resume continues the session itself.
+        request.fork_session = false;
+        let args = ClaudeCode::command(&request).args.join(" ");
+        assert!(
+            !args.contains("--fork-session") && !args.contains("--session-id"),
+            "{args}"
+        );
     }
 
     /// The test cannot set variables of its own (that is `unsafe`), so it

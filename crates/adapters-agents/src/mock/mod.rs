@@ -126,6 +126,7 @@ mod tests {
             },
             prompt: "hi".into(),
             resume: None,
+            fork_session: false,
             session_id: None,
             session_usage: Default::default(),
             history: Vec::new(),

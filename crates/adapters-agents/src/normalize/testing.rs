@@ -352,6 +352,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         },
         prompt: "run echo hi".into(),
         resume: None,
+        fork_session: false,
         session_id: None,
         session_usage: Default::default(),
         history: Vec::new(),

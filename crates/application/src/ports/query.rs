@@ -33,6 +33,11 @@ pub struct AgentRequest {
     pub prompt: String,
     /// Continue this provider session instead of starting a new one.
     pub resume: Option<SessionId>,
+    /// Continue a copy of the `resume` session, leaving it as it was (a
+    /// forked run's agent: the session is the parent run's), under
+    /// `session_id`. Only for providers that fork sessions
+    /// ([`Provider::forks_sessions`](domain::workflow::Provider::forks_sessions)).
+    pub fork_session: bool,
     /// Start the new session under this id, already on record in
     /// `agent:start` (providers that take one: [`Provider::takes_session_id`](domain::workflow::Provider::takes_session_id)).
     pub session_id: Option<SessionId>,

@@ -182,7 +182,13 @@ async fn invoke(
         ..Continuation::default()
     });
     let resume = turn.session.clone();
+    let fork_session = turn.fork && resume.is_some();
     let (session, provisional, new_session) = match &resume {
+        // A fork's copy of the session gets an id of its own, on record first.
+        Some(_) if fork_session => {
+            let session = SessionId::from_uuid(task.ports.ids.uuid());
+            (session.clone(), false, Some(session))
+        }
         Some(session) => (session.clone(), false, None),
         None if agent.provider.takes_session_id() => {
             let session = SessionId::from_uuid(task.ports.ids.uuid());
@@ -210,6 +216,7 @@ async fn invoke(
         agent: agent.clone(),
         prompt: turn.message,
         resume,
+        fork_session,
         session_id: new_session,
         session_usage: turn.session_usage,
         history: turn.history,

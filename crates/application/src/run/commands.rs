@@ -96,6 +96,7 @@ mod tests {
             in_turn,
             processes: Vec::new(),
             child: None,
+            forked: false,
         };
         state
             .node_runs

@@ -53,6 +53,9 @@ pub(crate) enum Continue {
     Resume(String),
     /// Found interrupted (`awr recover`): see [`Executor::recover`].
     Recover,
+    /// A fork just made (see [`crate::fork`]): its `flow:forked` stands for
+    /// the `flow:resumed`.
+    Fork,
 }
 
 /// What to run.
@@ -320,14 +323,40 @@ impl Executor {
     /// Allocates a run id and creates the run in the store; call [`Self::run`] next.
     /// Split in two so a caller can show the run id before the run starts.
     pub async fn create(&self) -> Result<RunId, ExecutorError> {
-        let run_id = loop {
-            if let Ok(id) = RunId::new(self.ports.ids.uuid()) {
-                break id;
-            }
-        };
+        let run_id = self.new_run_id();
         let lock = self.ports.store.create_run(run_id).await?;
         self.created_locks().insert(run_id, lock);
         Ok(run_id)
+    }
+
+    /// Keeps `lock` for the [`Self::run`] (or resume) of its run, as
+    /// [`Self::create`] does.
+    pub(crate) fn adopt(&self, lock: RunLock) {
+        self.created_locks().insert(lock.run_id(), lock);
+    }
+
+    /// The store runs are written to.
+    pub(crate) fn store(&self) -> &dyn RunStore {
+        self.ports.store.as_ref()
+    }
+
+    /// A new run id.
+    pub(crate) fn new_run_id(&self) -> RunId {
+        loop {
+            if let Ok(id) = RunId::new(self.ports.ids.uuid()) {
+                break id;
+            }
+        }
+    }
+
+    /// A new event id.
+    pub(crate) fn new_event_id(&self) -> String {
+        self.ports.ids.uuid().to_string()
+    }
+
+    /// The time now, by the executor's clock.
+    pub(crate) fn now(&self) -> domain::Timestamp {
+        self.ports.clock.now()
     }
 
     fn created_locks(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, RunLock>> {
@@ -400,7 +429,7 @@ impl Executor {
             .await
     }
 
-    async fn continue_run(
+    pub(crate) async fn continue_run(
         &self,
         run_id: RunId,
         workflow: Arc<WorkflowDef>,
@@ -522,6 +551,8 @@ impl Executor {
 mod cadence_tests;
 #[cfg(test)]
 mod edge_tests;
+#[cfg(test)]
+mod fork_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]

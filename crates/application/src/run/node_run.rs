@@ -216,6 +216,9 @@ pub(crate) struct Continuation {
     /// The child run a `call_workflow` node run had started: it is
     /// continued, not started again.
     pub child: Option<RunId>,
+    /// `session` is a forked run's parent's: the invocation goes on in a
+    /// copy of it (`AgentRequest::fork_session`), never in it.
+    pub fork: bool,
 }
 
 /// The most of a failed command's standard error quoted in `node:failed`.

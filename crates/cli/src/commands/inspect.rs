@@ -120,6 +120,12 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
         s.workflow.hash
     ))?;
     say(&format!("status    {}", status.as_str()))?;
+    if let Some(from) = &s.forked_from {
+        say(&format!(
+            "forked    from {} at offset {}",
+            from.run_id, from.offset
+        ))?;
+    }
     if let Some(failure) = &s.failure {
         let node = failure
             .node

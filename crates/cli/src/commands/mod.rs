@@ -1,6 +1,7 @@
 //! One module per group of subcommands.
 
 pub mod control;
+pub mod fork;
 pub mod inspect;
 pub mod query;
 pub mod replay;

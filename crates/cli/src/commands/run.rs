@@ -54,7 +54,7 @@ pub enum Input<'a> {
 
 /// The run's input. JSON that does not parse is an error naming the problem,
 /// never silently a string: a string is asked for with `--input-text`.
-fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Failure> {
+pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Failure> {
     let raw = match input {
         Input::Default => return Ok(workflow.input.clone().unwrap_or(Value::Null)),
         Input::Text(text) => return Ok(Value::String(text.to_owned())),

@@ -1,7 +1,8 @@
 //! `awr serve`: the HTTP API and the timeline UI, an inbound adapter over
 //! the same services as the command line (docs/http.md).
 //!
-//! - [`runs`]: start, list and show runs, and commands to them;
+//! - [`runs`]: start, list and show runs, and commands to them; [`fork`]
+//!   branches a new run off one;
 //! - [`stream`]: a run's events (NDJSON and SSE) from its durable log, with
 //!   one store follower per run fanned out to every client, and the
 //!   transcript;
@@ -16,6 +17,7 @@
 
 mod auth;
 mod error;
+mod fork;
 mod runs;
 mod stream;
 #[cfg(test)]
@@ -199,6 +201,7 @@ pub fn router(app: App) -> Router {
         .route("/workflows/{id}/events", get(stream::ndjson))
         .route("/workflows/{id}/events/sse", get(stream::sse))
         .route("/workflows/{id}/commands", post(runs::command))
+        .route("/workflows/{id}/fork", post(fork::fork))
         .route("/workflows/{id}/transcript", get(stream::transcript))
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::file))

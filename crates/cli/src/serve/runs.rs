@@ -57,7 +57,7 @@ struct StartBody {
 }
 
 /// The URLs of a run's resources.
-fn urls(run_id: RunId) -> Value {
+pub(super) fn urls(run_id: RunId) -> Value {
     let base = format!("/workflows/{run_id}");
     json!({
         "self": base,

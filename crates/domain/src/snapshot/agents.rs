@@ -96,6 +96,7 @@ impl RunSnapshot {
             run.in_turn = true;
             run.call_index = call_index;
             run.result = None;
+            run.forked = false;
         }
         if let Some(session) = session {
             self.agent_session(event, session);

@@ -67,6 +67,23 @@ pub struct NodeRunState {
     /// a resume continues, rather than starting another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<RunId>,
+    /// Copied into a fork while in flight (`flow:forked`), and not gone on
+    /// since: its session is the parent run's, to be forked, not continued
+    /// in place (see `Provider::forks_sessions`). Cleared by its next
+    /// `agent:start` or attempt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forked: bool,
+}
+
+/// Where a forked run branched off (`flow:forked`): the parent run and the
+/// offset of its last event the fork copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    /// The run forked.
+    pub run_id: RunId,
+    /// Its events 1 to `offset` begin the fork's log.
+    pub offset: u64,
 }
 
 /// A process group leader, as `process:started` recorded it.

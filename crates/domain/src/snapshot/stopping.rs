@@ -69,8 +69,11 @@ impl RunSnapshot {
                     node_id: event.node_id.clone(),
                 });
             }
+            // A fork goes on from the parent's state, not from a stop the
+            // parent had decided there.
             EventKind::FlowPaused { .. }
             | EventKind::FlowResumed { .. }
+            | EventKind::FlowForked { .. }
             | EventKind::FlowCompleted { .. }
             | EventKind::FlowFailed { .. }
             | EventKind::FlowCancelled { .. } => self.stopping = None,

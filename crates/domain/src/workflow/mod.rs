@@ -118,6 +118,18 @@ impl Provider {
             Provider::ClaudeCode | Provider::Copilot | Provider::OpenAi | Provider::Anthropic
         )
     }
+
+    /// Whether a node run copied into a fork (`flow:forked`) can go on in
+    /// a copy of its session, leaving the parent's as it was: Claude Code
+    /// forks it (`--resume ID --fork-session`); an HTTP agent's
+    /// conversation is rebuilt from the fork's own record. The other CLIs
+    /// can only continue a session in place, so their node runs restart.
+    pub fn forks_sessions(self) -> bool {
+        matches!(
+            self,
+            Provider::ClaudeCode | Provider::OpenAi | Provider::Anthropic
+        )
+    }
 }
 
 /// One agent: who it is (system prompt), what it runs on, what it may do.

@@ -109,8 +109,9 @@ impl Driver {
         let result = async {
             let message = match &how {
                 Continue::Resume(message) => message.clone(),
-                Continue::Recover => DEFAULT_RESUME_MESSAGE.to_owned(),
+                Continue::Recover | Continue::Fork => DEFAULT_RESUME_MESSAGE.to_owned(),
             };
+            let fork = matches!(how, Continue::Fork);
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
@@ -126,7 +127,10 @@ impl Driver {
             }
             driver.restore_transcript().await?;
             driver.tail = Vec::new();
-            driver.rec.emit(RUN_LEVEL, resumed).await?;
+            if !fork {
+                // A fork's `flow:forked` is on record already, in its place.
+                driver.rec.emit(RUN_LEVEL, resumed).await?;
+            }
             let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
             for run in in_flight {
                 if let Some(stop) = driver.go_on(run, &message).await? {
@@ -164,7 +168,7 @@ impl Driver {
             }),
             Stopping::Pause => match how {
                 Continue::Recover => Stop::Paused("paused by a command".to_owned()),
-                Continue::Resume(_) => return None,
+                Continue::Resume(_) | Continue::Fork => return None,
             },
         })
     }
@@ -290,7 +294,14 @@ impl Driver {
                 };
                 return self.node_ended(run, &node, end).await;
             }
-            if let Some(mut next) = self.deliver(run, Some(message)).await? {
+            // Copied into a fork in flight: it goes on in a copy of its
+            // session where its provider makes one, else it restarts.
+            let goes_on = !state.forked
+                || self
+                    .workflow
+                    .agent_of(&def)
+                    .is_some_and(|(_, agent)| agent.provider.forks_sessions());
+            if goes_on && let Some(mut next) = self.deliver(run, Some(message)).await? {
                 if state.in_turn {
                     next.call_index = state.call_index;
                 }
@@ -438,6 +449,7 @@ impl Driver {
         let inbox = waiting.iter().map(|e| e.offset).collect();
         let notes = waiting.iter().map(|e| e.message.clone()).collect();
         let session = node_run.session.clone();
+        let fork = node_run.forked;
         let session_usage = node_run.session_usage.clone().unwrap_or_default();
         let http = self
             .workflow
@@ -461,6 +473,7 @@ impl Driver {
             notes,
             call_index: None,
             child: None,
+            fork,
         }))
     }
 

@@ -148,7 +148,8 @@ impl LastStep {
                 EventKind::EdgeFired { edge_id, .. } | EventKind::EdgeSkipped { edge_id, .. } => {
                     recorded.push(edge_id.clone());
                 }
-                EventKind::StateSaved { .. } => {}
+                // A fork's mark stands after the step its parent was in.
+                EventKind::StateSaved { .. } | EventKind::FlowForked { .. } => {}
                 EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
                     let node = event.node_id.clone()?;
                     return Some(Some(Self::Routing { node, recorded }));

@@ -17,6 +17,7 @@ use tower::ServiceExt;
 use super::{App, Config, router};
 
 mod api;
+mod fork;
 mod stream;
 
 /// A server over a fresh storage, its root the repository (for `examples/`).
