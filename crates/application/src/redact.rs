@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ports::{
-    EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript, TranscriptError,
+    EventBatches, EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript, TranscriptError,
     Transcripts,
 };
 
@@ -200,6 +200,20 @@ impl RunStore for RedactingStore {
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_run(run_id).await
+    }
+
+    /// Not redacted: an import copies records that were redacted when written.
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_run(run_id, events, snapshot).await
     }
 }
 

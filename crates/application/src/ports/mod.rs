@@ -41,7 +41,7 @@ pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};
 #[cfg(test)]
 pub use store::MockRunStore;
-pub use store::{EventStream, RunLock, RunStore, StoreError};
+pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 #[cfg(test)]
 pub use tool::MockTool;
 pub use tool::{Tool, ToolContext, ToolError, ToolSpec};

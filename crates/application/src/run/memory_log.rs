@@ -142,6 +142,17 @@ impl RunStore for MemoryLog {
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(Vec::new())
     }
+    async fn delete_run(&self, _: RunId) -> Result<(), StoreError> {
+        unimplemented!("not used by the executor")
+    }
+    async fn import_run(
+        &self,
+        _: RunId,
+        _: crate::ports::EventBatches,
+        _: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        unimplemented!("not used by the executor")
+    }
 }
 
 /// Ids 1, 2, 3, ... as UUIDs.

@@ -21,11 +21,13 @@ use uuid::Uuid;
 use crate::ports::{RunLock, RunStore, StoreError};
 
 mod damage;
+mod delete;
 mod follow;
 mod lock;
 mod log;
 
 pub use self::damage::*;
+pub use self::delete::*;
 pub use self::follow::*;
 pub use self::lock::*;
 pub use self::log::*;
@@ -218,6 +220,12 @@ macro_rules! store_conformance {
             the_fold_of_the_log_equals_the_saved_snapshot,
             many_concurrent_runs,
             a_large_payload_round_trips,
+            delete_removes_the_run_whole,
+            delete_refuses_a_run_with_a_writer,
+            import_stores_a_whole_run_exactly,
+            import_refuses_an_existing_run,
+            a_failed_import_leaves_nothing,
+            an_import_keeps_a_large_payload,
         ]);
     };
     (@checks $harness:ty, [$($check:ident),* $(,)?]) => {

@@ -28,6 +28,7 @@
 
 mod rows;
 mod schema;
+mod whole;
 
 use self::rows::{exists, now_millis};
 
@@ -39,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -457,6 +458,19 @@ impl RunStore for SqliteRunStore {
             }
         }
         Ok(runs)
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_whole(run_id)
+    }
+
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_whole(run_id, events, snapshot).await
     }
 }
 
