@@ -18,8 +18,10 @@
 
 pub mod inspect;
 pub mod load;
+pub mod migrate;
 pub mod ports;
 pub mod redact;
+pub mod retention;
 pub mod run;
 pub mod secrets;
 #[cfg(any(test, feature = "testing"))]

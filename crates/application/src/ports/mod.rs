@@ -7,6 +7,7 @@ mod control;
 mod observer;
 mod process;
 mod query;
+mod run_files;
 mod source;
 mod store;
 mod tool;
@@ -35,6 +36,9 @@ pub use process::MockProcesses;
 pub use process::Processes;
 #[cfg(test)]
 pub use query::MockQueryFn;
+#[cfg(test)]
+pub use run_files::MockRunFiles;
+pub use run_files::{RunFileSet, RunFiles};
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 #[cfg(test)]
 pub use source::MockWorkflowSource;

@@ -2,5 +2,7 @@
 
 pub mod control;
 pub mod inspect;
+pub mod migrate;
+pub mod prune;
 pub mod run;
 pub mod transcript;

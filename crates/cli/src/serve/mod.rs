@@ -16,6 +16,7 @@
 
 mod auth;
 mod error;
+mod retention;
 mod runs;
 mod stream;
 #[cfg(test)]
@@ -218,7 +219,13 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 
 /// `awr serve`: binds `addr`, serves until SIGINT or SIGTERM, then shuts
 /// down gracefully (see the module docs) and returns.
-pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
+/// With `retention`, runs that ended longer ago than it are pruned in the
+/// background (see `retention`).
+pub async fn serve(
+    addr: &str,
+    config: Config,
+    retention: Option<Duration>,
+) -> Result<(), Failure> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|e| Failure::Input(anyhow!("--addr {addr}: {e}")))?;
@@ -228,6 +235,7 @@ pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
         )));
     }
     let app = App::new(config)?;
+    let _pruner = retention.map(|age| retention::spawn(&app, age));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Failure::Input(anyhow!("cannot listen on {addr}: {e}")))?;
