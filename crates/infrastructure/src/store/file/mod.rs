@@ -540,6 +540,8 @@ impl RunStore for FileRunStore {
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        // What a crashed prune or import left is removed by the next lister.
+        self.sweep_once().await;
         let runs_dir = self.inner.runs_dir.clone();
         // A directory of many runs takes a while to list: off the async threads.
         tokio::task::spawn_blocking(move || list_run_dirs(&runs_dir))

@@ -14,7 +14,8 @@
 //!   `runs/.deleted-<run-id>-<nonce>` (not a run id, so no reader lists or
 //!   opens it), syncs `runs/`, and only then removes the tombstone's files.
 //! - What a crash leaves (tombstones, staging directories whose importer is
-//!   gone) is removed by the next import or delete of any store instance.
+//!   gone) is removed by the first `list_runs`, import or delete of the
+//!   next store instance.
 
 use std::fs;
 use std::io;
@@ -120,7 +121,7 @@ impl FileRunStore {
     /// Removes what crashed imports and deletions left, once per store
     /// instance: tombstones in `runs/`, and staging directories whose run
     /// is no longer locked by an importer.
-    async fn sweep_once(&self) {
+    pub(super) async fn sweep_once(&self) {
         if self.inner.swept.swap(true, Ordering::AcqRel) {
             return;
         }
