@@ -48,15 +48,25 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 #[test]
 fn file_to_sqlite_to_file_keeps_every_byte() {
     let a = Awr::new();
-    let big = a.write("big.json", &serde_json::to_string(&"y".repeat(100 * 1024)).unwrap());
-    let big_run = a.run(&["run", "examples/summarize.yaml", "--input", &format!("@{}", big.display())]);
+    let big = a.write(
+        "big.json",
+        &serde_json::to_string(&"y".repeat(100 * 1024)).unwrap(),
+    );
+    let big_run = a.run(&[
+        "run",
+        "examples/summarize.yaml",
+        "--input",
+        &format!("@{}", big.display()),
+    ]);
     assert_eq!(big_run.code, 0, "{}", big_run.stderr);
     a.completed_run("examples/market-brief.yaml");
     a.completed_run("examples/fan-out.yaml");
     let source = a.storage();
     let before = files(&source.join("runs"));
     assert!(
-        before.keys().any(|p| p.to_string_lossy().contains("/blobs/sha256-")),
+        before
+            .keys()
+            .any(|p| p.to_string_lossy().contains("/blobs/sha256-")),
         "a value over 64 KiB went to a blob: {:?}",
         before.keys().collect::<Vec<_>>()
     );
@@ -71,11 +81,19 @@ fn file_to_sqlite_to_file_keeps_every_byte() {
 
     let there = awr(&["migrate", "--from", &source_arg, "--to", &sqlite]);
     assert_eq!(there.code, 0, "{}", there.stderr);
-    assert_eq!(there.stdout.matches("copied ").count(), transcripts.len(), "{}", there.stdout);
+    assert_eq!(
+        there.stdout.matches("copied ").count(),
+        transcripts.len(),
+        "{}",
+        there.stdout
+    );
     // The SQLite store shows the runs through the ordinary commands.
     let listed = awr(&["--storage", &sqlite, "runs"]);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
-    assert_eq!(listed.stdout.matches("completed").count(), transcripts.len());
+    assert_eq!(
+        listed.stdout.matches("completed").count(),
+        transcripts.len()
+    );
 
     let home = awr(&["migrate", "--from", &sqlite, "--to", &back_arg]);
     assert_eq!(home.code, 0, "{}", home.stderr);
@@ -101,11 +119,22 @@ async fn a_run_being_written_is_not_copied_and_the_exit_code_says_so() {
     let lock = store.lock(written.parse().unwrap()).await.unwrap();
     let db = a.dir.path().join("copy.db");
     let sqlite = format!("sqlite:{}", db.display());
-    let out = awr(&["migrate", "--from", &a.storage().display().to_string(), "--to", &sqlite]);
+    let out = awr(&[
+        "migrate",
+        "--from",
+        &a.storage().display().to_string(),
+        "--to",
+        &sqlite,
+    ]);
     assert_eq!(out.code, 2, "{}", out.stderr);
-    assert!(out.stdout.contains(&format!("copied {done}")), "{}", out.stdout);
     assert!(
-        out.stderr.contains(&format!("run {written} not copied")) && out.stderr.contains("being written"),
+        out.stdout.contains(&format!("copied {done}")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains(&format!("run {written} not copied"))
+            && out.stderr.contains("being written"),
         "{}",
         out.stderr
     );
@@ -113,8 +142,22 @@ async fn a_run_being_written_is_not_copied_and_the_exit_code_says_so() {
     assert_eq!(show.code, 2, "not in the target: {}", show.stdout);
     // Once the writer is gone, running migrate again finishes the job.
     drop(lock);
-    let again = awr(&["migrate", "--from", &a.storage().display().to_string(), "--to", &sqlite]);
+    let again = awr(&[
+        "migrate",
+        "--from",
+        &a.storage().display().to_string(),
+        "--to",
+        &sqlite,
+    ]);
     assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(again.stdout.contains(&format!("copied {written}")), "{}", again.stdout);
-    assert!(again.stdout.contains(&format!("present {done}")), "{}", again.stdout);
+    assert!(
+        again.stdout.contains(&format!("copied {written}")),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains(&format!("present {done}")),
+        "{}",
+        again.stdout
+    );
 }

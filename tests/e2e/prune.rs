@@ -46,7 +46,10 @@ async fn clone_run(store: &dyn RunStore, template: &[RuntimeEvent], keep: usize)
     let events = as_run(&template[..keep], run);
     let snapshot = RunSnapshot::fold(&events).unwrap();
     let batches = futures::stream::iter(vec![Ok(events)]).boxed();
-    store.import_run(run, batches, Some(snapshot)).await.unwrap();
+    store
+        .import_run(run, batches, Some(snapshot))
+        .await
+        .unwrap();
     run
 }
 
@@ -91,12 +94,26 @@ async fn prune_selects_whole_finished_trees(sqlite: bool) {
     assert_eq!(dry.code, 0, "{}", dry.stderr);
     let lines: Vec<&str> = dry.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", dry.stdout);
-    assert!(lines[0].starts_with(&format!("would delete {parent} completed")), "{}", dry.stdout);
-    assert!(lines[1].contains(&format!("{child} completed")) && lines[1].contains(&format!("child of {parent}")), "{}", dry.stdout);
+    assert!(
+        lines[0].starts_with(&format!("would delete {parent} completed")),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        lines[1].contains(&format!("{child} completed"))
+            && lines[1].contains(&format!("child of {parent}")),
+        "{}",
+        dry.stdout
+    );
     assert_eq!(listed(&a).len(), 4);
     // A status filter: no failed run here.
     let failed = a.run(&["prune", "--older-than", "0s", "--status", "failed"]);
-    assert_eq!((failed.code, failed.stdout.as_str()), (0, ""), "{}", failed.stderr);
+    assert_eq!(
+        (failed.code, failed.stdout.as_str()),
+        (0, ""),
+        "{}",
+        failed.stderr
+    );
     let never = a.run(&["prune", "--older-than", "0s", "--status", "running"]);
     assert_eq!(never.code, 2, "{}", never.stderr);
 
@@ -107,14 +124,22 @@ async fn prune_selects_whole_finished_trees(sqlite: bool) {
     left.sort();
     let mut expected = kept.to_vec();
     expected.sort();
-    assert_eq!(left, expected, "only the interrupted and the running run stay");
+    assert_eq!(
+        left, expected,
+        "only the interrupted and the running run stay"
+    );
     let files = if sqlite {
         a.dir.path().join("awr.db-files")
     } else {
         a.storage()
     };
     for run in [&parent, &child.to_string()] {
-        assert!(!files.join("transcripts").join(format!("{run}.jsonl")).exists());
+        assert!(
+            !files
+                .join("transcripts")
+                .join(format!("{run}.jsonl"))
+                .exists()
+        );
         assert_eq!(a.run(&["show", run]).code, 2);
     }
 
@@ -127,7 +152,11 @@ async fn prune_selects_whole_finished_trees(sqlite: bool) {
     }
     let snapshot = RunSnapshot::fold(&events).unwrap();
     store
-        .import_run(tree_child, futures::stream::iter(vec![Ok(events)]).boxed(), Some(snapshot))
+        .import_run(
+            tree_child,
+            futures::stream::iter(vec![Ok(events)]).boxed(),
+            Some(snapshot),
+        )
         .await
         .unwrap();
     let out = a.run(&["prune", "--older-than", "0s"]);
@@ -179,19 +208,36 @@ async fn a_killed_prune_leaves_only_whole_runs(sqlite: bool) {
         // terminal event, and `awr show` reads it as completed.
         for run in listed(&a) {
             let shown = a.show_json(&run);
-            assert_eq!(shown["status"], "completed", "kill after {kill_after}: run {run}: {shown}");
+            assert_eq!(
+                shown["status"], "completed",
+                "kill after {kill_after}: run {run}: {shown}"
+            );
             let id: RunId = run.parse().unwrap();
             let events = log(&*store, id).await;
-            assert_eq!(events.len(), template_log.len(), "kill after {kill_after}: run {run}");
-            assert_eq!(RunSnapshot::fold(&events).unwrap(), store.load_snapshot(id).await.unwrap().unwrap());
+            assert_eq!(
+                events.len(),
+                template_log.len(),
+                "kill after {kill_after}: run {run}"
+            );
+            assert_eq!(
+                RunSnapshot::fold(&events).unwrap(),
+                store.load_snapshot(id).await.unwrap().unwrap()
+            );
         }
         // The next prune finishes the job, and leaves nothing behind.
         let out = a.run(&["prune", "--older-than", "0s"]);
         assert_eq!(out.code, 0, "{}", out.stderr);
-        assert!(store.list_runs().await.unwrap().is_empty(), "kill after {kill_after}");
+        assert!(
+            store.list_runs().await.unwrap().is_empty(),
+            "kill after {kill_after}"
+        );
         assert!(listed(&a).is_empty());
         if !sqlite {
-            let left: Vec<_> = std::fs::read_dir(a.storage().join("runs")).unwrap().flatten().map(|e| e.file_name()).collect();
+            let left: Vec<_> = std::fs::read_dir(a.storage().join("runs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
             assert!(left.is_empty(), "kill after {kill_after}: {left:?}");
         }
     }

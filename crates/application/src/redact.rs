@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ports::{
-    EventBatches, EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript, TranscriptError,
-    Transcripts,
+    EventBatches, EventStream, RunLock, RunObserver, RunStore, StoreError, Transcript,
+    TranscriptError, Transcripts,
 };
 
 /// What a secret value is replaced with.

@@ -34,7 +34,10 @@ impl RunFilesDir {
     }
 
     fn blobs(&self, run_id: RunId) -> BlobDir {
-        BlobDir::new(transcript_blob_dir(&transcript_path(&self.root, run_id)), true)
+        BlobDir::new(
+            transcript_blob_dir(&transcript_path(&self.root, run_id)),
+            true,
+        )
     }
 }
 

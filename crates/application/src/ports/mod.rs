@@ -36,10 +36,10 @@ pub use process::MockProcesses;
 pub use process::Processes;
 #[cfg(test)]
 pub use query::MockQueryFn;
+pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 #[cfg(test)]
 pub use run_files::MockRunFiles;
 pub use run_files::{RunFileSet, RunFiles};
-pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 #[cfg(test)]
 pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};

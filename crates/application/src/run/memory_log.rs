@@ -142,8 +142,8 @@ impl RunStore for MemoryLog {
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(Vec::new())
     }
-    async fn delete_run(&self, _: RunId) -> Result<(), StoreError> {
-        unimplemented!("not used by the executor")
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        Err(StoreError::NotFound(run_id))
     }
     async fn import_run(
         &self,
@@ -151,7 +151,7 @@ impl RunStore for MemoryLog {
         _: crate::ports::EventBatches,
         _: Option<RunSnapshot>,
     ) -> Result<(), StoreError> {
-        unimplemented!("not used by the executor")
+        Err(StoreError::Conflict("a memory log holds one run".into()))
     }
 }
 

@@ -221,11 +221,7 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 /// down gracefully (see the module docs) and returns.
 /// With `retention`, runs that ended longer ago than it are pruned in the
 /// background (see `retention`).
-pub async fn serve(
-    addr: &str,
-    config: Config,
-    retention: Option<Duration>,
-) -> Result<(), Failure> {
+pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> Result<(), Failure> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|e| Failure::Input(anyhow!("--addr {addr}: {e}")))?;

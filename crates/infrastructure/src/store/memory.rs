@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
-use futures::StreamExt;
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
+use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::{LogSource, check_continuation, follow_log, locked_here, not_locked};

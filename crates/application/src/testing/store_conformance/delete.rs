@@ -51,7 +51,11 @@ pub async fn delete_refuses_a_run_with_a_writer<H: StoreHarness>(h: H) {
     let (run, lock) = run_with(store, 2).await;
     assert_locked(store.delete_run(run).await, run, "delete while written");
     if let Some(other) = h.another() {
-        assert_locked(other.delete_run(run).await, run, "delete from another instance");
+        assert_locked(
+            other.delete_run(run).await,
+            run,
+            "delete from another instance",
+        );
     }
     // Still whole, still written.
     store.append(run, &[warning(run, 3)]).await.unwrap();

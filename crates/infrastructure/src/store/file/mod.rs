@@ -37,10 +37,10 @@ pub(super) mod lock;
 mod log;
 mod snapshot;
 pub(super) mod sync;
-mod whole;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod sync_tests;
+mod whole;
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, OpenOptions};
