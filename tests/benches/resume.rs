@@ -207,6 +207,17 @@ impl RunStore for TimedStore {
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await
     }
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_run(run_id).await
+    }
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: application::ports::EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_run(run_id, events, snapshot).await
+    }
 }
 
 /// The process sweep `awr` wires, timed.

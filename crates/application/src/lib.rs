@@ -21,9 +21,11 @@
 pub mod fork;
 pub mod inspect;
 pub mod load;
+pub mod migrate;
 pub mod ports;
 pub mod query;
 pub mod redact;
+pub mod retention;
 pub mod run;
 pub mod secrets;
 #[cfg(any(test, feature = "testing"))]

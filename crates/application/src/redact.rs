@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ports::{
-    EventFilter, EventStream, RunLock, RunObserver, RunQuery, RunStore, RunSummary, StoreError,
-    Transcript, TranscriptError, Transcripts,
+    EventBatches, EventFilter, EventStream, RunLock, RunObserver, RunQuery, RunStore, RunSummary,
+    StoreError, Transcript, TranscriptError, Transcripts,
 };
 
 /// What a secret value is replaced with.
@@ -214,6 +214,20 @@ impl RunStore for RedactingStore {
         limit: usize,
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
         self.inner.read_matching(run_id, after, filter, limit).await
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_run(run_id).await
+    }
+
+    /// Not redacted: an import copies records that were redacted when written.
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_run(run_id, events, snapshot).await
     }
 }
 

@@ -190,6 +190,34 @@ enum Command {
         /// Seconds of silence before a stream sends a heartbeat.
         #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
         heartbeat: u64,
+        /// Prune finished runs older than this (e.g. 30d) in the background,
+        /// as `awr prune --older-than` does: at start, then periodically.
+        #[arg(long, value_name = "DURATION", value_parser = commands::prune::parse_age)]
+        retention: Option<std::time::Duration>,
+    },
+    /// Delete finished runs (completed, failed, cancelled) that ended longer
+    /// ago than DURATION, with their child runs; prints each run deleted.
+    Prune {
+        /// Age by end time, e.g. 30d, 12h, 90min.
+        #[arg(long, value_name = "DURATION", value_parser = commands::prune::parse_age)]
+        older_than: std::time::Duration,
+        /// Only runs with this status (completed, failed, cancelled or
+        /// paused; repeat or separate with commas). Default: the finished ones.
+        #[arg(long, value_name = "S", value_delimiter = ',', value_parser = commands::prune::parse_status)]
+        status: Vec<domain::RunStatus>,
+        /// Print what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Copy every run from one storage to another (a directory or
+    /// sqlite:PATH, either way), byte for byte; runs already there are skipped.
+    Migrate {
+        /// The storage to copy from.
+        #[arg(long, value_name = "STORAGE", value_parser = storage::Storage::parse)]
+        from: storage::Storage,
+        /// The storage to copy to (created if missing).
+        #[arg(long, value_name = "STORAGE", value_parser = storage::Storage::parse)]
+        to: storage::Storage,
     },
     /// Print a run's exchange transcript (prompts, replies, tools).
     Transcript {
@@ -356,6 +384,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             root,
             token,
             heartbeat,
+            retention,
         } => {
             let config = serve::Config {
                 storage,
@@ -364,8 +393,14 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 heartbeat: std::time::Duration::from_secs(heartbeat),
                 buffer: serve::BUFFER,
             };
-            serve::serve(&addr, config).await
+            serve::serve(&addr, config, retention).await
         }
+        Command::Prune {
+            older_than,
+            status,
+            dry_run,
+        } => commands::prune::prune(&storage, older_than, status, dry_run).await,
+        Command::Migrate { from, to } => commands::migrate::migrate(&from, &to).await,
         Command::Transcript {
             run,
             follow,

@@ -63,6 +63,12 @@ pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
     Arc::new(UnixControl::new(storage.files().join("control")))
 }
 
+/// What runs keep beside the store (transcripts and the blobs they name,
+/// control sockets), in the storage's files directory.
+pub fn run_files(storage: &Storage) -> Arc<dyn application::ports::RunFiles> {
+    Arc::new(infrastructure::RunFilesDir::new(storage.files()))
+}
+
 /// This machine's processes, to kill what a dead writer left behind.
 pub fn processes() -> Arc<dyn Processes> {
     Arc::new(adapters_agents::process::OsProcesses)

@@ -33,12 +33,14 @@ pub mod blobs;
 pub mod clock;
 pub mod control;
 pub mod fs;
+pub mod run_files;
 pub mod store;
 pub mod tools;
 pub mod transcript;
 
 pub use clock::{FixedClock, RandomIds, SeededIds, SystemClock};
 pub use control::{ControlConfig, UnixControl};
+pub use run_files::RunFilesDir;
 pub use store::{
     FileRunStore, FileStoreConfig, MemoryRunStore, SCHEMA_VERSION, SqliteOpenError, SqliteRunStore,
     SqliteStoreConfig, SyncPolicy,

@@ -7,6 +7,7 @@ mod control;
 mod observer;
 mod process;
 mod query;
+mod run_files;
 mod run_query;
 mod source;
 mod store;
@@ -37,13 +38,16 @@ pub use process::Processes;
 #[cfg(test)]
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
+#[cfg(test)]
+pub use run_files::MockRunFiles;
+pub use run_files::{RunFileSet, RunFiles};
 pub use run_query::{EventFilter, RunCursor, RunQuery, RunSummary, scan_events, scan_runs};
 #[cfg(test)]
 pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};
 #[cfg(test)]
 pub use store::MockRunStore;
-pub use store::{EventStream, RunLock, RunStore, StoreError};
+pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 #[cfg(test)]
 pub use tool::MockTool;
 pub use tool::{Tool, ToolContext, ToolError, ToolSpec};

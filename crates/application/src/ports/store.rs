@@ -22,7 +22,11 @@
 //!   the run's terminal event; a bad line is yielded as
 //!   [`StoreError::BadEvent`] in its place and the stream goes on;
 //! - `flush` makes everything appended so far durable, as the store's sync
-//!   policy defines durable.
+//!   policy defines durable;
+//! - a run appears whole and goes whole: [`RunStore::import_run`] and
+//!   [`RunStore::delete_run`] are all-or-nothing for readers (`list_runs`,
+//!   `read`, `load_snapshot`), even across a crash, so no reader ever takes
+//!   a partly copied or partly deleted run for a valid one.
 
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
@@ -97,6 +101,9 @@ impl std::fmt::Debug for RunLock {
 
 /// Events as they arrive, for followers.
 pub type EventStream = BoxStream<'static, Result<RuntimeEvent, StoreError>>;
+
+/// A whole log in order, in batches, for [`RunStore::import_run`].
+pub type EventBatches = BoxStream<'static, Result<Vec<RuntimeEvent>, StoreError>>;
 
 /// Durable storage of runs.
 #[cfg_attr(test, mockall::automock)]
@@ -178,4 +185,24 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
         scan_events(self, run_id, after, filter, limit).await
     }
+    /// Deletes the run whole: log, snapshot and everything the store keeps
+    /// for it. Refused with [`StoreError::Locked`] while anyone holds the
+    /// run's lock (it takes the lock itself, so no writer can start
+    /// meanwhile); `NotFound` for no such run. Crash-safe: at any point
+    /// readers see the run whole or not at all. What is kept outside the
+    /// store (transcripts, control sockets) is the caller's to remove, after.
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError>;
+
+    /// Creates `run_id` from a whole run (its log, in order from offset 1,
+    /// and its snapshot) copied from another store, stored exactly as
+    /// `append` and `save_snapshot` would store them. Readers see nothing of
+    /// it until it is complete, and a crash or error midway leaves nothing
+    /// that reads as a run. `Conflict` if the run exists; a log that does
+    /// not run 1..n is refused as `append` refuses it.
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError>;
 }

@@ -82,6 +82,18 @@ impl RunStore for Runs {
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(self.0.lock().unwrap().keys().copied().collect())
     }
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.0.lock().unwrap().remove(&run_id);
+        Ok(())
+    }
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        _: crate::ports::EventBatches,
+        _: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Conflict(format!("{run_id}: no imports here")))
+    }
 }
 
 /// Answers at once, except on the node named in `hangs` while it is set;

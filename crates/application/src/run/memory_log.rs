@@ -142,6 +142,17 @@ impl RunStore for MemoryLog {
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(Vec::new())
     }
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        Err(StoreError::NotFound(run_id))
+    }
+    async fn import_run(
+        &self,
+        _: RunId,
+        _: crate::ports::EventBatches,
+        _: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Conflict("a memory log holds one run".into()))
+    }
 }
 
 /// Ids 1, 2, 3, ... as UUIDs.

@@ -3,6 +3,8 @@
 pub mod control;
 pub mod fork;
 pub mod inspect;
+pub mod migrate;
+pub mod prune;
 pub mod query;
 pub mod replay;
 pub mod run;

@@ -18,6 +18,7 @@
 mod auth;
 mod error;
 mod fork;
+mod retention;
 mod runs;
 mod stream;
 #[cfg(test)]
@@ -227,7 +228,9 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 
 /// `awr serve`: binds `addr`, serves until SIGINT or SIGTERM, then shuts
 /// down gracefully (see the module docs) and returns.
-pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
+/// With `retention`, runs that ended longer ago than it are pruned in the
+/// background (see `retention`).
+pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> Result<(), Failure> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|e| Failure::Input(anyhow!("--addr {addr}: {e}")))?;
@@ -243,6 +246,7 @@ pub async fn serve(addr: &str, config: Config) -> Result<(), Failure> {
     let bound = listener.local_addr().map_err(cannot_listen)?;
     let http = http_runtime()
         .map_err(|e| Failure::Run(anyhow!("cannot start the server's runtime: {e}")))?;
+    let _pruner = retention.map(|age| retention::spawn(&app, age));
     crate::note(&format!("awr: listening on http://{bound}"));
 
     let signal = application::Cancel::new();

@@ -9,6 +9,17 @@ use std::os::unix::fs::DirBuilderExt;
 use super::text::{is_hex_hash, parse_reference};
 use super::*;
 
+/// The hashes (`<hex>`) of the blobs `doc` refers to, each once.
+pub fn referenced(doc: &[u8]) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for at in memchr::memmem::find_iter(doc, REF_OPEN) {
+        if let Some(found) = parse_reference(doc, at) {
+            seen.insert(found.hex);
+        }
+    }
+    seen.into_iter().collect()
+}
+
 impl BlobDir {
     /// Removes the blobs of this directory that `doc` does not refer to,
     /// for a directory whose blobs belong to that one document (a run's

@@ -38,6 +38,8 @@ use sha2::{Digest, Sha256};
 mod files;
 mod text;
 
+pub use self::files::referenced;
+
 use self::text::{
     is_hex_hash, is_ref_shaped, json_len, long_strings, mentions_ref, parse_reference,
     reference_text,

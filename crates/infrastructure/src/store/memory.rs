@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
+use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::{LogSource, check_continuation, follow_log, locked_here, not_locked};
@@ -211,6 +212,46 @@ impl RunStore for MemoryRunStore {
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(lock(&self.runs).keys().copied().collect())
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        let mut runs = lock(&self.runs);
+        let run = runs.get(&run_id).ok_or(StoreError::NotFound(run_id))?;
+        if run.state().locked {
+            return Err(locked_here(run_id));
+        }
+        runs.remove(&run_id);
+        Ok(())
+    }
+
+    /// Gathers the whole run first, then inserts it in one step.
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        mut events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        if lock(&self.runs).contains_key(&run_id) {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        let mut log = Vec::new();
+        while let Some(batch) = events.next().await {
+            let batch = batch?;
+            check_continuation(run_id, log.len() as u64, &batch)?;
+            log.extend(batch);
+        }
+        let run = MemRun::default();
+        {
+            let mut state = run.state();
+            state.events = log;
+            state.snapshot = snapshot;
+        }
+        let mut runs = lock(&self.runs);
+        if runs.contains_key(&run_id) {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        runs.insert(run_id, Arc::new(run));
+        Ok(())
     }
 }
 

@@ -21,12 +21,14 @@ use uuid::Uuid;
 use crate::ports::{RunLock, RunStore, StoreError};
 
 mod damage;
+mod delete;
 mod follow;
 mod lock;
 mod log;
 mod query;
 
 pub use self::damage::*;
+pub use self::delete::*;
 pub use self::follow::*;
 pub use self::lock::*;
 pub use self::log::*;
@@ -225,6 +227,12 @@ macro_rules! store_conformance {
             read_matching_by_type_node_and_time,
             read_matching_reports_a_corrupt_event_in_its_place,
             running_and_interrupted_runs_each_fill_a_page,
+            delete_removes_the_run_whole,
+            delete_refuses_a_run_with_a_writer,
+            import_stores_a_whole_run_exactly,
+            import_refuses_an_existing_run,
+            a_failed_import_leaves_nothing,
+            an_import_keeps_a_large_payload,
         ]);
     };
     (@checks $harness:ty, [$($check:ident),* $(,)?]) => {

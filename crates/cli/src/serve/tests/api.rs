@@ -137,7 +137,7 @@ async fn a_non_loopback_bind_without_a_token_is_refused() {
         heartbeat: Duration::from_secs(15),
         buffer: 16,
     };
-    let Err(crate::Failure::Input(e)) = crate::serve::serve("0.0.0.0:0", config).await else {
+    let Err(crate::Failure::Input(e)) = crate::serve::serve("0.0.0.0:0", config, None).await else {
         panic!("a non-loopback bind without a token must be refused");
     };
     assert!(e.to_string().contains("--token"), "{e}");

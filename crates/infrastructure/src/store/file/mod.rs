@@ -40,6 +40,7 @@ pub(super) mod sync;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod sync_tests;
+mod whole;
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, OpenOptions};
@@ -50,7 +51,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
@@ -125,6 +126,8 @@ struct Inner {
     handles: Mutex<HashMap<RunId, Arc<RunHandle>>>,
     /// Group commit across the store's runs.
     group: Arc<GroupSync>,
+    /// Whether what crashed imports and deletions left was swept (see `whole`).
+    swept: std::sync::atomic::AtomicBool,
 }
 
 /// Everything this process keeps about one run.
@@ -200,6 +203,7 @@ impl FileRunStore {
                 runs_dir,
                 config,
                 handles: Mutex::new(HashMap::new()),
+                swept: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -536,11 +540,26 @@ impl RunStore for FileRunStore {
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        // What a crashed prune or import left is removed by the next lister.
+        self.sweep_once().await;
         let runs_dir = self.inner.runs_dir.clone();
         // A directory of many runs takes a while to list: off the async threads.
         tokio::task::spawn_blocking(move || list_run_dirs(&runs_dir))
             .await
             .map_err(|e| StoreError::Io(format!("listing runs did not finish: {e}")))?
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.delete_whole(run_id).await
+    }
+
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.import_whole(run_id, events, snapshot).await
     }
 }
 

@@ -29,6 +29,7 @@
 mod query;
 mod rows;
 mod schema;
+mod whole;
 
 use self::rows::{exists, now_millis};
 
@@ -41,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use application::ports::{
-    EventFilter, EventStream, RunLock, RunQuery, RunStore, RunSummary, StoreError,
+    EventBatches, EventFilter, EventStream, RunLock, RunQuery, RunStore, RunSummary, StoreError,
 };
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
@@ -474,6 +475,19 @@ impl RunStore for SqliteRunStore {
         limit: usize,
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
         self.inner.read_matching(run_id, after, filter, limit)
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_whole(run_id)
+    }
+
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_whole(run_id, events, snapshot).await
     }
 }
 

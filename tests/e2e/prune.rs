@@ -1,0 +1,254 @@
+//! `awr prune`: whole finished runs go with their children; running,
+//! interrupted and young runs stay; a prune killed (SIGKILL) at any point
+//! leaves only runs that read as whole, and the next prune finishes the
+//! job. On the file store and on SQLite.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use application::ports::RunStore;
+use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
+use futures::StreamExt;
+use infrastructure::{FileRunStore, SqliteRunStore};
+
+use crate::util::Awr;
+
+/// The store of `a`, opened in this process as another process would.
+fn store(a: &Awr, sqlite: bool) -> Arc<dyn RunStore> {
+    if sqlite {
+        Arc::new(SqliteRunStore::open(a.dir.path().join("awr.db")).unwrap())
+    } else {
+        Arc::new(FileRunStore::open(a.storage()).unwrap())
+    }
+}
+
+/// The log of `run`.
+async fn log(store: &dyn RunStore, run: RunId) -> Vec<RuntimeEvent> {
+    store.read(run, 0, usize::MAX).await.unwrap()
+}
+
+/// `events` (the log of another run) as the log of `run`.
+fn as_run(events: &[RuntimeEvent], run: RunId) -> Vec<RuntimeEvent> {
+    events
+        .iter()
+        .cloned()
+        .map(|mut e| {
+            e.run_id = run;
+            e
+        })
+        .collect()
+}
+
+/// Adds a copy of the run `template` (its log cut to `keep` events) under
+/// a new id; its snapshot is the fold of what is kept.
+async fn clone_run(store: &dyn RunStore, template: &[RuntimeEvent], keep: usize) -> RunId {
+    let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let events = as_run(&template[..keep], run);
+    let snapshot = RunSnapshot::fold(&events).unwrap();
+    let batches = futures::stream::iter(vec![Ok(events)]).boxed();
+    store
+        .import_run(run, batches, Some(snapshot))
+        .await
+        .unwrap();
+    run
+}
+
+/// The ids `awr runs` lists.
+fn listed(a: &Awr) -> Vec<String> {
+    let out = a.run(&["runs"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    out.stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.len() >= 8 && w.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn prune_selects_whole_finished_trees(sqlite: bool) {
+    let a = if sqlite { Awr::sqlite() } else { Awr::new() };
+    let parent = a.completed_run("examples/market-brief.yaml");
+    let store = store(&a, sqlite);
+    let parent_id: RunId = parent.parse().unwrap();
+    let child = store
+        .list_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| *r != parent_id)
+        .expect("the child run");
+    let parent_log = log(&*store, parent_id).await;
+    // Interrupted: its log stops before its end, nobody writes it.
+    let interrupted = clone_run(&*store, &parent_log, 3).await;
+    // Running: the same, locked by this process.
+    let running = clone_run(&*store, &parent_log, 3).await;
+    let _writer = store.lock(running).await.unwrap();
+    let kept = [interrupted, running];
+
+    // Young runs stay.
+    let out = a.run(&["prune", "--older-than", "1h"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "", "nothing is an hour old");
+    // A dry run deletes nothing and says what would go: the tree, parent first.
+    let dry = a.run(&["prune", "--older-than", "0s", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let lines: Vec<&str> = dry.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", dry.stdout);
+    assert!(
+        lines[0].starts_with(&format!("would delete {parent} completed")),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        lines[1].contains(&format!("{child} completed"))
+            && lines[1].contains(&format!("child of {parent}")),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(listed(&a).len(), 4);
+    // A status filter: no failed run here.
+    let failed = a.run(&["prune", "--older-than", "0s", "--status", "failed"]);
+    assert_eq!(
+        (failed.code, failed.stdout.as_str()),
+        (0, ""),
+        "{}",
+        failed.stderr
+    );
+    let never = a.run(&["prune", "--older-than", "0s", "--status", "running"]);
+    assert_eq!(never.code, 2, "{}", never.stderr);
+
+    let out = a.run(&["prune", "--older-than", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.matches("deleted ").count(), 2, "{}", out.stdout);
+    let mut left: Vec<RunId> = store.list_runs().await.unwrap();
+    left.sort();
+    let mut expected = kept.to_vec();
+    expected.sort();
+    assert_eq!(
+        left, expected,
+        "only the interrupted and the running run stay"
+    );
+    let files = if sqlite {
+        a.dir.path().join("awr.db-files")
+    } else {
+        a.storage()
+    };
+    for run in [&parent, &child.to_string()] {
+        assert!(
+            !files
+                .join("transcripts")
+                .join(format!("{run}.jsonl"))
+                .exists()
+        );
+        assert_eq!(a.run(&["show", run]).code, 2);
+    }
+
+    // A completed child whose parent is interrupted stays with its parent.
+    let tree_parent = clone_run(&*store, &parent_log, 3).await;
+    let tree_child = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let mut events = as_run(&parent_log, tree_child);
+    if let EventKind::FlowStarted { parent_run_id, .. } = &mut events[0].kind {
+        *parent_run_id = Some(tree_parent);
+    }
+    let snapshot = RunSnapshot::fold(&events).unwrap();
+    store
+        .import_run(
+            tree_child,
+            futures::stream::iter(vec![Ok(events)]).boxed(),
+            Some(snapshot),
+        )
+        .await
+        .unwrap();
+    let out = a.run(&["prune", "--older-than", "0s"]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{}", out.stderr);
+    assert!(store.list_runs().await.unwrap().contains(&tree_child));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_selects_whole_finished_trees_on_files() {
+    prune_selects_whole_finished_trees(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_selects_whole_finished_trees_on_sqlite() {
+    prune_selects_whole_finished_trees(true).await;
+}
+
+/// Runs made for each kill.
+const RUNS: usize = 24;
+
+async fn a_killed_prune_leaves_only_whole_runs(sqlite: bool) {
+    let a = if sqlite { Awr::sqlite() } else { Awr::new() };
+    let template = a.completed_run("examples/fan-out.yaml");
+    let store = store(&a, sqlite);
+    let template_id: RunId = template.parse().unwrap();
+    let template_log = log(&*store, template_id).await;
+    for kill_after in [0usize, 1, 3, 7, 12, 20] {
+        while store.list_runs().await.unwrap().len() < RUNS {
+            clone_run(&*store, &template_log, template_log.len()).await;
+        }
+        let mut prune = a
+            .command(&["prune", "--older-than", "0s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait until `kill_after` runs are gone (or the prune ended), then kill.
+        loop {
+            let gone = RUNS.saturating_sub(store.list_runs().await.unwrap().len());
+            if gone >= kill_after || prune.try_wait().unwrap().is_some() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        prune.kill().unwrap();
+        prune.wait().unwrap();
+
+        // Every run still listed reads as whole: its log ends in its
+        // terminal event, and `awr show` reads it as completed.
+        for run in listed(&a) {
+            let shown = a.show_json(&run);
+            assert_eq!(
+                shown["status"], "completed",
+                "kill after {kill_after}: run {run}: {shown}"
+            );
+            let id: RunId = run.parse().unwrap();
+            let events = log(&*store, id).await;
+            assert_eq!(
+                events.len(),
+                template_log.len(),
+                "kill after {kill_after}: run {run}"
+            );
+            assert_eq!(
+                RunSnapshot::fold(&events).unwrap(),
+                store.load_snapshot(id).await.unwrap().unwrap()
+            );
+        }
+        // The next prune finishes the job, and leaves nothing behind.
+        let out = a.run(&["prune", "--older-than", "0s"]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            store.list_runs().await.unwrap().is_empty(),
+            "kill after {kill_after}"
+        );
+        assert!(listed(&a).is_empty());
+        if !sqlite {
+            let left: Vec<_> = std::fs::read_dir(a.storage().join("runs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(left.is_empty(), "kill after {kill_after}: {left:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_prune_leaves_only_whole_runs_on_files() {
+    a_killed_prune_leaves_only_whole_runs(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_prune_leaves_only_whole_runs_on_sqlite() {
+    a_killed_prune_leaves_only_whole_runs(true).await;
+}
