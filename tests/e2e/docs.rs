@@ -159,22 +159,28 @@ fn reserved_event_types_are_marked_as_such() {
 #[test]
 fn the_readme_lists_every_command() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    for command in [
-        "run",
-        "validate",
-        "runs",
-        "show",
-        "events",
-        "transcript",
-        "resume",
-        "recover",
-        "pause",
-        "cancel",
-        "send|reply",
-        "serve",
-    ] {
+    let help = std::process::Command::new(crate::util::awr_bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() > 10, "{help}");
+    for command in commands {
+        let listed = [
+            format!("awr {command} "),
+            format!("awr {command}|"),
+            format!("|{command} "),
+        ];
         assert!(
-            readme.contains(&format!("awr {command} ")),
+            listed.iter().any(|l| readme.contains(l.as_str())),
             "README.md does not list `awr {command}`"
         );
     }

@@ -25,6 +25,7 @@ mod prune;
 mod queries;
 mod real_clis;
 mod records;
+mod replay;
 mod resume_cli;
 mod resume_http;
 mod secrets;
