@@ -252,3 +252,56 @@ async fn a_killed_prune_leaves_only_whole_runs_on_files() {
 async fn a_killed_prune_leaves_only_whole_runs_on_sqlite() {
     a_killed_prune_leaves_only_whole_runs(true).await;
 }
+
+/// `awr serve --retention AGE` prunes at start (then periodically): a run
+/// that ended longer ago than AGE goes, with its transcript; a run still
+/// being written stays, whatever its age.
+#[test]
+fn serve_with_retention_prunes_finished_runs_and_keeps_running_ones() {
+    use awr_tests::serve::Served;
+
+    use crate::cancel::{wait_exit, wait_for};
+
+    for awr in [Awr::new(), Awr::sqlite()] {
+        let done = awr.completed_run("examples/summarize.yaml");
+        let gate = awr.dir.path().join("gate");
+        let flow = awr.write(
+            "gated.yaml",
+            &format!(
+                "name: gated\nsteps:\n  - id: wait\n    command: 'while [ ! -f {} ]; do sleep 0.02; done'\n",
+                gate.display()
+            ),
+        );
+        let mut writer = awr
+            .command(&["run", flow.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(30, "the gated run's step", || {
+            awr.run_ids().iter().any(|run| {
+                *run != done
+                    && awr
+                        .events_so_far(run)
+                        .iter()
+                        .any(|e| e["type"] == "node:started")
+            })
+        });
+        let live = awr.run_ids().into_iter().find(|r| *r != done).unwrap();
+
+        let server = Served::start(
+            crate::util::awr_bin(),
+            awr.storage_arg(),
+            awr.dir.path(),
+            &["--retention", "1ms"],
+        );
+        wait_for(30, "the finished run to be pruned", || {
+            !awr.run_ids().contains(&done)
+        });
+        assert_eq!(awr.run_ids(), vec![live.clone()], "the live run stays");
+        drop(server);
+        std::fs::write(&gate, "").unwrap();
+        assert_eq!(wait_exit(&mut writer, 30, "the gated run"), 0);
+        assert_eq!(awr.show_json(&live)["status"], "completed");
+    }
+}

@@ -158,9 +158,11 @@ impl Awr {
         let Ok(entries) = std::fs::read_dir(self.storage().join("runs")) else {
             return Vec::new();
         };
+        // A hidden entry (a deleted run's tombstone) is not a run.
         entries
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
             .collect()
     }
 
