@@ -36,6 +36,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use domain::{EventKind, Offset, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
+use futures::StreamExt;
 use serde_json::Value;
 
 use crate::Cancel;
@@ -153,12 +154,13 @@ impl Executor {
     }
 
     /// Creates the fork of `source` (and, first, of its children in flight
-    /// at the cut), copies its events and records `flow:forked`; the locks
-    /// of every run made go to `held`.
+    /// at the cut): its copied events and `flow:forked`, stored whole by
+    /// [`RunStore::import_run`], so that a fork cut short (an error, a
+    /// crash) leaves no partial run to be read, or resumed, as one. The
+    /// locks of every run made go to `held`.
     async fn copy(&self, source: Source, held: &mut Vec<RunLock>) -> Result<RunId, ExecutorError> {
         let store = self.store();
         let fork = self.new_run_id();
-        held.push(store.create_run(fork).await?);
         // The children in flight at the cut: started (a node run in flight
         // names it) and not ended before it.
         let mut before = None::<RunSnapshot>;
@@ -203,8 +205,10 @@ impl Executor {
             };
             children.insert(child, forked);
         }
-        // The copy, batch by batch, folded as it goes.
+        // The copy, batch by batch, folded as it goes; held until it is
+        // stored whole (as big as the log up to the cut).
         let mut state = RunSnapshot::new(fork);
+        let mut copied: Vec<Vec<RuntimeEvent>> = Vec::new();
         let mut after = 0;
         while after < source.cut {
             let batch = store.read(source.run, after, BATCH).await?;
@@ -220,10 +224,10 @@ impl Executor {
                 )));
             };
             after = last.offset.get();
-            store.append(fork, &batch).await?;
             for event in &batch {
                 state.apply(event);
             }
+            copied.push(batch);
         }
         let parent_offset = Offset::new(source.cut)
             .map_err(|e| ExecutorError::Refused(format!("offset {}: {e}", source.cut)))?;
@@ -243,11 +247,12 @@ impl Executor {
             },
             extra: serde_json::Map::new(),
         };
-        store.append(fork, std::slice::from_ref(&forked)).await?;
         state.apply(&forked);
-        store.flush(fork).await?;
-        // A load then folds nothing: the copy is not folded again.
-        store.save_snapshot(&state).await?;
+        copied.push(vec![forked]);
+        // With its snapshot, a load folds nothing: the copy is not folded again.
+        let batches = futures::stream::iter(copied.into_iter().map(Ok)).boxed();
+        store.import_run(fork, batches, Some(state)).await?;
+        held.push(store.lock(fork).await?);
         tracing::info!(run = %fork, parent = %source.run, offset = source.cut, "forked");
         Ok(fork)
     }

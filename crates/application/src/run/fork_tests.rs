@@ -18,9 +18,13 @@ use crate::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
 };
 
-/// Runs in memory, one [`MemoryLog`] each.
+/// Runs in memory, one [`MemoryLog`] each; imports fail while the flag
+/// is set (a store that fails midway through storing a fork).
 #[derive(Default)]
-struct Runs(Mutex<HashMap<RunId, Arc<MemoryLog>>>);
+struct Runs(
+    Mutex<HashMap<RunId, Arc<MemoryLog>>>,
+    std::sync::atomic::AtomicBool,
+);
 
 impl Runs {
     fn log(&self, run_id: RunId) -> Result<Arc<MemoryLog>, StoreError> {
@@ -89,10 +93,28 @@ impl RunStore for Runs {
     async fn import_run(
         &self,
         run_id: RunId,
-        _: crate::ports::EventBatches,
-        _: Option<RunSnapshot>,
+        mut events: crate::ports::EventBatches,
+        snapshot: Option<RunSnapshot>,
     ) -> Result<(), StoreError> {
-        Err(StoreError::Conflict(format!("{run_id}: no imports here")))
+        use futures::StreamExt;
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::Io("the disk is full".into()));
+        }
+        let log = Arc::new(MemoryLog::default());
+        let lock = log.lock(run_id).await?;
+        while let Some(batch) = events.next().await {
+            log.append(run_id, &batch?).await?;
+        }
+        if let Some(snapshot) = snapshot {
+            log.save_snapshot(&snapshot).await?;
+        }
+        drop(lock);
+        let mut runs = self.0.lock().unwrap();
+        if runs.contains_key(&run_id) {
+            return Err(StoreError::Conflict(format!("run {run_id} exists")));
+        }
+        runs.insert(run_id, log);
+        Ok(())
     }
 }
 
@@ -411,5 +433,26 @@ async fn a_bad_fork_is_refused_before_any_run_is_made() {
         let error = executor.fork(request, workflow).await.unwrap_err();
         assert!(error.to_string().contains(says), "{says}: {error}");
     }
+    assert_eq!(runs.count(), 1, "no run was made");
+}
+
+/// A fork the store fails to store is an error, and leaves no run behind:
+/// the copy is stored whole or not at all.
+#[tokio::test]
+async fn a_fork_the_store_cannot_store_leaves_no_run() {
+    let runs = Arc::new(Runs::default());
+    let agent = Arc::new(Agent::default());
+    let executor = executor(&runs, &agent);
+    let workflow = chain("mock");
+    let parent = completed(&executor, &workflow).await;
+    let events = runs.events(parent);
+    runs.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    let request = ForkRequest {
+        parent,
+        at: offset_of(&events, "node:completed", "a"),
+        input: None,
+    };
+    let error = executor.fork(request, &workflow).await.unwrap_err();
+    assert!(error.to_string().contains("the disk is full"), "{error}");
     assert_eq!(runs.count(), 1, "no run was made");
 }
