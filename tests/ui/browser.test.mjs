@@ -139,8 +139,11 @@ describe('timeline', () => {
     assert.deepEqual(lines, [
       'attempt 1 rate_limit: slow down',
       'attempt 2 rate_limit: slow down again',
-      'attempt 2 node:failed: rate_limit: slow down again',
     ]);
+    // Each error is shown once in the detail: not again as a block, nor as the node's failure.
+    const detail = await page.textContent('#detail');
+    assert.equal(detail.split('slow down again').length - 1, 1, detail);
+    assert.equal(detail.split('slow down').length - 1, 2, detail);
     await browser.screenshot('failed-step');
   });
 

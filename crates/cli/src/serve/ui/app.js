@@ -595,8 +595,6 @@ function drawBlock(block) {
             block.error ? h('small', { text: 'error' }) : block.output !== undefined ? h('small', { text: 'result' }) : null,
             block.error ? h('pre', { class: 'error', text: json(block.error) }) : block.output !== undefined ? h('pre', { text: json(block.output) }) : null)),
       };
-    case 'error':
-      return { el: h('div', { class: 'blk agent-error' }, h('b', { text: `${block.type}` }), ` (attempt ${block.attempt}) `, block.message) };
     case 'attempt':
       return { el: h('div', { class: 'blk attempt-line', text: `attempt ${block.attempt}` }) };
     default:
