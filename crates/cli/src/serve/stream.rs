@@ -240,14 +240,19 @@ impl Frame {
         Bytes::from(line)
     }
 
-    /// The frame as one SSE event.
-    fn sse(&self) -> Event {
+    /// The frame as one SSE event. A heartbeat is a named event (`heartbeat`,
+    /// no id) with the interval, not a comment: a browser's `EventSource`
+    /// drops comments, and a page needs to see heartbeats to tell a quiet
+    /// run from a dead connection.
+    fn sse(&self, heartbeat: Duration) -> Event {
         match self {
             Frame::Event { offset, json } => Event::default().id(offset.to_string()).data(&**json),
             Frame::End { .. } => Event::default()
                 .event("end")
                 .data(self.end_json().to_string()),
-            Frame::Heartbeat => Event::default().comment("heartbeat"),
+            Frame::Heartbeat => Event::default()
+                .event("heartbeat")
+                .data(json!({"heartbeatMs": heartbeat.as_millis()}).to_string()),
         }
     }
 
@@ -529,7 +534,7 @@ pub async fn sse(
     };
     let every = app.config().heartbeat;
     let events = with_heartbeats(frames(app, run_id, after, last), every)
-        .map(|f| Ok::<_, Infallible>(f.sse()));
+        .map(move |f| Ok::<_, Infallible>(f.sse(every)));
     let mut response = Sse::new(events).into_response();
     response
         .headers_mut()

@@ -212,7 +212,11 @@ async fn an_idle_stream_sends_heartbeats_without_ids() {
     assert_eq!(ndjson.line().await.unwrap()["offset"], 1);
     // A body is polled as it is read: each silence is timed from its read.
     let before = tokio::time::Instant::now();
-    assert_eq!(sse.sse().await.unwrap(), ": heartbeat");
+    // A named event (a page sees it; a comment it would not), without an id.
+    assert_eq!(
+        sse.sse().await.unwrap(),
+        "event: heartbeat\ndata: {\"heartbeatMs\":5000}"
+    );
     let waited = before.elapsed();
     assert!(
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
