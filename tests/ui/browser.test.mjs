@@ -139,8 +139,11 @@ describe('timeline', () => {
     assert.deepEqual(lines, [
       'attempt 1 rate_limit: slow down',
       'attempt 2 rate_limit: slow down again',
-      'attempt 2 node:failed: rate_limit: slow down again',
     ]);
+    // Each error is shown once in the detail: not again as a block, nor as the node's failure.
+    const detail = await page.textContent('#detail');
+    assert.equal(detail.split('slow down again').length - 1, 1, detail);
+    assert.equal(detail.split('slow down').length - 1, 2, detail);
     await browser.screenshot('failed-step');
   });
 
@@ -173,10 +176,20 @@ describe('timeline', () => {
     await page.waitForSelector(`${node('flaky')}.failed`);
   });
 
-  test('a run of 10,000 events folds and renders fast', async () => {
+  test('a run of 10,000 events loads fast and selecting a step stays quick', async () => {
     const { page } = browser;
     const runId = await server.start('big.yaml');
     await server.waitStatus(runId, 'completed', 120_000);
+    const item = (i) => `${node('work')} > .kids > .node:nth-child(${i + 1}) > .row`;
+    /** Milliseconds from a click on item `i` to its text shown in the detail. */
+    async function select(i) {
+      const started = performance.now();
+      await page.click(item(i));
+      // The step's head, and its whole text (which mock call an item gets depends on the order items start in).
+      await page.waitForFunction((want) => document.querySelector('#detail h2')?.textContent === want
+        && /^item \d+ chunk 0\. [\s\S]* chunk 199\. $/.test(document.querySelector('#detail .blk.text')?.textContent ?? ''), `completed work [${i}]`);
+      return performance.now() - started;
+    }
     await openRun(runId);
     await page.waitForFunction(() => window.awrTimeline?.view?.stats.renderedEndAt != null, null, { timeout: 60_000 });
     const m = await page.evaluate(() => {
@@ -191,17 +204,20 @@ describe('timeline', () => {
     });
     assert.ok(m.events >= 10_000, `${m.events} events`);
     assert.equal(m.rows, 51);
-    // Responsive: still answers a click at once after the load.
-    const clicked = performance.now();
-    await page.click(`${node('work')} .kids .node:nth-child(7) > .row`);
-    await page.waitForSelector('#detail .blk.text');
-    const clickMs = performance.now() - clicked;
+    // Once loaded: ten steps selected one after another, each shown in full.
+    const clicks = [];
+    for (const i of [6, 49, 0, 25, 13, 37, 2, 44, 19, 31]) clicks.push(await select(i));
+    const clickMs = Math.max(...clicks);
     const line = `10,000-event run: ${m.events} events folded and rendered in ${m.ms.toFixed(0)} ms ` +
-      `(${m.frames} frames, longest ${m.longestFrameMs.toFixed(1)} ms; a click to show a step ${clickMs.toFixed(0)} ms)`;
+      `(${m.frames} frames, longest ${m.longestFrameMs.toFixed(1)} ms); a step selected and its 200 chunks shown ` +
+      `in at most ${clickMs.toFixed(0)} ms (ten steps)`;
     console.log(line);
     mkdirSync(artifacts, { recursive: true });
-    writeFileSync(path.join(artifacts, 'timeline-10k.json'), JSON.stringify({ ...m, clickMs }, null, 2));
+    writeFileSync(path.join(artifacts, 'timeline-10k.json'), JSON.stringify({ ...m, clicks }, null, 2));
+    // The bounds (docs/performance.md): loaded in 10 s, no frame over 100 ms, a step shown within 500 ms of its click.
     assert.ok(m.ms < 10_000, line);
+    assert.ok(m.longestFrameMs < 100, line);
+    assert.ok(clickMs < 500, line);
     await browser.screenshot('ten-thousand-events');
   });
 });

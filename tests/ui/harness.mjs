@@ -6,13 +6,16 @@
 // Nothing here skips: a missing `awr` binary or Chromium is an error, so
 // the tests fail rather than pass by not running.
 
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
+
+const execFileAsync = promisify(execFile);
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const workspace = path.resolve(here, '../..');
@@ -57,9 +60,16 @@ function freePort() {
   });
 }
 
-/** A TCP proxy to `port` on 127.0.0.1; `block()` drops every connection and refuses new ones until `unblock()`. */
+/**
+ * A TCP proxy to `port` on 127.0.0.1; `block()` drops every connection and
+ * refuses new ones until `unblock()`; `stall()` keeps the open event
+ * streams (SSE) open but forwards nothing more to the browser on them (a
+ * half-open connection: no error, no bytes), while other and new
+ * connections work.
+ */
 async function startProxy(port) {
   const sockets = new Set();
+  const pairs = new Set();
   let blocked = false;
   const server = net.createServer((client) => {
     if (blocked) {
@@ -68,6 +78,15 @@ async function startProxy(port) {
     }
     const upstream = net.connect(port, '127.0.0.1');
     const pair = [client, upstream];
+    // A kept-alive connection carries one request after another: it is an
+    // event stream while its latest request is one.
+    client.on('data', (chunk) => {
+      const request = /^[A-Z]+ (\S+) HTTP\//.exec(chunk.toString('latin1'));
+      if (!request) return;
+      if (/\/events\/sse(\?|$)/.test(request[1])) pairs.add(pair);
+      else pairs.delete(pair);
+    });
+    upstream.on('close', () => pairs.delete(pair));
     for (const s of pair) {
       sockets.add(s);
       s.on('error', () => {});
@@ -91,6 +110,16 @@ async function startProxy(port) {
     unblock() {
       blocked = false;
     },
+    stalls: 0,
+    stall() {
+      for (const [client, upstream] of pairs) {
+        upstream.unpipe(client);
+        // Read and drop what the server sends, so it is not held back.
+        upstream.on('data', () => {});
+        this.stalls += 1;
+      }
+      pairs.clear();
+    },
     close() {
       for (const s of sockets) s.destroy();
       return new Promise((resolve) => server.close(resolve));
@@ -103,7 +132,7 @@ async function startProxy(port) {
  * holding `files` (path → text or JSON value). Returns the server's URL,
  * the proxy's URL (what the browser uses), and helpers.
  */
-export async function startServer(files = {}) {
+export async function startServer(files = {}, { heartbeat } = {}) {
   const root = mkdtempSync(path.join(tmpdir(), 'awr-ui-'));
   const storage = path.join(root, 'storage');
   mkdirSync(path.join(root, 'gates'), { recursive: true });
@@ -111,9 +140,12 @@ export async function startServer(files = {}) {
     const file = path.join(root, name);
     mkdirSync(path.dirname(file), { recursive: true });
     writeFileSync(file, typeof content === 'string' ? content.replaceAll('$ROOT', root) : JSON.stringify(content));
+    if (typeof content === 'string' && content.startsWith('#!')) chmodSync(file, 0o755);
   }
   const port = await freePort();
-  const child = spawn(awrBin(), ['--storage', storage, 'serve', '--addr', `127.0.0.1:${port}`, '--root', root], {
+  const args = ['--storage', storage, 'serve', '--addr', `127.0.0.1:${port}`, '--root', root];
+  if (heartbeat) args.push('--heartbeat', String(heartbeat));
+  const child = spawn(awrBin(), args, {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? 'warn' },
@@ -156,6 +188,40 @@ export async function startServer(files = {}) {
     },
     async waitStatus(runId, wanted, timeout = 30_000) {
       return waitFor(async () => (await server.status(runId)) === wanted, { what: `run ${runId} ${wanted}`, timeout });
+    },
+    /** The run's events on record so far (`awr events RUN --json` on the storage: its log, not the page). */
+    async events(runId) {
+      const { stdout } = await execFileAsync(awrBin(), ['--storage', storage, 'events', runId, '--json'], { cwd: root, maxBuffer: 64 << 20 });
+      return stdout.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+    },
+    /** Waits until the run's log holds an event that `match` accepts; returns it. */
+    async waitEvent(runId, match, what = 'an event', timeout = 30_000) {
+      return waitFor(async () => (await server.events(runId)).find(match), { what: `${what} in run ${runId}`, timeout });
+    },
+    /**
+     * Starts `awr run FILE` in a process of its own on the server's storage
+     * (as a user would beside the server); resolves once its run is on
+     * record, with the run id and the process.
+     */
+    async awrRun(file) {
+      const known = new Set((await server.api('/workflows?limit=1000')).runs.map((r) => r.runId));
+      const proc = spawn(awrBin(), ['--storage', storage, 'run', file], {
+        cwd: root,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, RUST_LOG: 'warn' },
+      });
+      let said = '';
+      proc.stdout.on('data', (d) => (said += d));
+      proc.stderr.on('data', (d) => (said += d));
+      const exit = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+      let ended = null;
+      exit.then((e) => (ended = e));
+      const runId = await waitFor(async () => {
+        if (ended) throw new Error(`awr run ended (${JSON.stringify(ended)}): ${said}`);
+        const runs = (await server.api('/workflows?limit=1000')).runs;
+        return runs.find((r) => !known.has(r.runId))?.runId;
+      }, { what: `awr run ${file} to record its run` });
+      return { runId, process: proc, exit, output: () => said };
     },
     /** Lets a gated command node of run `runId` go on. */
     open(runId) {
@@ -311,3 +377,38 @@ nodes:
     'fixtures/big/work.json': { calls },
   };
 }
+
+/**
+ * One Claude Code agent, `coder`, played by a fake CLI: its first turn
+ * stays open until the test opens the run's gate (`server.open(runId)`); a
+ * resumed session (a message delivered, a resume) answers at once with
+ * `heard: PROMPT`. It is what a message is sent to while the run is live.
+ */
+export const CHAT = {
+  'fake-claude': String.raw`#!/bin/sh
+prompt=$(printf '%s' "$2" | awk 'BEGIN { ORS = "" } NR > 1 { print "\\n" } { print }')
+sid=""
+resume=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --session-id) sid="$2"; shift ;;
+    --resume) sid="$2"; resume=1; shift ;;
+  esac
+  shift
+done
+echo '{"type":"system","subtype":"init","session_id":"'"$sid"'","model":"m"}'
+if [ -z "$resume" ]; then
+  while [ ! -f "$ROOT/gates/$AWR_RUN_ID" ]; do sleep 0.02; done
+fi
+printf '%s\n' '{"type":"result","subtype":"success","is_error":false,"result":"heard: '"$prompt"'","session_id":"'"$sid"'","num_turns":1,"duration_ms":5,"usage":{"input_tokens":3,"output_tokens":2}}'
+`,
+  'chat.yaml': `name: chat
+agents:
+  coder:
+    provider: claude-code
+    executable: '$ROOT/fake-claude'
+nodes:
+  - id: coder
+    agent: coder
+`,
+};

@@ -81,9 +81,10 @@ test('a retried node run keeps its id, counts attempts and is failed with the la
     [
       [1, 'rate_limit'],
       [2, 'rate_limit'],
-      [2, 'node:failed'],
     ],
+    'the node failure of attempt 2 is its agent error, not a second one',
   );
+  assert.equal(flaky.blocks.filter((b) => b.kind === 'error').length, 0, 'errors are listed once, not again as blocks');
   assert.ok(flaky.attemptStartedAt >= flaky.startedAt);
   const writer = run.roots.find((nr) => nr.nodeId === 'writer');
   assert.equal(writer.thinking, 'hmm ');

@@ -224,7 +224,10 @@ pub enum Frame {
         reason: Option<&'static str>,
     },
     /// Nothing happened for a while; the connection is alive.
-    Heartbeat,
+    Heartbeat {
+        /// The silence after which one is sent (the page's watchdog reads it).
+        every: Duration,
+    },
 }
 
 impl Frame {
@@ -237,14 +240,17 @@ impl Frame {
                 end["type"] = "end".into();
                 out.extend_from_slice(end.to_string().as_bytes());
             }
-            Frame::Heartbeat => out.extend_from_slice(br#"{"type":"heartbeat"}"#),
+            Frame::Heartbeat { .. } => out.extend_from_slice(br#"{"type":"heartbeat"}"#),
         }
         out.push(b'\n');
     }
 
     /// Appends the frame as one SSE event. Every field is one line: event
     /// JSON is compact (a newline inside a string is escaped), and an id is
-    /// digits.
+    /// digits. A heartbeat is a named event (`heartbeat`, no id) with the
+    /// interval, not a comment: a browser's `EventSource` drops comments,
+    /// and a page needs to see heartbeats to tell a quiet run from a dead
+    /// connection.
     fn sse(&self, out: &mut Vec<u8>) {
         match self {
             Frame::Event { offset, json } => {
@@ -259,7 +265,12 @@ impl Frame {
                 out.extend_from_slice(self.end_json().to_string().as_bytes());
                 out.push(b'\n');
             }
-            Frame::Heartbeat => out.extend_from_slice(b": heartbeat\n"),
+            Frame::Heartbeat { every } => {
+                out.extend_from_slice(b"event: heartbeat\ndata: ");
+                let data = json!({"heartbeatMs": every.as_millis()});
+                out.extend_from_slice(data.to_string().as_bytes());
+                out.push(b'\n');
+            }
         }
         out.push(b'\n');
     }
@@ -566,7 +577,7 @@ where
             match tokio::time::timeout(every, frames.next()).await {
                 Ok(Some(frame)) => yield frame,
                 Ok(None) => return,
-                Err(_) => yield Frame::Heartbeat,
+                Err(_) => yield Frame::Heartbeat { every },
             }
         }
     }

@@ -212,7 +212,11 @@ async fn an_idle_stream_sends_heartbeats_without_ids() {
     assert_eq!(ndjson.line().await.unwrap()["offset"], 1);
     // Each stream's silence is timed from its last frame.
     let before = tokio::time::Instant::now();
-    assert_eq!(sse.sse().await.unwrap(), ": heartbeat");
+    // SSE: a named event (a page sees it; a comment it would not), without an id.
+    assert_eq!(
+        sse.sse().await.unwrap(),
+        "event: heartbeat\ndata: {\"heartbeatMs\":5000}"
+    );
     assert_eq!(ndjson.line().await.unwrap(), json!({"type": "heartbeat"}));
     let waited = before.elapsed();
     assert!(
@@ -231,7 +235,7 @@ async fn an_idle_stream_sends_heartbeats_without_ids() {
     run.append(warning(2)).await;
     let next = loop {
         let frame = sse.sse().await.unwrap();
-        if frame != ": heartbeat" {
+        if !frame.starts_with("event: heartbeat\n") {
             break frame;
         }
     };

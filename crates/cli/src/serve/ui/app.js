@@ -17,8 +17,15 @@ function url(path) {
   return `${path}${path.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(token)}`;
 }
 
+/** How long a request may take: one on a dead (half-open) connection fails instead of hanging. */
+const REQUEST_TIMEOUT_MS = 15_000;
+
 async function api(path, options = {}) {
-  const init = { ...options, headers: { Accept: 'application/json', ...(options.headers ?? {}) } };
+  const init = {
+    ...options,
+    headers: { Accept: 'application/json', ...(options.headers ?? {}) },
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+  };
   if (options.json !== undefined) {
     init.method = init.method ?? 'POST';
     init.body = JSON.stringify(options.json);
@@ -174,6 +181,22 @@ function runRow(run) {
 /** At most this many streams at once (a browser allows about 6 per origin over HTTP/1.1). */
 const MAX_STREAMS = 4;
 
+/**
+ * The idle watchdog: a stream silent (no event, no heartbeat) for this many
+ * heartbeat intervals is taken for a dead connection (a half-open socket
+ * sends no error) and opened again from the last offset folded.
+ */
+const WATCHDOG_BEATS = 3;
+
+/** The server's heartbeat interval until a heartbeat says it (`awr serve --heartbeat`'s default). */
+const DEFAULT_HEARTBEAT_MS = 15_000;
+
+/**
+ * How often a run that is not over asks for its status while its stream
+ * brings no event: `interrupted` (its writer died) is in no event.
+ */
+const STATUS_POLL_MS = 2000;
+
 class RunView {
   constructor(runId) {
     this.runId = runId;
@@ -188,6 +211,15 @@ class RunView {
     this.streams = new Map();
     this.queue = [];
     this.retries = new Map();
+    /** When each stream was last heard from (`performance.now()`): opened, an event, a heartbeat. */
+    this.heard = new Map();
+    this.heartbeatMs = DEFAULT_HEARTBEAT_MS;
+    /** No process writes the run (`interrupted`), as of offset `interruptedAt`. */
+    this.interrupted = false;
+    this.interruptedAt = 0;
+    this.lastEventAt = performance.now();
+    this.statusAt = -Infinity;
+    this.statusBusy = false;
     this.stats = {
       openedAt: performance.now(),
       endedAt: null,
@@ -197,6 +229,9 @@ class RunView {
       opens: 0,
       errors: 0,
       badFrames: 0,
+      heartbeats: 0,
+      /** Streams the watchdog closed and opened again. */
+      watchdog: 0,
     };
     this.tree = $('tree');
     this.tree.replaceChildren();
@@ -239,8 +274,24 @@ class RunView {
     const es = new EventSource(url(path));
     this.streams.set(runId, es);
     this.stats.opens += 1;
-    es.onopen = () => this.streamState();
+    const heard = () => this.heard.set(runId, performance.now());
+    heard();
+    es.onopen = () => {
+      heard();
+      this.streamState();
+    };
+    es.addEventListener('heartbeat', (message) => {
+      heard();
+      this.stats.heartbeats += 1;
+      try {
+        const every = JSON.parse(message.data)?.heartbeatMs;
+        if (Number.isFinite(every) && every > 0) this.heartbeatMs = every;
+      } catch {
+        this.stats.badFrames += 1;
+      }
+    });
     es.onmessage = (message) => {
+      heard();
       let event;
       try {
         event = JSON.parse(message.data);
@@ -266,6 +317,7 @@ class RunView {
   /** A stream closed: done if its run ended, else opened again from its last offset. */
   ended(runId) {
     this.streams.delete(runId);
+    this.heard.delete(runId);
     const run = this.timeline.run(runId);
     if (!this.closed && !run.ended) {
       const delay = Math.min(10_000, 500 * 2 ** Math.min(5, this.stats.errors));
@@ -290,12 +342,86 @@ class RunView {
     if (live) parts.push(`${live} live`);
     if (connecting) parts.push(`${connecting} connecting`);
     if (waiting) parts.push(`${waiting} waiting`);
-    $('stream-state').textContent = parts.length ? `stream: ${parts.join(', ')}` : '';
+    if (this.stats.watchdog) parts.push(`reconnected ${this.stats.watchdog}× after silence`);
+    const state = $('stream-state');
+    state.textContent = parts.length ? `stream: ${parts.join(', ')}` : '';
+    state.dataset.watchdog = String(this.stats.watchdog);
+  }
+
+  /**
+   * The idle watchdog: a stream not heard from for `WATCHDOG_BEATS`
+   * heartbeats is closed and opened again at `?offset=` its run's last
+   * folded offset (the durable cursor, as `Last-Event-ID` would be: a new
+   * `EventSource` cannot send that header), so nothing is missed or folded twice.
+   */
+  watch() {
+    const now = performance.now();
+    const limit = WATCHDOG_BEATS * this.heartbeatMs;
+    for (const [runId, es] of [...this.streams]) {
+      const silent = now - (this.heard.get(runId) ?? now);
+      if (silent <= limit) continue;
+      es.close();
+      this.streams.delete(runId);
+      this.heard.delete(runId);
+      this.stats.watchdog += 1;
+      const offset = this.timeline.run(runId).lastOffset;
+      notice(`the stream was silent for ${fmtDuration(silent)}: reconnected from offset ${offset}`);
+      this.follow(runId);
+    }
+    this.streamState();
+  }
+
+  /** Asks for the run's status while it is not over and its stream is quiet. */
+  poll() {
+    const now = performance.now();
+    if (this.timeline.root.ended || this.statusBusy) return;
+    if (now - this.lastEventAt < STATUS_POLL_MS || now - this.statusAt < STATUS_POLL_MS) return;
+    this.refreshStatus();
+  }
+
+  /** The status counts, and whether the run is interrupted (no writer), which events alone do not say. */
+  async refreshStatus() {
+    this.statusBusy = true;
+    try {
+      const [page, snapshot] = await Promise.all([
+        api('/workflows?limit=1'),
+        api(`/workflows/${encodeURIComponent(this.runId)}`),
+      ]);
+      if (this.closed) return;
+      renderCounts(page?.counts ?? {}, null);
+      const root = this.timeline.root;
+      const at = typeof snapshot?.lastOffset === 'number' ? snapshot.lastOffset : 0;
+      // A status older than the events already folded says nothing new.
+      if (at < root.lastOffset) return;
+      const interrupted = snapshot?.status === 'interrupted';
+      if (interrupted !== this.interrupted) {
+        this.interrupted = interrupted;
+        this.interruptedAt = at;
+        notice(interrupted ? 'no process writes this run (interrupted): Resume continues it here' : '');
+        this.schedule();
+      }
+    } catch (error) {
+      if (!this.closed) notice(error.message, true);
+    } finally {
+      this.statusBusy = false;
+      this.statusAt = performance.now();
+    }
+  }
+
+  /** The status to show: the events', or `interrupted` when nothing writes the run. */
+  shownStatus() {
+    const root = this.timeline.root;
+    return this.interrupted && !root.ended ? 'interrupted' : root.status;
   }
 
   fold(runId, event) {
     const children = this.timeline.apply(runId, event);
-    if (runId === this.runId && event.type === 'flow:resumed') this.interrupted = false;
+    this.lastEventAt = performance.now();
+    // A new event is a writer at work: the run is not interrupted any more.
+    if (runId === this.runId && this.interrupted && event.offset > this.interruptedAt) {
+      this.interrupted = false;
+      notice('');
+    }
     for (const child of children) this.follow(child);
     if (runId === this.runId && this.timeline.root.ended && this.stats.endedAt === null) this.stats.endedAt = performance.now();
     this.schedule();
@@ -332,9 +458,12 @@ class RunView {
     if (this.stats.endedAt !== null && this.stats.renderedEndAt === null) this.stats.renderedEndAt = performance.now();
   }
 
-  /** Running steps tick: only their bars and durations change. */
+  /** Running steps tick: only their bars and durations change. The watchdog and the status poll run here too. */
   tick() {
-    if (this.closed || document.hidden) return;
+    if (this.closed) return;
+    this.watch();
+    this.poll();
+    if (document.hidden) return;
     const root = this.timeline.root;
     if (root.ended && !this.running.size) return;
     const now = Date.now();
@@ -424,19 +553,20 @@ class RunView {
 
   drawHead(now) {
     const root = this.timeline.root;
+    const shown = this.shownStatus();
     const status = $('run-status');
-    status.textContent = root.status;
-    status.className = `badge ${root.status}`;
+    status.textContent = shown;
+    status.className = `badge ${shown}`;
     $('run-workflow').textContent = root.workflow || 'run';
-    document.title = `${root.workflow || 'run'} · ${root.status} · awr`;
+    document.title = `${root.workflow || 'run'} · ${shown} · awr`;
     const parent = $('run-parent');
     parent.hidden = !root.parentRunId;
     if (root.parentRunId) parent.href = `#/runs/${encodeURIComponent(root.parentRunId)}`;
     const error = $('run-error');
     error.hidden = !root.error;
     error.textContent = root.error ? `${root.status}: ${root.error}${root.failedNode ? ` (node ${root.failedNode})` : ''}` : '';
-    $('pause').disabled = root.status !== 'running';
-    $('resume').disabled = root.status !== 'paused' && !(root.status === 'running' && this.interrupted);
+    $('pause').disabled = shown !== 'running';
+    $('resume').disabled = shown !== 'paused' && shown !== 'interrupted';
     $('cancel').disabled = root.ended;
     this.drawFacts(now);
   }
@@ -595,8 +725,6 @@ function drawBlock(block) {
             block.error ? h('small', { text: 'error' }) : block.output !== undefined ? h('small', { text: 'result' }) : null,
             block.error ? h('pre', { class: 'error', text: json(block.error) }) : block.output !== undefined ? h('pre', { text: json(block.output) }) : null)),
       };
-    case 'error':
-      return { el: h('div', { class: 'blk agent-error' }, h('b', { text: `${block.type}` }), ` (attempt ${block.attempt}) `, block.message) };
     case 'attempt':
       return { el: h('div', { class: 'blk attempt-line', text: `attempt ${block.attempt}` }) };
     default:
@@ -659,29 +787,13 @@ function route() {
   notice('');
   if (match) {
     view = new RunView(decodeURIComponent(match[1]));
-    loadRunMeta(view);
+    view.refreshStatus();
   } else {
     const status = new URLSearchParams(hash.split('?')[1] ?? '').get('status');
     list = new ListView();
     list.start(status);
   }
   window.awrTimeline = { view, list };
-}
-
-/** The status counts and whether the run is interrupted (no writer), which events alone do not say. */
-async function loadRunMeta(v) {
-  try {
-    const page = await api('/workflows?limit=1');
-    renderCounts(page.counts ?? {}, null);
-    const snapshot = await api(`/workflows/${encodeURIComponent(v.runId)}`);
-    if (v.closed) return;
-    v.interrupted = snapshot?.status === 'interrupted';
-    if (v.interrupted) notice('this run has no writer (interrupted): resume continues it here');
-    v.schedule();
-    v.timeline.root.version += 1;
-  } catch (error) {
-    if (!v.closed) notice(error.message, true);
-  }
 }
 
 wireCommands();

@@ -57,7 +57,7 @@ class NodeRun {
     this.error = null;
     /** Every failure seen, with the attempt it ended: `{attempt, type, message}`. */
     this.errors = [];
-    /** In order: `{kind: 'text'|'thinking', text}`, `{kind: 'tool', ...}`, `{kind: 'note', ...}`. */
+    /** In order: `{kind: 'text'|'thinking', text}`, `{kind: 'tool', ...}`, `{kind: 'attempt', attempt}`, `{kind: 'note', ...}`. */
     this.blocks = [];
     this.tools = new Map();
     this.usage = emptyUsage();
@@ -336,7 +336,9 @@ const HANDLERS = {
     nr.continued = e.continued === true;
     nr.endedAt = at;
     nr.error = error;
-    nr.errors.push({ attempt: nr.attempt, type: 'node:failed', message: error });
+    // The node fails with its attempt's agent error (`type: message`): that is one failure, listed once.
+    const same = nr.errors.some((e) => e.attempt === nr.attempt && error === `${e.type}: ${e.message}`);
+    if (!same) nr.errors.push({ attempt: nr.attempt, type: 'node:failed', message: error });
     closeBlocks(nr);
     run.touch(nr);
   },
@@ -409,9 +411,8 @@ const HANDLERS = {
     const nr = run.nodeRun(e, at);
     if (!nr) return;
     closeBlocks(nr);
-    const error = { attempt: nr.attempt, type: e.errorType ?? 'error', message: e.message ?? '' };
-    nr.errors.push(error);
-    nr.blocks.push({ kind: 'error', ...error, at, version: 1 });
+    // Listed in `errors` (the detail shows that list), not again as a block.
+    nr.errors.push({ attempt: nr.attempt, type: e.errorType ?? 'error', message: e.message ?? '' });
     run.touch(nr);
   },
   'agent:complete'(run, e, at) {
