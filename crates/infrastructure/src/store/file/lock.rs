@@ -33,7 +33,7 @@ use crate::store::{locked_elsewhere, locked_here, not_locked};
 
 /// This store's hold on one run: the locked file while a [`RunLock`] lives.
 #[derive(Debug, Default)]
-pub(super) struct WriterSlot(RwLock<Option<File>>);
+pub(super) struct WriterSlot(RwLock<Option<LockedFile>>);
 
 impl WriterSlot {
     /// Proof that this store holds the run's lock, kept for the length of a
@@ -41,7 +41,7 @@ impl WriterSlot {
     pub(super) fn held(
         &self,
         paths: &RunPaths,
-    ) -> Result<RwLockReadGuard<'_, Option<File>>, StoreError> {
+    ) -> Result<RwLockReadGuard<'_, Option<LockedFile>>, StoreError> {
         let slot = self.0.read().unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
             return Err(not_locked(paths.run_id));
@@ -150,13 +150,13 @@ const PROBE_RETRY: Duration = Duration::from_micros(200);
 /// apart: refused, a writer holds the run and that is `Locked` at once;
 /// granted, only probes were in the way, so it is dropped and the
 /// exclusive lock tried again, for at most [`PROBE_PATIENCE`].
-fn lock_file(paths: &RunPaths) -> Result<File, StoreError> {
+fn lock_file(paths: &RunPaths) -> Result<LockedFile, StoreError> {
     lock_path(&paths.lock, paths.run_id)
 }
 
 /// [`lock_file`] of the lock file `path` of `run_id`, created (0600) if
 /// needed: shared by every store that locks runs with a file.
-pub(in crate::store) fn lock_path(path: &Path, run_id: RunId) -> Result<File, StoreError> {
+pub(in crate::store) fn lock_path(path: &Path, run_id: RunId) -> Result<LockedFile, StoreError> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).create(true).mode(FILE_MODE);
     let file = crate::fs::open_regular_with(options, path)
@@ -164,7 +164,7 @@ pub(in crate::store) fn lock_path(path: &Path, run_id: RunId) -> Result<File, St
     let deadline = Instant::now() + PROBE_PATIENCE;
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
+            Ok(()) => return Ok(LockedFile(file)),
             Err(Errno::WOULDBLOCK) => {}
             Err(e) => return Err(flock_err(path, e)),
         }
@@ -184,10 +184,51 @@ pub(in crate::store) fn lock_path(path: &Path, run_id: RunId) -> Result<File, St
     }
 }
 
+/// A lock file this process holds the exclusive lock of, released when
+/// dropped. Released by an explicit unlock, not only by closing: a child
+/// process forked by another thread holds a copy of every descriptor until
+/// it execs, and the lock belongs to the open file, which closing our copy
+/// leaves open, so the run would look locked for that instant; an unlock
+/// releases it whatever copies there are.
+#[derive(Debug)]
+pub(in crate::store) struct LockedFile(File);
+
+impl Drop for LockedFile {
+    fn drop(&mut self) {
+        if let Err(e) = flock(&self.0, FlockOperation::Unlock) {
+            tracing::warn!(error = %std::io::Error::from(e), "cannot unlock a run's lock file; closing it");
+        }
+    }
+}
+
 fn flock_err(path: &Path, e: Errno) -> StoreError {
     StoreError::Io(format!(
         "cannot lock {}: {}",
         path.display(),
         std::io::Error::from(e)
     ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A released lock is free at once, even while a copy of its
+    /// descriptor lives on (as in a child forked by another thread, until
+    /// it execs): a duplicate shares the open file, as a fork's copy does.
+    #[test]
+    fn a_released_lock_is_free_while_a_copy_of_its_descriptor_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let run: RunId = "00000000-0000-4000-8000-000000000001".parse().unwrap();
+        let held = lock_path(&path, run).unwrap();
+        let copy = held.0.try_clone().unwrap();
+        assert!(probe_file(&path, run).unwrap(), "held");
+        drop(held);
+        assert!(!probe_file(&path, run).unwrap(), "released");
+        let again = lock_path(&path, run);
+        assert!(again.is_ok(), "{again:?}");
+        drop(copy);
+    }
 }

@@ -34,7 +34,7 @@ mod whole;
 use self::rows::{exists, now_millis};
 
 use std::collections::HashMap;
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,7 +127,7 @@ struct Inner {
     /// Reads and follows.
     reader: Mutex<Connection>,
     /// The locked files of the runs this instance holds.
-    held: Mutex<HashMap<RunId, File>>,
+    held: Mutex<HashMap<RunId, super::file::lock::LockedFile>>,
     /// Wakes this instance's followers of a run after its appends.
     notifies: Mutex<HashMap<RunId, Arc<Notify>>>,
     /// Commits by this instance, and how many of them are synced.
