@@ -17,11 +17,13 @@
 mod agents;
 mod maps;
 mod progress;
+mod status;
 mod stopping;
 mod text;
 mod unknown;
 
 pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
+pub use status::{EdgeStatus, NodeStatus, RunStatus};
 pub use stopping::Stopping;
 pub use text::JsonText;
 
@@ -37,71 +39,6 @@ use crate::time::Timestamp;
 
 /// Schema version of `snapshot.json`; bump it with a migration when the shape changes.
 pub const SNAPSHOT_VERSION: u32 = 1;
-
-/// Lifecycle of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    /// Created, no event yet.
-    Pending,
-    /// Executing (or interrupted while executing: a crash leaves this).
-    Running,
-    /// Stopped at a safe point; resumable.
-    Paused,
-    /// Finished successfully.
-    Completed,
-    /// Finished with an error.
-    Failed,
-    /// Stopped by a user.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// Whether the run has ended for good.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-
-    /// Lower-case name, as serialized.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Paused => "paused",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// Status of one node (seed 001 §4, plus `skipped` for branches not taken).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NodeStatus {
-    /// Not run (yet).
-    Pending,
-    /// Started, not finished.
-    Running,
-    /// Finished successfully.
-    Done,
-    /// Finished with an error.
-    Failed,
-    /// Will not run: no incoming edge fired.
-    Skipped,
-}
-
-/// Status of one edge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EdgeStatus {
-    /// Source not finished.
-    Pending,
-    /// Condition held; data flowed.
-    Fired,
-    /// Condition false, source skipped, or loop limit reached.
-    Skipped,
-}
 
 /// Why a run failed: the error of its `flow:failed` event and the node whose
 /// failure stopped it, so a reader need not search the log for them.

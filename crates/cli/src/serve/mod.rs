@@ -4,8 +4,10 @@
 //! - [`runs`]: start, list and show runs, and commands to them; [`fork`]
 //!   branches a new run off one;
 //! - [`stream`]: a run's events (NDJSON and SSE) from its durable log, with
-//!   one store follower per run fanned out to every client, and the
-//!   transcript;
+//!   one store follower per run fanned out to every client, or replayed at
+//!   their recorded pace; [`frame`] encodes what a stream sends;
+//!   [`transcript`] streams a run's transcript;
+//! - [`retention`]: `--retention`, pruning finished runs periodically;
 //! - [`auth`]: the bearer token a non-loopback bind requires;
 //! - [`ui`]: the embedded static files of the timeline.
 //!
@@ -18,12 +20,14 @@
 mod auth;
 mod error;
 mod fork;
+mod frame;
 mod retention;
 mod runs;
 mod stream;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
+mod transcript;
 mod ui;
 
 use std::collections::HashMap;
@@ -203,7 +207,7 @@ pub fn router(app: App) -> Router {
         .route("/workflows/{id}/events/sse", get(stream::sse))
         .route("/workflows/{id}/commands", post(runs::command))
         .route("/workflows/{id}/fork", post(fork::fork))
-        .route("/workflows/{id}/transcript", get(stream::transcript))
+        .route("/workflows/{id}/transcript", get(transcript::transcript))
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::file))
         .fallback(not_found)

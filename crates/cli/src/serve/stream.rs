@@ -18,33 +18,27 @@
 //! goes on, and the follower stops once no client is left.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use application::inspect::run_view;
 use application::ports::{RunStore, StoreError};
-use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{RunId, RuntimeEvent};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::broadcast;
 
+use super::frame::{Frame, body, stream_headers, with_heartbeats};
 use super::{ApiError, App};
 use crate::commands::inspect::{Read, read_log};
 use crate::commands::replay::{MAX_WAIT, Pace, parse_speed};
-use crate::commands::transcript::{Line, lines};
 
 /// Events read from the store per batch (history and fallbacks).
 const BATCH: usize = 256;
-
-/// Most frames sent to a client in one body chunk.
-const CHUNK_FRAMES: usize = 512;
 
 /// How often a run's follower with no client left notices and stops.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -211,88 +205,6 @@ async fn follow(hub: Arc<HubInner>, run_id: RunId, feed: broadcast::Sender<Item>
     leave(&hub, false);
 }
 
-/// What a client is sent.
-#[derive(Debug, Clone)]
-pub enum Frame {
-    /// An event of the log, as stored.
-    Event { offset: u64, json: Arc<str> },
-    /// Nothing more will come: the run ended with `status`, or the server
-    /// shuts down (`reason`) and the run is `status` now.
-    End {
-        status: String,
-        last_offset: u64,
-        reason: Option<&'static str>,
-    },
-    /// Nothing happened for a while; the connection is alive.
-    Heartbeat {
-        /// The silence after which one is sent (the page's watchdog reads it).
-        every: Duration,
-    },
-}
-
-impl Frame {
-    /// Appends the frame as one NDJSON line.
-    fn ndjson(&self, out: &mut Vec<u8>) {
-        match self {
-            Frame::Event { json, .. } => out.extend_from_slice(json.as_bytes()),
-            Frame::End { .. } => {
-                let mut end = self.end_json();
-                end["type"] = "end".into();
-                out.extend_from_slice(end.to_string().as_bytes());
-            }
-            Frame::Heartbeat { .. } => out.extend_from_slice(br#"{"type":"heartbeat"}"#),
-        }
-        out.push(b'\n');
-    }
-
-    /// Appends the frame as one SSE event. Every field is one line: event
-    /// JSON is compact (a newline inside a string is escaped), and an id is
-    /// digits. A heartbeat is a named event (`heartbeat`, no id) with the
-    /// interval, not a comment: a browser's `EventSource` drops comments,
-    /// and a page needs to see heartbeats to tell a quiet run from a dead
-    /// connection.
-    fn sse(&self, out: &mut Vec<u8>) {
-        match self {
-            Frame::Event { offset, json } => {
-                out.extend_from_slice(b"id: ");
-                out.extend_from_slice(offset.to_string().as_bytes());
-                out.extend_from_slice(b"\ndata: ");
-                out.extend_from_slice(json.as_bytes());
-                out.push(b'\n');
-            }
-            Frame::End { .. } => {
-                out.extend_from_slice(b"event: end\ndata: ");
-                out.extend_from_slice(self.end_json().to_string().as_bytes());
-                out.push(b'\n');
-            }
-            Frame::Heartbeat { every } => {
-                out.extend_from_slice(b"event: heartbeat\ndata: ");
-                let data = json!({"heartbeatMs": every.as_millis()});
-                out.extend_from_slice(data.to_string().as_bytes());
-                out.push(b'\n');
-            }
-        }
-        out.push(b'\n');
-    }
-
-    fn end_json(&self) -> serde_json::Value {
-        match self {
-            Frame::End {
-                status,
-                last_offset,
-                reason,
-            } => {
-                let mut end = json!({"status": status, "lastOffset": last_offset});
-                if let Some(reason) = reason {
-                    end["reason"] = (*reason).into();
-                }
-                end
-            }
-            _ => serde_json::Value::Null,
-        }
-    }
-}
-
 /// Where a client's stream starts.
 enum Opening {
     /// The run ended at `last` and the client has it all.
@@ -306,7 +218,7 @@ enum Opening {
 #[derive(Debug, Default, Deserialize)]
 pub struct StreamQuery {
     offset: Option<String>,
-    follow: Option<String>,
+    pub(super) follow: Option<String>,
     replay: Option<String>,
 }
 
@@ -566,53 +478,6 @@ async fn shown_status(store: &dyn RunStore, run_id: RunId) -> String {
     }
 }
 
-/// `frames`, with a heartbeat whenever it stays silent for `every`.
-fn with_heartbeats<S>(frames: S, every: Duration) -> impl Stream<Item = Frame>
-where
-    S: Stream<Item = Frame>,
-{
-    async_stream::stream! {
-        let mut frames = std::pin::pin!(frames);
-        loop {
-            match tokio::time::timeout(every, frames.next()).await {
-                Ok(Some(frame)) => yield frame,
-                Ok(None) => return,
-                Err(_) => yield Frame::Heartbeat { every },
-            }
-        }
-    }
-}
-
-/// The body of a stream of frames, each encoded by `encode`. The frames
-/// ready at once (a batch of history, live events that came while the
-/// client's last chunk was being written) go out as one chunk: a client
-/// costs a write per batch, not per event, and the busier the run, the
-/// larger the batches.
-fn body<S>(frames: S, encode: fn(&Frame, &mut Vec<u8>)) -> Body
-where
-    S: Stream<Item = Frame> + Send + 'static,
-{
-    Body::from_stream(frames.ready_chunks(CHUNK_FRAMES).map(move |batch| {
-        let mut out = Vec::new();
-        for frame in &batch {
-            encode(frame, &mut out);
-        }
-        Ok::<_, Infallible>(Bytes::from(out))
-    }))
-}
-
-/// Headers of every stream: no caching, no buffering by a proxy.
-fn stream_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 3] {
-    [
-        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        (
-            header::HeaderName::from_static("x-accel-buffering"),
-            HeaderValue::from_static("no"),
-        ),
-    ]
-}
-
 /// `GET /workflows/{id}/events?offset=N`: NDJSON.
 pub async fn ndjson(
     State(app): State<App>,
@@ -662,62 +527,6 @@ pub async fn sse(
     Ok((
         stream_headers("text/event-stream"),
         body(frames, Frame::sse),
-    )
-        .into_response())
-}
-
-/// `GET /workflows/{id}/transcript[?follow=true]`: the transcript's lines
-/// as stored (NDJSON); with `follow`, then new lines until the run's
-/// `run.completed` (heartbeats meanwhile), or the server shuts down.
-pub async fn transcript(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    Query(query): Query<StreamQuery>,
-) -> Result<Response, ApiError> {
-    let follow = match query.follow.as_deref() {
-        None | Some("false" | "0") => false,
-        Some("true" | "1" | "") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "follow: `{other}` is not true or false"
-            )));
-        }
-    };
-    let run_id = resolve(&app, &id).await?;
-    let path = infrastructure::transcript_path(app.storage().files(), run_id);
-    if !path.exists() {
-        return Err(ApiError::not_found(format!(
-            "run {run_id} has no transcript"
-        )));
-    }
-    let mut stopping = app.stopping();
-    let transcript = lines(path, follow)
-        .filter_map(move |line| async move {
-            match line {
-                Ok(Line::Event(event)) => match serde_json::to_string(&event) {
-                    Ok(json) => Some(Frame::Event {
-                        offset: event.seq,
-                        json: json.into(),
-                    }),
-                    Err(_) => None,
-                },
-                Ok(Line::Bad(problem)) => {
-                    tracing::warn!(run = %run_id, %problem, "skipping a bad line of the transcript");
-                    None
-                }
-                Err(e) => {
-                    tracing::warn!(run = %run_id, error = %e, "cannot read the transcript");
-                    None
-                }
-            }
-        })
-        .take_until(async move {
-            let _ = stopping.wait_for(|stop| *stop).await;
-        });
-    let every = app.config().heartbeat;
-    Ok((
-        stream_headers("application/x-ndjson"),
-        body(with_heartbeats(transcript, every), Frame::ndjson),
     )
         .into_response())
 }
