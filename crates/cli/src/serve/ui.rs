@@ -26,6 +26,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("ui/model.js"),
     ),
     (
+        "util.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/util.js"),
+    ),
+    (
         "app.css",
         "text/css; charset=utf-8",
         include_str!("ui/app.css"),
