@@ -147,6 +147,34 @@ describe('timeline', () => {
     await browser.screenshot('failed-step');
   });
 
+  test('the replay button plays a finished run again at its pace, from its log', async () => {
+    const { page } = browser;
+    const runId = await server.start('flaky.yaml');
+    await server.waitStatus(runId, 'failed');
+    const log = await server.events(runId);
+    await openRun(runId);
+    await page.waitForSelector(`${node('flaky')}.failed`);
+    const streams = [];
+    const listen = (request) => {
+      if (request.url().includes('/events/sse')) streams.push(request.url());
+    };
+    page.on('request', listen);
+    await page.selectOption('#replay-speed', '100');
+    await page.click('#replay');
+    await page.waitForFunction(() => document.querySelector('#stream-state')?.textContent.includes('replay at 100×'));
+    assert.match(await page.evaluate(() => location.hash), new RegExp(`^#/runs/${runId}\\?replay=100$`));
+    // Every event of the log folded once, and the run shown as it ended.
+    await page.waitForFunction((last) => window.awrTimeline.view?.timeline.root.lastOffset === last, log.length);
+    await page.waitForSelector(`${node('flaky')}.failed[data-status="failed"]`);
+    await page.waitForFunction(() => document.querySelector('#run-status')?.textContent === 'failed');
+    page.off('request', listen);
+    assert.ok(streams.length >= 1, 'the page opened a stream');
+    assert.ok(streams.every((u) => u.includes('replay=100') && u.includes('offset=0')), streams.join('\n'));
+    assert.equal(await server.status(runId), 'failed', 'nothing ran again');
+    assert.deepEqual(await server.events(runId), log, 'nothing was written');
+    await browser.screenshot('replay');
+  });
+
   test('the cancel button cancels the run', async () => {
     const { page } = browser;
     const runId = await server.start('live.yaml');

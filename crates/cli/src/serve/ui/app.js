@@ -101,8 +101,10 @@ const DEFAULT_HEARTBEAT_MS = 15_000;
 const STATUS_POLL_MS = 2000;
 
 class RunView {
-  constructor(runId) {
+  /** `replay`: a speed (above 0) to play the recorded run at its pace (`?replay=`), or null for live. */
+  constructor(runId, replay = null) {
     this.runId = runId;
+    this.replay = replay;
     this.timeline = new Timeline(runId);
     this.rows = new Map();
     this.running = new Set();
@@ -173,7 +175,8 @@ class RunView {
 
   open(runId) {
     const run = this.timeline.run(runId);
-    const path = `/workflows/${encodeURIComponent(runId)}/events/sse?offset=${run.lastOffset}`;
+    const pace = this.replay ? `&replay=${this.replay}` : '';
+    const path = `/workflows/${encodeURIComponent(runId)}/events/sse?offset=${run.lastOffset}${pace}`;
     const es = new EventSource(url(path));
     this.streams.set(runId, es);
     this.stats.opens += 1;
@@ -242,6 +245,7 @@ class RunView {
     }
     const waiting = this.queue.length + this.retries.size;
     const parts = [];
+    if (this.replay) parts.push(`replay at ${this.replay}×`);
     if (live) parts.push(`${live} live`);
     if (connecting) parts.push(`${connecting} connecting`);
     if (waiting) parts.push(`${waiting} waiting`);
@@ -666,6 +670,13 @@ function wireCommands() {
   $('pause').onclick = () => view && command(view.runId, { type: 'pause' });
   $('resume').onclick = () => view && command(view.runId, { type: 'resume', message: 'continue' });
   $('cancel').onclick = () => view && command(view.runId, { type: 'cancel', reason: 'cancelled from the timeline' });
+  // Plays the recorded run again at its pace times the speed (nothing runs again).
+  $('replay').onclick = () => {
+    if (!view) return;
+    const target = `#/runs/${encodeURIComponent(view.runId)}?replay=${$('replay-speed').value}`;
+    if (location.hash === target) route();
+    else location.hash = target;
+  };
   $('send').addEventListener('submit', async (event) => {
     event.preventDefault();
     if (!view) return;
@@ -689,7 +700,8 @@ function route() {
   list = null;
   notice('');
   if (match) {
-    view = new RunView(decodeURIComponent(match[1]));
+    const speed = Number(new URLSearchParams(hash.split('?')[1] ?? '').get('replay'));
+    view = new RunView(decodeURIComponent(match[1]), Number.isFinite(speed) && speed > 0 ? speed : null);
     view.refreshStatus();
   } else {
     const status = new URLSearchParams(hash.split('?')[1] ?? '').get('status');
