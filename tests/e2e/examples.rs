@@ -4,19 +4,7 @@
 use domain::{RunId, RunSnapshot};
 use serde_json::Value;
 
-use crate::util::{Awr, repo_root, run_id_of};
-
-fn examples() -> Vec<String> {
-    let mut found: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
-        .collect();
-    found.sort();
-    found
-}
+use crate::util::{Awr, examples, run_id_of};
 
 #[test]
 fn every_example_runs_and_its_log_folds_to_its_final_state() {

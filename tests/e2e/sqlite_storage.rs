@@ -9,7 +9,7 @@ use application::ports::RunStore;
 use domain::RunSnapshot;
 use infrastructure::SqliteRunStore;
 
-use crate::util::{Awr, Output, awr_bin, repo_root, run_id_of};
+use crate::util::{Awr, Output, awr_bin, examples, repo_root, run_id_of};
 
 /// `awr --storage sqlite:DB ARGS` from the repository root.
 fn awr(db: &Path, args: &[&str]) -> Output {
@@ -23,18 +23,6 @@ fn awr(db: &Path, args: &[&str]) -> Output {
         .output()
         .expect("run awr");
     Output::from(out)
-}
-
-fn examples() -> Vec<String> {
-    let mut found: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
-        .collect();
-    found.sort();
-    found
 }
 
 #[tokio::test]

@@ -33,6 +33,20 @@ pub fn awr_bin() -> &'static Path {
     })
 }
 
+/// The example workflows, `examples/NAME.yaml` (relative to the
+/// repository root), in name order.
+pub fn examples() -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
+        .expect("the examples directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter_map(|p| Some(format!("examples/{}", p.file_name()?.to_string_lossy())))
+        .collect();
+    found.sort();
+    found
+}
+
 /// The repository root (where `examples/` lives).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

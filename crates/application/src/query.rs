@@ -55,14 +55,7 @@ impl Listed {
 /// The name a status is shown by, parsed: the recorded statuses and
 /// `interrupted`.
 pub fn parse_status(name: &str) -> Option<ShownStatus> {
-    let recorded = [
-        RunStatus::Pending,
-        RunStatus::Running,
-        RunStatus::Paused,
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ];
+    let recorded = RunStatus::ALL;
     if name == "interrupted" {
         return Some(ShownStatus::Interrupted);
     }

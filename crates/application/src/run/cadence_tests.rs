@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use domain::RuntimeEvent;
 use serde_json::json;
 
-use super::memory_log::{Counter, MemoryLog, Tally, Ticking};
+use super::memory_log::{Counter, MemoryLog, Tally, Ticking, chain};
 use super::*;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 
@@ -39,19 +39,6 @@ impl QueryFn for Agent {
         });
         Ok(Box::pin(futures::stream::iter([Ok(done)])))
     }
-}
-
-/// A chain of `steps` agent nodes `n0`, `n1`, ...
-fn chain(steps: usize) -> WorkflowDef {
-    let mut yaml = String::from("name: cadence\nagents:\n  a: {provider: claude-code}\nnodes:\n");
-    for i in 0..steps {
-        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
-    }
-    yaml += "edges:\n";
-    for i in 1..steps {
-        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
-    }
-    WorkflowDef::from_yaml(&yaml).unwrap()
 }
 
 /// Runs the chain to its end with the default policy; what the store saw.

@@ -187,3 +187,16 @@ impl crate::ports::Clock for Ticking {
         Box::pin(tokio::time::sleep(duration))
     }
 }
+
+/// A chain of `steps` Claude Code agent nodes `n0`, `n1`, ...
+pub(super) fn chain(steps: usize) -> domain::WorkflowDef {
+    let mut yaml = String::from("name: chain\nagents:\n  a: {provider: claude-code}\nnodes:\n");
+    for i in 0..steps {
+        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
+    }
+    yaml += "edges:\n";
+    for i in 1..steps {
+        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
+    }
+    domain::WorkflowDef::from_yaml(&yaml).unwrap()
+}

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use domain::RuntimeEvent;
 use serde_json::json;
 
-use super::memory_log::{Counter, MemoryLog, Ticking};
+use super::memory_log::{Counter, MemoryLog, Ticking, chain};
 use super::*;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
 
@@ -55,19 +55,6 @@ impl RunObserver for Seen {
         );
         self.shown.lock().unwrap().push(event.offset.get());
     }
-}
-
-/// A chain of `steps` agent nodes `n0`, `n1`, ...
-fn chain(steps: usize) -> WorkflowDef {
-    let mut yaml = String::from("name: writes\nagents:\n  a: {provider: claude-code}\nnodes:\n");
-    for i in 0..steps {
-        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
-    }
-    yaml += "edges:\n";
-    for i in 1..steps {
-        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
-    }
-    WorkflowDef::from_yaml(&yaml).unwrap()
 }
 
 /// Runs a chain of `steps` stub steps; the log and what was shown.

@@ -21,6 +21,16 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 6] = [
+        Self::Pending,
+        Self::Running,
+        Self::Paused,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
     /// Whether the run has ended for good.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)

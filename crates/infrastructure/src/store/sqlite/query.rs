@@ -14,18 +14,11 @@ use domain::{RunId, RunStatus, RuntimeEvent, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 
-use super::rows::offset_param;
+use super::rows::{offset_param, row_event};
 use super::{Inner, READ_BUDGET, lock, sql_err};
 
 /// The statuses as the `runs` table spells them.
-const STATUSES: [RunStatus; 6] = [
-    RunStatus::Pending,
-    RunStatus::Running,
-    RunStatus::Paused,
-    RunStatus::Completed,
-    RunStatus::Failed,
-    RunStatus::Cancelled,
-];
+const STATUSES: [RunStatus; 6] = RunStatus::ALL;
 
 /// The statement and parameters selecting the runs of `query`.
 pub(super) fn runs_sql(query: &RunQuery) -> (String, Vec<Value>) {
@@ -247,19 +240,7 @@ impl Inner {
                 .and_then(|json| json.as_bytes().map_err(|e| e.to_string()))
                 .and_then(|json| {
                     bytes += json.len();
-                    RuntimeEvent::from_json(json).map_err(|e| e.to_string())
-                })
-                .and_then(|event| {
-                    if i64::try_from(event.offset.get()).ok() == Some(offset)
-                        && event.run_id == run_id
-                    {
-                        Ok(event)
-                    } else {
-                        Err(format!(
-                            "holds offset {} of run {}",
-                            event.offset, event.run_id
-                        ))
-                    }
+                    row_event(json, run_id, u64::try_from(offset).unwrap_or(0))
                 });
             match parsed {
                 Ok(event) => events.push(event),

@@ -111,16 +111,8 @@ impl Inner {
             let id = run_id.to_string();
             let mut buf = Vec::with_capacity(256);
             for event in events {
-                buf.clear();
-                event.write_json(&mut buf).map_err(|e| {
-                    StoreError::Io(format!(
-                        "cannot serialize event {} (offset {}) of run {run_id}: {e}",
-                        event.id, event.offset
-                    ))
-                })?;
-                bytes += buf.len() as u64 + 1;
-                let json = std::str::from_utf8(&buf)
-                    .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))?;
+                let json = event_json(run_id, event, &mut buf)?;
+                bytes += json.len() as u64 + 1;
                 insert
                     .execute(params![
                         id,
@@ -203,13 +195,7 @@ impl Inner {
             }
             let json = row.get_ref(1).map_err(|e| bad(e.to_string()))?;
             let json = json.as_bytes().map_err(|e| bad(e.to_string()))?;
-            let event = RuntimeEvent::from_json(json).map_err(|e| bad(e.to_string()))?;
-            if event.offset.get() != expected || event.run_id != run_id {
-                return Err(bad(format!(
-                    "holds offset {} of run {}",
-                    event.offset, event.run_id
-                )));
-            }
+            let event = row_event(json, run_id, expected).map_err(bad)?;
             bytes += json.len();
             events.push(event);
             expected += 1;
@@ -228,6 +214,38 @@ impl Inner {
 }
 
 /// An offset as SQLite's signed integer (offsets stay far below `i64::MAX`).
+/// `event` as its row's `json` (its line in the file store), written into
+/// `buf`: what an append and an import store alike.
+pub(super) fn event_json<'b>(
+    run_id: RunId,
+    event: &RuntimeEvent,
+    buf: &'b mut Vec<u8>,
+) -> Result<&'b str, StoreError> {
+    buf.clear();
+    event.write_json(buf).map_err(|e| {
+        StoreError::Io(format!(
+            "cannot serialize event {} (offset {}) of run {run_id}: {e}",
+            event.id, event.offset
+        ))
+    })?;
+    std::str::from_utf8(buf)
+        .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))
+}
+
+/// The event a row's `json` holds, when it is the event of `run_id` at
+/// `offset`; else what is wrong with it: what a read and a filtered read
+/// check alike.
+pub(super) fn row_event(json: &[u8], run_id: RunId, offset: u64) -> Result<RuntimeEvent, String> {
+    let event = RuntimeEvent::from_json(json).map_err(|e| e.to_string())?;
+    if event.offset.get() != offset || event.run_id != run_id {
+        return Err(format!(
+            "holds offset {} of run {}",
+            event.offset, event.run_id
+        ));
+    }
+    Ok(event)
+}
+
 pub(super) fn offset_param(offset: u64) -> i64 {
     i64::try_from(offset).unwrap_or(i64::MAX)
 }

@@ -12,7 +12,7 @@ use rusqlite::{TransactionBehavior, params};
 
 use super::super::check_continuation;
 use super::super::file::sync::off_the_runtime;
-use super::rows::{exists, now_millis, offset_param};
+use super::rows::{event_json, exists, now_millis, offset_param};
 use super::{Inner, SyncPolicy, lock, sql_err};
 
 /// One event row, encoded before the transaction begins.
@@ -106,15 +106,7 @@ impl Inner {
             let batch = batch?;
             last = check_continuation(run_id, last, &batch)?;
             for event in &batch {
-                buf.clear();
-                event.write_json(&mut buf).map_err(|e| {
-                    StoreError::Io(format!(
-                        "cannot serialize event {} (offset {}) of run {run_id}: {e}",
-                        event.id, event.offset
-                    ))
-                })?;
-                let json = String::from_utf8(std::mem::take(&mut buf))
-                    .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))?;
+                let json = event_json(run_id, event, &mut buf)?.to_owned();
                 first_at.get_or_insert(event.timestamp.as_millis());
                 rows.push(Row {
                     offset: offset_param(event.offset.get()),
