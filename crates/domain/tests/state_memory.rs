@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use domain::{RunSnapshot, RuntimeEvent};
+use awr_domain::{RunSnapshot, RuntimeEvent};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;

@@ -9,7 +9,7 @@
 //! | `raw_sqlite_insert_commit_full`                   | one-row transaction, WAL, `synchronous=FULL` |
 //! | `sqlite_store_append_no_sync`                     | SQLite store, `SyncPolicy::Never`    |
 //!
-//! Run with `cargo bench -p infrastructure --bench sqlite`; results are in
+//! Run with `cargo bench -p awr-infrastructure --bench sqlite`; results are in
 //! `docs/performance.md` ("SQLite store").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,11 +18,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use application::ports::RunStore;
-use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use domain::{EventKind, NodeId, Offset, RunId, RuntimeEvent, Timestamp};
-use infrastructure::{
+use awr_infrastructure::{
     FileRunStore, FileStoreConfig, SqliteRunStore, SqliteStoreConfig, SyncPolicy,
 };
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use domain::{EventKind, NodeId, Offset, RunId, RuntimeEvent, Timestamp};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 

@@ -18,7 +18,7 @@
 //! turns in short rounds and their medians are printed side by side: the
 //! fairest comparison on a machine whose load comes and goes.
 //!
-//! Run with `cargo bench -p infrastructure --bench transcript`; results are
+//! Run with `cargo bench -p awr-infrastructure --bench transcript`; results are
 //! summarized in `docs/performance.md` ("Transcript"). About a minute once
 //! built.
 
@@ -31,12 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use application::ports::Transcript;
+use awr_infrastructure::JsonlTranscript;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use domain::transcript::{
     ContentBlock, ExchangeDraft, ExchangeEvent, ExchangeType, Fidelity, message_payload,
 };
 use domain::{RunId, Timestamp};
-use infrastructure::JsonlTranscript;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -94,7 +94,7 @@ fn subscribe(
     t: &JsonlTranscript,
     n: usize,
 ) -> (
-    Option<infrastructure::TranscriptSubscriber>,
+    Option<awr_infrastructure::TranscriptSubscriber>,
     Vec<JoinHandle<u64>>,
 ) {
     if n == 0 {
