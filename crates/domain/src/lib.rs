@@ -10,6 +10,7 @@
 //! time and fresh ids arrive as values from the outside (the application's
 //! `Clock` and `IdGen` ports), so a replay can pin them.
 
+pub mod canonical;
 pub mod command;
 pub mod condition;
 pub mod event;

@@ -1,0 +1,53 @@
+//! Canonical JSON (RFC 8785, JCS) and the hashes taken of it.
+//!
+//! A recorded request, a causal event's payload and the verifier's output are
+//! compared by meaning, never by the bytes a serializer happened to write:
+//! JCS fixes key order (by UTF-16 code units), number form (ECMAScript) and
+//! string escapes, whatever serde_json's features (`preserve_order`) say.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Why a value has no canonical form.
+#[derive(Debug, thiserror::Error)]
+#[error("no canonical JSON form: {0}")]
+pub struct CanonicalError(String);
+
+/// The RFC 8785 bytes of `value`.
+pub fn jcs(value: &impl Serialize) -> Result<Vec<u8>, CanonicalError> {
+    serde_json_canonicalizer::to_vec(value).map_err(|e| CanonicalError(e.to_string()))
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Lowercase hex SHA-256 of the canonical form of `value`.
+pub fn hash(value: &impl Serialize) -> Result<String, CanonicalError> {
+    Ok(sha256_hex(&jcs(value)?))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_change_the_hash_and_types_do() {
+        let a = json!({"b": 1, "a": {"y": [1, 2], "x": "s"}});
+        let b: serde_json::Value =
+            serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
+        assert_eq!(jcs(&a).unwrap(), br#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
+        assert_eq!(hash(&a).unwrap(), hash(&b).unwrap());
+        assert_ne!(
+            hash(&json!({"n": 1})).unwrap(),
+            hash(&json!({"n": "1"})).unwrap()
+        );
+        assert_eq!(hash(&a).unwrap().len(), 64);
+    }
+}
