@@ -17,6 +17,7 @@ pub mod event;
 pub mod ids;
 pub mod output;
 pub mod pricing;
+pub mod recording;
 pub mod snapshot;
 pub mod time;
 pub mod transcript;

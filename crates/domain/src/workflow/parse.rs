@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::agents::{check_agents, check_pricing};
 use super::nodes::{
@@ -424,11 +423,7 @@ fn check_graph(def: &WorkflowDef) -> Result<(), WorkflowError> {
 
 /// `sha256:<hex>` of the exact source text.
 fn hash(src: &str) -> String {
-    let hex: String = Sha256::digest(src.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", crate::canonical::sha256_hex(src.as_bytes()))
 }
 
 #[cfg(test)]
