@@ -5,8 +5,9 @@
 //!   runs `cargo test --workspace` with both required, so none of their tests
 //!   can pass by skipping; then the timeline page's tests (`tests/ui`) in the
 //!   system Chromium.
-//! - `ci`: format check, clippy, then `test`; `.ci/run` runs this after
-//!   installing `jq` on a fresh machine, so the two cannot drift apart.
+//! - `ci`: format check, clippy, the API docs (`-D warnings`), then
+//!   `test`; `.ci/run` runs this after installing `jq` on a fresh machine,
+//!   so the two cannot drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
 //!   (`bench-report` prints those again from the last results).
 //!
@@ -54,7 +55,20 @@ fn ci() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
+    docs()?;
     test()
+}
+
+/// The API documentation builds without a warning: a broken or private
+/// intra-doc link fails CI, not a reader.
+fn docs() -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command
+        .args(["doc", "--no-deps", "--workspace"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .current_dir(workspace_root());
+    run(command, "cargo doc --no-deps --workspace")
 }
 
 /// The whole test suite: the tests that drive `jq` and the genuine agent

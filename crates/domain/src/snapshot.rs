@@ -63,7 +63,7 @@ fn is_zero(n: &u64) -> bool {
 /// The resumable state of a run: seed 001 §4 plus `runId`, `workflow`,
 /// `lastOffset` and `version` (design §3), and the run's start and last update.
 ///
-/// Read in one pass ([`unknown`]): the derived reader is wrapped so that
+/// Read in one pass (`unknown`): the derived reader is wrapped so that
 /// unknown fields go to `extra` without `flatten` buffering the whole object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", remote = "Self")]

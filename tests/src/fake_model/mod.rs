@@ -6,7 +6,7 @@
 //! Messages, OpenAI Responses, OpenAI Chat Completions, Gemini
 //! `streamGenerateContent`) and picks what to answer from a keyword in the
 //! newest user text, exactly as `fake_llm_server.py` in the reference material
-//! does (see [`scenario`] for the keywords). Every request is recorded with its
+//! does (see `scenario` for the keywords). Every request is recorded with its
 //! headers and JSON body so a test can assert what a client sent.
 //!
 //! Routing is by path *suffix* (`…/messages`, `…/responses`, …) because the

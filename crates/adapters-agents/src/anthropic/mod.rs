@@ -1,10 +1,10 @@
 //! The `anthropic` provider: the Anthropic Messages API, streamed.
 //!
 //! An HTTP provider leaves the tool loop to the runtime, so this module only
-//! speaks the wire format: [`wire`] builds the `POST /v1/messages` body from
+//! speaks the wire format: `wire` builds the `POST /v1/messages` body from
 //! the conversation, [`MessagesDecoder`] reads the streamed answer into
 //! [`ChatEvent`](application::ports::ChatEvent)s, and [`AnthropicChat`] (the
-//! shared [`HttpChat`]) sends a turn (client, key, error statuses, SSE
+//! shared `HttpChat`) sends a turn (client, key, error statuses, SSE
 //! framing). Decoding is pure, so it is tested on canned
 //! streams; the whole adapter end to end against the fake model server.
 

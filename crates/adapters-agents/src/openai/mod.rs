@@ -10,7 +10,7 @@
 //!
 //! `wire` turns a [`ChatRequest`] into the request body; [`ChunkDecoder`] reads
 //! the streamed chunks back into [`ChatEvent`]s and is pure, so it is tested
-//! on canned streams; [`OpenAiChat`] (the shared [`HttpChat`]) is the
+//! on canned streams; [`OpenAiChat`] (the shared `HttpChat`) is the
 //! [`ChatModel`] that joins the two over the client and error mapping shared
 //! by the HTTP providers.
 //!

@@ -2,23 +2,23 @@
 //!
 //! A run's whole state is `fold(events)`: the [`RunSnapshot`] that
 //! [`RunSnapshot::apply`] builds from the log. The executor keeps nothing
-//! else that matters. Each turn of its loop asks the pure [`decide`] what can
+//! else that matters. Each turn of its loop asks the pure `decide` what can
 //! happen next given that state, records the decision, and only then acts on
 //! it. So starting a run and continuing one from its log are the same code:
 //! fold, decide, continue.
 //!
 //! The parts, one job each:
-//! - [`decide`]: which node runs may start, which nodes are skipped, when
+//! - `decide`: which node runs may start, which nodes are skipped, when
 //!   the run is done (pure);
-//! - [`routing`]: a node's input, its outgoing edges, loop counters, the
+//! - `routing`: a node's input, its outgoing edges, loop counters, the
 //!   final output (pure);
-//! - [`control`]: budgets, cancellation, retries (pure checks and the
+//! - `control`: budgets, cancellation, retries (pure checks and the
 //!   cancellation tree);
-//! - [`recorder`]: the run's single writer — offsets, appends, snapshots,
+//! - `recorder`: the run's single writer — offsets, appends, snapshots,
 //!   observers, the exchange transcript;
-//! - [`driver`]: the loop that carries the decisions out: it spawns node runs
+//! - `driver`: the loop that carries the decisions out: it spawns node runs
 //!   as tasks, receives their events over one channel, and writes them;
-//! - [`node_run`], [`agent`], [`subflow`]: what one node run does.
+//! - `node_run`, `agent`, `subflow`: what one node run does.
 
 mod agent;
 mod commands;
@@ -440,7 +440,7 @@ impl Executor {
         driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
     }
 
-    /// Gives a command (design §7; the raw JSON of a [`RuntimeCommand`]) to
+    /// Gives a command (design §7; the raw JSON of a [`RuntimeCommand`](domain::RuntimeCommand)) to
     /// a run: to the process writing it, over the control channel; when no
     /// process does, this one takes the run's lock and records it itself
     /// (`workflow` is then needed: the run's definition). Either way the

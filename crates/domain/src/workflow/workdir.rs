@@ -2,7 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// A `workdir` of a workflow, with who names it (see [`WorkflowDef::workdirs`]).
+/// A `workdir` of a workflow, with who names it (see [`WorkflowDef::workdirs`](crate::WorkflowDef::workdirs)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workdir<'a> {
     /// `agents.NAME` or ``node `ID` ``, for messages.

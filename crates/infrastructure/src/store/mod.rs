@@ -1,6 +1,6 @@
 //! Run stores: implementations of [`application::ports::RunStore`].
 //!
-//! Every store shares [`follow_log`], the one implementation of `follow`:
+//! Every store shares `follow_log`, the one implementation of `follow`:
 //! read history in bounded batches, then wait for a wake-up (an in-process
 //! append) or, for logs another process may extend, a poll tick; and the
 //! wording of their errors (a conflict, a lock held elsewhere).
@@ -27,7 +27,7 @@ pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreCon
 /// holds more than a few hundred kilobytes of events.
 const FOLLOW_BATCH: usize = 256;
 
-/// One run's log as [`follow_log`] sees it.
+/// One run's log as `follow_log` sees it.
 pub(crate) trait LogSource: Send + Sync + 'static {
     /// Up to `limit` events after `after`, in order (the store's `read`).
     fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError>;

@@ -22,7 +22,7 @@ const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// Checks `relative` names a place inside a workspace by its text alone:
 /// not absolute, and no `..` climbing above its start. Symbolic links are
-/// the business of [`Workspace`], which resolves beneath the directory.
+/// the business of `Workspace`, which resolves beneath the directory.
 pub fn confine(relative: &str) -> Result<PathBuf, ToolError> {
     let path = Path::new(relative);
     if path.is_absolute() {

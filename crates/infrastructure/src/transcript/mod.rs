@@ -14,7 +14,7 @@
 //!   the lock is a `std` mutex held for the page-cache write and a few
 //!   non-blocking `try_send`s, never across an `.await`.
 //! - The writer never waits for a subscriber: each has a bounded buffer, and
-//!   a full buffer drops that subscriber's newest line (see [`fanout`]).
+//!   a full buffer drops that subscriber's newest line (see `fanout`).
 //! - Files are 0600 and the directory 0700: transcripts hold prompts and tool
 //!   arguments verbatim (seed 000, "Security").
 //! - A value over 64 KiB is stored once, in the run's blob directory shared
