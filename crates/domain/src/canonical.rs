@@ -14,6 +14,12 @@ use sha2::{Digest, Sha256};
 pub struct CanonicalError(String);
 
 /// The RFC 8785 bytes of `value`.
+///
+/// ```
+/// let value = serde_json::json!({"b": 1.0, "a": [true, null]});
+/// assert_eq!(awr_domain::canonical::jcs(&value)?, br#"{"a":[true,null],"b":1}"#);
+/// # Ok::<(), awr_domain::canonical::CanonicalError>(())
+/// ```
 pub fn jcs(value: &impl Serialize) -> Result<Vec<u8>, CanonicalError> {
     serde_json_canonicalizer::to_vec(value).map_err(|e| CanonicalError(e.to_string()))
 }

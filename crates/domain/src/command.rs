@@ -71,6 +71,17 @@ pub enum CommandError {
 
 impl RuntimeCommand {
     /// Parses a raw payload. `send`/`reply` without a valid `nodeRunId` fail here.
+    ///
+    /// ```
+    /// use awr_domain::RuntimeCommand;
+    /// use serde_json::json;
+    ///
+    /// let pause = RuntimeCommand::parse(&json!({"type": "pause"}))?;
+    /// assert!(matches!(pause, RuntimeCommand::Pause));
+    /// // A message must name the node run it is for: never guessed.
+    /// assert!(RuntimeCommand::parse(&json!({"type": "send", "message": "hi"})).is_err());
+    /// # Ok::<(), awr_domain::command::CommandError>(())
+    /// ```
     pub fn parse(raw: &serde_json::Value) -> Result<Self, CommandError> {
         serde_json::from_value(raw.clone()).map_err(|e| CommandError::Invalid(e.to_string()))
     }

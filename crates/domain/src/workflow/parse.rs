@@ -26,6 +26,24 @@ use crate::pricing::{Price, PriceTable};
 impl WorkflowDef {
     /// Parses and validates a workflow written in YAML (a superset of JSON, so
     /// `.json` files parse too).
+    ///
+    /// ```
+    /// use awr_domain::WorkflowDef;
+    ///
+    /// let flow = WorkflowDef::from_yaml(
+    ///     "name: hello\nagents:\n  greeter: {provider: mock}\nsteps:\n  - agent: greeter\n",
+    /// )?;
+    /// assert_eq!(flow.name, "hello");
+    /// assert_eq!(flow.nodes.len(), 1);
+    ///
+    /// // A bad file is an error that says where, never a panic.
+    /// let err = WorkflowDef::from_yaml(
+    ///     "name: x\nagents: {a: {provider: mock}}\nsteps: [{agent: nobody}]\n",
+    /// )
+    /// .unwrap_err();
+    /// assert!(err.to_string().contains("nobody"), "{err}");
+    /// # Ok::<(), awr_domain::WorkflowError>(())
+    /// ```
     pub fn from_yaml(src: &str) -> Result<WorkflowDef, WorkflowError> {
         if src.trim().is_empty() {
             return Err(WorkflowError::Empty);
