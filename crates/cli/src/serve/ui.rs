@@ -21,6 +21,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("ui/app.js"),
     ),
     (
+        "list.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/list.js"),
+    ),
+    (
+        "run.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/run.js"),
+    ),
+    (
         "model.js",
         "text/javascript; charset=utf-8",
         include_str!("ui/model.js"),
@@ -58,5 +68,29 @@ fn serve(name: &str) -> Response {
         )
             .into_response(),
         None => ApiError::not_found(format!("no UI file `{name}`")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FILES;
+
+    /// Every `./x.js` a served module imports is served too: a module left
+    /// out of the table is a page that never loads.
+    #[test]
+    fn every_imported_module_is_served() {
+        let served: Vec<&str> = FILES.iter().map(|(name, ..)| *name).collect();
+        let mut imports = 0;
+        for (name, _, body) in FILES.iter().filter(|(name, ..)| name.ends_with(".js")) {
+            for line in body.lines().filter(|l| l.starts_with("import ")) {
+                let Some(target) = line.split("from './").nth(1) else {
+                    continue;
+                };
+                let target = target.trim_end_matches("';");
+                assert!(served.contains(&target), "{name} imports {target}");
+                imports += 1;
+            }
+        }
+        assert!(imports >= 5, "the modules' imports were found: {imports}");
     }
 }
