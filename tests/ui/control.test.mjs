@@ -1,7 +1,7 @@
 // The timeline page steering and watching live runs, in a real headless
 // Chromium against a real `awr serve` with a 1 s heartbeat: the message
-// form and the pause and resume buttons (each checked against the run's
-// log), the idle watchdog on a silent stream, and a run whose `awr run`
+// form and the run's list of commands, the pause and resume buttons (each
+// checked against the run's log), the idle watchdog on a silent stream, and a run whose `awr run`
 // process is killed turning `interrupted` in the header and the run list.
 // Every wait is on a condition; screenshots go to target/ui-artifacts/.
 
@@ -83,6 +83,16 @@ describe('steering a live run', () => {
     assert.deepEqual(at(sentAt).command, { type: 'send', nodeRunId: start.nodeRunId, message: 'Add a summary.' });
     assert.equal(at(repliedAt).accepted, true);
     assert.deepEqual(at(repliedAt).command, { type: 'reply', nodeRunId: start.nodeRunId, message: 'Yes, in English.' });
+    // The page lists the run's commands as its log has them: the refused one with its reason.
+    await page.waitForFunction(() => document.querySelectorAll('#run-commands-list li').length === 3);
+    const listed = await page.$$eval('#run-commands-list li', (items) => items.map((li) => ({
+      offset: Number(li.dataset.offset), refused: li.classList.contains('refused'), text: li.textContent,
+    })));
+    assert.deepEqual(listed.map((c) => c.offset), [refused.offset, sentAt, repliedAt]);
+    assert.deepEqual(listed.map((c) => c.refused), [true, false, false]);
+    assert.match(listed[0].text, /send → 6f1c2a9e.*“hello\?” refused: .+/);
+    assert.match(listed[2].text, /reply → .*“Yes, in English\.” accepted/);
+    assert.ok(!(await page.$eval('#run-commands', (el) => el.hidden)), 'the list is shown once there is a command');
     await browser.screenshot('message-sent');
 
     // The turn ends; the messages go to the same agent, in its session, after it.

@@ -40,6 +40,7 @@ export class RunView {
     this.running = new Set();
     this.selected = null;
     this.detail = null;
+    this.commandCount = -1;
     this.frame = 0;
     this.ticker = null;
     this.closed = false;
@@ -406,6 +407,32 @@ export class RunView {
     $('resume').disabled = shown !== 'paused' && shown !== 'interrupted';
     $('cancel').disabled = root.ended;
     this.drawFacts(now);
+    this.drawCommands();
+  }
+
+  /** The commands the run (and its child runs) received, accepted or refused, oldest first. */
+  drawCommands() {
+    const commands = [];
+    for (const run of this.timeline.runs.values()) {
+      for (const c of run.commands) commands.push({ run, ...c });
+    }
+    if (commands.length === this.commandCount) return;
+    this.commandCount = commands.length;
+    commands.sort((a, b) => (a.at ?? 0) - (b.at ?? 0));
+    $('run-commands').hidden = commands.length === 0;
+    $('run-commands-count').textContent = `(${commands.length})`;
+    $('run-commands-list').replaceChildren(...commands.map((c) => {
+      const body = c.command ?? {};
+      const said = body.message ?? body.reason ?? '';
+      return h('li', { class: c.accepted ? 'accepted' : 'refused', 'data-offset': String(c.offset ?? '') },
+        h('small', { class: 'muted', text: `${fmtTime(c.at)} · #${c.offset ?? '?'}${c.run === this.timeline.root ? '' : ` · child run ${c.run.runId}`}` }),
+        ' ',
+        h('strong', { text: String(body.type ?? '?') }),
+        body.nodeRunId ? h('code', { text: ` → ${body.nodeRunId}` }) : '',
+        said ? h('span', { text: ` “${said}”` }) : '',
+        h('span', { class: 'verdict', text: c.accepted ? ' accepted' : ` refused: ${c.error ?? ''}` }),
+      );
+    }));
   }
 
   drawFacts(now) {
