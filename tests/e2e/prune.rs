@@ -253,6 +253,69 @@ async fn a_killed_prune_leaves_only_whole_runs_on_sqlite() {
     a_killed_prune_leaves_only_whole_runs(true).await;
 }
 
+/// A run deleted while its files stayed (a prune killed between the two)
+/// leaves a transcript without a run: a later prune removes it once it was
+/// last written longer ago than the grace, and says so; a younger one stays.
+async fn files_without_a_run_go_at_a_later_prune(sqlite: bool) {
+    let a = if sqlite { Awr::sqlite() } else { Awr::new() };
+    let old = a.completed_run("examples/summarize.yaml");
+    let young = a.completed_run("examples/summarize.yaml");
+    let store = store(&a, sqlite);
+    for run in [&old, &young] {
+        store.delete_run(run.parse().unwrap()).await.unwrap();
+    }
+    let files = if sqlite {
+        a.dir.path().join("awr.db-files")
+    } else {
+        a.storage()
+    };
+    let transcript = |run: &str| files.join("transcripts").join(format!("{run}.jsonl"));
+    assert!(transcript(&old).is_file() && transcript(&young).is_file());
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(transcript(&old))
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+
+    let dry = a.run(&["prune", "--older-than", "0s", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains(&format!(
+            "would remove the files of {old} (its run is gone)"
+        )),
+        "{}",
+        dry.stdout
+    );
+    assert!(transcript(&old).is_file(), "a dry run removes nothing");
+
+    let out = a.run(&["prune", "--older-than", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("removed the files of {old} (its run is gone)")),
+        "{}",
+        out.stdout
+    );
+    assert!(!transcript(&old).exists());
+    assert!(
+        transcript(&young).is_file(),
+        "files written within the grace stay"
+    );
+    assert!(!out.stdout.contains(&young), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_without_a_run_go_at_a_later_prune_on_files() {
+    files_without_a_run_go_at_a_later_prune(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_without_a_run_go_at_a_later_prune_on_sqlite() {
+    files_without_a_run_go_at_a_later_prune(true).await;
+}
+
 /// `awr serve --retention AGE` prunes at start (then periodically): a run
 /// that ended longer ago than AGE goes, with its transcript; a run still
 /// being written stays, whatever its age.

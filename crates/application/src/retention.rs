@@ -11,7 +11,10 @@
 //!   first, so a crash midway leaves children whose parent is gone; those
 //!   are roots of their own at the next prune and go then.
 //! - Each run is deleted by the store's `delete_run` (whole or not at all,
-//!   even across a crash), its files ([`RunFiles`]) after it.
+//!   even across a crash), its files ([`RunFiles`]) after it. Files whose
+//!   run is gone (a crash came between the two) go at a later prune, once
+//!   they were last written longer ago than the age asked for and than
+//!   [`ORPHAN_GRACE`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -61,11 +64,19 @@ pub struct Pruned {
     pub parent: Option<RunId>,
 }
 
+/// How long files without a run are left alone, whatever the age asked
+/// for: a run's transcript may be created a moment before the store holds
+/// the run.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(600);
+
 /// What a prune did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PruneReport {
     /// Runs deleted (or, on a dry run, that would be), parents before children.
     pub pruned: Vec<Pruned>,
+    /// Runs whose files were removed (or would be) because the run itself
+    /// was gone.
+    pub orphans: Vec<RunId>,
     /// Runs the policy selected but that were kept, and why.
     pub kept: Vec<(RunId, String)>,
 }
@@ -150,7 +161,45 @@ pub async fn prune(
             });
         }
     }
+    orphans(&runs, files, policy, now, &mut report).await;
     Ok(report)
+}
+
+/// Removes the files of runs the store does not hold, last written before
+/// the cutoff and the grace. Listed after the runs were, so a run created
+/// since has files newer than the grace and stays.
+async fn orphans(
+    runs: &BTreeMap<RunId, Known>,
+    files: &dyn RunFiles,
+    policy: &PrunePolicy,
+    now: Timestamp,
+    report: &mut PruneReport,
+) {
+    let age = millis(policy.older_than.max(ORPHAN_GRACE));
+    let cutoff = now.as_millis().saturating_sub(age);
+    let listed = match files.listed().await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the runs' files; files without a run stay");
+            return;
+        }
+    };
+    let unreadable: HashSet<RunId> = report.kept.iter().map(|(id, _)| *id).collect();
+    for (run_id, written) in listed {
+        if runs.contains_key(&run_id)
+            || unreadable.contains(&run_id)
+            || written.as_millis() > cutoff
+        {
+            continue;
+        }
+        if !policy.dry_run {
+            if let Err(e) = files.remove(run_id).await {
+                tracing::warn!(run = %run_id, error = %e, "cannot remove the files of a deleted run");
+                continue;
+            }
+        }
+        report.orphans.push(run_id);
+    }
 }
 
 fn millis(d: Duration) -> i64 {

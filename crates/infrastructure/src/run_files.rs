@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use application::ports::{RunFileSet, RunFiles, StoreError};
 use async_trait::async_trait;
-use domain::RunId;
+use domain::{RunId, Timestamp};
 
 use crate::blobs::{BlobDir, MAX_BLOB_BYTES, referenced, transcript_blob_dir};
 use crate::transcript::transcript_path;
@@ -148,5 +148,120 @@ impl RunFiles for RunFilesDir {
             let _ = fs::remove_dir(run_dir);
         }
         Ok(())
+    }
+
+    async fn listed(&self) -> Result<Vec<(RunId, Timestamp)>, StoreError> {
+        let mut runs = std::collections::BTreeMap::<RunId, Timestamp>::new();
+        let mut note = |run_id: RunId, path: &Path| -> Result<(), StoreError> {
+            let written = modified(path)?;
+            let at = runs.entry(run_id).or_insert(written);
+            *at = (*at).max(written);
+            Ok(())
+        };
+        for (name, path) in entries(&self.root.join("transcripts"))? {
+            if let Some(run_id) = name
+                .strip_suffix(".jsonl")
+                .and_then(|n| n.parse::<RunId>().ok())
+            {
+                note(run_id, &path)?;
+            }
+        }
+        for (name, path) in entries(&self.root.join("runs"))? {
+            let blobs = path.join("blobs");
+            if let (Ok(run_id), true) = (name.parse::<RunId>(), blobs.is_dir()) {
+                note(run_id, &blobs)?;
+                for (_, blob) in entries(&blobs)? {
+                    note(run_id, &blob)?;
+                }
+            }
+        }
+        Ok(runs.into_iter().collect())
+    }
+}
+
+/// The entries of `dir` by name (none when it does not exist).
+fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
+    let list = match fs::read_dir(dir) {
+        Ok(list) => list,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list", dir, &e)),
+    };
+    let mut out = Vec::new();
+    for entry in list {
+        let entry = entry.map_err(|e| io_err("list", dir, &e))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            out.push((name, entry.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// When `path` was last written.
+fn modified(path: &Path) -> Result<Timestamp, StoreError> {
+    let time = fs::metadata(path)
+        .and_then(|m| m.modified())
+        .map_err(|e| io_err("read the time of", path, &e))?;
+    let millis = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Ok(Timestamp::from_millis(millis))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunId {
+        RunId::new(uuid::Uuid::new_v4()).unwrap()
+    }
+
+    /// A transcript, blobs left without their transcript (a removal cut
+    /// short), and what is neither a run's file nor a run id: the first
+    /// two are listed with their last write, the rest is not.
+    #[tokio::test]
+    async fn listed_names_every_run_with_files_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = RunFilesDir::new(dir.path());
+        let (with_transcript, blobs_only) = (run(), run());
+        let set = RunFileSet {
+            transcript: b"{}\n".to_vec(),
+            blobs: Vec::new(),
+        };
+        files.import(with_transcript, set).await.unwrap();
+        let blobs = dir
+            .path()
+            .join("runs")
+            .join(blobs_only.to_string())
+            .join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        std::fs::write(blobs.join("ab"), b"x").unwrap();
+        std::fs::write(dir.path().join("transcripts").join("notes.jsonl"), b"").unwrap();
+        std::fs::create_dir_all(dir.path().join("runs").join(run().to_string())).unwrap();
+
+        let listed = files.listed().await.unwrap();
+        let mut ids: Vec<RunId> = listed.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        let mut expected = vec![with_transcript, blobs_only];
+        expected.sort();
+        assert_eq!(ids, expected);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        for (_, at) in listed {
+            let at = u128::try_from(at.as_millis()).unwrap();
+            assert!(now.abs_diff(at) < 60_000, "last written just now: {at}");
+        }
+
+        files.remove(blobs_only).await.unwrap();
+        let left: Vec<RunId> = files
+            .listed()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(left, vec![with_transcript]);
     }
 }

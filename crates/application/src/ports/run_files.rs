@@ -2,10 +2,11 @@
 //! exchange transcript (and the large values the transcript names), and the
 //! control socket of a live run. Copied by `migrate`, removed by `prune`
 //! after the run itself, so a crash between the two leaves at most files
-//! without a run, never a run that reads as valid without them.
+//! without a run (which a later prune removes), never a run that reads as
+//! valid without them.
 
 use async_trait::async_trait;
-use domain::RunId;
+use domain::{RunId, Timestamp};
 
 use super::StoreError;
 
@@ -36,4 +37,10 @@ pub trait RunFiles: Send + Sync + 'static {
 
     /// Removes the run's files (nothing there is not an error).
     async fn remove(&self, run_id: RunId) -> Result<(), StoreError>;
+
+    /// Every run that has files here (a transcript, or the blobs one
+    /// named), with the last time any of them was written: `prune` removes
+    /// those whose run is gone (a crash between deleting a run and removing
+    /// its files leaves them).
+    async fn listed(&self) -> Result<Vec<(RunId, Timestamp)>, StoreError>;
 }

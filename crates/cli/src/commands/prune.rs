@@ -67,6 +67,12 @@ fn print(report: &PruneReport, dry_run: bool) -> Result<(), Failure> {
             run.ended_at
         ))?;
     }
+    let files_verb = if dry_run { "would remove" } else { "removed" };
+    for run in &report.orphans {
+        say(&format!(
+            "{files_verb} the files of {run} (its run is gone)"
+        ))?;
+    }
     for (run, why) in &report.kept {
         note(&format!("awr: kept run {run}: {why}"));
     }
