@@ -192,11 +192,11 @@ async fn orphans(
         {
             continue;
         }
-        if !policy.dry_run {
-            if let Err(e) = files.remove(run_id).await {
-                tracing::warn!(run = %run_id, error = %e, "cannot remove the files of a deleted run");
-                continue;
-            }
+        if !policy.dry_run
+            && let Err(e) = files.remove(run_id).await
+        {
+            tracing::warn!(run = %run_id, error = %e, "cannot remove the files of a deleted run");
+            continue;
         }
         report.orphans.push(run_id);
     }
