@@ -200,7 +200,7 @@ impl ChatError {
 pub type ChatStream = BoxStream<'static, Result<ChatEvent, ChatError>>;
 
 /// A model behind an HTTP API, one turn at a time.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait ChatModel: Send + Sync + 'static {
     /// The provider's name in events (`openai`, `anthropic`).

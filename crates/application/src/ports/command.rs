@@ -67,7 +67,7 @@ pub enum CommandError {
 /// Contract: the command runs in a process group of its own, and dropping
 /// the returned future (cancellation) kills that whole group at once, as a
 /// timeout does.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait CommandRunner: Send + Sync + 'static {
     /// Runs one command to its end.

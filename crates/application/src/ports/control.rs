@@ -141,7 +141,7 @@ impl std::fmt::Debug for Listener {
 }
 
 /// Carries commands to a run's live writer.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait ControlChannel: Send + Sync + 'static {
     /// Opens the command endpoint of `run_id`, for its writer: the caller

@@ -237,7 +237,7 @@ impl QueryError {
 pub type AgentStream = BoxStream<'static, Result<AgentMessage, QueryError>>;
 
 /// Runs one agent invocation.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait QueryFn: Send + Sync + 'static {
     /// Starts the invocation; errors before the first message are returned here.

@@ -106,7 +106,7 @@ pub type EventStream = BoxStream<'static, Result<RuntimeEvent, StoreError>>;
 pub type EventBatches = BoxStream<'static, Result<Vec<RuntimeEvent>, StoreError>>;
 
 /// Durable storage of runs.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     /// Registers a new run and locks it for the caller, in one step, so no

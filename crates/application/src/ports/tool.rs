@@ -87,7 +87,7 @@ pub enum ToolError {
 }
 
 /// A tool the runtime can execute.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// Name, description and input schema.
