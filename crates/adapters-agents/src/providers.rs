@@ -12,13 +12,13 @@ mod tests {
     //! CLI printed: the command is built, the output decoded, the run ends.
 
     use super::*;
-    use application::ports::QueryFn;
-    use domain::workflow::Provider;
-    use std::sync::Arc;
     use crate::normalize::testing::{agent_request, replaying};
     use crate::{claude::ClaudeCode, codex::Codex, copilot::Copilot, gemini::Gemini};
     use application::ports::AgentMessage;
+    use application::ports::QueryFn;
+    use domain::workflow::Provider;
     use futures::StreamExt;
+    use std::sync::Arc;
 
     fn providers() -> Providers {
         Providers::new()

@@ -45,6 +45,7 @@ pub enum ChatMessage {
 
 /// A piece of a model turn.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatBlock {
     /// Text.
     Text(String),
@@ -86,6 +87,7 @@ pub struct ToolResult {
 
 /// Why the model stopped its turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopReason {
     /// A final answer.
     EndTurn,
@@ -112,6 +114,7 @@ pub struct TurnEnd {
 
 /// What a streamed turn yields, in order; it ends with [`ChatEvent::End`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatEvent {
     /// A piece of text.
     TextDelta(String),
@@ -141,6 +144,7 @@ pub enum ChatEvent {
 /// Why a turn failed. Transient kinds may be retried by the loop, as long
 /// as nothing of the turn was seen yet.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChatError {
     /// HTTP 429 (or the provider's overload signal).
     #[error("rate limited: {message}")]

@@ -53,6 +53,7 @@ pub struct CommandOutcome {
 /// Why a command could not be run at all (a command that ran and failed is
 /// an [`CommandOutcome`] with a non-zero exit code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CommandError {
     /// The working directory is refused or missing.
     #[error("workdir: {0}")]

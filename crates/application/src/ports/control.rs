@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Why a command could not be delivered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlError {
     /// No live writer listens for the run's commands.
     #[error("run {0} has no live writer")]

@@ -36,6 +36,7 @@ use super::run_query::{EventFilter, RunQuery, RunSummary, scan_events, scan_runs
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No such run.
     #[error("run {0} not found")]

@@ -63,6 +63,7 @@ impl ToolContext {
 
 /// Why a call failed; the message goes back to the model, never crashes the run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     /// No tool of that name is registered.
     #[error("unknown tool `{0}`")]

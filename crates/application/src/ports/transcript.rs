@@ -12,6 +12,7 @@ use domain::transcript::{ExchangeDraft, ExchangeEvent};
 
 /// Why a transcript operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TranscriptError {
     /// The file could not be opened or written (names the file).
     #[error("transcript I/O error: {0}")]
