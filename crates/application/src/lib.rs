@@ -19,7 +19,7 @@
 //!
 //! Feature `testing`: the `mockall` mocks of every port (`ports::MockRunStore`,
 //! `ports::MockQueryFn`, ...) and the store conformance suite
-//! ([`testing::store_conformance`]), for the tests of a program that embeds awr
+//! (`testing::store_conformance`), for the tests of a program that embeds awr
 //! or implements a port.
 //!
 //! Architecture invariant: this crate names no concrete store, provider, file
