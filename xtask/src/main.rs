@@ -3,8 +3,9 @@
 //! - `test`: the whole test suite, with what it drives: checks that `jq` is
 //!   on PATH, installs the pinned agent CLIs (`.ci/install-agent-clis`), then
 //!   runs `cargo test --workspace` with both required, so none of their tests
-//!   can pass by skipping; then the timeline page's tests (`tests/ui`) in the
-//!   system Chromium.
+//!   can pass by skipping; then the library's examples (`cargo run --example`,
+//!   each asserting what it shows); then the timeline page's tests
+//!   (`tests/ui`) in the system Chromium.
 //! - `ci`: format check, clippy, the API docs (`-D warnings`), then
 //!   `test`; `.ci/run` runs this after installing `jq` on a fresh machine,
 //!   so the two cannot drift apart.
@@ -86,7 +87,25 @@ fn test() -> anyhow::Result<()> {
         .env("AWR_REQUIRE_JQ", "1")
         .env("AWR_AGENT_CLIS", &clis);
     run(command, "cargo test --workspace")?;
+    examples()?;
     ui_tests()
+}
+
+/// The library's examples (`crates/cli/examples`), each swapping the
+/// adapter it names and asserting what it shows (docs/library.md).
+const EXAMPLES: [&str; 4] = [
+    "embed_query_fn",
+    "embed_transcript_sink",
+    "embed_store",
+    "embed_subscriber",
+];
+
+/// Runs every example of [`EXAMPLES`]; one that exits non-zero fails the suite.
+fn examples() -> anyhow::Result<()> {
+    for example in EXAMPLES {
+        cargo(&["run", "--quiet", "-p", "cli", "--example", example])?;
+    }
+    Ok(())
 }
 
 /// The timeline page's tests (`tests/ui`, `node --test`): its fold, and the
@@ -418,7 +437,29 @@ mod tests {
 
     #![allow(clippy::unwrap_used)]
 
-    use super::{criterion_dir, workspace_root};
+    use super::{EXAMPLES, criterion_dir, workspace_root};
+
+    /// Every example of the library is run by `cargo xtask test`.
+    #[test]
+    fn every_example_is_run() {
+        let dir = workspace_root().join("crates/cli/examples");
+        let mut found: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".rs").map(str::to_owned)
+            })
+            .collect();
+        found.sort();
+        let mut listed: Vec<String> = EXAMPLES.iter().map(|e| (*e).to_owned()).collect();
+        listed.sort();
+        assert_eq!(
+            found,
+            listed,
+            "EXAMPLES must name every file of {}",
+            dir.display()
+        );
+    }
 
     /// The report reads criterion's results where cargo put them: in the
     /// target directory `cargo metadata` names, not `./target`.

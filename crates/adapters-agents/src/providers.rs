@@ -1,62 +1,9 @@
 //! [`Providers`]: the one `QueryFn` the runner sees, routing each call by the
-//! agent's `provider:` to the adapter that serves it.
+//! agent's `provider:` to the adapter that serves it. It lives in
+//! `application` (the runtime builds it from the providers it is given);
+//! the tests below run every CLI provider through it.
 
-use std::sync::Arc;
-
-use application::ports::{AgentRequest, AgentStream, QueryError, QueryFn};
-use async_trait::async_trait;
-use domain::workflow::Provider;
-
-/// Routes calls to the configured provider adapters.
-#[derive(Clone, Default)]
-pub struct Providers {
-    mock: Option<Arc<dyn QueryFn>>,
-    others: std::collections::HashMap<Provider, Arc<dyn QueryFn>>,
-}
-
-impl Providers {
-    /// No provider configured yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Serves `provider: mock` with the given adapter.
-    #[must_use]
-    pub fn with_mock(mut self, mock: Arc<dyn QueryFn>) -> Self {
-        self.mock = Some(mock);
-        self
-    }
-
-    /// Serves a provider (`claude-code`, `openai`, ...) with the given adapter.
-    #[must_use]
-    pub fn with(mut self, provider: Provider, adapter: Arc<dyn QueryFn>) -> Self {
-        if provider == Provider::Mock {
-            self.mock = Some(adapter);
-        } else {
-            self.others.insert(provider, adapter);
-        }
-        self
-    }
-}
-
-#[async_trait]
-impl QueryFn for Providers {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let provider = request.agent.provider;
-        let adapter = match provider {
-            Provider::Mock => self.mock.as_ref(),
-            other => self.others.get(&other),
-        };
-        match adapter {
-            Some(adapter) => adapter.query(request).await,
-            None => Err(QueryError::Config(format!(
-                "agent `{}`: provider `{}` is not configured in this program",
-                request.agent_name,
-                provider.as_str()
-            ))),
-        }
-    }
-}
+pub use application::runtime::Providers;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,7 +15,10 @@ mod tests {
     use crate::normalize::testing::{agent_request, replaying};
     use crate::{claude::ClaudeCode, codex::Codex, copilot::Copilot, gemini::Gemini};
     use application::ports::AgentMessage;
+    use application::ports::QueryFn;
+    use domain::workflow::Provider;
     use futures::StreamExt;
+    use std::sync::Arc;
 
     fn providers() -> Providers {
         Providers::new()

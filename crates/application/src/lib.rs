@@ -11,9 +11,16 @@
 //! - [`load`]: [`load::load_workflow`], which reads a workflow and every
 //!   workflow it calls through the [`ports::WorkflowSource`] port, and
 //!   refuses a bad file, a call cycle or a chain too deep before anything runs.
+//! - [`runtime`]: [`Runtime`], the one entry point of a program that embeds
+//!   awr, built from ports only; the command line and `awr serve` use it too.
 //! - [`secrets`] and [`redact`]: which variables hold keys, what a child
 //!   process may see of them, and decorators that keep their values out of
 //!   every record written.
+//!
+//! Feature `testing`: the `mockall` mocks of every port (`ports::MockRunStore`,
+//! `ports::MockQueryFn`, ...) and the store conformance suite
+//! (`testing::store_conformance`), for the tests of a program that embeds awr
+//! or implements a port.
 //!
 //! Architecture invariant: this crate names no concrete store, provider, file
 //! path or clock. The composition root (`cli`, test harnesses) wires those in.
@@ -27,6 +34,7 @@ pub mod query;
 pub mod redact;
 pub mod retention;
 pub mod run;
+pub mod runtime;
 pub mod secrets;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -34,3 +42,4 @@ pub mod tool_loop;
 pub mod tools;
 
 pub use run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
+pub use runtime::{Runtime, RuntimeBuilder};

@@ -36,6 +36,7 @@ pub struct LoadRules {
 
 /// Why a workflow did not load. Every message names the file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The file could not be read.
     #[error(transparent)]

@@ -17,8 +17,9 @@ mod commands;
 mod progress;
 mod serve;
 mod signals;
-mod storage;
 mod wiring;
+
+use awr_cli::storage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

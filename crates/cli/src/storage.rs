@@ -6,7 +6,7 @@
 //! | `sqlite:PATH` | the SQLite store in the database file `PATH`      |
 //!
 //! Any other `SCHEME://...` (`postgres://` one day) is refused by name, so
-//! a new store is one more arm here and in `wiring::store`. What stays
+//! a new store is one more arm here and in `embed::open_store`. What stays
 //! files whatever the store (transcripts, control sockets) lives in
 //! [`Storage::files`].
 

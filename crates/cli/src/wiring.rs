@@ -1,145 +1,45 @@
 //! The composition root: the one place that names concrete types.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use adapters_agents::anthropic::AnthropicChat;
-use adapters_agents::claude::ClaudeCode;
-use adapters_agents::codex::Codex;
-use adapters_agents::copilot::Copilot;
-use adapters_agents::gemini::Gemini;
-use adapters_agents::openai::OpenAiChat;
-use adapters_agents::process::{Shell, ShellCommandRunner};
-use adapters_agents::{MockQuery, Providers};
-use application::ports::{
-    ChatModel, Clock, CommandRunner, IdGen, RunObserver, RunStore, Transcripts,
-};
+use application::ports::{ControlChannel, RunFiles, RunObserver, RunStore, Transcripts};
 use application::redact::{RedactingObserver, RedactingStore, RedactingTranscripts, Redactor};
 use application::secrets::KeyNames;
-use application::tool_loop::ToolLoop;
 use application::tools::ToolRouter;
+use awr_cli::embed;
 use domain::WorkflowDef;
-use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
-use infrastructure::store::{FileRunStore, SqliteRunStore};
-use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
-use infrastructure::transcript::JsonlTranscripts;
 
 use crate::Failure;
 use crate::storage::Storage;
-use application::ports::{ControlChannel, Processes};
-use infrastructure::UnixControl;
 
 /// The store `storage` names, created if needed; one that cannot be opened
 /// is a storage error (exit 2).
 pub fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
-    match storage {
-        Storage::Files(dir) => FileRunStore::open(dir)
-            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-            .map_err(|e| Failure::Input(anyhow::anyhow!("storage {storage}: {e}"))),
-        // Its errors name the database file already.
-        Storage::Sqlite(db) => SqliteRunStore::open(db)
-            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
-    }
+    embed::open_store(storage).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
 /// The existing store `storage` names, for commands that only read: it
 /// creates no storage, and a missing one is bad input (exit 2).
 pub fn read_store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
-    match storage {
-        Storage::Files(dir) => FileRunStore::open_existing(dir)
-            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
-        Storage::Sqlite(db) => SqliteRunStore::open_existing(db)
-            .map(|s| Arc::new(s) as Arc<dyn RunStore>)
-            .map_err(|e| Failure::Input(anyhow::anyhow!(e))),
-    }
+    embed::open_existing_store(storage).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
-/// Where runs take commands from other processes: a socket per run under
-/// `control/` of the storage's files directory.
+/// Where runs take commands from other processes.
 pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
-    Arc::new(UnixControl::new(storage.files().join("control")))
+    embed::control(storage)
 }
 
-/// What runs keep beside the store (transcripts and the blobs they name,
-/// control sockets), in the storage's files directory.
-pub fn run_files(storage: &Storage) -> Arc<dyn application::ports::RunFiles> {
-    Arc::new(infrastructure::RunFilesDir::new(storage.files()))
-}
-
-/// This machine's processes, to kill what a dead writer left behind.
-pub fn processes() -> Arc<dyn Processes> {
-    Arc::new(adapters_agents::process::OsProcesses)
-}
-
-/// Providers for a workflow loaded from `workflow_dir`: mock fixtures are
-/// under `fixtures/<workflow name>/` there unless an agent says otherwise.
-/// HTTP agents run their tools in awr's working directory (or their
-/// `workdir`, taken inside it): that directory is the workspace the file
-/// tools are confined to. Child processes (CLI agents, `shell`) do not
-/// inherit the key variables `secrets` names, except those their node needs.
-pub fn providers(
-    workflow_dir: &Path,
-    secrets: &Secrets,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGen>,
-) -> Providers {
-    let default_fixtures = workflow_dir.join("fixtures");
-    let workspace = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let keys = secrets.keys.clone();
-    let router = Arc::new(tool_set(keys.clone()));
-    let tool_loop = |model: Arc<dyn ChatModel>| {
-        let tool_loop = ToolLoop::new(
-            model,
-            Arc::clone(&router),
-            workspace.clone(),
-            Arc::clone(&clock),
-            Arc::clone(&ids),
-        );
-        Arc::new(tool_loop)
-    };
-    Providers::new()
-        .with_mock(Arc::new(MockQuery::new(workflow_dir, default_fixtures)))
-        .with(
-            Provider::ClaudeCode,
-            Arc::new(ClaudeCode::withholding(keys.clone())),
-        )
-        .with(Provider::Codex, Arc::new(Codex::withholding(keys.clone())))
-        .with(
-            Provider::Gemini,
-            Arc::new(Gemini::withholding(keys.clone())),
-        )
-        .with(Provider::Copilot, Arc::new(Copilot::withholding(keys)))
-        .with(Provider::OpenAi, tool_loop(Arc::new(OpenAiChat::new())))
-        .with(
-            Provider::Anthropic,
-            tool_loop(Arc::new(AnthropicChat::new())),
-        )
+/// What runs keep beside the store, in the storage's files directory.
+pub fn run_files(storage: &Storage) -> Arc<dyn RunFiles> {
+    embed::run_files(storage)
 }
 
 /// The built-in tools an agent on an HTTP provider may be granted.
 pub fn tools() -> ToolRouter {
-    tool_set(KeyNames::default())
-}
-
-/// The built-in tools, `shell` withholding `keys`.
-fn tool_set(keys: KeyNames) -> ToolRouter {
-    ToolRouter::new()
-        .with(Arc::new(ReadFile))
-        .with(Arc::new(WriteFile))
-        .with(Arc::new(ListDir))
-        .with(Arc::new(Shell::new().withholding(keys)))
-        .with(Arc::new(HttpGet::new()))
-}
-
-/// The runner of `command` nodes: `sh -c` in the project directory (awr's
-/// working directory) or a `workdir` inside it, in the `shell` tool's
-/// sandbox, withholding the key variables `secrets` names.
-pub fn commands(secrets: &Secrets) -> Arc<dyn CommandRunner> {
-    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    Arc::new(ShellCommandRunner::new(project).withholding(secrets.keys.clone()))
+    embed::tools(&KeyNames::default())
+        .into_iter()
+        .fold(ToolRouter::new(), ToolRouter::with)
 }
 
 /// Wall clock and random ids.
@@ -147,10 +47,9 @@ pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
     (Arc::new(SystemClock), Arc::new(RandomIds))
 }
 
-/// Transcript files under `transcripts/` of the storage's files directory
-/// (whatever the store: transcripts stay files).
-pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
-    Arc::new(JsonlTranscripts::new(storage.files()))
+/// Transcript files under `transcripts/` of the storage's files directory.
+pub fn transcripts(storage: &Storage) -> Arc<dyn Transcripts> {
+    embed::transcripts(storage)
 }
 
 /// The key variables of a run and the redactor of their values: everything
@@ -169,6 +68,12 @@ impl Secrets {
         let redactor = Redactor::new(keys.secret_values(env_vars(), Some(workflow)));
         set_printed(&redactor);
         Self { keys, redactor }
+    }
+
+    /// The key variables of the workflow, which child processes do not
+    /// inherit unless their node needs them.
+    pub fn keys(&self) -> &KeyNames {
+        &self.keys
     }
 
     /// `store`, redacting what is written to it.

@@ -82,6 +82,7 @@ pub enum Prompt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 #[allow(missing_docs)] // variant fields are documented in docs/events.md, one entry per type
+#[non_exhaustive]
 pub enum EventKind {
     /// The run began; lists its nodes and edges so the snapshot can be folded from events alone.
     #[serde(rename = "flow:started", rename_all = "camelCase")]

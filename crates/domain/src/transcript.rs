@@ -23,6 +23,7 @@ use crate::time::Timestamp;
 
 /// The closed vocabulary of line types, plus whatever a newer writer used.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ExchangeType {
     /// The run began.
     RunStarted,
@@ -115,6 +116,7 @@ pub enum Fidelity {
 
 /// One typed piece of a message or tool payload.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ContentBlock {
     /// Plain text, verbatim.
     Text {

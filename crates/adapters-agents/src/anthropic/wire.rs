@@ -94,6 +94,8 @@ fn assistant_block(block: &ChatBlock) -> Option<Value> {
             };
             Some(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}))
         }
+        // A kind of block this API has no form for is not sent back.
+        _ => None,
     }
 }
 

@@ -196,7 +196,11 @@ mod process_tests {
         let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
         let words: Vec<&str> = seen.split_whitespace().collect();
         assert_eq!(words[0], "withheld", "{seen}");
-        assert_eq!(words[1], "adapters-agents", "its own key passes: {seen}");
+        assert_eq!(
+            words[1],
+            env!("CARGO_PKG_NAME"),
+            "its own key passes: {seen}"
+        );
         assert_eq!(words[2], "path", "{seen}");
     }
 

@@ -73,7 +73,8 @@ fn assistant(blocks: &[ChatBlock]) -> Value {
         match block {
             ChatBlock::Text(t) => text.push_str(t),
             ChatBlock::ToolCall(call) => calls.push(tool_call(call)),
-            ChatBlock::Thinking { .. } => {}
+            // Thinking, and any block this API has no form for, is not sent back.
+            _ => {}
         }
     }
     let content = match (text.is_empty(), calls.is_empty()) {

@@ -45,6 +45,7 @@ pub enum ChatMessage {
 
 /// A piece of a model turn.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatBlock {
     /// Text.
     Text(String),
@@ -86,6 +87,7 @@ pub struct ToolResult {
 
 /// Why the model stopped its turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopReason {
     /// A final answer.
     EndTurn,
@@ -112,6 +114,7 @@ pub struct TurnEnd {
 
 /// What a streamed turn yields, in order; it ends with [`ChatEvent::End`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatEvent {
     /// A piece of text.
     TextDelta(String),
@@ -141,6 +144,7 @@ pub enum ChatEvent {
 /// Why a turn failed. Transient kinds may be retried by the loop, as long
 /// as nothing of the turn was seen yet.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChatError {
     /// HTTP 429 (or the provider's overload signal).
     #[error("rate limited: {message}")]
@@ -200,7 +204,7 @@ impl ChatError {
 pub type ChatStream = BoxStream<'static, Result<ChatEvent, ChatError>>;
 
 /// A model behind an HTTP API, one turn at a time.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait ChatModel: Send + Sync + 'static {
     /// The provider's name in events (`openai`, `anthropic`).

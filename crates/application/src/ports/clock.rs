@@ -11,7 +11,7 @@ use uuid::Uuid;
 /// Every wait of the application (a retry's backoff, a deadline) goes
 /// through [`Clock::sleep`], so a test or a replay with a virtual clock
 /// waits no real time.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 pub trait Clock: Send + Sync + 'static {
     /// Now.
     fn now(&self) -> Timestamp;
@@ -21,7 +21,7 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// Fresh UUIDs (v4 shaped, so they can be run ids).
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 pub trait IdGen: Send + Sync + 'static {
     /// A new id.
     fn uuid(&self) -> Uuid;

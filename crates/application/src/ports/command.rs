@@ -53,6 +53,7 @@ pub struct CommandOutcome {
 /// Why a command could not be run at all (a command that ran and failed is
 /// an [`CommandOutcome`] with a non-zero exit code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CommandError {
     /// The working directory is refused or missing.
     #[error("workdir: {0}")]
@@ -67,7 +68,7 @@ pub enum CommandError {
 /// Contract: the command runs in a process group of its own, and dropping
 /// the returned future (cancellation) kills that whole group at once, as a
 /// timeout does.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait CommandRunner: Send + Sync + 'static {
     /// Runs one command to its end.

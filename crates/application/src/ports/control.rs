@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Why a command could not be delivered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlError {
     /// No live writer listens for the run's commands.
     #[error("run {0} has no live writer")]
@@ -141,7 +142,7 @@ impl std::fmt::Debug for Listener {
 }
 
 /// Carries commands to a run's live writer.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait ControlChannel: Send + Sync + 'static {
     /// Opens the command endpoint of `run_id`, for its writer: the caller

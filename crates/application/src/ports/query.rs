@@ -78,6 +78,7 @@ pub struct AgentResult {
 
 /// Normalized output of an agent, in the order it happened.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum AgentMessage {
     /// The provider session is known (becomes `agent:start`).
     Session {
@@ -203,6 +204,7 @@ pub enum AgentMessage {
 
 /// Why an invocation failed.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum QueryError {
     /// The agent reported an error; `error_type` is stable (`rate_limit`, ...).
     #[error("{error_type}: {message}")]
@@ -237,7 +239,7 @@ impl QueryError {
 pub type AgentStream = BoxStream<'static, Result<AgentMessage, QueryError>>;
 
 /// Runs one agent invocation.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait QueryFn: Send + Sync + 'static {
     /// Starts the invocation; errors before the first message are returned here.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub struct SourceError(pub String);
 
 /// Workflow files and the paths around them.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 pub trait WorkflowSource: Send + Sync {
     /// The text of the workflow file at `path`. An implementation bounds
     /// what it reads (a workflow is small; a FIFO or `/dev/zero` is not one).

@@ -36,6 +36,7 @@ use super::run_query::{EventFilter, RunQuery, RunSummary, scan_events, scan_runs
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No such run.
     #[error("run {0} not found")]
@@ -106,7 +107,7 @@ pub type EventStream = BoxStream<'static, Result<RuntimeEvent, StoreError>>;
 pub type EventBatches = BoxStream<'static, Result<Vec<RuntimeEvent>, StoreError>>;
 
 /// Durable storage of runs.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     /// Registers a new run and locks it for the caller, in one step, so no

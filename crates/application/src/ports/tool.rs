@@ -63,6 +63,7 @@ impl ToolContext {
 
 /// Why a call failed; the message goes back to the model, never crashes the run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     /// No tool of that name is registered.
     #[error("unknown tool `{0}`")]
@@ -87,7 +88,7 @@ pub enum ToolError {
 }
 
 /// A tool the runtime can execute.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// Name, description and input schema.

@@ -12,6 +12,7 @@ use domain::transcript::{ExchangeDraft, ExchangeEvent};
 
 /// Why a transcript operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TranscriptError {
     /// The file could not be opened or written (names the file).
     #[error("transcript I/O error: {0}")]
@@ -25,7 +26,7 @@ pub enum TranscriptError {
 }
 
 /// Opens the transcript of a run.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait Transcripts: Send + Sync + 'static {
     /// The transcript of `run_id`; every line carries `parent_run_id` when given.
@@ -37,7 +38,7 @@ pub trait Transcripts: Send + Sync + 'static {
 }
 
 /// One run's transcript, open for appending.
-#[cfg_attr(test, mockall::automock)]
+#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
 #[async_trait]
 pub trait Transcript: Send + Sync {
     /// Appends one line (assigning its `seq`), then shows it to subscribers.

@@ -5,7 +5,10 @@ use domain::event::Prompt;
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
 use domain::{EventKind, SessionId, Timestamp};
+use std::time::Duration;
+
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::control;
@@ -223,7 +226,13 @@ async fn invoke(
         call_index: ack.call_index,
     };
     let started = task.ports.clock.now();
-    let mut stream = match task.ports.query.query(request).await {
+    let mut silence = Silence::new(task, agent);
+    let called = tokio::select! {
+        biased;
+        called = task.ports.query.query(request) => called,
+        error = silence.expired() => Err(error),
+    };
+    let mut stream = match called {
         Ok(stream) => stream,
         Err(error) => return failed(task, error).await,
     };
@@ -241,11 +250,17 @@ async fn invoke(
             tokio::select! {
                 biased;
                 () = task.pausing.cancelled() => return Err(paused()),
+                error = silence.expired() => return failed(task, error).await,
                 item = stream.next() => item,
             }
         } else {
-            stream.next().await
+            tokio::select! {
+                biased;
+                error = silence.expired() => return failed(task, error).await,
+                item = stream.next() => item,
+            }
         };
+        silence.reset(task);
         let Some(item) = item else { break };
         let message = match item {
             Ok(message) => message,
@@ -383,6 +398,57 @@ async fn invoke(
         details: None,
     };
     failed(task, error).await
+}
+
+/// How much longer than an agent's `timeout` the runtime lets its adapter
+/// stay silent. The stock adapters enforce the timeout themselves (and say
+/// what they killed); this margin lets them, so the runtime's own limit
+/// only catches an adapter that hangs.
+const SILENCE_GRACE: Duration = Duration::from_secs(2);
+
+/// The runtime's limit on an adapter that stops answering: with a
+/// `timeout`, a call that sends nothing for longer than it (plus
+/// [`SILENCE_GRACE`]) is abandoned, its stream dropped, and the node run
+/// fails with error type `timeout`. Each message starts the wait afresh,
+/// so an agent that keeps working is never cut short here.
+struct Silence {
+    limit: Option<Duration>,
+    wait: Option<BoxFuture<'static, ()>>,
+}
+
+impl Silence {
+    fn new(task: &NodeTask, agent: &AgentDef) -> Self {
+        let limit = agent.timeout.map(|t| t.0.saturating_add(SILENCE_GRACE));
+        let mut silence = Self { limit, wait: None };
+        silence.reset(task);
+        silence
+    }
+
+    /// Starts the wait afresh: a message came.
+    fn reset(&mut self, task: &NodeTask) {
+        self.wait = self.limit.map(|limit| task.ports.clock.sleep(limit));
+    }
+
+    /// Completes, with the error to record, once the adapter has been
+    /// silent too long; never without a `timeout`.
+    async fn expired(&mut self) -> QueryError {
+        match (&mut self.wait, self.limit) {
+            (Some(wait), Some(limit)) => {
+                wait.await;
+                self.wait = Some(Box::pin(std::future::pending()));
+                QueryError::Agent {
+                    error_type: "timeout".into(),
+                    message: format!(
+                        "the agent's adapter sent nothing for {} s, past the agent's timeout; \
+                         the call was abandoned",
+                        limit.as_secs()
+                    ),
+                    details: None,
+                }
+            }
+            _ => std::future::pending().await,
+        }
+    }
 }
 
 /// Checks the result against the agent's limits and schema, then records

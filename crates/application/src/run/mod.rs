@@ -159,6 +159,7 @@ fn resumable(state: &RunSnapshot, workflow: &WorkflowDef) -> Result<(), Executor
 
 /// The runtime itself could not go on (not an agent failure: those fail the run normally).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecutorError {
     /// The request cannot be carried out on this run (it has ended, its
     /// definition changed, it never started); says why.

@@ -109,10 +109,10 @@ async fn go_on(
     let (workflow, wired) = wired_for(storage, run_id, given, None).await?;
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let executor = &wired.executor;
+    let runtime = &wired.runtime;
     let outcome = match message {
-        Some(message) => executor.resume(run_id, workflow, message, cancel).await,
-        None => executor.recover(run_id, workflow, cancel).await,
+        Some(message) => runtime.resume(run_id, workflow, message, cancel).await,
+        None => runtime.recover(run_id, workflow, cancel).await,
     };
     wired.finish(outcome.map_err(|e| failure(run_id, e))?, &signals)
 }
@@ -229,11 +229,11 @@ pub async fn deliver(
     let store =
         wiring::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
     let (clock, ids) = wiring::clock_and_ids();
-    // A command calls no agent: the executor needs no provider.
-    let providers = adapters_agents::Providers::new();
-    let executor = application::Executor::new(store, Arc::new(providers), clock, ids)
-        .with_control(wiring::control(storage))
-        .with_processes(wiring::processes());
+    // A command calls no agent: the runtime needs no provider.
+    let runtime = application::Runtime::builder(store, clock, ids)
+        .control(wiring::control(storage))
+        .processes(awr_cli::embed::processes())
+        .build();
     let storage = storage.clone();
     let load = async move || {
         wired_for(&storage, run_id, None, None)
@@ -241,5 +241,5 @@ pub async fn deliver(
             .map(|(workflow, _)| workflow)
             .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
     };
-    executor.command(run_id, raw, load).await
+    runtime.command(run_id, raw, load).await
 }

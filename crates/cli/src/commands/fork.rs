@@ -29,7 +29,7 @@ pub async fn fork(
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let outcome = wired
-        .executor
+        .runtime
         .run_fork(run_id, workflow, cancel)
         .await
         .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
@@ -47,7 +47,7 @@ pub async fn make(
 ) -> Result<RunId, Failure> {
     let request = ForkRequest { parent, at, input };
     wired
-        .executor
+        .runtime
         .fork(request, workflow)
         .await
         .map_err(|e: ExecutorError| Failure::Input(crate::about_run(parent, e.into())))

@@ -1,14 +1,16 @@
 //! `awr run` and `awr validate`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::load::LoadRules;
-use application::{Cancel, Executor, RunOutcome, RunRequest};
+use application::{Cancel, RunOutcome, RunRequest, Runtime};
 use domain::{RunStatus, WorkflowDef};
 use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
+
+use awr_cli::embed::{self, Stock};
 
 use crate::signals::Signals;
 use crate::storage::Storage;
@@ -85,7 +87,7 @@ pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(),
     let input = parse_input(input, &workflow)?;
     let wired = Wired::new(storage, file, &workflow)?;
     let run_id = wired
-        .executor
+        .runtime
         .create()
         .await
         .context("cannot create the run")
@@ -95,8 +97,8 @@ pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(),
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let request = request(workflow, input, file);
     let outcome = wired
-        .executor
-        .run_cancellable(run_id, request, cancel)
+        .runtime
+        .run_created(run_id, request, cancel)
         .await
         .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
     wired.finish(outcome, &signals)
@@ -111,17 +113,17 @@ pub fn request(workflow: Arc<WorkflowDef>, input: Value, file: &Path) -> RunRequ
     }
 }
 
-/// An executor wired for one workflow, with its progress display (for
+/// The runtime wired for one workflow, with its progress display (for
 /// `awr run` and `awr resume`; none in `awr serve`) and the secrets it must
 /// keep out of what it shows.
 pub struct Wired {
-    pub executor: Executor,
+    pub runtime: Runtime,
     progress: Option<Arc<Progress>>,
     secrets: wiring::Secrets,
 }
 
 impl Wired {
-    /// The executor for `workflow` (read from `file`) over the storage,
+    /// The runtime for `workflow` (read from `file`) over the storage,
     /// showing its progress on stderr.
     pub fn new(storage: &Storage, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
         let store = wiring::store(storage)?;
@@ -134,7 +136,7 @@ impl Wired {
         ))
     }
 
-    /// The executor for `workflow` writing to `store` (the storage's), with
+    /// The runtime for `workflow` writing to `store` (the storage's), with
     /// `progress` or nothing showing its events: the server shares one store
     /// among its runs and followers, so its appends wake them at once.
     pub fn over(
@@ -144,21 +146,21 @@ impl Wired {
         workflow: &WorkflowDef,
         progress: Option<Arc<Progress>>,
     ) -> Self {
-        let workflow_dir = file.parent().unwrap_or(Path::new("."));
         let secrets = wiring::Secrets::of(workflow);
-        let store = secrets.store(store);
-        let (clock, ids) = wiring::clock_and_ids();
-        let providers = wiring::providers(workflow_dir, &secrets, clock.clone(), ids.clone());
-        let mut executor = Executor::new(store, Arc::new(providers), clock, ids)
-            .with_transcripts(secrets.transcripts(wiring::transcripts(storage)))
-            .with_commands(wiring::commands(&secrets))
-            .with_control(wiring::control(storage))
-            .with_processes(wiring::processes());
+        let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let stock = Stock {
+            keys: secrets.keys().clone(),
+            workflow_dir: embed::dir_of(file),
+            project,
+        };
+        // Everything the run writes and shows is redacted.
+        let mut builder = embed::stock(secrets.store(store), storage, &stock)
+            .transcripts(secrets.transcripts(wiring::transcripts(storage)));
         if let Some(progress) = &progress {
-            executor = executor.with_observer(secrets.observer(progress.clone()));
+            builder = builder.observer(secrets.observer(progress.clone()));
         }
         Self {
-            executor,
+            runtime: builder.build(),
             progress,
             secrets,
         }

@@ -54,7 +54,7 @@ pub async fn fork(
         input: body.input.filter(|i| !i.is_null()),
     };
     let run_id = wired
-        .executor
+        .runtime
         .fork(request, &workflow)
         .await
         .map_err(|e| match e {
@@ -64,7 +64,7 @@ pub async fn fork(
         })?;
     app.write(run_id, async move {
         match wired
-            .executor
+            .runtime
             .run_fork(run_id, workflow, Cancel::new())
             .await
         {

@@ -102,15 +102,15 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
         None,
     );
     let run_id = wired
-        .executor
+        .runtime
         .create()
         .await
         .map_err(|e| ApiError::internal(format!("cannot create the run: {e}")))?;
     let request = request(workflow, input, &file);
     app.write(run_id, async move {
         match wired
-            .executor
-            .run_cancellable(run_id, request, Cancel::new())
+            .runtime
+            .run_created(run_id, request, Cancel::new())
             .await
         {
             Ok(outcome) => {
@@ -420,7 +420,7 @@ async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Res
     let (done, ended) = tokio::sync::oneshot::channel();
     app.write(run_id, async move {
         let outcome = wired
-            .executor
+            .runtime
             .resume(run_id, workflow, message, Cancel::new())
             .await;
         if let Err(e) = &outcome {

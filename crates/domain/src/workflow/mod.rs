@@ -467,6 +467,7 @@ impl EdgeDef {
 
 /// Why a workflow file was refused. Every variant names what to fix.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkflowError {
     /// The file holds nothing.
     #[error("workflow file is empty")]

@@ -187,13 +187,24 @@ pub fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot 
 
 // ---------------------------------------------------------------- checks
 
-/// Expands to one `#[tokio::test]` per check of the suite, run against
-/// the [`StoreHarness`](crate::testing::store_conformance::StoreHarness) `$harness`:
-/// `cargo test conformance::read_windows` runs one of them.
+/// Every check of the suite, against the
+/// [`StoreHarness`](crate::testing::store_conformance::StoreHarness) `$harness`.
+///
+/// - `store_conformance!(Harness)` expands to one `#[tokio::test]` per check
+///   (`cargo test conformance::read_windows` runs one of them);
+/// - `store_conformance!(run Harness)` is a future that runs them all in
+///   turn, each on fresh storage, for a program (a check that fails panics).
+///   Some checks need a multi-threaded Tokio runtime.
 #[macro_export]
 macro_rules! store_conformance {
     ($harness:ty) => {
-        $crate::store_conformance!(@checks $harness, [
+        $crate::store_conformance!(@list checks $harness);
+    };
+    (run $harness:ty) => {
+        $crate::store_conformance!(@list sequence $harness)
+    };
+    (@list $mode:ident $harness:ty) => {
+        $crate::store_conformance!(@$mode $harness, [
             create_twice_conflicts,
             offsets_must_continue_the_log,
             concurrent_appends_of_one_offset_admit_one,
@@ -245,5 +256,15 @@ macro_rules! store_conformance {
                 .await;
             }
         )*
+    };
+    (@sequence $harness:ty, [$($check:ident),* $(,)?]) => {
+        async {
+            $(
+                $crate::testing::store_conformance::$check(
+                    <$harness as $crate::testing::store_conformance::StoreHarness>::new(),
+                )
+                .await;
+            )*
+        }
     };
 }

@@ -1,0 +1,414 @@
+//! [`Runtime`]: the one entry point of a program that embeds awr.
+//!
+//! A [`Runtime`] is built from ports only ([`Runtime::builder`]): a
+//! [`RunStore`], a [`QueryFn`] per provider (or a [`ChatModel`] per HTTP
+//! provider, run through the [`ToolLoop`]), the [`Tool`]s those agents may
+//! be granted, transcript sinks, a [`Clock`] and an [`IdGen`], observers.
+//! It offers what the `awr` command line does — run a workflow, resume a
+//! run, follow its events from an offset, send it a command, read its
+//! snapshot — over the one [`Executor`]; the command line and `awr serve`
+//! are built on it too, so there is no second way to wire a run.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
+//! use awr_application::ports::{Clock, IdGen, QueryError, QueryFn, RunStore};
+//! use awr_application::{ExecutorError, RunRequest, Runtime};
+//! use domain::workflow::Provider;
+//! use domain::{RunStatus, WorkflowDef};
+//!
+//! /// An agent that answers every prompt with its length.
+//! struct Counter;
+//!
+//! #[async_trait::async_trait]
+//! impl QueryFn for Counter {
+//!     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+//!         let text = request.prompt.len().to_string();
+//!         let done = AgentMessage::Completed(AgentResult { text, num_turns: 1, ..Default::default() });
+//!         Ok(Box::pin(futures::stream::iter([Ok(done)])))
+//!     }
+//! }
+//!
+//! /// Runs a one-step workflow on `Counter`, given a store, a clock and ids
+//! /// (the `cli` crate's `embed::defaults` gives the stock ones).
+//! async fn count(
+//!     store: Arc<dyn RunStore>,
+//!     clock: Arc<dyn Clock>,
+//!     ids: Arc<dyn IdGen>,
+//! ) -> Result<(), ExecutorError> {
+//!     let runtime = Runtime::builder(store, clock, ids)
+//!         .provider(Provider::Mock, Arc::new(Counter))
+//!         .build();
+//!     let yaml = "name: count\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+//!     let workflow = Arc::new(WorkflowDef::from_yaml(yaml).expect("a valid workflow"));
+//!     let request = RunRequest { workflow, input: "four".into(), source: None };
+//!     let outcome = runtime.run(request).await?;
+//!     assert_eq!(outcome.status, RunStatus::Completed);
+//!     assert_eq!(runtime.snapshot(outcome.run_id).await?.status, RunStatus::Completed);
+//!     Ok(())
+//! }
+//! ```
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use domain::workflow::Provider;
+use domain::{RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use serde_json::Value;
+
+use crate::fork::ForkRequest;
+use crate::ports::{
+    AgentRequest, AgentStream, ChatModel, Clock, CommandReply, CommandRunner, ControlChannel,
+    EventStream, IdGen, Processes, QueryError, QueryFn, RunObserver, RunStore, StoreError, Tool,
+    Transcripts,
+};
+use crate::run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
+use crate::tool_loop::ToolLoop;
+use crate::tools::ToolRouter;
+
+/// Runs, resumes, follows and commands workflows over the ports it was
+/// built with. Cheap to clone; share one among the runs of a program.
+#[derive(Clone)]
+pub struct Runtime {
+    executor: Executor,
+    store: Arc<dyn RunStore>,
+    tools: Arc<ToolRouter>,
+}
+
+impl Runtime {
+    /// A builder over `store`, with `clock` and `ids` for the time and the
+    /// ids of everything recorded (fixed ones make a run reproducible).
+    pub fn builder(
+        store: Arc<dyn RunStore>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGen>,
+    ) -> RuntimeBuilder {
+        RuntimeBuilder {
+            store,
+            clock,
+            ids,
+            providers: Providers::new(),
+            models: Vec::new(),
+            tools: ToolRouter::new(),
+            workspace: PathBuf::from("."),
+            observers: Vec::new(),
+            transcripts: None,
+            commands: None,
+            control: None,
+            processes: None,
+            checkpoints: CheckpointPolicy::default(),
+        }
+    }
+
+    /// The executor underneath, for what this type does not wrap.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// The store runs are written to and read from.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.store
+    }
+
+    /// The tools agents on HTTP providers may be granted.
+    pub fn tools(&self) -> &ToolRouter {
+        &self.tools
+    }
+
+    /// Creates a new run in the store and returns its id (the run holds
+    /// its lock until it ends); [`Runtime::run_created`] runs it. Split in
+    /// two so a caller can show the id, or follow the run, before it starts.
+    pub async fn create(&self) -> Result<RunId, ExecutorError> {
+        self.executor.create().await
+    }
+
+    /// Runs `request` to its end as a new run: [`Runtime::create`] then
+    /// [`Runtime::run_created`]. An agent's failure is an `Ok` outcome of
+    /// status `failed`; `Err` is the runtime's own failure (the store).
+    pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ExecutorError> {
+        let run_id = self.create().await?;
+        self.run_created(run_id, request, Cancel::new()).await
+    }
+
+    /// Runs `request` as `run_id` (made by [`Runtime::create`]) to its end,
+    /// stopped with `flow:cancelled` when `cancel` fires.
+    pub async fn run_created(
+        &self,
+        run_id: RunId,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor.run_cancellable(run_id, request, cancel).await
+    }
+
+    /// Continues a paused or interrupted run from its log, telling the
+    /// agents that were in flight `message` (default `"continue"`);
+    /// `workflow` must be the definition it started with (same hash).
+    pub async fn resume(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        message: Option<String>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor
+            .resume(run_id, workflow, message, cancel)
+            .await
+    }
+
+    /// Continues a run whose writer died, finishing a pause it had begun
+    /// (see [`Executor::recover`]).
+    pub async fn recover(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor.recover(run_id, workflow, cancel).await
+    }
+
+    /// Makes a new run that branches off `request.parent` after its event
+    /// at `request.at` (see [`Executor::fork`]); [`Runtime::run_fork`] runs it.
+    pub async fn fork(
+        &self,
+        request: ForkRequest,
+        workflow: &WorkflowDef,
+    ) -> Result<RunId, ExecutorError> {
+        self.executor.fork(request, workflow).await
+    }
+
+    /// Runs a fork made by [`Runtime::fork`] to its end.
+    pub async fn run_fork(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor.run_fork(run_id, workflow, cancel).await
+    }
+
+    /// The events of `run_id` after offset `after` (0: from the first),
+    /// then live ones as they are stored, in offset order; the stream ends
+    /// after the run's terminal event. An event is stored before any
+    /// subscriber sees it, so what a subscriber saw survives a crash.
+    pub async fn subscribe(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        self.store.follow(run_id, after).await
+    }
+
+    /// Gives `command` (the JSON of a [`domain::RuntimeCommand`]) to a
+    /// run: to the process writing it, or recorded here when none does
+    /// (`workflow` then yields the run's definition). Either way it is on
+    /// record, accepted or rejected, before the answer.
+    pub async fn command(
+        &self,
+        run_id: RunId,
+        command: &Value,
+        workflow: impl AsyncFnOnce() -> Result<Arc<WorkflowDef>, ExecutorError>,
+    ) -> Result<CommandReply, ExecutorError> {
+        self.executor.command(run_id, command, workflow).await
+    }
+
+    /// The current state of `run_id`: its saved snapshot brought up to date
+    /// from the log (or the fold of the whole log).
+    pub async fn snapshot(&self, run_id: RunId) -> Result<RunSnapshot, StoreError> {
+        crate::inspect::current_snapshot(self.store.as_ref(), run_id).await
+    }
+}
+
+/// Collects the ports of a [`Runtime`]; see [`Runtime::builder`].
+pub struct RuntimeBuilder {
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
+    providers: Providers,
+    models: Vec<(Provider, Arc<dyn ChatModel>)>,
+    tools: ToolRouter,
+    workspace: PathBuf,
+    observers: Vec<Arc<dyn RunObserver>>,
+    transcripts: Option<Arc<dyn Transcripts>>,
+    commands: Option<Arc<dyn CommandRunner>>,
+    control: Option<Arc<dyn ControlChannel>>,
+    processes: Option<Arc<dyn Processes>>,
+    checkpoints: CheckpointPolicy,
+}
+
+impl RuntimeBuilder {
+    /// Serves the agents of `provider` with `query`; replaces what served
+    /// it before. An agent whose provider nobody serves fails its node run.
+    #[must_use]
+    pub fn provider(mut self, provider: Provider, query: Arc<dyn QueryFn>) -> Self {
+        self.providers = self.providers.with(provider, query);
+        self
+    }
+
+    /// Serves the agents of `provider` with `model`, through the runtime's
+    /// tool loop (turns, tool calls through the registered [`Tool`]s,
+    /// retries): what an HTTP provider needs.
+    #[must_use]
+    pub fn chat_model(mut self, provider: Provider, model: Arc<dyn ChatModel>) -> Self {
+        self.models.push((provider, model));
+        self
+    }
+
+    /// Registers a tool agents on chat models may be granted (by name);
+    /// a later tool of the same name replaces an earlier one.
+    #[must_use]
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools = self.tools.with(tool);
+        self
+    }
+
+    /// The directory tools are confined to, and an agent's relative
+    /// `workdir` is taken in (default: the working directory, `.`).
+    #[must_use]
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = dir.into();
+        self
+    }
+
+    /// Shows every event to `observer` once it is stored, in offset order;
+    /// observers are called in the order they were added.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Writes each run's exchange transcript to `transcripts`.
+    #[must_use]
+    pub fn transcripts(mut self, transcripts: Arc<dyn Transcripts>) -> Self {
+        self.transcripts = Some(transcripts);
+        self
+    }
+
+    /// Runs `command` nodes with `runner` (without one they fail).
+    #[must_use]
+    pub fn commands(mut self, runner: Arc<dyn CommandRunner>) -> Self {
+        self.commands = Some(runner);
+        self
+    }
+
+    /// Takes commands from other processes for the runs it writes, and
+    /// delivers commands to runs other processes write.
+    #[must_use]
+    pub fn control(mut self, control: Arc<dyn ControlChannel>) -> Self {
+        self.control = Some(control);
+        self
+    }
+
+    /// Kills the process groups a dead writer of a resumed run left behind.
+    #[must_use]
+    pub fn processes(mut self, processes: Arc<dyn Processes>) -> Self {
+        self.processes = Some(processes);
+        self
+    }
+
+    /// Sets when snapshots are written at step boundaries.
+    #[must_use]
+    pub fn checkpoints(mut self, policy: CheckpointPolicy) -> Self {
+        self.checkpoints = policy;
+        self
+    }
+
+    /// The runtime.
+    pub fn build(self) -> Runtime {
+        let tools = Arc::new(self.tools);
+        let mut providers = self.providers;
+        for (provider, model) in self.models {
+            let tool_loop = ToolLoop::new(
+                model,
+                Arc::clone(&tools),
+                self.workspace.clone(),
+                Arc::clone(&self.clock),
+                Arc::clone(&self.ids),
+            );
+            providers = providers.with(provider, Arc::new(tool_loop));
+        }
+        let mut executor = Executor::new(
+            Arc::clone(&self.store),
+            Arc::new(providers),
+            self.clock,
+            self.ids,
+        )
+        .with_checkpoints(self.checkpoints);
+        if let Some(transcripts) = self.transcripts {
+            executor = executor.with_transcripts(transcripts);
+        }
+        if let Some(runner) = self.commands {
+            executor = executor.with_commands(runner);
+        }
+        if let Some(control) = self.control {
+            executor = executor.with_control(control);
+        }
+        if let Some(processes) = self.processes {
+            executor = executor.with_processes(processes);
+        }
+        let mut observers = self.observers;
+        match observers.len() {
+            0 => {}
+            1 => executor = executor.with_observer(observers.remove(0)),
+            _ => executor = executor.with_observer(Arc::new(Observers(observers))),
+        }
+        Runtime {
+            executor,
+            store: self.store,
+            tools,
+        }
+    }
+}
+
+/// Several observers, each shown every event in turn.
+struct Observers(Vec<Arc<dyn RunObserver>>);
+
+impl RunObserver for Observers {
+    fn on_event(&self, event: &RuntimeEvent) {
+        for observer in &self.0 {
+            observer.on_event(event);
+        }
+    }
+}
+
+/// Routes each agent call by the agent's `provider:` to the [`QueryFn`]
+/// that serves it: the one `QueryFn` the executor sees.
+#[derive(Clone, Default)]
+pub struct Providers {
+    served: HashMap<Provider, Arc<dyn QueryFn>>,
+}
+
+impl Providers {
+    /// No provider served yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `provider` with `adapter`, replacing what served it before.
+    #[must_use]
+    pub fn with(mut self, provider: Provider, adapter: Arc<dyn QueryFn>) -> Self {
+        self.served.insert(provider, adapter);
+        self
+    }
+
+    /// Serves `provider: mock` with `adapter`.
+    #[must_use]
+    pub fn with_mock(self, adapter: Arc<dyn QueryFn>) -> Self {
+        self.with(Provider::Mock, adapter)
+    }
+}
+
+#[async_trait]
+impl QueryFn for Providers {
+    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        let provider = request.agent.provider;
+        match self.served.get(&provider) {
+            Some(adapter) => adapter.query(request).await,
+            None => Err(QueryError::Config(format!(
+                "agent `{}`: provider `{}` is not configured in this program",
+                request.agent_name,
+                provider.as_str()
+            ))),
+        }
+    }
+}

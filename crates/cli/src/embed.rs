@@ -1,0 +1,206 @@
+//! The stock adapters of awr, wired into an [`application::RuntimeBuilder`]:
+//! the file or SQLite store, the agent CLIs and HTTP providers, the
+//! fixture-backed `mock` provider, the built-in tools, transcript files,
+//! `command` nodes in a shell, commands from other processes over a Unix
+//! socket, the system clock and random ids.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use application::RunRequest;
+//! use awr_cli::storage::Storage;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let runtime = awr_cli::embed::defaults(&Storage::Files(dir.path().into()))
+//!     .unwrap()
+//!     .build();
+//! let yaml = "name: hello\nnodes:\n  - id: hello\n    command: echo hello\n";
+//! let workflow = Arc::new(domain::WorkflowDef::from_yaml(yaml).unwrap());
+//! let request = RunRequest { workflow, input: "hi".into(), source: None };
+//! let outcome = runtime.run(request).await.unwrap();
+//! assert_eq!(outcome.status, domain::RunStatus::Completed, "{:?}", outcome.error);
+//! let snapshot = runtime.snapshot(outcome.run_id).await.unwrap();
+//! assert_eq!(snapshot.status, domain::RunStatus::Completed);
+//! # });
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use adapters_agents::MockQuery;
+use adapters_agents::anthropic::AnthropicChat;
+use adapters_agents::claude::ClaudeCode;
+use adapters_agents::codex::Codex;
+use adapters_agents::copilot::Copilot;
+use adapters_agents::gemini::Gemini;
+use adapters_agents::openai::OpenAiChat;
+use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
+use application::ports::{RunStore, StoreError, Tool};
+use application::secrets::KeyNames;
+use application::{Runtime, RuntimeBuilder};
+use domain::workflow::Provider;
+use infrastructure::clock::{RandomIds, SystemClock};
+use infrastructure::store::{FileRunStore, SqliteOpenError, SqliteRunStore};
+use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
+use infrastructure::transcript::JsonlTranscripts;
+use infrastructure::{RunFilesDir, UnixControl};
+
+use crate::storage::Storage;
+
+/// A store that cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file store's directory (named).
+    #[error("storage {storage}: {source}")]
+    Files {
+        /// The storage asked for.
+        storage: Storage,
+        /// Why it cannot be opened.
+        source: StoreError,
+    },
+    /// The file store's directory does not exist or is not one (named).
+    #[error(transparent)]
+    Missing(StoreError),
+    /// The SQLite database (its errors name the file).
+    #[error(transparent)]
+    Sqlite(#[from] SqliteOpenError),
+}
+
+/// The store `storage` names, created if needed.
+pub fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
+    Ok(match storage {
+        Storage::Files(dir) => {
+            Arc::new(FileRunStore::open(dir).map_err(|source| OpenError::Files {
+                storage: storage.clone(),
+                source,
+            })?)
+        }
+        Storage::Sqlite(db) => Arc::new(SqliteRunStore::open(db)?),
+    })
+}
+
+/// The existing store `storage` names, for reading: nothing is created.
+pub fn open_existing_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
+    Ok(match storage {
+        Storage::Files(dir) => {
+            Arc::new(FileRunStore::open_existing(dir).map_err(OpenError::Missing)?)
+        }
+        Storage::Sqlite(db) => Arc::new(SqliteRunStore::open_existing(db)?),
+    })
+}
+
+/// What the stock adapters are set up with.
+#[derive(Debug, Clone)]
+pub struct Stock {
+    /// Key variables child processes (CLI agents, `shell`, `command`
+    /// nodes) do not inherit, except those their node needs.
+    pub keys: KeyNames,
+    /// The directory of the workflow: `mock` fixtures are under
+    /// `fixtures/<workflow name>/` there unless an agent says otherwise.
+    pub workflow_dir: PathBuf,
+    /// The project directory: where `command` nodes run, and the
+    /// workspace tools of HTTP agents are confined to.
+    pub project: PathBuf,
+}
+
+impl Default for Stock {
+    /// The default key names; the working directory as workflow and project directory.
+    fn default() -> Self {
+        let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        Self {
+            keys: KeyNames::default(),
+            workflow_dir: here.clone(),
+            project: here,
+        }
+    }
+}
+
+/// The stock runtime over the store `storage` names (created if needed):
+/// [`stock`] with [`Stock::default`]. Swap any port on the builder.
+pub fn defaults(storage: &Storage) -> Result<RuntimeBuilder, OpenError> {
+    Ok(stock(open_store(storage)?, storage, &Stock::default()))
+}
+
+/// Every stock adapter, over `store` (the one `storage` names, or a
+/// decorator of it): what `awr run` and `awr serve` run workflows with.
+pub fn stock(store: Arc<dyn RunStore>, storage: &Storage, stock: &Stock) -> RuntimeBuilder {
+    let clock = Arc::new(SystemClock);
+    let ids = Arc::new(RandomIds);
+    let keys = &stock.keys;
+    let fixtures = stock.workflow_dir.join("fixtures");
+    let mut builder = Runtime::builder(store, clock, ids)
+        .provider(
+            Provider::Mock,
+            Arc::new(MockQuery::new(&stock.workflow_dir, fixtures)),
+        )
+        .provider(
+            Provider::ClaudeCode,
+            Arc::new(ClaudeCode::withholding(keys.clone())),
+        )
+        .provider(Provider::Codex, Arc::new(Codex::withholding(keys.clone())))
+        .provider(
+            Provider::Gemini,
+            Arc::new(Gemini::withholding(keys.clone())),
+        )
+        .provider(
+            Provider::Copilot,
+            Arc::new(Copilot::withholding(keys.clone())),
+        )
+        .chat_model(Provider::OpenAi, Arc::new(OpenAiChat::new()))
+        .chat_model(Provider::Anthropic, Arc::new(AnthropicChat::new()))
+        .workspace(&stock.project)
+        .transcripts(transcripts(storage))
+        .commands(commands(&stock.project, keys))
+        .control(control(storage))
+        .processes(processes());
+    for tool in tools(keys) {
+        builder = builder.tool(tool);
+    }
+    builder
+}
+
+/// The built-in tools an agent on an HTTP provider may be granted, `shell`
+/// withholding `keys`.
+pub fn tools(keys: &KeyNames) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile),
+        Arc::new(WriteFile),
+        Arc::new(ListDir),
+        Arc::new(Shell::new().withholding(keys.clone())),
+        Arc::new(HttpGet::new()),
+    ]
+}
+
+/// The runner of `command` nodes: `sh -c` in `project` (or a `workdir`
+/// inside it), in the `shell` tool's sandbox, withholding `keys`.
+pub fn commands(project: &Path, keys: &KeyNames) -> Arc<ShellCommandRunner> {
+    Arc::new(ShellCommandRunner::new(project).withholding(keys.clone()))
+}
+
+/// Transcript files under `transcripts/` of the storage's files directory
+/// (whatever the store: transcripts stay files).
+pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
+    Arc::new(JsonlTranscripts::new(storage.files()))
+}
+
+/// Where runs take commands from other processes: a socket per run under
+/// `control/` of the storage's files directory.
+pub fn control(storage: &Storage) -> Arc<UnixControl> {
+    Arc::new(UnixControl::new(storage.files().join("control")))
+}
+
+/// What runs keep beside the store (transcripts and the blobs they name,
+/// control sockets), in the storage's files directory.
+pub fn run_files(storage: &Storage) -> Arc<RunFilesDir> {
+    Arc::new(RunFilesDir::new(storage.files()))
+}
+
+/// This machine's processes, to kill what a dead writer of a run left behind.
+pub fn processes() -> Arc<OsProcesses> {
+    Arc::new(OsProcesses)
+}
+
+/// The directory `file` (a workflow) is in.
+pub fn dir_of(file: &Path) -> PathBuf {
+    file.parent().unwrap_or(Path::new(".")).to_path_buf()
+}
