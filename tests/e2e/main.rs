@@ -3,6 +3,7 @@
 
 mod anthropic_chat;
 mod cancel;
+mod causal;
 mod cli;
 mod cli_agents;
 mod commands;

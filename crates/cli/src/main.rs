@@ -90,6 +90,13 @@ enum Command {
         #[command(flatten)]
         filter: commands::query::EventFilterArgs,
     },
+    /// Print a run's causal events (who sent what to whom: tasks, tool
+    /// calls and returns, answers, state transitions), one canonical JSON
+    /// line each, parents first.
+    Causal {
+        /// Run id (a unique prefix is enough).
+        run: String,
+    },
     /// Play a run's recorded events again, in order, at the pace they were
     /// recorded (audit playback: nothing is executed again).
     Replay {
@@ -327,6 +334,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             filter,
         } => commands::inspect::events(&storage, &run, offset, follow, json, &filter, None).await,
+        Command::Causal { run } => commands::causal::causal(&storage, &run).await,
         Command::Replay {
             run,
             speed,

@@ -11,6 +11,7 @@
 //! `Clock` and `IdGen` ports), so a replay can pin them.
 
 pub mod canonical;
+pub mod causal;
 pub mod command;
 pub mod condition;
 pub mod event;

@@ -1,5 +1,6 @@
 //! One module per group of subcommands.
 
+pub mod causal;
 pub mod control;
 pub mod fork;
 pub mod inspect;
