@@ -8,6 +8,7 @@ mod cli;
 mod cli_agents;
 mod commands;
 mod crash;
+mod determinism;
 mod docs;
 mod errors;
 mod examples;

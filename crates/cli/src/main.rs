@@ -59,6 +59,33 @@ enum Command {
         #[arg(long, value_name = "TEXT", conflicts_with = "input")]
         input_text: Option<String>,
     },
+    /// Run a workflow and keep its provider calls as a recording in DIR
+    /// (fixture files, causal events, a manifest) that `provider: mock`
+    /// and `verify-determinism` replay. Exit codes as for `run`.
+    RecordFixtures {
+        /// Workflow file (YAML or JSON).
+        file: PathBuf,
+        /// Input of the first agent: JSON text, or `@FILE` to read it from a file.
+        #[arg(long)]
+        input: Option<String>,
+        /// Input of the first agent: this text, as a string.
+        #[arg(long, value_name = "TEXT", conflicts_with = "input")]
+        input_text: Option<String>,
+        /// The recording's directory (created; one that holds files is refused).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Run a recording twice through the mock and compare the two runs'
+    /// canonical output byte for byte: exit 0 identical, 1 diverged (the
+    /// first divergence on stderr), 2 an invalid recording, 3 a replay that
+    /// cannot run.
+    VerifyDeterminism {
+        /// The recording's directory (`record-fixtures --out`).
+        recording: PathBuf,
+        /// Print the result (and the divergence) as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a workflow file without running it.
     Validate {
         /// Workflow file (YAML or JSON).
@@ -255,13 +282,19 @@ pub enum Failure {
     Cancelled(u8, anyhow::Error),
     /// The run was paused: it stopped where it was, to be resumed (exit 3).
     Paused(anyhow::Error),
+    /// A recording's replay cannot run at all (`verify-determinism`: its
+    /// workflow is gone or no longer loads): exit 3.
+    Replay(anyhow::Error),
 }
 
 impl Failure {
     /// What went wrong, whatever the exit code.
     pub fn error(&self) -> &anyhow::Error {
-        let (Failure::Input(e) | Failure::Run(e) | Failure::Cancelled(_, e) | Failure::Paused(e)) =
-            self;
+        let (Failure::Input(e)
+        | Failure::Run(e)
+        | Failure::Cancelled(_, e)
+        | Failure::Paused(e)
+        | Failure::Replay(e)) = self;
         e
     }
 
@@ -273,6 +306,7 @@ impl Failure {
             Failure::Run(e) => Failure::Run(f(e)),
             Failure::Cancelled(code, e) => Failure::Cancelled(code, f(e)),
             Failure::Paused(e) => Failure::Paused(f(e)),
+            Failure::Replay(e) => Failure::Replay(f(e)),
         }
     }
 
@@ -281,7 +315,7 @@ impl Failure {
             Failure::Input(_) => 2,
             Failure::Run(_) => 1,
             Failure::Cancelled(code, _) => *code,
-            Failure::Paused(_) => 3,
+            Failure::Paused(_) | Failure::Replay(_) => 3,
         }
     }
 }
@@ -323,6 +357,22 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 (None, None) => commands::run::Input::Default,
             };
             commands::run::run(&storage, &file, input).await
+        }
+        Command::RecordFixtures {
+            file,
+            input,
+            input_text,
+            out,
+        } => {
+            let input = match (&input, &input_text) {
+                (Some(json), _) => commands::run::Input::Json(json),
+                (None, Some(text)) => commands::run::Input::Text(text),
+                (None, None) => commands::run::Input::Default,
+            };
+            commands::record::record(&storage, &file, input, &out).await
+        }
+        Command::VerifyDeterminism { recording, json } => {
+            commands::verify::verify(&recording, json).await
         }
         Command::Validate { file } => commands::run::validate(&file),
         Command::Runs(args) => commands::query::runs(&storage, &args).await,

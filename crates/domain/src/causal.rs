@@ -269,9 +269,10 @@ impl<'s> Projection<'s> {
             EventKind::FlowForked { input, .. } => {
                 self.transition(ts, json!({"status": "forked", "input": input}))
             }
-            EventKind::FlowCompleted { output, .. } => {
-                self.transition(ts, json!({"status": "completed", "output": output}))
-            }
+            EventKind::FlowCompleted { output, .. } => self.transition(
+                ts,
+                json!({"status": "completed", "output": timeless(output)}),
+            ),
             EventKind::FlowFailed { error, .. } => {
                 self.transition(ts, json!({"status": "failed", "error": error}))
             }
@@ -305,7 +306,7 @@ impl<'s> Projection<'s> {
                     .remove(node)
                     .and_then(|from| from.iter().find_map(|n| self.answers.get(n).cloned()))
                     .or_else(|| self.root.clone());
-                let payload = json!({"input": input, "attempt": attempt.unwrap_or(1)});
+                let payload = json!({"input": timeless(input), "attempt": attempt.unwrap_or(1)});
                 let reference = format!("{agent}/input");
                 let id = self.emit(
                     "task_sent",
@@ -412,8 +413,11 @@ impl<'s> Projection<'s> {
                     &json!({"name": tool_name, "error": error}),
                 );
             }
+            // The answer is the output's data; its metadata says how long
+            // the run took, which is no part of what was said.
             EventKind::NodeCompleted { output } => {
-                self.answer(e, ts, &json!({"output": output}));
+                let data = output.get("data").unwrap_or(output);
+                self.answer(e, ts, &json!({"output": timeless(data)}));
             }
             EventKind::NodeFailed { error, .. } => {
                 self.answer(e, ts, &json!({"error": error}));
@@ -492,6 +496,24 @@ impl<'s> Projection<'s> {
             _ => CausalEvent::StateTransition { common },
         });
         event_id
+    }
+}
+
+/// Clock readings a node's output carries in its metadata, which reach the
+/// inputs after it: no part of what was said, so no part of a payload.
+const TIMINGS: [&str; 2] = ["execution_time_ms", "durationMs"];
+
+/// `value` without its clock readings.
+fn timeless(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !TIMINGS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), timeless(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(timeless).collect()),
+        other => other.clone(),
     }
 }
 

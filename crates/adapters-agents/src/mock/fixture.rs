@@ -26,8 +26,16 @@ pub struct FixtureFile {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixtureCall {
-    /// What the agent was asked (kept for the reader; not checked on replay).
+    /// What the agent was asked. Checked on replay only when the call has
+    /// a `requestHash` (a recording's): then it is the request hashed.
     pub input: Option<Value>,
+    /// `sha256:<hex>` of the canonical request (`awr record-fixtures`); a
+    /// replay that sends another request is refused.
+    #[serde(default, rename = "requestHash")]
+    pub request_hash: Option<String>,
+    /// The call's index in its node, as recorded (for the reader).
+    #[serde(default)]
+    pub call: Option<u32>,
     /// How the call ended.
     pub output: FixtureOutput,
     /// `agent:*` events the call produced, in order.

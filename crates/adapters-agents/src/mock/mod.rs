@@ -17,6 +17,7 @@
 //! each take the call their own log says comes next.
 
 mod fixture;
+pub mod recording;
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,9 @@ pub struct MockQuery {
     /// at once. A std mutex: it is never held across an await, and the
     /// critical sections are tiny.
     files: Mutex<LruCache<PathBuf, Arc<FixtureFile>>>,
+    /// Serving a recording: every agent's calls come from `default_root`,
+    /// whatever its `fixtures:` says.
+    recording: bool,
 }
 
 /// Parsed fixture files kept at most: a run's memory does not grow with
@@ -55,13 +59,23 @@ impl MockQuery {
             base_dir: base_dir.into(),
             default_root: default_root.into(),
             files: Mutex::new(LruCache::new(KEPT_FILES)),
+            recording: false,
+        }
+    }
+
+    /// A mock serving the recording in `dir` (`awr record-fixtures`): each
+    /// workflow's nodes from `dir/nodes/<workflow name>/`.
+    pub fn recording(dir: &Path) -> Self {
+        Self {
+            recording: true,
+            ..Self::new(dir, dir.join("nodes"))
         }
     }
 
     fn fixture_path(&self, request: &AgentRequest) -> PathBuf {
         let dir = match &request.agent.fixtures {
-            Some(dir) => self.base_dir.join(dir),
-            None => self.default_root.join(&request.workflow),
+            Some(dir) if !self.recording => self.base_dir.join(dir),
+            _ => self.default_root.join(&request.workflow),
         };
         dir.join(format!("{}.json", request.node_id))
     }
@@ -82,6 +96,48 @@ impl MockQuery {
     }
 }
 
+/// Refuses a call whose request is not the one recorded: the workflow (a
+/// prompt, a system prompt, the model, the tools) or an earlier answer
+/// changed. The error names the call, the JSON Pointer of the first
+/// difference and both values.
+fn check_request(
+    request: &AgentRequest,
+    call: &FixtureCall,
+    recorded: &str,
+    index: u32,
+    path: &Path,
+) -> Result<(), QueryError> {
+    let prompt = domain::event::Prompt::Text(request.prompt.clone());
+    let sent = recording::request(&prompt, &request.agent);
+    let was = call.input.clone().unwrap_or(serde_json::Value::Null);
+    // The request recorded is checked whole, not only by its hash: an edit
+    // of the recorded request is a mismatch too, named where it is.
+    let sent_hash = recording::request_hash(&sent);
+    if sent_hash == recorded && recording::request_hash(&was) == sent_hash {
+        return Ok(());
+    }
+    let (pointer, left, right) = recording::first_difference(&was, &sent)
+        .unwrap_or_else(|| (String::new(), serde_json::Value::Null, sent.clone()));
+    Err(QueryError::Fixture(format!(
+        "replay mismatch: node {} call {index} sends another request than {} recorded: at {} recorded {} sent {}",
+        request.node_id,
+        path.display(),
+        if pointer.is_empty() { "/" } else { &pointer },
+        shorten(&left),
+        shorten(&right),
+    )))
+}
+
+/// A value for a message: long ones cut, with their length.
+fn shorten(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 200 {
+        return text;
+    }
+    let head: String = text.chars().take(200).collect();
+    format!("{head}… ({} chars)", text.chars().count())
+}
+
 fn poisoned() -> QueryError {
     QueryError::Fixture("fixture state is unusable after an earlier panic".into())
 }
@@ -100,6 +156,9 @@ impl QueryFn for MockQuery {
                 file.calls.len()
             ))
         })?;
+        if let Some(recorded) = &call.request_hash {
+            check_request(&request, call, recorded, index, &path)?;
+        }
         let messages: Vec<Result<AgentMessage, QueryError>> = call.messages();
         Ok(Box::pin(futures::stream::iter(messages)))
     }

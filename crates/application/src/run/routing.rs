@@ -125,7 +125,8 @@ pub(crate) fn input_vars(
 /// A node's input `data` and the agent it comes from (`previous_agent`):
 /// its `input:` expression when it has one; else the run input for an entry
 /// node, else the data of the edges that fired into it (a loop edge's data
-/// wins: it is the newest).
+/// wins: it is the newest). A join's `previous_agent` is the agent of the
+/// last of its fired edges in the order written, whatever branch ended last.
 pub(crate) fn gather_input(
     state: &RunSnapshot,
     wf: &WorkflowDef,
@@ -153,7 +154,10 @@ pub(crate) fn gather_input(
                 .iter()
                 .map(|e| (e.from.to_string(), data_of(state, &e.from)))
                 .collect();
-            (Value::Object(merged), state.previous_agent.clone())
+            // The last edge written, not the branch that ended last: which
+            // ends first is scheduling, and a replay must give the same input.
+            let last = many.last().and_then(|e| agent_of(&e.from));
+            (Value::Object(merged), last)
         }
     };
     match (&node.input, &node.for_each) {

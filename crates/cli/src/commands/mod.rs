@@ -7,6 +7,8 @@ pub mod inspect;
 pub mod migrate;
 pub mod prune;
 pub mod query;
+pub mod record;
 pub mod replay;
 pub mod run;
 pub mod transcript;
+pub mod verify;

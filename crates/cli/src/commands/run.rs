@@ -166,6 +166,12 @@ impl Wired {
         }
     }
 
+    /// `value` with the run's key values masked, for what is written beside
+    /// the run (a recording's manifest).
+    pub fn redacted(&self, value: Value) -> Value {
+        self.secrets.value(value)
+    }
+
     /// Shows how a run ended: its output on stdout, or why it did not
     /// complete, with the exit code that says so.
     pub fn finish(&self, outcome: RunOutcome, signals: &Signals) -> Result<(), Failure> {

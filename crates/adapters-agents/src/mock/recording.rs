@@ -1,0 +1,276 @@
+//! Recordings (`awr record-fixtures`): a run's provider calls as fixture
+//! files (seed 001 §7.2), projected from its log after it ran.
+//!
+//! The run is its log (design §5.1): every call's prompt, streamed events
+//! and result are in it already, written through the run's redactor, so a
+//! recording holds nothing the log does not and no key. Each call also
+//! keeps the hash of its request (`requestHash`: prompt, system prompt,
+//! model, tools), so a replay whose workflow now asks something else is
+//! refused with the place where it differs, never answered.
+
+use std::collections::{BTreeMap, HashMap};
+
+use domain::event::Prompt;
+use domain::workflow::AgentDef;
+use domain::{EventKind, NodeId, NodeRunId, RuntimeEvent};
+use serde_json::{Map, Value, json};
+
+/// The request a call's hash is taken of.
+pub fn request(prompt: &Prompt, agent: &AgentDef) -> Value {
+    let prompt = match prompt {
+        Prompt::Text(text) => Value::String(text.clone()),
+        Prompt::Messages(messages) => Value::Array(messages.clone()),
+    };
+    json!({
+        "prompt": prompt,
+        "systemPrompt": agent.system_prompt,
+        "model": agent.model,
+        "tools": agent.tools,
+    })
+}
+
+/// `sha256:<hex>` of the request's canonical JSON.
+pub fn request_hash(request: &Value) -> String {
+    let hex = domain::canonical::hash(request).unwrap_or_default();
+    format!("sha256:{hex}")
+}
+
+/// The JSON Pointer of the first place `a` and `b` differ, with the value
+/// each has there (`null` when one has nothing).
+pub fn first_difference(a: &Value, b: &Value) -> Option<(String, Value, Value)> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let (va, vb) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                first_difference(va, vb).map(|(p, l, r)| (format!("/{}{p}", escape(k)), l, r))
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().find_map(|(i, (va, vb))| {
+                first_difference(va, vb).map(|(p, l, r)| (format!("/{i}{p}"), l, r))
+            })
+        }
+        _ if a == b => None,
+        _ => Some((String::new(), a.clone(), b.clone())),
+    }
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The calls of one node, in call order, as fixture file entries.
+pub type NodeCalls = BTreeMap<NodeId, Vec<Value>>;
+
+/// The provider calls of a run's `events`, by node, each with its request
+/// hash; `agent_of` names the agent a node runs.
+pub fn calls<'w>(
+    events: &[RuntimeEvent],
+    agent_of: impl Fn(&NodeId) -> Option<&'w AgentDef>,
+) -> NodeCalls {
+    let mut nodes: BTreeMap<NodeId, BTreeMap<u32, Value>> = BTreeMap::new();
+    let mut current: HashMap<NodeRunId, (NodeId, u32)> = HashMap::new();
+    let mut tools: HashMap<String, Value> = HashMap::new();
+    for e in events {
+        let (Some(node), Some(run)) = (&e.node_id, e.node_run_id) else {
+            continue;
+        };
+        match &e.kind {
+            EventKind::AgentStart {
+                session_id,
+                model,
+                prompt,
+                call_index,
+                ..
+            } => {
+                let index = call_index.unwrap_or(0);
+                let Some(agent) = agent_of(node) else {
+                    continue;
+                };
+                let request = request(prompt, agent);
+                let mut start = json!({"type": "agent:start", "sessionId": session_id});
+                if let Some(model) = model {
+                    start["model"] = json!(model);
+                }
+                let entry = json!({
+                    "call": index,
+                    "input": request,
+                    "requestHash": request_hash(&request),
+                    "output": {"text": ""},
+                    "events": [start],
+                });
+                nodes.entry(node.clone()).or_default().insert(index, entry);
+                current.insert(run, (node.clone(), index));
+            }
+            EventKind::AgentThinkingDelta { .. }
+            | EventKind::AgentThinking { .. }
+            | EventKind::AgentTextDelta { .. }
+            | EventKind::AgentText { .. }
+            | EventKind::AgentToolUse { .. }
+            | EventKind::AgentTool { .. }
+            | EventKind::AgentError { .. } => {
+                if let (Some(entry), Ok(value)) = (
+                    entry(&mut nodes, &current, run),
+                    serde_json::to_value(&e.kind),
+                ) {
+                    push_event(entry, value);
+                }
+            }
+            // A tool the runtime ran for an HTTP agent: replayed as the
+            // agent's whole tool call.
+            EventKind::ToolStarted {
+                call_id,
+                tool_name,
+                tool_input,
+            } => {
+                tools.insert(
+                    call_id.clone(),
+                    json!({"type": "agent:tool", "toolUseId": call_id, "toolName": tool_name, "toolInput": tool_input}),
+                );
+            }
+            EventKind::ToolCompleted {
+                call_id,
+                tool_output,
+                duration_ms,
+                ..
+            } => {
+                if let (Some(mut tool), Some(entry)) =
+                    (tools.remove(call_id), entry(&mut nodes, &current, run))
+                {
+                    tool["toolOutput"] = tool_output.clone();
+                    tool["durationMs"] = json!(duration_ms);
+                    push_event(entry, tool);
+                }
+            }
+            EventKind::ToolFailed {
+                call_id,
+                error,
+                duration_ms,
+                ..
+            } => {
+                if let (Some(mut tool), Some(entry)) =
+                    (tools.remove(call_id), entry(&mut nodes, &current, run))
+                {
+                    tool["error"] = json!(error);
+                    tool["durationMs"] = json!(duration_ms);
+                    push_event(entry, tool);
+                }
+            }
+            EventKind::AgentComplete {
+                result,
+                usage,
+                model_usage,
+                total_cost_usd,
+                duration_ms,
+                num_turns,
+                session_id,
+                ..
+            } => {
+                if let Some(entry) = entry(&mut nodes, &current, run) {
+                    let mut output = Map::new();
+                    output.insert("text".into(), json!(result));
+                    output.insert("usage".into(), json!(usage));
+                    if let Some(m) = model_usage {
+                        output.insert("modelUsage".into(), json!(m));
+                    }
+                    if let Some(c) = total_cost_usd {
+                        output.insert("totalCostUsd".into(), json!(c));
+                    }
+                    output.insert("durationMs".into(), json!(duration_ms));
+                    output.insert("numTurns".into(), json!(num_turns));
+                    if let Some(s) = session_id {
+                        output.insert("sessionId".into(), json!(s));
+                    }
+                    entry["output"] = Value::Object(output);
+                    entry["ended"] = Value::Bool(true);
+                }
+                current.remove(&run);
+            }
+            // A call that ended without a result replays its last error.
+            EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
+                if let Some(entry) = entry(&mut nodes, &current, run)
+                    && entry.get("ended").is_none()
+                {
+                    let last_error = entry["events"]
+                        .as_array()
+                        .and_then(|events| events.iter().rev().find(|e| e["type"] == "agent:error"))
+                        .cloned();
+                    let (error_type, message) = match (&e.kind, last_error) {
+                        (_, Some(err)) => (err["errorType"].clone(), err["message"].clone()),
+                        (EventKind::NodeFailed { error, .. }, None) => {
+                            (json!("agent_error"), json!(error))
+                        }
+                        _ => (
+                            json!("agent_error"),
+                            json!("the call ended without a result"),
+                        ),
+                    };
+                    entry["output"] =
+                        json!({"error": {"errorType": error_type, "message": message}});
+                }
+                current.remove(&run);
+            }
+            _ => {}
+        }
+    }
+    nodes
+        .into_iter()
+        .map(|(node, calls)| {
+            let calls = calls
+                .into_values()
+                .map(|mut c| {
+                    if let Some(o) = c.as_object_mut() {
+                        o.remove("ended");
+                    }
+                    c
+                })
+                .collect();
+            (node, calls)
+        })
+        .collect()
+}
+
+/// The call in progress of node run `run`.
+fn entry<'a>(
+    nodes: &'a mut BTreeMap<NodeId, BTreeMap<u32, Value>>,
+    current: &HashMap<NodeRunId, (NodeId, u32)>,
+    run: NodeRunId,
+) -> Option<&'a mut Value> {
+    let (node, index) = current.get(&run)?;
+    nodes.get_mut(node)?.get_mut(index)
+}
+
+fn push_event(entry: &mut Value, event: Value) {
+    if let Some(events) = entry["events"].as_array_mut() {
+        events.push(event);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_difference_is_named_by_its_pointer() {
+        let a = json!({"prompt": "Summarise this.", "tools": ["a/b"], "model": null});
+        let b = json!({"prompt": "Summarize this.", "tools": ["a/b"], "model": null});
+        let (pointer, left, right) = first_difference(&a, &b).unwrap();
+        assert_eq!(pointer, "/prompt");
+        assert_eq!(
+            (left, right),
+            (json!("Summarise this."), json!("Summarize this."))
+        );
+        assert_eq!(first_difference(&a, &a), None);
+        let (pointer, ..) =
+            first_difference(&json!({"a/b": [1, 2]}), &json!({"a/b": [1, 3]})).unwrap();
+        assert_eq!(pointer, "/a~1b/1");
+        assert_ne!(request_hash(&a), request_hash(&b));
+    }
+}

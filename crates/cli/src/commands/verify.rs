@@ -1,0 +1,623 @@
+//! `awr verify-determinism RECORDING [--json]`: runs a recording twice
+//! through the mock and compares the two runs' canonical output byte for
+//! byte.
+//!
+//! Each run goes into a fresh in-memory store, with a logical clock that
+//! starts at the recording's `clockStartMs` and ids from its `idSeed`;
+//! every agent, whatever its provider, is served from the recording (no
+//! provider is built, no socket opened); `command` nodes run live. A call
+//! whose request is not the one recorded, or recorded calls left unserved,
+//! is a divergence from the recording. Exit 0 identical, 1 diverged (a
+//! first-divergence report on stderr; `--json` prints it on stdout), 2 the
+//! recording is invalid, 3 the replay cannot run (e.g. its workflow is gone).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapters_agents::MockQuery;
+use adapters_agents::mock::FixtureFile;
+use adapters_agents::mock::recording::first_difference;
+use anyhow::anyhow;
+use application::ports::{Clock, RunStore};
+use application::secrets::KeyNames;
+use application::{RunRequest, Runtime};
+use domain::causal::{CausalEvent, order};
+use domain::recording::{FORMAT_VERSION, Manifest};
+use domain::workflow::Provider;
+use domain::{EventKind, RunId, RuntimeEvent, Timestamp};
+use futures::future::BoxFuture;
+use infrastructure::store::MemoryRunStore;
+use infrastructure::{FixedClock, SeededIds};
+use serde_json::{Value, json};
+
+use crate::commands::run::load_workflow;
+use awr_cli::embed;
+
+use crate::{Failure, say};
+
+/// Verifies the recording in `dir`.
+pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
+    let manifest = manifest(dir)?;
+    check_files(dir)?;
+    let file = workflow_file(dir, &manifest);
+    if !file.is_file() {
+        return Err(Failure::Replay(anyhow!(
+            "recording {}: its workflow {} is gone",
+            dir.display(),
+            file.display()
+        )));
+    }
+    let workflow = load_workflow(&file).map_err(|f| Failure::Replay(anyhow!("{}", f.error())))?;
+    let mut passes = Vec::new();
+    for _ in 0..2 {
+        let events = replay(dir, &manifest, Arc::clone(&workflow)).await?;
+        if let Some(report) = against_recording(dir, &events)? {
+            return diverged(report, json_out);
+        }
+        passes.push(canonical(&events, &manifest.seeds.id_seed));
+    }
+    let (a, b) = (&passes[0], &passes[1]);
+    match first_divergence(a, b) {
+        None => {
+            crate::note(&format!(
+                "verify-determinism: IDENTICAL ({} canonical lines, twice)",
+                a.len()
+            ));
+            if json_out {
+                say(&json!({"result": "identical", "lines": a.len()}).to_string())?;
+            }
+            Ok(())
+        }
+        Some(report) => diverged(report, json_out),
+    }
+}
+
+fn invalid(dir: &Path, what: impl std::fmt::Display) -> Failure {
+    Failure::Input(anyhow!("recording {}: {what}", dir.display()))
+}
+
+fn manifest(dir: &Path) -> Result<Manifest, Failure> {
+    let path = dir.join("manifest.json");
+    let text =
+        infrastructure::fs::read_text_bounded(&path, 1 << 20).map_err(|e| invalid(dir, e))?;
+    let manifest: Manifest =
+        serde_json::from_str(&text).map_err(|e| invalid(dir, format!("manifest.json: {e}")))?;
+    if manifest.format_version > FORMAT_VERSION {
+        return Err(invalid(
+            dir,
+            format!(
+                "manifest.json: format {} is newer than this awr reads ({FORMAT_VERSION})",
+                manifest.format_version
+            ),
+        ));
+    }
+    if !manifest.complete {
+        return Err(invalid(
+            dir,
+            "manifest.json says complete: false: its recorder stopped before the end",
+        ));
+    }
+    Ok(manifest)
+}
+
+/// Every node file parses, and the causal events form a graph.
+fn check_files(dir: &Path) -> Result<(), Failure> {
+    let nodes = dir.join("nodes");
+    // A workflow without agents records no node file.
+    let flows = match std::fs::read_dir(&nodes) {
+        Ok(flows) => flows.collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(invalid(dir, format!("nodes/: {e}"))),
+    };
+    for flow in flows {
+        let flow = flow.map_err(|e| invalid(dir, e))?.path();
+        for file in std::fs::read_dir(&flow).map_err(|e| invalid(dir, e))? {
+            let file = file.map_err(|e| invalid(dir, e))?.path();
+            FixtureFile::load(&file).map_err(|e| invalid(dir, e))?;
+        }
+    }
+    let path = dir.join("causal.jsonl");
+    let text =
+        infrastructure::fs::read_text_bounded(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
+    let mut events = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let event: CausalEvent = serde_json::from_str(line)
+            .map_err(|e| invalid(dir, format!("causal.jsonl line {}: {e}", i + 1)))?;
+        events.push(event);
+    }
+    order(events).map_err(|e| invalid(dir, format!("causal.jsonl: {e}")))?;
+    Ok(())
+}
+
+fn workflow_file(dir: &Path, manifest: &Manifest) -> PathBuf {
+    let path = PathBuf::from(&manifest.workflow.path);
+    if path.is_absolute() {
+        path
+    } else {
+        dir.join(path)
+    }
+}
+
+/// A clock whose readings are logical (a millisecond per reading from the
+/// recording's start) and whose waits are real, so a timeout still waits.
+struct PinnedClock(FixedClock);
+
+impl Clock for PinnedClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// One replay of the recording: the events of its run and child runs.
+async fn replay(
+    dir: &Path,
+    manifest: &Manifest,
+    workflow: Arc<domain::WorkflowDef>,
+) -> Result<Vec<RuntimeEvent>, Failure> {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryRunStore::default());
+    let clock = PinnedClock(FixedClock::starting_at(Timestamp::from_millis(
+        manifest.seeds.clock_start_ms,
+    )));
+    let seed = id_seed(&manifest.seeds.id_seed);
+    let mock: Arc<MockQuery> = Arc::new(MockQuery::recording(dir));
+    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let keys = KeyNames::default();
+    let mut builder = Runtime::builder(
+        Arc::clone(&store),
+        Arc::new(clock),
+        Arc::new(SeededIds::new(seed)),
+    )
+    .commands(embed::commands(&project, &keys))
+    .workspace(project);
+    for provider in [
+        Provider::Mock,
+        Provider::ClaudeCode,
+        Provider::Codex,
+        Provider::Gemini,
+        Provider::Copilot,
+        Provider::OpenAi,
+        Provider::Anthropic,
+    ] {
+        builder = builder.provider(provider, mock.clone());
+    }
+    for tool in embed::tools(&keys) {
+        builder = builder.tool(tool);
+    }
+    let runtime = builder.build();
+    let outcome = runtime
+        .run(RunRequest {
+            workflow,
+            input: manifest.input.clone(),
+            source: None,
+        })
+        .await
+        .map_err(|e| Failure::Replay(anyhow!("the replay cannot run: {e}")))?;
+    let mut events = Vec::new();
+    let mut runs = VecDeque::from([outcome.run_id]);
+    while let Some(run) = runs.pop_front() {
+        let log = store
+            .read(run, 0, usize::MAX)
+            .await
+            .map_err(|e| Failure::Replay(anyhow!("run {run}: {e}")))?;
+        for e in &log {
+            if let EventKind::SubflowStarted { child_run_id, .. } = &e.kind {
+                runs.push_back(*child_run_id);
+            }
+        }
+        events.extend(log);
+    }
+    Ok(events)
+}
+
+/// A call the recording refused (another request than recorded, or one
+/// too many), or recorded calls the replay never made.
+fn against_recording(dir: &Path, events: &[RuntimeEvent]) -> Result<Option<Report>, Failure> {
+    let mut flows: HashMap<RunId, String> = HashMap::new();
+    let mut served: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::FlowStarted { workflow, .. } => {
+                flows.insert(e.run_id, workflow.name.clone());
+            }
+            EventKind::AgentError {
+                error_type,
+                message,
+                ..
+            } if error_type == "fixture_error" => {
+                let node = e
+                    .node_id
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                return Ok(Some(Report {
+                    shape: "recording".into(),
+                    line: None,
+                    event: "agent:error".into(),
+                    node,
+                    pointer: String::new(),
+                    a: Value::String(message.clone()),
+                    b: Value::Null,
+                    chain: Vec::new(),
+                    context: Vec::new(),
+                    message: message.clone(),
+                }));
+            }
+            EventKind::AgentStart { call_index, .. } => {
+                if let (Some(flow), Some(node)) = (flows.get(&e.run_id), &e.node_id) {
+                    let n = served.entry((flow.clone(), node.to_string())).or_default();
+                    *n = (*n).max(call_index.unwrap_or(0) + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    let nodes = dir.join("nodes");
+    let mut flows: Vec<String> = flows.into_values().collect();
+    flows.sort();
+    flows.dedup();
+    for flow in flows {
+        let Ok(files) = std::fs::read_dir(nodes.join(&flow)) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = files.flatten().map(|f| f.path()).collect();
+        files.sort();
+        for file in files {
+            let recorded = FixtureFile::load(&file)
+                .map_err(|e| invalid(dir, e))?
+                .calls
+                .len();
+            let node = file
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let made = served
+                .get(&(flow.clone(), node.clone()))
+                .copied()
+                .unwrap_or(0) as usize;
+            if made < recorded {
+                let message = format!(
+                    "shortfall: node {node} of {flow} made {made} call(s); the recording has {recorded}"
+                );
+                return Ok(Some(Report {
+                    shape: "shortfall".into(),
+                    line: None,
+                    event: "agent:start".into(),
+                    node,
+                    pointer: String::new(),
+                    a: json!(recorded),
+                    b: json!(made),
+                    chain: Vec::new(),
+                    context: Vec::new(),
+                    message,
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The canonical output of a replay: its causal events (parents first),
+/// then its run events grouped by node run (in log order within one), with
+/// what scheduling and the clock decide left out (offsets, ids, times,
+/// durations), as RFC 8785 lines.
+pub fn canonical(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
+    let minted = minted_prefix(seed);
+    let mut lines = Vec::new();
+    for event in domain::causal::project(events, seed) {
+        let mut value = serde_json::to_value(&event).unwrap_or(Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            map.remove("timestamp_ns");
+        }
+        lines.push(jcs(&value));
+    }
+    // Node runs by position: node, item, attempt.
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut children: HashMap<String, String> = HashMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::NodeStarted { item, attempt, .. } => {
+                if let (Some(node), Some(run)) = (&e.node_id, e.node_run_id) {
+                    let name = format!(
+                        "{node}#{}#{}",
+                        item.map(|i| i.to_string()).unwrap_or_default(),
+                        attempt.unwrap_or(1)
+                    );
+                    names.insert(run.to_string(), name);
+                }
+            }
+            EventKind::SubflowStarted {
+                child_run_id,
+                workflow,
+            } => {
+                let n = children.len();
+                children.insert(child_run_id.to_string(), format!("child:{workflow}#{n}"));
+            }
+            _ => {}
+        }
+    }
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut flow = Vec::new();
+    // Ids the runtime minted (sessions before the provider names one),
+    // named by the node run that first shows them: their values follow the
+    // order parallel branches drew them.
+    let mut ids: HashMap<String, String> = HashMap::new();
+    for e in events {
+        if matches!(e.kind, EventKind::StateSaved { .. }) {
+            continue;
+        }
+        let mut value = serde_json::to_value(e).unwrap_or(Value::Null);
+        let group = e
+            .node_run_id
+            .map(|r| r.to_string())
+            .and_then(|r| names.get(&r).cloned());
+        let mut minted_ids = Minted {
+            prefix: &minted,
+            group: group.as_deref().unwrap_or("flow"),
+            ids: &mut ids,
+        };
+        strip(&mut value, &names, &children, &mut minted_ids);
+        let line = jcs(&value);
+        match group {
+            Some(name) => groups.entry(name).or_default().push(line),
+            None => flow.push(line),
+        }
+    }
+    flow.sort();
+    lines.extend(flow);
+    lines.extend(groups.into_values().flatten());
+    lines
+}
+
+fn jcs(value: &Value) -> String {
+    domain::canonical::jcs(value)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Fields the clock or scheduling decide: offsets and ids of the record,
+/// clock readings and durations.
+const VOLATILE: &[&str] = &[
+    "id",
+    "offset",
+    "timestamp",
+    "runId",
+    "parentRunId",
+    "snapshotOffset",
+    "durationMs",
+    "duration_ms",
+    "execution_time_ms",
+    "startedAt",
+    "endedAt",
+    "updatedAt",
+];
+
+/// Leaves out what the clock and scheduling decide, and names node runs
+/// and child runs by position.
+fn strip(
+    value: &mut Value,
+    names: &HashMap<String, String>,
+    children: &HashMap<String, String>,
+    minted: &mut Minted<'_>,
+) {
+    match value {
+        Value::Object(map) => {
+            for key in VOLATILE {
+                map.remove(*key);
+            }
+            for v in map.values_mut() {
+                strip(v, names, children, minted);
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| strip(v, names, children, minted)),
+        Value::String(s) => {
+            if let Some(name) = names.get(s.as_str()).or_else(|| children.get(s.as_str())) {
+                *s = name.clone();
+            } else if s.starts_with(minted.prefix) {
+                let group = minted.group;
+                let own = format!("{group}/");
+                let n = minted.ids.values().filter(|v| v.starts_with(&own)).count();
+                *s = minted
+                    .ids
+                    .entry(s.clone())
+                    .or_insert_with(|| format!("{group}/id{n}"))
+                    .clone();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The ids a replay minted, and the names they get in the canonical form.
+struct Minted<'a> {
+    prefix: &'a str,
+    group: &'a str,
+    ids: &'a mut HashMap<String, String>,
+}
+
+/// The generator seed of a recording's `idSeed`.
+fn id_seed(seed: &str) -> u64 {
+    u64::from_str_radix(&domain::canonical::sha256_hex(seed.as_bytes())[..16], 16).unwrap_or(0)
+}
+
+/// What every id the replay's generator mints starts with (its seed part).
+fn minted_prefix(seed: &str) -> String {
+    use application::ports::IdGen;
+    let id = SeededIds::new(id_seed(seed)).uuid().to_string();
+    id[..18].to_owned()
+}
+
+/// The first place two canonical outputs differ.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    shape: String,
+    line: Option<usize>,
+    event: String,
+    node: String,
+    pointer: String,
+    a: Value,
+    b: Value,
+    chain: Vec<String>,
+    context: Vec<String>,
+    message: String,
+}
+
+/// The first line where `a` and `b` differ, or `None` when they are equal.
+pub fn first_divergence(a: &[String], b: &[String]) -> Option<Report> {
+    let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    let parse = |l: Option<&String>| l.and_then(|l| serde_json::from_str::<Value>(l).ok());
+    let (va, vb) = (parse(a.get(i)), parse(b.get(i)));
+    let shape = match (&va, &vb) {
+        (Some(_), None) => "only-in-A",
+        (None, Some(_)) => "only-in-B",
+        _ => "changed",
+    };
+    let (pointer, left, right) = match (&va, &vb) {
+        (Some(x), Some(y)) => first_difference(x, y).unwrap_or_default(),
+        _ => (
+            String::new(),
+            va.clone().unwrap_or(Value::Null),
+            vb.clone().unwrap_or(Value::Null),
+        ),
+    };
+    let event = va.as_ref().or(vb.as_ref()).cloned().unwrap_or(Value::Null);
+    let kind = event["type"].as_str().unwrap_or("?").to_owned();
+    let node = event["nodeId"]
+        .as_str()
+        .or(event["agent_id"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let chain = chain(a, &event);
+    let lo = i.saturating_sub(3);
+    let mut context = Vec::new();
+    for j in lo..i {
+        if let Some(l) = a.get(j) {
+            context.push(format!("  {}", short(l)));
+        }
+    }
+    for j in i..(i + 4).min(a.len().max(b.len())) {
+        match (a.get(j), b.get(j)) {
+            (Some(x), Some(y)) if x == y => context.push(format!("  {}", short(x))),
+            (x, y) => {
+                if let Some(x) = x {
+                    context.push(format!("- {}", short(x)));
+                }
+                if let Some(y) = y {
+                    context.push(format!("+ {}", short(y)));
+                }
+            }
+        }
+    }
+    Some(Report {
+        shape: shape.into(),
+        line: Some(i + 1),
+        event: kind,
+        node,
+        pointer,
+        a: left,
+        b: right,
+        chain,
+        context,
+        message: String::new(),
+    })
+}
+
+/// The causal ancestors of `event` (a causal event), oldest first.
+fn chain(lines: &[String], event: &Value) -> Vec<String> {
+    let by_id: HashMap<String, Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| Some((v["event_id"].as_str()?.to_owned(), v)))
+        .collect();
+    let mut out = Vec::new();
+    let mut at = event.clone();
+    while let Some(id) = at["event_id"].as_str() {
+        out.push(format!(
+            "{} {}",
+            at["type"].as_str().unwrap_or("?"),
+            &id[..8.min(id.len())]
+        ));
+        match at["parent_event_id"].as_str().and_then(|p| by_id.get(p)) {
+            Some(parent) if out.len() < 64 => at = parent.clone(),
+            _ => break,
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// A line for the context diff: one over 300 characters cut at 200, with
+/// its length and hash.
+fn short(line: &str) -> String {
+    let n = line.chars().count();
+    if n <= 300 {
+        return line.to_owned();
+    }
+    let head: String = line.chars().take(200).collect();
+    let hash = domain::canonical::sha256_hex(line.as_bytes());
+    format!("{head}… ({n} chars, sha256 {})", &hash[..16])
+}
+
+fn diverged(report: Report, json_out: bool) -> Result<(), Failure> {
+    let mut text = match report.line {
+        Some(line) => format!(
+            "verify-determinism: DIVERGED ({}) at canonical line {line}",
+            report.shape
+        ),
+        None => format!("verify-determinism: DIVERGED ({})", report.shape),
+    };
+    text.push_str(&format!(
+        "\n  event  {}  node={}",
+        report.event, report.node
+    ));
+    if !report.message.is_empty() {
+        text.push_str(&format!("\n  {}", report.message));
+    }
+    if report.line.is_some() {
+        text.push_str(&format!(
+            "\n  path   {}\n  run A  {}\n  run B  {}",
+            if report.pointer.is_empty() {
+                "/"
+            } else {
+                &report.pointer
+            },
+            report.a,
+            report.b
+        ));
+    }
+    if !report.chain.is_empty() {
+        text.push_str(&format!("\n  chain  {}", report.chain.join(" > ")));
+    }
+    if !report.context.is_empty() {
+        text.push_str("\n--- run A +++ run B\n");
+        text.push_str(&report.context.join("\n"));
+    }
+    if json_out {
+        say(&json!({
+            "result": "diverged",
+            "shape": report.shape,
+            "line": report.line,
+            "event": report.event,
+            "node": report.node,
+            "pointer": report.pointer,
+            "a": report.a,
+            "b": report.b,
+            "chain": report.chain,
+            "context": report.context,
+            "message": report.message,
+        })
+        .to_string())?;
+    }
+    crate::note(&text);
+    Err(Failure::Run(anyhow!(
+        "the recording did not replay the same"
+    )))
+}
