@@ -26,6 +26,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("ui/list.js"),
     ),
     (
+        "blocks.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/blocks.js"),
+    ),
+    (
         "run.js",
         "text/javascript; charset=utf-8",
         include_str!("ui/run.js"),
