@@ -234,6 +234,36 @@ async fn max_concurrency_bounds_the_node_runs_in_flight() {
     );
 }
 
+/// A join's `previous_agent` is the agent of its last edge as written,
+/// whichever branch ends last: a replay must give the node the same input.
+#[tokio::test(start_paused = true)]
+async fn a_joins_previous_agent_does_not_depend_on_which_branch_ends_last() {
+    let flow = FAN_OUT
+        .replace("agents:\n  a: {provider: mock}", "agents:\n  a: {provider: mock}\n  xa: {provider: mock}\n  ya: {provider: mock}\n  za: {provider: mock}")
+        .replace("{id: x, agent: a}", "{id: x, agent: xa}")
+        .replace("{id: y, agent: a}", "{id: y, agent: ya}")
+        .replace("{id: z, agent: a}", "{id: z, agent: za}");
+    for order in [["x", "y", "z"], ["z", "y", "x"]] {
+        let rig = rig(move |r| {
+            let secs = order
+                .iter()
+                .position(|n| *n == r.node_id.as_str())
+                .map_or(0, |i| i as u64 + 1);
+            after(secs, r.node_id.to_string(), 1)
+        });
+        let outcome = run(&rig, wf(&flow), json!("go")).await;
+        assert_eq!(outcome.status, RunStatus::Completed);
+        let join = &of_type(&rig, "node:started")[4];
+        let EventKind::NodeStarted { input, .. } = &join.kind else {
+            unreachable!()
+        };
+        assert_eq!(
+            input["metadata"]["previous_agent"], "za",
+            "branches ended {order:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn join_any_starts_on_the_first_branch_and_runs_once() {
     let mut def = wf(FAN_OUT);
