@@ -277,7 +277,7 @@ pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn()?;
+    let mut child = spawn_when_not_busy(&mut command)?;
     let raw = child.id();
     let group = ProcessGroup {
         pid: AtomicI32::new(raw.and_then(|id| i32::try_from(id).ok()).unwrap_or(0)),
@@ -295,6 +295,32 @@ pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned
         stderr,
         group,
     })
+}
+
+/// How often a start that finds the executable busy is tried again.
+const BUSY_ATTEMPTS: u32 = 8;
+
+/// Starts `command`, trying again a few times when the executable is "busy".
+///
+/// `ETXTBSY` is transient: an executable just written in this process (or
+/// another) is still open for writing in a child forked at that moment,
+/// until that child calls `exec`. Waiting a few milliseconds is enough; a
+/// file that stays busy is reported as it is.
+fn spawn_when_not_busy(command: &mut Command) -> std::io::Result<Child> {
+    let mut attempt = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                attempt += 1;
+                if attempt >= BUSY_ATTEMPTS {
+                    return Err(e);
+                }
+                tracing::debug!(attempt, "the executable is busy; starting it again");
+                std::thread::sleep(std::time::Duration::from_millis(1 << attempt));
+            }
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +347,51 @@ mod tests {
             sandbox.withheld(inherited),
             ["MY_TOKEN_VAR", "OPENAI_API_KEY", "HOME"].map(OsString::from)
         );
+    }
+
+    /// An executable still open for writing elsewhere (`ETXTBSY`), closed
+    /// a moment later, starts: a start is not lost to that race.
+    #[tokio::test]
+    async fn an_executable_busy_for_a_moment_still_starts() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("busy");
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .open(&exe)
+            .unwrap();
+        writer.write_all(b"#!/bin/sh\necho started\n").unwrap();
+        writer.flush().unwrap();
+        let held = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(writer);
+        });
+        let spawned = spawn(Command::new(&exe), &Sandbox::default()).unwrap();
+        held.join().unwrap();
+        let mut out = String::new();
+        let mut stdout = spawned.stdout;
+        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut out)
+            .await
+            .unwrap();
+        assert_eq!(out, "started\n");
+    }
+
+    #[tokio::test]
+    async fn an_executable_that_stays_busy_is_reported_as_busy() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("busy");
+        let _writer = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .open(&exe)
+            .unwrap();
+        let err = spawn(Command::new(&exe), &Sandbox::default()).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ExecutableFileBusy, "{err}");
     }
 
     #[tokio::test]
