@@ -140,6 +140,8 @@ fn bench_http(c: &mut Criterion) {
             session_usage: Default::default(),
             history: Vec::new(),
             call_index: 0,
+            instance: "0".into(),
+            instance_call: 0,
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {
             b.iter(|| {

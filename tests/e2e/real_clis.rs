@@ -406,6 +406,8 @@ async fn resume_session(
         session_usage: Default::default(),
         history: Vec::new(),
         call_index: 1,
+        instance: "0".into(),
+        instance_call: 1,
     };
     let out: Vec<_> = providers
         .query(request)

@@ -510,6 +510,8 @@ mod tests {
             session_usage: Default::default(),
             history: Vec::new(),
             call_index: 0,
+            instance: "0".into(),
+            instance_call: 0,
         }
     }
 

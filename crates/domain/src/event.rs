@@ -233,6 +233,17 @@ pub enum EventKind {
         /// that continues after a crash keeps the index it had.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_index: Option<u32>,
+        /// The node run the call belongs to, by position: its pass through
+        /// the node, and its `for_each` item (`"2"`, `"0#3"`). Unlike the
+        /// node's call order, this does not depend on how parallel items
+        /// were scheduled: a recording is served by `(node, instance,
+        /// instanceCall)`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        /// Which of its node run's provider calls this is, from 0 (across
+        /// its attempts); a call redone after a crash keeps its number.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance_call: Option<u32>,
     },
     /// The provider named the session of the invocation in progress
     /// (`agentSessions[nodeId]`, design §4.3): recorded the moment it is known.

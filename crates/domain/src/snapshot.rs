@@ -476,6 +476,13 @@ impl RunSnapshot {
                 *passes - 1
             }
         };
+        // A node run that may call sets its first call index aside (the
+        // one spawning `for_each` items does not call).
+        let first_call = items.is_none().then(|| {
+            let calls = self.node_calls.entry(self.key(node)).or_insert(0);
+            *calls += 1;
+            *calls - 1
+        });
         if let Some(id) = event.node_run_id {
             self.node_runs.insert(
                 id,
@@ -490,6 +497,8 @@ impl RunSnapshot {
                     session: None,
                     session_usage: None,
                     call_index: None,
+                    first_call,
+                    calls: 0,
                     in_turn: false,
                     processes: Vec::new(),
                     child: None,
@@ -621,6 +630,8 @@ mod tests {
                     provisional: false,
                     inbox: Vec::new(),
                     call_index: Some(0),
+                    instance: Some("0".into()),
+                    instance_call: Some(0),
                 },
             ),
             (Some("a"), EventKind::NodeCompleted { output: "x".into() }),
@@ -798,6 +809,52 @@ mod tests {
         let json = serde_json::to_vec(&s).unwrap();
         assert_eq!(RunSnapshot::from_json(&json, s.run_id).unwrap(), s);
         assert!(serde_json::to_value(&s).unwrap()["forkedFrom"]["runId"] == parent);
+    }
+
+    /// `for_each` items start in index order but call in any: each item's
+    /// node run sets its first call index aside when it starts (the node
+    /// run spawning them does not), and an item's calls are numbered
+    /// within its node run.
+    #[test]
+    fn items_set_their_first_call_aside_in_start_order() {
+        let run = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        let line = |offset: u64, node_run: u32, body: &str| {
+            format!(
+                r#"{{"id":"e{offset}","offset":{offset},"timestamp":"2026-01-01T00:00:00Z","runId":"{run}","nodeId":"review","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e{node_run:02}",{body}}}"#
+            )
+        };
+        let lines = [
+            format!(
+                r#"{{"id":"e1","offset":1,"timestamp":"2026-01-01T00:00:00Z","runId":"{run}","type":"flow:started","workflow":{{"name":"w","hash":"sha256:00"}},"input":null,"nodes":["review"],"edges":[]}}"#
+            ),
+            line(2, 0, r#""type":"node:started","input":null,"items":2"#),
+            line(3, 1, r#""type":"node:started","input":null,"item":0"#),
+            line(4, 2, r#""type":"node:started","input":null,"item":1"#),
+            line(
+                5,
+                2,
+                r#""type":"agent:start","sessionId":"s","prompt":"p","callIndex":1,"instance":"0#1","instanceCall":0"#,
+            ),
+        ];
+        let events: Vec<RuntimeEvent> = lines
+            .iter()
+            .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
+            .collect();
+        let s = RunSnapshot::fold(&events).unwrap();
+        let item = |n: u32| {
+            s.node_runs
+                .values()
+                .find(|r| r.item == Some(n))
+                .unwrap()
+                .clone()
+        };
+        assert_eq!((item(0).first_call, item(0).calls), (Some(0), 0));
+        assert_eq!((item(1).first_call, item(1).calls), (Some(1), 1));
+        assert_eq!(
+            (item(0).instance(), item(1).instance()),
+            ("0#0".into(), "0#1".into())
+        );
+        assert_eq!(s.node_calls[&NodeId::new("review").unwrap()], 2);
     }
 
     proptest! {

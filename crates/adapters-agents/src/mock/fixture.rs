@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use application::ports::{AgentMessage, AgentResult, QueryError};
+use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 use domain::SessionId;
 use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
@@ -36,6 +36,13 @@ pub struct FixtureCall {
     /// The call's index in its node, as recorded (for the reader).
     #[serde(default)]
     pub call: Option<u32>,
+    /// The node run it was made in (`agent:start`'s `instance`): with
+    /// `instanceCall`, the key a recording's call is served by.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// Its number among that node run's calls.
+    #[serde(default, rename = "instanceCall")]
+    pub instance_call: Option<u32>,
     /// How the call ended.
     pub output: FixtureOutput,
     /// `agent:*` events the call produced, in order.
@@ -109,6 +116,21 @@ impl FixtureFile {
             path: path.display().to_string(),
             source,
         })
+    }
+}
+
+impl FixtureFile {
+    /// The call that answers `request`: by `(instance, instanceCall)` in a
+    /// file that records them (parallel `for_each` items call in any
+    /// order), else by the node's call index.
+    pub fn call_for(&self, request: &AgentRequest) -> Option<&FixtureCall> {
+        if self.calls.iter().any(|c| c.instance.is_some()) {
+            return self.calls.iter().find(|c| {
+                c.instance.as_deref() == Some(request.instance.as_str())
+                    && c.instance_call == Some(request.instance_call)
+            });
+        }
+        self.calls.get(request.call_index as usize)
     }
 }
 

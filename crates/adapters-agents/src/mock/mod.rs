@@ -104,7 +104,6 @@ fn check_request(
     request: &AgentRequest,
     call: &FixtureCall,
     recorded: &str,
-    index: u32,
     path: &Path,
 ) -> Result<(), QueryError> {
     let prompt = domain::event::Prompt::Text(request.prompt.clone());
@@ -119,13 +118,26 @@ fn check_request(
     let (pointer, left, right) = recording::first_difference(&was, &sent)
         .unwrap_or_else(|| (String::new(), serde_json::Value::Null, sent.clone()));
     Err(QueryError::Fixture(format!(
-        "replay mismatch: node {} call {index} sends another request than {} recorded: at {} recorded {} sent {}",
+        "replay mismatch: node {} {} sends another request than {} recorded: at {} recorded {} sent {}",
         request.node_id,
+        call_name(request),
         path.display(),
         if pointer.is_empty() { "/" } else { &pointer },
         shorten(&left),
         shorten(&right),
     )))
+}
+
+/// How a message names the call `request` makes: its index in the node,
+/// and its place in its node run when that is not the first pass.
+fn call_name(request: &AgentRequest) -> String {
+    match request.instance.as_str() {
+        "" | "0" => format!("call {}", request.call_index),
+        at => format!(
+            "call {} (instance {at}, call {})",
+            request.call_index, request.instance_call
+        ),
+    }
 }
 
 /// A value for a message: long ones cut, with their length.
@@ -147,17 +159,17 @@ impl QueryFn for MockQuery {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = self.fixture_path(&request);
         let file = self.file(&path)?;
-        let index = request.call_index;
-        let call = file.calls.get(index as usize).ok_or_else(|| {
+        let call = file.call_for(&request).ok_or_else(|| {
             // The runner names the node; the error says which call.
             QueryError::Fixture(format!(
-                "no fixture for call {index} in {} (it records {} call(s))",
+                "no fixture for {} in {} (it records {} call(s))",
+                call_name(&request),
                 path.display(),
                 file.calls.len()
             ))
         })?;
         if let Some(recorded) = &call.request_hash {
-            check_request(&request, call, recorded, index, &path)?;
+            check_request(&request, call, recorded, &path)?;
         }
         let messages: Vec<Result<AgentMessage, QueryError>> = call.messages();
         Ok(Box::pin(futures::stream::iter(messages)))
@@ -190,6 +202,8 @@ mod tests {
             session_usage: Default::default(),
             history: Vec::new(),
             call_index: 0,
+            instance: "0".into(),
+            instance_call: 0,
         }
     }
 
@@ -313,6 +327,45 @@ mod tests {
         );
         assert_eq!(text(&again), "first", "the same index is the same call");
         assert_eq!(text(&next), "second");
+    }
+
+    /// Items of a `for_each` running at once call in any order: a
+    /// recording's calls are served by node run and call within it, not by
+    /// the order the node's calls arrive in.
+    #[tokio::test]
+    async fn a_recording_serves_each_node_run_its_own_calls_in_any_order() {
+        let tmp = with_fixture(
+            "wf",
+            "review.json",
+            r#"{"calls": [
+                {"call": 0, "instance": "0#0", "instanceCall": 0, "output": {"text": "item 0"}},
+                {"call": 1, "instance": "0#1", "instanceCall": 0, "output": {"text": "item 1"}},
+                {"call": 2, "instance": "0#1", "instanceCall": 1, "output": {"text": "item 1 again"}}
+            ]}"#,
+        );
+        let mock = MockQuery::new(tmp.path(), tmp.path());
+        let ask = |instance: &str, k: u32, arrived: u32| {
+            let mut r = request("review", None);
+            r.instance = instance.into();
+            r.instance_call = k;
+            r.call_index = arrived;
+            r
+        };
+        let text = |out: Vec<Result<AgentMessage, QueryError>>| match out.last() {
+            Some(Ok(AgentMessage::Completed(r))) => r.text.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(replay(&mock, ask("0#1", 0, 0)).await), "item 1");
+        assert_eq!(text(replay(&mock, ask("0#1", 1, 1)).await), "item 1 again");
+        assert_eq!(text(replay(&mock, ask("0#0", 0, 2)).await), "item 0");
+        let Err(err) = mock.query(ask("0#2", 0, 3)).await else {
+            panic!("an item with no recorded call is served nothing")
+        };
+        let msg = err.to_string();
+        assert!(
+            msg.contains("instance 0#2") && msg.contains("review.json"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]

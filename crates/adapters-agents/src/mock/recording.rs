@@ -87,6 +87,8 @@ pub fn calls<'w>(
                 model,
                 prompt,
                 call_index,
+                instance,
+                instance_call,
                 ..
             } => {
                 let index = call_index.unwrap_or(0);
@@ -98,13 +100,17 @@ pub fn calls<'w>(
                 if let Some(model) = model {
                     start["model"] = json!(model);
                 }
-                let entry = json!({
+                let mut entry = json!({
                     "call": index,
                     "input": request,
                     "requestHash": request_hash(&request),
                     "output": {"text": ""},
                     "events": [start],
                 });
+                if let (Some(instance), Some(k)) = (instance, instance_call) {
+                    entry["instance"] = json!(instance);
+                    entry["instanceCall"] = json!(k);
+                }
                 nodes.entry(node.clone()).or_default().insert(index, entry);
                 current.insert(run, (node.clone(), index));
             }

@@ -357,6 +357,8 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         session_usage: Default::default(),
         history: Vec::new(),
         call_index: 0,
+        instance: "0".into(),
+        instance_call: 0,
     }
 }
 

@@ -55,6 +55,14 @@ pub struct AgentRequest {
     /// the same in any process that continues the run: the mock provider
     /// serves the recorded call of this index.
     pub call_index: u32,
+    /// The node run's position among the node's runs: its pass through
+    /// the node and its `for_each` item (`"2"`, `"0#3"`), as `agent:start`
+    /// records it. Scheduling does not change it, so the mock provider
+    /// serves a recording by `(node, instance, instance_call)`.
+    pub instance: String,
+    /// How many provider calls this node run made before (across its
+    /// attempts), from the run's log.
+    pub instance_call: u32,
 }
 
 /// The end of a successful invocation.

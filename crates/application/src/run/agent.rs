@@ -208,6 +208,8 @@ async fn invoke(
         provisional,
         inbox: turn.inbox.clone(),
         call_index: turn.call_index,
+        instance: None,
+        instance_call: None,
     };
     let ack = task.record(start).await.ok_or_else(run_over)?;
     let request = AgentRequest {
@@ -224,6 +226,8 @@ async fn invoke(
         session_usage: turn.session_usage,
         history: turn.history,
         call_index: ack.call_index,
+        instance: ack.instance,
+        instance_call: ack.instance_call,
     };
     let started = task.ports.clock.now();
     let mut silence = Silence::new(task, agent);

@@ -93,6 +93,8 @@ mod tests {
             session: None,
             session_usage: None,
             call_index: None,
+            first_call: None,
+            calls: 0,
             in_turn,
             processes: Vec::new(),
             child: None,

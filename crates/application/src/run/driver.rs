@@ -425,8 +425,32 @@ impl Driver {
             return Ok(None);
         }
         let mut call = None;
-        if let EventKind::AgentStart { call_index, .. } = &mut kind {
-            call = Some(*call_index.get_or_insert(self.calls_of(node)));
+        if let EventKind::AgentStart {
+            call_index,
+            instance,
+            instance_call,
+            ..
+        } = &mut kind
+        {
+            // A call redone after a crash comes with its index, and is the
+            // last its node run started.
+            let redone = call_index.is_some();
+            let state = self.state().node_runs.get(&run);
+            let first = state.and_then(|s| s.first_call.filter(|_| s.calls == 0));
+            let index = *call_index.get_or_insert_with(|| first.unwrap_or(self.calls_of(node)));
+            let (at, k) = state.map_or_else(
+                || (String::new(), 0),
+                |state| {
+                    let k = match redone {
+                        true => state.calls.saturating_sub(1),
+                        false => state.calls,
+                    };
+                    (state.instance(), k)
+                },
+            );
+            *instance = Some(at.clone());
+            *instance_call = Some(k);
+            call = Some((index, at, k));
         }
         let complete = matches!(kind, EventKind::AgentComplete { .. });
         let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
@@ -435,8 +459,10 @@ impl Driver {
         };
         let mut taken = None;
         let answer = match call {
-            Some(call_index) => Ack {
+            Some((call_index, instance, instance_call)) => Ack {
                 call_index,
+                instance,
+                instance_call,
                 ..Ack::default()
             },
             None if complete => {
@@ -447,9 +473,9 @@ impl Driver {
                 };
                 taken = end;
                 Ack {
-                    call_index: 0,
                     next,
                     end: back,
+                    ..Ack::default()
                 }
             }
             None => Ack {

@@ -26,6 +26,10 @@ use crate::ports::{ChatMessage, CommandRequest};
 pub(crate) struct Ack {
     /// The `callIndex` the event was recorded with (an `agent:start`).
     pub call_index: u32,
+    /// Its node run's position (`instance`), for an `agent:start`.
+    pub instance: String,
+    /// Its number among its node run's calls (`instanceCall`).
+    pub instance_call: u32,
     /// After an `agent:complete`: the invocation that delivers the
     /// messages accepted for the node run meanwhile, if any came.
     pub next: Option<Continuation>,

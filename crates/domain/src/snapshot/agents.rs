@@ -16,10 +16,11 @@ impl RunSnapshot {
                 provisional,
                 inbox,
                 call_index,
+                instance_call,
                 ..
             } => {
                 let session = (!provisional).then_some(session_id);
-                self.agent_started(event, session, inbox, *call_index);
+                self.agent_started(event, session, inbox, *call_index, *instance_call);
             }
             EventKind::AgentSession { session_id, .. } => {
                 self.agent_session(event, session_id);
@@ -86,6 +87,7 @@ impl RunSnapshot {
         session: Option<&SessionId>,
         inbox: &[u64],
         call_index: Option<u32>,
+        instance_call: Option<u32>,
     ) {
         self.inbox.retain(|entry| !inbox.contains(&entry.offset));
         if let (Some(node), Some(index)) = (&event.node_id, call_index) {
@@ -95,6 +97,9 @@ impl RunSnapshot {
         if let Some(run) = self.node_run_mut(event) {
             run.in_turn = true;
             run.call_index = call_index;
+            if let Some(k) = instance_call {
+                run.calls = run.calls.max(k.saturating_add(1));
+            }
             run.result = None;
             run.forked = false;
         }

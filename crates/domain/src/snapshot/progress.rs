@@ -55,6 +55,15 @@ pub struct NodeRunState {
     /// The provider call of its invocation in progress (`callIndex`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_index: Option<u32>,
+    /// The node's call index its first provider call takes, set aside
+    /// when it started: node runs start in a fixed order (items by index)
+    /// but call in any, so a node's fixtures answer its items in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_call: Option<u32>,
+    /// Provider calls it started, across its attempts (`instanceCall` of
+    /// its next call).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls: u32,
     /// An agent invocation began (`agent:start`) and has not ended: the
     /// node run takes messages (`send`/`reply`) only then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -73,6 +82,17 @@ pub struct NodeRunState {
     /// `agent:start` or attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forked: bool,
+}
+
+impl NodeRunState {
+    /// Its position among the node's runs, as `agent:start` records it
+    /// (`instance`): its pass, and its `for_each` item.
+    pub fn instance(&self) -> String {
+        match self.item {
+            Some(item) => format!("{}#{item}", self.iteration),
+            None => self.iteration.to_string(),
+        }
+    }
 }
 
 /// Where a forked run branched off (`flow:forked`): the parent run and the
@@ -98,6 +118,10 @@ pub struct ProcessRef {
 
 fn first() -> u32 {
     1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A `for_each` node whose items are running.
