@@ -115,9 +115,11 @@ impl Awr {
         let Some(db) = self.database() else {
             return Vec::new();
         };
-        let mut stmt = db
-            .prepare("SELECT json FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
-            .expect("query events");
+        let Ok(mut stmt) =
+            db.prepare("SELECT json FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+        else {
+            return Vec::new();
+        };
         stmt.query_map([run], |r| r.get::<_, String>(0))
             .expect("query events")
             .map(|json| serde_json::from_str(&json.expect("a row")).expect("an event row"))
@@ -162,7 +164,10 @@ impl Awr {
             let Some(db) = self.database() else {
                 return Vec::new();
             };
-            let mut stmt = db.prepare("SELECT run_id FROM runs").expect("query runs");
+            // A database whose schema awr has not created yet holds no run.
+            let Ok(mut stmt) = db.prepare("SELECT run_id FROM runs") else {
+                return Vec::new();
+            };
             return stmt
                 .query_map([], |r| r.get::<_, String>(0))
                 .expect("query runs")

@@ -21,7 +21,6 @@ use async_trait::async_trait;
 use domain::SessionId;
 use domain::event::{ModelUsage, Usage};
 use futures::StreamExt;
-use serde_json::Value;
 
 use crate::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, ChatBlock, ChatError, ChatEvent,
@@ -213,6 +212,17 @@ impl Turn {
     }
 }
 
+/// The assistant message a model turn streamed as `events` becomes in the
+/// conversation, built as the loop builds it: a replay that serves recorded
+/// events can say what the next request must hold.
+pub fn assistant_blocks(events: impl IntoIterator<Item = ChatEvent>) -> Vec<ChatBlock> {
+    let mut turn = Turn::default();
+    for event in events {
+        turn.add(event);
+    }
+    turn.blocks
+}
+
 /// How a turn's attempts ended.
 enum Attempted {
     /// The turn streamed to its end.
@@ -365,16 +375,7 @@ impl Conversation {
                         .await
                         .map_err(|e| e.to_string());
                     let duration_ms = self.clock.now().millis_since(started);
-                    results.push(ToolResult {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        content: match &output {
-                            Ok(Value::String(text)) => text.clone(),
-                            Ok(other) => other.to_string(),
-                            Err(error) => error.clone(),
-                        },
-                        is_error: output.is_err(),
-                    });
+                    results.push(ToolResult::of(call, &output));
                     yield Ok(AgentMessage::ToolFinished {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
@@ -432,7 +433,7 @@ mod tests {
     use crate::ports::{MockChatModel, MockClock, MockIdGen, MockTool, ToolError, ToolSpec};
     use domain::workflow::{AgentDef, Provider};
     use domain::{NodeId, NodeRunId, RunId, Timestamp};
-    use serde_json::json;
+    use serde_json::{Value, json};
     use std::collections::VecDeque;
     use std::sync::Mutex;
     use uuid::Uuid;

@@ -48,6 +48,23 @@ pub struct FixtureCall {
     /// `agent:*` events the call produced, in order.
     #[serde(default)]
     pub events: Vec<Value>,
+    /// For an HTTP agent's call: what each turn after the first added to
+    /// the conversation, checked when the call is replayed turn by turn.
+    #[serde(default)]
+    pub turns: Vec<RecordedTurn>,
+}
+
+/// What one turn of an HTTP agent's tool loop added to the conversation:
+/// the model's previous turn and the results of its tool calls.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedTurn {
+    /// The turn, from 1 (the first turn's request is the call's `input`).
+    pub turn: u32,
+    /// `sha256:` of `{"messages": messages}` in RFC 8785 form.
+    pub request_hash: String,
+    /// The messages, in the recording's JSON form.
+    pub messages: Vec<Value>,
 }
 
 /// The recorded result of a call.

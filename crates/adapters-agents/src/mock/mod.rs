@@ -18,6 +18,7 @@
 
 mod fixture;
 pub mod recording;
+pub mod turns;
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,8 @@ use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, Qu
 use async_trait::async_trait;
 use lru::LruCache;
 
-pub use fixture::{FixtureCall, FixtureFile, FixtureOutput};
+pub use fixture::{FixtureCall, FixtureFile, FixtureOutput, RecordedTurn};
+pub use turns::TurnReplay;
 
 /// Serves agent calls from fixture files.
 pub struct MockQuery {
@@ -44,6 +46,9 @@ pub struct MockQuery {
     /// Serving a recording: every agent's calls come from `default_root`,
     /// whatever its `fixtures:` says.
     recording: bool,
+    /// Replays an HTTP agent's calls turn by turn through the tool loop,
+    /// when set; else as a whole, as a CLI agent's.
+    turns: Option<TurnReplay>,
 }
 
 /// Parsed fixture files kept at most: a run's memory does not grow with
@@ -60,7 +65,17 @@ impl MockQuery {
             default_root: default_root.into(),
             files: Mutex::new(LruCache::new(KEPT_FILES)),
             recording: false,
+            turns: None,
         }
+    }
+
+    /// Replays HTTP agents' calls turn by turn: the tool loop runs again,
+    /// on recorded turns and recorded tool results, and each turn's request
+    /// is checked against the recording.
+    #[must_use]
+    pub fn with_turns(mut self, replay: TurnReplay) -> Self {
+        self.turns = Some(replay);
+        self
     }
 
     /// A mock serving the recording in `dir` (`awr record-fixtures`): each
@@ -170,6 +185,20 @@ impl QueryFn for MockQuery {
         })?;
         if let Some(recorded) = &call.request_hash {
             check_request(&request, call, recorded, &path)?;
+        }
+        if let Some(replay) = self
+            .turns
+            .as_ref()
+            .filter(|_| request.agent.provider.is_http())
+        {
+            let name = format!(
+                "node {} {} in {}",
+                request.node_id,
+                call_name(&request),
+                path.display()
+            );
+            let call = call.clone();
+            return turns::replay(replay, request, &call, name).await;
         }
         let messages: Vec<Result<AgentMessage, QueryError>> = call.messages();
         Ok(Box::pin(futures::stream::iter(messages)))

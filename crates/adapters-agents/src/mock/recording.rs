@@ -228,11 +228,19 @@ pub fn calls<'w>(
     nodes
         .into_iter()
         .map(|(node, calls)| {
+            let http = agent_of(&node).is_some_and(|a| a.provider.is_http());
             let calls = calls
                 .into_values()
                 .map(|mut c| {
                     if let Some(o) = c.as_object_mut() {
                         o.remove("ended");
+                    }
+                    let turns = match (&c["events"], http) {
+                        (Value::Array(events), true) => super::turns::recorded_turns(events),
+                        _ => Vec::new(),
+                    };
+                    if !turns.is_empty() {
+                        c["turns"] = Value::Array(turns);
                     }
                     c
                 })

@@ -85,6 +85,23 @@ pub struct ToolResult {
     pub is_error: bool,
 }
 
+impl ToolResult {
+    /// The result `call` came to: its output as text (a JSON string as
+    /// is, other values as JSON), or its error.
+    pub fn of(call: &ToolCall, output: &Result<Value, String>) -> Self {
+        Self {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: match output {
+                Ok(Value::String(text)) => text.clone(),
+                Ok(other) => other.to_string(),
+                Err(error) => error.clone(),
+            },
+            is_error: output.is_err(),
+        }
+    }
+}
+
 /// Why the model stopped its turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -170,6 +187,11 @@ pub enum ChatError {
     /// The agent's settings cannot work (a missing API key, a bad URL).
     #[error("provider configuration: {0}")]
     Config(String),
+    /// A recorded turn cannot answer this request (a replay that sends
+    /// another conversation than the recording holds, or asks a turn too
+    /// many): never retried, never answered with a guess.
+    #[error("{0}")]
+    Replay(String),
 }
 
 fn api_message(status: Option<u16>, message: &str) -> String {
@@ -185,7 +207,7 @@ impl ChatError {
         match self {
             ChatError::RateLimited { .. } | ChatError::Network(_) => true,
             ChatError::Api { retryable, .. } => *retryable,
-            ChatError::Config(_) => false,
+            ChatError::Config(_) | ChatError::Replay(_) => false,
         }
     }
 
@@ -196,6 +218,7 @@ impl ChatError {
             ChatError::Network(_) => "network_error",
             ChatError::Api { .. } => "api_error",
             ChatError::Config(_) => "config_error",
+            ChatError::Replay(_) => "fixture_error",
         }
     }
 }

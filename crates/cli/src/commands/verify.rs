@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use adapters_agents::MockQuery;
 use adapters_agents::mock::FixtureFile;
+use adapters_agents::mock::TurnReplay;
 use anyhow::anyhow;
-use application::ports::{Clock, RunStore};
+use application::ports::{Clock, IdGen, RunStore};
 use application::secrets::KeyNames;
+use application::tools::ToolRouter;
 use application::{RunRequest, Runtime};
 use domain::causal::{CausalEvent, order};
 use domain::recording::{FORMAT_VERSION, Manifest};
@@ -165,20 +167,25 @@ async fn replay(
     workflow: Arc<domain::WorkflowDef>,
 ) -> Result<Vec<RuntimeEvent>, Failure> {
     let store: Arc<dyn RunStore> = Arc::new(MemoryRunStore::default());
-    let clock = PinnedClock(FixedClock::starting_at(Timestamp::from_millis(
-        manifest.seeds.clock_start_ms,
+    let clock: Arc<dyn Clock> = Arc::new(PinnedClock(FixedClock::starting_at(
+        Timestamp::from_millis(manifest.seeds.clock_start_ms),
     )));
-    let seed = id_seed(&manifest.seeds.id_seed);
-    let mock: Arc<MockQuery> = Arc::new(MockQuery::recording(dir));
-    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let ids: Arc<dyn IdGen> = Arc::new(SeededIds::new(id_seed(&manifest.seeds.id_seed)));
     let keys = KeyNames::default();
-    let mut builder = Runtime::builder(
-        Arc::clone(&store),
-        Arc::new(clock),
-        Arc::new(SeededIds::new(seed)),
-    )
-    .commands(embed::commands(&project, &keys))
-    .workspace(project);
+    // HTTP agents run their tool loop again, turn by turn, on recorded
+    // turns and tool results.
+    let tools = embed::tools(&keys)
+        .into_iter()
+        .fold(ToolRouter::new(), ToolRouter::with);
+    let mock: Arc<MockQuery> = Arc::new(MockQuery::recording(dir).with_turns(TurnReplay {
+        tools: Arc::new(tools),
+        clock: Arc::clone(&clock),
+        ids: Arc::clone(&ids),
+    }));
+    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let mut builder = Runtime::builder(Arc::clone(&store), clock, ids)
+        .commands(embed::commands(&project, &keys))
+        .workspace(project);
     for provider in [
         Provider::Mock,
         Provider::ClaudeCode,

@@ -1,0 +1,594 @@
+//! Turn by turn replay of an HTTP agent's recorded call.
+//!
+//! awr runs an HTTP agent's tool loop itself, so a recording of one is
+//! replayed through the same [`ToolLoop`]: a [`ChatModel`] serves each turn
+//! the model streamed (split from the call's recorded events at its tool
+//! calls), and a tool router of recorded tools answers each tool call with
+//! the result recorded for it. Each turn after the first is checked against
+//! what the recording says it added to the conversation (`turns`): the
+//! model's previous turn and its tools' results. An edited recorded tool
+//! result, or a recorded answer that no longer leads to the recorded next
+//! request, is a replay mismatch naming the turn and the JSON Pointer, not
+//! a different run shown as if nothing happened.
+
+use std::sync::{Arc, Mutex};
+
+use application::ports::{
+    AgentRequest, AgentStream, ChatBlock, ChatError, ChatEvent, ChatMessage, ChatModel,
+    ChatRequest, ChatStream, Clock, IdGen, QueryError, QueryFn, StopReason, Tool, ToolCall,
+    ToolContext, ToolError, ToolResult, ToolSpec, TurnEnd,
+};
+use application::tool_loop::{ToolLoop, assistant_blocks};
+use application::tools::ToolRouter;
+use async_trait::async_trait;
+use domain::event::Usage;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::fixture::{FixtureCall, RecordedTurn};
+use super::recording;
+
+/// What a replay of HTTP agents needs besides the recording: the tools
+/// their specs come from, and the clock and ids of the run.
+#[derive(Clone)]
+pub struct TurnReplay {
+    /// The tools a live run would have (only their specs are used).
+    pub tools: Arc<ToolRouter>,
+    /// The run's clock.
+    pub clock: Arc<dyn Clock>,
+    /// The run's ids.
+    pub ids: Arc<dyn IdGen>,
+}
+
+/// One model turn of a recorded call: what it streamed, and the tool calls
+/// it ended with, each with the outcome recorded for it.
+#[derive(Debug, Default, Clone)]
+struct Turn {
+    stream: Vec<ChatEvent>,
+    calls: Vec<(ToolCall, Result<Value, String>)>,
+}
+
+/// The model turns of a call, from its recorded `agent:*` events: a text
+/// or reasoning event after a tool call begins the next turn.
+fn split(events: &[Value]) -> Vec<Turn> {
+    let mut turns = vec![Turn::default()];
+    let text = |e: &Value, field: &str| e[field].as_str().unwrap_or_default().to_owned();
+    for event in events {
+        let kind = event["type"].as_str().unwrap_or_default();
+        let streamed = match kind {
+            "agent:text:delta" => Some(ChatEvent::TextDelta(text(event, "content"))),
+            "agent:thinking:delta" => Some(ChatEvent::ThinkingDelta(text(event, "content"))),
+            "agent:thinking" => Some(ChatEvent::ThinkingDone {
+                text: text(event, "content"),
+                signature: event["signature"].as_str().map(str::to_owned),
+            }),
+            _ => None,
+        };
+        if let Some(streamed) = streamed {
+            if turns.last().is_some_and(|t| !t.calls.is_empty()) {
+                turns.push(Turn::default());
+            }
+            if let Some(turn) = turns.last_mut() {
+                turn.stream.push(streamed);
+            }
+            continue;
+        }
+        if kind == "agent:tool"
+            && let Some(turn) = turns.last_mut()
+        {
+            let call = ToolCall {
+                id: text(event, "toolUseId"),
+                name: text(event, "toolName"),
+                input: event["toolInput"].clone(),
+            };
+            let outcome = match event["error"].as_str() {
+                Some(error) => Err(error.to_owned()),
+                None => Ok(event["toolOutput"].clone()),
+            };
+            turn.calls.push((call, outcome));
+        }
+    }
+    turns
+}
+
+/// The JSON form of a conversation message in a recording's `turns`.
+pub fn message_json(message: &ChatMessage) -> Value {
+    match message {
+        ChatMessage::User(text) => json!({"role": "user", "content": text}),
+        ChatMessage::Assistant(blocks) => {
+            let content: Vec<Value> = blocks
+                .iter()
+                .map(|b| match b {
+                    ChatBlock::Text(text) => json!({"type": "text", "text": text}),
+                    ChatBlock::Thinking { text, signature } => {
+                        json!({"type": "thinking", "text": text, "signature": signature})
+                    }
+                    ChatBlock::ToolCall(call) => json!({
+                        "type": "tool_call", "id": call.id, "name": call.name, "input": call.input,
+                    }),
+                    other => json!({"type": "unknown", "debug": format!("{other:?}")}),
+                })
+                .collect();
+            json!({"role": "assistant", "content": content})
+        }
+        ChatMessage::ToolResults(results) => {
+            let results: Vec<Value> = results
+                .iter()
+                .map(|r| {
+                    json!({"callId": r.call_id, "name": r.name, "content": r.content, "isError": r.is_error})
+                })
+                .collect();
+            json!({"role": "tool", "results": results})
+        }
+    }
+}
+
+/// What a turn adds to the conversation after it: the model's message and
+/// its tools' results, as the tool loop appends them.
+fn added_by(turn: &Turn) -> Vec<ChatMessage> {
+    let calls = turn
+        .calls
+        .iter()
+        .map(|(c, _)| ChatEvent::ToolCall(c.clone()));
+    let blocks = assistant_blocks(turn.stream.iter().cloned().chain(calls));
+    let results = turn
+        .calls
+        .iter()
+        .map(|(call, outcome)| ToolResult::of(call, outcome))
+        .collect();
+    vec![
+        ChatMessage::Assistant(blocks),
+        ChatMessage::ToolResults(results),
+    ]
+}
+
+/// The `turns` a recording keeps for a call of an HTTP agent, from its
+/// events: for each turn after the first, what it added to the
+/// conversation, and the hash of that.
+pub fn recorded_turns(events: &[Value]) -> Vec<Value> {
+    let turns = split(events);
+    turns
+        .iter()
+        .take(turns.len().saturating_sub(1))
+        .enumerate()
+        .map(|(i, turn)| {
+            let messages: Vec<Value> = added_by(turn).iter().map(message_json).collect();
+            let added = json!({"messages": messages});
+            json!({
+                "turn": i + 1,
+                "requestHash": recording::request_hash(&added),
+                "messages": messages,
+            })
+        })
+        .collect()
+}
+
+/// Replays `call` of `request`'s node through the tool loop.
+pub(super) async fn replay(
+    replay: &TurnReplay,
+    request: AgentRequest,
+    call: &FixtureCall,
+    name: String,
+) -> Result<AgentStream, QueryError> {
+    let turns = split(&call.events);
+    let outcomes = turns
+        .iter()
+        .flat_map(|t| t.calls.iter().cloned().map(Some))
+        .collect();
+    let model = RecordedModel {
+        turns,
+        checks: call.turns.clone(),
+        output: call.output.clone(),
+        name,
+        state: Mutex::new(Served::default()),
+    };
+    let tools = Arc::new(Mutex::new(outcomes));
+    let router = replay.tools.specs(&replay.tools.names()).into_iter().fold(
+        ToolRouter::new(),
+        |router, spec| {
+            router.with(Arc::new(RecordedTool {
+                spec,
+                outcomes: Arc::clone(&tools),
+            }))
+        },
+    );
+    let tool_loop = ToolLoop::new(
+        Arc::new(model),
+        Arc::new(router),
+        std::env::temp_dir(),
+        Arc::clone(&replay.clock),
+        Arc::clone(&replay.ids),
+    );
+    let failure = call.output.error.clone();
+    let stream = tool_loop.query(request).await?;
+    // A call recorded as failed ends in its recorded error, not in the
+    // stand-in the loop reports for it.
+    Ok(Box::pin(stream.map(move |item| match (item, &failure) {
+        (Err(QueryError::Agent { error_type, .. }), Some(recorded))
+            if error_type != "fixture_error" =>
+        {
+            Err(QueryError::Agent {
+                error_type: recorded.error_type.clone(),
+                message: recorded.message.clone(),
+                details: None,
+            })
+        }
+        (item, _) => item,
+    })))
+}
+
+/// Where a replayed call is: the turn next asked, and how much of the
+/// conversation the last request held.
+#[derive(Default)]
+struct Served {
+    turn: usize,
+    seen: usize,
+}
+
+/// A model that answers each turn of one call from its recording.
+struct RecordedModel {
+    turns: Vec<Turn>,
+    checks: Vec<RecordedTurn>,
+    output: super::FixtureOutput,
+    /// How errors name the call (`node N call K in FILE`).
+    name: String,
+    state: Mutex<Served>,
+}
+
+impl RecordedModel {
+    /// Checks what turn `turn` adds to the conversation against the
+    /// recording: `added` starts at message `from`.
+    fn check(&self, turn: usize, from: usize, added: &[ChatMessage]) -> Result<(), ChatError> {
+        let Some(recorded) = self.checks.iter().find(|c| c.turn as usize == turn) else {
+            return Ok(());
+        };
+        let sent: Vec<Value> = added.iter().map(message_json).collect();
+        let sent = json!({"messages": sent});
+        let was = json!({"messages": recorded.messages});
+        let hash = recording::request_hash(&sent);
+        if hash == recorded.request_hash && recording::request_hash(&was) == hash {
+            return Ok(());
+        }
+        let (pointer, left, right) = recording::first_difference(&was, &sent)
+            .unwrap_or_else(|| (String::new(), Value::Null, sent.clone()));
+        // The pointer into the whole request: its messages from the first.
+        let pointer = absolute(&pointer, from);
+        Err(ChatError::Replay(format!(
+            "replay mismatch: {} turn {turn} sends another request than recorded: at {pointer} recorded {} sent {}",
+            self.name,
+            super::shorten(&left),
+            super::shorten(&right),
+        )))
+    }
+
+    /// The stream of turn `turn`, ending as the recording did.
+    fn serve(&self, turn: usize) -> Vec<Result<ChatEvent, ChatError>> {
+        let Some(recorded) = self.turns.get(turn) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Result<ChatEvent, ChatError>> =
+            recorded.stream.iter().cloned().map(Ok).collect();
+        out.extend(
+            recorded
+                .calls
+                .iter()
+                .map(|(call, _)| Ok(ChatEvent::ToolCall(call.clone()))),
+        );
+        let last = turn + 1 == self.turns.len();
+        if !recorded.calls.is_empty() {
+            out.push(Ok(ChatEvent::End(TurnEnd {
+                stop: StopReason::ToolUse,
+                usage: Usage::default(),
+                model: None,
+                response_id: None,
+            })));
+        } else if let Some(error) = self.output.error.as_ref().filter(|_| last) {
+            out.push(Err(ChatError::Api {
+                status: None,
+                message: error.message.clone(),
+                retryable: false,
+            }));
+        } else {
+            // The call's usage is recorded whole: its last turn carries it.
+            out.push(Ok(ChatEvent::End(TurnEnd {
+                stop: StopReason::EndTurn,
+                usage: self.output.usage.clone(),
+                model: self
+                    .output
+                    .model_usage
+                    .as_ref()
+                    .and_then(|m| m.keys().next().cloned()),
+                response_id: None,
+            })));
+        }
+        out
+    }
+}
+
+/// `pointer` (into `{"messages": [added...]}`) as a pointer into the
+/// whole request, whose messages before `from` were not part of the check.
+fn absolute(pointer: &str, from: usize) -> String {
+    let mut parts = pointer.splitn(4, '/');
+    let (_, field, index, rest) = (parts.next(), parts.next(), parts.next(), parts.next());
+    match (field, index.and_then(|i| i.parse::<usize>().ok())) {
+        (Some("messages"), Some(i)) => match rest {
+            Some(rest) => format!("/messages/{}/{rest}", from + i),
+            None => format!("/messages/{}", from + i),
+        },
+        _ if pointer.is_empty() => "/messages".into(),
+        _ => pointer.to_owned(),
+    }
+}
+
+#[async_trait]
+impl ChatModel for RecordedModel {
+    fn provider(&self) -> &'static str {
+        "recording"
+    }
+
+    async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
+        let (turn, from) = {
+            let mut state = self
+                .state
+                .lock()
+                .map_err(|_| ChatError::Replay("the replay state is unusable".into()))?;
+            let at = (state.turn, state.seen);
+            state.turn += 1;
+            state.seen = request.messages.len();
+            at
+        };
+        if turn >= self.turns.len() {
+            return Err(ChatError::Replay(format!(
+                "no recorded turn {turn} of {} (it records {} turn(s))",
+                self.name,
+                self.turns.len()
+            )));
+        }
+        if turn > 0 {
+            self.check(turn, from, request.messages.get(from..).unwrap_or(&[]))?;
+        }
+        Ok(futures::stream::iter(self.serve(turn)).boxed())
+    }
+}
+
+/// A tool that answers with the outcomes recorded for its calls: the
+/// first not yet served with its name and arguments.
+struct RecordedTool {
+    spec: ToolSpec,
+    outcomes: Arc<Mutex<Vec<Option<(ToolCall, Result<Value, String>)>>>>,
+}
+
+#[async_trait]
+impl Tool for RecordedTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, input: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let mut outcomes = self
+            .outcomes
+            .lock()
+            .map_err(|_| ToolError::Failed("the replay state is unusable".into()))?;
+        let found = outcomes.iter_mut().find(|o| {
+            o.as_ref()
+                .is_some_and(|(call, _)| call.name == self.spec.name && call.input == input)
+        });
+        match found.and_then(Option::take) {
+            Some((_, Ok(output))) => Ok(output),
+            Some((_, Err(error))) => Err(recorded_error(error)),
+            None => Err(ToolError::Failed(format!(
+                "the recording holds no result of `{}` for {input}",
+                self.spec.name
+            ))),
+        }
+    }
+}
+
+/// A recorded tool error as the error that prints as it did.
+fn recorded_error(error: String) -> ToolError {
+    if let Some(rest) = error.strip_prefix("failed: ") {
+        return ToolError::Failed(rest.to_owned());
+    }
+    if let Some(rest) = error.strip_prefix("refused: ") {
+        return ToolError::Denied(rest.to_owned());
+    }
+    ToolError::Failed(error)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::mock::{FixtureFile, MockQuery};
+    use application::ports::AgentMessage;
+    use domain::Timestamp;
+    use domain::workflow::Provider;
+    use futures::future::BoxFuture;
+
+    struct Still;
+    impl Clock for Still {
+        fn now(&self) -> Timestamp {
+            Timestamp::from_millis(0)
+        }
+        fn sleep(&self, _: std::time::Duration) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+    struct Ids;
+    impl IdGen for Ids {
+        fn uuid(&self) -> uuid::Uuid {
+            uuid::Uuid::from_u128(7)
+        }
+    }
+
+    /// An echo tool's spec, as the live router would have it.
+    struct Echo;
+    #[async_trait]
+    impl Tool for Echo {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "echo".into(),
+                description: "Says it back".into(),
+                input_schema: json!({"type": "object"}),
+            }
+        }
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+            panic!("a replay never runs a tool")
+        }
+    }
+
+    fn events() -> Vec<Value> {
+        serde_json::from_value(json!([
+            {"type": "agent:start", "sessionId": "s"},
+            {"type": "agent:text:delta", "content": "let me "},
+            {"type": "agent:text:delta", "content": "check"},
+            {"type": "agent:text", "content": "let me check"},
+            {"type": "agent:tool", "toolUseId": "c1", "toolName": "echo", "toolInput": {"text": "hi"}, "toolOutput": "hi"},
+            {"type": "agent:text:delta", "content": "it said hi"},
+        ]))
+        .unwrap()
+    }
+
+    fn mock(dir: &std::path::Path) -> MockQuery {
+        MockQuery::recording(dir).with_turns(TurnReplay {
+            tools: Arc::new(ToolRouter::new().with(Arc::new(Echo))),
+            clock: Arc::new(Still),
+            ids: Arc::new(Ids),
+        })
+    }
+
+    fn request() -> AgentRequest {
+        let mut agent = domain::workflow::AgentDef::new(Provider::OpenAi);
+        agent.tools = vec!["echo".into()];
+        AgentRequest {
+            run_id: domain::RunId::new(uuid::Uuid::new_v4()).unwrap(),
+            workflow: "wf".into(),
+            node_id: domain::NodeId::new("op").unwrap(),
+            node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
+            agent_name: "op".into(),
+            agent,
+            prompt: "go".into(),
+            resume: None,
+            fork_session: false,
+            session_id: None,
+            session_usage: Default::default(),
+            history: Vec::new(),
+            call_index: 0,
+            instance: "0".into(),
+            instance_call: 0,
+        }
+    }
+
+    /// A recording directory holding one call of node `op`.
+    fn recording(call: Value) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("nodes/wf");
+        std::fs::create_dir_all(&dir).unwrap();
+        let body = json!({"calls": [call]});
+        serde_json::from_str::<FixtureFile>(&body.to_string()).unwrap();
+        std::fs::write(dir.join("op.json"), body.to_string()).unwrap();
+        tmp
+    }
+
+    #[test]
+    fn a_call_splits_into_turns_at_its_tool_calls() {
+        let turns = split(&events());
+        assert_eq!(turns.len(), 2);
+        assert_eq!(
+            turns[0].stream,
+            vec![
+                ChatEvent::TextDelta("let me ".into()),
+                ChatEvent::TextDelta("check".into())
+            ]
+        );
+        assert_eq!(turns[0].calls[0].0.name, "echo");
+        assert_eq!(turns[0].calls[0].1, Ok(json!("hi")));
+        assert!(turns[1].calls.is_empty());
+        let recorded = recorded_turns(&events());
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(
+            recorded[0]["messages"],
+            json!([
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "let me check"},
+                    {"type": "tool_call", "id": "c1", "name": "echo", "input": {"text": "hi"}}]},
+                {"role": "tool", "results": [{"callId": "c1", "name": "echo", "content": "hi", "isError": false}]}
+            ])
+        );
+    }
+
+    /// The loop runs again on the recorded turns: the tool's recorded
+    /// result is served (the tool itself never runs), the deltas stream as
+    /// recorded, and the call ends with the recorded text and usage.
+    #[tokio::test]
+    async fn a_recorded_tool_loop_replays_turn_by_turn() {
+        let call = json!({
+            "events": events(),
+            "turns": recorded_turns(&events()),
+            "output": {"text": "it said hi", "usage": {"inputTokens": 5, "outputTokens": 3}}
+        });
+        let tmp = recording(call);
+        let out: Vec<_> = mock(tmp.path())
+            .query(request())
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        let deltas: Vec<&str> = out
+            .iter()
+            .filter_map(|m| match m {
+                Ok(AgentMessage::TextDelta { content }) => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, ["let me ", "check", "it said hi"]);
+        assert!(out.iter().any(|m| matches!(m,
+            Ok(AgentMessage::ToolFinished { output: Ok(v), .. }) if v == "hi")));
+        match out.last() {
+            Some(Ok(AgentMessage::Completed(r))) => {
+                assert_eq!((r.text.as_str(), r.usage.output_tokens), ("it said hi", 3));
+                assert_eq!(r.num_turns, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A stream that broke off with an error replays its deltas, then that
+    /// error, as recorded.
+    #[tokio::test]
+    async fn a_stream_that_ended_in_an_error_replays_that_error() {
+        let call = json!({
+            "events": [{"type": "agent:text:delta", "content": "half"}],
+            "output": {"error": {"errorType": "network_error", "message": "connection reset"}}
+        });
+        let tmp = recording(call);
+        let out: Vec<_> = mock(tmp.path())
+            .query(request())
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(matches!(&out[1], Ok(AgentMessage::TextDelta { content }) if content == "half"));
+        match out.last() {
+            Some(Err(QueryError::Agent {
+                error_type,
+                message,
+                ..
+            })) => assert_eq!(
+                (error_type.as_str(), message.as_str()),
+                ("network_error", "connection reset")
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pointers_are_into_the_whole_request() {
+        assert_eq!(
+            absolute("/messages/1/results/0/content", 3),
+            "/messages/4/results/0/content"
+        );
+        assert_eq!(absolute("/messages/0", 2), "/messages/2");
+        assert_eq!(absolute("", 2), "/messages");
+    }
+}
