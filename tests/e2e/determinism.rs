@@ -379,3 +379,52 @@ async fn the_http_tool_loop_example_verifies_without_its_server() {
         out.stderr
     );
 }
+
+/// `awr run --replay-from`: the workflow runs on the recording instead of
+/// its providers, to the recorded output; an edited request fails the node
+/// that sends it, naming call and pointer; recorded calls left unserved
+/// fail the run; an unfinished recording is refused before anything runs.
+#[test]
+fn a_run_replays_from_a_recording_and_fails_where_it_departs_from_it() {
+    let a = Awr::new();
+    let flow = "examples/research-pipeline.yaml";
+    let live = a.run(&["run", flow]);
+    assert_eq!(live.code, 0, "{}", live.stderr);
+    let rec = recorded(&a, flow);
+    let rec_arg = rec.display().to_string();
+    let replayed = a.run(&["run", flow, "--replay-from", &rec_arg]);
+    assert_eq!(replayed.code, 0, "{}", replayed.stderr);
+    assert_eq!(replayed.stdout, live.stdout, "the recorded output");
+
+    let analyst = rec.join("nodes/research-pipeline/analyst.json");
+    let original = std::fs::read(&analyst).unwrap();
+    edit_json(&analyst, |v| {
+        let prompt = v["calls"][0]["input"]["prompt"].as_str().unwrap();
+        v["calls"][0]["input"]["prompt"] = format!("X{}", &prompt[1..]).into();
+    });
+    let out = a.run(&["run", flow, "--replay-from", &rec_arg]);
+    assert_ne!(out.code, 0, "{}", out.stderr);
+    for needle in ["replay mismatch", "node analyst call 0", "at /prompt"] {
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+    }
+
+    std::fs::write(&analyst, &original).unwrap();
+    let writer = rec.join("nodes/research-pipeline/writer.json");
+    edit_json(&writer, |v| {
+        let mut call = v["calls"][0].clone();
+        call["instanceCall"] = 1.into();
+        v["calls"].as_array_mut().unwrap().push(call);
+    });
+    let out = a.run(&["run", flow, "--replay-from", &rec_arg]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("shortfall: node writer"),
+        "{}",
+        out.stderr
+    );
+
+    edit_json(&rec.join("manifest.json"), |v| v["complete"] = false.into());
+    let out = a.run(&["run", flow, "--replay-from", &rec_arg]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("complete: false"), "{}", out.stderr);
+}

@@ -240,6 +240,7 @@ impl RuntimeBuilder {
     /// it before. An agent whose provider nobody serves fails its node run.
     #[must_use]
     pub fn provider(mut self, provider: Provider, query: Arc<dyn QueryFn>) -> Self {
+        self.models.retain(|(p, _)| *p != provider);
         self.providers = self.providers.with(provider, query);
         self
     }

@@ -33,10 +33,12 @@ use adapters_agents::claude::ClaudeCode;
 use adapters_agents::codex::Codex;
 use adapters_agents::copilot::Copilot;
 use adapters_agents::gemini::Gemini;
+use adapters_agents::mock::TurnReplay;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
-use application::ports::{RunStore, StoreError, Tool};
+use application::ports::{Clock, IdGen, RunStore, StoreError, Tool};
 use application::secrets::KeyNames;
+use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
@@ -155,6 +157,31 @@ pub fn stock(store: Arc<dyn RunStore>, storage: &Storage, stock: &Stock) -> Runt
         .processes(processes());
     for tool in tools(keys) {
         builder = builder.tool(tool);
+    }
+    builder
+}
+
+/// `builder` with every agent, whatever its provider, served from the
+/// recording in `dir` (`awr record-fixtures`): CLI and mock agents call by
+/// call, HTTP agents turn by turn through the tool loop on recorded tool
+/// results, every request checked. No provider is called, no tool runs.
+pub fn replaying(
+    mut builder: RuntimeBuilder,
+    dir: &Path,
+    keys: &KeyNames,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
+) -> RuntimeBuilder {
+    let tools = tools(keys)
+        .into_iter()
+        .fold(ToolRouter::new(), ToolRouter::with);
+    let mock = Arc::new(MockQuery::recording(dir).with_turns(TurnReplay {
+        tools: Arc::new(tools),
+        clock,
+        ids,
+    }));
+    for provider in Provider::ALL {
+        builder = builder.provider(provider, mock.clone());
     }
     builder
 }

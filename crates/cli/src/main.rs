@@ -58,6 +58,11 @@ enum Command {
         /// Input of the first agent: this text, as a string.
         #[arg(long, value_name = "TEXT", conflicts_with = "input")]
         input_text: Option<String>,
+        /// Serve every agent from this recording (`record-fixtures --out`)
+        /// instead of its provider: each request is checked against the
+        /// one recorded, and calls left unserved fail the run.
+        #[arg(long, value_name = "DIR")]
+        replay_from: Option<PathBuf>,
     },
     /// Run a workflow and keep its provider calls as a recording in DIR
     /// (fixture files, causal events, a manifest) that `provider: mock`
@@ -350,13 +355,14 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             file,
             input,
             input_text,
+            replay_from,
         } => {
             let input = match (&input, &input_text) {
                 (Some(json), _) => commands::run::Input::Json(json),
                 (None, Some(text)) => commands::run::Input::Text(text),
                 (None, None) => commands::run::Input::Default,
             };
-            commands::run::run(&storage, &file, input).await
+            commands::run::run(&storage, &file, input, replay_from.as_deref()).await
         }
         Command::RecordFixtures {
             file,

@@ -45,7 +45,7 @@ pub struct TurnReplay {
 #[derive(Debug, Default, Clone)]
 struct Turn {
     stream: Vec<ChatEvent>,
-    calls: Vec<(ToolCall, Result<Value, String>)>,
+    calls: Vec<Outcome>,
 }
 
 /// The model turns of a call, from its recorded `agent:*` events: a text
@@ -355,8 +355,11 @@ impl ChatModel for RecordedModel {
 /// first not yet served with its name and arguments.
 struct RecordedTool {
     spec: ToolSpec,
-    outcomes: Arc<Mutex<Vec<Option<(ToolCall, Result<Value, String>)>>>>,
+    outcomes: Arc<Mutex<Vec<Option<Outcome>>>>,
 }
+
+/// A recorded tool call and how it ended.
+type Outcome = (ToolCall, Result<Value, String>);
 
 #[async_trait]
 impl Tool for RecordedTool {

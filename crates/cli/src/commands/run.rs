@@ -80,12 +80,23 @@ pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Fa
     })
 }
 
-/// `awr run FILE [--input JSON | --input-text TEXT]`.
-pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(), Failure> {
+/// `awr run FILE [--input JSON | --input-text TEXT] [--replay-from DIR]`.
+pub async fn run(
+    storage: &Storage,
+    file: &Path,
+    input: Input<'_>,
+    replay_from: Option<&Path>,
+) -> Result<(), Failure> {
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
-    let wired = Wired::new(storage, file, &workflow)?;
+    if let Some(dir) = replay_from {
+        crate::commands::verify::check_recording(dir)?;
+    }
+    let wired = match replay_from {
+        Some(dir) => Wired::replaying(storage, file, &workflow, dir)?,
+        None => Wired::new(storage, file, &workflow)?,
+    };
     let run_id = wired
         .runtime
         .create()
@@ -101,6 +112,20 @@ pub async fn run(storage: &Storage, file: &Path, input: Input<'_>) -> Result<(),
         .run_created(run_id, request, cancel)
         .await
         .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
+    if let Some(dir) = replay_from
+        && outcome.status == RunStatus::Completed
+    {
+        // Calls the recording holds and the run never made: it did not
+        // replay what was recorded, whatever it printed.
+        let events = crate::commands::verify::run_events(wired.runtime.store(), run_id).await?;
+        if let Some(report) = crate::commands::verify::against_recording(dir, &events)? {
+            return Err(Failure::Run(anyhow!(
+                "run {run_id} did not replay {}: {}",
+                dir.display(),
+                report.message()
+            )));
+        }
+    }
     wired.finish(outcome, &signals)
 }
 
@@ -136,6 +161,25 @@ impl Wired {
         ))
     }
 
+    /// As [`Wired::new`], every agent served from the recording in `dir`.
+    pub fn replaying(
+        storage: &Storage,
+        file: &Path,
+        workflow: &WorkflowDef,
+        dir: &Path,
+    ) -> Result<Self, Failure> {
+        let store = wiring::store(storage)?;
+        let progress = Some(Arc::new(Progress::new()));
+        Ok(Self::wire(
+            storage,
+            store,
+            file,
+            workflow,
+            progress,
+            Some(dir),
+        ))
+    }
+
     /// The runtime for `workflow` writing to `store` (the storage's), with
     /// `progress` or nothing showing its events: the server shares one store
     /// among its runs and followers, so its appends wake them at once.
@@ -145,6 +189,17 @@ impl Wired {
         file: &Path,
         workflow: &WorkflowDef,
         progress: Option<Arc<Progress>>,
+    ) -> Self {
+        Self::wire(storage, store, file, workflow, progress, None)
+    }
+
+    fn wire(
+        storage: &Storage,
+        store: Arc<dyn application::ports::RunStore>,
+        file: &Path,
+        workflow: &WorkflowDef,
+        progress: Option<Arc<Progress>>,
+        replay: Option<&Path>,
     ) -> Self {
         let secrets = wiring::Secrets::of(workflow);
         let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -158,6 +213,10 @@ impl Wired {
             .transcripts(secrets.transcripts(wiring::transcripts(storage)));
         if let Some(progress) = &progress {
             builder = builder.observer(secrets.observer(progress.clone()));
+        }
+        if let Some(dir) = replay {
+            let (clock, ids) = wiring::clock_and_ids();
+            builder = embed::replaying(builder, dir, secrets.keys(), clock, ids);
         }
         Self {
             runtime: builder.build(),

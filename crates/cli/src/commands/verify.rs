@@ -16,17 +16,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapters_agents::MockQuery;
 use adapters_agents::mock::FixtureFile;
-use adapters_agents::mock::TurnReplay;
 use anyhow::anyhow;
 use application::ports::{Clock, IdGen, RunStore};
 use application::secrets::KeyNames;
-use application::tools::ToolRouter;
 use application::{RunRequest, Runtime};
 use domain::causal::{CausalEvent, order};
 use domain::recording::{FORMAT_VERSION, Manifest};
-use domain::workflow::Provider;
 use domain::{EventKind, RunId, RuntimeEvent, Timestamp};
 use futures::future::BoxFuture;
 use infrastructure::store::MemoryRunStore;
@@ -45,8 +41,7 @@ pub use report::{Report, first_divergence};
 
 /// Verifies the recording in `dir`.
 pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
-    let manifest = manifest(dir)?;
-    check_files(dir)?;
+    let manifest = check_recording(dir)?;
     let file = workflow_file(dir, &manifest);
     if !file.is_file() {
         return Err(Failure::Replay(anyhow!(
@@ -82,6 +77,14 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
 
 fn invalid(dir: &Path, what: impl std::fmt::Display) -> Failure {
     Failure::Input(anyhow!("recording {}: {what}", dir.display()))
+}
+
+/// The recording in `dir`, checked whole: its manifest (complete, a
+/// format this awr reads), every node file and its causal events.
+pub(crate) fn check_recording(dir: &Path) -> Result<Manifest, Failure> {
+    let manifest = manifest(dir)?;
+    check_files(dir)?;
+    Ok(manifest)
 }
 
 fn manifest(dir: &Path) -> Result<Manifest, Failure> {
@@ -172,31 +175,11 @@ async fn replay(
     )));
     let ids: Arc<dyn IdGen> = Arc::new(SeededIds::new(id_seed(&manifest.seeds.id_seed)));
     let keys = KeyNames::default();
-    // HTTP agents run their tool loop again, turn by turn, on recorded
-    // turns and tool results.
-    let tools = embed::tools(&keys)
-        .into_iter()
-        .fold(ToolRouter::new(), ToolRouter::with);
-    let mock: Arc<MockQuery> = Arc::new(MockQuery::recording(dir).with_turns(TurnReplay {
-        tools: Arc::new(tools),
-        clock: Arc::clone(&clock),
-        ids: Arc::clone(&ids),
-    }));
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let mut builder = Runtime::builder(Arc::clone(&store), clock, ids)
+    let builder = Runtime::builder(Arc::clone(&store), clock.clone(), ids.clone())
         .commands(embed::commands(&project, &keys))
         .workspace(project);
-    for provider in [
-        Provider::Mock,
-        Provider::ClaudeCode,
-        Provider::Codex,
-        Provider::Gemini,
-        Provider::Copilot,
-        Provider::OpenAi,
-        Provider::Anthropic,
-    ] {
-        builder = builder.provider(provider, mock.clone());
-    }
+    let mut builder = embed::replaying(builder, dir, &keys, clock, ids);
     for tool in embed::tools(&keys) {
         builder = builder.tool(tool);
     }
@@ -209,8 +192,16 @@ async fn replay(
         })
         .await
         .map_err(|e| Failure::Replay(anyhow!("the replay cannot run: {e}")))?;
+    run_events(&store, outcome.run_id).await
+}
+
+/// The events of run `run` and of its child runs, each run's in order.
+pub(crate) async fn run_events(
+    store: &Arc<dyn RunStore>,
+    run: RunId,
+) -> Result<Vec<RuntimeEvent>, Failure> {
     let mut events = Vec::new();
-    let mut runs = VecDeque::from([outcome.run_id]);
+    let mut runs = VecDeque::from([run]);
     while let Some(run) = runs.pop_front() {
         let log = store
             .read(run, 0, usize::MAX)
@@ -228,7 +219,10 @@ async fn replay(
 
 /// A call the recording refused (another request than recorded, or one
 /// too many), or recorded calls the replay never made.
-fn against_recording(dir: &Path, events: &[RuntimeEvent]) -> Result<Option<Report>, Failure> {
+pub(crate) fn against_recording(
+    dir: &Path,
+    events: &[RuntimeEvent],
+) -> Result<Option<Report>, Failure> {
     let mut flows: HashMap<RunId, String> = HashMap::new();
     let mut served: BTreeMap<(String, String), u32> = BTreeMap::new();
     for e in events {

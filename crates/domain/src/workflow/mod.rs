@@ -81,6 +81,17 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// Every provider: what serves "any agent" (a replay) must cover.
+    pub const ALL: [Provider; 7] = [
+        Provider::Mock,
+        Provider::ClaudeCode,
+        Provider::Codex,
+        Provider::Gemini,
+        Provider::Copilot,
+        Provider::OpenAi,
+        Provider::Anthropic,
+    ];
+
     /// The name used in workflow files.
     pub fn as_str(self) -> &'static str {
         match self {

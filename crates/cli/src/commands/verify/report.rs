@@ -25,6 +25,13 @@ pub struct Report {
     pub(super) message: String,
 }
 
+impl Report {
+    /// What the recording said (a divergence from the recording).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 /// The first line where `a` and `b` differ, or `None` when they are equal.
 pub fn first_divergence(a: &[String], b: &[String]) -> Option<Report> {
     let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
