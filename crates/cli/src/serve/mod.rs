@@ -18,6 +18,7 @@
 //! stream with its terminal frame, and exits 0.
 
 mod auth;
+mod causal;
 mod error;
 mod fork;
 mod frame;
@@ -208,6 +209,7 @@ pub fn router(app: App) -> Router {
         .route("/workflows/{id}/commands", post(runs::command))
         .route("/workflows/{id}/fork", post(fork::fork))
         .route("/workflows/{id}/transcript", get(transcript::transcript))
+        .route("/workflows/{id}/causal", get(causal::causal))
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::file))
         .fallback(not_found)

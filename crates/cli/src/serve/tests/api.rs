@@ -183,6 +183,37 @@ async fn a_run_started_over_http_is_listed_shown_and_streamed_to_its_end() {
     let transcript = s.get(&format!("{location}/transcript")).await;
     let mut transcript = Reader::of(transcript);
     assert_eq!(transcript.line().await.unwrap()["type"], "run.started");
+    // Its causal events (seed 002), parents first, as `awr causal` prints.
+    let causal = s.get(&format!("{location}/causal")).await;
+    assert_eq!(causal.status(), StatusCode::OK);
+    assert_eq!(causal.headers()["content-type"], "application/x-ndjson");
+    let bytes = axum::body::to_bytes(causal.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() > 2, "{lines:?}");
+    let mut seen = std::collections::HashSet::new();
+    for line in &lines {
+        if let Some(parent) = line["parent_event_id"].as_str() {
+            assert!(seen.contains(parent), "a parent comes first: {line}");
+        }
+        seen.insert(line["event_id"].as_str().unwrap().to_owned());
+    }
+    assert!(
+        lines.iter().any(|l| l["type"] == "response_sent"),
+        "{lines:?}"
+    );
+    error(
+        s.get("/workflows/00000000-0000-4000-8000-000000000000/causal")
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
 }
 
 #[tokio::test]
