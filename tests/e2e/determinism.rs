@@ -428,3 +428,39 @@ fn a_run_replays_from_a_recording_and_fails_where_it_departs_from_it() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("complete: false"), "{}", out.stderr);
 }
+
+/// A recorder killed with SIGKILL midway leaves a recording that says it
+/// is not whole (`complete: false`): verifying it is refused with exit 2,
+/// and recording again into it is refused rather than overwriting it.
+#[test]
+fn a_recorder_killed_midway_leaves_a_recording_refused_as_unfinished() {
+    let a = Awr::new();
+    let flow = a.write(
+        "slow.yaml",
+        "name: slow\nnodes:\n  - id: wait\n    command: sleep 60\n",
+    );
+    let out = a.dir.path().join("rec-killed");
+    let (flow_arg, out_arg) = (flow.display().to_string(), out.display().to_string());
+    let mut recorder = a
+        .command(&["record-fixtures", &flow_arg, "--out", &out_arg])
+        .spawn()
+        .unwrap();
+    let manifest = out.join("manifest.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !manifest.is_file() {
+        assert!(std::time::Instant::now() < deadline, "no manifest.json");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    recorder.kill().unwrap();
+    recorder.wait().unwrap();
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    assert_eq!(written["complete"], false);
+    let out = verify(&a, Path::new(&out_arg));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("complete: false"), "{}", out.stderr);
+    let again = record(&a, &flow_arg, Path::new(&out_arg));
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    assert_eq!(kept, written, "the unfinished recording is left as it was");
+}

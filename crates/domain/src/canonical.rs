@@ -56,4 +56,45 @@ mod tests {
         );
         assert_eq!(hash(&a).unwrap().len(), 64);
     }
+
+    /// RFC 8785's edges: keys sorted by UTF-16 code units (where that
+    /// differs from UTF-8 and code point order), ECMAScript number forms,
+    /// and an input whose keys come in another order than sorted (what
+    /// serde_json's `preserve_order` or a struct's field order gives).
+    #[test]
+    fn keys_sort_by_utf16_and_numbers_take_their_ecmascript_form() {
+        // U+FF61 sorts before U+1F600 by UTF-8 and by code point; by UTF-16
+        // code units the surrogate 0xD83D comes first.
+        let keys = json!({"\u{ff61}": 1, "\u{1f600}": 2, "a": 3});
+        assert_eq!(
+            String::from_utf8(jcs(&keys).unwrap()).unwrap(),
+            "{\"a\":3,\"\u{1f600}\":2,\"\u{ff61}\":1}"
+        );
+        let numbers = json!([1e21, 1e-7, 100.0, -0.0, 9_007_199_254_740_993_u64, 0.1]);
+        assert_eq!(
+            String::from_utf8(jcs(&numbers).unwrap()).unwrap(),
+            "[1e+21,1e-7,100,0,9007199254740992,0.1]"
+        );
+
+        #[derive(Serialize)]
+        struct Unsorted {
+            zeta: u8,
+            alpha: &'static str,
+            mid: [u8; 2],
+        }
+        let written = Unsorted {
+            zeta: 1,
+            alpha: "a",
+            mid: [2, 1],
+        };
+        let sorted: serde_json::Value =
+            serde_json::from_str(r#"{"alpha":"a","mid":[2,1],"zeta":1}"#).unwrap();
+        assert_eq!(jcs(&written).unwrap(), jcs(&sorted).unwrap());
+        assert_eq!(hash(&written).unwrap(), hash(&sorted).unwrap());
+        // Arrays keep their order: another order is another value.
+        assert_ne!(
+            hash(&json!({"mid": [1, 2]})).unwrap(),
+            hash(&json!({"mid": [2, 1]})).unwrap()
+        );
+    }
 }
