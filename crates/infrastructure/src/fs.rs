@@ -11,10 +11,11 @@
 //! error that names the file.
 //!
 //! [`WorkflowFiles`] is the application's [`WorkflowSource`] over these reads.
+//! [`write_whole`] is the one way awr replaces a whole file beside a run.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use application::ports::{SourceError, WorkflowSource};
@@ -85,6 +86,32 @@ impl FileReadError {
             }
         }
     }
+}
+
+/// Writes `bytes` as the whole of `path`, or leaves what was there: into a
+/// new temp file beside it (mode 0600, its directory created 0700), synced,
+/// renamed over `path`, the directory synced. A reader sees the old file or
+/// the new one, never a part; a crash leaves at most a hidden temp file.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir).and_then(|d| d.sync_all())
 }
 
 /// Opens `path` with `options` plus `O_NONBLOCK`, and refuses anything that is

@@ -3,9 +3,8 @@
 //! transcripts name (`runs/<run-id>/blobs/`, the run's own directory in the
 //! file store) and control sockets (`control/<run-id>.sock`).
 
-use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use application::ports::{RunFileSet, RunFiles, StoreError};
@@ -14,9 +13,6 @@ use domain::{RunId, Timestamp};
 
 use crate::blobs::{BlobDir, MAX_BLOB_BYTES, referenced, transcript_blob_dir};
 use crate::transcript::transcript_path;
-
-const DIR_MODE: u32 = 0o700;
-const FILE_MODE: u32 = 0o600;
 
 /// The largest transcript read whole for a copy (4 GiB).
 const MAX_TRANSCRIPT_BYTES: u64 = 4 << 30;
@@ -55,31 +51,7 @@ fn read(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, StoreError> {
 
 /// Writes `bytes` to `path` whole: a synced temporary file renamed into place.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-        .map_err(|e| io_err("create", dir, &e))?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err("write", path, &e));
-    }
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("sync", dir, &e))
+    crate::fs::write_whole(path, bytes).map_err(|e| io_err("write", path, &e))
 }
 
 fn remove(path: &Path) -> Result<(), StoreError> {
