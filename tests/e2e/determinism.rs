@@ -121,7 +121,7 @@ fn exhaustion_and_shortfall_are_divergences() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "shortfall: node writer of research-pipeline made 1 call(s); the recording has 2"
+            "shortfall: node writer of research-pipeline made 1 call(s); the recording has 2: call 1 was never made"
         ),
         "{}",
         out.stderr

@@ -288,7 +288,7 @@ pub(crate) fn against_recording(
                 .unwrap_or(0) as usize;
             if made < recorded {
                 let message = format!(
-                    "shortfall: node {node} of {flow} made {made} call(s); the recording has {recorded}"
+                    "shortfall: node {node} of {flow} made {made} call(s); the recording has {recorded}: call {made} was never made"
                 );
                 return Ok(Some(Report {
                     shape: "shortfall".into(),
