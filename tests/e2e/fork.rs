@@ -56,6 +56,30 @@ fn fork_after_the_first_node(awr: &Awr) {
         parent_events,
         "the parent is untouched"
     );
+    // The fork's transcript begins where its log does: the copied steps'
+    // lines, at their events' times, then its own, to the same end.
+    let lines = |run: &str| -> Vec<Value> {
+        let out = awr.run(&["transcript", "--json", run]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (theirs, ours) = (lines(&parent), lines(&fork));
+    let shape = |l: &Value| (l["type"].clone(), l["path"].clone(), l["timestamp"].clone());
+    assert_eq!(ours[0]["type"], "run.started", "{ours:?}");
+    let copied = theirs
+        .iter()
+        .position(|l| l["type"] == "step.completed")
+        .unwrap();
+    assert_eq!(
+        ours[..=copied].iter().map(shape).collect::<Vec<_>>(),
+        theirs[..=copied].iter().map(shape).collect::<Vec<_>>(),
+        "the first step as the parent wrote it"
+    );
+    assert_eq!(ours.len(), theirs.len(), "{ours:?}");
+    assert_eq!(ours.last().unwrap()["type"], "run.completed");
 
     let shown = awr.show_json(&fork);
     assert_eq!(shown["status"], "completed");

@@ -86,6 +86,18 @@ impl Recorder {
         }
     }
 
+    /// Writes the transcript lines of a log copied into this run (a fork's),
+    /// as if its events had been recorded here.
+    pub(super) async fn project_transcript(
+        &mut self,
+        events: &[RuntimeEvent],
+    ) -> Result<(), ExecutorError> {
+        if let Some(transcript) = &mut self.transcript {
+            transcript.project(events, &self.workflow).await?;
+        }
+        Ok(())
+    }
+
     pub fn new(
         ports: Arc<Ports>,
         workflow: Arc<WorkflowDef>,

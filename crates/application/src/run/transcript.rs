@@ -18,7 +18,7 @@ use domain::transcript::{
     ContentBlock, ExchangeDraft, ExchangeType, Fidelity, message_payload, step_payload,
 };
 use domain::workflow::NodeKind;
-use domain::{EventKind, NodeRunId, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use domain::{EventKind, NodeRunId, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
 use serde_json::Value;
 
 use crate::ports::{Clock, Transcript, TranscriptError};
@@ -32,6 +32,10 @@ pub(crate) struct TranscriptWriter {
     transcript: Arc<dyn Transcript>,
     clock: Arc<dyn Clock>,
     replies: HashMap<NodeRunId, Reply>,
+    /// The time of the event whose lines are being written: a line is
+    /// stamped with its event's time, so lines written after the fact (a
+    /// fork's copied events) say when it happened, as the log does.
+    at: Option<Timestamp>,
 }
 
 /// What a node run is called in the transcript: its node id, and for an
@@ -85,7 +89,36 @@ impl TranscriptWriter {
             transcript,
             clock,
             replies: HashMap::new(),
+            at: None,
         }
+    }
+
+    /// Writes the lines of `events`, a whole log from its `flow:started`
+    /// that was copied rather than run here (a fork's), each at its event's
+    /// time: a fork's transcript then begins where its log does, not at the
+    /// fork.
+    pub async fn project(
+        &mut self,
+        events: &[RuntimeEvent],
+        wf: &WorkflowDef,
+    ) -> Result<(), TranscriptError> {
+        let mut state: Option<RunSnapshot> = None;
+        for event in events {
+            let written = match &mut state {
+                Some(state) => {
+                    let written = self.observe(event, state, wf).await;
+                    state.apply(event);
+                    written
+                }
+                // `flow:started`: its line needs nothing of the state.
+                None => match RunSnapshot::fold([event]) {
+                    Some(first) => self.observe(event, state.insert(first), wf).await,
+                    None => Ok(()),
+                },
+            };
+            written?;
+        }
+        Ok(())
     }
 
     /// Events live subscribers have missed.
@@ -110,7 +143,7 @@ impl TranscriptWriter {
             kind,
             path,
             iteration,
-            timestamp: self.clock.now(),
+            timestamp: self.at.unwrap_or_else(|| self.clock.now()),
             payload,
         };
         self.transcript.append(draft).await.map(|_| ())
@@ -123,6 +156,7 @@ impl TranscriptWriter {
         state: &RunSnapshot,
         wf: &WorkflowDef,
     ) -> Result<(), TranscriptError> {
+        self.at = Some(event.timestamp);
         let here = || place(event, state);
         match &event.kind {
             EventKind::FlowStarted { .. } => {

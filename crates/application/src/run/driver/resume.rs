@@ -125,7 +125,12 @@ impl Driver {
             if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
-            driver.restore_transcript().await?;
+            if fork {
+                // A fork's transcript is its copied log's, then its own.
+                driver.project_transcript().await?;
+            } else {
+                driver.restore_transcript().await?;
+            }
             driver.tail = Vec::new();
             if !fork {
                 // A fork's `flow:forked` is on record already, in its place.

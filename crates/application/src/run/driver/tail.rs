@@ -68,6 +68,16 @@ impl Driver {
     /// them: the events of each turn in flight since its `agent:start` are
     /// read back from the end of the log, so that the resumed turn's reply
     /// so far is what its agent said before the stop.
+    /// Writes the transcript lines of a fork's copied log (see
+    /// [`TranscriptWriter::project`](crate::run::transcript::TranscriptWriter::project)).
+    pub(super) async fn project_transcript(&mut self) -> Result<(), ExecutorError> {
+        if !self.rec.has_transcript() {
+            return Ok(());
+        }
+        let events = self.events_after(0).await?;
+        self.rec.project_transcript(&events).await
+    }
+
     pub(super) async fn restore_transcript(&mut self) -> Result<(), ExecutorError> {
         if !self.rec.has_transcript() {
             return Ok(());
