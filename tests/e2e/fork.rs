@@ -147,6 +147,11 @@ fn a_sub_workflow_in_flight_at_the_fork_point_is_forked_with_its_parent() {
     }
     assert_eq!(awr.events(&child), child_events, "the child is untouched");
     assert_eq!(awr.run_ids().len(), 4);
+    // The forked child's transcript, too, begins where its log does.
+    let lines = awr.run(&["transcript", "--json", &fork_child]);
+    assert_eq!(lines.code, 0, "{}", lines.stderr);
+    let first: Value = serde_json::from_str(lines.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "run.started", "{}", lines.stdout);
 }
 
 #[test]

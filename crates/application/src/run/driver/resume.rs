@@ -112,6 +112,13 @@ impl Driver {
                 Continue::Recover | Continue::Fork => DEFAULT_RESUME_MESSAGE.to_owned(),
             };
             let fork = matches!(how, Continue::Fork);
+            // A fork (or a child forked with it) that has done nothing yet,
+            // before it records anything here: its transcript is its copied
+            // log's, then its own.
+            let unrun_fork = driver
+                .state()
+                .forked_from
+                .is_some_and(|f| driver.state().last_offset == f.offset + 1);
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
             };
@@ -125,8 +132,7 @@ impl Driver {
             if let Some(stop) = driver.finish_last_step().await? {
                 return driver.stop(stop).await;
             }
-            if fork {
-                // A fork's transcript is its copied log's, then its own.
+            if unrun_fork {
                 driver.project_transcript().await?;
             } else {
                 driver.restore_transcript().await?;
