@@ -248,6 +248,20 @@ fn bad_recordings_exit_2_and_a_gone_workflow_exits_3() {
             Box::new(|d| edit_json(&d.join("manifest.json"), |v| v["formatVersion"] = 99.into())),
             "newer",
         ),
+        (
+            // A FIFO in place of a node file: refused, never waited on.
+            "fifo",
+            Box::new(|d| {
+                let f = node_file(d);
+                std::fs::remove_file(&f).unwrap();
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&f)
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            }),
+            "not a regular file",
+        ),
     ];
     for (name, spoil, needle) in cases {
         let dir = copy(name);

@@ -129,7 +129,12 @@ impl FixtureFile {
             path: path.display().to_string(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| FixtureLoadError::Parse {
+        Self::parse(&text, path)
+    }
+
+    /// Parses the text of the fixture file at `path` (named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, FixtureLoadError> {
+        serde_json::from_str(text).map_err(|source| FixtureLoadError::Parse {
             path: path.display().to_string(),
             source,
         })
