@@ -122,8 +122,8 @@ fn check_request(
     path: &Path,
 ) -> Result<(), QueryError> {
     let prompt = domain::event::Prompt::Text(request.prompt.clone());
-    let sent = recording::request(&prompt, &request.agent);
     let was = call.input.clone().unwrap_or(serde_json::Value::Null);
+    let sent = recording::as_recorded(recording::request(&prompt, &request.agent), &was);
     // The request recorded is checked whole, not only by its hash: an edit
     // of the recorded request is a mismatch too, named where it is.
     let sent_hash = recording::request_hash(&sent);
@@ -395,6 +395,44 @@ mod tests {
             msg.contains("instance 0#2") && msg.contains("review.json"),
             "{msg}"
         );
+    }
+
+    /// A changed sampling setting is another request; a recording made
+    /// before sampling was hashed is checked on what it holds.
+    #[tokio::test]
+    async fn a_changed_temperature_is_a_mismatch_and_older_recordings_still_match() {
+        let asked = request("writer", None);
+        let prompt = domain::event::Prompt::Text(asked.prompt.clone());
+        let input = recording::request(&prompt, &asked.agent);
+        let mut older = input.clone();
+        older.as_object_mut().unwrap().remove("sampling");
+        let entry = |input: &serde_json::Value| {
+            serde_json::json!({"input": input, "requestHash": recording::request_hash(input),
+                "output": {"text": "ok"}})
+        };
+        for (recorded, temperature, fails) in [
+            (&input, None, false),
+            (&input, Some(0.5), true),
+            (&older, Some(0.5), false),
+        ] {
+            let body = serde_json::json!({"calls": [entry(recorded)]}).to_string();
+            let tmp = with_fixture("wf", "writer.json", &body);
+            let mock = MockQuery::new(tmp.path(), tmp.path());
+            let mut r = asked.clone();
+            r.agent.temperature = temperature;
+            match mock.query(r).await {
+                Err(e) if fails => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains("at /sampling/temperature recorded null sent 0.5"),
+                        "{msg}"
+                    );
+                }
+                Ok(_) if !fails => {}
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("a changed temperature was served"),
+            }
+        }
     }
 
     #[tokio::test]

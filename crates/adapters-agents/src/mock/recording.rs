@@ -15,7 +15,8 @@ use domain::workflow::AgentDef;
 use domain::{EventKind, NodeId, NodeRunId, RuntimeEvent};
 use serde_json::{Map, Value, json};
 
-/// The request a call's hash is taken of.
+/// The request a call's hash is taken of: what the model is asked, and
+/// the settings that change its answer (not keys, URLs or timeouts).
 pub fn request(prompt: &Prompt, agent: &AgentDef) -> Value {
     let prompt = match prompt {
         Prompt::Text(text) => Value::String(text.clone()),
@@ -26,7 +27,20 @@ pub fn request(prompt: &Prompt, agent: &AgentDef) -> Value {
         "systemPrompt": agent.system_prompt,
         "model": agent.model,
         "tools": agent.tools,
+        "sampling": {"temperature": agent.temperature, "maxTokens": agent.max_tokens},
     })
+}
+
+/// `sent` with only the fields `recorded` has: a recording made before a
+/// field was hashed is compared, and its hash checked, on what it holds.
+pub fn as_recorded(sent: Value, recorded: &Value) -> Value {
+    match (sent, recorded) {
+        (Value::Object(mut sent), Value::Object(recorded)) => {
+            sent.retain(|k, _| recorded.contains_key(k));
+            Value::Object(sent)
+        }
+        (sent, _) => sent,
+    }
 }
 
 /// `sha256:<hex>` of the request's canonical JSON.
