@@ -337,6 +337,19 @@ impl ChatModel for RecordedModel {
             state.seen = request.messages.len();
             at
         };
+        if let Some(error) = self
+            .output
+            .error
+            .as_ref()
+            .filter(|_| turn == self.turns.len())
+        {
+            // The call failed asking for this turn (nothing of it streamed).
+            return Err(ChatError::Api {
+                status: None,
+                message: error.message.clone(),
+                retryable: false,
+            });
+        }
         if turn >= self.turns.len() {
             return Err(ChatError::Replay(format!(
                 "no recorded turn {turn} of {} (it records {} turn(s))",
@@ -581,6 +594,33 @@ mod tests {
                 (error_type.as_str(), message.as_str()),
                 ("network_error", "connection reset")
             ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A call that failed asking for its next turn, after its tools ran,
+    /// replays its turns and tools, then that error.
+    #[tokio::test]
+    async fn a_call_that_failed_between_turns_replays_that_error() {
+        let mut recorded = events();
+        recorded.pop();
+        let call = json!({
+            "events": recorded,
+            "output": {"error": {"errorType": "rate_limit", "message": "slow down"}}
+        });
+        let tmp = recording(call);
+        let out: Vec<_> = mock(tmp.path())
+            .query(request())
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(
+            out.iter()
+                .any(|m| matches!(m, Ok(AgentMessage::ToolFinished { .. })))
+        );
+        match out.last() {
+            Some(Err(QueryError::Agent { error_type, .. })) => assert_eq!(error_type, "rate_limit"),
             other => panic!("{other:?}"),
         }
     }
