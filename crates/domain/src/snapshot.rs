@@ -224,7 +224,11 @@ impl RunSnapshot {
         // call a provider, and a detour through a `Value` tree doubles the
         // parse. Only a snapshot the fast parse refuses (no `runId`, or
         // broken) takes the slow way, which also gives the error.
-        if let Ok(snapshot) = serde_json::from_slice(bytes) {
+        // Checked to be UTF-8 once and read as text: read as bytes, serde_json
+        // checks each string and each output's raw text again.
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Ok(snapshot) = serde_json::from_str(text)
+        {
             return Ok(snapshot);
         }
         let mut map: Map<String, Value> = serde_json::from_slice(bytes)?;
