@@ -28,6 +28,7 @@ pub use stopping::Stopping;
 pub use text::JsonText;
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -173,13 +174,17 @@ impl Serialize for RunSnapshot {
 
 impl<'de> Deserialize<'de> for RunSnapshot {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut extra = Map::new();
-        let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
-            inner: d,
-            extra: &mut extra,
-        })?;
-        snapshot.extra = extra;
-        Ok(snapshot)
+        // The maps keyed by node share one copy of each id, as in a folded
+        // state (see `RunSnapshot::key`).
+        NodeId::sharing(|| {
+            let mut extra = Map::new();
+            let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
+                inner: d,
+                extra: &mut extra,
+            })?;
+            snapshot.extra = extra;
+            Ok(snapshot)
+        })
     }
 }
 
@@ -349,9 +354,8 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.set_status(node, NodeStatus::Done);
-                            self.outputs
-                                .insert(self.key(node), JsonText::from_value(output));
+                            let key = self.set_status(node, NodeStatus::Done);
+                            self.outputs.insert(key, JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
                                 .get("metadata")
@@ -378,7 +382,7 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.set_status(node, NodeStatus::Failed);
+                            let key = self.set_status(node, NodeStatus::Failed);
                             self.for_each.remove(node);
                             // A failure the run goes on past leaves `null` data
                             // for the nodes after it, and says why.
@@ -387,8 +391,7 @@ impl RunSnapshot {
                                     "data": Value::Null,
                                     "metadata": { "error": error },
                                 });
-                                self.outputs
-                                    .insert(self.key(node), JsonText::from_value(&output));
+                                self.outputs.insert(key, JsonText::from_value(&output));
                             }
                         }
                     }
@@ -471,7 +474,13 @@ impl RunSnapshot {
             };
             return;
         }
-        let passes = self.node_passes.entry(self.key(node)).or_insert(0);
+        // The state's copy of the id, found once: a search of the per-node
+        // maps costs a string comparison per level, several per event.
+        let key = match item {
+            Some(_) => self.key(node),
+            None => self.set_status(node, NodeStatus::Running),
+        };
+        let passes = self.node_passes.entry(key.clone()).or_insert(0);
         let iteration = match item {
             // Items share the pass of the node run that spawned them.
             Some(_) => passes.saturating_sub(1),
@@ -484,7 +493,7 @@ impl RunSnapshot {
             self.node_runs.insert(
                 id,
                 NodeRunState {
-                    node_id: self.key(node),
+                    node_id: key.clone(),
                     attempt,
                     item,
                     iteration,
@@ -502,7 +511,7 @@ impl RunSnapshot {
             );
         }
         self.node_spent
-            .entry(self.key(node))
+            .entry(key)
             .or_default()
             .since
             .get_or_insert(event.timestamp);
@@ -514,7 +523,6 @@ impl RunSnapshot {
             }
             None => {
                 self.steps_started += 1;
-                self.set_status(node, NodeStatus::Running);
                 self.outputs.remove(node);
                 if items.is_some() {
                     let list = input
@@ -535,13 +543,19 @@ impl RunSnapshot {
         }
     }
 
-    /// Sets the status of `node`: one search, the node being known from
+    /// Sets the status of `node` and returns the state's copy of its id
+    /// (see [`Self::key`]): one search, the node being known from
     /// `flow:started` (a hot path of every load's fold).
-    fn set_status(&mut self, node: &NodeId, status: NodeStatus) {
-        match self.node_status.get_mut(node) {
-            Some(current) => *current = status,
-            None => {
-                self.node_status.insert(node.clone(), status);
+    fn set_status(&mut self, node: &NodeId, status: NodeStatus) -> NodeId {
+        match self.node_status.entry(node.clone()) {
+            Entry::Occupied(mut known) => {
+                known.insert(status);
+                known.key().clone()
+            }
+            Entry::Vacant(new) => {
+                let key = new.key().clone();
+                new.insert(status);
+                key
             }
         }
     }
