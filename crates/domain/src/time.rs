@@ -58,9 +58,12 @@ impl Timestamp {
     /// costs an allocation per event on the append path.
     fn encode(&self, buf: &mut [u8; 24]) -> Option<()> {
         use chrono::{Datelike, Timelike};
-        let t = self.0;
+        // The calendar fields of the naive UTC time: asked of the zoned
+        // value, each one converts it to local time again (chrono's
+        // `naive_local`), six conversions per event.
+        let t = self.0.naive_utc();
         let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
-        let millis = t.timestamp_subsec_millis().min(999);
+        let millis = (t.nanosecond() / 1_000_000).min(999);
         let mut put = |at: usize, value: u32, width: usize| {
             let mut v = value;
             for i in (0..width).rev() {
