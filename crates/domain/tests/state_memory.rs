@@ -165,14 +165,19 @@ fn reading_a_steps_log_lines_allocates_no_copy_of_the_envelope_text() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let lines = step_lines(7, 50);
+    const ROUNDS: u64 = 100;
     let _profiler = dhat::Profiler::builder().testing().build();
     let before = dhat::HeapStats::get().total_blocks;
-    let events: Vec<RuntimeEvent> = lines
-        .iter()
-        .map(|line| RuntimeEvent::from_json(line.as_bytes()).unwrap())
-        .collect();
-    let blocks = dhat::HeapStats::get().total_blocks - before;
-    assert_eq!(events.len(), 7);
+    for _ in 0..ROUNDS {
+        let events: Vec<RuntimeEvent> = lines
+            .iter()
+            .map(|line| RuntimeEvent::from_json(line.as_bytes()).unwrap())
+            .collect();
+        assert_eq!(events.len(), 7);
+    }
+    // Counted over many rounds: the allocator counts the whole process,
+    // and the test harness's own threads allocate now and then.
+    let blocks = (dhat::HeapStats::get().total_blocks - before) as f64 / ROUNDS as f64;
     // 97: per line, the list of its fields, the event's id and node id,
     // and what its kind holds (the buffer serde reads an internally tagged
     // enum through, and the values built from it). The envelope is read
@@ -180,7 +185,7 @@ fn reading_a_steps_log_lines_allocates_no_copy_of_the_envelope_text() {
     // copied first (serde's `Cow<str>` always copies): 104.
     eprintln!("reading a step's 7 lines allocates {blocks} blocks");
     assert!(
-        blocks <= 100,
+        blocks <= 100.0,
         "reading a step's 7 lines allocates {blocks} blocks"
     );
 }
