@@ -41,6 +41,23 @@ use serde_json::{Value, json};
 /// Run lengths measured, in steps.
 const LENGTHS: [usize; 3] = [100, 2_000, 10_000];
 
+/// The run lengths to set up: [`LENGTHS`], or those `CADENCE_STEPS` lists
+/// (`CADENCE_STEPS=2000`), so a profile of one length is not swamped by
+/// the set-up of the others.
+fn lengths() -> Vec<usize> {
+    match std::env::var("CADENCE_STEPS") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("CADENCE_STEPS: a list of step counts")
+            })
+            .collect(),
+        Err(_) => LENGTHS.to_vec(),
+    }
+}
+
 /// The file store, counting the bytes it reports writing.
 struct Counting {
     inner: FileRunStore,
@@ -331,7 +348,7 @@ fn bench_cadence(c: &mut Criterion) {
     let mut figures = BTreeMap::new();
     let mut group = c.benchmark_group("cadence");
     group.sample_size(30);
-    for steps in LENGTHS {
+    for steps in lengths() {
         let written = run_chain(&rt, &dir.path().join(format!("run{steps}")), steps);
         let offsets = snapshot_offsets(&written.events);
         let worst = worst_moment(&offsets);

@@ -28,6 +28,7 @@ pub use stopping::Stopping;
 pub use text::JsonText;
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -173,13 +174,17 @@ impl Serialize for RunSnapshot {
 
 impl<'de> Deserialize<'de> for RunSnapshot {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut extra = Map::new();
-        let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
-            inner: d,
-            extra: &mut extra,
-        })?;
-        snapshot.extra = extra;
-        Ok(snapshot)
+        // The maps keyed by node share one copy of each id, as in a folded
+        // state (see `RunSnapshot::key`).
+        NodeId::sharing(|| {
+            let mut extra = Map::new();
+            let mut snapshot = RunSnapshot::deserialize(unknown::Capture {
+                inner: d,
+                extra: &mut extra,
+            })?;
+            snapshot.extra = extra;
+            Ok(snapshot)
+        })
     }
 }
 
@@ -224,7 +229,11 @@ impl RunSnapshot {
         // call a provider, and a detour through a `Value` tree doubles the
         // parse. Only a snapshot the fast parse refuses (no `runId`, or
         // broken) takes the slow way, which also gives the error.
-        if let Ok(snapshot) = serde_json::from_slice(bytes) {
+        // Checked to be UTF-8 once and read as text: read as bytes, serde_json
+        // checks each string and each output's raw text again.
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Ok(snapshot) = serde_json::from_str(text)
+        {
             return Ok(snapshot);
         }
         let mut map: Map<String, Value> = serde_json::from_slice(bytes)?;
@@ -345,9 +354,8 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.set_status(node, NodeStatus::Done);
-                            self.outputs
-                                .insert(self.key(node), JsonText::from_value(output));
+                            let key = self.set_status(node, NodeStatus::Done);
+                            self.outputs.insert(key, JsonText::from_value(output));
                             self.for_each.remove(node);
                             self.previous_agent = output
                                 .get("metadata")
@@ -374,7 +382,7 @@ impl RunSnapshot {
                     }
                     _ => {
                         if let Some(node) = node {
-                            self.set_status(node, NodeStatus::Failed);
+                            let key = self.set_status(node, NodeStatus::Failed);
                             self.for_each.remove(node);
                             // A failure the run goes on past leaves `null` data
                             // for the nodes after it, and says why.
@@ -383,8 +391,7 @@ impl RunSnapshot {
                                     "data": Value::Null,
                                     "metadata": { "error": error },
                                 });
-                                self.outputs
-                                    .insert(self.key(node), JsonText::from_value(&output));
+                                self.outputs.insert(key, JsonText::from_value(&output));
                             }
                         }
                     }
@@ -467,7 +474,13 @@ impl RunSnapshot {
             };
             return;
         }
-        let passes = self.node_passes.entry(self.key(node)).or_insert(0);
+        // The state's copy of the id, found once: a search of the per-node
+        // maps costs a string comparison per level, several per event.
+        let key = match item {
+            Some(_) => self.key(node),
+            None => self.set_status(node, NodeStatus::Running),
+        };
+        let passes = self.node_passes.entry(key.clone()).or_insert(0);
         let iteration = match item {
             // Items share the pass of the node run that spawned them.
             Some(_) => passes.saturating_sub(1),
@@ -487,7 +500,7 @@ impl RunSnapshot {
             self.node_runs.insert(
                 id,
                 NodeRunState {
-                    node_id: self.key(node),
+                    node_id: key.clone(),
                     attempt,
                     item,
                     iteration,
@@ -507,7 +520,7 @@ impl RunSnapshot {
             );
         }
         self.node_spent
-            .entry(self.key(node))
+            .entry(key)
             .or_default()
             .since
             .get_or_insert(event.timestamp);
@@ -519,7 +532,6 @@ impl RunSnapshot {
             }
             None => {
                 self.steps_started += 1;
-                self.set_status(node, NodeStatus::Running);
                 self.outputs.remove(node);
                 if items.is_some() {
                     let list = input
@@ -540,13 +552,19 @@ impl RunSnapshot {
         }
     }
 
-    /// Sets the status of `node`: one search, the node being known from
+    /// Sets the status of `node` and returns the state's copy of its id
+    /// (see [`Self::key`]): one search, the node being known from
     /// `flow:started` (a hot path of every load's fold).
-    fn set_status(&mut self, node: &NodeId, status: NodeStatus) {
-        match self.node_status.get_mut(node) {
-            Some(current) => *current = status,
-            None => {
-                self.node_status.insert(node.clone(), status);
+    fn set_status(&mut self, node: &NodeId, status: NodeStatus) -> NodeId {
+        match self.node_status.entry(node.clone()) {
+            Entry::Occupied(mut known) => {
+                known.insert(status);
+                known.key().clone()
+            }
+            Entry::Vacant(new) => {
+                let key = new.key().clone();
+                new.insert(status);
+                key
             }
         }
     }

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{EventKind, KNOWN_TYPES, RuntimeEvent, keys};
+use crate::ids::{NodeId, Offset};
 
 /// Why a line is not an event.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +47,13 @@ impl RuntimeEvent {
     /// slices. A `Value` tree first would double the cost of reading a log,
     /// which a resume, a follower and a replay all pay.
     pub fn from_json(line: &[u8]) -> Result<Self, EventParseError> {
-        let Fields(fields) = serde_json::from_slice(line)?;
+        // The line is checked to be UTF-8 once, then read as text: read as
+        // bytes, serde_json checks every string and raw value again.
+        let Fields(fields) = match std::str::from_utf8(line) {
+            Ok(text) => serde_json::from_str(text)?,
+            // Not text: the byte reader says where, and why.
+            Err(_) => serde_json::from_slice(line)?,
+        };
         let field = |name: &str| fields.iter().rev().find(|(k, _)| k == name).map(|f| f.1);
         fn envelope<'a, T: Deserialize<'a>>(
             raw: Option<&'a RawValue>,
@@ -58,12 +65,31 @@ impl RuntimeEvent {
                 message: e.to_string(),
             })
         }
-        let id = envelope(field("id"), "id")?;
-        let offset = envelope(field("offset"), "offset")?;
-        let timestamp = envelope(field("timestamp"), "timestamp")?;
-        let run_id = envelope(field("runId"), "runId")?;
-        let node_id = envelope(field("nodeId"), "nodeId")?;
-        let node_run_id = envelope(field("nodeRunId"), "nodeRunId")?;
+        // The envelope's usual forms (a string without escapes, a number)
+        // are read straight from the line's text; anything else, errors
+        // included, takes the general reader above.
+        fn quick<'a, T: Deserialize<'a>>(
+            raw: Option<&'a RawValue>,
+            field: &'static str,
+            parse: impl FnOnce(&'a str) -> Option<T>,
+        ) -> Result<T, EventParseError> {
+            match raw.map(RawValue::get).and_then(parse) {
+                Some(value) => Ok(value),
+                None => envelope(raw, field),
+            }
+        }
+        let id = quick(field("id"), "id", |t| plain(t).map(str::to_owned))?;
+        let offset = quick(field("offset"), "offset", |t| {
+            t.parse().ok().and_then(|n| Offset::new(n).ok())
+        })?;
+        let timestamp = quick(field("timestamp"), "timestamp", |t| plain(t)?.parse().ok())?;
+        let run_id = quick(field("runId"), "runId", |t| plain(t)?.parse().ok())?;
+        let node_id = quick(field("nodeId"), "nodeId", |t| {
+            NodeId::parse(plain(t)?).ok().map(Some)
+        })?;
+        let node_run_id = quick(field("nodeRunId"), "nodeRunId", |t| {
+            plain(t)?.parse().ok().map(Some)
+        })?;
         let Some(type_name) =
             field("type").and_then(|t| serde_json::from_str::<String>(t.get()).ok())
         else {
@@ -174,6 +200,13 @@ impl<'de> Deserialize<'de> for Fields<'de> {
         }
         d.deserialize_map(Scan)
     }
+}
+
+/// The contents of a JSON string's text that has no escapes (the text was
+/// checked by the scan of the line, so nothing else needs checking).
+fn plain(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 /// A field kept as it is: its raw text made a value.

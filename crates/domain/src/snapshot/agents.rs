@@ -63,11 +63,15 @@ impl RunSnapshot {
                     run.session_usage = Some(before.plus(usage));
                 }
                 if let Some(node) = &event.node_id {
-                    self.node_spent.entry(self.key(node)).or_default().add(
-                        usage,
-                        *total_cost_usd,
-                        *num_turns,
-                    );
+                    // Its entry is there since its `node:started`: one search.
+                    match self.node_spent.get_mut(node) {
+                        Some(spent) => spent.add(usage, *total_cost_usd, *num_turns),
+                        None => self.node_spent.entry(self.key(node)).or_default().add(
+                            usage,
+                            *total_cost_usd,
+                            *num_turns,
+                        ),
+                    }
                 }
             }
             _ => {}
@@ -112,7 +116,12 @@ impl RunSnapshot {
     /// a new one starts its usage baseline from nothing.
     fn agent_session(&mut self, event: &RuntimeEvent, session: &SessionId) {
         if let Some(node) = &event.node_id {
-            self.agent_sessions.insert(self.key(node), session.clone());
+            match self.agent_sessions.get_mut(node) {
+                Some(known) => known.clone_from(session),
+                None => {
+                    self.agent_sessions.insert(self.key(node), session.clone());
+                }
+            }
         }
         if let Some(run) = self.node_run_mut(event)
             && run.session.as_ref() != Some(session)

@@ -490,7 +490,8 @@ impl ReadPlan {
         let mut events = Vec::with_capacity(self.count);
         let mut rest = bytes.as_slice();
         for line_no in self.first..self.first + self.count as u64 {
-            let Some(newline) = rest.iter().position(|&b| b == b'\n') else {
+            // memchr: a byte-at-a-time search was a tenth of reading a line.
+            let Some(newline) = memchr::memchr(b'\n', rest) else {
                 return Err(corrupt(paths, line_no, "line is cut short"));
             };
             let (line, tail) = rest.split_at(newline);
