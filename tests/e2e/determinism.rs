@@ -352,6 +352,12 @@ async fn the_http_tool_loop_example_verifies_without_its_server() {
     drop(server);
     let out = tokio::task::block_in_place(|| verify(&a, &rec));
     assert_eq!(out.code, 0, "{}", out.stderr);
+    // And as a run of its own, the model server gone: the recorded answer.
+    let (flow_arg, rec_arg) = (flow.display().to_string(), rec.display().to_string());
+    let replayed =
+        tokio::task::block_in_place(|| a.run(&["run", &flow_arg, "--replay-from", &rec_arg]));
+    assert_eq!(replayed.code, 0, "{}", replayed.stderr);
+    assert_eq!(replayed.stdout, done.stdout, "the recorded run's output");
 
     // One byte of the recorded tool result: the replay's loop sends the
     // model another second turn than the recording holds.
