@@ -88,7 +88,7 @@ impl KeyNames {
         let upper = name.to_ascii_uppercase();
         self.configured.contains(name)
             || KEY_SUFFIXES.iter().any(|s| upper.ends_with(s))
-            || ALL_PROVIDERS
+            || Provider::ALL
                 .iter()
                 .any(|&p| provider_keys(p).contains(&name))
     }
@@ -128,17 +128,6 @@ impl KeyNames {
         values
     }
 }
-
-/// Every provider, so the fixed list of key names follows [`provider_keys`].
-const ALL_PROVIDERS: [Provider; 7] = [
-    Provider::Mock,
-    Provider::ClaudeCode,
-    Provider::Codex,
-    Provider::Gemini,
-    Provider::Copilot,
-    Provider::OpenAi,
-    Provider::Anthropic,
-];
 
 fn called(workflow: &WorkflowDef) -> impl Iterator<Item = &WorkflowDef> {
     workflow.nodes.iter().filter_map(|node| match &node.kind {

@@ -78,20 +78,23 @@ impl Timestamp {
         put(14, t.minute(), 2);
         put(17, t.second(), 2);
         put(20, millis, 3);
-        for (at, sep) in [
-            (4, b'-'),
-            (7, b'-'),
-            (10, b'T'),
-            (13, b':'),
-            (16, b':'),
-            (19, b'.'),
-            (23, b'Z'),
-        ] {
+        for (at, sep) in SEPARATORS {
             buf[at] = sep;
         }
         Some(())
     }
 }
+
+/// Where `YYYY-MM-DDTHH:MM:SS.mmmZ` has its separators, and which.
+const SEPARATORS: [(usize, u8); 7] = [
+    (4, b'-'),
+    (7, b'-'),
+    (10, b'T'),
+    (13, b':'),
+    (16, b':'),
+    (19, b'.'),
+    (23, b'Z'),
+];
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -110,16 +113,7 @@ impl Timestamp {
     /// event's envelope); `None` for any other form, which takes that parser.
     fn decode(text: &str) -> Option<Self> {
         let b: &[u8; 24] = text.as_bytes().try_into().ok()?;
-        let seps = [
-            (4, b'-'),
-            (7, b'-'),
-            (10, b'T'),
-            (13, b':'),
-            (16, b':'),
-            (19, b'.'),
-            (23, b'Z'),
-        ];
-        if seps.iter().any(|&(at, sep)| b[at] != sep) {
+        if SEPARATORS.iter().any(|&(at, sep)| b[at] != sep) {
             return None;
         }
         let num = |from: usize, width: usize| {

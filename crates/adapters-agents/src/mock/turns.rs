@@ -473,37 +473,27 @@ mod tests {
         })
     }
 
+    /// A call of node `coder`, an OpenAI agent granted `echo`.
     fn request() -> AgentRequest {
-        let mut agent = domain::workflow::AgentDef::new(Provider::OpenAi);
-        agent.tools = vec!["echo".into()];
-        AgentRequest {
-            run_id: domain::RunId::new(uuid::Uuid::new_v4()).unwrap(),
-            workflow: "wf".into(),
-            node_id: domain::NodeId::new("op").unwrap(),
-            node_run_id: domain::NodeRunId::new(uuid::Uuid::new_v4()),
-            agent_name: "op".into(),
-            agent,
-            prompt: "go".into(),
-            resume: None,
-            fork_session: false,
-            session_id: None,
-            session_usage: Default::default(),
-            history: Vec::new(),
-            call_index: 0,
-            instance: "0".into(),
-            instance_call: 0,
-        }
+        let mut request = crate::normalize::testing::agent_request(Provider::OpenAi, None);
+        request.agent.tools = vec!["echo".into()];
+        request
     }
 
-    /// A recording directory holding one call of node `op`.
-    fn recording(call: Value) -> tempfile::TempDir {
+    /// What replaying `call`, recorded as node `coder`'s only call, yields.
+    async fn replayed(call: Value) -> Vec<Result<AgentMessage, QueryError>> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("nodes/wf");
         std::fs::create_dir_all(&dir).unwrap();
         let body = json!({"calls": [call]});
         serde_json::from_str::<FixtureFile>(&body.to_string()).unwrap();
-        std::fs::write(dir.join("op.json"), body.to_string()).unwrap();
-        tmp
+        std::fs::write(dir.join("coder.json"), body.to_string()).unwrap();
+        mock(tmp.path())
+            .query(request())
+            .await
+            .unwrap()
+            .collect()
+            .await
     }
 
     #[test]
@@ -543,13 +533,7 @@ mod tests {
             "turns": recorded_turns(&events()),
             "output": {"text": "it said hi", "usage": {"inputTokens": 5, "outputTokens": 3}}
         });
-        let tmp = recording(call);
-        let out: Vec<_> = mock(tmp.path())
-            .query(request())
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        let out = replayed(call).await;
         let deltas: Vec<&str> = out
             .iter()
             .filter_map(|m| match m {
@@ -577,13 +561,7 @@ mod tests {
             "events": [{"type": "agent:text:delta", "content": "half"}],
             "output": {"error": {"errorType": "network_error", "message": "connection reset"}}
         });
-        let tmp = recording(call);
-        let out: Vec<_> = mock(tmp.path())
-            .query(request())
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        let out = replayed(call).await;
         assert!(matches!(&out[1], Ok(AgentMessage::TextDelta { content }) if content == "half"));
         match out.last() {
             Some(Err(QueryError::Agent {
@@ -608,13 +586,7 @@ mod tests {
             "events": recorded,
             "output": {"error": {"errorType": "rate_limit", "message": "slow down"}}
         });
-        let tmp = recording(call);
-        let out: Vec<_> = mock(tmp.path())
-            .query(request())
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        let out = replayed(call).await;
         assert!(
             out.iter()
                 .any(|m| matches!(m, Ok(AgentMessage::ToolFinished { .. })))

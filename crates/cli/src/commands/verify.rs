@@ -183,11 +183,9 @@ async fn replay(
     let builder = Runtime::builder(Arc::clone(&store), clock.clone(), ids.clone())
         .commands(embed::commands(&project, &keys))
         .workspace(project);
-    let mut builder = embed::replaying(builder, dir, &keys, clock, ids);
-    for tool in embed::tools(&keys) {
-        builder = builder.tool(tool);
-    }
-    let runtime = builder.build();
+    // Every agent is the recording's: the runtime's own tool loop and
+    // tools are never used.
+    let runtime = embed::replaying(builder, dir, &keys, clock, ids).build();
     let outcome = runtime
         .run(RunRequest {
             workflow,
