@@ -675,6 +675,53 @@ mod tests {
         }
     }
 
+    /// The event writer writes the envelope itself: it must write every
+    /// event byte for byte as serde does, escapes and all.
+    #[test]
+    fn the_direct_writer_writes_what_serde_writes() {
+        let docs = include_str!("../../../docs/events.md");
+        let mut events: Vec<RuntimeEvent> = docs
+            .lines()
+            .filter(|l| l.starts_with(r#"{"id""#))
+            .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
+            .collect();
+        let mut types: Vec<_> = events.iter().map(|e| e.kind.type_name()).collect();
+        types.sort_unstable();
+        types.dedup();
+        assert!(types.len() >= 20, "the docs' examples cover {types:?}");
+        let mut odd = event(EventKind::AgentText {
+            content: "tab\t \"quoted\" back\\slash \u{1} é \u{2028}".into(),
+        });
+        odd.node_run_id = Some(NodeRunId::new(uuid::Uuid::from_u128(7)));
+        for id in [
+            "a \"quote\"",
+            "a back\\slash",
+            "a\ttab",
+            "\u{7f} é \u{2028}",
+        ] {
+            odd.id = id.into();
+            events.push(odd.clone());
+        }
+        let mut far = event(EventKind::FlowCompleted {
+            output: serde_json::json!({"z": 1, "a": [1.5, null, "x"]}),
+            duration_ms: 3,
+        });
+        // Past year 9999: the timestamp takes chrono's general writer.
+        far.timestamp = Timestamp::from_millis(400_000_000_000_000);
+        far.node_id = None;
+        events.push(far);
+        for e in &events {
+            assert!(e.extra.is_empty());
+            let mut direct = Vec::new();
+            e.write_json(&mut direct).unwrap();
+            let serde = serde_json::to_vec(e).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&direct),
+                String::from_utf8_lossy(&serde)
+            );
+        }
+    }
+
     #[test]
     fn known_types_list_matches_the_enum() {
         for t in KNOWN_TYPES {

@@ -249,6 +249,20 @@ macro_rules! string_serde {
 /// going through `Display` would cost a formatter round per id.
 macro_rules! uuid_serde {
     ($ty:ty) => {
+        impl $ty {
+            /// Appends the id as a JSON string: hex and hyphens need no
+            /// escaping, so the event writer skips serde's scan of it.
+            pub(crate) fn write_json(&self, buf: &mut Vec<u8>) {
+                buf.push(b'"');
+                buf.extend_from_slice(
+                    self.0
+                        .hyphenated()
+                        .encode_lower(&mut Uuid::encode_buffer())
+                        .as_bytes(),
+                );
+                buf.push(b'"');
+            }
+        }
         impl Serialize for $ty {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.0.hyphenated().encode_lower(&mut Uuid::encode_buffer()))

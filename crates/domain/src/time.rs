@@ -56,7 +56,7 @@ impl Timestamp {
     /// Writes `YYYY-MM-DDTHH:MM:SS.mmmZ` into a stack buffer: every event
     /// carries a timestamp, and formatting through chrono's string builder
     /// costs an allocation per event on the append path.
-    fn encode(&self, buf: &mut [u8; 24]) -> Option<()> {
+    pub(crate) fn encode(&self, buf: &mut [u8; 24]) -> Option<()> {
         use chrono::{Datelike, Timelike};
         // The calendar fields of the naive UTC time: asked of the zoned
         // value, each one converts it to local time again (chrono's

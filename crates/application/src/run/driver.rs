@@ -356,7 +356,9 @@ impl Driver {
             cancel: cancel.clone(),
             pausing: self.pausing.clone(),
         };
-        let handle = self.tasks.spawn(task.run());
+        // Boxed here, once: the node run's future is kilobytes (the agent's
+        // stream state), and the spawn moves it through several frames.
+        let handle = self.tasks.spawn(Box::pin(task.run()));
         self.running.insert(run, (handle.id(), cancel));
         Ok(())
     }
