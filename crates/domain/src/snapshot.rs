@@ -21,11 +21,13 @@ mod status;
 mod stopping;
 mod text;
 mod unknown;
+mod write;
 
 pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
 pub use status::{EdgeStatus, NodeStatus, RunStatus};
 pub use stopping::Stopping;
 pub use text::JsonText;
+pub(crate) use write::needs_escape;
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -700,6 +702,88 @@ mod tests {
         assert_eq!(s.agent_sessions[&NodeId::new("a").unwrap()].as_str(), "s1");
         assert_eq!(s.last_offset, 7);
         assert_eq!(s.workflow.name, "w");
+    }
+
+    /// The snapshot writer writes the node maps itself: every snapshot
+    /// must come out byte for byte as serde writes it.
+    #[test]
+    fn the_direct_writer_writes_what_serde_writes() {
+        let events: Vec<_> = sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| {
+                let mut e = ev(i as u64 + 1, n, k);
+                let run = |n: u128| NodeRunId::new(uuid::Uuid::from_u128(n));
+                e.node_run_id = n.map(|n| run(if n == "a" { 1 } else { 2 }));
+                e
+            })
+            .collect();
+        // Every prefix of the run: nothing yet, node runs in flight, ended.
+        let mut snapshots: Vec<RunSnapshot> = (1..=events.len())
+            .map(|n| RunSnapshot::fold(&events[..n]).unwrap())
+            .collect();
+        let a = NodeId::new("a").unwrap();
+        let mut full = snapshots.last().unwrap().clone();
+        full.input = serde_json::json!({"topic": "x\"y"});
+        full.state.insert("k".into(), serde_json::json!([1, "é\n"]));
+        full.edge_status
+            .insert("odd \"edge\"\\".into(), EdgeStatus::Skipped);
+        full.loop_counters.insert("a->a".into(), 2);
+        full.steps_started = 4;
+        full.previous_agent = Some("writer".into());
+        full.started_at = Some(Timestamp::from_millis(5));
+        full.spent = Spent {
+            tokens: 7,
+            cost_usd: 1e-7,
+            turns: 2,
+            since: Some(Timestamp::from_millis(6)),
+        };
+        let unpriced = Spent {
+            cost_usd: f64::NAN,
+            ..Spent::default()
+        };
+        full.node_spent.insert(a.clone(), full.spent.clone());
+        full.node_spent.insert(NodeId::new("b").unwrap(), unpriced);
+        full.for_each.insert(
+            a,
+            ForEachState {
+                items: vec![serde_json::json!(1)],
+                outputs: BTreeMap::from([(0, serde_json::json!("one"))]),
+                started: 1,
+            },
+        );
+        full.stopping = Some(Stopping::Pause);
+        full.forked_from = Some(ForkedFrom {
+            run_id: full.run_id,
+            offset: 3,
+        });
+        snapshots.push(full.clone());
+        full.extra
+            .insert("future".into(), serde_json::json!({"z": 1}));
+        snapshots.push(full);
+        for s in &snapshots {
+            let mut direct = Vec::new();
+            s.write_json(&mut direct).unwrap();
+            let serde = serde_json::to_vec(s).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&direct),
+                String::from_utf8_lossy(&serde)
+            );
+        }
+        assert!(snapshots.iter().any(|s| !s.node_runs.is_empty()));
+        use {EdgeStatus as E, NodeStatus as N};
+        for status in [N::Pending, N::Running, N::Done, N::Failed, N::Skipped] {
+            assert_eq!(
+                serde_json::json!(status.as_str()),
+                serde_json::json!(status)
+            );
+        }
+        for status in [E::Pending, E::Fired, E::Skipped] {
+            assert_eq!(
+                serde_json::json!(status.as_str()),
+                serde_json::json!(status)
+            );
+        }
     }
 
     #[test]

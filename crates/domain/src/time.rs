@@ -53,10 +53,26 @@ impl fmt::Display for Timestamp {
 }
 
 impl Timestamp {
+    /// Appends the timestamp as a JSON string, as its `Serialize` writes
+    /// it: the usual form needs no escaping, so record writers skip
+    /// serde's scan of it.
+    pub(crate) fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        let mut text = [0u8; 24];
+        match self.encode(&mut text) {
+            Some(()) => {
+                buf.push(b'"');
+                buf.extend_from_slice(&text);
+                buf.push(b'"');
+                Ok(())
+            }
+            None => serde_json::to_writer(buf, self),
+        }
+    }
+
     /// Writes `YYYY-MM-DDTHH:MM:SS.mmmZ` into a stack buffer: every event
     /// carries a timestamp, and formatting through chrono's string builder
     /// costs an allocation per event on the append path.
-    pub(crate) fn encode(&self, buf: &mut [u8; 24]) -> Option<()> {
+    fn encode(&self, buf: &mut [u8; 24]) -> Option<()> {
         use chrono::{Datelike, Timelike};
         // The calendar fields of the naive UTC time: asked of the zoned
         // value, each one converts it to local time again (chrono's

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{EventKind, KNOWN_TYPES, RuntimeEvent, keys};
 use crate::ids::{NodeId, Offset};
+use crate::snapshot::needs_escape;
 
 /// Why a line is not an event.
 #[derive(Debug, thiserror::Error)]
@@ -195,15 +196,7 @@ impl RuntimeEvent {
         buf.extend_from_slice(b",\"offset\":");
         buf.extend_from_slice(itoa::Buffer::new().format(self.offset.get()).as_bytes());
         buf.extend_from_slice(b",\"timestamp\":");
-        let mut stamp = [0u8; 24];
-        match self.timestamp.encode(&mut stamp) {
-            Some(()) => {
-                buf.push(b'"');
-                buf.extend_from_slice(&stamp);
-                buf.push(b'"');
-            }
-            None => serde_json::to_writer(&mut *buf, &self.timestamp)?,
-        }
+        self.timestamp.write_json(buf)?;
         buf.extend_from_slice(b",\"runId\":");
         self.run_id.write_json(buf);
         if let Some(node) = &self.node_id {
@@ -230,12 +223,6 @@ impl RuntimeEvent {
         }
         Ok(())
     }
-}
-
-/// Whether a byte must be escaped in a JSON string (as serde_json does:
-/// control characters, the quote and the backslash).
-fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
 }
 
 /// A JSON object's fields in order, each value as its raw text: what one

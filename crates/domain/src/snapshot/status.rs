@@ -76,3 +76,27 @@ pub enum EdgeStatus {
     /// Condition false, source skipped, or loop limit reached.
     Skipped,
 }
+
+impl NodeStatus {
+    /// The name it is written under (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+impl EdgeStatus {
+    /// The name it is written under (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Fired => "fired",
+            Self::Skipped => "skipped",
+        }
+    }
+}

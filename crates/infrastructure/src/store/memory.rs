@@ -196,7 +196,7 @@ impl RunStore for MemoryRunStore {
     /// Returns the bytes of the snapshot as JSON, as the file store writes it.
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let run = self.run(snapshot.run_id)?;
-        let bytes = serde_json::to_vec(snapshot).map_err(|e| {
+        let bytes = snapshot.to_json_vec().map_err(|e| {
             StoreError::Io(format!(
                 "cannot serialize the snapshot of run {}: {e}",
                 snapshot.run_id

@@ -29,7 +29,7 @@ pub(super) fn write_snapshot(
     snapshot: &RunSnapshot,
 ) -> Result<u64, StoreError> {
     let paths = &handle.paths;
-    let bytes = serde_json::to_vec(snapshot).map_err(|e| {
+    let bytes = snapshot.to_json_vec().map_err(|e| {
         StoreError::Io(format!(
             "cannot serialize the snapshot of run {}: {e}",
             paths.run_id

@@ -375,7 +375,7 @@ impl RunStore for SqliteRunStore {
         let inner = &self.inner;
         let path = &inner.path;
         let run_id = snapshot.run_id;
-        let json = serde_json::to_string(snapshot).map_err(|e| {
+        let json = snapshot.to_json_string().map_err(|e| {
             StoreError::Io(format!(
                 "cannot serialize the snapshot of run {run_id}: {e}"
             ))

@@ -35,7 +35,7 @@ pub(super) struct SnapshotRow {
 impl SnapshotRow {
     /// `snapshot` as `save_snapshot` stores it.
     pub(super) fn of(snapshot: &RunSnapshot) -> Result<Self, StoreError> {
-        let json = serde_json::to_string(snapshot).map_err(|e| {
+        let json = snapshot.to_json_string().map_err(|e| {
             StoreError::Io(format!(
                 "cannot serialize the snapshot of run {}: {e}",
                 snapshot.run_id

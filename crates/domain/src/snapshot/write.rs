@@ -1,0 +1,254 @@
+//! Writing a snapshot as JSON, byte for byte what its `Serialize` writes.
+//!
+//! A snapshot is rewritten whole as a run grows (the amortized rule writes
+//! about as many snapshot bytes as log bytes), and most of it is the maps
+//! keyed by node. Through serde, each key and each short value went through
+//! the writer's per-byte escaping and each `Spent` through a map of its
+//! own: about a sixth of a step's cost. Node ids, statuses, numbers and
+//! timestamps need no escaping, so those maps are written straight into the
+//! buffer; everything else still goes through serde.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{RunSnapshot, Spent};
+use crate::ids::NodeId;
+
+impl RunSnapshot {
+    /// This snapshot's JSON ([`RunSnapshot::write_json`]).
+    pub fn to_json_vec(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut buf = Vec::with_capacity(4096);
+        self.write_json(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// This snapshot's JSON as text ([`RunSnapshot::write_json`]).
+    pub fn to_json_string(&self) -> Result<String, serde_json::Error> {
+        String::from_utf8(self.to_json_vec()?).map_err(serde::ser::Error::custom)
+    }
+
+    /// Appends this snapshot's JSON to `buf`: what `serde_json::to_writer`
+    /// writes, faster.
+    pub fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        // Unknown fields (a newer writer's) are rare: serde places them.
+        if !self.extra.is_empty() {
+            return serde_json::to_writer(buf, self);
+        }
+        // Every field named, so a field added to the struct and not here
+        // does not compile.
+        let RunSnapshot {
+            version,
+            run_id,
+            workflow,
+            status,
+            input,
+            outputs,
+            state,
+            node_status,
+            edge_status,
+            loop_counters,
+            inbox,
+            agent_sessions,
+            last_offset,
+            started_at,
+            updated_at,
+            failure,
+            node_runs,
+            for_each,
+            steps_started,
+            node_passes,
+            node_calls,
+            previous_agent,
+            spent,
+            node_spent,
+            stopping,
+            forked_from,
+            extra: _,
+        } = self;
+        let mut w = Object::open(buf);
+        w.value("version", version)?;
+        w.value("runId", run_id)?;
+        w.value("workflow", workflow)?;
+        w.value("status", status)?;
+        if !input.is_null() {
+            w.value("input", input)?;
+        }
+        w.nodes("outputs", outputs, |buf, text| {
+            buf.extend_from_slice(text.as_str().as_bytes());
+            Ok(())
+        })?;
+        w.value("state", state)?;
+        w.nodes("nodeStatus", node_status, |buf, status| {
+            quoted(buf, status.as_str());
+            Ok(())
+        })?;
+        w.texts("edgeStatus", edge_status, |buf, status| {
+            quoted(buf, status.as_str());
+            Ok(())
+        })?;
+        w.texts("loopCounters", loop_counters, serde_value)?;
+        w.value("inbox", inbox)?;
+        w.nodes("agentSessions", agent_sessions, serde_value)?;
+        w.value("lastOffset", last_offset)?;
+        if let Some(at) = started_at {
+            w.key("startedAt");
+            at.write_json(w.buf)?;
+        }
+        if let Some(at) = updated_at {
+            w.key("updatedAt");
+            at.write_json(w.buf)?;
+        }
+        if let Some(failure) = failure {
+            w.value("failure", failure)?;
+        }
+        if !node_runs.is_empty() {
+            w.value("nodeRuns", node_runs)?;
+        }
+        if !for_each.is_empty() {
+            w.value("forEach", for_each)?;
+        }
+        if *steps_started != 0 {
+            w.value("stepsStarted", steps_started)?;
+        }
+        if !node_passes.is_empty() {
+            w.nodes("nodePasses", node_passes, serde_value)?;
+        }
+        if !node_calls.is_empty() {
+            w.nodes("nodeCalls", node_calls, serde_value)?;
+        }
+        if let Some(agent) = previous_agent {
+            w.value("previousAgent", agent)?;
+        }
+        if !spent.is_empty() {
+            w.key("spent");
+            write_spent(w.buf, spent)?;
+        }
+        if !node_spent.is_empty() {
+            w.nodes("nodeSpent", node_spent, write_spent)?;
+        }
+        if let Some(stopping) = stopping {
+            w.value("stopping", stopping)?;
+        }
+        if let Some(fork) = forked_from {
+            w.value("forkedFrom", fork)?;
+        }
+        w.buf.push(b'}');
+        Ok(())
+    }
+}
+
+/// A value as serde writes it.
+fn serde_value<T: Serialize>(buf: &mut Vec<u8>, value: &T) -> Result<(), serde_json::Error> {
+    serde_json::to_writer(buf, value)
+}
+
+/// A name that needs no escaping, as a JSON string.
+fn quoted(buf: &mut Vec<u8>, name: &str) {
+    buf.push(b'"');
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(b'"');
+}
+
+/// `Spent` as its derived `Serialize` writes it.
+fn write_spent(buf: &mut Vec<u8>, spent: &Spent) -> Result<(), serde_json::Error> {
+    let Spent {
+        tokens,
+        cost_usd,
+        turns,
+        since,
+    } = spent;
+    let mut w = Object::open(buf);
+    w.value("tokens", tokens)?;
+    // A float as serde writes it (`0.0`, `1e-7`; `null` when not finite).
+    w.value("costUsd", cost_usd)?;
+    w.value("turns", turns)?;
+    if let Some(at) = since {
+        w.key("since");
+        at.write_json(w.buf)?;
+    }
+    w.buf.push(b'}');
+    Ok(())
+}
+
+/// A JSON object being written: its fields' separators and keys.
+struct Object<'a> {
+    buf: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Object<'a> {
+    fn open(buf: &'a mut Vec<u8>) -> Self {
+        buf.push(b'{');
+        Self { buf, first: true }
+    }
+
+    /// Writes `"key":`. Keys given here are field names, ids or checked
+    /// text: none needs escaping.
+    fn key(&mut self, key: &str) {
+        if !std::mem::take(&mut self.first) {
+            self.buf.push(b',');
+        }
+        self.buf.push(b'"');
+        self.buf.extend_from_slice(key.as_bytes());
+        self.buf.extend_from_slice(b"\":");
+    }
+
+    fn value<T: Serialize + ?Sized>(
+        &mut self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.key(key);
+        serde_json::to_writer(&mut *self.buf, value)
+    }
+
+    /// A map keyed by node: node ids are `[A-Za-z0-9_-]` (checked when made).
+    fn nodes<V>(
+        &mut self,
+        key: &str,
+        map: &BTreeMap<NodeId, V>,
+        mut write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
+    ) -> Result<(), serde_json::Error> {
+        self.key(key);
+        let mut inner = Object::open(self.buf);
+        for (node, value) in map {
+            inner.key(node.as_str());
+            write(inner.buf, value)?;
+        }
+        inner.buf.push(b'}');
+        Ok(())
+    }
+
+    /// A map keyed by any text (edge ids): a key that needs escaping is
+    /// written by serde.
+    fn texts<V>(
+        &mut self,
+        key: &str,
+        map: &BTreeMap<String, V>,
+        mut write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
+    ) -> Result<(), serde_json::Error> {
+        self.key(key);
+        let mut inner = Object::open(self.buf);
+        for (text, value) in map {
+            if text.bytes().any(needs_escape) {
+                if !std::mem::take(&mut inner.first) {
+                    inner.buf.push(b',');
+                }
+                serde_json::to_writer(&mut *inner.buf, text)?;
+                inner.buf.push(b':');
+            } else {
+                inner.key(text);
+            }
+            write(inner.buf, value)?;
+        }
+        inner.buf.push(b'}');
+        Ok(())
+    }
+}
+
+/// Whether a byte must be escaped in a JSON string (as serde_json does:
+/// control characters, the quote and the backslash).
+pub(crate) fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
