@@ -195,6 +195,94 @@ fn bench_runner(c: &mut Criterion) {
         })
     });
     raw.finish();
+
+    let figures = interleaved(&rt, dir.path(), &mut file, &line);
+    let out = awr_tests::bench::criterion_dir().join("runner");
+    if std::fs::create_dir_all(&out).is_ok() {
+        let _ = std::fs::write(out.join("figures.json"), figures.to_string());
+    }
+}
+
+/// Passes of the interleaved measurement.
+const PASSES: usize = 40;
+
+/// The step's figures taken in turn with the raw sync, one sample of each
+/// per pass: a sync on this kind of VM drifts by 2-5 x within a minute, so
+/// a ratio of medians taken minutes apart says more about the disk than
+/// about the runtime. Each pass times a raw `write` + `fdatasync`, then a
+/// 20-step and a 200-step run of each sync policy; its step is the
+/// marginal `(t200 - t20) / 180`, its ratio that over the pass's own raw
+/// sync. Medians over the passes, printed and returned.
+fn interleaved(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    file: &mut std::fs::File,
+    line: &[u8],
+) -> serde_json::Value {
+    let workflows = LENGTHS.map(|steps| Arc::new(chain("bench", "provider: mock", steps)));
+    let policies = [
+        ("stub_sync_step", SyncPolicy::StepBoundary),
+        ("stub_sync_never", SyncPolicy::Never),
+    ];
+    let runners: Vec<_> = policies
+        .iter()
+        .map(|(name, sync)| {
+            let store = store(dir, &format!("interleaved-{name}"), *sync);
+            let runner = Executor::new(
+                store,
+                Arc::new(Stub),
+                Arc::new(SystemClock),
+                Arc::new(RandomIds),
+            );
+            (*name, runner)
+        })
+        .collect();
+    let time_run = |runner: &Executor, workflow: &Arc<WorkflowDef>| {
+        let id = rt.block_on(runner.create()).expect("create");
+        let req = RunRequest {
+            workflow: Arc::clone(workflow),
+            input: json!("go"),
+            source: None,
+        };
+        let start = std::time::Instant::now();
+        rt.block_on(runner.run(id, req)).expect("run");
+        start.elapsed().as_secs_f64() * 1e6
+    };
+    let mut raw = Vec::with_capacity(PASSES);
+    let mut steps: Vec<Vec<f64>> = vec![Vec::with_capacity(PASSES); runners.len()];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::with_capacity(PASSES); runners.len()];
+    for _ in 0..PASSES {
+        let start = std::time::Instant::now();
+        file.write_all(line).expect("write");
+        file.sync_data().expect("fdatasync");
+        let sync = start.elapsed().as_secs_f64() * 1e6;
+        raw.push(sync);
+        for (i, (_, runner)) in runners.iter().enumerate() {
+            let [short, long] = [0, 1].map(|k| time_run(runner, &workflows[k]));
+            let per_step = (long - short) / (LENGTHS[1] - LENGTHS[0]) as f64;
+            steps[i].push(per_step);
+            ratios[i].push(per_step / sync);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let raw = median(&raw);
+    println!("interleaved, {PASSES} passes (medians):");
+    println!("  raw write 300 B + fdatasync  {raw:>9.1} µs");
+    let mut out = serde_json::Map::new();
+    out.insert("raw_fdatasync_us".into(), json!(raw));
+    for (i, (name, _)) in runners.iter().enumerate() {
+        let (step, ratio) = (median(&steps[i]), median(&ratios[i]));
+        println!("  {name:<28} {step:>9.1} µs per step, {ratio:.2} x the pass's fdatasync");
+        out.insert(
+            (*name).into(),
+            json!({ "per_step_us": step, "ratio": ratio }),
+        );
+    }
+    serde_json::Value::Object(out)
 }
 
 /// Independent branches run at the same time: three agents that each take

@@ -14,8 +14,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a benchmark has no caller to hand an error to
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use awr_tests::serve::Served;
@@ -26,20 +25,6 @@ use serde_json::{Value, json};
 
 /// Text deltas the agent streams: the run records about this many events.
 const EVENTS: usize = 5_000;
-
-/// The release `awr`, built next to this bench.
-fn awr_bin() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--release", "-p", "cli", "--bin", "awr"])
-        .current_dir(root)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building awr failed");
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("awr")
-}
 
 /// The workflow and its fixture under `dir`; the gate is `dir/gate`.
 fn workflow(dir: &Path) {
@@ -161,7 +146,7 @@ fn followers(c: &mut Criterion) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     workflow(dir.path());
-    let awr = awr_bin();
+    let awr = awr_tests::bench::release_awr();
     let server = Served::start(&awr, dir.path().join("storage"), dir.path(), &[]);
     // The clients stand for browsers on other machines: on this one, they
     // take what CPU the server leaves, as the server's threads take what

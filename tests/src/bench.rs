@@ -27,6 +27,30 @@ pub fn criterion_dir() -> PathBuf {
         .join("criterion")
 }
 
+/// The release `awr`, built next to the bench that asks for it.
+///
+/// # Panics
+/// When the build fails: a bench has no caller to hand an error to.
+pub fn release_awr() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = tests.parent().unwrap_or(tests);
+    #[allow(clippy::expect_used)]
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--quiet", "--release", "-p", "cli", "--bin", "awr"])
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building awr failed");
+    #[allow(clippy::expect_used)]
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let release = exe.parent().and_then(Path::parent);
+    #[allow(clippy::expect_used)]
+    release
+        .expect("a bench runs from <target>/release/deps")
+        .join("awr")
+}
+
 /// A file opened for appending (0600, created if need be), as a run's log
 /// is: the raw reference's file.
 ///

@@ -176,6 +176,7 @@ fn report() -> anyhow::Result<()> {
     }
     report_cadence()?;
     report_steps()?;
+    report_cli_steps()?;
     report_fan_out()?;
     report_http()?;
     report_resume()?;
@@ -388,6 +389,52 @@ fn report_steps() -> anyhow::Result<()> {
             "{name:<20} per step {per_step:>9.1} µs   ({:.2} x one fdatasync, {:.2} x the raw write+sync of a step)",
             per_step / sync,
             per_step / step_bytes
+        );
+    }
+    // The same steps taken in turn with the raw sync, pass by pass.
+    let path = criterion_file("runner/figures.json")?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let path = path.display();
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+    let raw = json["raw_fdatasync_us"].as_f64().unwrap_or(f64::NAN);
+    println!("interleaved: raw write 300 B + fdatasync {raw:>9.1} µs");
+    for name in ["stub_sync_step", "stub_sync_never"] {
+        let step = json[name]["per_step_us"].as_f64().unwrap_or(f64::NAN);
+        let ratio = json[name]["ratio"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "interleaved: {name:<20} per step {step:>9.1} µs   ({ratio:.2} x the fdatasync of the same pass)"
+        );
+    }
+    Ok(())
+}
+
+/// Prints a durable step through the whole `awr run` at 100, 1,000 and
+/// 10,000 steps beside the raw sync of the same passes (see
+/// `tests/benches/cli_steps.rs`); skipped when that bench has not run.
+fn report_cli_steps() -> anyhow::Result<()> {
+    let path = criterion_file("cli_steps/figures.json")?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let path = path.display();
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
+    let raw = json["raw_fdatasync_us"].as_f64().unwrap_or(f64::NAN);
+    println!("awr run: raw write 300 B + fdatasync {raw:>9.1} µs");
+    for n in [100, 1_000, 10_000] {
+        let figure = &json[format!("chain_{n}")];
+        let step = figure["per_step_us"].as_f64().unwrap_or(f64::NAN);
+        let ratio = figure["ratio"].as_f64().unwrap_or(f64::NAN);
+        let marginal = figure["marginal_us"]
+            .as_f64()
+            .zip(figure["marginal_ratio"].as_f64())
+            .map(|(us, r)| format!("; marginal {us:.1} µs, {r:.2} x"))
+            .unwrap_or_default();
+        println!(
+            "awr run: {n:>6} steps, per step {step:>9.1} µs   ({ratio:.2} x one fdatasync{marginal})"
         );
     }
     Ok(())

@@ -329,10 +329,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
     wiring::hide_environment();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             note(&format!("awr: cannot start the async runtime: {e}"));
@@ -345,6 +342,20 @@ fn main() -> ExitCode {
             report(&failure);
             ExitCode::from(failure.code())
         }
+    }
+}
+
+/// The runtime a command runs on. A run is one writer and its node runs,
+/// which hand each event to each other: on one thread a hand-off is a
+/// queue push, across threads a futex wake-up and a context switch, which
+/// made a step through `awr run` cost 1.7 x what it does on one thread
+/// (agents are other processes or sockets, so they lose nothing; the
+/// store syncs inline). `awr serve` runs many runs and many streams at
+/// once, so it keeps a thread per core.
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    match command {
+        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
     }
 }
 

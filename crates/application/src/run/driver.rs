@@ -230,7 +230,7 @@ impl Driver {
                     Some(self.cancelled(reason).await?)
                 }
                 () = commands::parent_paused(self.parent_pausing.as_ref()) => Some(self.paused_with_parent().await?),
-                Some(msg) = self.rx.recv() => self.handle(msg).await?,
+                Some(msg) = self.rx.recv() => self.handle_queued(msg).await?,
                 Some(delivery) = commands::next(&mut self.listener) => self.command(delivery).await?,
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
                 // The budget check at the top of the loop sees the deadline.
@@ -361,6 +361,22 @@ impl Driver {
         let handle = self.tasks.spawn(Box::pin(task.run()));
         self.running.insert(run, (handle.id(), cancel));
         Ok(())
+    }
+
+    /// A message of a node run, then those already queued behind it (up
+    /// to a channel's worth, so a stream that never pauses still lets the
+    /// loop decide): an agent's burst of deltas is recorded in one `write`
+    /// instead of one each, and no message waits for it.
+    async fn handle_queued(&mut self, msg: Msg) -> Result<Option<Stop>, ExecutorError> {
+        let mut stop = self.handle(msg).await?;
+        for _ in 1..CHANNEL {
+            if stop.is_some() {
+                break;
+            }
+            let Ok(msg) = self.rx.try_recv() else { break };
+            stop = self.handle(msg).await?;
+        }
+        Ok(stop)
     }
 
     /// One message of a node run.

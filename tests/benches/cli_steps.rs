@@ -1,0 +1,156 @@
+//! A durable step through the whole `awr run`, beside one `fdatasync`.
+//!
+//! The release `awr` runs chains of 100, 1,000 and 10,000 mock agents (one
+//! fixture file per node) on the file store with the default sync policy,
+//! each run a process of its own on a fresh storage directory: everything a
+//! user's run pays per step (the mock reading its fixture, the transcript,
+//! progress lines, the log's sync, snapshots on the amortized rule). The
+//! raw reference is a 300-byte `write` + `fdatasync` on the same
+//! filesystem, taken in the same pass as the runs, since syncs on a shared
+//! VM drift by several times within a minute. Per step: a run's whole time
+//! over its steps, and the marginal `(t(n) - t(100)) / (n - 100)`, which
+//! the process's start and the run's fixed costs cancel out of; flat in
+//! steps means both stay the same from 1,000 to 10,000 steps.
+//!
+//! `cargo bench -p awr-tests --bench cli_steps` (with `AWR_BIN=PATH`, of
+//! another build of `awr`); `cargo xtask bench-report` prints the figures
+//! again.
+
+#![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::json;
+
+/// Chain lengths; the first is the base of the marginal figures.
+const LENGTHS: [usize; 3] = [100, 1_000, 10_000];
+
+/// Passes: each runs every length once and takes its raw syncs.
+const PASSES: usize = 5;
+
+/// Raw syncs per pass (their median is the pass's reference).
+const RAW_SYNCS: usize = 50;
+
+/// A chain of `n` mock agents named `chain<n>`, with its fixtures.
+fn chain(dir: &Path, n: usize) {
+    let name = format!("chain{n}");
+    let fixtures = dir.join("fixtures").join(&name);
+    std::fs::create_dir_all(&fixtures).expect("fixture dir");
+    let mut yaml = format!("name: {name}\nagents:\n  a: {{provider: mock}}\nnodes:\n");
+    for i in 0..n {
+        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
+        let body = json!({"calls": [{
+            "output": {"text": format!("answer {i}"), "sessionId": format!("s{i}"),
+                       "usage": {"inputTokens": 100, "outputTokens": 50}},
+            "events": [{"type": "agent:start", "sessionId": format!("s{i}")},
+                       {"type": "agent:text:delta", "content": "answer "},
+                       {"type": "agent:text:delta", "content": format!("{i}")}]}]});
+        std::fs::write(fixtures.join(format!("n{i}.json")), body.to_string()).expect("fixture");
+    }
+    yaml += "edges:\n";
+    for i in 1..n {
+        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
+    }
+    std::fs::write(dir.join(format!("{name}.yaml")), yaml).expect("workflow");
+}
+
+/// The wall time of one `awr run` of `chain<n>` on a fresh storage, in µs.
+fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
+    let storage = dir.join(format!("storage-{n}"));
+    let _ = std::fs::remove_dir_all(&storage);
+    let start = Instant::now();
+    let out = std::process::Command::new(awr)
+        .arg("--storage")
+        .arg(&storage)
+        .args(["run", &format!("chain{n}.yaml")])
+        .current_dir(dir)
+        .output()
+        .expect("start awr");
+    let took = start.elapsed().as_secs_f64() * 1e6;
+    assert!(
+        out.status.success(),
+        "awr run chain{n}.yaml: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&storage);
+    took
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `AWR_BIN` measures another build (an older one, to compare).
+    let awr = std::env::var_os("AWR_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(awr_tests::bench::release_awr);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for n in LENGTHS {
+        chain(dir.path(), n);
+    }
+    let mut file = awr_tests::bench::append_file(&dir.path().join("raw.log"));
+    let line = awr_tests::bench::raw_line();
+    let mut raw = Vec::new();
+    // Per length: the whole run's time per step, and its ratio to the pass's sync.
+    let mut whole: Vec<Vec<(f64, f64)>> = vec![Vec::new(); LENGTHS.len()];
+    let mut marginal: Vec<Vec<(f64, f64)>> = vec![Vec::new(); LENGTHS.len()];
+    for _ in 0..PASSES {
+        let syncs: Vec<f64> = (0..RAW_SYNCS)
+            .map(|_| {
+                let start = Instant::now();
+                file.write_all(&line).expect("write");
+                file.sync_data().expect("fdatasync");
+                start.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        let sync = median(&syncs);
+        raw.push(sync);
+        let times = LENGTHS.map(|n| run(&awr, dir.path(), n));
+        for (i, n) in LENGTHS.iter().enumerate() {
+            let step = times[i] / *n as f64;
+            whole[i].push((step, step / sync));
+            if i > 0 {
+                let step = (times[i] - times[0]) / (n - LENGTHS[0]) as f64;
+                marginal[i].push((step, step / sync));
+            }
+        }
+    }
+    let raw = median(&raw);
+    let pick = |v: &[(f64, f64)]| {
+        let steps: Vec<f64> = v.iter().map(|f| f.0).collect();
+        let ratios: Vec<f64> = v.iter().map(|f| f.1).collect();
+        (median(&steps), median(&ratios))
+    };
+    println!("cli steps, {PASSES} passes (medians):");
+    println!("  raw write 300 B + fdatasync   {raw:>9.1} µs");
+    let mut figures = serde_json::Map::new();
+    figures.insert("raw_fdatasync_us".into(), json!(raw));
+    for (i, n) in LENGTHS.iter().enumerate() {
+        let (step, ratio) = pick(&whole[i]);
+        println!(
+            "  {n:>6} steps, whole run       {step:>9.1} µs per step, {ratio:.2} x the pass's fdatasync"
+        );
+        let mut figure = json!({"steps": n, "per_step_us": step, "ratio": ratio});
+        if i > 0 {
+            let (step, ratio) = pick(&marginal[i]);
+            println!(
+                "  {n:>6} steps, marginal        {step:>9.1} µs per step, {ratio:.2} x the pass's fdatasync"
+            );
+            figure["marginal_us"] = json!(step);
+            figure["marginal_ratio"] = json!(ratio);
+        }
+        figures.insert(format!("chain_{n}"), figure);
+    }
+    let out = awr_tests::bench::criterion_dir().join("cli_steps");
+    if std::fs::create_dir_all(&out).is_ok() {
+        let _ = std::fs::write(
+            out.join("figures.json"),
+            serde_json::Value::Object(figures).to_string(),
+        );
+    }
+}
