@@ -12,8 +12,8 @@
 //! `awr resume` does in a new process.
 //!
 //! Timed: `Executor::resume` from the call until the agent's `query` is
-//! entered, on a multi-thread runtime driven by `block_on` as `awr` drives
-//! it. `bare` wires the store and the agent only; `as_awr` also wires what
+//! entered, on a current-thread runtime driven by `block_on` as `awr`
+//! drives it. `bare` wires the store and the agent only; `as_awr` also wires what
 //! `awr resume` does (transcripts, the control socket, the sweep for
 //! processes a dead writer left). Every port call is timed on the way, and
 //! the medians of those parts are printed after the group and written to
@@ -426,8 +426,8 @@ fn median_us(mut v: Vec<f64>) -> f64 {
 }
 
 fn bench_resume(c: &mut Criterion) {
-    // As `awr` builds it.
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // As `awr resume` builds it.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");

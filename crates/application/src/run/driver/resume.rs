@@ -58,12 +58,16 @@ impl Driver {
     ) -> Result<RunOutcome, ExecutorError> {
         let run_id = lock.run_id();
         let (parent, parent_pausing) = Parent::split(parent);
+        // The sweep starts at once on a blocking thread, so it runs beside
+        // the fold on a runtime of one thread too (`awr resume`'s).
+        let sweep = (ports.processes.clone())
+            .map(|processes| tokio::task::spawn_blocking(move || processes.kill_run(run_id)));
         let aside = tokio::spawn({
             let ports = Arc::clone(&ports);
             async move {
                 let endpoints = Endpoints::open(&ports, run_id, parent, true).await;
-                if let Some(processes) = ports.processes.clone() {
-                    match tokio::task::spawn_blocking(move || processes.kill_run(run_id)).await {
+                if let Some(sweep) = sweep {
+                    match sweep.await {
                         Ok(0) => {}
                         Ok(found) => {
                             tracing::info!(found, run = %run_id, "killed processes the run's previous writer left");
@@ -88,7 +92,8 @@ impl Driver {
         let (state, tail) = match refused {
             Ok(loaded) => loaded,
             Err(e) => {
-                // Nothing is continued: nothing is swept nor opened either.
+                // Nothing is continued nor opened (the sweep may be under
+                // way: it only ends processes of a writer that is dead).
                 aside.abort();
                 return Err(e);
             }
