@@ -786,6 +786,71 @@ mod tests {
         }
     }
 
+    /// A writer that moves long strings out skips its scan when the
+    /// longest value written is short: wherever a long string sits, the
+    /// measure must cover it.
+    #[test]
+    fn the_longest_value_written_covers_every_string_in_the_snapshot() {
+        let run_id = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap();
+        let long = "x".repeat(70_000);
+        let a = NodeId::new("a").unwrap();
+        let run = NodeRunId::new(uuid::Uuid::from_u128(1));
+        type Place<'a> = Box<dyn Fn(&mut RunSnapshot) + 'a>;
+        let places: Vec<Place> = vec![
+            Box::new(|s| s.input = Value::String(long.clone())),
+            Box::new(|s| {
+                let output = serde_json::json!({"data": {"deep": [long.clone()]}});
+                s.outputs.insert(a.clone(), JsonText::from_value(&output));
+            }),
+            Box::new(|s| {
+                s.state.insert("k".into(), Value::String(long.clone()));
+            }),
+            Box::new(|s| {
+                s.inbox.push(InboxEntry {
+                    node_run_id: run,
+                    message: long.clone(),
+                    offset: 1,
+                })
+            }),
+            Box::new(|s| {
+                s.failure = Some(RunFailure {
+                    error: long.clone(),
+                    node: None,
+                })
+            }),
+            Box::new(|s| s.previous_agent = Some(long.clone())),
+            Box::new(|s| {
+                s.agent_sessions
+                    .insert(a.clone(), SessionId::new(long.clone()).unwrap());
+            }),
+            Box::new(|s| {
+                s.for_each.insert(
+                    a.clone(),
+                    ForEachState {
+                        items: vec![Value::String(long.clone())],
+                        outputs: BTreeMap::new(),
+                        started: 0,
+                    },
+                );
+            }),
+            Box::new(|s| {
+                s.extra.insert("future".into(), Value::String(long.clone()));
+            }),
+        ];
+        for (i, place) in places.iter().enumerate() {
+            let mut snapshot = RunSnapshot::new(run_id);
+            place(&mut snapshot);
+            let mut buf = Vec::new();
+            let longest = snapshot.write_json_measured(&mut buf).unwrap();
+            assert!(longest >= long.len() + 2, "place {i}: {longest}");
+        }
+        let mut buf = Vec::new();
+        let small = RunSnapshot::new(run_id)
+            .write_json_measured(&mut buf)
+            .unwrap();
+        assert!(small < 100, "{small}");
+    }
+
     #[test]
     fn snapshot_json_has_every_seed_field() {
         let s = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());

@@ -31,9 +31,20 @@ impl RunSnapshot {
     /// Appends this snapshot's JSON to `buf`: what `serde_json::to_writer`
     /// writes, faster.
     pub fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        self.write_json_measured(buf).map(drop)
+    }
+
+    /// [`RunSnapshot::write_json`], returning the length of the longest
+    /// value it wrote (an output, the input, the state, a map's entry; the
+    /// whole document when serde wrote it): no string in the document is
+    /// longer, which spares a writer that moves long strings out of the
+    /// document a scan of all of it.
+    pub fn write_json_measured(&self, buf: &mut Vec<u8>) -> Result<usize, serde_json::Error> {
         // Unknown fields (a newer writer's) are rare: serde places them.
         if !self.extra.is_empty() {
-            return serde_json::to_writer(buf, self);
+            let start = buf.len();
+            serde_json::to_writer(&mut *buf, self)?;
+            return Ok(buf.len() - start);
         }
         // Every field named, so a field added to the struct and not here
         // does not compile.
@@ -122,7 +133,7 @@ impl RunSnapshot {
         }
         if !spent.is_empty() {
             w.key("spent");
-            write_spent(w.buf, spent)?;
+            w.measure(|buf| write_spent(buf, spent))?;
         }
         if !node_spent.is_empty() {
             w.nodes("nodeSpent", node_spent, write_spent)?;
@@ -134,7 +145,7 @@ impl RunSnapshot {
             w.value("forkedFrom", fork)?;
         }
         w.buf.push(b'}');
-        Ok(())
+        Ok(w.longest)
     }
 }
 
@@ -171,16 +182,33 @@ fn write_spent(buf: &mut Vec<u8>, spent: &Spent) -> Result<(), serde_json::Error
     Ok(())
 }
 
-/// A JSON object being written: its fields' separators and keys.
+/// A JSON object being written: its fields' separators and keys, and the
+/// length of the longest value written into it.
 struct Object<'a> {
     buf: &'a mut Vec<u8>,
     first: bool,
+    longest: usize,
 }
 
 impl<'a> Object<'a> {
     fn open(buf: &'a mut Vec<u8>) -> Self {
         buf.push(b'{');
-        Self { buf, first: true }
+        Self {
+            buf,
+            first: true,
+            longest: 0,
+        }
+    }
+
+    /// Writes a value with `write`, noting its length.
+    fn measure(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
+    ) -> Result<(), serde_json::Error> {
+        let start = self.buf.len();
+        write(self.buf)?;
+        self.longest = self.longest.max(self.buf.len() - start);
+        Ok(())
     }
 
     /// Writes `"key":`. Keys given here are field names, ids or checked
@@ -200,7 +228,7 @@ impl<'a> Object<'a> {
         value: &T,
     ) -> Result<(), serde_json::Error> {
         self.key(key);
-        serde_json::to_writer(&mut *self.buf, value)
+        self.measure(|buf| serde_json::to_writer(buf, value))
     }
 
     /// A map keyed by node: node ids are `[A-Za-z0-9_-]` (checked when made).
@@ -214,9 +242,10 @@ impl<'a> Object<'a> {
         let mut inner = Object::open(self.buf);
         for (node, value) in map {
             inner.key(node.as_str());
-            write(inner.buf, value)?;
+            inner.measure(|buf| write(buf, value))?;
         }
         inner.buf.push(b'}');
+        self.longest = self.longest.max(inner.longest);
         Ok(())
     }
 
@@ -240,9 +269,10 @@ impl<'a> Object<'a> {
             } else {
                 inner.key(text);
             }
-            write(inner.buf, value)?;
+            inner.measure(|buf| write(buf, value))?;
         }
         inner.buf.push(b'}');
+        self.longest = self.longest.max(inner.longest);
         Ok(())
     }
 }

@@ -260,6 +260,19 @@ impl BlobDir {
         Ok(doc)
     }
 
+    /// [`BlobDir::externalize`] of a document whose writer says none of its
+    /// values is longer than `longest` bytes. Storing strings only, a
+    /// directory then has nothing to move out of a document whose values
+    /// are all under the limit, and reads it only for a reference in it
+    /// (data shaped like one, which is escaped): the scan for long strings
+    /// cost a large snapshot more than writing it.
+    pub fn externalize_measured(&self, doc: Vec<u8>, longest: usize) -> Result<Vec<u8>, BlobError> {
+        if !self.containers && longest <= INLINE_LIMIT && !mentions_ref(&doc) {
+            return Ok(doc);
+        }
+        self.externalize(doc)
+    }
+
     /// The JSON document `doc` with every reference replaced by its value;
     /// borrowed as is when it holds none.
     ///

@@ -372,7 +372,7 @@ impl JsonlTranscript {
             extra: Default::default(),
         };
         state.buf.clear();
-        serde_json::to_writer(&mut state.buf, &event).map_err(|e| {
+        event.write_json(&mut state.buf).map_err(|e| {
             TranscriptError::Io(format!(
                 "cannot serialize line {} of {}: {e}",
                 event.seq,

@@ -664,6 +664,35 @@ mod tests {
             assert_eq!(loaded.input, snapshot.input);
         }
         assert!(blobs("blobs").is_empty(), "{:?}", blobs("blobs"));
+        // Deep in a node's output, and beside it a snapshot larger than the
+        // limit made of small values only, which is written as it is.
+        let node = domain::NodeId::new("a").unwrap();
+        let output =
+            serde_json::json!({"data": {"deep": ["y".repeat(crate::blobs::INLINE_LIMIT + 10)]}});
+        snapshot.input = serde_json::Value::Null;
+        snapshot
+            .outputs
+            .insert(node, domain::JsonText::from_value(&output));
+        store.save_snapshot(&snapshot).await.unwrap();
+        assert_eq!(blobs("snapshot-blobs").len(), 1);
+        let text = std::fs::read_to_string(run_dir.join("snapshot.json")).unwrap();
+        assert!(
+            text.len() < 1_000,
+            "the long string is a blob: {} bytes",
+            text.len()
+        );
+        let loaded = store.load_snapshot(run).await.unwrap().unwrap();
+        assert_eq!(loaded.outputs, snapshot.outputs);
+        snapshot.outputs.clear();
+        for n in 0..8_000 {
+            let node = domain::NodeId::new(format!("n{n}")).unwrap();
+            snapshot.node_calls.insert(node, n);
+        }
+        store.save_snapshot(&snapshot).await.unwrap();
+        let text = std::fs::read(run_dir.join("snapshot.json")).unwrap();
+        assert!(text.len() > crate::blobs::INLINE_LIMIT);
+        assert_eq!(text, snapshot.to_json_vec().unwrap());
+        assert!(blobs("snapshot-blobs").is_empty());
     }
 
     #[tokio::test]

@@ -29,14 +29,15 @@ pub(super) fn write_snapshot(
     snapshot: &RunSnapshot,
 ) -> Result<u64, StoreError> {
     let paths = &handle.paths;
-    let bytes = snapshot.to_json_vec().map_err(|e| {
+    let mut bytes = Vec::with_capacity(4096);
+    let longest = snapshot.write_json_measured(&mut bytes).map_err(|e| {
         StoreError::Io(format!(
             "cannot serialize the snapshot of run {}: {e}",
             paths.run_id
         ))
     })?;
     let encoded = bytes.len() as u64;
-    let bytes = (paths.snapshot_blobs.externalize(bytes))
+    let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
     let mut options = OpenOptions::new();
