@@ -175,8 +175,9 @@ fn report() -> anyhow::Result<()> {
         );
     }
     report_cadence()?;
-    report_steps()?;
+    report_runner_interleaved()?;
     report_cli_steps()?;
+    report_steps()?;
     report_fan_out()?;
     report_http()?;
     report_resume()?;
@@ -391,7 +392,12 @@ fn report_steps() -> anyhow::Result<()> {
             per_step / step_bytes
         );
     }
-    // The same steps taken in turn with the raw sync, pass by pass.
+    Ok(())
+}
+
+/// Prints the runner's steps taken in turn with the raw sync, pass by pass
+/// (see `tests/benches/runner.rs`); skipped when that bench has not run.
+fn report_runner_interleaved() -> anyhow::Result<()> {
     let path = criterion_file("runner/figures.json")?;
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(());
