@@ -10,7 +10,8 @@
 //! VM drift by several times within a minute. Per step: a run's whole time
 //! over its steps, and the marginal `(t(n) - t(100)) / (n - 100)`, which
 //! the process's start and the run's fixed costs cancel out of; flat in
-//! steps means both stay the same from 1,000 to 10,000 steps.
+//! steps means both stay the same from 1,000 to 10,000 steps. Then each
+//! length runs once more under GNU time for its peak memory (max RSS).
 //!
 //! `cargo bench -p awr-tests --bench cli_steps` (with `AWR_BIN=PATH`, of
 //! another build of `awr`); `cargo xtask bench-report` prints the figures
@@ -76,6 +77,26 @@ fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
     );
     let _ = std::fs::remove_dir_all(&storage);
     took
+}
+
+/// The maximum resident set of one `awr run` of `chain<n>`, in KB.
+fn max_rss_kb(time: &Path, awr: &Path, dir: &Path, n: usize) -> u64 {
+    let storage = dir.join(format!("storage-rss-{n}"));
+    let report = dir.join("rss.txt");
+    let out = std::process::Command::new(time)
+        .args(["-f", "%M", "-o"])
+        .arg(&report)
+        .arg(awr)
+        .arg("--storage")
+        .arg(&storage)
+        .args(["run", &format!("chain{n}.yaml")])
+        .current_dir(dir)
+        .output()
+        .expect("start GNU time");
+    assert!(out.status.success(), "awr run chain{n}.yaml under time");
+    let _ = std::fs::remove_dir_all(&storage);
+    let text = std::fs::read_to_string(&report).expect("time's report");
+    text.trim().parse().expect("a number of KB")
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -145,6 +166,21 @@ fn main() {
             figure["marginal_ratio"] = json!(ratio);
         }
         figures.insert(format!("chain_{n}"), figure);
+    }
+    // The peak memory of a run of each length, by GNU time in runs of
+    // their own (its fork and exec would weigh on the timed runs).
+    let time = Path::new("/usr/bin/time");
+    if time.exists() {
+        for n in LENGTHS {
+            let kb = max_rss_kb(time, &awr, dir.path(), n);
+            println!(
+                "  {n:>6} steps, max RSS        {:>9.1} MB",
+                kb as f64 / 1024.0
+            );
+            figures[&format!("chain_{n}")]["max_rss_kb"] = json!(kb);
+        }
+    } else {
+        println!("  max RSS: not measured, no GNU time at /usr/bin/time");
     }
     let out = awr_tests::bench::criterion_dir().join("cli_steps");
     if std::fs::create_dir_all(&out).is_ok() {

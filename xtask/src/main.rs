@@ -439,8 +439,12 @@ fn report_cli_steps() -> anyhow::Result<()> {
             .zip(figure["marginal_ratio"].as_f64())
             .map(|(us, r)| format!("; marginal {us:.1} µs, {r:.2} x"))
             .unwrap_or_default();
+        let rss = figure["max_rss_kb"]
+            .as_f64()
+            .map(|kb| format!("; max RSS {:.1} MB", kb / 1024.0))
+            .unwrap_or_default();
         println!(
-            "awr run: {n:>6} steps, per step {step:>9.1} µs   ({ratio:.2} x one fdatasync{marginal})"
+            "awr run: {n:>6} steps, per step {step:>9.1} µs   ({ratio:.2} x one fdatasync{marginal}{rss})"
         );
     }
     Ok(())
