@@ -22,7 +22,7 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
-use awr_tests::bench::{Stub, chain};
+use awr_tests::bench::{Stub, chain, median};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -317,7 +317,7 @@ fn split(
         }
         tail.push(start.elapsed().as_nanos() as f64);
     }
-    (median_ns(&mut snapshot) / 1e3, median_ns(&mut tail) / 1e3)
+    (median(&snapshot) / 1e3, median(&tail) / 1e3)
 }
 
 /// Bytes of the files under `dir`, recursively: what the run left on disk.
@@ -331,12 +331,6 @@ fn disk_bytes(dir: &Path) -> u64 {
             })
             .sum()
     })
-}
-
-/// The median, or NaN for none (a filter left the bench out).
-fn median_ns(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn bench_cadence(c: &mut Criterion) {
@@ -407,8 +401,8 @@ fn bench_cadence(c: &mut Criterion) {
                 start.elapsed()
             })
         });
-        let warm_us = median_ns(&mut warm_ns) / 1e3;
-        let raw_us = median_ns(&mut raw_ns) / 1e3;
+        let warm_us = median(&warm_ns) / 1e3;
+        let raw_us = median(&raw_ns) / 1e3;
         let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
         println!(
             "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \

@@ -23,6 +23,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
+use awr_tests::bench::median;
 use serde_json::json;
 
 /// Chain lengths; the first is the base of the marginal figures.
@@ -97,12 +98,6 @@ fn max_rss_kb(time: &Path, awr: &Path, dir: &Path, n: usize) -> u64 {
     let _ = std::fs::remove_dir_all(&storage);
     let text = std::fs::read_to_string(&report).expect("time's report");
     text.trim().parse().expect("a number of KB")
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -371,11 +371,7 @@ fn interleaved(rt: &Runtime, dir: &Path, line: &[u8]) -> serde_json::Value {
         rt.block_on(lone.step(&store, false));
         note("later_step".into(), start.elapsed());
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = awr_tests::bench::median;
     let raw = median(&samples["raw_fdatasync"]);
     println!("interleaved, {PASSES} passes (median µs, ratio to the raw fdatasync):");
     let mut out = serde_json::Map::new();

@@ -24,7 +24,7 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
-use awr_tests::bench::chain;
+use awr_tests::bench::{chain, median};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -420,11 +420,6 @@ fn medians(samples: &[BTreeMap<&'static str, (Duration, u32)>]) -> BTreeMap<Stri
         .collect()
 }
 
-fn median_us(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn bench_resume(c: &mut Criterion) {
     // As `awr resume` builds it.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -503,7 +498,12 @@ fn bench_resume(c: &mut Criterion) {
                 total
             })
         });
-        let total = median_us(samples.iter().map(|s| s.0.as_secs_f64() * 1e6).collect());
+        let total = median(
+            &samples
+                .iter()
+                .map(|s| s.0.as_secs_f64() * 1e6)
+                .collect::<Vec<_>>(),
+        );
         let split: Vec<_> = samples.into_iter().map(|s| s.1).collect();
         let split = medians(&split);
         println!("resume/{name}: median {total:.1} µs to the provider call; medians of its parts:");

@@ -264,11 +264,7 @@ fn interleaved(
             ratios[i].push(per_step / sync);
         }
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = awr_tests::bench::median;
     let raw = median(&raw);
     println!("interleaved, {PASSES} passes (medians):");
     println!("  raw write 300 B + fdatasync  {raw:>9.1} µs");

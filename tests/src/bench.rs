@@ -51,6 +51,14 @@ pub fn release_awr() -> PathBuf {
         .join("awr")
 }
 
+/// The median of `samples` (the upper one of an even count), or NaN for
+/// none: a filter left that figure out.
+pub fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// A file opened for appending (0600, created if need be), as a run's log
 /// is: the raw reference's file.
 ///

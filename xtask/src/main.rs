@@ -208,15 +208,11 @@ fn report_serve_followers() -> anyhow::Result<()> {
 /// with their syncs, as ratios to a raw `fdatasync` taken in turn with them
 /// (see `tests/benches/group_commit.rs`); skipped when that bench has not run.
 fn report_group_commit() -> anyhow::Result<()> {
-    let path = criterion_file("group_commit/figures.json")?;
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some((path, json)) = figures("group_commit")? else {
         return Ok(());
     };
-    let path = path.display();
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     let Some(figures) = json["interleaved"].as_object() else {
-        bail!("{path}: no interleaved figures");
+        bail!("{}: no interleaved figures", path.display());
     };
     for (name, figure) in figures {
         let us = figure["median_us"].as_f64().unwrap_or(f64::NAN);
@@ -240,13 +236,9 @@ fn report_group_commit() -> anyhow::Result<()> {
 /// log's size and the state load beside a raw parse of the same bytes (see
 /// `tests/benches/cadence.rs`); skipped when that bench has not run.
 fn report_cadence() -> anyhow::Result<()> {
-    let path = criterion_file("cadence/figures.json")?;
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some((_, runs)) = figures("cadence")? else {
         return Ok(());
     };
-    let path = path.display();
-    let runs: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     for steps in ["100", "2000", "10000"] {
         let run = &runs[steps];
         let n = |key: &str| run[key].as_f64().unwrap_or(f64::NAN);
@@ -359,6 +351,17 @@ fn criterion_file(rest: &str) -> anyhow::Result<PathBuf> {
     Ok(criterion_dir()?.join(rest))
 }
 
+/// The `figures.json` a bench of ours wrote beside criterion's results,
+/// and its path; `None` when that bench has not run.
+fn figures(bench: &str) -> anyhow::Result<Option<(PathBuf, serde_json::Value)>> {
+    let path = criterion_file(&format!("{bench}/figures.json"))?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let json = serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+    Ok(Some((path, json)))
+}
+
 /// Median of one criterion benchmark, in microseconds.
 fn median_us(group: &str, id: &str) -> anyhow::Result<f64> {
     let path = criterion_file(&format!("{group}/{id}/new/estimates.json"))?;
@@ -398,13 +401,9 @@ fn report_steps() -> anyhow::Result<()> {
 /// Prints the runner's steps taken in turn with the raw sync, pass by pass
 /// (see `tests/benches/runner.rs`); skipped when that bench has not run.
 fn report_runner_interleaved() -> anyhow::Result<()> {
-    let path = criterion_file("runner/figures.json")?;
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some((_, json)) = figures("runner")? else {
         return Ok(());
     };
-    let path = path.display();
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     let raw = json["raw_fdatasync_us"].as_f64().unwrap_or(f64::NAN);
     println!("interleaved: raw write 300 B + fdatasync {raw:>9.1} µs");
     for name in ["stub_sync_step", "stub_sync_never"] {
@@ -421,13 +420,9 @@ fn report_runner_interleaved() -> anyhow::Result<()> {
 /// 10,000 steps beside the raw sync of the same passes (see
 /// `tests/benches/cli_steps.rs`); skipped when that bench has not run.
 fn report_cli_steps() -> anyhow::Result<()> {
-    let path = criterion_file("cli_steps/figures.json")?;
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some((_, json)) = figures("cli_steps")? else {
         return Ok(());
     };
-    let path = path.display();
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parse {path}"))?;
     let raw = json["raw_fdatasync_us"].as_f64().unwrap_or(f64::NAN);
     println!("awr run: raw write 300 B + fdatasync {raw:>9.1} µs");
     for n in [100, 1_000, 10_000] {

@@ -710,16 +710,8 @@ mod tests {
         far.timestamp = Timestamp::from_millis(400_000_000_000_000);
         far.node_id = None;
         events.push(far);
-        for e in &events {
-            assert!(e.extra.is_empty());
-            let mut direct = Vec::new();
-            e.write_json(&mut direct).unwrap();
-            let serde = serde_json::to_vec(e).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&direct),
-                String::from_utf8_lossy(&serde)
-            );
-        }
+        assert!(events.iter().all(|e| e.extra.is_empty()));
+        crate::json_out::assert_writes_as_serde(&events, RuntimeEvent::write_json);
     }
 
     #[test]

@@ -253,14 +253,9 @@ macro_rules! uuid_serde {
             /// Appends the id as a JSON string: hex and hyphens need no
             /// escaping, so the event writer skips serde's scan of it.
             pub(crate) fn write_json(&self, buf: &mut Vec<u8>) {
-                buf.push(b'"');
-                buf.extend_from_slice(
-                    self.0
-                        .hyphenated()
-                        .encode_lower(&mut Uuid::encode_buffer())
-                        .as_bytes(),
-                );
-                buf.push(b'"');
+                let mut text = Uuid::encode_buffer();
+                let text = self.0.hyphenated().encode_lower(&mut text);
+                crate::json_out::write_plain(buf, text);
             }
         }
         impl Serialize for $ty {

@@ -16,6 +16,7 @@ pub mod command;
 pub mod condition;
 pub mod event;
 pub mod ids;
+mod json_out;
 pub mod output;
 pub mod pricing;
 pub mod recording;

@@ -27,7 +27,6 @@ pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
 pub use status::{EdgeStatus, NodeStatus, RunStatus};
 pub use stopping::Stopping;
 pub use text::JsonText;
-pub(crate) use write::needs_escape;
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -761,15 +760,7 @@ mod tests {
         full.extra
             .insert("future".into(), serde_json::json!({"z": 1}));
         snapshots.push(full);
-        for s in &snapshots {
-            let mut direct = Vec::new();
-            s.write_json(&mut direct).unwrap();
-            let serde = serde_json::to_vec(s).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&direct),
-                String::from_utf8_lossy(&serde)
-            );
-        }
+        crate::json_out::assert_writes_as_serde(&snapshots, RunSnapshot::write_json);
         assert!(snapshots.iter().any(|s| !s.node_runs.is_empty()));
         use {EdgeStatus as E, NodeStatus as N};
         for status in [N::Pending, N::Running, N::Done, N::Failed, N::Skipped] {

@@ -58,14 +58,12 @@ impl Timestamp {
     /// serde's scan of it.
     pub(crate) fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
         let mut text = [0u8; 24];
-        match self.encode(&mut text) {
-            Some(()) => {
-                buf.push(b'"');
-                buf.extend_from_slice(&text);
-                buf.push(b'"');
+        match self.encode(&mut text).map(|()| std::str::from_utf8(&text)) {
+            Some(Ok(text)) => {
+                crate::json_out::write_plain(buf, text);
                 Ok(())
             }
-            None => serde_json::to_writer(buf, self),
+            _ => serde_json::to_writer(buf, self),
         }
     }
 

@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::ids::RunId;
+use crate::json_out::write_str;
 use crate::time::Timestamp;
 
 /// The closed vocabulary of line types, plus whatever a newer writer used.
@@ -423,15 +424,6 @@ impl ExchangeEvent {
             payload,
             extra: _,
         } = self;
-        let text = |buf: &mut Vec<u8>, text: &str| -> Result<(), serde_json::Error> {
-            if text.bytes().any(crate::snapshot::needs_escape) {
-                return serde_json::to_writer(buf, text);
-            }
-            buf.push(b'"');
-            buf.extend_from_slice(text.as_bytes());
-            buf.push(b'"');
-            Ok(())
-        };
         buf.extend_from_slice(b"{\"seq\":");
         buf.extend_from_slice(itoa::Buffer::new().format(*seq).as_bytes());
         buf.extend_from_slice(b",\"run_id\":");
@@ -445,9 +437,9 @@ impl ExchangeEvent {
             child.write_json(buf);
         }
         buf.extend_from_slice(b",\"type\":");
-        text(buf, kind.as_str())?;
+        write_str(buf, kind.as_str())?;
         buf.extend_from_slice(b",\"path\":");
-        text(buf, path)?;
+        write_str(buf, path)?;
         buf.extend_from_slice(b",\"iteration\":");
         buf.extend_from_slice(itoa::Buffer::new().format(*iteration).as_bytes());
         buf.extend_from_slice(b",\"timestamp\":");
@@ -564,15 +556,7 @@ mod tests {
         let mut newer = base;
         newer.extra.insert("future".into(), json!([1]));
         lines.push(newer);
-        for line in &lines {
-            let mut direct = Vec::new();
-            line.write_json(&mut direct).unwrap();
-            let serde = serde_json::to_vec(line).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&direct),
-                String::from_utf8_lossy(&serde)
-            );
-        }
+        crate::json_out::assert_writes_as_serde(&lines, ExchangeEvent::write_json);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{EventKind, KNOWN_TYPES, RuntimeEvent, keys};
 use crate::ids::{NodeId, Offset};
-use crate::snapshot::needs_escape;
+use crate::json_out::{write_plain, write_str};
 
 /// Why a line is not an event.
 #[derive(Debug, thiserror::Error)]
@@ -186,13 +186,7 @@ impl RuntimeEvent {
     /// by the envelope.
     fn write_direct(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
         buf.extend_from_slice(b"{\"id\":");
-        if self.id.bytes().any(needs_escape) {
-            serde_json::to_writer(&mut *buf, &self.id)?;
-        } else {
-            buf.push(b'"');
-            buf.extend_from_slice(self.id.as_bytes());
-            buf.push(b'"');
-        }
+        write_str(buf, &self.id)?;
         buf.extend_from_slice(b",\"offset\":");
         buf.extend_from_slice(itoa::Buffer::new().format(self.offset.get()).as_bytes());
         buf.extend_from_slice(b",\"timestamp\":");
@@ -201,9 +195,8 @@ impl RuntimeEvent {
         self.run_id.write_json(buf);
         if let Some(node) = &self.node_id {
             // Node ids are `[A-Za-z0-9_-]` (checked when made).
-            buf.extend_from_slice(b",\"nodeId\":\"");
-            buf.extend_from_slice(node.as_str().as_bytes());
-            buf.push(b'"');
+            buf.extend_from_slice(b",\"nodeId\":");
+            write_plain(buf, node.as_str());
         }
         if let Some(run) = &self.node_run_id {
             buf.extend_from_slice(b",\"nodeRunId\":");

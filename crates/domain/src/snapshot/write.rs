@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::{RunSnapshot, Spent};
 use crate::ids::NodeId;
+use crate::json_out::{write_plain, write_str};
 
 impl RunSnapshot {
     /// This snapshot's JSON ([`RunSnapshot::write_json`]).
@@ -91,11 +92,11 @@ impl RunSnapshot {
         })?;
         w.value("state", state)?;
         w.nodes("nodeStatus", node_status, |buf, status| {
-            quoted(buf, status.as_str());
+            write_plain(buf, status.as_str());
             Ok(())
         })?;
         w.texts("edgeStatus", edge_status, |buf, status| {
-            quoted(buf, status.as_str());
+            write_plain(buf, status.as_str());
             Ok(())
         })?;
         w.texts("loopCounters", loop_counters, serde_value)?;
@@ -154,13 +155,6 @@ fn serde_value<T: Serialize>(buf: &mut Vec<u8>, value: &T) -> Result<(), serde_j
     serde_json::to_writer(buf, value)
 }
 
-/// A name that needs no escaping, as a JSON string.
-fn quoted(buf: &mut Vec<u8>, name: &str) {
-    buf.push(b'"');
-    buf.extend_from_slice(name.as_bytes());
-    buf.push(b'"');
-}
-
 /// `Spent` as its derived `Serialize` writes it.
 fn write_spent(buf: &mut Vec<u8>, spent: &Spent) -> Result<(), serde_json::Error> {
     let Spent {
@@ -211,15 +205,19 @@ impl<'a> Object<'a> {
         Ok(())
     }
 
-    /// Writes `"key":`. Keys given here are field names, ids or checked
-    /// text: none needs escaping.
-    fn key(&mut self, key: &str) {
+    /// The comma before every field but the first.
+    fn separate(&mut self) {
         if !std::mem::take(&mut self.first) {
             self.buf.push(b',');
         }
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(key.as_bytes());
-        self.buf.extend_from_slice(b"\":");
+    }
+
+    /// Writes `"key":`. Keys given here are field names: none needs
+    /// escaping.
+    fn key(&mut self, key: &str) {
+        self.separate();
+        write_plain(self.buf, key);
+        self.buf.push(b':');
     }
 
     fn value<T: Serialize + ?Sized>(
@@ -236,49 +234,48 @@ impl<'a> Object<'a> {
         &mut self,
         key: &str,
         map: &BTreeMap<NodeId, V>,
-        mut write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
+        write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
     ) -> Result<(), serde_json::Error> {
-        self.key(key);
-        let mut inner = Object::open(self.buf);
-        for (node, value) in map {
-            inner.key(node.as_str());
-            inner.measure(|buf| write(buf, value))?;
-        }
-        inner.buf.push(b'}');
-        self.longest = self.longest.max(inner.longest);
-        Ok(())
+        self.map(
+            key,
+            map,
+            |buf, node| {
+                write_plain(buf, node.as_str());
+                Ok(())
+            },
+            write,
+        )
     }
 
-    /// A map keyed by any text (edge ids): a key that needs escaping is
-    /// written by serde.
+    /// A map keyed by any text (edge ids), each key escaped if need be.
     fn texts<V>(
         &mut self,
         key: &str,
         map: &BTreeMap<String, V>,
+        write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
+    ) -> Result<(), serde_json::Error> {
+        self.map(key, map, |buf, text| write_str(buf, text), write)
+    }
+
+    /// The map `map` under `key`, each key written by `name` and each value
+    /// by `write`.
+    fn map<K, V>(
+        &mut self,
+        key: &str,
+        map: &BTreeMap<K, V>,
+        mut name: impl FnMut(&mut Vec<u8>, &K) -> Result<(), serde_json::Error>,
         mut write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
     ) -> Result<(), serde_json::Error> {
         self.key(key);
         let mut inner = Object::open(self.buf);
-        for (text, value) in map {
-            if text.bytes().any(needs_escape) {
-                if !std::mem::take(&mut inner.first) {
-                    inner.buf.push(b',');
-                }
-                serde_json::to_writer(&mut *inner.buf, text)?;
-                inner.buf.push(b':');
-            } else {
-                inner.key(text);
-            }
+        for (k, value) in map {
+            inner.separate();
+            name(inner.buf, k)?;
+            inner.buf.push(b':');
             inner.measure(|buf| write(buf, value))?;
         }
         inner.buf.push(b'}');
         self.longest = self.longest.max(inner.longest);
         Ok(())
     }
-}
-
-/// Whether a byte must be escaped in a JSON string (as serde_json does:
-/// control characters, the quote and the backslash).
-pub(crate) fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
 }
