@@ -57,12 +57,14 @@ sleep 0.05
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"'"$session"'","num_turns":1,"duration_ms":5,"usage":{"input_tokens":10,"output_tokens":4}}'
 "#;
 
-/// A fake Claude Code that fails when its prompt says "bad", and when it
-/// resumes a session that did (a real CLI remembers its conversation);
-/// `MARKS` is the directory where it notes those sessions.
+/// A fake Claude Code that fails when its prompt says "refuse-me", and
+/// when it resumes a session that did (a real CLI remembers its
+/// conversation); `MARKS` is the directory where it notes those sessions.
+/// The word is not hex: a word that is ("bad") also matched one uuid in
+/// ~140 passed as session ids, failing a good item now and then.
 const PICKY_CLAUDE: &str = r#"#!/bin/sh
 session=none
-case "$*" in *bad*) bad=1 ;; esac
+case "$*" in *refuse-me*) bad=1 ;; esac
 while [ $# -gt 0 ]; do
   case "$1" in --session-id|--resume) session="$2"; shift ;; esac
   shift
@@ -724,7 +726,7 @@ fn a_run_resumed_from_any_prefix_of_its_log_completes_as_if_uninterrupted() {
     std::fs::write(
         &fails_on_item,
         format!(
-            "name: fails-on-item\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nnodes:\n  - {{id: each, agent: coder, retry: {{max_attempts: 1}}, for_each: {{items: '[\"good\", \"bad\"]', max_concurrency: 1}}}}\n",
+            "name: fails-on-item\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nnodes:\n  - {{id: each, agent: coder, retry: {{max_attempts: 1}}, for_each: {{items: '[\"good\", \"refuse-me\"]', max_concurrency: 1}}}}\n",
             picky.display()
         ),
     )
