@@ -128,17 +128,17 @@ struct RawStep {
     #[serde(default)]
     agent: Option<String>,
     #[serde(default)]
-    command: Option<Shorthand<RawCommand>>,
+    command: Option<Box<Shorthand<RawCommand>>>,
     #[serde(default)]
     call_workflow: Option<String>,
     #[serde(default)]
     input: Option<String>,
     #[serde(default)]
-    for_each: Option<Shorthand<RawForEach>>,
+    for_each: Option<Box<Shorthand<RawForEach>>>,
     #[serde(default)]
-    retry: Option<RawRetry>,
+    retry: Option<Box<RawRetry>>,
     #[serde(default)]
-    budget: Option<RawBudget>,
+    budget: Option<Box<RawBudget>>,
 }
 
 /// One element of `nodes:`: a step with a required id, and `join`.
@@ -152,19 +152,19 @@ struct RawNode {
     #[serde(default)]
     agent: Option<String>,
     #[serde(default)]
-    command: Option<Shorthand<RawCommand>>,
+    command: Option<Box<Shorthand<RawCommand>>>,
     #[serde(default)]
     call_workflow: Option<String>,
     #[serde(default)]
     input: Option<String>,
     #[serde(default)]
-    for_each: Option<Shorthand<RawForEach>>,
+    for_each: Option<Box<Shorthand<RawForEach>>>,
     #[serde(default)]
     join: Option<Join>,
     #[serde(default)]
-    retry: Option<RawRetry>,
+    retry: Option<Box<RawRetry>>,
     #[serde(default)]
-    budget: Option<RawBudget>,
+    budget: Option<Box<RawBudget>>,
 }
 
 #[derive(Deserialize)]
@@ -285,12 +285,12 @@ fn lower_steps(
         let keys = NodeKeys {
             agent: step.agent,
             call_workflow: step.call_workflow,
-            command: step.command,
+            command: step.command.map(|b| *b),
             input: step.input,
-            for_each: step.for_each,
+            for_each: step.for_each.map(|b| *b),
             join: None,
-            retry: step.retry,
-            budget: step.budget,
+            retry: step.retry.map(|b| *b),
+            budget: step.budget.map(|b| *b),
         };
         set.add(item, &id, keys)?;
     }
@@ -324,12 +324,12 @@ fn lower_graph(
         let keys = NodeKeys {
             agent: node.agent,
             call_workflow: node.call_workflow,
-            command: node.command,
+            command: node.command.map(|b| *b),
             input: node.input,
-            for_each: node.for_each,
+            for_each: node.for_each.map(|b| *b),
             join: node.join,
-            retry: node.retry,
-            budget: node.budget,
+            retry: node.retry.map(|b| *b),
+            budget: node.budget.map(|b| *b),
         };
         set.add(item, &node.id, keys)?;
     }
