@@ -6,7 +6,7 @@
 //! so two runs of one recording write byte-identical logs.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 
@@ -21,8 +21,15 @@ use uuid::{Builder, Uuid};
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    /// Milliseconds read straight off the system clock: one calendar
+    /// conversion, where `Utc::now()` truncated to milliseconds makes two
+    /// (a clock read is made several times a step).
     fn now(&self) -> Timestamp {
-        Timestamp::new(Utc::now())
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|since| i64::try_from(since.as_millis()).ok())
+            .map_or_else(|| Timestamp::new(Utc::now()), Timestamp::from_millis)
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
@@ -154,8 +161,12 @@ mod tests {
     #[test]
     fn system_sources_produce_valid_values() {
         let before = Utc::now().timestamp_millis();
-        let now = SystemClock.now().as_millis();
-        assert!(now >= before - 1);
+        let now = SystemClock.now();
+        let after = Utc::now().timestamp_millis();
+        assert!((before..=after).contains(&now.as_millis()), "{now}");
+        // Whole milliseconds, as the log's text keeps them.
+        assert_eq!(now.as_datetime().timestamp_subsec_nanos() % 1_000_000, 0);
+        assert_eq!(now.to_string().parse::<Timestamp>().unwrap(), now);
         RunId::new(RandomIds.uuid()).unwrap();
     }
 }
