@@ -78,6 +78,24 @@ pub enum Prompt {
     Messages(Vec<Value>),
 }
 
+/// Declares [`EventKind`] and, from the same text, `ByName`: the same
+/// variants read by a variant's name given apart from its fields (serde's
+/// `remote` derive builds an `EventKind`). A log line's reader knows the
+/// `type` before it reads the other fields; the internally tagged derive
+/// would first copy every field into serde's untyped buffer to find it.
+macro_rules! event_kind {
+    ($(#[$meta:meta])* pub enum EventKind { $($body:tt)* }) => {
+        $(#[$meta])*
+        pub enum EventKind { $($body)* }
+
+        #[derive(Deserialize)]
+        #[serde(remote = "EventKind")]
+        #[allow(dead_code)] // only its derived reader is used
+        enum ByName { $($body)* }
+    };
+}
+
+event_kind! {
 /// Everything after the envelope, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -432,6 +450,7 @@ pub enum EventKind {
         raw: Map<String, Value>,
     },
 }
+}
 
 /// Every `type` this version knows; anything else becomes [`EventKind::Unknown`].
 pub const KNOWN_TYPES: &[&str] = &[
@@ -673,6 +692,50 @@ mod tests {
         ] {
             assert!(RuntimeEvent::from_json(line.as_bytes()).is_err(), "{line}");
         }
+    }
+
+    /// A known kind is read by its name, each field from its raw text: a
+    /// field that does not fit is named, with no position (a position
+    /// within the field's own text would point at the wrong column).
+    #[test]
+    fn a_bad_field_of_a_known_kind_is_named_in_the_error() {
+        let line = |body: &str| {
+            format!(
+                r#"{{"id":"x","offset":1,"timestamp":"2026-01-01T00:00:00Z","runId":"{RUN}",{body}}}"#
+            )
+        };
+        for (body, said) in [
+            (
+                r#""type":"agent:text:delta","content":5"#,
+                "bad `agent:text:delta` event: field `content`: invalid type: integer `5`, expected a string",
+            ),
+            (
+                r#""type":"node:started","attempt":"x""#,
+                r#"bad `node:started` event: field `attempt`: invalid type: string "x", expected u32"#,
+            ),
+            (
+                r#""type":"agent:complete","result":"ok","usage":{"inputTokens":"many"}"#,
+                "bad `agent:complete` event: field `usage`: invalid type: string \"many\", expected u64",
+            ),
+            (
+                r#""type":"agent:text:delta""#,
+                "bad `agent:text:delta` event: missing field `content`",
+            ),
+        ] {
+            let err = RuntimeEvent::from_json(line(body).as_bytes()).unwrap_err();
+            assert_eq!(err.to_string(), said, "{body}");
+        }
+        // The tag may come anywhere, and a later copy of a field wins.
+        let event = RuntimeEvent::from_json(
+            line(r#""content":"a","type":"agent:text:delta","content":"b""#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            event.kind,
+            EventKind::AgentTextDelta {
+                content: "b".into()
+            }
+        );
     }
 
     /// The event writer writes the envelope itself: it must write every

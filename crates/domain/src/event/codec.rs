@@ -4,12 +4,14 @@
 use std::borrow::Cow;
 
 use serde::de::value::MapDeserializer;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{
+    DeserializeSeed, EnumAccess, Error as _, IntoDeserializer, MapAccess, VariantAccess, Visitor,
+};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{EventKind, KNOWN_TYPES, RuntimeEvent, keys};
+use super::{ByName, EventKind, KNOWN_TYPES, RuntimeEvent, keys};
 use crate::ids::{NodeId, Offset};
 use crate::json_out::{write_plain, write_str};
 
@@ -105,13 +107,20 @@ impl RuntimeEvent {
             !ENVELOPE.contains(&k.as_ref()) && !fields[i + 1..].iter().any(|(later, _)| later == k)
         });
         let (kind, extra) = if KNOWN_TYPES.contains(&type_name.as_str()) {
-            let body_fields = body.clone().map(|(_, (k, v))| (k.as_ref(), *v));
-            let kind = EventKind::deserialize(MapDeserializer::new(body_fields)).map_err(
-                |e: serde_json::Error| EventParseError::Body {
-                    type_name,
+            let body_fields = body
+                .clone()
+                .filter(|(_, (k, _))| k != "type")
+                .map(|(_, (k, v))| (k.as_ref(), *v));
+            let named = Named {
+                name: &type_name,
+                fields: body_fields,
+            };
+            let kind = ByName::deserialize(named).map_err(|e: serde_json::Error| {
+                EventParseError::Body {
+                    type_name: type_name.clone(),
                     message: e.to_string(),
-                },
-            )?;
+                }
+            })?;
             // Whatever the kind did not take is a newer writer's field: keep it.
             let mut taken = keys::Keys::default();
             let mut extra = Map::new();
@@ -275,5 +284,132 @@ impl<'de> Deserialize<'de> for Key<'de> {
             }
         }
         d.deserialize_str(Text)
+    }
+}
+
+/// A known kind as its `type` and its other fields, read as the variant of
+/// that name: each field's value is read from its raw text once, with no
+/// untyped copy of the fields first.
+struct Named<'a, I> {
+    name: &'a str,
+    fields: I,
+}
+
+impl<'de, I> Deserializer<'de> for Named<'_, I>
+where
+    I: Iterator<Item = (&'de str, &'de RawValue)>,
+{
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_enum(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+impl<'de, I> EnumAccess<'de> for Named<'_, I>
+where
+    I: Iterator<Item = (&'de str, &'de RawValue)>,
+{
+    type Error = serde_json::Error;
+    type Variant = Body<I>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), Self::Error> {
+        let name: serde::de::value::StrDeserializer<'_, serde_json::Error> =
+            self.name.into_deserializer();
+        Ok((seed.deserialize(name)?, Body(self.fields)))
+    }
+}
+
+/// The fields of a [`Named`] kind.
+struct Body<I>(I);
+
+impl<'de, I> VariantAccess<'de> for Body<I>
+where
+    I: Iterator<Item = (&'de str, &'de RawValue)>,
+{
+    type Error = serde_json::Error;
+
+    fn unit_variant(self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, Self::Error> {
+        seed.deserialize(MapDeserializer::new(self.0))
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, _: usize, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde_json::Error::custom("a kind's fields are an object"))
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_map(BodyFields {
+            fields: self.0,
+            value: None,
+        })
+    }
+}
+
+/// The fields of a kind, each value read from its raw text; a value that
+/// does not fit says which field it is.
+struct BodyFields<'de, I> {
+    fields: I,
+    value: Option<(&'de str, &'de RawValue)>,
+}
+
+impl<'de, I> MapAccess<'de> for BodyFields<'de, I>
+where
+    I: Iterator<Item = (&'de str, &'de RawValue)>,
+{
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Self::Error> {
+        let Some((key, value)) = self.fields.next() else {
+            return Ok(None);
+        };
+        self.value = Some((key, value));
+        let key: serde::de::value::BorrowedStrDeserializer<'de, serde_json::Error> =
+            serde::de::value::BorrowedStrDeserializer::new(key);
+        seed.deserialize(key).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, Self::Error> {
+        let Some((key, value)) = self.value.take() else {
+            return Err(serde_json::Error::custom(
+                "a value asked for before its key",
+            ));
+        };
+        seed.deserialize(value).map_err(|e| {
+            // Its position is within the value's own text, not the line's.
+            let text = e.to_string();
+            let at = format!(" at line {} column {}", e.line(), e.column());
+            let message = text.strip_suffix(&at).unwrap_or(&text);
+            serde_json::Error::custom(format_args!("field `{key}`: {message}"))
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.fields.size_hint().1
     }
 }
