@@ -694,6 +694,43 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// A damaged line (bytes changed, removed or inserted) is an error
+        /// or an event, never a panic; an event read from one writes a
+        /// line that reads back as the same event.
+        #[test]
+        fn a_damaged_line_is_an_error_or_an_event_that_round_trips(
+            pick in 0usize..4,
+            edits in proptest::collection::vec((0usize..400, 0u8..3, proptest::num::u8::ANY), 1..4),
+        ) {
+            let bodies = [
+                r#""type":"node:started","input":{"data":"x","metadata":{"a":1}},"attempt":1"#,
+                r#""type":"agent:complete","result":"ok","usage":{"inputTokens":1,"outputTokens":2},"totalCostUsd":0.1,"numTurns":1"#,
+                r#""type":"edge:fired","edgeId":"a->b","from":"a","to":"b","iteration":2,"resetNodes":["a"]"#,
+                r#""type":"flow:started","workflow":{"name":"w","hash":"h"},"input":1,"nodes":["a"],"edges":["a->b"]"#,
+            ];
+            let mut line = format!(
+                r#"{{"id":"e1","offset":1,"timestamp":"2026-11-23T20:30:39.262Z","runId":"{RUN}","nodeId":"a",{}}}"#,
+                bodies[pick]
+            )
+            .into_bytes();
+            for (at, how, byte) in edits {
+                let at = at % line.len();
+                match how {
+                    0 => line[at] = b"\"{}[]:,0a\\-e.ntf "[usize::from(byte) % 17],
+                    1 => {
+                        line.remove(at);
+                    }
+                    _ => line.insert(at, byte),
+                }
+            }
+            if let Ok(event) = RuntimeEvent::from_json(&line) {
+                let text = event.to_json().unwrap();
+                proptest::prop_assert_eq!(RuntimeEvent::from_json(text.as_bytes()).unwrap(), event);
+            }
+        }
+    }
+
     /// A known kind is read by its name, each field from its raw text: a
     /// field that does not fit is named, with no position (a position
     /// within the field's own text would point at the wrong column).
