@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use serde::de::value::MapDeserializer;
+use serde::de::value::MapAccessDeserializer;
 use serde::de::{
     DeserializeSeed, EnumAccess, Error as _, IntoDeserializer, MapAccess, VariantAccess, Visitor,
 };
@@ -346,7 +346,10 @@ where
         self,
         seed: T,
     ) -> Result<T::Value, Self::Error> {
-        seed.deserialize(MapDeserializer::new(self.0))
+        seed.deserialize(MapAccessDeserializer::new(BodyFields {
+            fields: self.0,
+            value: None,
+        }))
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _: usize, _: V) -> Result<V::Value, Self::Error> {
