@@ -22,20 +22,20 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
-use awr_tests::bench::{Stub, chain, median};
+use awr_tests::bench::{Counting, Stub, chain, median};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use application::inspect::current_snapshot;
-use application::ports::{EventStream, RunLock, RunStore, StoreError};
+use application::ports::RunStore;
 use application::{Executor, RunRequest};
-use async_trait::async_trait;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 /// Run lengths measured, in steps.
@@ -55,72 +55,6 @@ fn lengths() -> Vec<usize> {
             })
             .collect(),
         Err(_) => LENGTHS.to_vec(),
-    }
-}
-
-/// The file store, counting the bytes it reports writing.
-struct Counting {
-    inner: FileRunStore,
-    log: AtomicU64,
-    snapshots: AtomicU64,
-    saves: AtomicU64,
-}
-
-#[async_trait]
-impl RunStore for Counting {
-    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        self.inner.create_run(run_id).await
-    }
-    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        self.inner.lock(run_id).await
-    }
-    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
-        self.inner.has_writer(run_id).await
-    }
-    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        let bytes = self.inner.append(run_id, events).await?;
-        self.log.fetch_add(bytes, Ordering::Relaxed);
-        Ok(bytes)
-    }
-    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
-        self.inner.flush(run_id).await
-    }
-    async fn read(
-        &self,
-        run_id: RunId,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<RuntimeEvent>, StoreError> {
-        self.inner.read(run_id, after, limit).await
-    }
-    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
-        self.inner.last_offset(run_id).await
-    }
-    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
-        self.inner.follow(run_id, after).await
-    }
-    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
-        let bytes = self.inner.save_snapshot(snapshot).await?;
-        self.snapshots.fetch_add(bytes, Ordering::Relaxed);
-        self.saves.fetch_add(1, Ordering::Relaxed);
-        Ok(bytes)
-    }
-    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
-        self.inner.load_snapshot(run_id).await
-    }
-    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
-        self.inner.list_runs().await
-    }
-    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
-        self.inner.delete_run(run_id).await
-    }
-    async fn import_run(
-        &self,
-        run_id: RunId,
-        events: application::ports::EventBatches,
-        snapshot: Option<RunSnapshot>,
-    ) -> Result<(), StoreError> {
-        self.inner.import_run(run_id, events, snapshot).await
     }
 }
 
@@ -147,12 +81,7 @@ struct Written {
 }
 
 fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written {
-    let store = Arc::new(Counting {
-        inner: open(dir),
-        log: AtomicU64::new(0),
-        snapshots: AtomicU64::new(0),
-        saves: AtomicU64::new(0),
-    });
+    let store = Arc::new(Counting::new(open(dir)));
     let executor = Executor::new(
         store.clone(),
         Arc::new(Stub),
@@ -291,6 +220,23 @@ fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>)
     (state, events)
 }
 
+/// The least a load of the same bytes can do: `snapshot.json` and the
+/// tail's lines read and checked as JSON, nothing built (`IgnoredAny`).
+fn raw_scan(snapshot: &Path, log: &Path, tail_start: u64) -> usize {
+    let bytes = std::fs::read(snapshot).expect("read snapshot");
+    serde_json::from_slice::<IgnoredAny>(&bytes).expect("scan snapshot");
+    let mut file = std::fs::File::open(log).expect("open log");
+    file.seek(SeekFrom::Start(tail_start)).expect("seek");
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).expect("read tail");
+    let mut lines = 0;
+    for line in tail.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        serde_json::from_slice::<IgnoredAny>(line).expect("scan line");
+        lines += 1;
+    }
+    lines
+}
+
 /// Medians of the load's two parts: the snapshot read and parsed, the
 /// tail after it read and folded, in µs.
 fn split(
@@ -401,13 +347,28 @@ fn bench_cadence(c: &mut Criterion) {
                 start.elapsed()
             })
         });
+        let mut scan_ns = Vec::new();
+        group.bench_function(format!("raw_scan/{steps}"), |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let one = std::time::Instant::now();
+                    raw_scan(&snapshot, &log, tail_start);
+                    scan_ns.push(one.elapsed().as_nanos() as f64);
+                }
+                start.elapsed()
+            })
+        });
         let warm_us = median(&warm_ns) / 1e3;
         let raw_us = median(&raw_ns) / 1e3;
+        let scan_us = median(&scan_ns) / 1e3;
         let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
         println!(
             "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \
-             raw read + parse of the same bytes {raw_us:.1} µs ({:.2} x raw)",
-            warm_us / raw_us
+             raw read + parse of the same bytes {raw_us:.1} µs ({:.2} x raw), \
+             read + scan {scan_us:.1} µs ({:.2} x the scan)",
+            warm_us / raw_us,
+            warm_us / scan_us
         );
         figures.insert(
             steps.to_string(),
@@ -424,6 +385,7 @@ fn bench_cadence(c: &mut Criterion) {
                 "snapshot_us": snapshot_us,
                 "tail_us": tail_us,
                 "raw_us": raw_us,
+                "scan_us": scan_us,
             }),
         );
     }

@@ -57,7 +57,7 @@ async fn populate(store: &dyn RunStore) {
                 edges: vec![],
             },
             EventKind::NodeStarted {
-                input: json!({"n": i}),
+                input: json!({"n": i}).into(),
                 attempt: Some(1),
                 item: None,
                 items: None,

@@ -15,10 +15,11 @@
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
-use awr_tests::bench::{Stub, chain};
+use awr_tests::bench::{Counting, Stub, chain};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use adapters_agents::{MockQuery, Providers};
 use application::ports::{
@@ -27,9 +28,9 @@ use application::ports::{
 use application::{Executor, RunRequest};
 use async_trait::async_trait;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use domain::WorkflowDef;
+use domain::{RunId, WorkflowDef};
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Chain lengths measured; the marginal cost per step is their difference.
 const LENGTHS: [usize; 2] = [20, 200];
@@ -203,6 +204,105 @@ fn bench_runner(c: &mut Criterion) {
     }
 }
 
+/// What a step records, as untyped JSON: the raw reference of the runtime's
+/// own cost. Taken from a 200-step stub run (sync off): its log's lines and
+/// its final snapshot, with the bytes per step of each that the run wrote.
+struct Record {
+    /// The log's lines, one `write` per step's worth of them.
+    steps: Vec<Vec<Value>>,
+    snapshot: Value,
+    snapshot_len: f64,
+    /// Snapshot bytes a step wrote, marginal over the 20- and 200-step runs.
+    snapshot_per_step: f64,
+}
+
+impl Record {
+    fn probe(rt: &tokio::runtime::Runtime, dir: &Path, workflows: &[Arc<WorkflowDef>; 2]) -> Self {
+        let counted = |steps: usize| {
+            let inner =
+                Arc::unwrap_or_clone(store(dir, &format!("record-{steps}"), SyncPolicy::Never));
+            let store = Arc::new(Counting::new(inner));
+            let runner = Executor::new(
+                store.clone(),
+                Arc::new(Stub),
+                Arc::new(SystemClock),
+                Arc::new(RandomIds),
+            );
+            let workflow = workflows[usize::from(steps == LENGTHS[1])].clone();
+            let id: RunId = rt.block_on(runner.create()).expect("create");
+            let req = RunRequest {
+                workflow,
+                input: json!("go"),
+                source: None,
+            };
+            rt.block_on(runner.run(id, req)).expect("run");
+            let run_dir = store.inner.run_dir(id);
+            (store.snapshots.load(Ordering::Relaxed) as f64, run_dir)
+        };
+        let (short, _) = counted(LENGTHS[0]);
+        let (long, run_dir) = counted(LENGTHS[1]);
+        let log = std::fs::read_to_string(run_dir.join("events.ndjson")).expect("log");
+        let lines: Vec<Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("log line"))
+            .collect();
+        let per_step = lines.len().div_ceil(LENGTHS[1]);
+        let snapshot = std::fs::read(run_dir.join("snapshot.json")).expect("snapshot");
+        Self {
+            steps: lines.chunks(per_step).map(<[Value]>::to_vec).collect(),
+            snapshot_len: snapshot.len() as f64,
+            snapshot: serde_json::from_slice(&snapshot).expect("snapshot"),
+            snapshot_per_step: (long - short) / (LENGTHS[1] - LENGTHS[0]) as f64,
+        }
+    }
+
+    /// µs a step's record costs: its lines serialized into a reused buffer
+    /// and written in one `write`, and its share of snapshot bytes
+    /// serialized and written the same way; then the same bytes written
+    /// again, serialized already (what no encoder can go below).
+    fn floor(&self, file: &mut std::fs::File) -> Floor {
+        file.set_len(0).expect("truncate");
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let mut written = Vec::with_capacity(self.steps.len());
+        let start = std::time::Instant::now();
+        for lines in &self.steps {
+            buf.clear();
+            for line in lines {
+                serde_json::to_writer(&mut buf, line).expect("line");
+                buf.push(b'\n');
+            }
+            file.write_all(&buf).expect("write");
+            written.push(buf.len());
+        }
+        let log = start.elapsed().as_secs_f64() * 1e6 / self.steps.len() as f64;
+        let start = std::time::Instant::now();
+        buf.clear();
+        serde_json::to_writer(&mut buf, &self.snapshot).expect("snapshot");
+        file.write_all(&buf).expect("write");
+        let share = self.snapshot_per_step / self.snapshot_len;
+        let serialized = log + start.elapsed().as_secs_f64() * 1e6 * share;
+        // The same bytes again, already serialized: the `write`s alone.
+        let snapshot = std::mem::take(&mut buf);
+        let line = vec![b'x'; written.iter().copied().max().unwrap_or(0)];
+        let start = std::time::Instant::now();
+        for len in &written {
+            file.write_all(&line[..*len]).expect("write");
+        }
+        let log = start.elapsed().as_secs_f64() * 1e6 / self.steps.len() as f64;
+        let start = std::time::Instant::now();
+        file.write_all(&snapshot).expect("write");
+        let writes = log + start.elapsed().as_secs_f64() * 1e6 * share;
+        Floor { serialized, writes }
+    }
+}
+
+/// A step's record, in µs: serialized by serde_json and written, or only
+/// written.
+struct Floor {
+    serialized: f64,
+    writes: f64,
+}
+
 /// Passes of the interleaved measurement.
 const PASSES: usize = 40;
 
@@ -248,6 +348,11 @@ fn interleaved(
         rt.block_on(runner.run(id, req)).expect("run");
         start.elapsed().as_secs_f64() * 1e6
     };
+    let record = Record::probe(rt, dir, &workflows);
+    let mut record_file = awr_tests::bench::append_file(&dir.join("record.ndjson"));
+    let mut floors = Vec::with_capacity(PASSES);
+    let mut writes = Vec::with_capacity(PASSES);
+    let mut over_floor = Vec::with_capacity(PASSES);
     let mut raw = Vec::with_capacity(PASSES);
     let mut steps: Vec<Vec<f64>> = vec![Vec::with_capacity(PASSES); runners.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::with_capacity(PASSES); runners.len()];
@@ -263,6 +368,11 @@ fn interleaved(
             steps[i].push(per_step);
             ratios[i].push(per_step / sync);
         }
+        let floor = record.floor(&mut record_file);
+        floors.push(floor.serialized);
+        writes.push(floor.writes);
+        // `steps[1]`: sync off (`policies` above).
+        over_floor.push(steps[1].last().copied().unwrap_or(f64::NAN) / floor.serialized);
     }
     let median = awr_tests::bench::median;
     let raw = median(&raw);
@@ -278,6 +388,17 @@ fn interleaved(
             json!({ "per_step_us": step, "ratio": ratio }),
         );
     }
+    let (floor, over, writes) = (median(&floors), median(&over_floor), median(&writes));
+    println!(
+        "  record floor (serde_json)    {floor:>9.1} µs per step; sync off is {over:.2} x it \
+         ({:.0} B of snapshot a step; the writes alone {writes:.1} µs)",
+        record.snapshot_per_step
+    );
+    out.insert(
+        "record_floor".into(),
+        json!({ "per_step_us": floor, "sync_never_over_floor": over, "writes_us": writes,
+                "snapshot_bytes_per_step": record.snapshot_per_step }),
+    );
     serde_json::Value::Object(out)
 }
 

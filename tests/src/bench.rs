@@ -1,16 +1,19 @@
 //! What the benches share: where criterion writes, the raw file and line
-//! every figure is judged against, an agent that answers at once, and a
-//! chain of agent steps.
+//! every figure is judged against, an agent that answers at once, a chain
+//! of agent steps, and a store that counts the bytes it writes.
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use application::ports::{
-    AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn,
+    AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
+    RunLock, RunStore, StoreError,
 };
 use async_trait::async_trait;
-use domain::WorkflowDef;
+use domain::{RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
 
 /// Where criterion writes its results: `criterion/` in the target
 /// directory, which is `CARGO_TARGET_DIR` or the one the bench binary
@@ -112,4 +115,87 @@ pub fn chain(name: &str, agent: &str, steps: usize) -> WorkflowDef {
     }
     #[allow(clippy::expect_used)]
     WorkflowDef::from_yaml(&yaml).expect("bench workflow")
+}
+
+/// A store that counts the bytes it reports writing: the log's (`append`)
+/// and the snapshots' (`save_snapshot`), and how many snapshots.
+pub struct Counting<S> {
+    /// The store that does the work.
+    pub inner: S,
+    /// Bytes appended to logs.
+    pub log: AtomicU64,
+    /// Bytes of the snapshots saved.
+    pub snapshots: AtomicU64,
+    /// Snapshots saved.
+    pub saves: AtomicU64,
+}
+
+impl<S> Counting<S> {
+    /// `inner`, with every count at zero.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            log: AtomicU64::new(0),
+            snapshots: AtomicU64::new(0),
+            saves: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: RunStore> RunStore for Counting<S> {
+    async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.create_run(run_id).await
+    }
+    async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
+        self.inner.lock(run_id).await
+    }
+    async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.inner.has_writer(run_id).await
+    }
+    async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
+        let bytes = self.inner.append(run_id, events).await?;
+        self.log.fetch_add(bytes, Ordering::Relaxed);
+        Ok(bytes)
+    }
+    async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.flush(run_id).await
+    }
+    async fn read(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RuntimeEvent>, StoreError> {
+        self.inner.read(run_id, after, limit).await
+    }
+    async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
+        self.inner.last_offset(run_id).await
+    }
+    async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
+        self.inner.follow(run_id, after).await
+    }
+    async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
+        let bytes = self.inner.save_snapshot(snapshot).await?;
+        self.snapshots.fetch_add(bytes, Ordering::Relaxed);
+        self.saves.fetch_add(1, Ordering::Relaxed);
+        Ok(bytes)
+    }
+    async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
+        self.inner.load_snapshot(run_id).await
+    }
+    async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
+        self.inner.list_runs().await
+    }
+    async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.inner.delete_run(run_id).await
+    }
+    async fn import_run(
+        &self,
+        run_id: RunId,
+        events: application::ports::EventBatches,
+        snapshot: Option<RunSnapshot>,
+    ) -> Result<(), StoreError> {
+        self.inner.import_run(run_id, events, snapshot).await
+    }
 }

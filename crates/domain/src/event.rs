@@ -16,6 +16,8 @@
 //! included, is optional on read and reads as empty (null, 0, "", []) when
 //! an older writer left it out.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -174,8 +176,10 @@ pub enum EventKind {
     /// items names their count in `items`.
     #[serde(rename = "node:started", rename_all = "camelCase")]
     NodeStarted {
+        /// `{data, metadata}`: shared, not copied, by the node run's task
+        /// and the state's record of the run in flight.
         #[serde(default)]
-        input: Value,
+        input: Arc<Value>,
         /// 1 for the first attempt; absent (an older writer) reads as 1.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<u32>,

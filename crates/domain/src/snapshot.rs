@@ -30,6 +30,7 @@ pub use text::JsonText;
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -453,7 +454,7 @@ impl RunSnapshot {
         &mut self,
         event: &RuntimeEvent,
         node: &NodeId,
-        input: &Value,
+        input: &Arc<Value>,
         attempt: Option<u32>,
         item: Option<u32>,
         items: Option<u32>,
@@ -634,7 +635,7 @@ mod tests {
             (
                 Some("a"),
                 EventKind::NodeStarted {
-                    input: Value::Null,
+                    input: Arc::default(),
                     attempt: Some(1),
                     item: None,
                     items: None,

@@ -88,7 +88,7 @@ mod tests {
             item: None,
             iteration: 0,
             started_at: None,
-            input: Value::Null,
+            input: Value::Null.into(),
             result: None,
             session: None,
             session_usage: None,

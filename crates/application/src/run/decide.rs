@@ -99,14 +99,14 @@ pub(crate) fn decide(
         while slots > 0 && (index as usize) < progress.items.len() {
             let item = &progress.items[index as usize];
             let input = routing::item_input(state, node, run_input, index, item).map(|data| {
-                json!({
-                    "data": data,
-                    "metadata": {
+                routing::envelope(
+                    data,
+                    json!({
                         "step_index": state.steps_started,
                         "previous_agent": state.previous_agent,
                         "item": index,
-                    },
-                })
+                    }),
+                )
             });
             actions.push(Action::StartItem {
                 node: node_id.clone(),
@@ -149,10 +149,10 @@ pub(crate) fn decide(
                             Some(list) => Value::Array(list.clone()),
                             None => data,
                         };
-                        let input = json!({
-                            "data": data,
-                            "metadata": { "step_index": step_index, "previous_agent": previous },
-                        });
+                        let input = routing::envelope(
+                            data,
+                            json!({ "step_index": step_index, "previous_agent": previous }),
+                        );
                         (Ok(input), items)
                     }
                 };

@@ -305,8 +305,8 @@ impl Driver {
         let run = NodeRunId::new(self.ports.ids.uuid());
         let ctx: Ctx = (Some(node.clone()), Some(run));
         let (input, broken) = match input {
-            Ok(input) => (input, None),
-            Err(error) => (Value::Null, Some(error)),
+            Ok(input) => (Arc::new(input), None),
+            Err(error) => (Arc::default(), Some(error)),
         };
         let started = EventKind::NodeStarted {
             input: input.clone(),
@@ -336,7 +336,7 @@ impl Driver {
         run: NodeRunId,
         def: domain::workflow::NodeDef,
         attempt: u32,
-        input: Value,
+        input: Arc<Value>,
         item: Option<u32>,
         resume: Option<Continuation>,
     ) -> Result<(), ExecutorError> {

@@ -82,7 +82,7 @@ impl NodeEnd {
     pub fn into_event(self, continued: bool) -> EventKind {
         match self.error {
             None => EventKind::NodeCompleted {
-                output: json!({ "data": self.data, "metadata": self.metadata }),
+                output: super::routing::envelope(self.data, self.metadata),
             },
             Some(error) => EventKind::NodeFailed { error, continued },
         }
@@ -111,7 +111,7 @@ pub(crate) struct NodeTask {
     /// began (a resume); `None` starts afresh.
     pub resume: Option<Continuation>,
     /// Its input (`{data, metadata}`), as `node:started` recorded it.
-    pub input: Value,
+    pub input: Arc<Value>,
     /// The `for_each` item it works on.
     pub item: Option<u32>,
     pub tx: mpsc::Sender<Msg>,

@@ -19,6 +19,16 @@ pub(crate) enum Readiness {
     Wait,
 }
 
+/// A node run's `{data, metadata}`, built from its parts by moving them:
+/// `json!` would copy each given `Value` by serializing it, a step's whole
+/// input or output walked twice more than needed.
+pub(crate) fn envelope(data: Value, metadata: Value) -> Value {
+    let mut object = Map::new();
+    object.insert("data".to_owned(), data);
+    object.insert("metadata".to_owned(), metadata);
+    Value::Object(object)
+}
+
 pub(crate) fn node_status(state: &RunSnapshot, node: &NodeId) -> NodeStatus {
     state
         .node_status

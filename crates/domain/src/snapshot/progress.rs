@@ -8,6 +8,7 @@
 //! awr's additions to the snapshot: optional on read, left out when empty.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,8 +38,8 @@ pub struct NodeRunState {
     pub started_at: Option<Timestamp>,
     /// Its input (`{data, metadata}`), as `node:started` recorded it: a
     /// new attempt after a resume gets the same.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub input: Value,
+    #[serde(default, skip_serializing_if = "is_null")]
+    pub input: Arc<Value>,
     /// The output data of its agent's last finished invocation
     /// (`agent:complete`), until another begins: a node run that stopped
     /// right after it ends with it on resume, without calling again.
@@ -179,4 +180,9 @@ impl Spent {
     pub fn is_empty(&self) -> bool {
         *self == Spent::default()
     }
+}
+
+/// Whether a shared input is `null`: written only when there is one.
+fn is_null(value: &Arc<Value>) -> bool {
+    value.is_null()
 }

@@ -816,7 +816,9 @@ mod record_tests {
                 2,
                 Some("a"),
                 EventKind::NodeStarted {
-                    input: json!({"data": text, "metadata": {"step_index": 0, "previous_agent": null}}),
+                    input:
+                        json!({"data": text, "metadata": {"step_index": 0, "previous_agent": null}})
+                            .into(),
                     attempt: Some(1),
                     item: None,
                     items: None,

@@ -246,7 +246,7 @@ async fn event_log(store: &dyn RunStore) -> (RunId, RunLock) {
     let kinds: Vec<(EventKind, Option<NodeId>)> = vec![
         (
             EventKind::NodeStarted {
-                input: json!(1),
+                input: json!(1).into(),
                 attempt: None,
                 item: None,
                 items: None,
@@ -262,7 +262,7 @@ async fn event_log(store: &dyn RunStore) -> (RunId, RunLock) {
         ),
         (
             EventKind::NodeStarted {
-                input: json!(2),
+                input: json!(2).into(),
                 attempt: None,
                 item: None,
                 items: None,
@@ -279,7 +279,7 @@ async fn event_log(store: &dyn RunStore) -> (RunId, RunLock) {
         (EventKind::NodeCompleted { output: json!(3) }, node("b")),
         (
             EventKind::NodeStarted {
-                input: json!(4),
+                input: json!(4).into(),
                 attempt: Some(2),
                 item: None,
                 items: None,
