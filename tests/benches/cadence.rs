@@ -347,6 +347,23 @@ fn bench_cadence(c: &mut Criterion) {
                 start.elapsed()
             })
         });
+        // A run that ended (or paused) wrote its final snapshot: its load
+        // is that snapshot with no tail, what `awr inspect` and a resume
+        // after a pause read.
+        let ended = open(&dir.path().join(format!("run{steps}")));
+        let mut ended_ns = Vec::new();
+        group.bench_function(format!("load_ended/{steps}"), |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let one = std::time::Instant::now();
+                    rt.block_on(current_snapshot(&ended, written.run_id))
+                        .expect("load");
+                    ended_ns.push(one.elapsed().as_nanos() as f64);
+                }
+                start.elapsed()
+            })
+        });
         let mut scan_ns = Vec::new();
         group.bench_function(format!("raw_scan/{steps}"), |b| {
             b.iter_custom(|iters| {
@@ -362,6 +379,7 @@ fn bench_cadence(c: &mut Criterion) {
         let warm_us = median(&warm_ns) / 1e3;
         let raw_us = median(&raw_ns) / 1e3;
         let scan_us = median(&scan_ns) / 1e3;
+        let ended_us = median(&ended_ns) / 1e3;
         let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
         println!(
             "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \
@@ -369,6 +387,9 @@ fn bench_cadence(c: &mut Criterion) {
              read + scan {scan_us:.1} µs ({:.2} x the scan)",
             warm_us / raw_us,
             warm_us / scan_us
+        );
+        println!(
+            "cadence/{steps}: an ended run (its final snapshot, no tail) loads in {ended_us:.1} µs"
         );
         figures.insert(
             steps.to_string(),
@@ -386,6 +407,7 @@ fn bench_cadence(c: &mut Criterion) {
                 "tail_us": tail_us,
                 "raw_us": raw_us,
                 "scan_us": scan_us,
+                "ended_us": ended_us,
             }),
         );
     }

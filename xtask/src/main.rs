@@ -261,6 +261,13 @@ fn report_cadence() -> anyhow::Result<()> {
             n("load_us") / n("raw_us"),
             n("raw_us")
         );
+        println!(
+            "  the same bytes read and scanned, nothing built {:>9.1} µs ({:.2} x); \
+             an ended run (final snapshot, no tail) {:.1} µs",
+            n("scan_us"),
+            n("load_us") / n("scan_us"),
+            n("ended_us")
+        );
     }
     Ok(())
 }
@@ -413,6 +420,16 @@ fn report_runner_interleaved() -> anyhow::Result<()> {
             "interleaved: {name:<20} per step {step:>9.1} µs   ({ratio:.2} x the fdatasync of the same pass)"
         );
     }
+    let floor = &json["record_floor"];
+    let n = |key: &str| floor[key].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "interleaved: a step's record by serde_json {:>6.1} µs (sync off is {:.2} x it; \
+         the writes alone {:.1} µs, {:.0} B of snapshot a step)",
+        n("per_step_us"),
+        n("sync_never_over_floor"),
+        n("writes_us"),
+        n("snapshot_bytes_per_step")
+    );
     Ok(())
 }
 
