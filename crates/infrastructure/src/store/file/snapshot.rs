@@ -5,6 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use application::ports::StoreError;
 use domain::{RunSnapshot, RunStatus};
@@ -29,7 +30,8 @@ pub(super) fn write_snapshot(
     snapshot: &RunSnapshot,
 ) -> Result<u64, StoreError> {
     let paths = &handle.paths;
-    let mut bytes = Vec::with_capacity(4096);
+    let last = handle.snapshot_len.load(Ordering::Relaxed);
+    let mut bytes = Vec::with_capacity((last + last / 8).max(4096));
     let longest = snapshot.write_json_measured(&mut bytes).map_err(|e| {
         StoreError::Io(format!(
             "cannot serialize the snapshot of run {}: {e}",
@@ -37,6 +39,7 @@ pub(super) fn write_snapshot(
         ))
     })?;
     let encoded = bytes.len() as u64;
+    handle.snapshot_len.store(bytes.len(), Ordering::Relaxed);
     let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
