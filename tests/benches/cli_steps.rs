@@ -80,6 +80,33 @@ fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
     took
 }
 
+/// What one step of a run of `chain<n>` adds to its log, in the two
+/// `write`s a step makes before its sync (its `agent:start`, on record
+/// before the call; then the rest of its events): their mean sizes, from
+/// one untimed run.
+fn step_writes(awr: &Path, dir: &Path, n: usize) -> [usize; 2] {
+    let storage = dir.join("storage-probe");
+    let out = std::process::Command::new(awr)
+        .arg("--storage")
+        .arg(&storage)
+        .args(["run", &format!("chain{n}.yaml")])
+        .current_dir(dir)
+        .output()
+        .expect("start awr");
+    assert!(out.status.success(), "awr run chain{n}.yaml");
+    let runs = std::fs::read_dir(storage.join("runs")).expect("runs");
+    let run = runs.flatten().next().expect("one run").path();
+    let log = std::fs::read_to_string(run.join("events.ndjson")).expect("log");
+    let _ = std::fs::remove_dir_all(&storage);
+    let starts: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains(r#""type":"agent:start""#))
+        .map(|l| l.len() + 1)
+        .collect();
+    let start = starts.iter().sum::<usize>() / starts.len().max(1);
+    [start, (log.len() / n).saturating_sub(start)]
+}
+
 /// The maximum resident set of one `awr run` of `chain<n>`, in KB.
 fn max_rss_kb(time: &Path, awr: &Path, dir: &Path, n: usize) -> u64 {
     let storage = dir.join(format!("storage-rss-{n}"));
@@ -112,6 +139,11 @@ fn main() {
     let mut file = awr_tests::bench::append_file(&dir.path().join("raw.log"));
     let line = awr_tests::bench::raw_line();
     let mut raw = Vec::new();
+    // A step's own bytes made durable as the run makes them: the floor of
+    // a durable step with this record, whatever the runtime around it.
+    let writes = step_writes(&awr, dir.path(), LENGTHS[1]);
+    let lines = writes.map(|len| vec![b'x'; len]);
+    let mut own = Vec::new();
     // Per length: the whole run's time per step, and its ratio to the pass's sync.
     let mut whole: Vec<Vec<(f64, f64)>> = vec![Vec::new(); LENGTHS.len()];
     let mut marginal: Vec<Vec<(f64, f64)>> = vec![Vec::new(); LENGTHS.len()];
@@ -126,6 +158,17 @@ fn main() {
             .collect();
         let sync = median(&syncs);
         raw.push(sync);
+        let syncs: Vec<f64> = (0..RAW_SYNCS)
+            .map(|_| {
+                let start = Instant::now();
+                for line in &lines {
+                    file.write_all(line).expect("write");
+                }
+                file.sync_data().expect("fdatasync");
+                start.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        own.push((median(&syncs), median(&syncs) / sync));
         let times = LENGTHS.map(|n| run(&awr, dir.path(), n));
         for (i, n) in LENGTHS.iter().enumerate() {
             let step = times[i] / *n as f64;
@@ -144,8 +187,17 @@ fn main() {
     };
     println!("cli steps, {PASSES} passes (medians):");
     println!("  raw write 300 B + fdatasync   {raw:>9.1} µs");
+    let (own_us, own_ratio) = pick(&own);
+    println!(
+        "  a step's log bytes, {} + {} B in 2 writes, + fdatasync {own_us:>9.1} µs, {own_ratio:.2} x the 300 B one",
+        writes[0], writes[1]
+    );
     let mut figures = serde_json::Map::new();
     figures.insert("raw_fdatasync_us".into(), json!(raw));
+    figures.insert(
+        "step_bytes_sync".into(),
+        json!({"writes": writes, "us": own_us, "ratio": own_ratio}),
+    );
     for (i, n) in LENGTHS.iter().enumerate() {
         let (step, ratio) = pick(&whole[i]);
         println!(

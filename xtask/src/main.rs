@@ -442,6 +442,13 @@ fn report_cli_steps() -> anyhow::Result<()> {
     };
     let raw = json["raw_fdatasync_us"].as_f64().unwrap_or(f64::NAN);
     println!("awr run: raw write 300 B + fdatasync {raw:>9.1} µs");
+    let own = &json["step_bytes_sync"];
+    if let (Some(us), Some(ratio)) = (own["us"].as_f64(), own["ratio"].as_f64()) {
+        println!(
+            "awr run: a step's own log bytes ({} + {} B) + fdatasync {us:>9.1} µs ({ratio:.2} x the 300 B one)",
+            own["writes"][0], own["writes"][1]
+        );
+    }
     for n in [100, 1_000, 10_000] {
         let figure = &json[format!("chain_{n}")];
         let step = figure["per_step_us"].as_f64().unwrap_or(f64::NAN);
