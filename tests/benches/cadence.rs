@@ -237,6 +237,30 @@ fn raw_scan(snapshot: &Path, log: &Path, tail_start: u64) -> usize {
     lines
 }
 
+/// Times state loads of `run_id` from `store`: each one whole, the state
+/// dropped (`whole`), and until the state is in hand, its drop left out
+/// (`kept`): a resume keeps the state it loads.
+fn time_loads(
+    b: &mut criterion::Bencher<'_>,
+    rt: &tokio::runtime::Runtime,
+    store: &FileRunStore,
+    run_id: RunId,
+    whole: &mut Vec<f64>,
+    kept: &mut Vec<f64>,
+) {
+    b.iter_custom(|iters| {
+        let start = std::time::Instant::now();
+        for _ in 0..iters {
+            let one = std::time::Instant::now();
+            let state = rt.block_on(current_snapshot(store, run_id)).expect("load");
+            kept.push(one.elapsed().as_nanos() as f64);
+            drop(state);
+            whole.push(one.elapsed().as_nanos() as f64);
+        }
+        start.elapsed()
+    })
+}
+
 /// Medians of the load's two parts: the snapshot read and parsed, the
 /// tail after it read and folded, in µs.
 fn split(
@@ -315,18 +339,16 @@ fn bench_cadence(c: &mut Criterion) {
         );
 
         let warm = open(&scratch);
-        let mut warm_ns = Vec::new();
+        let (mut warm_ns, mut warm_kept_ns) = (Vec::new(), Vec::new());
         group.bench_function(format!("load_warm/{steps}"), |b| {
-            b.iter_custom(|iters| {
-                let start = std::time::Instant::now();
-                for _ in 0..iters {
-                    let one = std::time::Instant::now();
-                    rt.block_on(current_snapshot(&warm, written.run_id))
-                        .expect("load");
-                    warm_ns.push(one.elapsed().as_nanos() as f64);
-                }
-                start.elapsed()
-            })
+            time_loads(
+                b,
+                &rt,
+                &warm,
+                written.run_id,
+                &mut warm_ns,
+                &mut warm_kept_ns,
+            )
         });
         group.bench_function(format!("load_fresh/{steps}"), |b| {
             b.iter_batched(
@@ -351,18 +373,16 @@ fn bench_cadence(c: &mut Criterion) {
         // is that snapshot with no tail, what `awr inspect` and a resume
         // after a pause read.
         let ended = open(&dir.path().join(format!("run{steps}")));
-        let mut ended_ns = Vec::new();
+        let (mut ended_ns, mut ended_kept_ns) = (Vec::new(), Vec::new());
         group.bench_function(format!("load_ended/{steps}"), |b| {
-            b.iter_custom(|iters| {
-                let start = std::time::Instant::now();
-                for _ in 0..iters {
-                    let one = std::time::Instant::now();
-                    rt.block_on(current_snapshot(&ended, written.run_id))
-                        .expect("load");
-                    ended_ns.push(one.elapsed().as_nanos() as f64);
-                }
-                start.elapsed()
-            })
+            time_loads(
+                b,
+                &rt,
+                &ended,
+                written.run_id,
+                &mut ended_ns,
+                &mut ended_kept_ns,
+            )
         });
         let mut scan_ns = Vec::new();
         group.bench_function(format!("raw_scan/{steps}"), |b| {
@@ -380,6 +400,8 @@ fn bench_cadence(c: &mut Criterion) {
         let raw_us = median(&raw_ns) / 1e3;
         let scan_us = median(&scan_ns) / 1e3;
         let ended_us = median(&ended_ns) / 1e3;
+        let ended_kept_us = median(&ended_kept_ns) / 1e3;
+        let warm_kept_us = median(&warm_kept_ns) / 1e3;
         let (snapshot_us, tail_us) = split(&rt, &warm, written.run_id, worst.saved);
         println!(
             "cadence/{steps}: state load {warm_us:.1} µs (snapshot {snapshot_us:.1} µs, tail {tail_us:.1} µs), \
@@ -389,7 +411,8 @@ fn bench_cadence(c: &mut Criterion) {
             warm_us / scan_us
         );
         println!(
-            "cadence/{steps}: an ended run (its final snapshot, no tail) loads in {ended_us:.1} µs"
+            "cadence/{steps}: an ended run (its final snapshot, no tail) loads in {ended_us:.1} µs; \
+             until the state is in hand (dropped after): {ended_kept_us:.1} µs, at the longest tail {warm_kept_us:.1} µs"
         );
         figures.insert(
             steps.to_string(),
@@ -408,6 +431,8 @@ fn bench_cadence(c: &mut Criterion) {
                 "raw_us": raw_us,
                 "scan_us": scan_us,
                 "ended_us": ended_us,
+                "ended_kept_us": ended_kept_us,
+                "load_kept_us": warm_kept_us,
             }),
         );
     }
