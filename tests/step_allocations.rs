@@ -56,13 +56,17 @@ fn allocated(
     )
 }
 
-#[test]
-fn a_step_allocates_a_bounded_number_of_blocks() {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime, as `awr run` drives its run.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_step_allocates_a_bounded_number_of_blocks() {
+    let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let _turn = TURN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -71,7 +75,7 @@ fn a_step_allocates_a_bounded_number_of_blocks() {
     let (long, _) = allocated(&rt, dir.path(), 200, 1);
     let per_step = (long - short) as f64 / 180.0;
     println!("blocks allocated per step: {per_step:.1}");
-    // 75.4 now; 97.4 while a node run's input was copied for each of its
+    // 75.3 now; 97.4 while a node run's input was copied for each of its
     // holders and its `{data, metadata}` built by `json!`.
     assert!(per_step < 80.0, "{per_step:.1} blocks a step");
 }
@@ -79,11 +83,7 @@ fn a_step_allocates_a_bounded_number_of_blocks() {
 #[test]
 fn a_node_runs_input_is_handled_a_bounded_number_of_times() {
     const LONG: usize = 256 * 1024;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let _turn = TURN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -92,7 +92,7 @@ fn a_node_runs_input_is_handled_a_bounded_number_of_times() {
     let (_, long) = allocated(&rt, dir.path(), 1, LONG);
     let copies = (long - short) as f64 / LONG as f64;
     println!("bytes of a one-node run per byte of its input: {copies:.2}");
-    // 15.8 now: the line and snapshot buffers that hold it (the run's
+    // 15.6 now: the line and snapshot buffers that hold it (the run's
     // input is in every snapshot), its blob, the prompt made of it. 17.7
     // while each snapshot's buffer grew from 4 KiB by doubling, 20.5 while
     // node:started's input was copied for the event, the task and the state.

@@ -63,21 +63,26 @@ fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
     let storage = dir.join(format!("storage-{n}"));
     let _ = std::fs::remove_dir_all(&storage);
     let start = Instant::now();
+    awr_run(awr, dir, &storage, n);
+    let took = start.elapsed().as_secs_f64() * 1e6;
+    let _ = std::fs::remove_dir_all(&storage);
+    took
+}
+
+/// `awr --storage <storage> run chain<n>.yaml` in `dir`, to its end.
+fn awr_run(awr: &Path, dir: &Path, storage: &Path, n: usize) {
     let out = std::process::Command::new(awr)
         .arg("--storage")
-        .arg(&storage)
+        .arg(storage)
         .args(["run", &format!("chain{n}.yaml")])
         .current_dir(dir)
         .output()
         .expect("start awr");
-    let took = start.elapsed().as_secs_f64() * 1e6;
     assert!(
         out.status.success(),
         "awr run chain{n}.yaml: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&storage);
-    took
 }
 
 /// What one step of a run of `chain<n>` adds to its log, in the two
@@ -86,14 +91,7 @@ fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
 /// one untimed run.
 fn step_writes(awr: &Path, dir: &Path, n: usize) -> [usize; 2] {
     let storage = dir.join("storage-probe");
-    let out = std::process::Command::new(awr)
-        .arg("--storage")
-        .arg(&storage)
-        .args(["run", &format!("chain{n}.yaml")])
-        .current_dir(dir)
-        .output()
-        .expect("start awr");
-    assert!(out.status.success(), "awr run chain{n}.yaml");
+    awr_run(awr, dir, &storage, n);
     let runs = std::fs::read_dir(storage.join("runs")).expect("runs");
     let run = runs.flatten().next().expect("one run").path();
     let log = std::fs::read_to_string(run.join("events.ndjson")).expect("log");

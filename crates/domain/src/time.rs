@@ -67,17 +67,13 @@ impl Timestamp {
     /// it: the usual form needs no escaping, so record writers skip
     /// serde's scan of it.
     pub(crate) fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), serde_json::Error> {
-        let mut text = [0u8; 26];
-        // ASCII digits and separators between quotes: nothing to escape.
-        let (quote, form) = text.split_at_mut(1);
-        match form
-            .first_chunk_mut::<24>()
-            .and_then(|form| self.encode(form))
-        {
+        let mut text = [0u8; 24];
+        match self.encode(&mut text) {
+            // ASCII digits and separators: nothing to escape.
             Some(()) => {
-                quote[0] = b'"';
-                text[25] = b'"';
+                buf.push(b'"');
                 buf.extend_from_slice(&text);
+                buf.push(b'"');
                 Ok(())
             }
             None => serde_json::to_writer(buf, self),
