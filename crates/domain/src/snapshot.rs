@@ -87,12 +87,12 @@ pub struct RunSnapshot {
     pub input: Value,
     /// Output (`{data, metadata}`) of each node that finished, as its JSON
     /// text: parsed only when something reads that node's output.
-    #[serde(deserialize_with = "maps::bulk")]
+    #[serde(deserialize_with = "maps::by_node")]
     pub outputs: BTreeMap<NodeId, JsonText>,
     /// User-defined workflow state.
     pub state: Map<String, Value>,
     /// Status of every node.
-    #[serde(deserialize_with = "maps::bulk")]
+    #[serde(deserialize_with = "maps::by_node")]
     pub node_status: BTreeMap<NodeId, NodeStatus>,
     /// Status of every edge.
     #[serde(deserialize_with = "maps::bulk")]
@@ -103,7 +103,7 @@ pub struct RunSnapshot {
     /// Accepted commands not yet consumed by their node run.
     pub inbox: Vec<InboxEntry>,
     /// Provider session of each agent node, for resume.
-    #[serde(deserialize_with = "maps::bulk")]
+    #[serde(deserialize_with = "maps::by_node")]
     pub agent_sessions: BTreeMap<NodeId, SessionId>,
     /// Offset of the last event this snapshot reflects.
     #[serde(default)]
@@ -130,7 +130,7 @@ pub struct RunSnapshot {
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "maps::bulk"
+        deserialize_with = "maps::by_node"
     )]
     pub node_passes: BTreeMap<NodeId, u32>,
     /// Provider calls each node made (one per `agent:start`; one that
@@ -139,7 +139,7 @@ pub struct RunSnapshot {
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "maps::bulk"
+        deserialize_with = "maps::by_node"
     )]
     pub node_calls: BTreeMap<NodeId, u32>,
     /// Agent of the node that completed last (`metadata.previous_agent`).
@@ -152,7 +152,7 @@ pub struct RunSnapshot {
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "maps::bulk"
+        deserialize_with = "maps::by_node"
     )]
     pub node_spent: BTreeMap<NodeId, Spent>,
     /// A stop decided and not yet ended (see [`Stopping`]): a writer that
