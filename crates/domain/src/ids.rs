@@ -312,16 +312,17 @@ impl<'de> serde::de::DeserializeSeed<'de> for &mut NodeIds {
     type Value = NodeId;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<NodeId, D::Error> {
-        impl<'de> serde::de::Visitor<'de> for &mut NodeIds {
-            type Value = NodeId;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NodeId, E> {
-                self.0.get(v).map_err(E::custom)
-            }
-        }
         d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut NodeIds {
+    type Value = NodeId;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NodeId, E> {
+        self.0.get(v).map_err(E::custom)
     }
 }
 
