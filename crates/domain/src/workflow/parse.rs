@@ -197,11 +197,30 @@ pub(super) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     names.into_iter().collect::<Vec<_>>().join(", ")
 }
 
+/// Whether `name` is one plain path component: a workflow's name is the
+/// directory of its fixtures and of its calls in a recording, so a name
+/// such as `../x` or `/tmp/x` would read or write outside them.
+fn names_a_directory(name: &str) -> bool {
+    name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control)
+}
+
 /// Lowers and validates; the rules are checked in file order so the first
 /// error is the first thing to fix.
 fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
     if raw.name.trim().is_empty() {
         return Err(invalid("name", "must not be empty"));
+    }
+    if !names_a_directory(&raw.name) {
+        return Err(invalid(
+            "name",
+            format!(
+                "`{}` cannot name a directory (`fixtures/<name>`, a recording's `nodes/<name>`): use no `/` or `\\`, no control character, and not `.` or `..`",
+                raw.name.escape_debug()
+            ),
+        ));
     }
     let runs_agents = raw.steps.iter().flatten().any(|s| s.agent.is_some())
         || raw.nodes.iter().flatten().any(|n| n.agent.is_some());
@@ -1117,6 +1136,14 @@ mod tests {
             "name: ' '\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n",
             "name: must not be empty",
         );
+        for bad in ["../../x", "/tmp/x", "..", "a\\\\b", "a\\tb"] {
+            check_err(
+                &format!("name: \"{bad}\"\nagents: {{a: {{provider: mock}}}}\nsteps: [{{agent: a}}]\n"),
+                "cannot name a directory",
+            );
+        }
+        let named = "name: Research pipeline (v2)\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        assert_eq!(WorkflowDef::from_yaml(named).unwrap().name, "Research pipeline (v2)");
         check_err(
             "name: t\nagents: {}\nsteps: [{agent: a}]\n",
             "agents: at least one agent is required",
