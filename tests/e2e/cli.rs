@@ -341,7 +341,30 @@ fn bad_json_input_is_an_error_and_text_needs_input_text() {
     );
     let plain = awr.run(&["run", "examples/triage.yaml", "--input", "hello"]);
     assert_eq!(plain.code, 2, "{}", plain.stderr);
+    // JSON that parses but nests deeper than the run's log could be read
+    // back with: refused before a run is made.
+    let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let deep = awr.run(&["run", "examples/triage.yaml", "--input", &nested(127)]);
+    assert_eq!(deep.code, 2, "{}", deep.stderr);
+    assert!(
+        deep.stderr
+            .contains("--input: nests arrays and objects deeper than 100 levels"),
+        "{}",
+        deep.stderr
+    );
     assert!(awr.run_ids().is_empty());
+    // The deepest input accepted is read back by every reader of the run.
+    let out = awr.run(&["run", "examples/summarize.yaml", "--input", &nested(100)]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = run_id_of(&out);
+    for read in [
+        &["show", id.as_str()][..],
+        &["events", id.as_str()],
+        &["causal", id.as_str()],
+    ] {
+        let shown = awr.run(read);
+        assert_eq!(shown.code, 0, "{read:?}: {}", shown.stderr);
+    }
 
     let out = awr.run(&["run", "examples/triage.yaml", "--input-text", "{bad"]);
     assert_eq!(out.code, 0, "{}", out.stderr);

@@ -75,6 +75,10 @@ impl Executor {
     ) -> Result<RunId, ExecutorError> {
         let store = self.store();
         let parent = request.parent;
+        if let Some(input) = &request.input {
+            WorkflowDef::check_input(input)
+                .map_err(|e| ExecutorError::Refused(format!("input: {e}")))?;
+        }
         if request.at == 0 {
             return Err(ExecutorError::Refused(
                 "offset 0: a run's offsets start at 1 (flow:started)".to_owned(),

@@ -73,11 +73,13 @@ pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Fa
         ),
         None => (raw.to_owned(), "--input".to_owned()),
     };
-    serde_json::from_str(&text).map_err(|e| {
+    let input = serde_json::from_str(&text).map_err(|e| {
         Failure::Input(anyhow!(
             "{origin}: not JSON: {e} (to pass text as a string, use --input-text)"
         ))
-    })
+    })?;
+    WorkflowDef::check_input(&input).map_err(|e| Failure::Input(anyhow!("{origin}: {e}")))?;
+    Ok(input)
 }
 
 /// `awr run FILE [--input JSON | --input-text TEXT] [--replay-from DIR]`.

@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::{EventKind, RunId, RunStatus, RuntimeCommand};
+use domain::{EventKind, RunId, RunStatus, RuntimeCommand, WorkflowDef};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -94,6 +94,7 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
         Some(input) if !input.is_null() => input,
         _ => workflow.input.clone().unwrap_or(Value::Null),
     };
+    WorkflowDef::check_input(&input).map_err(|e| ApiError::bad_request(format!("input: {e}")))?;
     let wired = Wired::over(
         app.storage(),
         std::sync::Arc::clone(app.store()),

@@ -262,6 +262,9 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         (None, Some(nodes)) => lower_graph(nodes, raw.edges.unwrap_or_default(), &raw.agents)?,
     };
 
+    if let Some(input) = &raw.input {
+        WorkflowDef::check_input(input).map_err(|e| invalid("input", e))?;
+    }
     let def = WorkflowDef {
         name: raw.name,
         description: raw.description,
@@ -872,6 +875,12 @@ mod tests {
         check_parse(&deep, 4, 136, "`[` and `{` nest deeper than 128 levels");
         let fine = format!("{agents}input: {}{}\n", "[".repeat(100), "]".repeat(100));
         assert!(WorkflowDef::from_yaml(&fine).is_ok());
+        // Deeper than a run's log can hold: refused, though YAML reads it.
+        let deep = format!("{agents}input: {}{}\n", "[".repeat(101), "]".repeat(101));
+        check_err(
+            &deep,
+            "input: nests arrays and objects deeper than 100 levels",
+        );
         let quoted = format!(
             "{agents}description: \"{q} \\\" {q}\"\ninput: '{q}'' {q}' # {q}\n",
             q = "[".repeat(300)
@@ -1138,12 +1147,18 @@ mod tests {
         );
         for bad in ["../../x", "/tmp/x", "..", "a\\\\b", "a\\tb"] {
             check_err(
-                &format!("name: \"{bad}\"\nagents: {{a: {{provider: mock}}}}\nsteps: [{{agent: a}}]\n"),
+                &format!(
+                    "name: \"{bad}\"\nagents: {{a: {{provider: mock}}}}\nsteps: [{{agent: a}}]\n"
+                ),
                 "cannot name a directory",
             );
         }
-        let named = "name: Research pipeline (v2)\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
-        assert_eq!(WorkflowDef::from_yaml(named).unwrap().name, "Research pipeline (v2)");
+        let named =
+            "name: Research pipeline (v2)\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        assert_eq!(
+            WorkflowDef::from_yaml(named).unwrap().name,
+            "Research pipeline (v2)"
+        );
         check_err(
             "name: t\nagents: {}\nsteps: [{agent: a}]\n",
             "agents: at least one agent is required",
