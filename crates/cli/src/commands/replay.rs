@@ -51,10 +51,15 @@ impl Pace {
             self.started = Some((Instant::now(), at));
             return;
         };
-        let gap = Duration::from_millis(at.millis_since(*last)).div_f64(self.speed);
+        // A gap too long for a `Duration` at a tiny speed is capped too.
+        let gap = Duration::try_from_secs_f64(at.millis_since(*last) as f64 / 1e3 / self.speed)
+            .unwrap_or(Duration::MAX);
         *last = at;
-        self.due += gap.min(self.max_wait);
-        tokio::time::sleep_until(*origin + self.due).await;
+        self.due = self.due.saturating_add(gap.min(self.max_wait));
+        match origin.checked_add(self.due) {
+            Some(due) => tokio::time::sleep_until(due).await,
+            None => tokio::time::sleep(self.max_wait).await,
+        }
     }
 }
 
@@ -112,6 +117,17 @@ mod tests {
         }
         // Gaps 1 s, 0, 4 s, back 1 s, 56 s: halved, each at most 3 s.
         assert_eq!(shown, vec![0, 500, 500, 2_500, 2_500, 5_500]);
+    }
+
+    /// A speed so small that a gap over it is no `Duration` waits the cap.
+    #[tokio::test(start_paused = true)]
+    async fn a_tiny_speed_waits_the_longest_wait() {
+        let mut pace = Pace::new(parse_speed("1e-300").unwrap(), Duration::from_secs(5));
+        let start = Instant::now();
+        for millis in [0, 1, 2] {
+            pace.wait(at(millis)).await;
+        }
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
     }
 
     #[test]
