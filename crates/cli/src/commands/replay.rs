@@ -97,6 +97,7 @@ pub async fn replay(
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -122,7 +123,10 @@ mod tests {
     /// A speed so small that a gap over it is no `Duration` waits the cap.
     #[tokio::test(start_paused = true)]
     async fn a_tiny_speed_waits_the_longest_wait() {
-        let mut pace = Pace::new(parse_speed("1e-300").unwrap(), Duration::from_secs(5));
+        let mut pace = Pace::new(
+            parse_speed("1e-300").expect("a speed"),
+            Duration::from_secs(5),
+        );
         let start = Instant::now();
         for millis in [0, 1, 2] {
             pace.wait(at(millis)).await;
