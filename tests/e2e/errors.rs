@@ -125,3 +125,38 @@ fn recover_names_each_run_it_could_not_resume_once() {
         "{about}"
     );
 }
+
+#[test]
+fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
+    let awr = Awr::new();
+    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
+    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its last event replaced by a line that is no event.
+    let log = run_dir.join("events.ndjson");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kept = text.trim_end().rsplit_once('\n').unwrap().0;
+    std::fs::write(&log, format!("{kept}\n{{\"bogus\":1}}\n")).unwrap();
+    std::fs::remove_file(run_dir.join("snapshot.json")).unwrap();
+
+    for args in [&["recover"][..], &["recover", "--all"]] {
+        let out = awr.run_within(30, args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&run) && out.stderr.contains("corrupt store data"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.ends_with("awr: 1 run(s) cannot be read\n"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // A storage error, as for the reading commands: not "the run failed".
+    let out = awr.run_within(30, &["resume", &run]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("corrupt store data"), "{}", out.stderr);
+}

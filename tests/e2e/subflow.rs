@@ -293,3 +293,61 @@ fn a_paused_parent_resumes_its_child_run_where_it_was() {
 fn a_killed_parent_resumes_its_child_run_where_it_was() {
     child_in_flight_goes_on_after(Stop::Kill);
 }
+
+/// A parent killed while its child runs leaves both interrupted; `awr
+/// recover --all` continues the parent, whose resume continues the child,
+/// and does not try the child by itself (it records no workflow file).
+#[test]
+fn recover_all_continues_a_killed_parent_with_its_child() {
+    let awr = Awr::new();
+    let dir = awr.dir.path();
+    let (started, go, pid) = (dir.join("started"), dir.join("go"), dir.join("sleep.pid"));
+    awr.write(
+        "child.yaml",
+        &format!(
+            "name: child\nnodes:\n  - id: wait\n    command: \"if [ -f '{go}' ]; then echo done; else echo $$ > '{pid}'; touch '{started}'; exec sleep 60; fi\"\n",
+            go = go.display(),
+            pid = pid.display(),
+            started = started.display(),
+        ),
+    );
+    let parent = awr.write(
+        "parent.yaml",
+        "name: parent\nnodes:\n  - id: call\n    call_workflow: child.yaml\n",
+    );
+    let mut first = awr
+        .command(&["run", parent.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn awr");
+    crate::cancel::wait_for(30, "the child's command to start", || started.exists());
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let sleeper = std::fs::read_to_string(&pid).unwrap().trim().to_owned();
+    let _leftovers = crate::interrupted::Leftovers(vec![sleeper]);
+    std::fs::write(&go, "").unwrap();
+
+    let listed = awr.run_within(30, &["recover"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert_eq!(listed.stdout.lines().count(), 2, "{}", listed.stdout);
+    let out = awr.run_within(60, &["recover", "--all"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("goes on with its parent"),
+        "{}",
+        out.stderr
+    );
+    for run in awr.run_ids() {
+        let log = awr.runtime_events(&run);
+        assert!(
+            matches!(
+                log.last().map(|e| &e.kind),
+                Some(EventKind::FlowCompleted { .. })
+            ),
+            "run {run} ends with {:?}",
+            log.last().map(|e| &e.kind)
+        );
+    }
+    assert_eq!(awr.run_ids().len(), 2);
+}

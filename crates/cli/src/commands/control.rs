@@ -5,6 +5,7 @@
 //! the workflow file is read again from where `flow:started` says it was
 //! (`--workflow` names another copy), and must be the same definition.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,10 +76,17 @@ pub async fn wired_for(
 /// a held lock and an unknown run are bad input (exit 2), anything else a
 /// runtime failure (exit 1).
 fn failure(run_id: RunId, error: ExecutorError) -> Failure {
+    // Records that cannot be read are a storage error (exit 2), as for the
+    // reading commands: the run did not fail, it could not be continued.
     let input = matches!(
         error,
         ExecutorError::Refused(_)
-            | ExecutorError::Store(StoreError::Locked(_) | StoreError::NotFound(_))
+            | ExecutorError::Store(
+                StoreError::Locked(_)
+                    | StoreError::NotFound(_)
+                    | StoreError::Corrupt(_)
+                    | StoreError::BadEvent { .. }
+            )
     );
     let error = crate::about_run(run_id, error.into());
     if input {
@@ -119,17 +127,27 @@ async fn go_on(
 
 /// `awr recover [--all]`: lists the interrupted runs (a non-terminal,
 /// unpaused run no process writes); with `--all`, resumes each in turn.
+/// A run whose records cannot be read is named on stderr (exit 2), never
+/// left out in silence.
 pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let mut interrupted = Vec::new();
+    let mut unreadable = 0usize;
     let runs = store
         .list_runs()
         .await
         .context("cannot list the runs")
         .map_err(Failure::Input)?;
     for run_id in runs {
-        let Ok(state) = inspect::current_snapshot(store.as_ref(), run_id).await else {
-            continue;
+        let state = match inspect::current_snapshot(store.as_ref(), run_id).await {
+            Ok(state) => state,
+            // Deleted meanwhile (`prune`): nothing to recover.
+            Err(StoreError::NotFound(_)) => continue,
+            Err(e) => {
+                crate::report(&Failure::Input(crate::about_run(run_id, e.into())));
+                unreadable += 1;
+                continue;
+            }
         };
         if state.status != RunStatus::Running {
             continue;
@@ -138,17 +156,35 @@ pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
         if store.has_writer(run_id).await.unwrap_or(true) {
             continue;
         }
-        interrupted.push((run_id, state.workflow.name.clone()));
+        let parent = match store.read(run_id, 0, 1).await.ok().as_deref() {
+            Some([first]) => match &first.kind {
+                EventKind::FlowStarted { parent_run_id, .. } => *parent_run_id,
+                _ => None,
+            },
+            _ => None,
+        };
+        interrupted.push((run_id, state.workflow.name.clone(), parent));
     }
     interrupted.sort();
+    let unreadable = || match unreadable {
+        0 => Ok(()),
+        n => Err(Failure::Input(anyhow!("{n} run(s) cannot be read"))),
+    };
     if interrupted.is_empty() {
         crate::note("no interrupted run");
-        return Ok(());
+        return unreadable();
     }
+    // A child run (`call_workflow`) whose parent is interrupted too goes on
+    // with its parent's resume, which waits for it: not by itself.
+    let ids: HashSet<RunId> = interrupted.iter().map(|(id, ..)| *id).collect();
     let mut failed = 0usize;
-    for (run_id, name) in interrupted {
+    for (run_id, name, parent) in interrupted {
         if !all {
             crate::say(&format!("{run_id}  {name}  interrupted"))?;
+            continue;
+        }
+        if let Some(parent) = parent.filter(|p| ids.contains(p)) {
+            crate::note(&format!("run {run_id} goes on with its parent {parent}"));
             continue;
         }
         match go_on(storage, run_id, None, None).await {
@@ -162,7 +198,7 @@ pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
         }
     }
     match failed {
-        0 => Ok(()),
+        0 => unreadable(),
         n => Err(Failure::Run(anyhow!("{n} run(s) did not complete"))),
     }
 }
