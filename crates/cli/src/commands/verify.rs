@@ -51,13 +51,35 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
         )));
     }
     let workflow = load_workflow(&file).map_err(|f| Failure::Replay(anyhow!("{}", f.error())))?;
+    if workflow.hash != manifest.workflow.content_hash {
+        return diverged(changed_workflow(&file, &manifest, &workflow.hash), json_out);
+    }
+    let recorded = recorded_causal(dir)?;
     let mut passes = Vec::new();
     for _ in 0..2 {
         let events = replay(dir, &manifest, Arc::clone(&workflow)).await?;
         if let Some(report) = against_recording(dir, &events)? {
             return diverged(report, json_out);
         }
-        passes.push(canonical(&events, &manifest.seeds.id_seed));
+        // What the recorded run's causal events say (its own, not its
+        // children's), the replay's run must say: a recorded answer edited
+        // after the fact shows there first.
+        let seed = &manifest.seeds.id_seed;
+        let top: Vec<RuntimeEvent> = match events.first() {
+            Some(first) => events
+                .iter()
+                .filter(|e| e.run_id == first.run_id)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some(mut report) = first_divergence(&recorded, &causal_lines(&top, seed)) {
+            report.shape = "recorded-causal".into();
+            report.message =
+                "run A is the recording's causal.jsonl, run B the replay's causal events".into();
+            return diverged(report, json_out);
+        }
+        passes.push(canonical(&events, seed));
     }
     let (a, b) = (&passes[0], &passes[1]);
     match first_divergence(a, b) {
@@ -73,6 +95,44 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
         }
         Some(report) => diverged(report, json_out),
     }
+}
+
+/// The report of a workflow file that is not the one recorded.
+fn changed_workflow(file: &Path, manifest: &Manifest, now: &str) -> Report {
+    Report {
+        shape: "workflow".into(),
+        line: None,
+        event: "flow:started".into(),
+        node: String::new(),
+        pointer: String::new(),
+        a: Value::String(manifest.workflow.content_hash.clone()),
+        b: Value::String(now.to_owned()),
+        chain: Vec::new(),
+        context: Vec::new(),
+        message: format!(
+            "the workflow {} changed since it was recorded: contentHash {}, the file's now {now}",
+            file.display(),
+            manifest.workflow.content_hash
+        ),
+    }
+}
+
+/// The recording's causal events in the canonical form (RFC 8785, without
+/// `timestamp_ns`), as [`canonical`] writes a replay's.
+fn recorded_causal(dir: &Path) -> Result<Vec<String>, Failure> {
+    let path = dir.join("causal.jsonl");
+    let text =
+        infrastructure::fs::read_text_bounded(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
+    let mut lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut value: Value = serde_json::from_str(line)
+            .map_err(|e| invalid(dir, format!("causal.jsonl line {}: {e}", i + 1)))?;
+        if let Some(map) = value.as_object_mut() {
+            map.remove("timestamp_ns");
+        }
+        lines.push(jcs(&value));
+    }
+    Ok(lines)
 }
 
 fn invalid(dir: &Path, what: impl std::fmt::Display) -> Failure {
@@ -315,15 +375,30 @@ pub(crate) fn against_recording(
 /// what scheduling and the clock decide left out (offsets, ids, times,
 /// durations), as RFC 8785 lines.
 pub fn canonical(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
+    let mut lines = causal_lines(events, seed);
+    lines.extend(run_lines(events, seed));
+    lines
+}
+
+/// The first part of [`canonical`]: the causal events, parents first,
+/// without `timestamp_ns`.
+fn causal_lines(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
+    domain::causal::project(events, seed)
+        .iter()
+        .map(|event| {
+            let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
+            if let Some(map) = value.as_object_mut() {
+                map.remove("timestamp_ns");
+            }
+            jcs(&value)
+        })
+        .collect()
+}
+
+/// The second part of [`canonical`]: the run events, by node run.
+fn run_lines(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
     let minted = minted_prefix(seed);
     let mut lines = Vec::new();
-    for event in domain::causal::project(events, seed) {
-        let mut value = serde_json::to_value(&event).unwrap_or(Value::Null);
-        if let Some(map) = value.as_object_mut() {
-            map.remove("timestamp_ns");
-        }
-        lines.push(jcs(&value));
-    }
     // Node runs by position: node, item, attempt.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut children: HashMap<String, String> = HashMap::new();
