@@ -248,6 +248,32 @@ fn a_recording_edited_after_the_fact_diverges_from_it() {
     );
 }
 
+/// A call that failed with a transient error and was retried is recorded
+/// as that error, so the replay retries as the run did and verifies.
+#[test]
+fn a_retried_call_is_recorded_as_its_error() {
+    let a = Awr::new();
+    a.write(
+        "fixtures/rt/a.json",
+        r#"{"calls":[{"output":{"error":{"errorType":"rate_limit","message":"slow down"}}},{"output":{"text":"ok after retry"}}]}"#,
+    );
+    let flow = a.write(
+        "rt.yaml",
+        "name: rt\nagents:\n  a: {provider: mock}\nsteps:\n  - agent: a\n    retry: {max_attempts: 2, backoff: 10ms}\n",
+    );
+    let rec = recorded(&a, &flow.display().to_string());
+    let calls: Value =
+        serde_json::from_str(&std::fs::read_to_string(rec.join("nodes/rt/a.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        calls["calls"][0]["output"],
+        serde_json::json!({"error": {"errorType": "rate_limit", "message": "slow down"}})
+    );
+    assert_eq!(calls["calls"][1]["output"]["text"], "ok after retry");
+    let out = verify(&a, &rec);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
 /// A change that spoils a copy of a recording.
 type Spoil<'a> = Box<dyn Fn(&Path) + 'a>;
 

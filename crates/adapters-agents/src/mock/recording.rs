@@ -79,6 +79,25 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
+/// Sets the output of a call that ended without a result: its last
+/// `agent:error`, else the node run's failure, else a generic error.
+fn end_without_result(entry: &mut Value, node_failed: Option<&str>) {
+    let last_error = entry["events"]
+        .as_array()
+        .and_then(|events| events.iter().rev().find(|e| e["type"] == "agent:error"))
+        .cloned();
+    let (error_type, message) = match (last_error, node_failed) {
+        (Some(err), _) => (err["errorType"].clone(), err["message"].clone()),
+        (None, Some(error)) => (json!("agent_error"), json!(error)),
+        (None, None) => (
+            json!("agent_error"),
+            json!("the call ended without a result"),
+        ),
+    };
+    entry["output"] = json!({"error": {"errorType": error_type, "message": message}});
+    entry["ended"] = Value::Bool(true);
+}
+
 /// The calls of one node, in call order, as fixture file entries.
 pub type NodeCalls = BTreeMap<NodeId, Vec<Value>>;
 
@@ -212,27 +231,20 @@ pub fn calls<'w>(
                 }
                 current.remove(&run);
             }
-            // A call that ended without a result replays its last error.
-            EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
+            // A call that ended without a result replays its last error:
+            // at the end of its node run, or when the node run starts its
+            // next attempt (a retry after a transient error).
+            EventKind::NodeCompleted { .. }
+            | EventKind::NodeFailed { .. }
+            | EventKind::NodeStarted { .. } => {
                 if let Some(entry) = entry(&mut nodes, &current, run)
                     && entry.get("ended").is_none()
                 {
-                    let last_error = entry["events"]
-                        .as_array()
-                        .and_then(|events| events.iter().rev().find(|e| e["type"] == "agent:error"))
-                        .cloned();
-                    let (error_type, message) = match (&e.kind, last_error) {
-                        (_, Some(err)) => (err["errorType"].clone(), err["message"].clone()),
-                        (EventKind::NodeFailed { error, .. }, None) => {
-                            (json!("agent_error"), json!(error))
-                        }
-                        _ => (
-                            json!("agent_error"),
-                            json!("the call ended without a result"),
-                        ),
+                    let failed = match &e.kind {
+                        EventKind::NodeFailed { error, .. } => Some(error.as_str()),
+                        _ => None,
                     };
-                    entry["output"] =
-                        json!({"error": {"errorType": error_type, "message": message}});
+                    end_without_result(entry, failed);
                 }
                 current.remove(&run);
             }
