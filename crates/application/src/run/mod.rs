@@ -379,7 +379,8 @@ impl Executor {
     ///
     /// Agent failures end the run with `flow:failed` and an `Ok` outcome;
     /// `Err` means the runtime itself failed (the store), in which case
-    /// `system:error` and `flow:failed` are recorded if possible.
+    /// `system:error` is recorded if possible and the run is left to be
+    /// resumed (no terminal event).
     pub async fn run(
         &self,
         run_id: RunId,

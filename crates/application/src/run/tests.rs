@@ -25,6 +25,8 @@ pub(super) struct Harness {
     pub(super) prompts: Arc<Mutex<Vec<(String, String)>>>,
     /// Makes saving a snapshot of an ended run fail (a full disk).
     pub(super) fail_final_save: Arc<std::sync::atomic::AtomicBool>,
+    /// How many appends at `fail_append_at` fail (all, unless lowered).
+    pub(super) append_failures: Arc<AtomicU64>,
 }
 
 /// The bytes of `value` as JSON: what the mocked store reports it wrote.
@@ -65,10 +67,16 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
         .expect_lock()
         .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
     let log = Arc::clone(&events);
+    let append_failures = Arc::new(AtomicU64::new(u64::MAX));
+    let failures = Arc::clone(&append_failures);
     store.expect_append().returning(move |_, batch| {
         let mut log = log.lock().unwrap();
         for e in batch {
-            if Some(e.offset.get()) == fail_append_at {
+            if Some(e.offset.get()) == fail_append_at
+                && failures
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
                 return Err(StoreError::Io("disk full".into()));
             }
             assert_eq!(
@@ -144,6 +152,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
         snapshots,
         prompts,
         fail_final_save,
+        append_failures,
     }
 }
 
@@ -520,4 +529,29 @@ async fn a_store_failure_is_a_runtime_error() {
         5,
         "nothing after the failed append"
     );
+}
+
+/// A store that fails for a while (a lock held, a full disk freed later)
+/// leaves the run to be resumed: `system:error` on record, and no terminal
+/// event, so the run is not ended for good by its storage.
+#[tokio::test]
+async fn a_store_failure_leaves_the_run_resumable() {
+    let h = harness(
+        HashMap::from([("a", vec![vec![done("1")]]), ("b", vec![vec![done("2")]])]),
+        Some(6),
+    );
+    h.append_failures.store(1, Ordering::SeqCst);
+    let err = run(&h, CHAIN, json!("x")).await.unwrap_err();
+    assert!(
+        matches!(err, ExecutorError::Store(StoreError::Io(_))),
+        "{err}"
+    );
+    let events = h.events.lock().unwrap().clone();
+    let last = events.last().map(|e| &e.kind);
+    assert!(
+        matches!(last, Some(EventKind::SystemError { message, .. }) if message.contains("disk full")),
+        "{last:?}"
+    );
+    let state = RunSnapshot::fold(&events).unwrap();
+    assert_eq!(state.status, RunStatus::Running, "not ended: resumable");
 }

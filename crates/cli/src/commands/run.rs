@@ -113,7 +113,16 @@ pub async fn run(
         .runtime
         .run_created(run_id, request, cancel)
         .await
-        .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
+        .map_err(|e| {
+            // The storage failed, not the run: it is left as a crash leaves it.
+            let hint = matches!(e, application::ExecutorError::Store(_))
+                .then(|| format!("; the run is left to resume: awr resume {run_id}"));
+            let error = crate::about_run(run_id, e.into());
+            Failure::Run(match hint {
+                Some(hint) => anyhow!("{error:#}{hint}"),
+                None => error,
+            })
+        })?;
     if let Some(dir) = replay_from
         && outcome.status == RunStatus::Completed
     {

@@ -188,7 +188,10 @@ impl Driver {
         Ok(())
     }
 
-    /// Records the runtime's own failure, best effort: the store may be what failed.
+    /// Records the runtime's own failure, best effort: the store may be what
+    /// failed. No terminal event follows: the run did not fail, its writer
+    /// could not go on (a database locked for a while, a full disk), and it
+    /// is left as a dead writer leaves it, for `awr resume` to continue.
     pub(super) async fn record_system_failure(&mut self, error: &ExecutorError) {
         self.tasks.abort_all();
         let state = self.state();
@@ -196,7 +199,6 @@ impl Driver {
             return;
         }
         let message = error.to_string();
-        let duration_ms = self.duration_ms();
         let attempt = async {
             self.rec
                 .emit(
@@ -204,16 +206,6 @@ impl Driver {
                     EventKind::SystemError {
                         message: message.clone(),
                         details: None,
-                    },
-                )
-                .await?;
-            self.rec
-                .emit(
-                    RUN_LEVEL,
-                    EventKind::FlowFailed {
-                        error: message.clone(),
-                        failed_node: None,
-                        duration_ms,
                     },
                 )
                 .await?;
