@@ -161,3 +161,65 @@ async fn a_run_being_written_is_not_copied_and_the_exit_code_says_so() {
         again.stdout
     );
 }
+
+/// A run copied earlier whose log went on in the source since is not
+/// passed as `present`: the stale copy is named and the exit code says so.
+/// A run whose log lost events its snapshot reflects is not copied.
+#[tokio::test]
+async fn a_stale_copy_and_a_log_cut_short_are_refused() {
+    let a = Awr::new();
+    let run = a.completed_run("examples/summarize.yaml");
+    let cut = a.completed_run("examples/triage.yaml");
+    let source = a.storage().display().to_string();
+    let db = a.dir.path().join("copy.db");
+    let sqlite = format!("sqlite:{}", db.display());
+    // The triage run's last event cut off: its snapshot is ahead of its log.
+    let log = a.run_dir(&cut).join("events.ndjson");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kept = text.trim_end().rsplit_once('\n').unwrap().0;
+    std::fs::write(&log, format!("{kept}\n")).unwrap();
+    std::fs::remove_file(a.run_dir(&cut).join("events.idx")).ok();
+
+    let first = awr(&["migrate", "--from", &source, "--to", &sqlite]);
+    assert_eq!(first.code, 2, "{}", first.stderr);
+    assert!(
+        first.stdout.contains(&format!("copied {run}")),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first.stderr.contains(&format!("run {cut}")) && first.stderr.contains("events are missing"),
+        "{}",
+        first.stderr
+    );
+
+    // The source's log goes on after the copy.
+    let store = FileRunStore::open(a.storage()).unwrap();
+    let id = run.parse().unwrap();
+    let next = store.last_offset(id).await.unwrap() + 1;
+    let line = format!(
+        r#"{{"id":"0c1d2e3f-4a5b-4c6d-8e7f-000000000028","offset":{next},"timestamp":"2026-11-22T09:30:28.036Z","runId":"{run}","type":"warning","message":"later"}}"#
+    );
+    let event = domain::RuntimeEvent::from_json(line.as_bytes()).unwrap();
+    let lock = store.lock(id).await.unwrap();
+    store.append(id, &[event]).await.unwrap();
+    store.flush(id).await.unwrap();
+    drop(lock);
+
+    let again = awr(&["migrate", "--from", &source, "--to", &sqlite]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(
+        again.stderr.contains(&format!("run {run}"))
+            && again
+                .stderr
+                .contains(&format!("in the target up to offset {}", next - 1))
+            && again.stderr.contains(&format!("goes to {next}")),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        !again.stdout.contains(&format!("present {run}")),
+        "{}",
+        again.stdout
+    );
+}

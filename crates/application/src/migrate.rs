@@ -6,9 +6,12 @@
 //!   writer would store them, so their JSON is the source's byte for byte.
 //! - The source run is locked for the copy: a run being written is skipped
 //!   (and reported), and none can start writing it meanwhile.
-//! - A run the target has already is skipped, so a migration that stopped
-//!   is finished by running it again; if its transcript did not make it,
-//!   the transcript is copied then.
+//! - A run the target has already, to the same offset, is skipped, so a
+//!   migration that stopped is finished by running it again; if its
+//!   transcript did not make it, the transcript is copied then. One whose
+//!   log differs in length there (a copy gone stale) is refused, not left
+//!   looking done.
+//! - A run whose snapshot is ahead of its log (events missing) is refused.
 //! - The run's files ([`RunFiles`]: transcript and the blobs it names) are
 //!   copied after the run, the transcript last and whole.
 
@@ -73,7 +76,15 @@ async fn copy_run(
     run_id: RunId,
 ) -> Result<Migrated, StoreError> {
     match to.last_offset(run_id).await {
-        Ok(_) => {
+        Ok(there) => {
+            // The same run, unless one of the two went on after the copy
+            // (a resume in the source): a stale copy is not passed as done.
+            let here = from.last_offset(run_id).await?;
+            if here != there {
+                return Ok(Migrated::Refused(format!(
+                    "run {run_id} is in the target up to offset {there}, and its log here goes to {here}: the two differ; not replaced (remove it from the target to copy it again)"
+                )));
+            }
             let transcript = copy_files(from_files, to_files, run_id, true).await?;
             return Ok(Migrated::Present { transcript });
         }
@@ -91,6 +102,16 @@ async fn copy_run(
     };
     let events = from.last_offset(run_id).await?;
     let snapshot = from.load_snapshot(run_id).await?;
+    // A snapshot ahead of the log: events it reflects are gone (a log cut
+    // short). Copied, the run would be as unreadable there as here.
+    if let Some(saved) = &snapshot
+        && saved.last_offset > events
+    {
+        return Ok(Migrated::Refused(format!(
+            "run {run_id}: its snapshot reflects events up to offset {}, and its log ends at offset {events}: events are missing; not copied",
+            saved.last_offset
+        )));
+    }
     to.import_run(run_id, batches(Arc::clone(from), run_id), snapshot)
         .await?;
     drop(lock);
