@@ -45,11 +45,12 @@ impl WorkflowDef {
     /// # Ok::<(), awr_domain::WorkflowError>(())
     /// ```
     pub fn from_yaml(src: &str) -> Result<WorkflowDef, WorkflowError> {
-        if src.trim().is_empty() {
+        let text = without_bom(src);
+        if text.trim().is_empty() {
             return Err(WorkflowError::Empty);
         }
-        check_flow_nesting(src)?;
-        let raw: Option<RawWorkflow> = yaml_serde::from_str(src).map_err(yaml_error)?;
+        check_flow_nesting(text)?;
+        let raw: Option<RawWorkflow> = yaml_serde::from_str(text).map_err(yaml_error)?;
         build(raw.ok_or(WorkflowError::Empty)?, src)
     }
 
@@ -62,6 +63,8 @@ impl WorkflowDef {
     /// Parses and validates a workflow written in strict JSON, for callers
     /// that want JSON's error positions and no YAML leniency.
     pub fn from_json(src: &str) -> Result<WorkflowDef, WorkflowError> {
+        let hashed = src;
+        let src = without_bom(src);
         if src.trim().is_empty() {
             return Err(WorkflowError::Empty);
         }
@@ -82,8 +85,14 @@ impl WorkflowDef {
         let raw: Option<RawWorkflow> = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
         de.end().map_err(|e| json_error(String::new(), &e))?;
-        build(raw.ok_or(WorkflowError::Empty)?, src)
+        build(raw.ok_or(WorkflowError::Empty)?, hashed)
     }
+}
+
+/// The text after a leading UTF-8 byte order mark, which some editors
+/// write: it is no part of the YAML or JSON (the hash still covers it).
+fn without_bom(src: &str) -> &str {
+    src.strip_prefix('\u{feff}').unwrap_or(src)
 }
 
 /// The file as written. `deny_unknown_fields` turns a misspelt key into an
@@ -1123,6 +1132,30 @@ mod tests {
             "{\"name\": \"t\", \"agents\": {\"a/b\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a/b\"}]}",
             "agents.a/b: `a/b` is not a valid node id",
         );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_read_past_and_hashed() {
+        let yaml = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        let json =
+            r#"{"name": "t", "agents": {"a": {"provider": "mock"}}, "steps": [{"agent": "a"}]}"#;
+        for (plain, parse) in [
+            (
+                yaml,
+                WorkflowDef::from_yaml as fn(&str) -> Result<WorkflowDef, WorkflowError>,
+            ),
+            (json, WorkflowDef::from_json),
+        ] {
+            let marked = format!("\u{feff}{plain}");
+            let (a, b) = (parse(plain).unwrap(), parse(&marked).unwrap());
+            assert_eq!(a.name, b.name);
+            assert_eq!(b.hash, hash(&marked), "the hash is of the file as it is");
+            assert_ne!(a.hash, b.hash);
+        }
+        assert!(matches!(
+            WorkflowDef::from_yaml("\u{feff}"),
+            Err(WorkflowError::Empty)
+        ));
     }
 
     #[test]
