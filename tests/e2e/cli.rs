@@ -532,6 +532,18 @@ fn bad_input_and_usage_exit_2() {
     assert_eq!(awr.run(&["events", "not-a-run"]).code, 2);
     let ok = awr.run(&["validate", "examples/research-pipeline.yaml"]);
     assert_eq!(ok.code, 0, "{}", ok.stderr);
+    // Storage that is a file: named, its cause said once.
+    let file = awr.write("not-a-dir", "");
+    let out = std::process::Command::new(crate::util::awr_bin())
+        .args(["run", "examples/summarize.yaml", "--storage"])
+        .arg(&file)
+        .current_dir(repo_root())
+        .env_remove("AWR_STORAGE")
+        .output()
+        .expect("run awr");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("Not a directory").count(), 1, "{stderr}");
 }
 
 #[test]

@@ -53,12 +53,13 @@ use crate::storage::Storage;
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The file store's directory (named).
-    #[error("storage {storage}: {source}")]
+    #[error("storage {storage}: {error}")]
     Files {
         /// The storage asked for.
         storage: Storage,
-        /// Why it cannot be opened.
-        source: StoreError,
+        /// Why it cannot be opened (in the message, so not also a source:
+        /// a report of the chain would say it twice).
+        error: StoreError,
     },
     /// The file store's directory does not exist or is not one (named).
     #[error(transparent)]
@@ -72,9 +73,9 @@ pub enum OpenError {
 pub fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
     Ok(match storage {
         Storage::Files(dir) => {
-            Arc::new(FileRunStore::open(dir).map_err(|source| OpenError::Files {
+            Arc::new(FileRunStore::open(dir).map_err(|error| OpenError::Files {
                 storage: storage.clone(),
-                source,
+                error,
             })?)
         }
         Storage::Sqlite(db) => Arc::new(SqliteRunStore::open(db)?),
