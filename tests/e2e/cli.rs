@@ -125,6 +125,24 @@ fn a_torn_last_line_does_not_stop_events_or_show() {
     let show = awr.run(&["show", &run]);
     assert_eq!(show.code, 0, "{}", show.stderr);
     assert!(show.stdout.contains("completed"), "{}", show.stdout);
+
+    // A cut that takes an event on record with it (its snapshot reflects
+    // it): shown up to the cut, and the loss said, exit 2, as `show` does.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kept: Vec<&str> = text.lines().take(complete - 1).collect();
+    std::fs::write(&log, format!("{}\n{{\"id\":\"x", kept.join("\n"))).unwrap();
+    let events = awr.run(&["events", &run, "--json"]);
+    assert_eq!(events.code, 2, "{}", events.stderr);
+    assert_eq!(events.stdout.lines().count(), complete - 1);
+    assert!(
+        events.stderr.contains(&format!(
+            "its log ends at offset {}, and its snapshot reflects events up to offset {complete}",
+            complete - 1
+        )),
+        "{}",
+        events.stderr
+    );
+    assert_eq!(awr.run(&["show", &run]).code, 2);
 }
 
 #[test]

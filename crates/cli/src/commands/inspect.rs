@@ -209,7 +209,8 @@ pub async fn events(
     };
     if !follow {
         print_history(&store, id, offset, None, history, &mut bad).await?;
-        return bad_lines(id, bad);
+        bad_lines(id, bad)?;
+        return lost_events(store.as_ref(), id).await;
     }
     let mut from = offset;
     if !filter.is_empty() || history.pace.is_some() {
@@ -230,6 +231,25 @@ pub async fn events(
         }
     }
     bad_lines(id, bad)
+}
+
+/// Exit 2 when the log ends before the events its snapshot reflects: they
+/// were on record and are gone (a log cut short, a row deleted), which a
+/// reader of the log alone would never notice. The snapshot is read first:
+/// a writer saves it only after the events it reflects, so a live run never
+/// trips this. A snapshot that cannot be read is `awr show`'s to report.
+async fn lost_events(store: &dyn RunStore, id: RunId) -> Result<(), Failure> {
+    let Ok(Some(saved)) = store.load_snapshot(id).await else {
+        return Ok(());
+    };
+    let last = store.last_offset(id).await.map_err(store_failure)?;
+    if saved.last_offset <= last {
+        return Ok(());
+    }
+    Err(Failure::Input(anyhow!(
+        "run {id}: its log ends at offset {last}, and its snapshot reflects events up to offset {}: events on record are missing",
+        saved.last_offset
+    )))
 }
 
 /// Says on stderr why a follow ended when the run did not.
