@@ -360,6 +360,20 @@ fn bad_recordings_exit_2_and_a_gone_workflow_exits_3() {
             "newer",
         ),
         (
+            "format-0",
+            Box::new(|d| edit_json(&d.join("manifest.json"), |v| v["formatVersion"] = 0.into())),
+            "format 0 is no recording format",
+        ),
+        (
+            "renamed",
+            Box::new(|d| {
+                edit_json(&d.join("manifest.json"), |v| {
+                    v["workflow"]["name"] = "other".into()
+                })
+            }),
+            "manifest.json: workflow `other`",
+        ),
+        (
             // A FIFO in place of a node file: refused, never waited on.
             "fifo",
             Box::new(|d| {

@@ -54,6 +54,17 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
     if workflow.hash != manifest.workflow.content_hash {
         return diverged(changed_workflow(&file, &manifest, &workflow.hash), json_out);
     }
+    if workflow.name != manifest.workflow.name {
+        return Err(invalid(
+            dir,
+            format!(
+                "manifest.json: workflow `{}`, and its file {} names workflow `{}`",
+                manifest.workflow.name,
+                file.display(),
+                workflow.name
+            ),
+        ));
+    }
     let recorded = recorded_causal(dir)?;
     let mut passes = Vec::new();
     for _ in 0..2 {
@@ -153,6 +164,12 @@ fn manifest(dir: &Path) -> Result<Manifest, Failure> {
         infrastructure::fs::read_text_bounded(&path, 1 << 20).map_err(|e| invalid(dir, e))?;
     let manifest: Manifest =
         serde_json::from_str(&text).map_err(|e| invalid(dir, format!("manifest.json: {e}")))?;
+    if manifest.format_version == 0 {
+        return Err(invalid(
+            dir,
+            format!("manifest.json: format 0 is no recording format (1 to {FORMAT_VERSION})"),
+        ));
+    }
     if manifest.format_version > FORMAT_VERSION {
         return Err(invalid(
             dir,
