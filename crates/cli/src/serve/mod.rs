@@ -192,14 +192,19 @@ impl App {
     }
 }
 
-/// Every route of the server, with its layers: auth (when a token is set),
-/// a body limit, a timeout on the response head, request tracing, and
+/// Every route of the server, with its layers: auth (when a token is set;
+/// not for the UI's static page), a body limit, a timeout on the response head, request tracing, and
 /// every error as `{error, message}`.
 pub fn router(app: App) -> Router {
     use tower_http::limit::RequestBodyLimitLayer;
     use tower_http::timeout::TimeoutLayer;
     use tower_http::trace::TraceLayer;
 
+    // The page and its script and style hold no run data: served without
+    // the token, so `/?token=T` can load them and pass the token on.
+    let page = Router::new()
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::file));
     let api = Router::new()
         .route("/healthz", get(healthz))
         .route("/workflows", post(runs::start).get(runs::list))
@@ -210,11 +215,10 @@ pub fn router(app: App) -> Router {
         .route("/workflows/{id}/fork", post(fork::fork))
         .route("/workflows/{id}/transcript", get(transcript::transcript))
         .route("/workflows/{id}/causal", get(causal::causal))
-        .route("/", get(ui::index))
-        .route("/ui/{file}", get(ui::file))
         .fallback(not_found)
-        .with_state(app.clone());
-    api.layer(axum::middleware::from_fn_with_state(app, auth::check))
+        .with_state(app.clone())
+        .layer(axum::middleware::from_fn_with_state(app, auth::check));
+    page.merge(api)
         .layer(axum::middleware::map_response(error::as_json))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(

@@ -125,6 +125,23 @@ async fn with_a_token_every_request_carries_it() {
         s.get("/healthz?access_token=s3cret").await.status(),
         StatusCode::OK
     );
+    // The UI's page, script and style hold no run data and load without
+    // it (`/?token=T` is what a user opens); the runs they ask for do not.
+    for page in ["/?token=s3cret", "/", "/ui/run.js", "/ui/util.js"] {
+        assert_eq!(s.get(page).await.status(), StatusCode::OK, "{page}");
+    }
+    error(
+        s.get("/workflows").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    error(
+        s.get("/nowhere").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
 }
 
 #[tokio::test]
