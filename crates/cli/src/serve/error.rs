@@ -66,6 +66,7 @@ fn kind(status: StatusCode) -> &'static str {
         StatusCode::CONFLICT => "conflict",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         s if s.is_client_error() => "bad_request",
         _ => "internal",
     }

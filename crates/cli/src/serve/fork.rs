@@ -38,6 +38,7 @@ pub async fn fork(
     UrlPath(id): UrlPath<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    app.admit()?;
     let body: ForkBody = parse_body(&body)?;
     let parent = resolve(&app, &id).await?;
     let store = Arc::clone(app.store());

@@ -95,6 +95,8 @@ struct Inner {
     writing: Mutex<HashMap<RunId, tokio::task::JoinHandle<()>>>,
     /// Set once the server shuts down: open streams end with their frame.
     stopping: watch::Sender<bool>,
+    /// Set when the shutdown begins: no run is started or resumed after.
+    closing: std::sync::atomic::AtomicBool,
     /// The runtime runs are executed on: the one `App::new` was called on,
     /// never the (lower-priority) runtime serving requests.
     runs: tokio::runtime::Handle,
@@ -117,6 +119,7 @@ impl App {
             hub,
             writing: Mutex::new(HashMap::new()),
             stopping,
+            closing: std::sync::atomic::AtomicBool::new(false),
             runs: tokio::runtime::Handle::current(),
         })))
     }
@@ -144,6 +147,18 @@ impl App {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Refuses (503) a request that would start writing a run once the
+    /// shutdown has begun: its run would be cut off as the process exits.
+    fn admit(&self) -> Result<(), ApiError> {
+        if self.0.closing.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down: no run is started or resumed",
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs `run` (the writing of `run_id`) in the background until it
     /// ends, on the runs' runtime.
     fn write(&self, run_id: RunId, run: impl Future<Output = ()> + Send + 'static) {
@@ -165,23 +180,38 @@ impl App {
 
     /// Pauses every run this process writes and waits for them to stop,
     /// then ends every open stream (each sends its terminal frame).
+    /// A request admitted just before the shutdown began may start its run
+    /// after the first round: rounds go on until no run is left.
     pub async fn shut_down(&self) {
-        let runs: Vec<RunId> = self.writing().keys().copied().collect();
-        for run_id in runs {
-            let pause = serde_json::json!({"type": "pause"});
-            match crate::commands::control::deliver(self.storage(), run_id, &pause).await {
-                Ok(reply) if reply.error.is_none() => {
-                    tracing::info!(run = %run_id, "paused for shutdown");
-                }
-                Ok(reply) => {
-                    tracing::info!(run = %run_id, why = ?reply.error, "not paused for shutdown");
-                }
-                Err(e) => tracing::warn!(run = %run_id, error = %e, "cannot pause for shutdown"),
+        self.0
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        loop {
+            let runs: Vec<RunId> = self.writing().keys().copied().collect();
+            if runs.is_empty() {
+                break;
             }
-        }
-        let tasks: Vec<_> = self.writing().drain().map(|(_, task)| task).collect();
-        for task in tasks {
-            let _ = task.await;
+            for &run_id in &runs {
+                let pause = serde_json::json!({"type": "pause"});
+                match crate::commands::control::deliver(self.storage(), run_id, &pause).await {
+                    Ok(reply) if reply.error.is_none() => {
+                        tracing::info!(run = %run_id, "paused for shutdown");
+                    }
+                    Ok(reply) => {
+                        tracing::info!(run = %run_id, why = ?reply.error, "not paused for shutdown");
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = %run_id, error = %e, "cannot pause for shutdown");
+                    }
+                }
+            }
+            let tasks: Vec<_> = {
+                let mut writing = self.writing();
+                runs.iter().filter_map(|id| writing.remove(id)).collect()
+            };
+            for task in tasks {
+                let _ = task.await;
+            }
         }
         self.0.stopping.send_replace(true);
         tracing::info!(

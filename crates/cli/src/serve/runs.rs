@@ -71,6 +71,7 @@ pub(super) fn urls(run_id: RunId) -> Value {
 /// `POST /workflows`: loads the workflow as `awr run` does and starts it
 /// in this process; `201` once the run exists.
 pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
+    app.admit()?;
     let body: StartBody = parse_body(&body)?;
     let (file, inline) = match (body.path, body.workflow) {
         (Some(path), None) => (confined(&app.config().root, &path)?, false),
@@ -409,6 +410,7 @@ pub async fn command(
 /// Continues `run_id` in this process, as `awr resume` would; answers once
 /// its `flow:resumed` is on record (or why it was refused).
 async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Response, ApiError> {
+    app.admit()?;
     let store = std::sync::Arc::clone(app.store());
     let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()))
         .await

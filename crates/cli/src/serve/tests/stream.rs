@@ -263,6 +263,19 @@ async fn a_shutdown_ends_open_streams_with_their_frame() {
         sse.sse().await.unwrap(),
         "event: end\ndata: {\"lastOffset\":2,\"reason\":\"server shutting down\",\"status\":\"running\"}"
     );
+    // Once shutting down, no run is started or forked (nor resumed): its
+    // run would be cut off as the process exits.
+    for (uri, body) in [
+        ("/workflows".to_owned(), r#"{"path": "x.yaml"}"#),
+        (format!("/workflows/{}/fork", run.id()), r#"{"at": 1}"#),
+    ] {
+        let refused = s.post(&uri, body).await;
+        assert_eq!(
+            refused.status(),
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "{uri}"
+        );
+    }
 }
 
 /// `?replay=SPEED` plays the recorded log at its pace over the speed (1 s
