@@ -372,3 +372,21 @@ fn a_turn_cut_short_by_a_kill_keeps_what_the_agent_said_in_the_transcript() {
         .collect();
     assert_eq!(tail, expected, "{}", out.stdout);
 }
+
+/// A run whose writer died writes no `run.completed` line: following its
+/// transcript ends once no process writes it, with every line shown.
+#[test]
+fn follow_on_a_run_no_process_writes_ends() {
+    let awr = Awr::new();
+    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
+    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let followed = awr.run_within(20, &["transcript", &run, "--follow", "--json"]);
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    let plain = awr.run(&["transcript", &run, "--json"]);
+    assert_eq!(followed.stdout, plain.stdout);
+    assert!(plain.stdout.contains("run.started"), "{}", plain.stdout);
+    assert!(!plain.stdout.contains("run.completed"), "{}", plain.stdout);
+}

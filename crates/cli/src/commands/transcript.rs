@@ -2,10 +2,11 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use application::ports::TranscriptError;
+use application::ports::{RunStore, TranscriptError};
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use futures::StreamExt;
@@ -39,6 +40,10 @@ pub async fn transcript(
         return bad_lines(bad);
     }
     let mut bad = 0usize;
+    let follow = match follow {
+        true => Some((crate::wiring::read_store(storage)?, run)),
+        false => None,
+    };
     let mut lines = std::pin::pin!(lines(path, follow));
     while let Some(item) = lines.next().await {
         match item {
@@ -61,17 +66,21 @@ pub enum Line {
     Bad(String),
 }
 
-/// The lines of the transcript at `path`, each once; with `follow`, then
-/// the lines written later, until its `run.completed` line. What `awr
-/// transcript` prints and `GET /workflows/{id}/transcript` streams. An
-/// unreadable file ends it with its error.
+/// The lines of the transcript at `path`, each once; with `follow` (the
+/// run's store and id), then the lines written later, until its
+/// `run.completed` line, or until no process writes the run any more (it
+/// paused, its process died, or a command ended it without a writer, which
+/// writes no transcript line), read once more then. What `awr transcript`
+/// prints and `GET /workflows/{id}/transcript` streams. An unreadable file
+/// ends it with its error.
 pub fn lines(
     path: PathBuf,
-    follow: bool,
+    follow: Option<(Arc<dyn RunStore>, RunId)>,
 ) -> impl futures::Stream<Item = Result<Line, TranscriptError>> + Send + 'static {
     async_stream::stream! {
         let mut printed = 0u64;
         let mut reported = 0usize;
+        let mut last_read = false;
         loop {
             let read = match read_transcript_lines(&path) {
                 Ok(read) => read,
@@ -93,10 +102,16 @@ pub fn lines(
                 yield Ok(Line::Bad(problem.clone()));
             }
             reported = reported.max(read.problems.len());
-            if !follow || ended {
+            let Some((store, run)) = follow.as_ref() else {
+                return;
+            };
+            if ended || last_read {
                 return;
             }
             tokio::time::sleep(FOLLOW_POLL).await;
+            // Checked after the wait, then one more read: lines its last
+            // writer wrote before it let go are shown.
+            last_read = !store.has_writer(*run).await.unwrap_or(true);
         }
     }
 }

@@ -11,7 +11,8 @@ use crate::commands::transcript::{Line, lines};
 
 /// `GET /workflows/{id}/transcript[?follow=true]`: the transcript's lines
 /// as stored (NDJSON); with `follow`, then new lines until the run's
-/// `run.completed` (heartbeats meanwhile), or the server shuts down.
+/// `run.completed` or until no process writes the run (heartbeats
+/// meanwhile), or the server shuts down.
 pub async fn transcript(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -34,6 +35,7 @@ pub async fn transcript(
         )));
     }
     let mut stopping = app.stopping();
+    let follow = follow.then(|| (std::sync::Arc::clone(app.store()), run_id));
     let transcript = lines(path, follow)
         .filter_map(move |line| async move {
             match line {
