@@ -298,3 +298,37 @@ async fn a_non_loopback_bind_needs_a_token_and_a_token_is_asked_of_every_request
     let carried = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
     assert_eq!(carried.status(), 200);
 }
+
+/// A client that never finishes its request's head (slowloris) is cut off
+/// after the head's deadline, while other clients are served meanwhile;
+/// and a shutdown does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_never_finished_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let awr = Awr::new();
+    let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let healthz = client()
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(healthz.status(), 200, "others are served meanwhile");
+    // Cut off: the read ends (a 408, then the close), where it waited for
+    // as long as the client liked.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        slow.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the half-sent request was never cut off");
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, 0);
+}

@@ -17,6 +17,7 @@
 //! pauses the runs it writes (`awr resume` continues them), ends every open
 //! stream with its terminal frame, and exits 0.
 
+mod accept;
 mod auth;
 mod causal;
 mod error;
@@ -304,9 +305,7 @@ pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> R
     let router = router(app);
     let server = http.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { signal.cancelled().await })
-            .await
+        accept::serve(listener, router, async move { signal.cancelled().await }).await
     });
     let grace = async move {
         grace.cancelled().await;
