@@ -249,13 +249,14 @@ pub fn router(app: App) -> Router {
         .fallback(not_found)
         .with_state(app.clone())
         .layer(axum::middleware::from_fn_with_state(app, auth::check));
+    // The JSON errors outside the limits, so their refusals are JSON too.
     page.merge(api)
-        .layer(axum::middleware::map_response(error::as_json))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
+        .layer(axum::middleware::map_response(error::as_json))
         .layer(TraceLayer::new_for_http())
 }
 

@@ -76,7 +76,18 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
         "x".repeat(crate::serve::BODY_LIMIT + 1)
     );
     error(
-        s.post("/workflows", huge).await,
+        s.post("/workflows", huge.clone()).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    // Refused on its `Content-Length` before it is read: JSON all the same.
+    let declared = Request::post("/workflows")
+        .header("content-length", huge.len())
+        .body(Body::from(huge))
+        .unwrap();
+    error(
+        s.request(declared).await,
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
     )
