@@ -32,6 +32,10 @@ pub struct LoadRules {
     pub project: PathBuf,
     /// The built-in tools an HTTP agent may be granted.
     pub tools: Vec<String>,
+    /// A directory (canonical) every file a `call_workflow` names must lie
+    /// in, symlinks resolved: a server's root, so that a workflow sent over
+    /// HTTP reads no other file (its error would quote it).
+    pub calls_within: Option<PathBuf>,
 }
 
 /// Why a workflow did not load. Every message names the file.
@@ -111,6 +115,24 @@ pub enum LoadError {
         node: String,
         /// The file it calls.
         callee: PathBuf,
+    },
+    /// A called file that is not a file inside [`LoadRules::calls_within`]
+    /// (one that does not exist is told apart from one outside by nothing).
+    #[error(
+        "{}: node `{node}` calls {}, which is not a workflow file under {}",
+        file.display(),
+        callee.display(),
+        root.display()
+    )]
+    CallOutside {
+        /// The calling file.
+        file: PathBuf,
+        /// The `call_workflow` node.
+        node: String,
+        /// The file it names.
+        callee: PathBuf,
+        /// The directory calls must stay in.
+        root: PathBuf,
     },
     /// `call_workflow` nests deeper than [`MAX_CALL_DEPTH`].
     #[error(
@@ -228,6 +250,20 @@ impl Loader<'_> {
             let file = file.to_path_buf();
             let node = node.id.to_string();
             let key = self.key(&callee);
+            if let Some(root) = &self.rules.calls_within
+                && !self
+                    .source
+                    .canonical(&callee)
+                    .is_some_and(|real| real.starts_with(root) && self.source.is_file(&real))
+            {
+                let root = root.clone();
+                return Err(LoadError::CallOutside {
+                    file,
+                    node,
+                    callee,
+                    root,
+                });
+            }
             if self.calling.contains(&key) {
                 return Err(LoadError::Cycle { file, node, callee });
             }

@@ -20,12 +20,22 @@ use crate::{Failure, progress::Progress, wiring};
 /// [`application::load::load_workflow`]), from disk, judging `workdir`s
 /// against the current directory. Any problem is bad input (exit 2).
 pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
+    load_workflow_calling(file, None)
+}
+
+/// [`load_workflow`], with every `call_workflow` confined to `within` (a
+/// server's root) when given.
+pub fn load_workflow_calling(
+    file: &Path,
+    within: Option<&Path>,
+) -> Result<Arc<WorkflowDef>, Failure> {
     let project = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
     let rules = LoadRules {
         project,
         tools: wiring::tools().names(),
+        calls_within: within.map(Path::to_path_buf),
     };
     application::load::load_workflow(&WorkflowFiles, file, &rules)
         .map_err(|e| Failure::Input(anyhow::Error::new(e)))

@@ -27,7 +27,7 @@ use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
 use crate::commands::inspect::snapshot_json;
 use crate::commands::query::Since;
-use crate::commands::run::{Wired, load_workflow, request};
+use crate::commands::run::{Wired, load_workflow_calling, request};
 use crate::storage::Storage;
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
@@ -82,7 +82,8 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
             ));
         }
     };
-    let workflow = load_workflow(&file).map_err(|e| {
+    // What a client sends calls no file outside the root (root is canonical).
+    let workflow = load_workflow_calling(&file, Some(&app.config().root)).map_err(|e| {
         let message = format!("{:#}", e.error());
         if inline {
             // The saved copy's path means nothing to the client.

@@ -62,6 +62,21 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
         message.starts_with("workflow:3:") && message.contains("agents.a.provider"),
         "{message}"
     );
+    // A workflow sent over HTTP calls no file outside the root: its text
+    // is never read, nor quoted back.
+    let outside =
+        json!({"workflow": "name: t\nnodes:\n  - id: c\n    call_workflow: /etc/passwd\n"});
+    let message = error(
+        s.post("/workflows", outside.to_string()).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        message.contains("calls /etc/passwd, which is not a workflow file under")
+            && !message.contains("root:"),
+        "{message}"
+    );
     for path in ["../../etc/passwd", "/etc/passwd"] {
         let body = json!({ "path": path });
         error(
