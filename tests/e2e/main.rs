@@ -26,6 +26,7 @@ mod payloads;
 mod prune;
 mod queries;
 mod real_clis;
+mod recording_tamper;
 mod records;
 mod replay;
 mod resume_cli;
