@@ -89,7 +89,10 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
             // The saved copy's path means nothing to the client.
             ApiError::bad_request(message.replace(&file.display().to_string(), "workflow"))
         } else {
-            ApiError::bad_request(message)
+            // Files are named as the client names them: under the root,
+            // whose place on the server's disk is none of its business.
+            let root = format!("{}/", app.config().root.display());
+            ApiError::bad_request(message.replace(&root, ""))
         }
     })?;
     let input = match body.input {
@@ -166,6 +169,11 @@ fn confined(root: &Path, path: &str) -> Result<PathBuf, ApiError> {
     })?;
     if !real.starts_with(root) {
         return Err(outside());
+    }
+    if !real.is_file() {
+        return Err(ApiError::bad_request(format!(
+            "path: `{path}` is not a workflow file"
+        )));
     }
     Ok(real)
 }

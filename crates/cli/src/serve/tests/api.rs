@@ -51,6 +51,27 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
     )
     .await;
     assert!(message.contains("unknown field `inputs`"), "{message}");
+    // A directory is no workflow; a bad file is named as the client named
+    // it, never by where the root is on the server's disk.
+    for (path, says) in [
+        (".", "path: `.` is not a workflow file"),
+        ("examples", "path: `examples` is not a workflow file"),
+        (
+            "tests/workflows/bad/call-missing-child.yaml",
+            "tests/workflows/bad/call-missing-child.yaml: node `sub` calls",
+        ),
+    ] {
+        let body = json!({ "path": path });
+        let message = error(
+            s.post("/workflows", body.to_string()).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+        assert!(message.starts_with(says), "{message}");
+        let root = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).unwrap();
+        assert!(!message.contains(&*root.to_string_lossy()), "{message}");
+    }
     let bad = json!({"workflow": "name: x\nagents:\n  a: {provider: nope}\nsteps: [{agent: a}]\n"});
     let message = error(
         s.post("/workflows", bad.to_string()).await,
