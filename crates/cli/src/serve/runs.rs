@@ -84,16 +84,18 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
     };
     // What a client sends calls no file outside the root (root is canonical).
     let workflow = load_workflow_calling(&file, Some(&app.config().root)).map_err(|e| {
-        let message = format!("{:#}", e.error());
+        let mut message = format!("{:#}", e.error());
         if inline {
             // The saved copy's path means nothing to the client.
-            ApiError::bad_request(message.replace(&file.display().to_string(), "workflow"))
-        } else {
-            // Files are named as the client names them: under the root,
-            // whose place on the server's disk is none of its business.
-            let root = format!("{}/", app.config().root.display());
-            ApiError::bad_request(message.replace(&root, ""))
+            message = message.replace(&file.display().to_string(), "workflow");
         }
+        // Files are named as the client names them: under the root, whose
+        // place on the server's disk is none of its business.
+        let root = app.config().root.display().to_string();
+        let message = message
+            .replace(&format!("{root}/"), "")
+            .replace(&root, "the server's root (--root)");
+        ApiError::bad_request(message)
     })?;
     let input = match body.input {
         Some(input) if !input.is_null() => input,
