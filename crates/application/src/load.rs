@@ -318,23 +318,11 @@ impl Loader<'_> {
     /// `<fixtures>` the agent's `fixtures:` directory or
     /// `fixtures/<workflow name>`, both under the top-level file's directory.
     fn check_fixtures(&self, file: &Path, workflow: &WorkflowDef) -> Result<(), LoadError> {
-        let base = &self.fixtures;
-        for node in &workflow.nodes {
-            let Some((name, agent)) = workflow.agent_of(node) else {
-                continue;
-            };
-            if agent.provider != Provider::Mock {
-                continue;
-            }
-            let dir = match &agent.fixtures {
-                Some(dir) => base.join(dir),
-                None => base.join("fixtures").join(&workflow.name),
-            };
-            let fixture = dir.join(format!("{}.json", node.id));
+        for (node, name, fixture) in own_fixtures(&self.fixtures, workflow) {
             if !self.source.is_file(&fixture) {
                 return Err(LoadError::MissingFixture {
                     file: file.to_path_buf(),
-                    node: node.id.to_string(),
+                    node: node.to_string(),
                     agent: name.to_owned(),
                     fixture,
                 });
@@ -342,6 +330,52 @@ impl Loader<'_> {
         }
         Ok(())
     }
+}
+
+/// The fixture file of each node of a `mock` agent in `workflow` alone:
+/// (node, agent, file), `base` being the top-level file's directory.
+fn own_fixtures<'w>(
+    base: &Path,
+    workflow: &'w WorkflowDef,
+) -> impl Iterator<Item = (&'w domain::NodeId, &'w str, PathBuf)> {
+    workflow.nodes.iter().filter_map(move |node| {
+        let (name, agent) = workflow.agent_of(node)?;
+        if agent.provider != Provider::Mock {
+            return None;
+        }
+        let dir = match &agent.fixtures {
+            Some(dir) => base.join(dir),
+            None => base.join("fixtures").join(&workflow.name),
+        };
+        Some((&node.id, name, dir.join(format!("{}.json", node.id))))
+    })
+}
+
+/// Every fixture file the mock provider will serve a run of the loaded
+/// `workflow` (read from `top`) from, the workflows it calls included, each
+/// once: what `awr validate` reads through, so that a fixture that does not
+/// parse is found before a run.
+pub fn mock_fixtures(top: &Path, workflow: &WorkflowDef) -> Vec<PathBuf> {
+    let base = top.parent().unwrap_or(Path::new("."));
+    let mut files = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![workflow];
+    while let Some(workflow) = todo.pop() {
+        if !seen.insert(std::ptr::from_ref(workflow)) {
+            continue;
+        }
+        files.extend(own_fixtures(base, workflow).map(|(_, _, file)| file));
+        for node in &workflow.nodes {
+            if let NodeKind::CallWorkflow {
+                resolved: Some(child),
+                ..
+            } = &node.kind
+            {
+                todo.push(child);
+            }
+        }
+    }
+    files.into_iter().collect()
 }
 
 /// Every tool granted to an HTTP agent must exist: a misspelt name would

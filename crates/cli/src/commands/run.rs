@@ -41,9 +41,15 @@ pub fn load_workflow_calling(
         .map_err(|e| Failure::Input(anyhow::Error::new(e)))
 }
 
-/// `awr validate FILE`.
+/// `awr validate FILE`: the workflow loads as for a run, and every mock
+/// fixture file it would be served from parses (a run reads each only when
+/// its node runs).
 pub fn validate(file: &Path) -> Result<(), Failure> {
     let workflow = load_workflow(file)?;
+    for fixture in application::load::mock_fixtures(file, &workflow) {
+        adapters_agents::mock::FixtureFile::load(&fixture)
+            .map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
+    }
     crate::say(&format!(
         "{}: ok ({} agents, {} nodes, {} edges)",
         file.display(),
