@@ -225,3 +225,30 @@ fn a_transcript_of_another_run_is_reported_not_shown_as_this_one() {
         assert!(!out.stdout.contains("triage"), "{args:?}: {}", out.stdout);
     }
 }
+
+/// An agent whose structured output nests deeper than the log can read
+/// back fails its node, saying why; the run's log stays readable whole.
+#[test]
+fn structured_output_too_deep_for_the_log_fails_the_node_and_the_log_reads_back() {
+    let awr = Awr::new();
+    let deep = format!("{}{}", "[".repeat(127), "]".repeat(127));
+    let calls = serde_json::json!({"calls": [{"output": {"text": deep}}]});
+    awr.write("fixtures/deep/a.json", &calls.to_string());
+    let flow = awr.write(
+        "flow.yaml",
+        "name: deep\nagents:\n  a: {provider: mock, output_schema: {type: array}}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("nests arrays and objects deeper than 100 levels"),
+        "{}",
+        out.stderr
+    );
+    let run = run_id_of(&out);
+    for read in [&["events", run.as_str()][..], &["show", run.as_str()]] {
+        let shown = awr.run(read);
+        assert_eq!(shown.code, 0, "{read:?}: {}", shown.stderr);
+    }
+}

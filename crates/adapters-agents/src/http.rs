@@ -339,6 +339,18 @@ mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
 
+    /// A model's arguments are parsed, unless they nest too deeply for the
+    /// log to read back: then they stay the text the model sent.
+    #[test]
+    fn tool_arguments_too_deep_for_the_log_stay_text() {
+        assert_eq!(
+            call_input(r#"{"path": "a"}"#.into(), None),
+            serde_json::json!({"path": "a"})
+        );
+        let deep = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        assert_eq!(call_input(deep.clone(), None), Value::String(deep));
+    }
+
     #[test]
     fn statuses_map_to_kinds() {
         let body = r#"{"error": {"message": "slow down", "type": "rate_limit_error"}}"#;
@@ -455,7 +467,11 @@ pub(crate) fn call_input(raw: String, given: Option<Value>) -> Value {
             _ => json!({}),
         };
     }
-    serde_json::from_str(&raw).unwrap_or(Value::String(raw))
+    // Arguments nested too deeply for the log to read back stay their text.
+    match serde_json::from_str(&raw) {
+        Ok(input) if !domain::output::nests_deeper(&input, domain::output::MAX_DEPTH) => input,
+        _ => Value::String(raw),
+    }
 }
 
 /// What a streamed turn learns besides its content, kept until its end.

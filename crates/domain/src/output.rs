@@ -3,6 +3,31 @@
 
 use serde_json::Value;
 
+/// How deeply a value from outside (a run's input, an agent's structured
+/// output, a tool call's arguments, a line an agent printed) may nest arrays
+/// and objects. The log keeps such a value a few levels down in an event
+/// line, and its reader refuses a line nested deeper than 128 levels: a
+/// value much deeper than this would be written and never read back.
+pub const MAX_DEPTH: usize = 100;
+
+/// Whether `value` nests arrays and objects deeper than `limit` levels (a
+/// scalar is 0 deep). Without recursion: the value may come from anywhere.
+pub fn nests_deeper(value: &Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 0_usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let inner = depth + 1;
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, inner))),
+            Value::Object(map) => stack.extend(map.values().map(|v| (v, inner))),
+            _ => continue,
+        }
+        if inner > limit {
+            return true;
+        }
+    }
+    false
+}
+
 /// Why an agent's final text is not acceptable structured output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutputError {
@@ -15,6 +40,9 @@ pub enum OutputError {
     /// The JSON does not satisfy the schema; lists each violation with its path.
     #[error("output does not match output_schema: {0}")]
     Mismatch(String),
+    /// The JSON nests deeper than [`MAX_DEPTH`]: the log could not keep it.
+    #[error("final text nests arrays and objects deeper than {MAX_DEPTH} levels")]
+    TooDeep,
 }
 
 /// Parses `text` as JSON and validates it against `schema`.
@@ -25,6 +53,9 @@ pub fn parse_structured(text: &str, schema: &Value) -> Result<Value, OutputError
     let body = strip_fence(text.trim());
     let value: Value =
         serde_json::from_str(body).map_err(|e| OutputError::NotJson(e.to_string()))?;
+    if nests_deeper(&value, MAX_DEPTH) {
+        return Err(OutputError::TooDeep);
+    }
     validate(&value, schema)?;
     Ok(value)
 }
@@ -66,6 +97,24 @@ fn strip_fence(text: &str) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn depth_is_counted_without_recursion_and_too_deep_output_is_refused() {
+        let nested = |n: usize| -> Value {
+            serde_json::from_str(&format!("{}{}", "[".repeat(n), "]".repeat(n))).unwrap()
+        };
+        assert!(!nests_deeper(&json!(1), 0));
+        assert!(nests_deeper(&json!([]), 0));
+        assert!(!nests_deeper(&json!({"a": [1, {"b": []}]}), 4));
+        assert!(nests_deeper(&json!({"a": [1, {"b": []}]}), 3));
+        assert!(!nests_deeper(&nested(MAX_DEPTH), MAX_DEPTH));
+        assert!(nests_deeper(&nested(MAX_DEPTH + 1), MAX_DEPTH));
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(
+            parse_structured(&deep, &json!({"type": "array"})),
+            Err(OutputError::TooDeep)
+        );
+    }
 
     fn schema() -> Value {
         json!({"type": "object", "required": ["score"], "properties": {"score": {"type": "number"}}})

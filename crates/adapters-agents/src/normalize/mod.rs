@@ -58,10 +58,45 @@ pub trait Decoder {
     fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded>;
 }
 
-/// A [`AgentMessage::Warning`].
+/// A [`AgentMessage::Warning`]. Details nested too deeply for the log to
+/// read back (a line an agent printed, kept whole) are kept as their JSON
+/// text instead.
 pub fn warning(message: String, details: Value) -> AgentMessage {
+    let details = if domain::output::nests_deeper(&details, domain::output::MAX_DEPTH) {
+        Value::String(details.to_string())
+    } else {
+        details
+    };
     AgentMessage::Warning {
         message,
         details: Some(details),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A line an agent printed is kept whole in a warning, unless it nests
+    /// too deeply for the log to read back: then it is kept as its text.
+    #[test]
+    fn a_warning_keeps_details_too_deep_for_the_log_as_their_text() {
+        let nested = |n: usize| -> Value {
+            serde_json::from_str(&format!("{}{}", "[".repeat(n), "]".repeat(n))).unwrap()
+        };
+        let details = |message| match message {
+            AgentMessage::Warning { details, .. } => details.unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let deep = json!({ "line": nested(127) });
+        assert_eq!(
+            details(warning("w".into(), deep.clone())),
+            Value::String(deep.to_string())
+        );
+        let fine = json!({ "line": nested(90) });
+        assert_eq!(details(warning("w".into(), fine.clone())), fine);
     }
 }

@@ -517,31 +517,17 @@ impl WorkflowDef {
     /// for a fan-out of agents, few enough not to start dozens of CLIs.
     pub const DEFAULT_CONCURRENCY: u32 = 8;
 
-    /// How deeply a run's input may nest arrays and objects. The log keeps
-    /// it a few levels down (in its event line, in a node's `{data,
-    /// metadata}` input), and its reader refuses JSON nested deeper than 128
-    /// levels: input much deeper than this would be run and never read back.
-    pub const MAX_INPUT_DEPTH: usize = 100;
+    /// How deeply a run's input may nest arrays and objects
+    /// ([`crate::output::MAX_DEPTH`]: what the log can keep and read back).
+    pub const MAX_INPUT_DEPTH: usize = crate::output::MAX_DEPTH;
 
     /// Refuses a run input nested deeper than [`Self::MAX_INPUT_DEPTH`].
     pub fn check_input(input: &Value) -> Result<(), String> {
-        // Depth first, without recursion: the value may come from anywhere.
-        let mut deepest = 0;
-        let mut stack = vec![(input, 0_usize)];
-        while let Some((value, depth)) = stack.pop() {
-            let inner = depth + 1;
-            match value {
-                Value::Array(items) => stack.extend(items.iter().map(|v| (v, inner))),
-                Value::Object(map) => stack.extend(map.values().map(|v| (v, inner))),
-                _ => continue,
-            }
-            deepest = deepest.max(inner);
-            if deepest > Self::MAX_INPUT_DEPTH {
-                return Err(format!(
-                    "nests arrays and objects deeper than {} levels",
-                    Self::MAX_INPUT_DEPTH
-                ));
-            }
+        if crate::output::nests_deeper(input, Self::MAX_INPUT_DEPTH) {
+            return Err(format!(
+                "nests arrays and objects deeper than {} levels",
+                Self::MAX_INPUT_DEPTH
+            ));
         }
         Ok(())
     }
