@@ -51,12 +51,15 @@ impl Storage {
     /// The directory of what is kept as files beside any store: transcripts
     /// (`transcripts/`) and the control sockets of live runs (`control/`).
     /// The storage directory itself for the file store; `PATH-files` beside
-    /// a SQLite database.
+    /// a SQLite database (the database's real path, symlinks resolved).
     pub fn files(&self) -> PathBuf {
         match self {
             Self::Files(dir) => dir.clone(),
             Self::Sqlite(db) => {
-                let mut dir = db.clone().into_os_string();
+                // Beside the real file, symlinks resolved, as its locks are:
+                // another name for the database finds the same sockets.
+                let db = std::fs::canonicalize(db).unwrap_or_else(|_| db.clone());
+                let mut dir = db.into_os_string();
                 dir.push("-files");
                 PathBuf::from(dir)
             }
@@ -102,5 +105,14 @@ mod tests {
             PathBuf::from("x/runs.db-files")
         );
         assert_eq!(Storage::Files("d".into()).files(), PathBuf::from("d"));
+        // Through a symlink, beside the real database.
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        std::fs::write(&real, "").unwrap();
+        let alias = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(&real, &alias).unwrap();
+        let mut expected = real.canonicalize().unwrap().into_os_string();
+        expected.push("-files");
+        assert_eq!(Storage::Sqlite(alias).files(), PathBuf::from(expected));
     }
 }

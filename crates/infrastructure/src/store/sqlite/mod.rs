@@ -195,7 +195,10 @@ impl SqliteRunStore {
         let mut writer = connection(&path, config.sync)?;
         schema::migrate(&mut writer, &path)?;
         let reader = connection(&path, config.sync)?;
-        let mut locks_dir = path.clone().into_os_string();
+        // Beside the real file, symlinks resolved: a process that names the
+        // database through another path must find the same locks.
+        let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        let mut locks_dir = real.into_os_string();
         locks_dir.push("-locks");
         Ok(Self {
             inner: Arc::new(Inner {

@@ -93,6 +93,25 @@ fn a_database_from_a_newer_awr_is_refused_naming_the_file_and_both_versions() {
     );
 }
 
+/// The database named through a symlink is the same database, with the
+/// same locks: a second writer of a run is refused whatever name it uses.
+#[tokio::test]
+async fn a_database_named_through_a_symlink_shares_its_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("real.db");
+    let alias = dir.path().join("alias.db");
+    let store = SqliteRunStore::open(&db).unwrap();
+    std::os::unix::fs::symlink(&db, &alias).unwrap();
+    let other = SqliteRunStore::open(&alias).unwrap();
+    let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let _writer = store.create_run(run).await.unwrap();
+    assert!(other.has_writer(run).await.unwrap(), "seen as written");
+    assert!(
+        matches!(other.lock(run).await, Err(StoreError::Locked(_))),
+        "a second writer through the alias"
+    );
+}
+
 #[test]
 fn opening_applies_the_migrations_once_and_sets_the_version() {
     let dir = tempfile::tempdir().unwrap();
