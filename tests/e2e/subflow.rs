@@ -351,3 +351,54 @@ fn recover_all_continues_a_killed_parent_with_its_child() {
     }
     assert_eq!(awr.run_ids().len(), 2);
 }
+
+/// A child run pauses with its parent, never alone: `awr pause CHILD` is
+/// refused (its parent, waiting on it, took the pause for a failure and
+/// ended for good), and the parent goes on to complete.
+#[test]
+fn pausing_a_child_run_alone_is_refused() {
+    let awr = Awr::new();
+    let gate = awr.dir.path().join("gate");
+    awr.write(
+        "child.yaml",
+        &format!(
+            "name: child\nnodes:\n  - id: wait\n    command: \"while [ ! -f '{}' ]; do sleep 0.05; done; echo done\"\n",
+            gate.display()
+        ),
+    );
+    let parent = awr.write(
+        "parent.yaml",
+        "name: parent\nnodes:\n  - id: call\n    call_workflow: child.yaml\n",
+    );
+    let mut running = awr
+        .command(&["run", parent.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn awr");
+    crate::cancel::wait_for(30, "the child's command to start", || {
+        awr.run_ids().iter().any(|run| {
+            awr.events_so_far(run)
+                .iter()
+                .any(|e| e["type"] == "node:started" && e["nodeId"] == "wait")
+        })
+    });
+    let child = awr
+        .run_ids()
+        .into_iter()
+        .find(|run| awr.events_so_far(run).iter().any(|e| e["nodeId"] == "wait"))
+        .unwrap();
+    let paused = awr.run_within(30, &["pause", &child]);
+    assert_eq!(paused.code, 2, "{}{}", paused.stdout, paused.stderr);
+    assert!(
+        paused.stderr.contains("pause its parent run"),
+        "{}",
+        paused.stderr
+    );
+    std::fs::write(&gate, "").unwrap();
+    let code = crate::cancel::wait_exit(&mut running, 60, "the parent run to end");
+    assert_eq!(code, 0, "the parent completes");
+    for run in awr.run_ids() {
+        assert_eq!(awr.show_json(&run)["status"], "completed", "{run}");
+    }
+}

@@ -18,7 +18,16 @@ impl Driver {
         &mut self,
         delivery: Delivery,
     ) -> Result<Option<Stop>, ExecutorError> {
-        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true);
+        // A child run pauses with its parent, never alone: its parent,
+        // waiting on it, would take the pause for the child's failure.
+        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true)
+            .and_then(|command| match command {
+                RuntimeCommand::Pause if self.parent_pausing.is_some() => Err(
+                    "this run is a child run (`call_workflow`): pause its parent run, which pauses it too"
+                        .to_owned(),
+                ),
+                other => Ok(other),
+            });
         let error = verdict.as_ref().err().cloned();
         let received = EventKind::CommandReceived {
             command: delivery.raw,
