@@ -162,6 +162,48 @@ async fn prune_selects_whole_finished_trees(sqlite: bool) {
     let out = a.run(&["prune", "--older-than", "0s"]);
     assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{}", out.stderr);
     assert!(store.list_runs().await.unwrap().contains(&tree_child));
+
+    // A paused child under a completed parent waits for `awr resume`: the
+    // tree stays unless `paused` is asked for by name.
+    let done_parent = clone_run(&*store, &parent_log, parent_log.len()).await;
+    let paused_child = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let mut events = as_run(&parent_log[..3], paused_child);
+    if let EventKind::FlowStarted { parent_run_id, .. } = &mut events[0].kind {
+        *parent_run_id = Some(done_parent);
+    }
+    let mut paused = events[2].clone();
+    paused.offset = paused.offset.next();
+    paused.node_id = None;
+    paused.node_run_id = None;
+    paused.kind = EventKind::FlowPaused { reason: None };
+    events.push(paused);
+    let snapshot = RunSnapshot::fold(&events).unwrap();
+    store
+        .import_run(
+            paused_child,
+            futures::stream::iter(vec![Ok(events)]).boxed(),
+            Some(snapshot),
+        )
+        .await
+        .unwrap();
+    let out = a.run(&["prune", "--older-than", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stdout.contains("deleted"), "{}", out.stdout);
+    assert!(store.list_runs().await.unwrap().contains(&paused_child));
+    let out = a.run(&[
+        "prune",
+        "--older-than",
+        "0s",
+        "--status",
+        "completed,paused",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("deleted {done_parent}")),
+        "{}",
+        out.stdout
+    );
+    assert!(!store.list_runs().await.unwrap().contains(&paused_child));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -130,7 +130,7 @@ pub async fn prune(
             continue;
         }
         let tree = tree(*root, &children);
-        if let Some(why) = unfinished(&tree, &runs) {
+        if let Some(why) = unfinished(&tree, &runs, policy) {
             report.kept.push((*root, why));
             continue;
         }
@@ -237,10 +237,20 @@ fn tree(root: RunId, children: &HashMap<RunId, Vec<RunId>>) -> Vec<(RunId, Optio
     out
 }
 
-/// Why a tree must stay: a run in it has not finished.
-fn unfinished(tree: &[(RunId, Option<RunId>)], runs: &BTreeMap<RunId, Known>) -> Option<String> {
+/// Why a tree must stay: a run in it has not finished, or is paused while
+/// `paused` was not asked for (it waits for `awr resume`, child or not).
+fn unfinished(
+    tree: &[(RunId, Option<RunId>)],
+    runs: &BTreeMap<RunId, Known>,
+    policy: &PrunePolicy,
+) -> Option<String> {
     tree.iter().find_map(|(id, _)| match runs[id].status {
-        ShownStatus::Recorded(s) if PrunePolicy::selectable(s) => None,
+        ShownStatus::Recorded(s) if s.is_terminal() => None,
+        ShownStatus::Recorded(RunStatus::Paused)
+            if policy.statuses.contains(&RunStatus::Paused) =>
+        {
+            None
+        }
         other => Some(format!("its run {id} is {}", other.as_str())),
     })
 }
