@@ -33,21 +33,48 @@ fn usage_file(request: &AgentRequest) -> PathBuf {
     std::env::temp_dir().join(format!("awr-copilot-usage-{}.json", request.node_run_id))
 }
 
-/// The totals of a Copilot usage file: summed over its models, and per model.
+/// The most a usage file is read of: its totals take a few hundred bytes.
+const MAX_USAGE_FILE: u64 = 1 << 20;
+
+/// The text of the usage file at `path`: a regular file only, opened
+/// without blocking and read up to [`MAX_USAGE_FILE`]. The CLI, or what
+/// replaced it, may have left a FIFO or a device there, and a blocking read
+/// would stall the run past every timeout.
+fn usage_text(path: &Path) -> Option<String> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let file = std::fs::File::from(fd);
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_USAGE_FILE).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The totals of a Copilot usage file: summed over its models (saturating:
+/// the counts are the CLI's), and per model.
 pub fn read_usage_file(path: &Path) -> Option<(Usage, BTreeMap<String, ModelUsage>)> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = usage_text(path)?;
     let file: Value = serde_json::from_str(&text).ok()?;
     let mut total = Usage::default();
     let mut per_model = BTreeMap::new();
     for (model, metrics) in file.get("modelMetrics")?.as_object()? {
         let usage = &metrics["usage"];
         let count = |field: &str| usage[field].as_u64().unwrap_or(0);
-        total.input_tokens += count("inputTokens");
-        total.output_tokens += count("outputTokens");
-        total.cache_read_input_tokens =
-            Some(total.cache_read_input_tokens.unwrap_or(0) + count("cacheReadTokens"));
+        let add =
+            |sum: Option<u64>, field: &str| Some(sum.unwrap_or(0).saturating_add(count(field)));
+        total.input_tokens = total.input_tokens.saturating_add(count("inputTokens"));
+        total.output_tokens = total.output_tokens.saturating_add(count("outputTokens"));
+        total.cache_read_input_tokens = add(total.cache_read_input_tokens, "cacheReadTokens");
         total.cache_creation_input_tokens =
-            Some(total.cache_creation_input_tokens.unwrap_or(0) + count("cacheWriteTokens"));
+            add(total.cache_creation_input_tokens, "cacheWriteTokens");
         per_model.insert(
             model.clone(),
             ModelUsage {
@@ -129,6 +156,31 @@ mod usage_tests {
         assert_eq!(total.cache_read_input_tokens, Some(0));
         assert_eq!(per_model["gpt-5"].output_tokens, 25);
         assert!(read_usage_file(Path::new("/nonexistent/usage.json")).is_none());
+    }
+
+    /// A usage file is the CLI's, or whatever took its place: counts that
+    /// overflow saturate, and a FIFO is not waited on.
+    #[test]
+    fn a_hostile_usage_file_neither_panics_nor_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("huge.json");
+        let max = u64::MAX;
+        std::fs::write(
+            &huge,
+            format!(r#"{{"modelMetrics": {{"a": {{"usage": {{"inputTokens": {max}, "cacheReadTokens": {max}}}}}, "b": {{"usage": {{"inputTokens": {max}, "cacheReadTokens": {max}}}}}}}}}"#),
+        )
+        .unwrap();
+        let (total, _) = read_usage_file(&huge).unwrap();
+        assert_eq!(total.input_tokens, u64::MAX);
+        assert_eq!(total.cache_read_input_tokens, Some(u64::MAX));
+        let fifo = dir.path().join("fifo.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(read_usage_file(&fifo).is_none(), "a FIFO is no usage file");
+        assert!(read_usage_file(dir.path()).is_none(), "nor a directory");
     }
 
     #[test]

@@ -141,9 +141,33 @@ impl<P: CliProgram> CliAgent<P> {
     }
 }
 
+/// Whether a session id can go on a CLI's command line as it is: ids come
+/// from the CLI's own output, and one such as `--dangerously-skip-permissions`
+/// would be read as a flag. Every CLI's ids are UUID-like.
+fn safe_on_command_line(id: &str) -> bool {
+    id.len() <= 256
+        && !id.starts_with('-')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
 #[async_trait]
 impl<P: CliProgram> QueryFn for CliAgent<P> {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        for id in [&request.resume, &request.session_id].into_iter().flatten() {
+            if !safe_on_command_line(id.as_str()) {
+                return Err(QueryError::Agent {
+                    error_type: "invalid_session".to_owned(),
+                    message: format!(
+                        "session id {:?} is not one {} can be given on its command line (letters, digits, `-_.:`, not leading `-`, at most 256)",
+                        id.as_str().chars().take(80).collect::<String>(),
+                        P::EXECUTABLE
+                    ),
+                    details: None,
+                });
+            }
+        }
         let command = Self::command(&request).withholding(&self.keys);
         let stream = run_cli(command, P::default())?;
         Ok(Box::pin(stream.map(move |item| match item {
@@ -406,6 +430,38 @@ mod tests {
 
     fn tokens((input, output, cache_read): (u64, u64, u64)) -> Usage {
         usage(Some(input), Some(output), None, Some(cache_read))
+    }
+
+    /// A session id from a CLI's output that would read as a flag (or is
+    /// no id at all) is never put on its command line: the call fails
+    /// before anything runs.
+    #[tokio::test]
+    async fn a_session_id_that_is_no_plain_id_never_reaches_the_command_line() {
+        for bad in [
+            "--dangerously-skip-permissions",
+            "a b",
+            "../x",
+            "x\ny",
+            &"x".repeat(300),
+        ] {
+            let mut request = agent_request(Provider::ClaudeCode, None);
+            request.resume = Some(SessionId::new(bad).unwrap());
+            let agent = CliAgent::<crate::claude::ClaudeDecoder>::default();
+            match agent.query(request).await {
+                Err(QueryError::Agent { error_type, .. }) => {
+                    assert_eq!(error_type, "invalid_session")
+                }
+                Err(other) => panic!("{bad}: {other}"),
+                Ok(_) => panic!("{bad}: the CLI was started"),
+            }
+        }
+        for good in [
+            "3d268878-4ab5-43ec-bed2-000000000001",
+            "sess-sum-checker",
+            "th_1.a:b",
+        ] {
+            assert!(safe_on_command_line(good), "{good}");
+        }
     }
 
     #[test]
