@@ -252,3 +252,27 @@ fn structured_output_too_deep_for_the_log_fails_the_node_and_the_log_reads_back(
         assert_eq!(shown.code, 0, "{read:?}: {}", shown.stderr);
     }
 }
+
+/// A CLI that exits after its result, leaving a process in a session of
+/// its own that holds its output open: the run ends with the result, after
+/// a short grace, instead of waiting on the pipe for good.
+#[test]
+fn a_cli_that_leaves_its_output_held_open_still_ends_with_its_result() {
+    let awr = Awr::new();
+    let pid = awr.dir.path().join("held.pid");
+    let script = format!(
+        "#!/bin/sh\n\
+         echo '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-held\",\"model\":\"m\"}}'\n\
+         echo '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}},\"session_id\":\"s-held\"}}'\n\
+         setsid sh -c 'echo $$ > \"{pid}\"; exec sleep 60' &\n\
+         while [ ! -s '{pid}' ]; do sleep 0.01; done\n\
+         exit 0\n",
+        pid = pid.display()
+    );
+    let flow = awr.claude_flow("held", &script, "");
+    let out = awr.run_within(30, &["run", flow.to_str().unwrap()]);
+    let held = std::fs::read_to_string(&pid).unwrap_or_default();
+    let _leftovers = crate::interrupted::Leftovers(vec![held.trim().to_owned()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "done");
+}

@@ -32,6 +32,11 @@ use crate::normalize::{Decoded, Decoder, StreamDecoder};
 /// Bytes of stderr kept for error messages; older output is dropped.
 const STDERR_TAIL_BYTES: usize = 16 * 1024;
 
+/// How long the CLI's output is still read after the CLI exited: enough to
+/// drain the pipes, short enough that a process it left behind in a session
+/// of its own, holding them open, does not hold the run.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
 /// Messages buffered between the reader task and the runner. Small: the
 /// runner consumes as fast as it records, and a full buffer only slows the
 /// reader (the CLI then waits on its pipe), it never loses output.
@@ -319,13 +324,36 @@ impl Run<'_> {
             self.group.kill();
             status
         };
-        let both = async { tokio::join!(wait, self.decode(stdout, &mut decoder)).0 };
+        let decoding = self.decode(stdout, &mut decoder);
+        let both = async {
+            tokio::pin!(wait, decoding);
+            tokio::select! {
+                status = &mut wait => {
+                    // Its group is gone, but a process it moved to a session
+                    // of its own may hold stdout open for good: what is in
+                    // the pipe is read, then reading stops.
+                    if tokio::time::timeout(OUTPUT_GRACE, &mut decoding).await.is_err() {
+                        tracing::warn!(%program, "the CLI exited and a process it left holds its output open; reading stopped");
+                    }
+                    status
+                }
+                () = &mut decoding => wait.await,
+            }
+        };
         let status = match timeout {
             Some(limit) => tokio::time::timeout(limit, both).await.ok(),
             None => Some(both.await),
         };
         self.group.kill();
-        let stderr_tail = stderr_task.await.unwrap_or_default();
+        // The same for stderr: its tail is what was read by then.
+        let mut stderr_task = stderr_task;
+        let stderr_tail = match tokio::time::timeout(OUTPUT_GRACE, &mut stderr_task).await {
+            Ok(tail) => tail.unwrap_or_default(),
+            Err(_) => {
+                stderr_task.abort();
+                String::new()
+            }
+        };
         let Some(status) = status else {
             let secs = timeout.map_or(0, |t| t.as_secs());
             self.send(Err(QueryError::Agent {
