@@ -215,33 +215,6 @@ fn a_missing_fixture_file_is_refused_before_the_run() {
     assert!(awr.run_ids().is_empty());
 }
 
-/// `awr validate` reads every fixture a run would be served from, a called
-/// workflow's included: one that does not parse is named before any run.
-#[test]
-fn validate_names_a_fixture_that_does_not_parse() {
-    let awr = Awr::new();
-    awr.write("fx/good.json", r#"{"calls": [{"output": {"text": "hi"}}]}"#);
-    awr.write("fx/bad.json", "not json");
-    awr.write(
-        "child.yaml",
-        "name: child\nagents:\n  b: {provider: mock, fixtures: fx}\nnodes:\n  - {id: bad, agent: b}\n",
-    );
-    let flow = awr.write(
-        "flow.yaml",
-        "name: top\nagents:\n  g: {provider: mock, fixtures: fx}\nnodes:\n  - {id: good, agent: g}\n  - {id: sub, call_workflow: child.yaml}\nedges:\n  - {from: good, to: sub}\n",
-    );
-    let out = awr.run(&["validate", flow.to_str().unwrap()]);
-    assert_eq!(out.code, 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("invalid fixture file") && out.stderr.contains("fx/bad.json"),
-        "{}",
-        out.stderr
-    );
-    awr.write("fx/bad.json", r#"{"calls": []}"#);
-    let out = awr.run(&["validate", flow.to_str().unwrap()]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-}
-
 #[test]
 fn a_fixture_without_the_call_asked_for_names_the_node_and_call() {
     let awr = Awr::new();

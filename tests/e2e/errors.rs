@@ -160,3 +160,30 @@ fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("corrupt store data"), "{}", out.stderr);
 }
+
+/// `awr validate` reads every fixture a run would be served from, a called
+/// workflow's included: one that does not parse is named before any run.
+#[test]
+fn validate_names_a_fixture_that_does_not_parse() {
+    let awr = Awr::new();
+    awr.write("fx/good.json", r#"{"calls": [{"output": {"text": "hi"}}]}"#);
+    awr.write("fx/bad.json", "not json");
+    awr.write(
+        "child.yaml",
+        "name: child\nagents:\n  b: {provider: mock, fixtures: fx}\nnodes:\n  - {id: bad, agent: b}\n",
+    );
+    let flow = awr.write(
+        "flow.yaml",
+        "name: top\nagents:\n  g: {provider: mock, fixtures: fx}\nnodes:\n  - {id: good, agent: g}\n  - {id: sub, call_workflow: child.yaml}\nedges:\n  - {from: good, to: sub}\n",
+    );
+    let out = awr.run(&["validate", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("invalid fixture file") && out.stderr.contains("fx/bad.json"),
+        "{}",
+        out.stderr
+    );
+    awr.write("fx/bad.json", r#"{"calls": []}"#);
+    let out = awr.run(&["validate", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
