@@ -1,5 +1,6 @@
 //! Framing, repairing and parsing a CLI agent's raw stdout, incrementally.
 
+use application::ports::QueryError;
 use serde_json::{Value, json};
 
 use super::{
@@ -78,6 +79,18 @@ impl<D: Decoder> StreamDecoder<D> {
         }
         match serde_json::from_str::<Value>(&text) {
             Ok(value) => out.extend(self.decoder.line(value)),
+            // JSON, but nested past what can be read: what it says (an
+            // answer, a tool call) cannot be kept, so the call fails rather
+            // than end as if the line had not been there.
+            Err(err) if err.to_string().starts_with("recursion limit exceeded") => {
+                out.push(Err(QueryError::Agent {
+                    error_type: "unreadable_output".to_owned(),
+                    message: format!(
+                        "a line of the agent's output nests arrays and objects deeper than awr reads (128 levels): {err}"
+                    ),
+                    details: Some(json!({ "line": preview(&text, WARNING_LINE_PREVIEW_BYTES) })),
+                }));
+            }
             Err(err) => {
                 let what = match line.kind {
                     LineKind::Unterminated => {
@@ -129,6 +142,19 @@ mod tests {
 
     fn is_warning(d: &Decoded) -> bool {
         matches!(d, Ok(AgentMessage::Warning { .. }))
+    }
+
+    /// A line that is JSON nested too deeply to read fails the call: its
+    /// content (an answer, a tool call) cannot be kept, and the run must
+    /// not end as if it had not been printed.
+    #[test]
+    fn a_line_nested_too_deeply_to_read_fails_the_call() {
+        let deep = format!("{{\"a\":{}{}}}\n", "[".repeat(200), "]".repeat(200));
+        let out = decode_all(Echo, deep.as_bytes(), Some(0), "");
+        assert!(
+            matches!(&out[0], Err(QueryError::Agent { error_type, .. }) if error_type == "unreadable_output"),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -467,7 +467,7 @@ mod tests {
     /// started, and kills what a dead writer left.
     #[tokio::test]
     async fn processes_whose_writer_lives_are_not_leftovers() {
-        use crate::process::testing::{ends_within, pid_in};
+        use crate::process::testing::{ends_within, pid_in, runs};
         let dir = tempfile::tempdir().unwrap();
         let limit = std::time::Duration::from_secs(10);
         let start = |writer: Option<&str>, file: &str| {
@@ -496,6 +496,10 @@ mod tests {
         let kept_pid = pid_in(&kept_pid, limit).await.unwrap();
         let dead_pid = pid_in(&dead_pid, limit).await.unwrap();
         let old_pid = pid_in(&old_pid, limit).await.unwrap();
+        // Each past its `exec`: the sweep reads what `/proc` shows of it.
+        for pid in [kept_pid, dead_pid, old_pid] {
+            assert!(runs(pid, "sleep", limit).await, "{pid} never ran sleep");
+        }
         assert_eq!(
             kill_run("run-w"),
             2,

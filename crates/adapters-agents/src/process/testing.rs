@@ -52,6 +52,22 @@ pub async fn pid_in(path: &std::path::Path, limit: Duration) -> Option<u32> {
     }
 }
 
+/// Waits until process `pid` runs the program `name` (its `exec` is done:
+/// while one is under way, what `/proc` shows of it may be neither the old
+/// program's nor the new one's).
+pub async fn runs(pid: u32, name: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits for the pid a script writes to `path`, then for that process to
 /// end; says which step did not happen.
 pub async fn ends(path: &std::path::Path) -> Result<u32, String> {
