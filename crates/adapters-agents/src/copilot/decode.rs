@@ -297,12 +297,14 @@ impl Decoder for CopilotDecoder {
     }
 
     fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-        // The CLI may give up on the model without printing its result.
-        let fatal = self.fatal.take().map(Err);
+        // A `session.error` the `result` line did not take: the CLI gave up
+        // on the model without a result, or reported it after one. Either
+        // way the invocation failed.
+        if let Some(fatal) = self.fatal.take() {
+            self.ending.fail(fatal);
+        }
         let missing = "a result line";
-        let otherwise = || {
-            fatal.or_else(|| session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err))
-        };
+        let otherwise = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
         self.ending
             .finish(CLI, missing, exit_code, stderr_tail, otherwise)
     }
@@ -372,6 +374,12 @@ mod tests {
         );
         let out = run::<CopilotDecoder>(&[OK_RESULT, OK_RESULT], Some(1), "");
         assert_eq!(collapsed_kinds(&out).join(" "), "warning warning completed");
+        // A session error after the result still fails the invocation.
+        let out = run::<CopilotDecoder>(&[OK_RESULT, fail], Some(0), "");
+        assert!(
+            matches!(out.last(), Some(Err(QueryError::Agent { error_type, .. })) if error_type == "rate_limit"),
+            "{out:?}"
+        );
     }
 
     #[test]

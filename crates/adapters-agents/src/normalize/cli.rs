@@ -131,6 +131,12 @@ impl Ending {
         out
     }
 
+    /// A failure the CLI reported after its result line: the invocation
+    /// failed all the same, so it is the outcome.
+    pub fn fail(&mut self, error: QueryError) {
+        self.outcome = Some(Err(error));
+    }
+
     /// The end of the stream, once (later calls yield nothing): the result
     /// line's outcome, else `otherwise`'s, concluded by [`conclude`]. Calls
     /// still without a result were recorded as uses: nothing is added.
