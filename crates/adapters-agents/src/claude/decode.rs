@@ -445,7 +445,7 @@ mod tests {
             messages[1..4],
             [
                 warning_of(
-                    "unknown Claude Code line type Some(\"assistant_v9\"); kept as is",
+                    "unknown Claude Code line type `assistant_v9`; kept as is",
                     json!({ "line": future })
                 ),
                 warning_of(

@@ -462,7 +462,7 @@ mod tests {
                 use_of(Some("c2"), "bash", json!({"command": "sleep 99"})),
                 use_of(None, "view", json!({"path": "a"})),
                 warning_of(
-                    "unknown Copilot CLI line type Some(\"tool.execution_progress\"); kept as is",
+                    "unknown Copilot CLI line type `tool.execution_progress`; kept as is",
                     json!({ "line": future })
                 ),
                 text_of("meanwhile"),

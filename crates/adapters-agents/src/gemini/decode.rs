@@ -343,7 +343,7 @@ mod tests {
                 use_of(None, "read_file", json!({"path": "a"})),
                 use_of(Some("t3"), shell, json!({"command": "sleep 99"})),
                 warning_of(
-                    "unknown Gemini CLI line type Some(\"tool_progress\"); kept as is",
+                    "unknown Gemini CLI line type `tool_progress`; kept as is",
                     json!({ "line": future })
                 ),
                 tool_of(

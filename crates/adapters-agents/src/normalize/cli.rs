@@ -62,8 +62,11 @@ impl Cli {
 
     /// A line whose `type` this version does not know.
     pub fn unknown_type(self, line: &Value) -> Vec<Decoded> {
-        let kind = line.get("type").and_then(Value::as_str);
-        self.unknown(&format!("line type {kind:?}"), line)
+        let what = match line.get("type").and_then(Value::as_str) {
+            Some(kind) => format!("line type `{kind}`"),
+            None => "line with no `type`".to_owned(),
+        };
+        self.unknown(&what, line)
     }
 }
 
