@@ -276,3 +276,35 @@ fn a_cli_that_leaves_its_output_held_open_still_ends_with_its_result() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout.trim(), "done");
 }
+
+/// A CLI that prints its result, closes its output and keeps running (no
+/// `timeout` set): the run ends with the result, a warning saying the CLI
+/// was killed, instead of waiting on it for good.
+#[test]
+fn a_cli_that_closes_its_output_and_lingers_is_ended_with_its_result() {
+    let awr = Awr::new();
+    let pid = awr.dir.path().join("lingering.pid");
+    let script = format!(
+        "#!/bin/sh\n\
+         echo '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-linger\",\"model\":\"m\"}}'\n\
+         echo '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}},\"session_id\":\"s-linger\"}}'\n\
+         exec >&- 2>&-\n\
+         echo $$ > '{pid}'\n\
+         exec sleep 60\n",
+        pid = pid.display()
+    );
+    let flow = awr.claude_flow("linger", &script, "");
+    let out = awr.run_within(40, &["run", flow.to_str().unwrap()]);
+    let lingering = std::fs::read_to_string(&pid).unwrap_or_default();
+    let _leftovers = crate::interrupted::Leftovers(vec![lingering.trim().to_owned()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "done");
+    let run = run_id_of(&out);
+    let warned = awr.events(&run).iter().any(|e| {
+        e["type"] == "warning"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("after a successful result"))
+    });
+    assert!(warned, "the kill is said");
+}

@@ -37,6 +37,11 @@ const STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// of its own, holding them open, does not hold the run.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a CLI may go on after its output ended before its group is
+/// killed: a CLI exits as it closes its output; one that does not would
+/// hold a run without a timeout for good.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
 /// Messages buffered between the reader task and the runner. Small: the
 /// runner consumes as fast as it records, and a full buffer only slows the
 /// reader (the CLI then waits on its pipe), it never loses output.
@@ -337,7 +342,19 @@ impl Run<'_> {
                     }
                     status
                 }
-                () = &mut decoding => wait.await,
+                () = &mut decoding => {
+                    // Its output has ended: a CLI still running after that
+                    // has nothing left to say. It gets a grace to exit, then
+                    // its group is killed (a result it printed is kept).
+                    match tokio::time::timeout(EXIT_GRACE, &mut wait).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            tracing::warn!(%program, "the CLI closed its output and did not exit; killing it");
+                            self.group.kill();
+                            wait.await
+                        }
+                    }
+                }
             }
         };
         let status = match timeout {
