@@ -308,3 +308,42 @@ fn a_cli_that_closes_its_output_and_lingers_is_ended_with_its_result() {
     });
     assert!(warned, "the kill is said");
 }
+
+/// A run's log removed while the run is written: its writer says so and
+/// exits 1, where it synced to nowhere and said `completed` (exit 0).
+#[test]
+fn a_log_removed_under_its_writer_is_said_and_the_run_does_not_claim_success() {
+    let awr = Awr::new();
+    let gate = awr.dir.path().join("gate");
+    let flow = awr.write(
+        "gated.yaml",
+        &format!(
+            "name: gated\nnodes:\n  - id: wait\n    command: \"while [ ! -f '{}' ]; do sleep 0.05; done; echo ok\"\n  - id: after\n    command: echo after\nedges:\n  - {{from: wait, to: after}}\n",
+            gate.display()
+        ),
+    );
+    let mut running = awr
+        .command(&["run", flow.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn awr");
+    crate::cancel::wait_for(30, "the first step to start", || {
+        awr.run_ids().iter().any(|run| {
+            awr.events_so_far(run)
+                .iter()
+                .any(|e| e["type"] == "node:started" && e["nodeId"] == "wait")
+        })
+    });
+    let run = awr.run_ids().pop().unwrap();
+    std::fs::remove_file(awr.run_dir(&run).join("events.ndjson")).unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let code = crate::cancel::wait_exit(&mut running, 60, "the run to end");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut running.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("removed while the run was written"),
+        "{stderr}"
+    );
+}

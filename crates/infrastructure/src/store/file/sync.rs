@@ -272,8 +272,18 @@ impl GroupSync {
     }
 
     fn fdatasync(&self, file: &File, path: &Path) -> Result<(), StoreError> {
+        use std::os::unix::fs::MetadataExt;
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
-        file.sync_data().map_err(|e| io_err("sync", path, &e))
+        file.sync_data().map_err(|e| io_err("sync", path, &e))?;
+        // A file removed under its writer syncs without a fault, to
+        // nowhere: what was written since is not on record.
+        if file.metadata().is_ok_and(|m| m.nlink() == 0) {
+            return Err(StoreError::Io(format!(
+                "{}: removed while the run was written; what was written to it since is not on record",
+                path.display()
+            )));
+        }
+        Ok(())
     }
 }
 
