@@ -17,7 +17,7 @@ use super::nodes::{
     NodeKeys, NodeSet, RawBudget, RawCommand, RawForEach, RawRetry, Shorthand, concurrency,
     lower_budget,
 };
-use super::syntax::{check_flow_nesting, json_error, unique_keys, yaml_error};
+use super::syntax::{check_flow_nesting, json_error, strict_value, unique_keys, yaml_error};
 use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
@@ -106,7 +106,7 @@ struct RawWorkflow {
     name: String,
     #[serde(default)]
     description: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict_value")]
     input: Option<Value>,
     #[serde(default, deserialize_with = "unique_keys")]
     agents: BTreeMap<String, AgentDef>,
@@ -1131,6 +1131,37 @@ mod tests {
         check_json_err(
             "{\"name\": \"t\", \"agents\": {\"a/b\": {\"provider\": \"mock\"}}, \"steps\": [{\"agent\": \"a/b\"}]}",
             "agents.a/b: `a/b` is not a valid node id",
+        );
+    }
+
+    /// A run's input in the file is read as written or refused, never
+    /// quietly changed: a repeated key, `.nan` or `.inf` are errors with
+    /// their line; other YAML keys are read as strings, as before.
+    #[test]
+    fn input_in_the_file_is_read_strictly() {
+        let head = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        check_parse(
+            &format!("{head}input:\n  a: 1\n  a: 2\n"),
+            5,
+            3,
+            "duplicate key `a`",
+        );
+        check_err(
+            &format!("{head}input: {{x: [1, .nan]}}\n"),
+            "NaN is no JSON number",
+        );
+        check_err(&format!("{head}input: .inf\n"), "inf is no JSON number");
+        check_json_err(
+            r#"{"name": "t", "agents": {"a": {"provider": "mock"}}, "steps": [{"agent": "a"}], "input": {"k": 1, "k": 2}}"#,
+            "duplicate key `k`",
+        );
+        let read = WorkflowDef::from_yaml(&format!(
+            "{head}input: {{1: one, true: yes, s: [1.5, null, {{n: -2}}]}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            read.input,
+            Some(serde_json::json!({"1": "one", "true": "yes", "s": [1.5, null, {"n": -2}]}))
         );
     }
 

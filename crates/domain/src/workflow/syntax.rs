@@ -38,6 +38,81 @@ where
     de.deserialize_map(Unique(PhantomData))
 }
 
+/// A JSON value read strictly: serde_json's own reader keeps the last of
+/// duplicate keys and turns YAML's `.nan` and `.inf` into `null`, so a
+/// run's input written in the file would silently be another value.
+pub(super) fn strict_value<'de, D>(de: D) -> Result<Option<serde_json::Value>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Ok(Some(de.deserialize_any(Strict)?))
+}
+
+/// The visitor of [`strict_value`], at every level of the value.
+struct Strict;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = serde_json::Value;
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| E::custom(format!("{v} is no JSON number")))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_any(Strict)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Strict)? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            let value = map.next_value_seed(Strict)?;
+            out.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
 /// How deep `[` and `{` may nest in a YAML file. The YAML reader refuses
 /// anything deeper than 128 levels anyway, but only after scanning the whole
 /// file, in time that grows with the square of the depth (minutes for a
