@@ -96,11 +96,8 @@ fn resuming_with_a_changed_workflow_names_the_run_and_both_hashes_once() {
 #[test]
 fn recover_names_each_run_it_could_not_resume_once() {
     let awr = Awr::new();
-    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
-    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let killed = crate::interrupted::killed(&awr);
+    let run = killed.run.as_str();
     // The workflow file the run recorded is gone.
     let flow = awr.dir.path().join("flow.yaml");
     std::fs::remove_file(&flow).unwrap();
@@ -116,7 +113,7 @@ fn recover_names_each_run_it_could_not_resume_once() {
     );
     let about = lines
         .iter()
-        .find(|l| l.contains(&run))
+        .find(|l| l.contains(run))
         .unwrap_or_else(|| panic!("no line names the run:\n{}", out.stderr));
     assert_eq!(about.matches(&run).count(), 1, "{about}");
     assert!(
@@ -129,11 +126,8 @@ fn recover_names_each_run_it_could_not_resume_once() {
 #[test]
 fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
     let awr = Awr::new();
-    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
-    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let killed = crate::interrupted::killed(&awr);
+    let (run, run_dir) = (killed.run.as_str(), &killed.dir);
     // Its last event replaced by a line that is no event.
     let log = run_dir.join("events.ndjson");
     let text = std::fs::read_to_string(&log).unwrap();
@@ -145,7 +139,7 @@ fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
         let out = awr.run_within(30, args);
         assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
         assert!(
-            out.stderr.contains(&run) && out.stderr.contains("corrupt store data"),
+            out.stderr.contains(run) && out.stderr.contains("corrupt store data"),
             "{args:?}: {}",
             out.stderr
         );
@@ -156,7 +150,7 @@ fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
         );
     }
     // A storage error, as for the reading commands: not "the run failed".
-    let out = awr.run_within(30, &["resume", &run]);
+    let out = awr.run_within(30, &["resume", run]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("corrupt store data"), "{}", out.stderr);
 }

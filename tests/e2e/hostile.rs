@@ -253,6 +253,16 @@ fn structured_output_too_deep_for_the_log_fails_the_node_and_the_log_reads_back(
     }
 }
 
+/// The start of a fake Claude Code script that names `session` and prints
+/// a successful result, `done`; what it does next follows.
+fn answers_done(session: &str) -> String {
+    format!(
+        "#!/bin/sh\n\
+         echo '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"{session}\",\"model\":\"m\"}}'\n\
+         echo '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}},\"session_id\":\"{session}\"}}'\n"
+    )
+}
+
 /// A CLI that exits after its result, leaving a process in a session of
 /// its own that holds its output open: the run ends with the result, after
 /// a short grace, instead of waiting on the pipe for good.
@@ -261,12 +271,10 @@ fn a_cli_that_leaves_its_output_held_open_still_ends_with_its_result() {
     let awr = Awr::new();
     let pid = awr.dir.path().join("held.pid");
     let script = format!(
-        "#!/bin/sh\n\
-         echo '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-held\",\"model\":\"m\"}}'\n\
-         echo '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}},\"session_id\":\"s-held\"}}'\n\
-         setsid sh -c 'echo $$ > \"{pid}\"; exec sleep 60' &\n\
+        "{}setsid sh -c 'echo $$ > \"{pid}\"; exec sleep 60' &\n\
          while [ ! -s '{pid}' ]; do sleep 0.01; done\n\
          exit 0\n",
+        answers_done("s-held"),
         pid = pid.display()
     );
     let flow = awr.claude_flow("held", &script, "");
@@ -285,12 +293,10 @@ fn a_cli_that_closes_its_output_and_lingers_is_ended_with_its_result() {
     let awr = Awr::new();
     let pid = awr.dir.path().join("lingering.pid");
     let script = format!(
-        "#!/bin/sh\n\
-         echo '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-linger\",\"model\":\"m\"}}'\n\
-         echo '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}},\"session_id\":\"s-linger\"}}'\n\
-         exec >&- 2>&-\n\
+        "{}exec >&- 2>&-\n\
          echo $$ > '{pid}'\n\
          exec sleep 60\n",
+        answers_done("s-linger"),
         pid = pid.display()
     );
     let flow = awr.claude_flow("linger", &script, "");
@@ -318,24 +324,12 @@ fn a_log_removed_under_its_writer_is_said_and_the_run_does_not_claim_success() {
     let flow = awr.write(
         "gated.yaml",
         &format!(
-            "name: gated\nnodes:\n  - id: wait\n    command: \"while [ ! -f '{}' ]; do sleep 0.05; done; echo ok\"\n  - id: after\n    command: echo after\nedges:\n  - {{from: wait, to: after}}\n",
-            gate.display()
+            "name: gated\nnodes:\n  - id: wait\n    command: \"{}\"\n  - id: after\n    command: echo after\nedges:\n  - {{from: wait, to: after}}\n",
+            crate::util::gated(&gate, "ok")
         ),
     );
-    let mut running = awr
-        .command(&["run", flow.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn awr");
-    crate::cancel::wait_for(30, "the first step to start", || {
-        awr.run_ids().iter().any(|run| {
-            awr.events_so_far(run)
-                .iter()
-                .any(|e| e["type"] == "node:started" && e["nodeId"] == "wait")
-        })
-    });
-    let run = awr.run_ids().pop().unwrap();
+    let mut running = awr.spawn_run(&flow);
+    let run = awr.run_that_started("wait");
     std::fs::remove_file(awr.run_dir(&run).join("events.ndjson")).unwrap();
     std::fs::write(&gate, "").unwrap();
     let code = crate::cancel::wait_exit(&mut running, 60, "the run to end");

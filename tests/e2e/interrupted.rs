@@ -27,6 +27,30 @@ impl Drop for Leftovers {
     }
 }
 
+/// A run whose `awr` was killed (SIGKILL) mid-call: interrupted. What its
+/// dead writer left running is killed when this is dropped.
+pub(crate) struct Killed {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The run's directory.
+    pub(crate) dir: std::path::PathBuf,
+    _leftovers: Leftovers,
+}
+
+/// Starts a run ([`start`]) and kills its `awr` mid-call.
+pub(crate) fn killed(awr: &Awr) -> Killed {
+    let (mut child, dir, agent, grandchild) = start(awr);
+    let leftovers = Leftovers(vec![agent, grandchild]);
+    let run = dir.file_name().unwrap().to_str().unwrap().to_owned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    Killed {
+        run,
+        dir,
+        _leftovers: leftovers,
+    }
+}
+
 #[test]
 fn a_killed_run_is_shown_interrupted_and_its_followers_end() {
     let awr = Awr::new();

@@ -315,12 +315,7 @@ fn recover_all_continues_a_killed_parent_with_its_child() {
         "parent.yaml",
         "name: parent\nnodes:\n  - id: call\n    call_workflow: child.yaml\n",
     );
-    let mut first = awr
-        .command(&["run", parent.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn awr");
+    let mut first = awr.spawn_run(&parent);
     crate::cancel::wait_for(30, "the child's command to start", || started.exists());
     first.kill().unwrap();
     first.wait().unwrap();
@@ -362,32 +357,16 @@ fn pausing_a_child_run_alone_is_refused() {
     awr.write(
         "child.yaml",
         &format!(
-            "name: child\nnodes:\n  - id: wait\n    command: \"while [ ! -f '{}' ]; do sleep 0.05; done; echo done\"\n",
-            gate.display()
+            "name: child\nnodes:\n  - id: wait\n    command: \"{}\"\n",
+            crate::util::gated(&gate, "done")
         ),
     );
     let parent = awr.write(
         "parent.yaml",
         "name: parent\nnodes:\n  - id: call\n    call_workflow: child.yaml\n",
     );
-    let mut running = awr
-        .command(&["run", parent.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn awr");
-    crate::cancel::wait_for(30, "the child's command to start", || {
-        awr.run_ids().iter().any(|run| {
-            awr.events_so_far(run)
-                .iter()
-                .any(|e| e["type"] == "node:started" && e["nodeId"] == "wait")
-        })
-    });
-    let child = awr
-        .run_ids()
-        .into_iter()
-        .find(|run| awr.events_so_far(run).iter().any(|e| e["nodeId"] == "wait"))
-        .unwrap();
+    let mut running = awr.spawn_run(&parent);
+    let child = awr.run_that_started("wait");
     let paused = awr.run_within(30, &["pause", &child]);
     assert_eq!(paused.code, 2, "{}{}", paused.stdout, paused.stderr);
     assert!(

@@ -378,11 +378,7 @@ fn a_turn_cut_short_by_a_kill_keeps_what_the_agent_said_in_the_transcript() {
 #[test]
 fn follow_on_a_run_no_process_writes_ends() {
     let awr = Awr::new();
-    let (mut child, run_dir, agent, grandchild) = crate::cancel::start(&awr);
-    let _leftovers = crate::interrupted::Leftovers(vec![agent, grandchild]);
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_owned();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let run = crate::interrupted::killed(&awr).run;
     let followed = awr.run_within(20, &["transcript", &run, "--follow", "--json"]);
     assert_eq!(followed.code, 0, "{}", followed.stderr);
     let plain = awr.run(&["transcript", &run, "--json"]);

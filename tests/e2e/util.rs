@@ -47,6 +47,14 @@ pub fn examples() -> Vec<String> {
     found
 }
 
+/// A shell command that waits until `gate` exists, then prints `then`.
+pub fn gated(gate: &Path, then: &str) -> String {
+    format!(
+        "while [ ! -f '{}' ]; do sleep 0.05; done; echo {then}",
+        gate.display()
+    )
+}
+
 /// The repository root (where `examples/` lives).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -150,6 +158,30 @@ impl Awr {
         let mut command = self.command(args);
         command.current_dir(dir).envs(env.iter().copied());
         Output::from(command.output().expect("run awr"))
+    }
+
+    /// `awr run FLOW` in the background: stdout dropped, stderr piped.
+    pub fn spawn_run(&self, flow: &Path) -> std::process::Child {
+        self.command(&["run", flow.to_str().expect("a UTF-8 path")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn awr")
+    }
+
+    /// The run whose log has started node `node`, once one has (at most
+    /// 30 s), a child run's included.
+    pub fn run_that_started(&self, node: &str) -> String {
+        let mut found = None;
+        crate::cancel::wait_for(30, &format!("node `{node}` to start"), || {
+            found = self.run_ids().into_iter().find(|run| {
+                self.events_so_far(run)
+                    .iter()
+                    .any(|e| e["type"] == "node:started" && e["nodeId"] == node)
+            });
+            found.is_some()
+        });
+        found.expect("waited for it")
     }
 
     /// Runs `awr --storage <storage> ARGS` and waits for it.

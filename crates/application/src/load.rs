@@ -249,12 +249,11 @@ impl Loader<'_> {
             let callee = dir.join(&*child);
             let file = file.to_path_buf();
             let node = node.id.to_string();
-            let key = self.key(&callee);
+            let real = self.source.canonical(&callee);
             if let Some(root) = &self.rules.calls_within
-                && !self
-                    .source
-                    .canonical(&callee)
-                    .is_some_and(|real| real.starts_with(root) && self.source.is_file(&real))
+                && !real
+                    .as_ref()
+                    .is_some_and(|real| real.starts_with(root) && self.source.is_file(real))
             {
                 let root = root.clone();
                 return Err(LoadError::CallOutside {
@@ -264,6 +263,8 @@ impl Loader<'_> {
                     root,
                 });
             }
+            // Who the callee is, as [`Self::key`] says, from the one lookup.
+            let key = real.unwrap_or_else(|| callee.clone());
             if self.calling.contains(&key) {
                 return Err(LoadError::Cycle { file, node, callee });
             }

@@ -76,15 +76,14 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
         // children's), the replay's run must say: a recorded answer edited
         // after the fact shows there first.
         let seed = &manifest.seeds.id_seed;
-        let top: Vec<RuntimeEvent> = match events.first() {
-            Some(first) => events
+        // The run's own events come first (`run_events`), its children's after.
+        let own = events.first().map_or(0, |first| {
+            events
                 .iter()
-                .filter(|e| e.run_id == first.run_id)
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
-        if let Some(mut report) = first_divergence(&recorded, &causal_lines(&top, seed)) {
+                .take_while(|e| e.run_id == first.run_id)
+                .count()
+        });
+        if let Some(mut report) = first_divergence(&recorded, &causal_lines(&events[..own], seed)) {
             report.shape = "recorded-causal".into();
             report.message =
                 "run A is the recording's causal.jsonl, run B the replay's causal events".into();
