@@ -5,12 +5,14 @@
 //!
 //! Set-up, outside the timing: the real executor runs a chain of stub agents
 //! on the real file store (sync off, which changes what is synced, not what
-//! is written). A store wrapper sums the bytes `append` and `save_snapshot`
-//! report. The `state:saved` markers of the log then say where each
-//! snapshot was taken, and the worst moment for a state load is rebuilt in
-//! a fresh store: the log up to the offset just before the longest gap's
-//! snapshot, with the snapshot before that gap — the longest tail the
-//! cadence lets a load fold.
+//! is written). A store wrapper sums the bytes `append`, `save_snapshot`
+//! and `save_snapshot_delta` report, and notes where each snapshot was
+//! taken. The `state:saved` markers of the log then say where each
+//! snapshot or delta was saved, and the worst moment for a state load is
+//! rebuilt in a fresh store: the snapshot, the deltas after it, and the
+//! log up to the offset just before the next save, at the gap that leaves
+//! the most events beyond the snapshot (every delta before a snapshot is
+//! due, and a tail) — the most the cadence lets a load read and fold.
 //!
 //! Timed: `inspect::current_snapshot` over that store, opened once (`warm`:
 //! the snapshot read and parsed, the tail read and folded) and opened anew
@@ -33,6 +35,7 @@ use application::inspect::current_snapshot;
 use application::ports::RunStore;
 use application::{Executor, RunRequest};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use domain::snapshot::Changes;
 use domain::{EventKind, RunId, RunSnapshot, RuntimeEvent};
 use infrastructure::{FileRunStore, FileStoreConfig, RandomIds, SyncPolicy, SystemClock};
 use serde::de::IgnoredAny;
@@ -78,6 +81,10 @@ struct Written {
     disk_bytes: u64,
     snapshot_bytes: u64,
     snapshots: u64,
+    delta_bytes: u64,
+    deltas: u64,
+    /// Where each snapshot (not delta) was taken.
+    snapshot_offsets: Vec<u64>,
 }
 
 fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written {
@@ -113,12 +120,19 @@ fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written 
         disk_bytes: disk_bytes(&run_dir),
         snapshot_bytes: store.snapshots.load(Ordering::Relaxed),
         snapshots: store.saves.load(Ordering::Relaxed),
+        delta_bytes: store.deltas.load(Ordering::Relaxed),
+        deltas: store.delta_saves.load(Ordering::Relaxed),
+        snapshot_offsets: store
+            .snapshot_offsets
+            .lock()
+            .map(|o| o.clone())
+            .expect("offsets"),
     }
 }
 
-/// The offsets snapshots were taken at: those the markers name, and the
-/// end (the final snapshot, which no marker follows).
-fn snapshot_offsets(events: &[RuntimeEvent]) -> Vec<u64> {
+/// The offsets snapshots and deltas were saved at: those the markers
+/// name, and the end (the final snapshot, which no marker follows).
+fn saved_offsets(events: &[RuntimeEvent]) -> Vec<u64> {
     let mut at: Vec<u64> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -130,41 +144,80 @@ fn snapshot_offsets(events: &[RuntimeEvent]) -> Vec<u64> {
     at
 }
 
-/// The worst moment for a load: the log up to `upto`, the snapshot at `saved`.
+/// The worst moment for a load: the snapshot at `base`, the deltas saved
+/// at `deltas` after it (the last at `saved`), the log up to `upto`.
 struct Worst {
+    base: u64,
+    deltas: Vec<u64>,
     saved: u64,
     upto: u64,
 }
 
-fn worst_moment(offsets: &[u64]) -> Worst {
-    offsets
+/// Of the gaps between saves, the one that leaves a load the most events
+/// beyond its snapshot.
+fn worst_moment(saved: &[u64], snapshots: &[u64]) -> Worst {
+    saved
         .windows(2)
-        .map(|w| Worst {
-            saved: w[0],
-            upto: w[1],
+        .map(|w| {
+            let base = snapshots.iter().copied().filter(|&s| s <= w[0]).max();
+            let base = base.unwrap_or(0);
+            Worst {
+                base,
+                deltas: saved
+                    .iter()
+                    .copied()
+                    .filter(|&d| d > base && d <= w[0])
+                    .collect(),
+                saved: w[0],
+                upto: w[1],
+            }
         })
-        .max_by_key(|w| w.upto - w.saved)
-        .unwrap_or(Worst { saved: 0, upto: 0 })
+        .max_by_key(|w| w.upto - w.base)
+        .unwrap_or(Worst {
+            base: 0,
+            deltas: Vec::new(),
+            saved: 0,
+            upto: 0,
+        })
 }
 
-/// Rebuilds that moment in a new store at `dir`; the snapshot's size.
-fn rebuild(rt: &tokio::runtime::Runtime, dir: &Path, written: &Written, worst: &Worst) -> u64 {
+/// Rebuilds that moment in a new store at `dir`: the snapshot, then each
+/// delta, then the log. The snapshot's and the deltas' sizes.
+fn rebuild(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    written: &Written,
+    worst: &Worst,
+) -> (u64, u64) {
     let store = open(dir);
     let run_id = written.run_id;
     let upto = usize::try_from(worst.upto).expect("offset");
-    let saved = usize::try_from(worst.saved).expect("offset");
+    let base = usize::try_from(worst.base).expect("offset");
     rt.block_on(async {
         let lock = store.create_run(run_id).await.expect("create");
         for batch in written.events[..upto].chunks(1_000) {
             store.append(run_id, batch).await.expect("append");
         }
-        let mut snapshot = RunSnapshot::new(run_id);
-        for event in &written.events[..saved] {
-            snapshot.apply(event);
+        let mut state = RunSnapshot::new(run_id);
+        for event in &written.events[..base] {
+            state.apply(event);
         }
-        let bytes = store.save_snapshot(&snapshot).await.expect("snapshot");
+        let bytes = store.save_snapshot(&state).await.expect("snapshot");
+        let (mut from, mut delta_bytes) = (base, 0);
+        for &at in &worst.deltas {
+            let at = usize::try_from(at).expect("offset");
+            let mut changes = Changes::default();
+            for event in &written.events[from..at] {
+                state.apply(event);
+                changes.note(event);
+            }
+            let delta = state.delta(from as u64, &changes);
+            let saved = store.save_snapshot_delta(&delta).await.expect("delta");
+            delta_bytes += saved.expect("the file store keeps deltas");
+            from = at;
+        }
         drop(lock);
-        bytes
+        (bytes, delta_bytes)
     })
 }
 
@@ -200,13 +253,23 @@ fn raw_blobs(value: &Value, blobs: &Path, out: &mut Vec<Value>) {
     }
 }
 
-/// The raw load: `snapshot.json` with the blobs it refers to, and the
-/// tail's lines, read and parsed as untyped JSON (no hash checked).
+/// The lines of `snapshot-deltas.ndjson` beside `snapshot`, if any.
+fn delta_lines(snapshot: &Path) -> Vec<u8> {
+    std::fs::read(snapshot.with_file_name("snapshot-deltas.ndjson")).unwrap_or_default()
+}
+
+/// The raw load: `snapshot.json` with the blobs it refers to, the deltas
+/// after it and the tail's lines, read and parsed as untyped JSON (no hash
+/// checked).
 fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>) {
     let bytes = std::fs::read(snapshot).expect("read snapshot");
     let state: Value = serde_json::from_slice(&bytes).expect("parse snapshot");
     let mut parts = Vec::new();
     raw_blobs(&state, &snapshot.with_file_name("blobs"), &mut parts);
+    let deltas = delta_lines(snapshot);
+    for line in deltas.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        parts.push(serde_json::from_slice(line).expect("parse delta"));
+    }
     let mut file = std::fs::File::open(log).expect("open log");
     file.seek(SeekFrom::Start(tail_start)).expect("seek");
     let mut tail = Vec::new();
@@ -220,11 +283,16 @@ fn raw_load(snapshot: &Path, log: &Path, tail_start: u64) -> (Value, Vec<Value>)
     (state, events)
 }
 
-/// The least a load of the same bytes can do: `snapshot.json` and the
-/// tail's lines read and checked as JSON, nothing built (`IgnoredAny`).
+/// The least a load of the same bytes can do: `snapshot.json`, the deltas
+/// and the tail's lines read and checked as JSON, nothing built
+/// (`IgnoredAny`).
 fn raw_scan(snapshot: &Path, log: &Path, tail_start: u64) -> usize {
     let bytes = std::fs::read(snapshot).expect("read snapshot");
     serde_json::from_slice::<IgnoredAny>(&bytes).expect("scan snapshot");
+    let deltas = delta_lines(snapshot);
+    for line in deltas.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        serde_json::from_slice::<IgnoredAny>(line).expect("scan delta");
+    }
     let mut file = std::fs::File::open(log).expect("open log");
     file.seek(SeekFrom::Start(tail_start)).expect("seek");
     let mut tail = Vec::new();
@@ -314,28 +382,33 @@ fn bench_cadence(c: &mut Criterion) {
     group.sample_size(30);
     for steps in lengths() {
         let written = run_chain(&rt, &dir.path().join(format!("run{steps}")), steps);
-        let offsets = snapshot_offsets(&written.events);
-        let worst = worst_moment(&offsets);
+        let offsets = saved_offsets(&written.events);
+        let worst = worst_moment(&offsets, &written.snapshot_offsets);
         let scratch = dir.path().join(format!("load{steps}"));
-        let snapshot_len = rebuild(&rt, &scratch, &written, &worst);
+        let (snapshot_len, deltas_len) = rebuild(&rt, &scratch, &written, &worst);
         let run_dir = open(&scratch).run_dir(written.run_id);
         let log = run_dir.join("events.ndjson");
         let snapshot = run_dir.join("snapshot.json");
         let tail_start = line_start(&log, worst.saved);
         let tail_bytes = std::fs::metadata(&log).expect("log").len() - tail_start;
-        let total = written.log_bytes + written.snapshot_bytes;
+        let total = written.log_bytes + written.snapshot_bytes + written.delta_bytes;
         println!(
-            "cadence/{steps}: log {} B, {} snapshots {} B, total {total} B = {:.2} x the log \
-             ({} B on disk at the end, {:.2} x); longest tail {} events ({tail_bytes} B) \
-             after a snapshot of offset {} ({snapshot_len} B)",
+            "cadence/{steps}: log {} B, {} snapshots {} B, {} deltas {} B, total {total} B = \
+             {:.2} x the log ({} B on disk at the end, {:.2} x); the most beyond a snapshot: \
+             the snapshot of offset {} ({snapshot_len} B), {} deltas ({deltas_len} B) to offset \
+             {}, a tail of {} events ({tail_bytes} B)",
             written.log_bytes,
             written.snapshots,
             written.snapshot_bytes,
+            written.deltas,
+            written.delta_bytes,
             total as f64 / written.log_bytes as f64,
             written.disk_bytes,
             written.disk_bytes as f64 / written.log_bytes as f64,
-            worst.upto - worst.saved,
+            worst.base,
+            worst.deltas.len(),
             worst.saved,
+            worst.upto - worst.saved,
         );
 
         let warm = open(&scratch);
@@ -421,6 +494,10 @@ fn bench_cadence(c: &mut Criterion) {
                 "disk_bytes": written.disk_bytes,
                 "snapshot_bytes": written.snapshot_bytes,
                 "snapshots": written.snapshots,
+                "delta_bytes": written.delta_bytes,
+                "deltas": written.deltas,
+                "load_deltas": worst.deltas.len(),
+                "load_deltas_len": deltas_len,
                 "events": written.events.len(),
                 "tail_events": worst.upto - worst.saved,
                 "tail_bytes": tail_bytes,

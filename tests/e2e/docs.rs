@@ -3,6 +3,7 @@
 //! page offers what is not built.
 
 use domain::event::KNOWN_TYPES;
+use domain::snapshot::SnapshotDelta;
 use domain::{EventKind, RuntimeEvent};
 
 use crate::util::repo_root;
@@ -20,6 +21,11 @@ fn every_event_type_is_documented_with_a_line_that_parses() {
             in_json = true;
         } else if line == "```" {
             in_json = false;
+        } else if in_json && line.starts_with(r#"{"delta""#) {
+            // The example of a snapshot delta (not an event) reads as one.
+            let delta = SnapshotDelta::from_json(line.as_bytes())
+                .unwrap_or_else(|e| panic!("docs/events.md: {e}: {line}"));
+            assert!(!delta.nodes.is_empty() && !delta.edges.is_empty(), "{line}");
         } else if in_json {
             let event = RuntimeEvent::from_json(line.as_bytes())
                 .unwrap_or_else(|e| panic!("docs/events.md: {e}: {line}"));

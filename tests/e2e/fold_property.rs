@@ -1,7 +1,8 @@
 //! The fold property over real runs: for random workflows (chains, branches,
 //! loops, failures, `continue_on_error`) run by the real runner on the real
-//! memory store, every snapshot the runner saved equals the fold of the
-//! events before it, and the final state equals the fold of the whole log.
+//! memory store, every snapshot the runner saved, and every state a delta
+//! brought it to, equals the fold of the events before it, and the final
+//! state equals the fold of the whole log.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,9 @@ use application::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, EventStream, QueryError, QueryFn,
     RunLock, RunStore, StoreError,
 };
-use application::{Executor, RunRequest};
+use application::{CheckpointPolicy, Executor, RunRequest};
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
 use infrastructure::{FixedClock, MemoryRunStore, SeededIds};
 use proptest::prelude::*;
@@ -22,6 +24,7 @@ use serde_json::json;
 struct Recording {
     inner: MemoryRunStore,
     saved: Mutex<Vec<RunSnapshot>>,
+    deltas: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait]
@@ -58,6 +61,15 @@ impl RunStore for Recording {
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         self.saved.lock().unwrap().push(snapshot.clone());
         self.inner.save_snapshot(snapshot).await
+    }
+    /// Keeps the state the store holds after the delta.
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let bytes = self.inner.save_snapshot_delta(delta).await?;
+        self.deltas
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let state = self.inner.load_snapshot(delta.run_id).await?;
+        self.saved.lock().unwrap().extend(state);
+        Ok(bytes)
     }
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await
@@ -214,15 +226,23 @@ proptest! {
         let Ok(workflow) = WorkflowDef::from_yaml(&src) else { return Ok(()) };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let store = Arc::new(Recording { inner: MemoryRunStore::new(), saved: Mutex::new(Vec::new()) });
+            let store = Arc::new(Recording { inner: MemoryRunStore::new(), saved: Mutex::new(Vec::new()), deltas: Default::default() });
             let outcomes = (0..case.nodes).map(|i| (format!("n{i}"), case.outcomes[i].clone())).collect();
             let query = Arc::new(Scripted { outcomes, calls: Mutex::new(HashMap::new()) });
+            // Deltas at nearly every step, a snapshot now and then.
             let runner = Executor::new(
                 store.clone(),
                 query,
                 Arc::new(FixedClock::default()),
                 Arc::new(SeededIds::new(7)),
-            );
+            )
+            .with_checkpoints(CheckpointPolicy {
+                growth_percent: 1000,
+                min_log_bytes: 0,
+                delta_percent: 1,
+                min_delta_log_bytes: 0,
+                delta_budget_percent: 1000,
+            });
             let run_id = runner.create().await.unwrap();
             let outcome = runner
                 .run(run_id, RunRequest { workflow: Arc::new(workflow), input: json!("start"), source: None })

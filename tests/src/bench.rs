@@ -117,8 +117,9 @@ pub fn chain(name: &str, agent: &str, steps: usize) -> WorkflowDef {
     WorkflowDef::from_yaml(&yaml).expect("bench workflow")
 }
 
-/// A store that counts the bytes it reports writing: the log's (`append`)
-/// and the snapshots' (`save_snapshot`), and how many snapshots.
+/// A store that counts the bytes it reports writing: the log's (`append`),
+/// the snapshots' (`save_snapshot`) and the deltas' (`save_snapshot_delta`),
+/// how many of each, and the offsets the snapshots were taken at.
 pub struct Counting<S> {
     /// The store that does the work.
     pub inner: S,
@@ -128,6 +129,12 @@ pub struct Counting<S> {
     pub snapshots: AtomicU64,
     /// Snapshots saved.
     pub saves: AtomicU64,
+    /// Bytes of the deltas saved.
+    pub deltas: AtomicU64,
+    /// Deltas saved.
+    pub delta_saves: AtomicU64,
+    /// The `lastOffset` of each snapshot saved (not of the deltas).
+    pub snapshot_offsets: std::sync::Mutex<Vec<u64>>,
 }
 
 impl<S> Counting<S> {
@@ -138,6 +145,9 @@ impl<S> Counting<S> {
             log: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
             saves: AtomicU64::new(0),
+            deltas: AtomicU64::new(0),
+            delta_saves: AtomicU64::new(0),
+            snapshot_offsets: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -179,6 +189,20 @@ impl<S: RunStore> RunStore for Counting<S> {
         let bytes = self.inner.save_snapshot(snapshot).await?;
         self.snapshots.fetch_add(bytes, Ordering::Relaxed);
         self.saves.fetch_add(1, Ordering::Relaxed);
+        (self.snapshot_offsets.lock())
+            .map_err(|e| StoreError::Io(e.to_string()))?
+            .push(snapshot.last_offset);
+        Ok(bytes)
+    }
+    async fn save_snapshot_delta(
+        &self,
+        delta: &domain::snapshot::SnapshotDelta,
+    ) -> Result<Option<u64>, StoreError> {
+        let bytes = self.inner.save_snapshot_delta(delta).await?;
+        if let Some(bytes) = bytes {
+            self.deltas.fetch_add(bytes, Ordering::Relaxed);
+            self.delta_saves.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(bytes)
     }
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::transcript::{ExchangeDraft, ExchangeEvent};
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use serde::Serialize;
@@ -192,6 +193,11 @@ impl RunStore for RedactingStore {
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let snapshot = self.redactor.record(snapshot).map_err(StoreError::Io)?;
         self.inner.save_snapshot(&snapshot).await
+    }
+
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let delta = self.redactor.record(delta).map_err(StoreError::Io)?;
+        self.inner.save_snapshot_delta(&delta).await
     }
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {

@@ -22,6 +22,7 @@ use application::secrets::KeyNames;
 use application::testing::store_conformance::StoreHarness;
 use application::{RunRequest, Runtime};
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::{FileRunStore, FileStoreConfig};
@@ -82,6 +83,9 @@ impl RunStore for Counting {
     }
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         self.inner.save_snapshot(snapshot).await
+    }
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        self.inner.save_snapshot_delta(delta).await
     }
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await

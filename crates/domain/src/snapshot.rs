@@ -15,6 +15,7 @@
 //! reads as reflecting no event, so the whole log is folded onto it.
 
 mod agents;
+mod delta;
 mod maps;
 mod progress;
 mod status;
@@ -23,6 +24,7 @@ mod text;
 mod unknown;
 mod write;
 
+pub use delta::{Changes, DELTA_VERSION, DeltaError, EdgeRecord, NodeRecord, SnapshotDelta};
 pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
 pub use status::{EdgeStatus, NodeStatus, RunStatus};
 pub use stopping::Stopping;
@@ -1032,5 +1034,109 @@ mod tests {
             for e in &events[split.max(1)..] { part.apply(e); }
             prop_assert_eq!(whole, part);
         }
+
+        /// A delta of what the events after a prefix changed, written and
+        /// read back, brings the prefix's state to the whole's; so do the
+        /// deltas of consecutive pieces, one after another.
+        #[test]
+        fn deltas_bring_a_state_forward(
+            picks in proptest::collection::vec(0usize..9, 0..40),
+            cuts in proptest::collection::vec(1usize..40, 1..4),
+        ) {
+            let kinds: Vec<_> = sample_kinds().into_iter().chain(loop_kinds()).collect();
+            let events: Vec<_> = std::iter::once(0).chain(picks)
+                .enumerate()
+                .map(|(i, p)| { let (n, k) = kinds[p].clone(); ev(i as u64 + 1, n, k) })
+                .collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(events.len())).collect();
+            cuts.push(events.len());
+            cuts.sort_unstable();
+            let mut loaded = RunSnapshot::fold(&events[..cuts[0]]).unwrap();
+            for pair in cuts.windows(2) {
+                let (from, to) = (pair[0], pair[1]);
+                let mut changes = Changes::default();
+                for e in &events[from..to] { changes.note(e); }
+                if !changes.fit_a_delta() {
+                    loaded = RunSnapshot::fold(&events[..to]).unwrap();
+                    continue;
+                }
+                let state = RunSnapshot::fold(&events[..to]).unwrap();
+                let mut bytes = Vec::new();
+                state.delta(from as u64, &changes).write_json(&mut bytes).unwrap();
+                loaded.apply_delta(SnapshotDelta::from_json(&bytes).unwrap()).unwrap();
+                prop_assert_eq!(&loaded, &state);
+            }
+        }
+    }
+
+    /// A loop edge that resets a node and an edge, and a node the loop runs again.
+    fn loop_kinds() -> Vec<(Option<&'static str>, EventKind)> {
+        let (a, b) = (NodeId::new("a").unwrap(), NodeId::new("b").unwrap());
+        vec![
+            (
+                Some("b"),
+                EventKind::EdgeFired {
+                    edge_id: "b->a".into(),
+                    from: b,
+                    to: a.clone(),
+                    iteration: Some(2),
+                    reset_nodes: vec![a],
+                    reset_edges: vec!["a->b".into()],
+                },
+            ),
+            (
+                Some("b"),
+                EventKind::NodeCompleted {
+                    output: serde_json::json!({"data": "y", "metadata": {"agent_name": "b"}}),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_delta_that_does_not_continue_the_state_changes_nothing() {
+        let events: Vec<_> = sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
+            .collect();
+        let whole = RunSnapshot::fold(&events).unwrap();
+        let mut changes = Changes::default();
+        for e in &events[3..] {
+            changes.note(e);
+        }
+        let delta = whole.delta(3, &changes);
+        let mut early = RunSnapshot::fold(&events[..2]).unwrap();
+        let before = early.clone();
+        assert_eq!(
+            early.apply_delta(delta.clone()),
+            Err(DeltaError::Gap { base: 3, at: 2 })
+        );
+        let mut other = delta.clone();
+        other.run_id = "00000000-0000-4000-8000-000000000000".parse().unwrap();
+        let mut at_three = RunSnapshot::fold(&events[..3]).unwrap();
+        assert!(matches!(
+            at_three.apply_delta(other),
+            Err(DeltaError::OtherRun { .. })
+        ));
+        assert_eq!(early, before);
+        at_three.apply_delta(delta).unwrap();
+        assert_eq!(at_three, whole);
+        // A delta of another version, or with a field this version does not
+        // know, is not read: it could say what this version cannot apply.
+        let mut bytes = Vec::new();
+        whole.delta(3, &changes).write_json(&mut bytes).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let newer = text.replacen("\"delta\":1", "\"delta\":2", 1);
+        assert!(matches!(
+            SnapshotDelta::from_json(newer.as_bytes()),
+            Err(DeltaError::Unreadable(_))
+        ));
+        let unknown = text.replacen('{', "{\"later\":1,", 1);
+        assert!(matches!(
+            SnapshotDelta::from_json(unknown.as_bytes()),
+            Err(DeltaError::Unreadable(_))
+        ));
+        assert!(SnapshotDelta::from_json(&text.as_bytes()[..text.len() / 2]).is_err());
     }
 }

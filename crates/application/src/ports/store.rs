@@ -29,6 +29,7 @@
 //!   a partly copied or partly deleted run for a valid one.
 
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::stream::BoxStream;
 
@@ -158,7 +159,23 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`StoreError::Locked`] unless this store holds the run's lock.
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError>;
 
-    /// The last saved snapshot, if any.
+    /// Keeps `delta` after the run's snapshot and the deltas saved since
+    /// it, so [`RunStore::load_snapshot`] returns the state at the delta's
+    /// offset without the state being rewritten whole (each delta carries
+    /// only what changed). Returns its size as encoded, or `None` when this
+    /// store keeps no deltas (the default: the state then loads from the
+    /// last snapshot and folds a longer tail). [`RunStore::save_snapshot`]
+    /// replaces the deltas with the snapshot. Like a snapshot, a delta is a
+    /// cache of the log: one the store cannot read back, or that does not
+    /// continue the state before it, is left out of the load, and the log
+    /// after the state it reaches is folded instead.
+    /// [`StoreError::Locked`] unless this store holds the run's lock.
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let _ = delta;
+        Ok(None)
+    }
+
+    /// The last saved snapshot, if any, with the deltas saved after it applied.
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError>;
 
     /// Every run, in no particular order.

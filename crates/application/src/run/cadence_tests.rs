@@ -43,7 +43,17 @@ impl QueryFn for Agent {
 
 /// Runs the chain to its end with the default policy; what the store saw.
 async fn run_chain(steps: usize, agent: Agent) -> (Tally, Vec<RuntimeEvent>) {
-    let store = Arc::new(MemoryLog::default());
+    let (tally, events, _) = run_chain_on(MemoryLog::default(), steps, agent).await;
+    (tally, events)
+}
+
+/// [`run_chain`] on `store`; also the operations it saw.
+async fn run_chain_on(
+    store: MemoryLog,
+    steps: usize,
+    agent: Agent,
+) -> (Tally, Vec<RuntimeEvent>, Vec<String>) {
+    let store = Arc::new(store);
     let executor = Executor::new(
         Arc::clone(&store) as Arc<dyn RunStore>,
         Arc::new(agent),
@@ -60,7 +70,8 @@ async fn run_chain(steps: usize, agent: Agent) -> (Tally, Vec<RuntimeEvent>) {
     assert_eq!(outcome.status, RunStatus::Completed);
     let tally = std::mem::take(&mut *store.tally.lock().unwrap());
     let events = std::mem::take(&mut *store.events.lock().unwrap());
-    (tally, events)
+    let ops = std::mem::take(&mut *store.ops.lock().unwrap());
+    (tally, events, ops)
 }
 
 fn small() -> Agent {
@@ -73,14 +84,22 @@ fn small() -> Agent {
 #[tokio::test]
 async fn a_10000_step_run_writes_less_than_three_times_its_log() {
     let (t, events) = run_chain(10_000, small()).await;
-    let total = t.log + t.snapshots;
+    let total = t.log + t.snapshots + t.deltas;
     assert!(
         total < 3 * t.log,
-        "log {} B, {} snapshots {} B: {:.2} x the log",
+        "log {} B, {} snapshots {} B, {} deltas {} B: {:.2} x the log",
         t.log,
         t.saved_at.len(),
         t.snapshots,
+        t.deltas_at.len(),
+        t.deltas,
         total as f64 / t.log as f64
+    );
+    assert!(
+        t.deltas_at.len() > 5 * t.saved_at.len(),
+        "deltas between the snapshots: {} deltas, {} snapshots",
+        t.deltas_at.len(),
+        t.saved_at.len()
     );
     assert_eq!(t.saved_at.first(), Some(&1), "right after flow:started");
     assert_eq!(
@@ -91,22 +110,50 @@ async fn a_10000_step_run_writes_less_than_three_times_its_log() {
 }
 
 #[tokio::test]
-async fn the_tail_a_state_load_folds_stays_within_the_snapshot_it_follows() {
+async fn the_tail_a_state_load_folds_stays_within_a_tenth_of_the_snapshot() {
     let (t, _) = run_chain(3_000, small()).await;
-    // At every append, the log after the saved snapshot, the step in
-    // progress aside, is no larger than that snapshot (or the policy's
-    // floor, while snapshots are small): a load reads at most about twice
-    // the snapshot's bytes.
-    let floor = CheckpointPolicy::default().min_log_bytes;
+    // At every append, the log after the saved snapshot or delta, the step
+    // in progress aside, is no larger than a tenth of the snapshot (or the
+    // policy's floor, while snapshots are small): a load reads the state
+    // and a short tail.
+    let policy = CheckpointPolicy::default();
+    let floor = policy.min_delta_log_bytes;
     let (tail, after) = t.worst_tail;
+    let bound = after * policy.delta_percent / 100;
     assert!(
-        tail <= after.max(floor),
-        "a tail of {tail} B after a snapshot of {after} B ({} snapshots)",
-        t.saved_at.len()
+        tail <= bound.max(floor),
+        "a tail of {tail} B after a snapshot of {after} B ({} snapshots, {} deltas)",
+        t.saved_at.len(),
+        t.deltas_at.len()
     );
     assert!(
-        after > floor,
+        bound > floor,
         "the longest tail follows a snapshot over the floor: the rule, not the floor, bounds it"
+    );
+}
+
+/// A store that keeps no deltas is asked once after each snapshot, not at
+/// every step boundary, and its tail is bounded by the snapshot alone.
+#[tokio::test]
+async fn a_store_that_declines_deltas_is_asked_again_only_after_the_next_snapshot() {
+    let store = MemoryLog {
+        declines_deltas: true,
+        ..MemoryLog::default()
+    };
+    let (t, _, ops) = run_chain_on(store, 3_000, small()).await;
+    let asked = ops.iter().filter(|op| *op == "save_snapshot_delta").count();
+    assert!(asked > 0, "deltas were offered");
+    assert!(
+        asked <= t.saved_at.len(),
+        "{asked} deltas offered for {} snapshots",
+        t.saved_at.len()
+    );
+    assert!(t.deltas_at.is_empty());
+    let (tail, after) = t.worst_tail;
+    assert!(tail <= after.max(CheckpointPolicy::default().min_log_bytes));
+    assert!(
+        tail > after / 2,
+        "the tail reaches the snapshot's size: {tail} B after {after} B"
     );
 }
 

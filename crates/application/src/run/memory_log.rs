@@ -1,7 +1,8 @@
 //! What the executor's counted tests run on: a run's log in memory that
 //! notes every operation in order (`append <type>` per event, `flush`,
-//! `save_snapshot`) and tallies the bytes the file store would write (an
-//! event as its JSON line, a snapshot as its JSON), with ids and a clock
+//! `save_snapshot`, `save_snapshot_delta`) and tallies the bytes the file
+//! store would write (an event as its JSON line, a snapshot or a delta as
+//! its JSON), with ids and a clock
 //! that count instead of being random.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 
 use crate::ports::{EventStream, IdGen, RunLock, RunStore, StoreError};
@@ -23,9 +25,13 @@ pub(super) struct Tally {
     pub snapshots: u64,
     /// The offset of each snapshot saved.
     pub saved_at: Vec<u64>,
+    /// Bytes of every delta saved.
+    pub deltas: u64,
+    /// The offset of each delta saved.
+    pub deltas_at: Vec<u64>,
     /// Bytes of the last snapshot saved.
     pub last_snapshot: u64,
-    /// Log bytes appended since the last snapshot: what a load folds.
+    /// Log bytes appended since the last snapshot or delta: what a load folds.
     pub tail: u64,
     /// Log bytes appended since the last flush or snapshot: the step in
     /// progress.
@@ -50,6 +56,8 @@ pub(super) struct MemoryLog {
     /// Loads find no snapshot, whatever was saved: the state is then the
     /// fold of the whole log.
     pub forgets_snapshots: bool,
+    /// Deltas are declined, as by a store that keeps none.
+    pub declines_deltas: bool,
 }
 
 impl MemoryLog {
@@ -132,6 +140,25 @@ impl RunStore for MemoryLog {
         t.tail = 0;
         t.step = 0;
         Ok(bytes)
+    }
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        self.note("save_snapshot_delta".into());
+        if self.declines_deltas {
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        delta.write_json(&mut bytes).unwrap();
+        let read = SnapshotDelta::from_json(&bytes).unwrap();
+        if let Some(snapshot) = self.snapshot.lock().unwrap().as_mut() {
+            snapshot.apply_delta(read).unwrap();
+        }
+        let bytes = bytes.len() as u64 + 1;
+        let mut t = self.tally.lock().unwrap();
+        t.deltas += bytes;
+        t.deltas_at.push(delta.last_offset);
+        t.tail = 0;
+        t.step = 0;
+        Ok(Some(bytes))
     }
     async fn load_snapshot(&self, _: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         if self.forgets_snapshots {

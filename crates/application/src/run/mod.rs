@@ -200,6 +200,17 @@ pub struct CheckpointPolicy {
     /// last one: short runs do not replace a file at every step, and the
     /// tail stays cheap to fold.
     pub min_log_bytes: u64,
+    /// Log growth since the last snapshot or delta, in percent of the last
+    /// snapshot's size, that makes a delta due (0: no deltas). A delta costs
+    /// what changed, not the whole state, so the tail a load folds shrinks
+    /// to this share of the snapshot for few more bytes.
+    pub delta_percent: u64,
+    /// Log growth (bytes) below which no delta is due.
+    pub min_delta_log_bytes: u64,
+    /// The most the deltas since the last snapshot may weigh, in percent of
+    /// the log since it: no delta is due beyond (the state's changes are
+    /// then as large as the log's, and the next snapshot carries them).
+    pub delta_budget_percent: u64,
 }
 
 impl CheckpointPolicy {
@@ -207,6 +218,9 @@ impl CheckpointPolicy {
     pub const EVERY_STEP: CheckpointPolicy = CheckpointPolicy {
         growth_percent: 0,
         min_log_bytes: 0,
+        delta_percent: 0,
+        min_delta_log_bytes: 0,
+        delta_budget_percent: 0,
     };
 
     /// Whether a snapshot is due, `log_bytes` having been appended since the
@@ -215,14 +229,38 @@ impl CheckpointPolicy {
         let growth = snapshot_bytes.saturating_mul(self.growth_percent) / 100;
         log_bytes >= growth.max(self.min_log_bytes)
     }
+
+    /// Whether a delta is due, `log_bytes` having been appended since the
+    /// last snapshot or delta, the last snapshot being `snapshot_bytes`.
+    /// `deltas_bytes` of deltas saved since it against `log_since_snapshot`
+    /// appended since the snapshot.
+    pub(crate) fn delta_due(
+        &self,
+        log_bytes: u64,
+        snapshot_bytes: u64,
+        deltas_bytes: u64,
+        log_since_snapshot: u64,
+    ) -> bool {
+        let growth = snapshot_bytes.saturating_mul(self.delta_percent) / 100;
+        let budget = log_since_snapshot.saturating_mul(self.delta_budget_percent) / 100;
+        self.delta_percent > 0
+            && log_bytes >= growth.max(self.min_delta_log_bytes)
+            && deltas_bytes < budget
+    }
 }
 
 impl Default for CheckpointPolicy {
-    /// The log grown by the snapshot's own size, and by at least 32 KiB.
+    /// A snapshot once the log has grown by the snapshot's own size, and by
+    /// at least 32 KiB; a delta once it has grown by a tenth of that, and by
+    /// at least 32 KiB, while the deltas weigh under half the log since the
+    /// snapshot.
     fn default() -> Self {
         Self {
             growth_percent: 100,
             min_log_bytes: 32 * 1024,
+            delta_percent: 10,
+            min_delta_log_bytes: 32 * 1024,
+            delta_budget_percent: 50,
         }
     }
 }

@@ -86,9 +86,10 @@ async fn run_chain(steps: usize) -> (Arc<MemoryLog>, Arc<Seen>) {
 async fn a_stub_step_costs_a_fixed_few_appends_and_one_flush() {
     let (short, long) = (run_chain(10).await.0, run_chain(110).await.0);
     let (short, long) = (short.tally.lock().unwrap(), long.tally.lock().unwrap());
-    // A snapshot (on the amortized rule) adds the append of its marker.
-    let snapshots = (long.saved_at.len() - short.saved_at.len()) as u64;
-    let appends = long.appends - short.appends - snapshots;
+    // A snapshot or a delta (on the amortized rule) adds the append of its marker.
+    let saves = long.saved_at.len() + long.deltas_at.len();
+    let saves = (saves - short.saved_at.len() - short.deltas_at.len()) as u64;
+    let appends = long.appends - short.appends - saves;
     let flushes = long.flushes - short.flushes;
     assert!(
         appends <= APPENDS_PER_STEP * 100,

@@ -20,6 +20,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use domain::snapshot::Changes;
 use domain::{
     EventKind, NodeId, NodeRunId, Offset, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef,
 };
@@ -54,6 +55,19 @@ pub(crate) struct Recorder {
     last_snapshot: Option<u64>,
     /// Bytes the store reported appending since the last snapshot.
     log_since_snapshot: u64,
+    /// What the events since the last snapshot or delta changed: the next
+    /// delta's content.
+    changes: Changes,
+    /// `lastOffset` of the state the store holds (the last snapshot's or
+    /// delta's): where the next delta starts.
+    saved_offset: u64,
+    /// Bytes appended since the last snapshot or delta.
+    log_since_saved: u64,
+    /// Bytes of the deltas saved since the last snapshot.
+    deltas_since_snapshot: u64,
+    /// Whether the store keeps deltas: one it declined is offered no more
+    /// until the next snapshot.
+    deltas_kept: bool,
     /// Subscriber drops already recorded as `warning` events.
     drops_reported: u64,
     /// Positions of the nodes an event recorded since the last
@@ -112,6 +126,11 @@ impl Recorder {
             transcript,
             last_snapshot: None,
             log_since_snapshot: 0,
+            changes: Changes::default(),
+            saved_offset: 0,
+            log_since_saved: 0,
+            deltas_since_snapshot: 0,
+            deltas_kept: true,
             drops_reported: 0,
             touched: (0..workflow_len).collect(),
             pending: Vec::new(),
@@ -159,6 +178,7 @@ impl Recorder {
                 .await?;
         }
         self.state.apply(&event);
+        self.changes.note(&event);
         if let EventKind::EdgeFired {
             to, reset_nodes, ..
         } = &event.kind
@@ -179,23 +199,16 @@ impl Recorder {
 
     /// Appends the pending events in one append and shows them to the
     /// observer; then, if a step boundary was marked since the last
-    /// publication, writes a snapshot when one is due (see
-    /// [`super::CheckpointPolicy`]: the log grew by the last snapshot's size
-    /// since it; its `state:saved` marker counts towards the next one's
-    /// growth) and flushes the log. Nothing pending and no boundary: nothing
-    /// to do.
+    /// publication, writes a snapshot or a delta when one is due (see
+    /// [`super::CheckpointPolicy`]; the `state:saved` marker that follows
+    /// counts towards the next one's growth) and flushes the log. Nothing
+    /// pending and no boundary: nothing to do.
     pub async fn publish(&mut self) -> Result<(), ExecutorError> {
         self.write_pending().await?;
         if !std::mem::take(&mut self.boundary) {
             return Ok(());
         }
-        let due = self.last_snapshot.is_none_or(|snapshot_bytes| {
-            (self.ports.checkpoints).due(self.log_since_snapshot, snapshot_bytes)
-        });
-        if due {
-            let bytes = self.ports.store.save_snapshot(&self.state).await?;
-            self.last_snapshot = Some(bytes);
-            self.log_since_snapshot = 0;
+        if self.save_state().await? {
             let snapshot_offset = Offset::new(self.state.last_offset)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
@@ -204,6 +217,57 @@ impl Recorder {
         }
         self.ports.store.flush(self.state.run_id).await?;
         Ok(())
+    }
+
+    /// Saves the state when the policy says so: a snapshot once the log has
+    /// grown by the last one's size, otherwise a delta once it has grown by
+    /// the policy's share of it since the last save, while the deltas since
+    /// the snapshot weigh under the policy's share of the log since it (so
+    /// they never cost more than the log does). Whether anything was saved.
+    async fn save_state(&mut self) -> Result<bool, ExecutorError> {
+        let policy = self.ports.checkpoints;
+        let Some(snapshot_bytes) = self
+            .last_snapshot
+            .filter(|&bytes| !policy.due(self.log_since_snapshot, bytes))
+        else {
+            let bytes = self.ports.store.save_snapshot(&self.state).await?;
+            self.last_snapshot = Some(bytes);
+            self.log_since_snapshot = 0;
+            self.saved();
+            self.deltas_since_snapshot = 0;
+            self.deltas_kept = true;
+            return Ok(true);
+        };
+        let delta_due = self.deltas_kept
+            && self.changes.fit_a_delta()
+            && policy.delta_due(
+                self.log_since_saved,
+                snapshot_bytes,
+                self.deltas_since_snapshot,
+                self.log_since_snapshot,
+            );
+        if !delta_due {
+            return Ok(false);
+        }
+        let delta = self.state.delta(self.saved_offset, &self.changes);
+        match self.ports.store.save_snapshot_delta(&delta).await? {
+            Some(bytes) => {
+                self.deltas_since_snapshot += bytes;
+                self.saved();
+                Ok(true)
+            }
+            None => {
+                self.deltas_kept = false;
+                Ok(false)
+            }
+        }
+    }
+
+    /// The state as it is now is what the store holds.
+    fn saved(&mut self) {
+        self.changes.clear();
+        self.saved_offset = self.state.last_offset;
+        self.log_since_saved = 0;
     }
 
     /// Appends the pending events, all in one append, then shows them to
@@ -226,7 +290,10 @@ impl Recorder {
             .append(self.state.run_id, &self.pending)
             .await
         {
-            Ok(bytes) => self.log_since_snapshot += bytes,
+            Ok(bytes) => {
+                self.log_since_snapshot += bytes;
+                self.log_since_saved += bytes;
+            }
             Err(e) => {
                 self.pending.clear();
                 self.reread().await;
@@ -248,6 +315,8 @@ impl Recorder {
         match crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await {
             Ok(state) => {
                 self.state = state;
+                // What the store holds is unknown: the next save is whole.
+                self.last_snapshot = None;
                 self.touched = (0..self.workflow.nodes.len()).collect();
             }
             Err(e) => {

@@ -315,6 +315,9 @@ async fn snapshots_follow_the_checkpoint_policy_and_the_log_is_flushed_every_ste
         runner: h.runner.with_checkpoints(CheckpointPolicy {
             growth_percent: 300,
             min_log_bytes: 0,
+            delta_percent: 0,
+            min_delta_log_bytes: 0,
+            delta_budget_percent: 0,
         }),
         ..h
     };

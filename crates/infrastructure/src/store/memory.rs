@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
 use tokio::sync::Notify;
@@ -204,6 +205,29 @@ impl RunStore for MemoryRunStore {
         })?;
         run.writable(snapshot.run_id)?.snapshot = Some(snapshot.clone());
         Ok(bytes.len() as u64)
+    }
+
+    /// Applies the delta as the file store reads it back (its JSON parsed
+    /// again); returns its bytes as JSON.
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let run_id = delta.run_id;
+        let run = self.run(run_id)?;
+        let mut bytes = Vec::new();
+        delta.write_json(&mut bytes).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot serialize a snapshot delta of run {run_id}: {e}"
+            ))
+        })?;
+        let read = SnapshotDelta::from_json(&bytes)
+            .map_err(|e| StoreError::Corrupt(format!("a snapshot delta of run {run_id}: {e}")))?;
+        let mut state = run.writable(run_id)?;
+        let snapshot = (state.snapshot.as_mut()).ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "a snapshot delta of run {run_id} before its snapshot"
+            ))
+        })?;
+        (snapshot.apply_delta(read)).map_err(|e| StoreError::Conflict(e.to_string()))?;
+        Ok(Some(bytes.len() as u64))
     }
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {

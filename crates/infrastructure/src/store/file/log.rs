@@ -61,6 +61,9 @@ pub(super) struct RunPaths {
     pub snapshot: PathBuf,
     /// `snapshot.json.tmp`, renamed over `snapshot.json`.
     pub snapshot_tmp: PathBuf,
+    /// `snapshot-deltas.ndjson`: the deltas saved since `snapshot.json`,
+    /// one a line, never synced (the snapshot is not).
+    pub deltas: PathBuf,
     /// `lock`: `flock`ed by the run's one writer (see `super::lock`).
     pub lock: PathBuf,
     /// `blobs/`: large values of the log and transcript (see [`crate::blobs`]).
@@ -80,6 +83,7 @@ impl RunPaths {
             idx: dir.join("events.idx"),
             snapshot: dir.join("snapshot.json"),
             snapshot_tmp: dir.join("snapshot.json.tmp"),
+            deltas: dir.join("snapshot-deltas.ndjson"),
             lock: dir.join("lock"),
             snapshot_blobs: BlobDir::new(dir.join("snapshot-blobs"), false)
                 .sharing_from(&BlobDir::new(dir.join("blobs"), true))

@@ -53,12 +53,13 @@ use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
 
 use self::lock::WriterSlot;
 use self::log::{FILE_MODE, LogState, RunPaths, io_err};
-use self::snapshot::{blobs_err, read_snapshot, write_snapshot};
+use self::snapshot::{append_delta, blobs_err, read_snapshot, write_snapshot};
 pub use self::sync::SyncCounts;
 use self::sync::{GroupSync, Member, RunSync, off_the_runtime};
 use super::{LogSource, follow_log};
@@ -151,6 +152,9 @@ struct RunHandle {
     /// about that large rather than growing from a few KiB by doubling (a
     /// 2.5 MB state was ten reallocations, most of them copies).
     snapshot_len: std::sync::atomic::AtomicUsize,
+    /// Whether deltas were appended since the last snapshot (the next one
+    /// removes them).
+    deltas_saved: std::sync::atomic::AtomicBool,
     /// Copied from the store's config for [`LogSource::poll_interval`].
     follow_poll: Duration,
     /// Whether the store's policy syncs at all (not [`SyncPolicy::Never`]).
@@ -259,6 +263,7 @@ impl Inner {
             group: Arc::clone(&self.group),
             snapshot_lock: Mutex::new(()),
             snapshot_len: std::sync::atomic::AtomicUsize::new(0),
+            deltas_saved: std::sync::atomic::AtomicBool::new(true),
             follow_poll: self.config.follow_poll,
             durable: self.config.sync != SyncPolicy::Never,
             writer: WriterSlot::default(),
@@ -539,6 +544,12 @@ impl RunStore for FileRunStore {
         write_snapshot(&handle, snapshot)
     }
 
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let handle = self.inner.handle(delta.run_id)?;
+        let _held = handle.writer.held(&handle.paths)?;
+        append_delta(&handle, delta).map(Some)
+    }
+
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         let handle = self.inner.handle(run_id)?;
         read_snapshot(&handle.paths)
@@ -567,6 +578,9 @@ impl RunStore for FileRunStore {
         self.import_whole(run_id, events, snapshot).await
     }
 }
+
+#[cfg(test)]
+mod delta_tests;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

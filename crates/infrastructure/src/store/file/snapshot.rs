@@ -1,5 +1,6 @@
 //! The run's snapshot file: swapped in whole (`renameat2` exchange), read
-//! within a size bound, large values kept as blobs.
+//! within a size bound, large values kept as blobs; and the deltas saved
+//! since it, appended one a line to `snapshot-deltas.ndjson`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use application::ports::StoreError;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunSnapshot, RunStatus};
 
 use super::log::{FILE_MODE, RunPaths, io_err};
@@ -74,15 +76,52 @@ pub(super) fn write_snapshot(
     if let Err(e) = paths.snapshot_blobs.keep_only(&bytes) {
         tracing::warn!(run = %paths.run_id, error = %e, "cannot remove the blobs of a replaced snapshot");
     }
+    // The deltas continued the replaced snapshot. Until they are gone a
+    // reader skips them: each reflects no event past the new snapshot.
+    let at_rest = !matches!(snapshot.status, RunStatus::Running | RunStatus::Pending);
+    if handle.deltas_saved.swap(false, Ordering::Relaxed) || at_rest {
+        remove_if_there(&paths.deltas)?;
+    }
     // At rest (ended or paused) the run writes no snapshot until it is
     // resumed: the old one, swapped into the temporary name, goes now.
-    if !matches!(snapshot.status, RunStatus::Running | RunStatus::Pending) {
-        match fs::remove_file(&paths.snapshot_tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove", &paths.snapshot_tmp, &e)),
-        }
+    if at_rest {
+        remove_if_there(&paths.snapshot_tmp)?;
     }
+    Ok(encoded)
+}
+
+fn remove_if_there(path: &Path) -> Result<(), StoreError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove", path, &e)),
+    }
+}
+
+/// Appends `delta` to `snapshot-deltas.ndjson` in one `write`, and returns
+/// its size. Not synced: like the snapshot, a delta lost in a crash is
+/// folded again from the log. Large values stay in the line: the deltas
+/// weigh at most half the log since the snapshot (the recorder's rule), and
+/// none outlives the next snapshot.
+pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<u64, StoreError> {
+    let paths = &handle.paths;
+    let mut line = Vec::with_capacity(4096);
+    delta.write_json(&mut line).map_err(|e| {
+        StoreError::Io(format!(
+            "cannot serialize a snapshot delta of run {}: {e}",
+            paths.run_id
+        ))
+    })?;
+    let encoded = line.len() as u64;
+    line.push(b'\n');
+    let _turn = lock(&handle.snapshot_lock);
+    let mut options = OpenOptions::new();
+    options.append(true).create(true).mode(FILE_MODE);
+    let mut file = crate::fs::open_regular_with(options, &paths.deltas)
+        .map_err(|e| StoreError::Io(format!("cannot open {e}")))?;
+    file.write_all(&line)
+        .map_err(|e| io_err("append to", &paths.deltas, &e))?;
+    handle.deltas_saved.store(true, Ordering::Relaxed);
     Ok(encoded)
 }
 
@@ -115,9 +154,38 @@ pub(super) fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, Sto
     };
     let bytes = (paths.snapshot_blobs.resolve(&bytes))
         .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
-    RunSnapshot::from_json(&bytes, paths.run_id)
-        .map(Some)
-        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))
+    let mut snapshot = RunSnapshot::from_json(&bytes, paths.run_id)
+        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))?;
+    apply_deltas(paths, &mut snapshot);
+    Ok(Some(snapshot))
+}
+
+/// Brings `snapshot` forward by the deltas saved after it, in order, up to
+/// the first that does not continue it. Deltas are a cache: one cut short
+/// by a crash, unreadable, or left from a replaced snapshot ends the chain
+/// there, and the reader folds the log from the state reached.
+fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot) {
+    let bytes = match read_bounded(&paths.deltas, MAX_SNAPSHOT_FILE) {
+        Ok(bytes) => bytes,
+        Err(FileReadError::NotFound { .. }) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "snapshot deltas left out; the log is folded instead");
+            return;
+        }
+    };
+    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let applied = SnapshotDelta::from_json(line).and_then(|delta| {
+            // Left from the snapshot this one replaced: nothing new.
+            if delta.last_offset <= snapshot.last_offset {
+                return Ok(());
+            }
+            snapshot.apply_delta(delta)
+        });
+        if let Err(e) = applied {
+            tracing::debug!(run = %paths.run_id, error = %e, "snapshot deltas end here");
+            return;
+        }
+    }
 }
 
 /// A blob failure while writing or reading `what`. Failing to store is an
