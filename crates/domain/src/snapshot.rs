@@ -1093,6 +1093,40 @@ mod tests {
         ]
     }
 
+    /// A delta of a few nodes on a large state sets its entries one by one
+    /// (the merge of two sorted sequences is for many): the same result.
+    #[test]
+    fn a_small_delta_on_a_large_state_sets_and_removes_its_entries() {
+        let mut state = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());
+        let id = |n: usize| NodeId::new(format!("n{n}")).unwrap();
+        for n in 0..100 {
+            state.node_status.insert(id(n), NodeStatus::Done);
+            state
+                .outputs
+                .insert(id(n), JsonText::from_value(&serde_json::json!(n)));
+        }
+        state.last_offset = 5;
+        let mut changes = Changes::default();
+        let mut later = state.clone();
+        for n in [7, 150] {
+            let mut e = ev(
+                6,
+                Some("x"),
+                EventKind::NodeSkipped {
+                    reason: String::new(),
+                },
+            );
+            e.node_id = Some(id(n));
+            changes.note(&e);
+        }
+        later.node_status.insert(id(7), NodeStatus::Running);
+        later.outputs.remove(&id(7));
+        later.node_status.insert(id(150), NodeStatus::Skipped);
+        later.last_offset = 6;
+        state.apply_delta(later.delta(5, &changes)).unwrap();
+        assert_eq!(state, later);
+    }
+
     #[test]
     fn a_delta_that_does_not_continue_the_state_changes_nothing() {
         let events: Vec<_> = sample_kinds()

@@ -251,14 +251,14 @@ impl CheckpointPolicy {
 
 impl Default for CheckpointPolicy {
     /// A snapshot once the log has grown by the snapshot's own size, and by
-    /// at least 32 KiB; a delta once it has grown by a tenth of that, and by
+    /// at least 32 KiB; a delta once it has grown by a twentieth of that, and by
     /// at least 32 KiB, while the deltas weigh under half the log since the
     /// snapshot.
     fn default() -> Self {
         Self {
             growth_percent: 100,
             min_log_bytes: 32 * 1024,
-            delta_percent: 10,
+            delta_percent: 5,
             min_delta_log_bytes: 32 * 1024,
             delta_budget_percent: 50,
         }

@@ -22,6 +22,7 @@ use crate::ports::{RunLock, RunStore, StoreError};
 
 mod damage;
 mod delete;
+mod delta;
 mod follow;
 mod lock;
 mod log;
@@ -29,6 +30,7 @@ mod query;
 
 pub use self::damage::*;
 pub use self::delete::*;
+pub use self::delta::*;
 pub use self::follow::*;
 pub use self::lock::*;
 pub use self::log::*;
@@ -214,6 +216,7 @@ macro_rules! store_conformance {
             last_offset_tracks_appends,
             unknown_runs_are_not_found,
             snapshots_round_trip_and_overwrite,
+            deltas_bring_the_snapshot_forward_until_the_next_one,
             writes_report_their_encoded_size,
             list_runs_lists_every_run,
             flush_is_idempotent_and_shared,

@@ -45,12 +45,15 @@ fn step(state: &mut RunSnapshot, node: &str, output: &str, offset: u64) -> Snaps
     state.delta(base, &changes)
 }
 
-/// A run this store holds, its first snapshot saved.
+/// A run this store holds, its log of 50 events, its first snapshot saved.
 async fn started() -> (tempfile::TempDir, FileRunStore, RunLock, RunSnapshot) {
     let dir = tempfile::tempdir().unwrap();
     let store = FileRunStore::open(dir.path()).unwrap();
     let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
     let lock = store.create_run(run).await.unwrap();
+    let node = NodeId::new("z").unwrap();
+    let log: Vec<_> = (1..=50).map(|offset| about(run, &node, offset)).collect();
+    store.append(run, &log).await.unwrap();
     let mut state = RunSnapshot::new(run);
     state.status = RunStatus::Running;
     state.last_offset = 1;
@@ -82,6 +85,12 @@ async fn a_load_is_the_snapshot_and_the_deltas_after_it() {
         store.load_snapshot(run).await.unwrap().as_ref(),
         Some(&state)
     );
+    // A delta past the end of the log (a crash kept it and lost the log's
+    // end) is not applied.
+    let at_forty = state.clone();
+    let past = step(&mut state, "c", "later", 51);
+    store.save_snapshot_delta(&past).await.unwrap();
+    assert_eq!(store.load_snapshot(run).await.unwrap(), Some(at_forty));
     // An ended run's final snapshot leaves none behind.
     state.status = RunStatus::Completed;
     state.last_offset = 41;

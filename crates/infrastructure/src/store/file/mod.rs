@@ -552,7 +552,10 @@ impl RunStore for FileRunStore {
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         let handle = self.inner.handle(run_id)?;
-        read_snapshot(&handle.paths)
+        // Deltas reach no further than the log: neither is synced when a
+        // delta is written, and a crash may keep one and not the other.
+        let log_ends = handle.last().ok();
+        read_snapshot(&handle.paths, log_ends)
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use application::ports::StoreError;
-use domain::snapshot::SnapshotDelta;
+use domain::snapshot::{DeltaError, SnapshotDelta};
 use domain::{RunSnapshot, RunStatus};
 
 use super::log::{FILE_MODE, RunPaths, io_err};
@@ -146,7 +146,13 @@ pub(super) fn fill_or_remove(
 /// The saved snapshot. Not JSON or not a snapshot is `Corrupt` (the state can
 /// be rebuilt from the log); not a regular file or over
 /// [`MAX_SNAPSHOT_FILE`] is `Io`.
-pub(super) fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, StoreError> {
+///
+/// The deltas after it are applied up to the first that reaches past
+/// `log_ends`, the log's last offset (none when it is unknown).
+pub(super) fn read_snapshot(
+    paths: &RunPaths,
+    log_ends: Option<u64>,
+) -> Result<Option<RunSnapshot>, StoreError> {
     let bytes = match read_bounded(&paths.snapshot, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
         Err(FileReadError::NotFound { .. }) => return Ok(None),
@@ -156,7 +162,7 @@ pub(super) fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, Sto
         .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
     let mut snapshot = RunSnapshot::from_json(&bytes, paths.run_id)
         .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))?;
-    apply_deltas(paths, &mut snapshot);
+    apply_deltas(paths, &mut snapshot, log_ends.unwrap_or(0));
     Ok(Some(snapshot))
 }
 
@@ -164,7 +170,7 @@ pub(super) fn read_snapshot(paths: &RunPaths) -> Result<Option<RunSnapshot>, Sto
 /// the first that does not continue it. Deltas are a cache: one cut short
 /// by a crash, unreadable, or left from a replaced snapshot ends the chain
 /// there, and the reader folds the log from the state reached.
-fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot) {
+fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot, log_ends: u64) {
     let bytes = match read_bounded(&paths.deltas, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
         Err(FileReadError::NotFound { .. }) => return,
@@ -173,18 +179,15 @@ fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot) {
             return;
         }
     };
-    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let applied = SnapshotDelta::from_json(line).and_then(|delta| {
-            // Left from the snapshot this one replaced: nothing new.
-            if delta.last_offset <= snapshot.last_offset {
-                return Ok(());
-            }
-            snapshot.apply_delta(delta)
-        });
-        if let Err(e) = applied {
-            tracing::debug!(run = %paths.run_id, error = %e, "snapshot deltas end here");
-            return;
-        }
+    let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let deltas = lines.map(|line| {
+        SnapshotDelta::from_json(line).and_then(|delta| match delta.last_offset {
+            past if past > log_ends => Err(DeltaError::PastTheLog { past, log_ends }),
+            _ => Ok(delta),
+        })
+    });
+    if let Some(e) = snapshot.apply_deltas(deltas) {
+        tracing::debug!(run = %paths.run_id, error = %e, "snapshot deltas end here");
     }
 }
 

@@ -2,7 +2,8 @@
 //! SQLite, WAL), for users who keep many runs and query them.
 //!
 //! ```text
-//! <db>              runs, events (one row per event), snapshots (one per run)
+//! <db>              runs, events (one row per event), snapshots (one per
+//!                   run) and the deltas saved since each
 //! <db>-wal, -shm    SQLite's write-ahead log
 //! <db>-locks/<id>   empty; `flock`ed by the run's one writer
 //! ```
@@ -45,6 +46,7 @@ use application::ports::{
     EventBatches, EventFilter, EventStream, RunLock, RunQuery, RunStore, RunSummary, StoreError,
 };
 use async_trait::async_trait;
+use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::Notify;
@@ -397,6 +399,13 @@ impl RunStore for SqliteRunStore {
              ON CONFLICT (run_id) DO UPDATE SET json = excluded.json",
             params![run_id.to_string(), json],
         )
+        // The snapshot replaces the deltas that continued the one before.
+        .and_then(|_| {
+            tx.execute(
+                "DELETE FROM snapshot_deltas WHERE run_id = ?1",
+                [run_id.to_string()],
+            )
+        })
         .and_then(|_| {
             tx.execute(
                 "UPDATE runs SET status = ?2, workflow = ?3, started_at = ?4, updated_at = ?5 \
@@ -416,6 +425,40 @@ impl RunStore for SqliteRunStore {
         Ok(json.len() as u64)
     }
 
+    /// One row, committed without a sync (the snapshot is not synced either).
+    async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
+        let inner = &self.inner;
+        let run_id = delta.run_id;
+        let mut json = Vec::new();
+        let written = delta.write_json(&mut json).map_err(|e| e.to_string());
+        let json = written
+            .and_then(|()| String::from_utf8(json).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                StoreError::Io(format!(
+                    "cannot serialize a snapshot delta of run {run_id}: {e}"
+                ))
+            })?;
+        let conn = lock(&inner.writer);
+        inner.require(&conn, run_id)?;
+        inner.check_held(run_id)?;
+        let offset = i64::try_from(delta.last_offset)
+            .map_err(|_| StoreError::Io(format!("offset {} out of range", delta.last_offset)))?;
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO snapshot_deltas (run_id, last_offset, json) \
+             VALUES (?1, ?2, ?3)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![run_id.to_string(), offset, json]))
+        .map_err(|e| {
+            sql_err(
+                &inner.path,
+                &format!("save a snapshot delta of run {run_id}"),
+                &e,
+            )
+        })?;
+        inner.committed.fetch_add(1, Ordering::AcqRel);
+        Ok(Some(json.len() as u64))
+    }
+
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         let inner = &self.inner;
         let conn = lock(&inner.reader);
@@ -433,15 +476,36 @@ impl RunStore for SqliteRunStore {
                     &e,
                 )
             })?;
-        json.map(|json| {
-            RunSnapshot::from_json(&json, run_id).map_err(|e| {
-                StoreError::Corrupt(format!(
-                    "{} snapshots row of run {run_id}: {e}",
-                    inner.path.display()
-                ))
-            })
-        })
-        .transpose()
+        let Some(json) = json else { return Ok(None) };
+        let mut snapshot = RunSnapshot::from_json(&json, run_id).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "{} snapshots row of run {run_id}: {e}",
+                inner.path.display()
+            ))
+        })?;
+        // Deltas are a cache: rows that cannot be read end the chain, and
+        // the log is folded from the state reached.
+        let deltas: Result<Vec<Vec<u8>>, _> = conn
+            .prepare_cached(
+                "SELECT CAST(json AS BLOB) FROM snapshot_deltas \
+                 WHERE run_id = ?1 ORDER BY last_offset",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([run_id.to_string()], |row| row.get(0))?
+                    .collect()
+            });
+        match deltas {
+            Ok(rows) => {
+                let deltas = rows.iter().map(|row| SnapshotDelta::from_json(row));
+                if let Some(e) = snapshot.apply_deltas(deltas) {
+                    tracing::debug!(run = %run_id, error = %e, "snapshot deltas end here");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "snapshot deltas left out; the log is folded instead");
+            }
+        }
+        Ok(Some(snapshot))
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

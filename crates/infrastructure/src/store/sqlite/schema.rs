@@ -12,6 +12,7 @@ use super::{SqliteOpenError, sql_err};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_queries.sql"),
+    include_str!("migrations/0003_snapshot_deltas.sql"),
 ];
 
 /// The schema version this build writes and reads.

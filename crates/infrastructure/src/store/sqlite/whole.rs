@@ -67,6 +67,7 @@ impl Inner {
             let id = run_id.to_string();
             tx.execute("DELETE FROM events WHERE run_id = ?1", [&id])
                 .and_then(|_| tx.execute("DELETE FROM snapshots WHERE run_id = ?1", [&id]))
+                .and_then(|_| tx.execute("DELETE FROM snapshot_deltas WHERE run_id = ?1", [&id]))
                 .and_then(|_| tx.execute("DELETE FROM runs WHERE run_id = ?1", [&id]))
                 .and_then(|_| tx.commit())
                 .map_err(|e| sql_err(&self.path, &format!("delete run {run_id}"), &e))?;
