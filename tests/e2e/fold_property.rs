@@ -241,6 +241,7 @@ proptest! {
                 min_log_bytes: 0,
                 delta_percent: 1,
                 min_delta_log_bytes: 0,
+                min_delta_snapshot_bytes: 0,
                 delta_budget_percent: 1000,
             });
             let run_id = runner.create().await.unwrap();

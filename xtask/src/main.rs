@@ -242,19 +242,26 @@ fn report_cadence() -> anyhow::Result<()> {
     for steps in ["100", "2000", "10000"] {
         let run = &runs[steps];
         let n = |key: &str| run[key].as_f64().unwrap_or(f64::NAN);
-        let (log, written) = (n("log_bytes"), n("log_bytes") + n("snapshot_bytes"));
+        // Figures of a bench from before deltas have none: zero.
+        let deltas = |key: &str| run[key].as_f64().unwrap_or(0.0);
+        let log = n("log_bytes");
+        let written = log + n("snapshot_bytes") + deltas("delta_bytes");
         println!(
-            "cadence {steps:>5} steps: log {:.2} MB, log + {} snapshots {:.2} MB ({:.2} x the log, target <= 3)",
+            "cadence {steps:>5} steps: log {:.2} MB, log + {} snapshots + {} deltas {:.2} MB \
+             ({:.2} x the log, target <= 3)",
             log / 1e6,
             n("snapshots"),
+            deltas("deltas"),
             written / 1e6,
             written / log
         );
         println!(
-            "  state load at the longest tail ({} events after a {:.0} KB snapshot) {:>9.1} µs \
-             (snapshot {:.1} + tail {:.1}; {:.2} x the raw parse, {:.1} µs)",
-            n("tail_events"),
+            "  state load at its worst ({:.0} KB snapshot, {} deltas of {:.0} KB, a tail of {} events) \
+             {:>9.1} µs (snapshot and deltas {:.1} + tail {:.1}; {:.2} x the raw parse, {:.1} µs)",
             n("snapshot_len") / 1e3,
+            deltas("load_deltas"),
+            deltas("load_deltas_len") / 1e3,
+            n("tail_events"),
             n("load_us"),
             n("snapshot_us"),
             n("tail_us"),
@@ -269,7 +276,7 @@ fn report_cadence() -> anyhow::Result<()> {
             n("ended_us")
         );
         println!(
-            "  until the state is in hand (its drop left out): {:.1} µs at the longest tail, \
+            "  until the state is in hand (its drop left out): {:.1} µs at its worst, \
              {:.1} µs for the ended run",
             n("load_kept_us"),
             n("ended_kept_us")

@@ -113,22 +113,35 @@ async fn a_10000_step_run_writes_less_than_three_times_its_log() {
 async fn the_tail_a_state_load_folds_stays_within_a_twentieth_of_the_snapshot() {
     let (t, _) = run_chain(3_000, small()).await;
     // At every append, the log after the saved snapshot or delta, the step
-    // in progress aside, is no larger than a twentieth of the snapshot (or the
-    // policy's floor, while snapshots are small): a load reads the state
-    // and a short tail.
+    // in progress aside, is no larger than a twentieth of the snapshot (or
+    // the policy's floor); while the snapshot is small, no larger than the
+    // snapshot (or its floor): a load reads the state and a short tail.
     let policy = CheckpointPolicy::default();
-    let floor = policy.min_delta_log_bytes;
+    let mut bounded_by_deltas = 0;
+    for (&after, &tail) in &t.tail_after {
+        let bound = if after >= policy.min_delta_snapshot_bytes {
+            bounded_by_deltas += 1;
+            (after * policy.delta_percent / 100).max(policy.min_delta_log_bytes)
+        } else {
+            after.max(policy.min_log_bytes)
+        };
+        assert!(
+            tail <= bound,
+            "a tail of {tail} B after a snapshot of {after} B ({} snapshots, {} deltas)",
+            t.saved_at.len(),
+            t.deltas_at.len()
+        );
+    }
+    assert!(bounded_by_deltas > 3, "{:?}", t.tail_after);
     let (tail, after) = t.worst_tail;
-    let bound = after * policy.delta_percent / 100;
+    let largest = t.tail_after.keys().max().copied().unwrap_or(0);
     assert!(
-        tail <= bound.max(floor),
-        "a tail of {tail} B after a snapshot of {after} B ({} snapshots, {} deltas)",
-        t.saved_at.len(),
-        t.deltas_at.len()
+        largest * policy.delta_percent / 100 > policy.min_delta_log_bytes,
+        "the largest snapshot's tail is bounded by the rule, not the floor"
     );
     assert!(
-        bound > floor,
-        "the longest tail follows a snapshot over the floor: the rule, not the floor, bounds it"
+        tail < largest / 4,
+        "the longest tail, {tail} B after {after} B, is far under the largest snapshot, {largest} B"
     );
 }
 

@@ -39,6 +39,8 @@ pub(super) struct Tally {
     /// The largest tail seen, the step in progress aside, and the snapshot
     /// it followed: `(tail, snapshot)`.
     pub worst_tail: (u64, u64),
+    /// The largest tail seen after each snapshot, by the snapshot's size.
+    pub tail_after: std::collections::BTreeMap<u64, u64>,
     /// Appends that carried events: each is one `write` in the file store.
     pub appends: u64,
     /// Flushes: each a sync in the file store.
@@ -100,9 +102,13 @@ impl RunStore for MemoryLog {
         t.log += bytes;
         t.tail += bytes;
         t.step += bytes;
-        if t.tail - t.step > t.worst_tail.0 {
-            t.worst_tail = (t.tail - t.step, t.last_snapshot);
+        let tail = t.tail - t.step;
+        if tail > t.worst_tail.0 {
+            t.worst_tail = (tail, t.last_snapshot);
         }
+        let after = t.last_snapshot;
+        let worst = t.tail_after.entry(after).or_default();
+        *worst = (*worst).max(tail);
         Ok(bytes)
     }
     async fn flush(&self, _: RunId) -> Result<(), StoreError> {

@@ -187,10 +187,12 @@ pub enum ExecutorError {
 /// has grown since the last one by at least `growth_percent` of that
 /// snapshot's size (and by at least `min_log_bytes`): each snapshot is paid
 /// for by as many log bytes, so all snapshots together weigh at most
-/// `100 / growth_percent` times the log, and the tail a load folds after the
-/// snapshot is at most that share of the snapshot's size (or the floor),
-/// plus one step. The first (after `flow:started`) and the final snapshot
-/// are always written.
+/// `100 / growth_percent` times the log. Between snapshots, deltas (what
+/// the state gained, see [`domain::snapshot::SnapshotDelta`]) are due on
+/// the same rule with `delta_percent`, so the tail a load folds after the
+/// snapshot and its deltas is at most that share of the snapshot's size
+/// (or the floor), plus one step. The first (after `flow:started`) and the
+/// final snapshot are always written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     /// Log growth since the last snapshot, in percent of that snapshot's
@@ -207,6 +209,10 @@ pub struct CheckpointPolicy {
     pub delta_percent: u64,
     /// Log growth (bytes) below which no delta is due.
     pub min_delta_log_bytes: u64,
+    /// Snapshot size (bytes) below which no delta is due: the tail after a
+    /// small snapshot is cheap to fold, and a run's first delta creates a
+    /// file, which costs a short run more than its tail.
+    pub min_delta_snapshot_bytes: u64,
     /// The most the deltas since the last snapshot may weigh, in percent of
     /// the log since it: no delta is due beyond (the state's changes are
     /// then as large as the log's, and the next snapshot carries them).
@@ -220,6 +226,7 @@ impl CheckpointPolicy {
         min_log_bytes: 0,
         delta_percent: 0,
         min_delta_log_bytes: 0,
+        min_delta_snapshot_bytes: 0,
         delta_budget_percent: 0,
     };
 
@@ -244,6 +251,7 @@ impl CheckpointPolicy {
         let growth = snapshot_bytes.saturating_mul(self.delta_percent) / 100;
         let budget = log_since_snapshot.saturating_mul(self.delta_budget_percent) / 100;
         self.delta_percent > 0
+            && snapshot_bytes >= self.min_delta_snapshot_bytes
             && log_bytes >= growth.max(self.min_delta_log_bytes)
             && deltas_bytes < budget
     }
@@ -253,13 +261,14 @@ impl Default for CheckpointPolicy {
     /// A snapshot once the log has grown by the snapshot's own size, and by
     /// at least 32 KiB; a delta once it has grown by a twentieth of that, and by
     /// at least 32 KiB, while the deltas weigh under half the log since the
-    /// snapshot.
+    /// snapshot and once the snapshot is 128 KiB.
     fn default() -> Self {
         Self {
             growth_percent: 100,
             min_log_bytes: 32 * 1024,
             delta_percent: 5,
             min_delta_log_bytes: 32 * 1024,
+            min_delta_snapshot_bytes: 128 * 1024,
             delta_budget_percent: 50,
         }
     }

@@ -317,6 +317,7 @@ async fn snapshots_follow_the_checkpoint_policy_and_the_log_is_flushed_every_ste
             min_log_bytes: 0,
             delta_percent: 0,
             min_delta_log_bytes: 0,
+            min_delta_snapshot_bytes: 0,
             delta_budget_percent: 0,
         }),
         ..h

@@ -152,9 +152,9 @@ struct RunHandle {
     /// about that large rather than growing from a few KiB by doubling (a
     /// 2.5 MB state was ten reallocations, most of them copies).
     snapshot_len: std::sync::atomic::AtomicUsize,
-    /// Whether deltas were appended since the last snapshot (the next one
-    /// removes them).
-    deltas_saved: std::sync::atomic::AtomicBool,
+    /// `snapshot-deltas.ndjson`, held open once a delta was appended, and
+    /// whether it holds lines the next snapshot replaces.
+    deltas: Mutex<snapshot::DeltaFile>,
     /// Copied from the store's config for [`LogSource::poll_interval`].
     follow_poll: Duration,
     /// Whether the store's policy syncs at all (not [`SyncPolicy::Never`]).
@@ -263,7 +263,7 @@ impl Inner {
             group: Arc::clone(&self.group),
             snapshot_lock: Mutex::new(()),
             snapshot_len: std::sync::atomic::AtomicUsize::new(0),
-            deltas_saved: std::sync::atomic::AtomicBool::new(true),
+            deltas: Mutex::default(),
             follow_poll: self.config.follow_poll,
             durable: self.config.sync != SyncPolicy::Never,
             writer: WriterSlot::default(),

@@ -3,7 +3,7 @@
 //! since it, appended one a line to `snapshot-deltas.ndjson`.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -79,8 +79,20 @@ pub(super) fn write_snapshot(
     // The deltas continued the replaced snapshot. Until they are gone a
     // reader skips them: each reflects no event past the new snapshot.
     let at_rest = !matches!(snapshot.status, RunStatus::Running | RunStatus::Pending);
-    if handle.deltas_saved.swap(false, Ordering::Relaxed) || at_rest {
-        remove_if_there(&paths.deltas)?;
+    {
+        let mut deltas = lock(&handle.deltas);
+        if at_rest {
+            deltas.file = None;
+            deltas.lines = false;
+            remove_if_there(&paths.deltas)?;
+        } else if std::mem::take(&mut deltas.lines)
+            && let Some(file) = &deltas.file
+        {
+            // Written at the file's position (one writer): back to the start.
+            file.set_len(0)
+                .and_then(|()| (&*file).seek(io::SeekFrom::Start(0)).map(drop))
+                .map_err(|e| io_err("empty", &paths.deltas, &e))?;
+        }
     }
     // At rest (ended or paused) the run writes no snapshot until it is
     // resumed: the old one, swapped into the temporary name, goes now.
@@ -88,6 +100,19 @@ pub(super) fn write_snapshot(
         remove_if_there(&paths.snapshot_tmp)?;
     }
     Ok(encoded)
+}
+
+/// The run's deltas file as its writer holds it.
+///
+/// Held open for the run and emptied in place by each snapshot: a file
+/// created or truncated and closed again at every snapshot made ext4 flush
+/// it at each close (its heuristic for files replaced by truncation), which
+/// cost a sync-off step more than the deltas themselves.
+#[derive(Debug, Default)]
+pub(super) struct DeltaFile {
+    file: Option<File>,
+    /// Lines appended since the last snapshot.
+    lines: bool,
 }
 
 fn remove_if_there(path: &Path) -> Result<(), StoreError> {
@@ -114,14 +139,27 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     })?;
     let encoded = line.len() as u64;
     line.push(b'\n');
-    let _turn = lock(&handle.snapshot_lock);
-    let mut options = OpenOptions::new();
-    options.append(true).create(true).mode(FILE_MODE);
-    let mut file = crate::fs::open_regular_with(options, &paths.deltas)
-        .map_err(|e| StoreError::Io(format!("cannot open {e}")))?;
-    file.write_all(&line)
-        .map_err(|e| io_err("append to", &paths.deltas, &e))?;
-    handle.deltas_saved.store(true, Ordering::Relaxed);
+    let mut deltas = lock(&handle.deltas);
+    if deltas.file.is_none() {
+        // What a writer before this one left continues no snapshot of
+        // this writer's: emptied as it is opened.
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE);
+        let file = crate::fs::open_regular_with(options, &paths.deltas).map_err(|e| match e {
+            FileReadError::Io { path, source } => io_err("open", &path, &source),
+            other => StoreError::Io(format!("cannot open {other}")),
+        })?;
+        deltas.file = Some(file);
+    }
+    if let Some(file) = &mut deltas.file {
+        file.write_all(&line)
+            .map_err(|e| io_err("append to", &paths.deltas, &e))?;
+    }
+    deltas.lines = true;
     Ok(encoded)
 }
 
