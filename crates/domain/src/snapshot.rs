@@ -615,6 +615,15 @@ mod tests {
         }
     }
 
+    /// The events of [`sample_kinds`], one each, at offsets from 1.
+    fn sample_run() -> Vec<RuntimeEvent> {
+        sample_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
+            .collect()
+    }
+
     fn sample_kinds() -> Vec<(Option<&'static str>, EventKind)> {
         let a = NodeId::new("a").unwrap();
         let b = NodeId::new("b").unwrap();
@@ -688,11 +697,7 @@ mod tests {
 
     #[test]
     fn fold_follows_a_run() {
-        let events: Vec<_> = sample_kinds()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
-            .collect();
+        let events = sample_run();
         let s = RunSnapshot::fold(&events).unwrap();
         assert_eq!(s.status, RunStatus::Failed);
         assert_eq!(s.node_status[&NodeId::new("a").unwrap()], NodeStatus::Done);
@@ -904,11 +909,7 @@ mod tests {
 
     #[test]
     fn a_folded_output_is_saved_as_the_event_had_it() {
-        let events: Vec<_> = sample_kinds()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
-            .collect();
+        let events = sample_run();
         let s = RunSnapshot::fold(&events).unwrap();
         let saved: Value = serde_json::to_value(&s).unwrap();
         assert_eq!(saved["outputs"]["a"], Value::from("x"));
@@ -1129,11 +1130,7 @@ mod tests {
 
     #[test]
     fn a_delta_that_does_not_continue_the_state_changes_nothing() {
-        let events: Vec<_> = sample_kinds()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (n, k))| ev(i as u64 + 1, n, k))
-            .collect();
+        let events = sample_run();
         let whole = RunSnapshot::fold(&events).unwrap();
         let mut changes = Changes::default();
         for e in &events[3..] {

@@ -234,7 +234,7 @@ impl RunSnapshot {
                     calls: self.node_calls.get(node).copied(),
                     spent: self.node_spent.get(node).cloned(),
                 };
-                (self.key(node), record)
+                (node.clone(), record)
             })
             .collect();
         let edges = changes

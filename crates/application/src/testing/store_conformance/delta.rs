@@ -9,7 +9,7 @@ use super::{StoreHarness, Subject, assert_locked, event, run_with, snapshot};
 
 /// `state` moved on to `offset`, `node` done with `output`; the delta of
 /// that change from where `state` was.
-fn step(state: &mut RunSnapshot, node: &str, output: &str, offset: u64) -> SnapshotDelta {
+pub fn delta_step(state: &mut RunSnapshot, node: &str, output: &str, offset: u64) -> SnapshotDelta {
     let node = NodeId::new(node).unwrap();
     let base = state.last_offset;
     let mut changes = Changes::default();
@@ -39,7 +39,7 @@ pub async fn deltas_bring_the_snapshot_forward_until_the_next_one<H: StoreHarnes
     let (run, _lock) = run_with(store, 8).await;
     let mut state = snapshot(run, 2, RunStatus::Running);
     store.save_snapshot(&state).await.unwrap();
-    let first = step(&mut state, "a", "one", 3);
+    let first = delta_step(&mut state, "a", "one", 3);
     let Some(bytes) = store.save_snapshot_delta(&first).await.unwrap() else {
         // A store that keeps no deltas: loads are its snapshot's.
         assert_eq!(
@@ -51,7 +51,7 @@ pub async fn deltas_bring_the_snapshot_forward_until_the_next_one<H: StoreHarnes
     let mut line = Vec::new();
     first.write_json(&mut line).unwrap();
     assert_eq!(bytes, line.len() as u64, "the delta's size as encoded");
-    let second = step(&mut state, "b", "two", 5);
+    let second = delta_step(&mut state, "b", "two", 5);
     store.save_snapshot_delta(&second).await.unwrap();
     assert_eq!(
         store.load_snapshot(run).await.unwrap().as_ref(),
@@ -62,17 +62,17 @@ pub async fn deltas_bring_the_snapshot_forward_until_the_next_one<H: StoreHarnes
             other.load_snapshot(run).await.unwrap().as_ref(),
             Some(&state)
         );
-        let unheld = step(&mut state.clone(), "c", "x", 6);
+        let unheld = delta_step(&mut state.clone(), "c", "x", 6);
         let refused = other.save_snapshot_delta(&unheld).await;
         assert_locked(refused, run, "save_snapshot_delta");
     }
     // A delta from an offset the state is not at: left out, and what
     // follows it too.
     let at_five = state.clone();
-    let mut gap = step(&mut state, "c", "three", 7);
+    let mut gap = delta_step(&mut state, "c", "three", 7);
     gap.base_offset = 6;
     store.save_snapshot_delta(&gap).await.unwrap();
-    let after_gap = step(&mut state, "d", "four", 8);
+    let after_gap = delta_step(&mut state, "d", "four", 8);
     store.save_snapshot_delta(&after_gap).await.unwrap();
     assert_eq!(
         store.load_snapshot(run).await.unwrap(),

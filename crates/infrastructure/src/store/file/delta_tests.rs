@@ -6,10 +6,9 @@
 use std::fs;
 
 use application::ports::{RunLock, RunStore, StoreError};
-use domain::snapshot::{Changes, NodeStatus, SnapshotDelta};
+use application::testing::store_conformance::delta_step;
 use domain::time::Timestamp;
-use domain::{EventKind, JsonText, NodeId, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent};
-use serde_json::json;
+use domain::{EventKind, NodeId, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent};
 
 use super::FileRunStore;
 
@@ -28,21 +27,6 @@ fn about(run: RunId, node: &NodeId, offset: u64) -> RuntimeEvent {
         },
         extra: Default::default(),
     }
-}
-
-/// `state` moved on to `offset`, `node` done with `output`; the delta of
-/// that change from where `state` was.
-fn step(state: &mut RunSnapshot, node: &str, output: &str, offset: u64) -> SnapshotDelta {
-    let node = NodeId::new(node).unwrap();
-    let base = state.last_offset;
-    let mut changes = Changes::default();
-    changes.note(&about(state.run_id, &node, offset));
-    state.node_status.insert(node.clone(), NodeStatus::Done);
-    let output = json!({"data": output, "metadata": {"agent_name": "x"}});
-    state.outputs.insert(node, JsonText::from_value(&output));
-    state.steps_started += 1;
-    state.last_offset = offset;
-    state.delta(base, &changes)
 }
 
 /// A run this store holds, its log of 50 events, its first snapshot saved.
@@ -67,7 +51,7 @@ async fn a_load_is_the_snapshot_and_the_deltas_after_it() {
     let run = lock.run_id();
     let deltas = store.run_dir(run).join("snapshot-deltas.ndjson");
     for (n, node) in ["a", "b", "a"].into_iter().enumerate() {
-        let delta = step(&mut state, node, &format!("out {n}"), 10 * (n as u64 + 1));
+        let delta = delta_step(&mut state, node, &format!("out {n}"), 10 * (n as u64 + 1));
         assert!(store.save_snapshot_delta(&delta).await.unwrap().unwrap() > 0);
         assert_eq!(
             store.load_snapshot(run).await.unwrap().as_ref(),
@@ -83,7 +67,7 @@ async fn a_load_is_the_snapshot_and_the_deltas_after_it() {
         b"",
         "the snapshot replaced the deltas"
     );
-    let delta = step(&mut state, "b", "later", 40);
+    let delta = delta_step(&mut state, "b", "later", 40);
     store.save_snapshot_delta(&delta).await.unwrap();
     assert_eq!(
         store.load_snapshot(run).await.unwrap().as_ref(),
@@ -92,7 +76,7 @@ async fn a_load_is_the_snapshot_and_the_deltas_after_it() {
     // A delta past the end of the log (a crash kept it and lost the log's
     // end) is not applied.
     let at_forty = state.clone();
-    let past = step(&mut state, "c", "later", 51);
+    let past = delta_step(&mut state, "c", "later", 51);
     store.save_snapshot_delta(&past).await.unwrap();
     assert_eq!(store.load_snapshot(run).await.unwrap(), Some(at_forty));
     // An ended run's final snapshot leaves none behind.
@@ -111,10 +95,10 @@ async fn deltas_cut_short_or_left_behind_are_not_applied() {
     let (_dir, store, lock, mut state) = started().await;
     let run = lock.run_id();
     let deltas = store.run_dir(run).join("snapshot-deltas.ndjson");
-    let first = step(&mut state, "a", "one", 10);
+    let first = delta_step(&mut state, "a", "one", 10);
     store.save_snapshot_delta(&first).await.unwrap();
     let at_first = state.clone();
-    let second = step(&mut state, "b", "two", 20);
+    let second = delta_step(&mut state, "b", "two", 20);
     store.save_snapshot_delta(&second).await.unwrap();
     let whole = fs::read(&deltas).unwrap();
     // Torn in the middle of the second line.
@@ -140,7 +124,7 @@ async fn deltas_cut_short_or_left_behind_are_not_applied() {
         store.load_snapshot(run).await.unwrap().as_ref(),
         Some(&state)
     );
-    let third = step(&mut state, "c", "three", 30);
+    let third = delta_step(&mut state, "c", "three", 30);
     store.save_snapshot_delta(&third).await.unwrap();
     assert_eq!(
         store.load_snapshot(run).await.unwrap().as_ref(),
@@ -148,7 +132,7 @@ async fn deltas_cut_short_or_left_behind_are_not_applied() {
     );
     // A delta that skips events the state has not seen ends the chain.
     let at_third = state.clone();
-    let mut gap = step(&mut state, "d", "four", 50);
+    let mut gap = delta_step(&mut state, "d", "four", 50);
     gap.base_offset = 40;
     store.save_snapshot_delta(&gap).await.unwrap();
     assert_eq!(store.load_snapshot(run).await.unwrap(), Some(at_third));
@@ -158,7 +142,7 @@ async fn deltas_cut_short_or_left_behind_are_not_applied() {
 async fn a_delta_needs_the_runs_lock_and_an_unreadable_file_is_skipped() {
     let (dir, store, lock, mut state) = started().await;
     let run = lock.run_id();
-    let delta = step(&mut state, "a", "one", 10);
+    let delta = delta_step(&mut state, "a", "one", 10);
     let reader = FileRunStore::open(dir.path()).unwrap();
     assert!(matches!(
         reader.save_snapshot_delta(&delta).await,
@@ -168,4 +152,27 @@ async fn a_delta_needs_the_runs_lock_and_an_unreadable_file_is_skipped() {
     let before = store.load_snapshot(run).await.unwrap();
     fs::create_dir(store.run_dir(run).join("snapshot-deltas.ndjson")).unwrap();
     assert_eq!(reader.load_snapshot(run).await.unwrap(), before);
+}
+
+/// A writer that crashed leaves its deltas; the next writer's log may hold
+/// other events at their offsets (a power cut lost the log's end), so its
+/// first snapshot removes them before it is in place, even one that would
+/// continue it.
+#[tokio::test]
+async fn the_next_writer_removes_the_deltas_a_crashed_one_left() {
+    let (dir, store, lock, mut state) = started().await;
+    let run = lock.run_id();
+    let stale = delta_step(&mut state, "a", "from the crashed writer", 10);
+    store.save_snapshot_delta(&stale).await.unwrap();
+    drop(lock);
+    drop(store);
+    let next = FileRunStore::open(dir.path()).unwrap();
+    let _lock = next.lock(run).await.unwrap();
+    // The same offset as the snapshot the stale delta continues.
+    let mut resumed = RunSnapshot::new(run);
+    resumed.status = RunStatus::Running;
+    resumed.last_offset = 1;
+    resumed.steps_started = 7;
+    next.save_snapshot(&resumed).await.unwrap();
+    assert_eq!(next.load_snapshot(run).await.unwrap(), Some(resumed));
 }

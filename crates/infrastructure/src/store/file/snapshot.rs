@@ -45,6 +45,16 @@ pub(super) fn write_snapshot(
     let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     let _turn = lock(&handle.snapshot_lock);
+    {
+        // Deltas a writer before this one left (it crashed) could continue
+        // this snapshot's offset with other events than its log holds now:
+        // gone before the snapshot is in place.
+        let mut deltas = lock(&handle.deltas);
+        if !deltas.checked {
+            remove_if_there(&paths.deltas)?;
+            deltas.checked = true;
+        }
+    }
     let mut options = OpenOptions::new();
     options
         .write(true)
@@ -113,6 +123,8 @@ pub(super) struct DeltaFile {
     file: Option<File>,
     /// Lines appended since the last snapshot.
     lines: bool,
+    /// Whether a file an earlier writer left was removed.
+    checked: bool,
 }
 
 fn remove_if_there(path: &Path) -> Result<(), StoreError> {
@@ -141,8 +153,6 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     line.push(b'\n');
     let mut deltas = lock(&handle.deltas);
     if deltas.file.is_none() {
-        // What a writer before this one left continues no snapshot of
-        // this writer's: emptied as it is opened.
         let mut options = OpenOptions::new();
         options
             .write(true)
