@@ -181,3 +181,41 @@ fn validate_names_a_fixture_that_does_not_parse() {
     let out = awr.run(&["validate", flow.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// A condition that reads no variable can only ever give one value: one
+/// that is not a bool, or fails, is refused by `awr validate`, naming the
+/// edge, instead of failing the run when its edge is decided.
+#[test]
+fn validate_refuses_a_condition_that_can_only_fail() {
+    let awr = Awr::new();
+    let flow = |when: &str| {
+        awr.write(
+            "flow.yaml",
+            &format!(
+                "name: w\nagents:\n  g: {{provider: mock}}\nnodes:\n  - {{id: a, agent: g}}\n  - {{id: b, agent: g}}\nedges:\n  - {{from: a, to: b, when: \"{when}\"}}\n"
+            ),
+        )
+    };
+    for (when, why) in [
+        ("1", "not a bool"),
+        ("matches('x', '(')", "failed to evaluate"),
+    ] {
+        let file = flow(when);
+        let out = awr.run(&["validate", file.to_str().unwrap()]);
+        assert_eq!(out.code, 2, "{when}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(why) && out.stderr.contains("a->b"),
+            "{when}: {}",
+            out.stderr
+        );
+    }
+    for node in ["a", "b"] {
+        awr.write(
+            &format!("fixtures/w/{node}.json"),
+            r#"{"calls": [{"output": {"text": "hi"}}]}"#,
+        );
+    }
+    let file = flow("output != ''");
+    let out = awr.run(&["validate", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

@@ -105,9 +105,19 @@ impl Condition {
     /// expression beyond the size limits ([`MAX_LEN`], [`MAX_NESTING`],
     /// [`MAX_DEPTH`]) or the cost limits ([`MAX_COMPREHENSIONS`],
     /// [`MAX_COMPREHENSION_NESTING`], no comprehension over another's result)
-    /// and on a name that is not one of [`VARIABLES`].
+    /// and on a name that is not one of [`VARIABLES`]; and one that reads no
+    /// variable, on any failure of its one evaluation or a value not a bool.
     pub fn compile(src: &str) -> Result<Condition, ConditionError> {
-        Self::compile_reading(src, &VARIABLES)
+        let condition = Self::compile_reading(src, &VARIABLES)?;
+        // Reading no variable, it has one value, known now: a condition
+        // that can only fail is refused with the workflow (`awr validate`),
+        // not when its edge is decided mid-run.
+        if condition.0.variables.is_empty() {
+            condition
+                .evaluate(&Map::new())
+                .map_err(|e| ConditionError::Compile(e.to_string()))?;
+        }
+        Ok(condition)
     }
 
     /// [`Self::compile`] for an expression that may read `variables`.
@@ -233,7 +243,14 @@ pub struct Expression(Condition);
 impl Expression {
     /// Compiles `src`; fails as [`Condition::compile`] does.
     pub fn compile(src: &str) -> Result<Expression, ConditionError> {
-        Condition::compile_reading(src, &INPUT_VARIABLES).map(Expression)
+        let expression = Condition::compile_reading(src, &INPUT_VARIABLES).map(Expression)?;
+        // As a condition: one that reads no variable fails now or never.
+        if expression.variables().is_empty() {
+            expression
+                .evaluate(&Map::new())
+                .map_err(|e| ConditionError::Compile(e.to_string()))?;
+        }
+        Ok(expression)
     }
 
     /// The expression as written.
@@ -557,6 +574,36 @@ mod tests {
     fn conditions_are_send_sync() {
         fn check<T: Send + Sync>() {}
         check::<Condition>();
+    }
+
+    /// A condition or expression that reads no variable has one value: one
+    /// that can only fail is refused when compiled, naming why.
+    #[test]
+    fn one_that_reads_no_variable_and_can_only_fail_is_refused_when_compiled() {
+        for (src, why) in [
+            ("1", "not a bool"),
+            ("'yes'", "not a bool"),
+            ("matches('x', '(')", "failed to evaluate"),
+            ("no_such_function(1)", "failed to evaluate"),
+            ("1 / 0", "failed to evaluate"),
+        ] {
+            let err = Condition::compile(src).unwrap_err();
+            assert!(matches!(err, ConditionError::Compile(_)), "{src}: {err:?}");
+            assert!(err.to_string().contains(why), "{src}: {err}");
+        }
+        for src in ["true", "1 < 2", "'a' + 'b' == 'ab'"] {
+            assert!(Condition::compile(src).is_ok(), "{src}");
+        }
+        // One that reads a variable is judged when it runs, as before.
+        assert!(Condition::compile("size(output) > 0").is_ok());
+        assert!(Expression::compile("1 / 0").is_err());
+        assert_eq!(
+            Expression::compile("[1, 2].map(x, x * 2)")
+                .unwrap()
+                .evaluate(&Map::new())
+                .unwrap(),
+            serde_json::json!([2, 4])
+        );
     }
 
     #[test]
