@@ -219,3 +219,38 @@ fn validate_refuses_a_condition_that_can_only_fail() {
     let out = awr.run(&["validate", file.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// An integer beyond 64 bits in `--input` is refused, naming it: serde_json
+/// would keep the nearest float, a value other than the one given.
+#[test]
+fn an_input_integer_beyond_64_bits_is_refused_not_changed() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: w\nagents:\n  g: {provider: mock}\nnodes:\n  - {id: a, agent: g}\n",
+    );
+    awr.write(
+        "fixtures/w/a.json",
+        r#"{"calls": [{"output": {"text": "hi"}}]}"#,
+    );
+    let big = "123456789012345678901234567890";
+    let out = awr.run(&[
+        "run",
+        flow.to_str().unwrap(),
+        "--input",
+        &format!("{{\"id\": {big}}}"),
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(big) && out.stderr.contains("64 bits"),
+        "{}",
+        out.stderr
+    );
+    let out = awr.run(&[
+        "run",
+        flow.to_str().unwrap(),
+        "--input",
+        &format!("{{\"id\": \"{big}\"}}"),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

@@ -92,6 +92,50 @@ fn strip_fence(text: &str) -> &str {
     rest.trim_end().strip_suffix("```").unwrap_or(rest).trim()
 }
 
+/// The first integer in the JSON text `json` (outside its strings) that
+/// fits neither `i64` nor `u64`. serde_json reads such an integer as the
+/// nearest float, so `123456789012345678901234567890` would be kept as
+/// `1.2345678901234568e29`: a value from outside is refused instead, with
+/// the integer named, rather than changed.
+pub fn oversized_integer(json: &str) -> Option<&str> {
+    let bytes = json.as_bytes();
+    let (mut at, mut in_string, mut escaped) = (0, false, false);
+    while let Some(&b) = bytes.get(at) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            at += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            at += 1;
+            continue;
+        }
+        if b != b'-' && !b.is_ascii_digit() {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while bytes
+            .get(at)
+            .is_some_and(|c| c.is_ascii_digit() || b"-+.eE".contains(c))
+        {
+            at += 1;
+        }
+        let token = json.get(start..at).unwrap_or_default();
+        let integer = !token.contains(['.', 'e', 'E']);
+        if integer && token.parse::<i64>().is_err() && token.parse::<u64>().is_err() {
+            return Some(token);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -143,6 +187,32 @@ mod tests {
         assert!(
             matches!(&err, OutputError::Mismatch(m) if m.contains("/score")),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_found_outside_strings_only() {
+        let big = "123456789012345678901234567890";
+        assert_eq!(oversized_integer(big), Some(big));
+        assert_eq!(
+            oversized_integer(&format!(r#"{{"id": -{big}, "n": 1}}"#)),
+            Some(format!("-{big}").as_str())
+        );
+        assert_eq!(oversized_integer(&format!("[1, 2, {big}]")), Some(big));
+        for fits in [
+            "18446744073709551615".to_owned(),
+            "-9223372036854775808".to_owned(),
+            format!(r#""{big}""#),
+            format!(r#"{{"{big}": "a \" {big}"}}"#),
+            "1e30".to_owned(),
+            "123456789012345678901234567890.5".to_owned(),
+            "[true, null, -0.5]".to_owned(),
+        ] {
+            assert_eq!(oversized_integer(&fits), None, "{fits}");
+        }
+        assert_eq!(
+            oversized_integer("18446744073709551616"),
+            Some("18446744073709551616")
         );
     }
 }

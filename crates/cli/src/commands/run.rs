@@ -94,6 +94,11 @@ pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Fa
             "{origin}: not JSON: {e} (to pass text as a string, use --input-text)"
         ))
     })?;
+    if let Some(big) = domain::output::oversized_integer(&text) {
+        return Err(Failure::Input(anyhow!(
+            "{origin}: the integer {big} does not fit in 64 bits and would lose digits; pass it as a string"
+        )));
+    }
     WorkflowDef::check_input(&input).map_err(|e| Failure::Input(anyhow!("{origin}: {e}")))?;
     Ok(input)
 }

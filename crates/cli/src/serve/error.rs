@@ -122,5 +122,12 @@ pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     })?;
     de.end()
         .map_err(|e| ApiError::bad_request(format!("the body is not valid: {e}")))?;
+    // serde_json reads such an integer as the nearest float: refused, not changed.
+    let text = std::str::from_utf8(body).unwrap_or_default();
+    if let Some(big) = domain::output::oversized_integer(text) {
+        return Err(ApiError::bad_request(format!(
+            "the body holds the integer {big}, which does not fit in 64 bits and would lose digits; send it as a string"
+        )));
+    }
     Ok(value)
 }

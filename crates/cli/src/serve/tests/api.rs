@@ -51,6 +51,21 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
     )
     .await;
     assert!(message.contains("unknown field `inputs`"), "{message}");
+    // An integer beyond 64 bits would be kept as the nearest float.
+    let message = error(
+        s.post(
+            "/workflows",
+            r#"{"path": "x", "input": {"id": 123456789012345678901234567890}}"#,
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        message.contains("123456789012345678901234567890") && message.contains("64 bits"),
+        "{message}"
+    );
     // A directory is no workflow; a bad file is named as the client named
     // it, never by where the root is on the server's disk.
     for (path, says) in [
