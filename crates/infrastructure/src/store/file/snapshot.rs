@@ -114,10 +114,10 @@ pub(super) fn write_snapshot(
 
 /// The run's deltas file as its writer holds it.
 ///
-/// Held open for the run and emptied in place by each snapshot: a file
-/// created or truncated and closed again at every snapshot made ext4 flush
-/// it at each close (its heuristic for files replaced by truncation), which
-/// cost a sync-off step more than the deltas themselves.
+/// Held open for the run and emptied in place by each snapshot: removing
+/// it and creating it again, or opening it anew to truncate it, is a
+/// metadata operation per snapshot, and on ext4 one could wait milliseconds
+/// for a journal commit.
 #[derive(Debug, Default)]
 pub(super) struct DeltaFile {
     file: Option<File>,
