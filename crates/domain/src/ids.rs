@@ -276,28 +276,60 @@ string_serde!(NodeId, NodeId::parse_shared);
 struct Shared {
     /// Each distinct id, in the order first read.
     order: Vec<NodeId>,
-    /// Where each id is in `order`.
-    at: std::collections::HashMap<NodeId, usize, std::hash::BuildHasherDefault<Fnv>>,
+    /// Whether `order` is in key order (its ids came in that order).
+    unsorted: bool,
+    /// Where each id is in `order`: built at the first id that neither the
+    /// cursor nor the order finds, as a snapshot whose maps list the same
+    /// nodes never needs it.
+    at: Option<std::collections::HashMap<NodeId, usize, std::hash::BuildHasherDefault<Fnv>>>,
     /// The place after the id read last. A snapshot writes its maps in key
     /// order, each a subset of the same nodes, so the id read next is most
-    /// often the one there: one comparison, where a lookup hashes.
+    /// often the one there (or, at the start of the next map, the first):
+    /// one comparison, where a lookup hashes.
     next: usize,
 }
 
 impl Shared {
     fn get(&mut self, id: &str) -> Result<NodeId, IdError> {
-        if let Some(known) = self.order.get(self.next)
+        let next = if self.next < self.order.len() {
+            self.next
+        } else {
+            0
+        };
+        if let Some(known) = self.order.get(next)
             && known.as_str() == id
         {
-            self.next += 1;
+            self.next = next + 1;
             return Ok(known.clone());
         }
-        if let Some((known, &at)) = self.at.get_key_value(id) {
-            self.next = at + 1;
+        // Ids read in key order past the last one: new, no lookup needed.
+        let after_last = self.order.last().is_none_or(|last| last.as_str() < id);
+        if after_last && self.at.is_none() && !self.unsorted {
+            return self.push(id);
+        }
+        let order = &self.order;
+        let at = self.at.get_or_insert_with(|| {
+            order
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect()
+        });
+        if let Some((known, &i)) = at.get_key_value(id) {
+            self.next = i + 1;
             return Ok(known.clone());
         }
+        self.unsorted |= !after_last;
+        let new = self.push(id)?;
+        if let Some(at) = &mut self.at {
+            at.insert(new.clone(), self.order.len() - 1);
+        }
+        Ok(new)
+    }
+
+    /// A new id, at the end of `order`.
+    fn push(&mut self, id: &str) -> Result<NodeId, IdError> {
         let new = NodeId::parse(id)?;
-        self.at.insert(new.clone(), self.order.len());
         self.order.push(new.clone());
         self.next = self.order.len();
         Ok(new)
@@ -452,19 +484,27 @@ mod tests {
 
     #[test]
     fn ids_read_in_a_sharing_scope_are_one_copy() {
-        // Maps in key order, and ids out of it.
-        let text = r#"[["a", "b", "d"], ["a", "b", "c", "d"], ["d", "a", "c", "b", "c"]]"#;
+        // Maps in key order, and ids out of it; a new id before the last
+        // one read, then new ids after it again.
+        for text in [
+            r#"[["a", "b", "d"], ["a", "b", "c", "d"], ["d", "a", "c", "b", "c"]]"#,
+            r#"[["b", "d"], ["a"], ["e"], ["a", "b", "d", "e"], ["e", "f"], ["f"]]"#,
+        ] {
+            let read = || serde_json::from_str::<Vec<Vec<NodeId>>>(text).unwrap();
+            let apart = read();
+            let shared = NodeId::sharing(read);
+            assert_eq!(shared, apart);
+            let all: Vec<&NodeId> = shared.iter().flatten().collect();
+            for one in &all {
+                for other in all.iter().filter(|other| other == &one) {
+                    assert!(Arc::ptr_eq(&one.0, &other.0), "{text}: {one}");
+                }
+            }
+        }
+        let text = r#"[["a", "b", "d"], ["a", "b", "c", "d"]]"#;
         let read = || serde_json::from_str::<Vec<Vec<NodeId>>>(text).unwrap();
         let apart = read();
         assert!(!Arc::ptr_eq(&apart[0][0].0, &apart[1][0].0));
-        let shared = NodeId::sharing(read);
-        assert_eq!(shared, apart);
-        let all: Vec<&NodeId> = shared.iter().flatten().collect();
-        for one in &all {
-            for other in all.iter().filter(|other| other == &one) {
-                assert!(Arc::ptr_eq(&one.0, &other.0), "{one}");
-            }
-        }
         // The scope ends with its call, and a bad id is still refused in it.
         assert!(!Arc::ptr_eq(&read()[0][0].0, &read()[0][0].0));
         assert!(NodeId::sharing(|| serde_json::from_str::<NodeId>("\"a/b\"")).is_err());
