@@ -338,6 +338,42 @@ mod tests {
         );
     }
 
+    /// A snapshot delta is redacted as a snapshot is, its outputs included,
+    /// and still reads back as a delta.
+    #[test]
+    fn a_snapshot_delta_is_redacted_whole() {
+        let r = Redactor::new([KEY.to_owned()]);
+        let run: RunId = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap();
+        let node = domain::NodeId::new("a").unwrap();
+        let mut state = RunSnapshot::new(run);
+        let output = json!({"data": format!("the key is {KEY}"), "metadata": {}});
+        state
+            .outputs
+            .insert(node.clone(), domain::JsonText::from_value(&output));
+        state.state.insert("k".into(), json!(KEY));
+        let mut changes = domain::snapshot::Changes::default();
+        let event = RuntimeEvent {
+            id: "e".into(),
+            offset: domain::Offset::FIRST,
+            timestamp: domain::Timestamp::from_millis(0),
+            run_id: run,
+            node_id: Some(node.clone()),
+            node_run_id: None,
+            kind: domain::EventKind::NodeSkipped {
+                reason: String::new(),
+            },
+            extra: Default::default(),
+        };
+        changes.note(&event);
+        let delta = state.delta(0, &changes);
+        let redacted = r.record(&delta).unwrap();
+        let mut line = Vec::new();
+        redacted.write_json(&mut line).unwrap();
+        let text = String::from_utf8(line).unwrap();
+        assert!(!text.contains(KEY) && text.contains(REDACTED), "{text}");
+        assert!(SnapshotDelta::from_json(text.as_bytes()).is_ok());
+    }
+
     #[test]
     fn the_longer_of_overlapping_secrets_wins() {
         let r = Redactor::new(["abcdefgh".to_owned(), "abcdefgh-longer".to_owned()]);
