@@ -1094,8 +1094,8 @@ mod tests {
         ]
     }
 
-    /// A delta of a few nodes on a large state sets its entries one by one
-    /// (the merge of two sorted sequences is for many): the same result.
+    /// A delta of a few nodes on a large state sets and removes their
+    /// entries, and leaves every other entry as it was.
     #[test]
     fn a_small_delta_on_a_large_state_sets_and_removes_its_entries() {
         let mut state = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());

@@ -345,64 +345,37 @@ impl RunSnapshot {
     }
 
     /// Sets (or removes) each record's entries in the per-node and
-    /// per-edge maps.
+    /// per-edge maps. An entry there keeps its key; a new one takes the
+    /// record's, one copy shared by the node's maps.
     fn merge_records(
         &mut self,
         nodes: BTreeMap<NodeId, NodeRecord>,
         edges: BTreeMap<String, EdgeRecord>,
     ) {
-        // An entry there keeps its key; a new one takes the record's, one
-        // copy shared by the node's maps.
-        let nodes: Vec<(NodeId, NodeRecord)> = nodes.into_iter().collect();
-        merge(&mut self.node_status, &nodes, |r| r.status);
-        merge(&mut self.outputs, &nodes, |r| r.output.clone());
-        merge(&mut self.agent_sessions, &nodes, |r| r.session.clone());
-        merge(&mut self.node_passes, &nodes, |r| r.passes);
-        merge(&mut self.node_calls, &nodes, |r| r.calls);
-        merge(&mut self.node_spent, &nodes, |r| r.spent.clone());
-        let edges: Vec<(String, EdgeRecord)> = edges.into_iter().collect();
-        merge(&mut self.edge_status, &edges, |r| r.status);
-        merge(&mut self.loop_counters, &edges, |r| r.loops);
+        for (node, record) in nodes {
+            put(&mut self.node_status, &node, record.status);
+            put(&mut self.outputs, &node, record.output);
+            put(&mut self.agent_sessions, &node, record.session);
+            put(&mut self.node_passes, &node, record.passes);
+            put(&mut self.node_calls, &node, record.calls);
+            put(&mut self.node_spent, &node, record.spent);
+        }
+        for (edge, record) in edges {
+            put(&mut self.edge_status, &edge, record.status);
+            put(&mut self.loop_counters, &edge, record.loops);
+        }
     }
 }
 
-/// Sets each key's entry in `map` to what `field` takes from its record,
-/// or removes it for `None`; `records` are sorted by key. Records few
-/// against the map: a search each (~1.2 k instructions with the string
-/// comparisons of a 2,000-entry map); as many as a third of the map: one
-/// pass that rebuilds it from the two sorted sequences (~300 instructions
-/// an entry: moved, compared, built in bulk).
-fn merge<K: Ord + Clone, R, V>(
-    map: &mut BTreeMap<K, V>,
-    records: &[(K, R)],
-    field: impl Fn(&R) -> Option<V>,
-) {
-    if records.len().saturating_mul(3) < map.len() {
-        for (key, record) in records {
-            match field(record) {
-                Some(value) => {
-                    map.insert(key.clone(), value);
-                }
-                None => {
-                    map.remove(key);
-                }
-            }
+/// Sets `key`'s entry in `map` to `value`, or removes it for `None`: one
+/// search either way.
+fn put<K: Ord + Clone, V>(map: &mut BTreeMap<K, V>, key: &K, value: Option<V>) {
+    match value {
+        Some(value) => {
+            map.insert(key.clone(), value);
         }
-        return;
-    }
-    let mut old = std::mem::take(map).into_iter().peekable();
-    let mut merged = Vec::with_capacity(old.len() + records.len());
-    for (key, record) in records {
-        while let Some(entry) = old.next_if(|(k, _)| k < key) {
-            merged.push(entry);
-        }
-        // The record replaces the entry of its key, if there is one.
-        old.next_if(|(k, _)| k == key);
-        if let Some(value) = field(record) {
-            merged.push((key.clone(), value));
+        None => {
+            map.remove(key);
         }
     }
-    merged.extend(old);
-    // Sorted and without repeats: built in bulk.
-    *map = merged.into_iter().collect();
 }

@@ -6,28 +6,10 @@
 use std::fs;
 
 use application::ports::{RunLock, RunStore, StoreError};
-use application::testing::store_conformance::delta_step;
-use domain::time::Timestamp;
-use domain::{EventKind, NodeId, Offset, RunId, RunSnapshot, RunStatus, RuntimeEvent};
+use application::testing::store_conformance::{delta_step, warnings};
+use domain::{RunId, RunSnapshot, RunStatus};
 
 use super::FileRunStore;
-
-/// An event about `node` at `offset`: noted, it marks the node changed.
-fn about(run: RunId, node: &NodeId, offset: u64) -> RuntimeEvent {
-    RuntimeEvent {
-        id: format!("e{offset}"),
-        offset: Offset::new(offset).unwrap(),
-        timestamp: Timestamp::from_millis(offset as i64),
-        run_id: run,
-        node_id: Some(node.clone()),
-        node_run_id: None,
-        kind: EventKind::Warning {
-            message: "m".into(),
-            details: None,
-        },
-        extra: Default::default(),
-    }
-}
 
 /// A run this store holds, its log of 50 events, its first snapshot saved.
 async fn started() -> (tempfile::TempDir, FileRunStore, RunLock, RunSnapshot) {
@@ -35,9 +17,7 @@ async fn started() -> (tempfile::TempDir, FileRunStore, RunLock, RunSnapshot) {
     let store = FileRunStore::open(dir.path()).unwrap();
     let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
     let lock = store.create_run(run).await.unwrap();
-    let node = NodeId::new("z").unwrap();
-    let log: Vec<_> = (1..=50).map(|offset| about(run, &node, offset)).collect();
-    store.append(run, &log).await.unwrap();
+    store.append(run, &warnings(run, 1..=50)).await.unwrap();
     let mut state = RunSnapshot::new(run);
     state.status = RunStatus::Running;
     state.last_offset = 1;

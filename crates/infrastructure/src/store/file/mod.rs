@@ -554,8 +554,7 @@ impl RunStore for FileRunStore {
         let handle = self.inner.handle(run_id)?;
         // Deltas reach no further than the log: neither is synced when a
         // delta is written, and a crash may keep one and not the other.
-        let log_ends = handle.last().ok();
-        read_snapshot(&handle.paths, log_ends)
+        read_snapshot(&handle.paths, || handle.last().ok())
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

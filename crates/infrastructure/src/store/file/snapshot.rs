@@ -195,11 +195,12 @@ pub(super) fn fill_or_remove(
 /// be rebuilt from the log); not a regular file or over
 /// [`MAX_SNAPSHOT_FILE`] is `Io`.
 ///
-/// The deltas after it are applied up to the first that reaches past
-/// `log_ends`, the log's last offset (none when it is unknown).
+/// The deltas after it are applied up to the first that reaches past the
+/// log's last offset, which `log_ends` gives (none when it is unknown); it
+/// is asked only when there are deltas.
 pub(super) fn read_snapshot(
     paths: &RunPaths,
-    log_ends: Option<u64>,
+    log_ends: impl FnOnce() -> Option<u64>,
 ) -> Result<Option<RunSnapshot>, StoreError> {
     let bytes = match read_bounded(&paths.snapshot, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
@@ -210,7 +211,7 @@ pub(super) fn read_snapshot(
         .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
     let mut snapshot = RunSnapshot::from_json(&bytes, paths.run_id)
         .map_err(|e| StoreError::Corrupt(format!("{}: {e}", paths.snapshot.display())))?;
-    apply_deltas(paths, &mut snapshot, log_ends.unwrap_or(0));
+    apply_deltas(paths, &mut snapshot, log_ends);
     Ok(Some(snapshot))
 }
 
@@ -218,7 +219,11 @@ pub(super) fn read_snapshot(
 /// the first that does not continue it. Deltas are a cache: one cut short
 /// by a crash, unreadable, or left from a replaced snapshot ends the chain
 /// there, and the reader folds the log from the state reached.
-fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot, log_ends: u64) {
+fn apply_deltas(
+    paths: &RunPaths,
+    snapshot: &mut RunSnapshot,
+    log_ends: impl FnOnce() -> Option<u64>,
+) {
     let bytes = match read_bounded(&paths.deltas, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
         Err(FileReadError::NotFound { .. }) => return,
@@ -227,6 +232,10 @@ fn apply_deltas(paths: &RunPaths, snapshot: &mut RunSnapshot, log_ends: u64) {
             return;
         }
     };
+    if bytes.is_empty() {
+        return;
+    }
+    let log_ends = log_ends().unwrap_or(0);
     let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
     let deltas = lines.map(|line| {
         SnapshotDelta::from_json(line).and_then(|delta| match delta.last_offset {
