@@ -256,3 +256,73 @@ async fn another_process_is_refused_followed_and_released_when_it_dies() {
     crate::util::a_dead_holder_releases_its_run(&store, run, holder).await;
     let _lock = store.lock(run).await.unwrap();
 }
+
+/// A database on a read-only medium (an archive, a backup) is read by the
+/// commands that only read, and a command that would write is refused,
+/// naming the file. The medium is a read-only bind mount in a mount
+/// namespace of the command's own (`unshare`), gone with it.
+#[test]
+fn a_database_on_a_read_only_medium_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awr.db");
+    let out = awr(&db, &["run", "examples/summarize.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    // Bind the directory read-only over `ro`, show that nothing can be
+    // written there, then run awr on the database through it.
+    let script = r#"mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" \
+        && ! touch "$2/probe" 2>/dev/null && shift 2 && exec "$@""#;
+    let read_only = |args: &[&str]| {
+        let out = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(dir.path())
+            .arg(&ro)
+            .arg(awr_bin())
+            .arg("--storage")
+            .arg(format!("sqlite:{}", ro.join("awr.db").display()))
+            .args(args)
+            .current_dir(repo_root())
+            .env_remove("AWR_STORAGE")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run unshare (util-linux)");
+        Output::from(out)
+    };
+    let runs = read_only(&["runs"]);
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    assert!(runs.stdout.contains(&run), "{}", runs.stdout);
+    let show = read_only(&["show", &run, "--json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    let state: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(state["status"], "completed");
+    let events = read_only(&["events", &run]);
+    assert_eq!(events.code, 0, "{}", events.stderr);
+    assert!(
+        events.stdout.contains("flow:completed"),
+        "{}",
+        events.stdout
+    );
+
+    let write = read_only(&["run", "examples/summarize.yaml"]);
+    assert_eq!(write.code, 2, "{}", write.stderr);
+    assert!(
+        write.stderr.contains("awr.db") && write.stderr.contains("Read-only file system"),
+        "{}",
+        write.stderr
+    );
+    let names = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(
+        names, 4,
+        "awr.db, its -files and -locks, ro: nothing left beside"
+    );
+}

@@ -48,7 +48,7 @@ use application::ports::{
 use async_trait::async_trait;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::Notify;
 
 pub use self::schema::SCHEMA_VERSION;
@@ -81,6 +81,21 @@ pub enum SqliteOpenError {
         path.display()
     )]
     Newer {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+        /// [`SCHEMA_VERSION`].
+        known: i64,
+    },
+    /// The database has an older schema and cannot be written to bring it
+    /// up to date.
+    #[error(
+        "{}: the database has schema version {found}, older than this awr reads ({known}), \
+         and cannot be written to upgrade it; open it once where it can be written",
+        path.display()
+    )]
+    Older {
         /// The database file.
         path: PathBuf,
         /// Its `user_version`.
@@ -166,7 +181,22 @@ impl SqliteRunStore {
             ))
             .into());
         }
-        Self::connect(path.to_path_buf(), SqliteStoreConfig::default())
+        let config = SqliteStoreConfig::default();
+        match Self::connect(path.to_path_buf(), config.clone()) {
+            Ok(store) => Ok(store),
+            // A database that cannot be written (a read-only file,
+            // directory or medium: an archive, a backup) is still read.
+            Err(e) => match Self::connect_read_only(path.to_path_buf(), config) {
+                Ok(store) => {
+                    tracing::debug!(path = %path.display(), error = %e, "opened read-only");
+                    Ok(store)
+                }
+                // Unreadable as well: the first error says why. A schema
+                // this build cannot read is the reason itself.
+                Err(SqliteOpenError::Store(_)) => Err(e),
+                Err(other) => Err(other),
+            },
+        }
     }
 
     /// The store at `path` with explicit settings, creating it if needed.
@@ -183,13 +213,17 @@ impl SqliteRunStore {
                 .map_err(|e| io_err("create", parent, &e))?;
         }
         // Created here, so it is private from its first byte.
+        let what = match path.exists() {
+            true => "open for writing",
+            false => "create",
+        };
         OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(FILE_MODE)
             .open(&path)
-            .map_err(|e| io_err("create", &path, &e))?;
+            .map_err(|e| io_err(what, &path, &e))?;
         Self::connect(path, config)
     }
 
@@ -197,12 +231,33 @@ impl SqliteRunStore {
         let mut writer = connection(&path, config.sync)?;
         schema::migrate(&mut writer, &path)?;
         let reader = connection(&path, config.sync)?;
+        Ok(Self::with(path, config, writer, reader))
+    }
+
+    /// The store on a database this process cannot write, whose schema
+    /// must then be this build's: every write fails, naming the file.
+    fn connect_read_only(
+        path: PathBuf,
+        config: SqliteStoreConfig,
+    ) -> Result<Self, SqliteOpenError> {
+        let writer = read_only_connection(&path)?;
+        schema::check(&writer, &path)?;
+        let reader = read_only_connection(&path)?;
+        Ok(Self::with(path, config, writer, reader))
+    }
+
+    fn with(
+        path: PathBuf,
+        config: SqliteStoreConfig,
+        writer: Connection,
+        reader: Connection,
+    ) -> Self {
         // Beside the real file, symlinks resolved: a process that names the
         // database through another path must find the same locks.
         let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         let mut locks_dir = real.into_os_string();
         locks_dir.push("-locks");
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 locks_dir: PathBuf::from(locks_dir),
                 path,
@@ -214,7 +269,7 @@ impl SqliteRunStore {
                 committed: AtomicU64::new(0),
                 synced: AtomicU64::new(0),
             }),
-        })
+        }
     }
 
     /// The database file.
@@ -249,6 +304,38 @@ fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "synchronous", synchronous)
         .map_err(|e| sql_err(path, "set synchronous", &e))?;
     Ok(conn)
+}
+
+/// A connection that only reads. A database in WAL mode is read through
+/// its `-shm` index, which SQLite creates beside it: where it cannot (a
+/// read-only directory or medium, and so no writer either, as a writer
+/// needs that file too), the database is opened `immutable`, read as a
+/// file nobody changes.
+fn read_only_connection(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let open = |target: &Path| {
+        let conn = Connection::open_with_flags(target, flags)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))?;
+        Ok::<_, rusqlite::Error>(conn)
+    };
+    open(path)
+        .or_else(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::CannotOpen) => open(&immutable_uri(path)),
+            _ => Err(e),
+        })
+        .map_err(|e| sql_err(path, "open the database read-only", &e))
+}
+
+/// `file:PATH?immutable=1`, the path escaped as a URI's.
+fn immutable_uri(path: &Path) -> PathBuf {
+    use percent_encoding::{CONTROLS, percent_encode};
+    use std::os::unix::ffi::OsStrExt;
+    const ESCAPED: &percent_encoding::AsciiSet = &CONTROLS.add(b'%').add(b'?').add(b'#');
+    let escaped = percent_encode(path.as_os_str().as_bytes(), ESCAPED);
+    PathBuf::from(format!("file:{escaped}?immutable=1"))
 }
 
 /// What a SQLite store's [`RunLock`] holds: dropping it syncs what this

@@ -49,3 +49,25 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteOp
         .map_err(|e| sql_err(path, "commit the schema migration", &e))?;
     Ok(())
 }
+
+/// Refuses a database this build cannot read as it is, for a connection
+/// that cannot migrate it: written by a newer awr, or by an older one and
+/// not opened since where it can be written.
+pub(super) fn check(conn: &Connection, path: &Path) -> Result<(), SqliteOpenError> {
+    let found: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| sql_err(path, "read the schema version", &e))?;
+    match found {
+        SCHEMA_VERSION => Ok(()),
+        found if found > SCHEMA_VERSION => Err(SqliteOpenError::Newer {
+            path: path.to_path_buf(),
+            found,
+            known: SCHEMA_VERSION,
+        }),
+        found => Err(SqliteOpenError::Older {
+            path: path.to_path_buf(),
+            found,
+            known: SCHEMA_VERSION,
+        }),
+    }
+}

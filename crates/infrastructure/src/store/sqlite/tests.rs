@@ -224,3 +224,35 @@ async fn every_sync_policy_keeps_the_contract() {
         }
     }
 }
+
+/// A connection that cannot migrate reads only this build's schema: an
+/// older one is named as such (it must be opened once where it can be
+/// written), a newer one as newer.
+#[test]
+fn a_read_only_database_must_have_this_builds_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    drop(SqliteRunStore::open(&db).unwrap());
+    let conn = Connection::open(&db).unwrap();
+    assert!(super::schema::check(&conn, &db).is_ok());
+    for (version, says) in [(SCHEMA_VERSION - 1, "older"), (SCHEMA_VERSION + 1, "newer")] {
+        conn.pragma_update(None, "user_version", version).unwrap();
+        let err = super::schema::check(&conn, &db).unwrap_err().to_string();
+        assert!(err.contains(says) && err.contains("runs.db"), "{err}");
+    }
+}
+
+/// The `immutable` URI names the very file, whatever its path holds.
+#[test]
+fn the_immutable_uri_escapes_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a?b#c%20 d.db");
+    drop(SqliteRunStore::open(&db).unwrap());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(super::immutable_uri(&db), flags).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(!dir.path().join("a").exists(), "no file of a cut path");
+}
