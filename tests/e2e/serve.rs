@@ -332,3 +332,38 @@ async fn a_request_head_never_finished_is_cut_off() {
         .unwrap();
     assert_eq!(code, 0);
 }
+
+/// A client that stops reading its stream (its socket full: the run's
+/// history is tens of megabytes) does not hold a shutdown for the whole
+/// 30 s grace: once the runs are paused, the process exits, 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_hold_a_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let awr = Awr::new();
+    let big = serde_json::to_string(&"x".repeat(8_000_000)).unwrap();
+    let input = awr.write("big.json", &big);
+    let input = format!("@{}", input.display());
+    let out = awr.run(&["run", "examples/summarize.yaml", "--input", &input]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!("GET /workflows/{run}/events HTTP/1.1\r\nHost: x\r\n\r\n");
+    idle.write_all(request.as_bytes()).await.unwrap();
+    // The stream has begun; then nothing more is read.
+    let mut head = [0u8; 12];
+    idle.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let started = std::time::Instant::now();
+    let code = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(code, 0);
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "the shutdown waited {took:?} on a client that does not read"
+    );
+    drop(idle);
+}

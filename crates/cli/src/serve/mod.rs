@@ -65,6 +65,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// interrupted, and `awr resume` continues it all the same).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// How long the streams have, once the runs are paused, to hand their last
+/// frames to their clients before the process exits anyway: a client that
+/// stopped reading would otherwise hold the shutdown for the whole grace.
+const STREAM_DRAIN: Duration = Duration::from_secs(3);
+
 /// How `awr serve` was asked to run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -313,9 +318,24 @@ pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> R
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     let served = async {
-        let served = server.await;
-        let _ = closing.await;
-        served
+        let (mut server, mut closing) = (server, closing);
+        tokio::select! {
+            served = &mut server => {
+                let _ = closing.await;
+                served
+            }
+            _ = &mut closing => {
+                // The runs are paused and their streams ended: a client
+                // that does not read (its socket full) is not waited for.
+                match tokio::time::timeout(STREAM_DRAIN, server).await {
+                    Ok(served) => served,
+                    Err(_) => {
+                        crate::note("awr: a client did not take the end of its stream; closing it");
+                        Ok(Ok(()))
+                    }
+                }
+            }
+        }
     };
     let outcome = tokio::select! {
         served = served => match served {
