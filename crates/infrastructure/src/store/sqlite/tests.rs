@@ -248,8 +248,9 @@ fn the_immutable_uri_escapes_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("a?b#c%20 d.db");
     drop(SqliteRunStore::open(&db).unwrap());
+    use rusqlite::OpenFlags;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
-    let conn = Connection::open_with_flags(super::immutable_uri(&db), flags).unwrap();
+    let conn = Connection::open_with_flags(super::connect::immutable_uri(&db), flags).unwrap();
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();

@@ -1,0 +1,66 @@
+//! Opening the SQLite store's connections: read-write in WAL mode, or
+//! read-only for a database this process cannot write.
+
+use std::path::{Path, PathBuf};
+
+use application::ports::StoreError;
+use rusqlite::{Connection, OpenFlags};
+
+use super::{BUSY_TIMEOUT, sql_err};
+use crate::store::SyncPolicy;
+
+/// A connection in WAL mode with the policy's `synchronous` setting.
+pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|e| sql_err(path, "open the database", &e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| sql_err(path, "set the busy timeout", &e))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+        .map_err(|e| sql_err(path, "enable WAL", &e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io(format!(
+            "{}: cannot enable WAL (journal mode is {mode})",
+            path.display()
+        )));
+    }
+    let synchronous = match sync {
+        SyncPolicy::Always => "FULL",
+        SyncPolicy::StepBoundary => "NORMAL",
+        SyncPolicy::Never => "OFF",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
+        .map_err(|e| sql_err(path, "set synchronous", &e))?;
+    Ok(conn)
+}
+
+/// A connection that only reads. A database in WAL mode is read through
+/// its `-shm` index, which SQLite creates beside it: where it cannot (a
+/// read-only directory or medium, and so no writer either, as a writer
+/// needs that file too), the database is opened `immutable`, read as a
+/// file nobody changes.
+pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let open = |target: &Path| {
+        let conn = Connection::open_with_flags(target, flags)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))?;
+        Ok::<_, rusqlite::Error>(conn)
+    };
+    open(path)
+        .or_else(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::CannotOpen) => open(&immutable_uri(path)),
+            _ => Err(e),
+        })
+        .map_err(|e| sql_err(path, "open the database read-only", &e))
+}
+
+/// `file:PATH?immutable=1`, the path escaped as a URI's.
+pub(super) fn immutable_uri(path: &Path) -> PathBuf {
+    use percent_encoding::{CONTROLS, percent_encode};
+    use std::os::unix::ffi::OsStrExt;
+    const ESCAPED: &percent_encoding::AsciiSet = &CONTROLS.add(b'%').add(b'?').add(b'#');
+    let escaped = percent_encode(path.as_os_str().as_bytes(), ESCAPED);
+    PathBuf::from(format!("file:{escaped}?immutable=1"))
+}
