@@ -39,18 +39,18 @@ pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, St
 /// needs that file too), the database is opened `immutable`, read as a
 /// file nobody changes.
 pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_URI;
-    let open = |target: &Path| {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let open = |target: &Path, flags: OpenFlags| {
         let conn = Connection::open_with_flags(target, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))?;
         Ok::<_, rusqlite::Error>(conn)
     };
-    open(path)
+    open(path, flags)
         .or_else(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::CannotOpen) => open(&immutable_uri(path)),
+            Some(rusqlite::ErrorCode::CannotOpen) => {
+                open(&immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
+            }
             _ => Err(e),
         })
         .map_err(|e| sql_err(path, "open the database read-only", &e))
