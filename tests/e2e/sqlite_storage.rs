@@ -326,3 +326,60 @@ fn a_database_on_a_read_only_medium_is_read() {
         "awr.db, its -files and -locks, ro: nothing left beside"
     );
 }
+
+/// Another user's archive: a database whose file and directory this user
+/// may read but not write is read, and nothing is made beside it (SQLite's
+/// `-shm` index could not be; the database is read `immutable`). The test
+/// drops to `nobody` with `setpriv` (util-linux), on a copy of awr it can
+/// run wherever the build is.
+#[test]
+fn another_users_database_is_read_without_writing_beside_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    std::fs::create_dir(&archive).unwrap();
+    let db = archive.join("awr.db");
+    let out = awr(&db, &["run", "examples/summarize.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let bin = dir.path().join("awr");
+    std::fs::copy(awr_bin(), &bin).unwrap();
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    mode(dir.path(), 0o755);
+    mode(&archive, 0o755);
+    mode(&db, 0o644);
+    mode(&bin, 0o755);
+    let names = || {
+        let mut names: Vec<_> = std::fs::read_dir(&archive)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = names();
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg("--storage")
+            .arg(format!("sqlite:{}", db.display()))
+            .args(args)
+            .current_dir(&archive)
+            .env_remove("AWR_STORAGE")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run setpriv (util-linux)");
+        Output::from(out)
+    };
+    let runs = as_nobody(&["runs"]);
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    assert!(runs.stdout.contains(&run), "{}", runs.stdout);
+    let show = as_nobody(&["show", &run, "--json"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    let state: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(state["status"], "completed");
+    assert_eq!(names(), before, "nothing made beside the database");
+}

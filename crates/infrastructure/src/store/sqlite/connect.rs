@@ -34,10 +34,11 @@ pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, St
 }
 
 /// A connection that only reads. A database in WAL mode is read through
-/// its `-shm` index, which SQLite creates beside it: where it cannot (a
-/// read-only directory or medium, and so no writer either, as a writer
-/// needs that file too), the database is opened `immutable`, read as a
-/// file nobody changes.
+/// its `-shm` index, which SQLite creates beside it: where there is none
+/// and it cannot be made (a read-only medium, or a directory this user may
+/// not write, such as another user's archive), no writer is at work (a
+/// writer holds that file while connected), and the database is opened
+/// `immutable`, read as a file nobody changes.
 pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let open = |target: &Path, flags: OpenFlags| {
@@ -48,12 +49,23 @@ pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError
     };
     open(path, flags)
         .or_else(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::CannotOpen) => {
+            // EROFS, or EACCES (`SQLITE_READONLY_CANTINIT`), with no index
+            // at all: a writer at work would have one.
+            Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+                if !shm_of(path).exists() =>
+            {
                 open(&immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
             }
             _ => Err(e),
         })
         .map_err(|e| sql_err(path, "open the database read-only", &e))
+}
+
+/// `PATH-shm`, SQLite's WAL index of the database at `path`.
+fn shm_of(path: &Path) -> PathBuf {
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    PathBuf::from(shm)
 }
 
 /// `file:PATH?immutable=1`, the path escaped as a URI's.
