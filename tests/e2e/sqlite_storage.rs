@@ -327,14 +327,57 @@ fn a_database_on_a_read_only_medium_is_read() {
     );
 }
 
+/// `awr --storage sqlite:DB ARGS` as user `uid` (`setpriv`, util-linux;
+/// the tests run as root), in `dir`, with the copy of awr at `bin`: one
+/// that user can run wherever the build is.
+fn as_user(uid: u32, bin: &Path, db: &Path, dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(bin)
+        .arg("--storage")
+        .arg(format!("sqlite:{}", db.display()))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("AWR_STORAGE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run setpriv (util-linux)");
+    Output::from(out)
+}
+
+const NOBODY: u32 = 65534;
+
+/// Sets `path`'s permission bits.
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A copy of awr in `dir` that any user may run.
+fn awr_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("awr");
+    std::fs::copy(awr_bin(), &bin).unwrap();
+    chmod(&bin, 0o755);
+    bin
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Another user's archive: a database whose file and directory this user
-/// may read but not write is read, and nothing is made beside it (SQLite's
-/// `-shm` index could not be; the database is read `immutable`). The test
-/// drops to `nobody` with `setpriv` (util-linux), on a copy of awr it can
-/// run wherever the build is.
+/// may read but not write is read, and nothing is made beside it (the
+/// database is read `immutable`).
 #[test]
 fn another_users_database_is_read_without_writing_beside_it() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("archive");
     std::fs::create_dir(&archive).unwrap();
@@ -342,44 +385,42 @@ fn another_users_database_is_read_without_writing_beside_it() {
     let out = awr(&db, &["run", "examples/summarize.yaml"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let run = run_id_of(&out);
-    let bin = dir.path().join("awr");
-    std::fs::copy(awr_bin(), &bin).unwrap();
-    let mode = |path: &Path, mode: u32| {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    mode(dir.path(), 0o755);
-    mode(&archive, 0o755);
-    mode(&db, 0o644);
-    mode(&bin, 0o755);
-    let names = || {
-        let mut names: Vec<_> = std::fs::read_dir(&archive)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.sort();
-        names
-    };
-    let before = names();
-    let as_nobody = |args: &[&str]| {
-        let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&bin)
-            .arg("--storage")
-            .arg(format!("sqlite:{}", db.display()))
-            .args(args)
-            .current_dir(&archive)
-            .env_remove("AWR_STORAGE")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run setpriv (util-linux)");
-        Output::from(out)
-    };
-    let runs = as_nobody(&["runs"]);
+    let bin = awr_copy(dir.path());
+    chmod(dir.path(), 0o755);
+    chmod(&archive, 0o755);
+    chmod(&db, 0o644);
+    let before = names(&archive);
+    let runs = as_user(NOBODY, &bin, &db, &archive, &["runs"]);
     assert_eq!(runs.code, 0, "{}", runs.stderr);
     assert!(runs.stdout.contains(&run), "{}", runs.stdout);
-    let show = as_nobody(&["show", &run, "--json"]);
+    let show = as_user(NOBODY, &bin, &db, &archive, &["show", &run, "--json"]);
     assert_eq!(show.code, 0, "{}", show.stderr);
     let state: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
     assert_eq!(state["status"], "completed");
-    assert_eq!(names(), before, "nothing made beside the database");
+    assert_eq!(names(&archive), before, "nothing made beside the database");
+}
+
+/// In a directory both may write, a user who may only read the database
+/// reads it and leaves no file of SQLite's behind: one owned by the reader
+/// (its `-shm` index, its `-wal`) kept the owner from writing the database
+/// again (`attempt to write a readonly database`).
+#[test]
+fn a_reader_leaves_nothing_that_keeps_the_owner_from_writing() {
+    const OWNER: u32 = 1001;
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o777);
+    let bin = awr_copy(dir.path());
+    let db = dir.path().join("awr.db");
+    let flow = repo_root().join("examples/summarize.yaml");
+    let flow = flow.to_str().unwrap();
+    let first = as_user(OWNER, &bin, &db, dir.path(), &["run", flow]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    chmod(&db, 0o644);
+    let before = names(dir.path());
+    let runs = as_user(NOBODY, &bin, &db, dir.path(), &["runs"]);
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    assert!(runs.stdout.contains(&run_id_of(&first)), "{}", runs.stdout);
+    assert_eq!(names(dir.path()), before, "nothing left by the reader");
+    let again = as_user(OWNER, &bin, &db, dir.path(), &["run", flow]);
+    assert_eq!(again.code, 0, "the owner writes again: {}", again.stderr);
 }

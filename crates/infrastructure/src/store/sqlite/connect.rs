@@ -33,12 +33,14 @@ pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, St
     Ok(conn)
 }
 
-/// A connection that only reads. A database in WAL mode is read through
-/// its `-shm` index, which SQLite creates beside it: where there is none
-/// and it cannot be made (a read-only medium, or a directory this user may
-/// not write, such as another user's archive), no writer is at work (a
-/// writer holds that file while connected), and the database is opened
-/// `immutable`, read as a file nobody changes.
+/// A connection that only reads, and writes nothing beside the database.
+/// A database in WAL mode is read through its `-shm` index. Where there is
+/// one, a writer is (or was) at work, and the connection shares it. Where
+/// there is none, no writer is at work (a writer holds that file while
+/// connected), and the database is opened `immutable`, read as a file
+/// nobody changes: SQLite would otherwise create the index and an empty
+/// `-wal`, owned by this user, which would keep the database's owner from
+/// writing it, and which a read-only directory or medium cannot hold.
 pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let open = |target: &Path, flags: OpenFlags| {
@@ -47,18 +49,17 @@ pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError
         conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))?;
         Ok::<_, rusqlite::Error>(conn)
     };
-    open(path, flags)
-        .or_else(|e| match e.sqlite_error_code() {
-            // EROFS, or EACCES (`SQLITE_READONLY_CANTINIT`), with no index
-            // at all: a writer at work would have one.
-            Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
-                if !shm_of(path).exists() =>
-            {
-                open(&immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
-            }
-            _ => Err(e),
-        })
-        .map_err(|e| sql_err(path, "open the database read-only", &e))
+    match shm_of(path).exists() {
+        true => open(path, flags),
+        false => open(&immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI),
+    }
+    .map_err(|e| sql_err(path, "open the database read-only", &e))
+}
+
+/// Whether this process may write the file at `path` (not on a read-only
+/// medium, and permitted).
+pub(super) fn writable(path: &Path) -> bool {
+    rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_ok()
 }
 
 /// `PATH-shm`, SQLite's WAL index of the database at `path`.

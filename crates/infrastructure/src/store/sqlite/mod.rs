@@ -184,10 +184,15 @@ impl SqliteRunStore {
             .into());
         }
         let config = SqliteStoreConfig::default();
+        // Not even tried read-write: the attempt would leave SQLite's index
+        // files beside a database this process cannot write.
+        if !connect::writable(path) {
+            return Self::connect_read_only(path.to_path_buf(), config);
+        }
         match Self::connect(path.to_path_buf(), config.clone()) {
             Ok(store) => Ok(store),
-            // A database that cannot be written (a read-only file,
-            // directory or medium: an archive, a backup) is still read.
+            // One this process may write in a directory it may not (where
+            // SQLite cannot make its index files) is still read.
             Err(e) => match Self::connect_read_only(path.to_path_buf(), config) {
                 Ok(store) => {
                     tracing::debug!(path = %path.display(), error = %e, "opened read-only");
