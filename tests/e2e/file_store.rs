@@ -284,3 +284,59 @@ async fn a_run_directory_without_its_log_is_repaired_by_the_writer() {
     store.append(run, &[warning(run, 1)]).await.unwrap();
     assert_eq!(all(&store, run).await, vec![1]);
 }
+
+/// A full disk at a run's first event: `awr run` fails (exit 1), says that
+/// nothing of the run was recorded, and leaves no run behind, where one was
+/// listed `pending` for ever and `awr resume` could only answer that it
+/// never started. The disk is a 300 KiB tmpfs in a mount namespace of the
+/// commands' own (`unshare`, util-linux), gone with it.
+#[test]
+fn a_run_whose_first_event_finds_the_disk_full_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    fs::create_dir(&disk).unwrap();
+    let input = dir.path().join("input.json");
+    fs::write(&input, serde_json::to_string(&"y".repeat(400_000)).unwrap()).unwrap();
+    // Both commands in the one namespace: the run, then the listing.
+    let script = r#"mount -t tmpfs -o size=300k tmpfs "$1" || exit 99
+        "$2" --storage "$1/st" run examples/summarize.yaml --input "@$3"
+        echo "run exited $?"
+        "$2" --storage "$1/st" runs"#;
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&disk)
+        .arg(crate::util::awr_bin())
+        .arg(&input)
+        .current_dir(crate::util::repo_root())
+        .env_remove("AWR_STORAGE")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run unshare (util-linux)");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("No space left on device")
+            && stderr.contains("nothing of the run was recorded, and it is removed"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("awr resume"),
+        "no resume offered: {stderr}"
+    );
+    let listed: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("run exited"))
+        .collect();
+    assert_eq!(listed.len(), 2, "the header alone, no run: {stdout}");
+}

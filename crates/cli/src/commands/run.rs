@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::load::LoadRules;
+use application::ports::RunStore;
 use application::{Cancel, RunOutcome, RunRequest, Runtime};
-use domain::{RunStatus, WorkflowDef};
+use domain::{RunId, RunStatus, WorkflowDef};
 use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
@@ -130,20 +131,10 @@ pub async fn run(
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let request = request(workflow, input, file);
-    let outcome = wired
-        .runtime
-        .run_created(run_id, request, cancel)
-        .await
-        .map_err(|e| {
-            // The storage failed, not the run: it is left as a crash leaves it.
-            let hint = matches!(e, application::ExecutorError::Store(_))
-                .then(|| format!("; the run is left to resume: awr resume {run_id}"));
-            let error = crate::about_run(run_id, e.into());
-            Failure::Run(match hint {
-                Some(hint) => anyhow!("{error:#}{hint}"),
-                None => error,
-            })
-        })?;
+    let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
+        Ok(outcome) => outcome,
+        Err(e) => return Err(failed(&**wired.runtime.store(), run_id, e).await),
+    };
     if let Some(dir) = replay_from
         && outcome.status == RunStatus::Completed
     {
@@ -159,6 +150,26 @@ pub async fn run(
         }
     }
     wired.finish(outcome, &signals)
+}
+
+/// A run that could not go on. When its storage failed, not the run, it
+/// is left as a crash leaves it, to resume; but one of which nothing was
+/// recorded (its first event could not be written: a full disk) has
+/// nothing to resume, and is removed rather than listed `pending` forever.
+async fn failed(store: &dyn RunStore, run_id: RunId, e: application::ExecutorError) -> Failure {
+    let storage = matches!(e, application::ExecutorError::Store(_));
+    let error = crate::about_run(run_id, e.into());
+    if !storage {
+        return Failure::Run(error);
+    }
+    let hint = match store.last_offset(run_id).await {
+        Ok(0) => match store.delete_run(run_id).await {
+            Ok(()) => "; nothing of the run was recorded, and it is removed".to_owned(),
+            Err(_) => "; nothing of the run was recorded".to_owned(),
+        },
+        _ => format!("; the run is left to resume: awr resume {run_id}"),
+    };
+    Failure::Run(anyhow!("{error:#}{hint}"))
 }
 
 /// What to run: `workflow`, read from `file`, on `input`.
