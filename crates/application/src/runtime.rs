@@ -125,6 +125,14 @@ impl Runtime {
         self.executor.create().await
     }
 
+    /// Deletes `run_id` if nothing of it is on record, and says whether it
+    /// did: a run whose storage failed at its first event (a full disk) has
+    /// nothing to resume, and would be listed `pending` for ever.
+    pub async fn discard_if_unstarted(&self, run_id: RunId) -> bool {
+        matches!(self.store.last_offset(run_id).await, Ok(0))
+            && self.store.delete_run(run_id).await.is_ok()
+    }
+
     /// Runs `request` to its end as a new run: [`Runtime::create`] then
     /// [`Runtime::run_created`]. An agent's failure is an `Ok` outcome of
     /// status `failed`; `Err` is the runtime's own failure (the store).

@@ -15,7 +15,7 @@ use application::ports::{
     AgentMessage, AgentRequest, AgentResult, AgentStream, EventBatches, EventStream, MockQueryFn,
     QueryError, QueryFn, RunLock, RunStore, StoreError,
 };
-use application::{ExecutorError, RunOutcome, RunRequest, Runtime};
+use application::{Cancel, ExecutorError, RunOutcome, RunRequest, Runtime};
 use async_trait::async_trait;
 use domain::workflow::Provider;
 use domain::{EventKind, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef};
@@ -292,4 +292,28 @@ async fn a_store_that_fails_an_append_stops_its_run_with_a_typed_error_and_no_ha
         !events.iter().any(|e| e.kind.is_terminal()),
         "nothing after the failure reached the log: {events:#?}"
     );
+}
+
+/// A run whose storage fails at its first event has nothing on record, and
+/// is discarded: nothing to resume, no run listed `pending` for ever. One
+/// that recorded events before its storage failed is kept, to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_run_with_nothing_on_record_is_discarded() {
+    let chain = "name: chain\nagents: {s: {provider: codex}}\nsteps: [{id: one, agent: s}, {id: two, agent: s}]\n";
+    for (fail_from, discarded) in [(1, true), (3, false)] {
+        let failing = Arc::new(FailingStore {
+            inner: MemoryRunStore::new(),
+            appends: AtomicU64::new(0),
+            fail_from,
+        });
+        let runtime = runtime(failing.clone(), Arc::new(Answers("a answered")));
+        let run_id = runtime.create().await.unwrap();
+        let failed = runtime
+            .run_created(run_id, request(chain), Cancel::new())
+            .await;
+        assert!(matches!(failed, Err(ExecutorError::Store(_))), "{failed:?}");
+        assert_eq!(runtime.discard_if_unstarted(run_id).await, discarded);
+        let listed = failing.list_runs().await.unwrap().contains(&run_id);
+        assert_eq!(listed, !discarded, "failing from append {fail_from}");
+    }
 }

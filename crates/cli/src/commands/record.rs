@@ -72,11 +72,11 @@ pub async fn record(
     write_json(&out.join("manifest.json"), &manifest)?;
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let outcome = wired
-        .runtime
-        .run_created(run_id, request(Arc::clone(&workflow), input, file), cancel)
-        .await
-        .map_err(|e| Failure::Run(crate::about_run(run_id, e.into())))?;
+    let request = request(Arc::clone(&workflow), input, file);
+    let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
+        Ok(outcome) => outcome,
+        Err(e) => return Err(crate::commands::run::failed(&wired.runtime, run_id, e).await),
+    };
     write_recording(storage, &workflow, run_id, out).await?;
     manifest.complete = true;
     write_json(&out.join("manifest.json"), &manifest)?;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::load::LoadRules;
-use application::ports::RunStore;
 use application::{Cancel, RunOutcome, RunRequest, Runtime};
 use domain::{RunId, RunStatus, WorkflowDef};
 use infrastructure::fs::WorkflowFiles;
@@ -133,7 +132,7 @@ pub async fn run(
     let request = request(workflow, input, file);
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
-        Err(e) => return Err(failed(&**wired.runtime.store(), run_id, e).await),
+        Err(e) => return Err(failed(&wired.runtime, run_id, e).await),
     };
     if let Some(dir) = replay_from
         && outcome.status == RunStatus::Completed
@@ -155,19 +154,16 @@ pub async fn run(
 /// A run that could not go on. When its storage failed, not the run, it
 /// is left as a crash leaves it, to resume; but one of which nothing was
 /// recorded (its first event could not be written: a full disk) has
-/// nothing to resume, and is removed rather than listed `pending` forever.
-async fn failed(store: &dyn RunStore, run_id: RunId, e: application::ExecutorError) -> Failure {
+/// nothing to resume, and is removed rather than listed `pending` for ever.
+pub async fn failed(runtime: &Runtime, run_id: RunId, e: application::ExecutorError) -> Failure {
     let storage = matches!(e, application::ExecutorError::Store(_));
     let error = crate::about_run(run_id, e.into());
     if !storage {
         return Failure::Run(error);
     }
-    let hint = match store.last_offset(run_id).await {
-        Ok(0) => match store.delete_run(run_id).await {
-            Ok(()) => "; nothing of the run was recorded, and it is removed".to_owned(),
-            Err(_) => "; nothing of the run was recorded".to_owned(),
-        },
-        _ => format!("; the run is left to resume: awr resume {run_id}"),
+    let hint = match runtime.discard_if_unstarted(run_id).await {
+        true => "; nothing of the run was recorded, and it is removed".to_owned(),
+        false => format!("; the run is left to resume: awr resume {run_id}"),
     };
     Failure::Run(anyhow!("{error:#}{hint}"))
 }

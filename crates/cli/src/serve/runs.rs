@@ -124,7 +124,12 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
             Ok(outcome) => {
                 tracing::info!(run = %run_id, status = outcome.status.as_str(), "run ended");
             }
-            Err(e) => tracing::warn!(run = %run_id, error = %e, "run failed"),
+            Err(e) => {
+                // Nothing recorded (its first event found the disk full):
+                // nothing to resume, so no run left `pending` for ever.
+                let removed = wired.runtime.discard_if_unstarted(run_id).await;
+                tracing::warn!(run = %run_id, error = %e, removed, "run failed");
+            }
         }
     });
     let body = json!({"runId": run_id, "status": "running", "urls": urls(run_id)});
