@@ -302,28 +302,15 @@ fn a_run_whose_first_event_finds_the_disk_full_leaves_nothing() {
         "$2" --storage "$1/st" run examples/summarize.yaml --input "@$3"
         echo "run exited $?"
         "$2" --storage "$1/st" runs"#;
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(&disk)
-        .arg(crate::util::awr_bin())
-        .arg(&input)
-        .current_dir(crate::util::repo_root())
-        .env_remove("AWR_STORAGE")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run unshare (util-linux)");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let out = crate::util::in_mount_namespace(
+        script,
+        &[
+            disk.as_os_str(),
+            crate::util::awr_bin().as_os_str(),
+            input.as_os_str(),
+        ],
     );
+    let (stdout, stderr) = (&out.stdout, &out.stderr);
     assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
     assert!(
         stderr.contains("No space left on device")

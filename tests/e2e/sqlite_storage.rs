@@ -274,29 +274,17 @@ fn a_database_on_a_read_only_medium_is_read() {
     // written there, then run awr on the database through it.
     let script = r#"mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" \
         && ! touch "$2/probe" 2>/dev/null && shift 2 && exec "$@""#;
+    let storage = std::ffi::OsString::from(format!("sqlite:{}", ro.join("awr.db").display()));
     let read_only = |args: &[&str]| {
-        let out = Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
-            .arg(dir.path())
-            .arg(&ro)
-            .arg(awr_bin())
-            .arg("--storage")
-            .arg(format!("sqlite:{}", ro.join("awr.db").display()))
-            .args(args)
-            .current_dir(repo_root())
-            .env_remove("AWR_STORAGE")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run unshare (util-linux)");
-        Output::from(out)
+        let mut all = vec![
+            dir.path().as_os_str(),
+            ro.as_os_str(),
+            awr_bin().as_os_str(),
+            std::ffi::OsStr::new("--storage"),
+            storage.as_os_str(),
+        ];
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        crate::util::in_mount_namespace(script, &all)
     };
     let runs = read_only(&["runs"]);
     assert_eq!(runs.code, 0, "{}", runs.stderr);

@@ -63,6 +63,29 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// `sh -c SCRIPT sh ARGS...` from the repository root, in a mount
+/// namespace of its own (`unshare`, util-linux; the tests run as root):
+/// what the script mounts is gone with it.
+pub fn in_mount_namespace(script: &str, args: &[&std::ffi::OsStr]) -> Output {
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .args(args)
+        .current_dir(repo_root())
+        .env_remove("AWR_STORAGE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare (util-linux)");
+    Output::from(out)
+}
+
 /// What a command did.
 #[derive(Debug)]
 pub struct Output {
