@@ -264,8 +264,9 @@ fn answers_done(session: &str) -> String {
 }
 
 /// A CLI that exits after its result, leaving a process in a session of
-/// its own that holds its output open: the run ends with the result, after
-/// a short grace, instead of waiting on the pipe for good.
+/// its own that holds its output open: the run ends with the result, and
+/// that process is killed when the CLI exits (it carries the start's tag),
+/// so the run neither waits on the pipe nor leaves it running.
 #[test]
 fn a_cli_that_leaves_its_output_held_open_still_ends_with_its_result() {
     let awr = Awr::new();
@@ -283,6 +284,15 @@ fn a_cli_that_leaves_its_output_held_open_still_ends_with_its_result() {
     let _leftovers = crate::interrupted::Leftovers(vec![held.trim().to_owned()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout.trim(), "done");
+    assert!(
+        crate::cancel::gone(held.trim()),
+        "the process that left the CLI's group outlived the run"
+    );
+    assert!(
+        !out.stderr.contains("holds its output open"),
+        "the run waited on the pipe: {}",
+        out.stderr
+    );
 }
 
 /// A CLI that prints its result, closes its output and keeps running (no

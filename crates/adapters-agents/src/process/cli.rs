@@ -26,7 +26,8 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
-use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, run_tags, spawn};
+use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, spawn};
+use super::sweep::run_tags;
 use crate::normalize::{Decoded, Decoder, StreamDecoder};
 
 /// Bytes of stderr kept for error messages; older output is dropped.
@@ -326,7 +327,7 @@ impl Run<'_> {
         let wait = async {
             let status = child.wait().await;
             // What it left running in the background would hold stdout open.
-            self.group.kill();
+            self.group.end().await;
             status
         };
         let decoding = self.decode(stdout, &mut decoder);
@@ -334,9 +335,10 @@ impl Run<'_> {
             tokio::pin!(wait, decoding);
             tokio::select! {
                 status = &mut wait => {
-                    // Its group is gone, but a process it moved to a session
-                    // of its own may hold stdout open for good: what is in
-                    // the pipe is read, then reading stops.
+                    // Its group is gone, and what moved to a session of its
+                    // own with it; one that also cleared its environment
+                    // may hold stdout open for good: what is in the pipe is
+                    // read, then reading stops.
                     if tokio::time::timeout(OUTPUT_GRACE, &mut decoding).await.is_err() {
                         tracing::warn!(%program, "the CLI exited and a process it left holds its output open; reading stopped");
                     }
@@ -361,7 +363,7 @@ impl Run<'_> {
             Some(limit) => tokio::time::timeout(limit, both).await.ok(),
             None => Some(both.await),
         };
-        self.group.kill();
+        self.group.end().await;
         // The same for stderr: its tail is what was read by then.
         let mut stderr_task = stderr_task;
         let stderr_tail = match tokio::time::timeout(OUTPUT_GRACE, &mut stderr_task).await {

@@ -15,8 +15,9 @@ use application::ports::{CommandError, CommandOutcome, CommandRequest, CommandRu
 use application::secrets::KeyNames;
 use async_trait::async_trait;
 
-use super::group::{Sandbox, run_tags};
+use super::group::Sandbox;
 use super::script::{Script, run_script};
+use super::sweep::run_tags;
 
 /// Bytes kept of stdout and of stderr each (their first bytes): enough for a
 /// test report or a JSON document a later node reads, small enough for the
@@ -216,6 +217,24 @@ mod tests {
         };
         ends(&sh).await.unwrap();
         ends(&bg).await.unwrap();
+    }
+
+    /// A command with no timeout that leaves a process in a session of its
+    /// own, holding its output open: the command ends when its shell does,
+    /// and that process with it (it held the pipes, so the command waited
+    /// for it for good).
+    #[tokio::test]
+    async fn a_process_moved_to_its_own_session_ends_with_the_command() {
+        let (dir, runner) = project();
+        let script = "setsid sh -c 'echo $$ > away.pid; exec sleep 300' &\n\
+                      while [ ! -s away.pid ]; do sleep 0.01; done\n\
+                      echo done";
+        let out = tokio::time::timeout(LIMIT, runner.run(request(script)))
+            .await
+            .expect("the command waited for the process that left its group")
+            .unwrap();
+        assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "done\n"));
+        ends(&dir.path().join("away.pid")).await.unwrap();
     }
 
     #[tokio::test]

@@ -10,14 +10,15 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Read;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use application::ports::Processes;
 use application::secrets::KeyNames;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+
+use super::sweep::{SPAWN_VAR, kill_run, kill_spawn, spawn_tag};
 
 /// Which variables of awr's environment a child must not inherit: every key
 /// variable `keys` recognizes, except those in `keep`, and the names in
@@ -79,7 +80,7 @@ fn start_ticks(pid: u32) -> Option<u64> {
 
 /// The state letter (`R`, `S`, `Z`...) of `pid` and its start time in clock
 /// ticks after boot, from `/proc/<pid>/stat`.
-fn state_and_start(pid: u32) -> Option<(String, u64)> {
+pub(super) fn state_and_start(pid: u32) -> Option<(String, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and `)`; the fields after
     // its last `)` start at field 3 (the state), so field 22 is the 20th.
@@ -107,104 +108,6 @@ pub fn kill_leftover(pid: u32, start_time: u64) -> bool {
     }
 }
 
-/// The variable naming the run in the environment of every process awr
-/// starts for it (inherited by what those start in turn), so that a later
-/// awr process finds them even when their start never reached the log.
-pub const RUN_VAR: &str = "AWR_RUN_ID";
-
-/// The variable naming the awr process that started a process for a run
-/// (`<pid>:<start ticks>`, see [`writer_tag`]): a process whose writer
-/// still lives is that writer's, not a leftover. The same run id can be
-/// written by two live processes at once when its storage was copied.
-pub const WRITER_VAR: &str = "AWR_WRITER";
-
-/// This process, as [`WRITER_VAR`] names it.
-pub fn writer_tag() -> &'static str {
-    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TAG.get_or_init(|| {
-        let pid = std::process::id();
-        format!("{pid}:{}", start_ticks(pid).unwrap_or_default())
-    })
-}
-
-/// Whether the writer a [`writer_tag`] names still runs: the same pid with
-/// the same start time.
-fn writer_lives(tag: &[u8]) -> bool {
-    let Some((pid, ticks)) = std::str::from_utf8(tag)
-        .ok()
-        .and_then(|t| t.split_once(':'))
-        .and_then(|(p, t)| Some((p.parse::<u32>().ok()?, t.parse::<u64>().ok()?)))
-    else {
-        return false;
-    };
-    // A zombie is dead: killed, not yet reaped by its parent.
-    state_and_start(pid)
-        .is_some_and(|(state, started)| !matches!(state.as_str(), "Z" | "X") && started == ticks)
-}
-
-/// The variables that tag a process awr starts for `run_id`.
-pub fn run_tags(run_id: &str) -> [(String, String); 2] {
-    [
-        (RUN_VAR.to_owned(), run_id.to_owned()),
-        (WRITER_VAR.to_owned(), writer_tag().to_owned()),
-    ]
-}
-
-/// Kills every process whose environment says `RUN_VAR=run_id` and whose
-/// writer (`WRITER_VAR`) is gone, and its process group, save this process
-/// and its own group; how many were
-/// found. Reads `/proc`: elsewhere it finds nothing.
-pub fn kill_run(run_id: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let tag = format!("{RUN_VAR}={run_id}");
-    let (me, my_group) = (rustix::process::getpid(), rustix::process::getpgrp());
-    let mut found = 0;
-    // One buffer and one path for every process, and no `stat` before each
-    // read (`fs::read` does one): a resume waits for this scan.
-    let mut environ = Vec::with_capacity(8 << 10);
-    let mut path = String::with_capacity(32);
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|name| name.parse::<i32>().ok())
-            .and_then(Pid::from_raw)
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        path.clear();
-        path.push_str("/proc/");
-        path.push_str(name.to_str().unwrap_or_default());
-        path.push_str("/environ");
-        environ.clear();
-        // Gone meanwhile, or not ours to read: not one of the run's.
-        let read = std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut environ));
-        if read.is_err() || !environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
-            continue;
-        }
-        let writer = environ
-            .split(|b| *b == 0)
-            .find_map(|var| var.strip_prefix(WRITER_VAR.as_bytes())?.strip_prefix(b"="));
-        // Started by a live awr process: another writer's, not a leftover.
-        if writer.is_some_and(writer_lives) {
-            continue;
-        }
-        found += 1;
-        if let Ok(group) = rustix::process::getpgid(Some(pid))
-            && group != my_group
-        {
-            let _ = kill_process_group(group, Signal::KILL);
-        }
-        let _ = rustix::process::kill_process(pid, Signal::KILL);
-    }
-    found
-}
-
 /// The [`Processes`] port on this machine's processes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OsProcesses;
@@ -220,7 +123,8 @@ impl Processes for OsProcesses {
 }
 
 /// A running process group, killed (SIGKILL to every member) when dropped or
-/// asked to. Killing twice, or a group that already ended, is harmless.
+/// asked to, with what its processes moved out of it (see [`super::sweep`]).
+/// Killing twice, or a group that already ended, is harmless.
 ///
 /// The group is killed once at most: after that its id may be reused.
 #[derive(Debug)]
@@ -230,6 +134,10 @@ pub struct ProcessGroup {
     /// the timeout may both kill the group.
     pid: AtomicI32,
     id: Option<GroupId>,
+    /// The start's [`SPAWN_VAR`], which its processes inherit.
+    tag: String,
+    /// Whether what left the group was swept ([`Self::end`]).
+    swept: AtomicBool,
 }
 
 impl ProcessGroup {
@@ -246,11 +154,38 @@ impl ProcessGroup {
             let _ = kill_process_group(pid, Signal::KILL);
         }
     }
+
+    /// Kills the group and every process that moved out of it (a session of
+    /// its own) but still carries this start's tag: once the child has
+    /// exited, nothing it started is left running or holding its output
+    /// open. How many escaped processes were found.
+    pub async fn end(&self) -> usize {
+        self.kill();
+        if self.swept.swap(true, Ordering::SeqCst) {
+            return 0;
+        }
+        let tag = self.tag.clone();
+        // A scan of `/proc`: a blocking read per process. A runtime shutting
+        // down refuses the task, and the scan is done here instead.
+        let found = match tokio::task::spawn_blocking(move || kill_spawn(&tag)).await {
+            Ok(found) => found,
+            Err(_) => kill_spawn(&self.tag),
+        };
+        if found > 0 {
+            tracing::info!(found, pgid = ?self.id.map(|g| g.pgid), "killed processes that left the child's group");
+        }
+        found
+    }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
+        // Dropped before its end (a cancelled call): the sweep is done here,
+        // where nothing can be awaited.
+        if !self.swept.swap(true, Ordering::SeqCst) {
+            kill_spawn(&self.tag);
+        }
     }
 }
 
@@ -271,7 +206,9 @@ pub struct Spawned {
 /// stderr piped, its environment narrowed by `sandbox`.
 pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned> {
     sandbox.apply(&mut command);
+    let tag = spawn_tag();
     command
+        .env(SPAWN_VAR, &tag)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -282,6 +219,8 @@ pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned
     let group = ProcessGroup {
         pid: AtomicI32::new(raw.and_then(|id| i32::try_from(id).ok()).unwrap_or(0)),
         id: raw.map(GroupId::of),
+        tag,
+        swept: AtomicBool::new(false),
     };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("the output pipes were not created"));
@@ -422,100 +361,6 @@ mod tests {
         assert!(
             crate::process::testing::ends_within(child, std::time::Duration::from_secs(10)).await,
             "the group's background child survived"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_processes_of_a_run_are_found_by_its_tag_and_killed_with_their_groups() {
-        use crate::process::testing::{ends_within, gone, pid_in};
-        let dir = tempfile::tempdir().unwrap();
-        let limit = std::time::Duration::from_secs(10);
-        let start = |run: &str, file: &str| {
-            let mut command = Command::new("sh");
-            let path = dir.path().join(file);
-            let script = format!("sleep 300 & echo $! > '{}'; wait", path.display());
-            command.args(["-c", &script]);
-            let sandbox = Sandbox {
-                env: BTreeMap::from([(RUN_VAR.to_owned(), run.to_owned())]),
-                ..Sandbox::default()
-            };
-            (spawn(command, &sandbox).unwrap(), path)
-        };
-        let (ours, ours_child) = start("run-a", "a.pid");
-        let (theirs, theirs_child) = start("run-b", "b.pid");
-        let ours_child = pid_in(&ours_child, limit).await.unwrap();
-        let theirs_child = pid_in(&theirs_child, limit).await.unwrap();
-        // The first one found takes its group along: the rest may be gone
-        // by the time the scan reaches them.
-        assert!(kill_run("run-a") >= 1);
-        assert!(
-            ends_within(ours_child, limit).await,
-            "the run's child survived"
-        );
-        let Spawned {
-            child: mut process, ..
-        } = ours;
-        assert!(!process.wait().await.unwrap().success());
-        assert!(!gone(theirs_child), "another run's process was killed");
-        assert_eq!(kill_run("run-c"), 0);
-        drop(theirs);
-        assert!(ends_within(theirs_child, limit).await);
-    }
-
-    /// The same run id written by two live awr processes (a copied
-    /// storage): the sweep of one spares what the other, still alive,
-    /// started, and kills what a dead writer left.
-    #[tokio::test]
-    async fn processes_whose_writer_lives_are_not_leftovers() {
-        use crate::process::testing::{ends_within, pid_in, runs};
-        let dir = tempfile::tempdir().unwrap();
-        let limit = std::time::Duration::from_secs(10);
-        let start = |writer: Option<&str>, file: &str| {
-            let mut command = Command::new("sh");
-            let path = dir.path().join(file);
-            command.args([
-                "-c",
-                &format!("echo $$ > '{}'; exec sleep 300", path.display()),
-            ]);
-            let mut env = BTreeMap::from([(RUN_VAR.to_owned(), "run-w".to_owned())]);
-            if let Some(writer) = writer {
-                env.insert(WRITER_VAR.to_owned(), writer.to_owned());
-            }
-            let sandbox = Sandbox {
-                env,
-                ..Sandbox::default()
-            };
-            (spawn(command, &sandbox).unwrap(), path)
-        };
-        // A live writer other than this process: the test's own parent.
-        let parent = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get() as u32);
-        let live = format!("{parent}:{}", start_ticks(parent).unwrap());
-        let (_kept, kept_pid) = start(Some(&live), "live.pid");
-        let (_dead, dead_pid) = start(Some(&format!("{parent}:1")), "dead.pid");
-        let (_old, old_pid) = start(None, "old.pid");
-        let kept_pid = pid_in(&kept_pid, limit).await.unwrap();
-        let dead_pid = pid_in(&dead_pid, limit).await.unwrap();
-        let old_pid = pid_in(&old_pid, limit).await.unwrap();
-        // Each past its `exec`: the sweep reads what `/proc` shows of it.
-        for pid in [kept_pid, dead_pid, old_pid] {
-            assert!(runs(pid, "sleep", limit).await, "{pid} never ran sleep");
-        }
-        assert_eq!(
-            kill_run("run-w"),
-            2,
-            "the dead writer's and the untagged one"
-        );
-        assert!(
-            ends_within(dead_pid, limit).await,
-            "a dead writer's process survived"
-        );
-        assert!(
-            ends_within(old_pid, limit).await,
-            "an untagged process survived"
-        );
-        assert!(
-            !ends_within(kept_pid, std::time::Duration::from_millis(300)).await,
-            "a live writer's process was killed"
         );
     }
 

@@ -4,7 +4,8 @@
 //! node ([`command`]) all run through [`group::spawn`]: a process group of
 //! their own, stdin closed, key variables withheld, and the whole group
 //! killed on timeout, on cancel (the caller drops the future or stream) and
-//! when the child ends, so nothing they start outlives them. Their output is
+//! when the child ends, with whatever left the group for a session of its
+//! own ([`sweep`]), so nothing they start outlives them. Their output is
 //! read to its end with a cap ([`capture`]). The `shell` tool and the
 //! command runner share one script runner ([`script`]), so they share one
 //! sandbox.
@@ -19,6 +20,7 @@ pub mod command;
 pub mod group;
 pub mod script;
 pub mod shell;
+pub mod sweep;
 #[cfg(test)]
 pub(crate) mod testing;
 

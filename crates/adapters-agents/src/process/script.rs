@@ -18,7 +18,8 @@ use super::group::{GroupId, Sandbox, spawn};
 
 /// How long to go on reading after a timeout killed the group: the pipes
 /// close as soon as the killed processes are gone, unless something escaped
-/// the group (`setsid`) and holds them, whose output is then given up.
+/// the group and its sweep (`setsid` with a cleared environment) and holds
+/// them, whose output is then given up.
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
 /// One script to run.
@@ -70,8 +71,9 @@ pub async fn run_script(script: Script<'_>) -> std::io::Result<ScriptOutcome> {
     let status = {
         let wait = async {
             let status = child.wait().await;
-            // Background children would keep the pipes open; they go too.
-            group.kill();
+            // Background children would keep the pipes open; they go too,
+            // with those that left the group.
+            group.end().await;
             status
         };
         let all = async {
@@ -95,7 +97,7 @@ pub async fn run_script(script: Script<'_>) -> std::io::Result<ScriptOutcome> {
             },
         }
     };
-    group.kill();
+    group.end().await;
     let exit_code = match status {
         Some(status) if !timed_out => status?.code(),
         _ => None,

@@ -19,8 +19,9 @@ use application::secrets::KeyNames;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::group::{Sandbox, run_tags};
+use super::group::Sandbox;
 use super::script::{Script, run_script};
+use super::sweep::run_tags;
 
 /// Default time a command may run: long enough for a build step, short
 /// enough that a hung command does not stall the run for long.
