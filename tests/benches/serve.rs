@@ -24,7 +24,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// Text deltas the agent streams: the run records about this many events.
-const EVENTS: usize = 5_000;
+const EVENTS: usize = 25_000;
 
 /// The workflow and its fixture under `dir`; the gate is `dir/gate`.
 fn workflow(dir: &Path) {

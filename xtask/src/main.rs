@@ -189,7 +189,7 @@ fn report() -> anyhow::Result<()> {
 /// the slowdown beside none (see `tests/benches/serve.rs`); skipped when
 /// that bench has not run.
 fn report_serve_followers() -> anyhow::Result<()> {
-    const EVENTS: f64 = 5_000.0;
+    const EVENTS: f64 = 25_000.0;
     let Ok(alone) = median_us("serve_followers", "followers_0") else {
         return Ok(());
     };
