@@ -274,6 +274,44 @@ pub(crate) fn events(response: Response) -> impl Stream<Item = Result<Event, Cha
     })
 }
 
+/// Fails `events` as a network error when `idle` passes without its next
+/// item; `None`: as long as it takes.
+pub(crate) fn idle_limited<S>(
+    events: S,
+    idle: Option<Duration>,
+) -> impl Stream<Item = Result<Event, ChatError>> + Send
+where
+    S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
+{
+    async_stream::stream! {
+        let mut events = Box::pin(events);
+        loop {
+            let next = match idle {
+                Some(idle) => match tokio::time::timeout(idle, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        yield Err(silent(idle));
+                        return;
+                    }
+                },
+                None => events.next().await,
+            };
+            match next {
+                Some(item) => yield item,
+                None => return,
+            }
+        }
+    }
+}
+
+/// The error of a server that sent nothing for `idle`.
+pub(crate) fn silent(idle: Duration) -> ChatError {
+    ChatError::Network(format!(
+        "timed out: the server sent nothing for {} s (set the agent's `timeout` to wait longer)",
+        idle.as_secs_f64()
+    ))
+}
+
 /// How long a finished turn waits for the rest of its response: the end of
 /// the body, so the connection goes back to the pool and the next turn
 /// skips a new connection (and TLS handshake). A server that holds the
