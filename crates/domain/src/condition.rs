@@ -14,6 +14,10 @@ use std::sync::Arc;
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::{Map, Value};
 
+use functions::{MACROS, is_function, is_identifier};
+
+mod functions;
+
 /// The variables a condition may read (see `docs/workflow-format.md`).
 pub const VARIABLES: [&str; 3] = ["output", "outputs", "input"];
 
@@ -172,6 +176,7 @@ impl Condition {
             nodes: BTreeSet::new(),
             read: BTreeSet::new(),
             outputs_whole: false,
+            functions: BTreeSet::new(),
         };
         names.walk(program.expression(), &mut Vec::new());
         if let Some(unknown) = names.unknown.first() {
@@ -180,6 +185,17 @@ impl Condition {
                 "reads `{unknown}`, which is not a variable (it may read {})",
                 known.join(", ")
             )));
+        }
+        if let Some((unknown, _)) = names
+            .functions
+            .iter()
+            .find(|(name, member)| !is_function(name, *member))
+        {
+            return Err(refuse(if MACROS.contains(&unknown.as_str()) {
+                format!("calls the macro `{unknown}` with the wrong number of arguments")
+            } else {
+                format!("calls `{unknown}`, which is not a CEL function")
+            }));
         }
         Ok(Condition(Arc::new(Compiled {
             source: Box::from(src),
@@ -469,6 +485,9 @@ struct Names<'v> {
     read: BTreeSet<String>,
     /// `outputs` is read other than as `outputs.<id>` or `outputs["<id>"]`.
     outputs_whole: bool,
+    /// The functions it calls by a plain name (operators have none), and
+    /// whether as a member (`x.f()`).
+    functions: BTreeSet<(String, bool)>,
 }
 
 impl Names<'_> {
@@ -498,6 +517,12 @@ impl Names<'_> {
                 bound.truncate(before);
             }
             _ => {
+                if let Expr::Call(call) = &expr.expr
+                    && is_identifier(&call.func_name)
+                {
+                    let member = call.target.is_some();
+                    self.functions.insert((call.func_name.clone(), member));
+                }
                 if let Some(node) = output_of(expr, bound)
                     && self.variables.contains(&"outputs")
                 {
@@ -570,6 +595,48 @@ mod tests {
         Condition::compile(src).unwrap().evaluate(&vars(v))
     }
 
+    /// A call of a function CEL does not have is refused when compiled,
+    /// even where the condition reads variables and is otherwise judged
+    /// only when it runs; every function it has, member or not, compiles.
+    #[test]
+    fn a_function_cel_does_not_have_is_refused_when_compiled() {
+        for (src, why) in [
+            (
+                "nosuchfn(output.x) > 1",
+                "calls `nosuchfn`, which is not a CEL function",
+            ),
+            (
+                "output.shout() == 'A'",
+                "calls `shout`, which is not a CEL function",
+            ),
+            ("size(output) > 0 && lower(output) == 'a'", "calls `lower`"),
+            (
+                "output.exists(1)",
+                "calls the macro `exists` with the wrong number",
+            ),
+        ] {
+            let err = Condition::compile(src).unwrap_err();
+            assert!(matches!(err, ConditionError::Compile(_)), "{src}: {err:?}");
+            assert!(err.to_string().contains(why), "{src}: {err}");
+        }
+        assert!(Expression::compile("input.frobnicate()").is_err());
+        for src in [
+            "size(output) > 0",
+            "output.size() > 0",
+            "output.contains('a') && output.startsWith('a') && output.endsWith('a')",
+            "output.matches('^a')",
+            "string(int(output)) == '1' && double(output) > 0.0 && type(output) == string",
+            "dyn(output) == 'a' && uint(1) == uint(1) && bytes('a') == b'a'",
+            "[output].exists(x, x == 'a') && [output].all(x, true) && has(outputs.a)",
+        ] {
+            assert!(
+                Condition::compile(src).is_ok(),
+                "{src}: {:?}",
+                Condition::compile(src)
+            );
+        }
+    }
+
     #[test]
     fn conditions_are_send_sync() {
         fn check<T: Send + Sync>() {}
@@ -584,7 +651,7 @@ mod tests {
             ("1", "not a bool"),
             ("'yes'", "not a bool"),
             ("matches('x', '(')", "failed to evaluate"),
-            ("no_such_function(1)", "failed to evaluate"),
+            ("no_such_function(1)", "not a CEL function"),
             ("1 / 0", "failed to evaluate"),
         ] {
             let err = Condition::compile(src).unwrap_err();
