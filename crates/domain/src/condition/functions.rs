@@ -32,9 +32,13 @@ pub(super) fn is_function(name: &str, member: bool) -> bool {
         return known;
     }
     let known = ask(name, member);
-    KNOWN.with_borrow_mut(|k| k.insert(key, known));
+    // Bounded: a file may name any number of functions that do not exist.
+    KNOWN.with_borrow_mut(|k| (k.len() < MAX_KNOWN).then(|| k.insert(key, known)));
     known
 }
+
+/// How many answers [`is_function`] keeps.
+const MAX_KNOWN: usize = 1024;
 
 /// [`is_function`], asked of the interpreter.
 fn ask(name: &str, member: bool) -> bool {
