@@ -275,10 +275,10 @@ pub(crate) fn events(response: Response) -> impl Stream<Item = Result<Event, Cha
 }
 
 /// Fails `events` as a network error when `idle` passes without its next
-/// item; `None`: as long as it takes.
+/// item.
 pub(crate) fn idle_limited<S>(
     events: S,
-    idle: Option<Duration>,
+    idle: Duration,
 ) -> impl Stream<Item = Result<Event, ChatError>> + Send
 where
     S: Stream<Item = Result<Event, ChatError>> + Send + 'static,
@@ -286,19 +286,13 @@ where
     async_stream::stream! {
         let mut events = Box::pin(events);
         loop {
-            let next = match idle {
-                Some(idle) => match tokio::time::timeout(idle, events.next()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        yield Err(silent(idle));
-                        return;
-                    }
-                },
-                None => events.next().await,
-            };
-            match next {
-                Some(item) => yield item,
-                None => return,
+            match tokio::time::timeout(idle, events.next()).await {
+                Ok(Some(item)) => yield item,
+                Ok(None) => return,
+                Err(_) => {
+                    yield Err(silent(idle));
+                    return;
+                }
             }
         }
     }

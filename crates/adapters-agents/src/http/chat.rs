@@ -109,16 +109,14 @@ impl<A: ChatApi> ChatModel for HttpChat<A> {
         // An agent's own `timeout` bounds the whole turn (see `send`).
         let idle = agent.timeout.is_none().then_some(self.idle);
         let sent = super::post_json(agent, url, headers, body.to_string());
-        let response = match idle {
-            Some(idle) => tokio::time::timeout(idle, sent)
-                .await
-                .map_err(|_| super::silent(idle))??,
-            None => sent.await?,
+        let Some(idle) = idle else {
+            return Ok(super::decode(A::default(), super::events(sent.await?)));
         };
-        Ok(super::decode(
-            A::default(),
-            super::idle_limited(super::events(response), idle),
-        ))
+        let response = tokio::time::timeout(idle, sent)
+            .await
+            .map_err(|_| super::silent(idle))??;
+        let events = super::idle_limited(super::events(response), idle);
+        Ok(super::decode(A::default(), events))
     }
 }
 
