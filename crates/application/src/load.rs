@@ -386,11 +386,11 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
         if !agent.provider.is_http() {
             continue;
         }
-        if let Some(tool) = agent.tools.iter().find(|t| !known.contains(t)) {
+        if let Some(tool) = agent.tool_names().find(|t| !known.iter().any(|k| k == t)) {
             return Err(LoadError::UnknownTool {
                 file: file.to_path_buf(),
                 agent: name.clone(),
-                tool: tool.clone(),
+                tool: tool.to_owned(),
                 known: known.to_vec(),
             });
         }

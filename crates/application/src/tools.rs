@@ -3,12 +3,16 @@
 //! Every call is checked before the tool sees it — the tool must exist, be
 //! granted to the agent, and the input must match its JSON Schema — and a
 //! refusal comes back as a [`ToolError`] for the model to read, never as a
-//! crash. Built-in tools and tools a library user registers plug in the same way.
+//! crash. The tool then runs with the agent's grant of it in its
+//! [`ToolContext`], so per-grant settings (`http_get`'s `allow:`) reach the
+//! one tool they belong to without widening the [`Tool`] port.
+//! Built-in tools and tools a library user registers plug in the same way.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use domain::output::validate;
+use domain::workflow::ToolGrant;
 use serde_json::Value;
 
 use crate::ports::{Tool, ToolContext, ToolError, ToolSpec};
@@ -34,10 +38,10 @@ impl ToolRouter {
 
     /// What the model is told about the tools granted to an agent, in the
     /// order granted; names that are not registered are skipped.
-    pub fn specs(&self, granted: &[String]) -> Vec<ToolSpec> {
+    pub fn specs(&self, granted: &[ToolGrant]) -> Vec<ToolSpec> {
         granted
             .iter()
-            .filter_map(|name| self.tools.get(name).map(|t| t.spec()))
+            .filter_map(|grant| self.tools.get(&grant.name).map(|t| t.spec()))
             .collect()
     }
 
@@ -46,27 +50,30 @@ impl ToolRouter {
         self.tools.keys().cloned().collect()
     }
 
-    /// Runs `name` with `input` for an agent granted `granted`.
+    /// Runs `name` with `input` for an agent granted `granted`, under its
+    /// grant of `name` (in the context the tool sees).
     pub async fn call(
         &self,
         name: &str,
         input: Value,
-        granted: &[String],
+        granted: &[ToolGrant],
         context: &ToolContext,
     ) -> Result<Value, ToolError> {
         let tool = self
             .tools
             .get(name)
             .ok_or_else(|| ToolError::Unknown(name.to_owned()))?;
-        if !granted.iter().any(|g| g == name) {
-            return Err(ToolError::NotGranted(name.to_owned()));
-        }
+        let grant = granted
+            .iter()
+            .find(|g| g.name == name)
+            .ok_or_else(|| ToolError::NotGranted(name.to_owned()))?;
         let spec = tool.spec();
         validate(&input, &spec.input_schema).map_err(|e| ToolError::InvalidInput {
             tool: name.to_owned(),
             message: e.to_string(),
         })?;
-        tool.call(input, context).await
+        let context = context.clone().granting(grant.clone());
+        tool.call(input, &context).await
     }
 }
 
@@ -115,20 +122,37 @@ mod tests {
     #[tokio::test]
     async fn a_valid_call_reaches_the_tool() {
         let router = ToolRouter::new().with(Arc::new(echo_tool(1)));
-        let granted = vec!["echo".to_owned()];
+        let granted = vec![ToolGrant::new("echo")];
         let out = router
             .call("echo", json!({"text": "hi"}), &granted, &context())
             .await
             .unwrap();
         assert_eq!(out, json!("hi"));
         assert_eq!(router.specs(&granted)[0].name, "echo");
-        assert!(router.specs(&["nope".to_owned()]).is_empty());
+        assert!(router.specs(&["nope".into()]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_tool_runs_under_its_own_grant() {
+        let allowed = ToolGrant::new("echo").allowing(["10.0.0.0/8".parse().unwrap()]);
+        let mut tool = echo_tool(0);
+        let expected = allowed.clone();
+        tool.expect_call()
+            .times(1)
+            .withf(move |_, context| context.grant.as_ref() == Some(&expected))
+            .returning(|_, _| Ok(json!("seen")));
+        let router = ToolRouter::new().with(Arc::new(tool));
+        let granted = [ToolGrant::new("other"), allowed];
+        let out = router
+            .call("echo", json!({"text": "x"}), &granted, &context())
+            .await;
+        assert_eq!(out, Ok(json!("seen")));
     }
 
     #[tokio::test]
     async fn invalid_unknown_and_ungranted_calls_never_reach_a_tool() {
         let router = ToolRouter::new().with(Arc::new(echo_tool(0)));
-        let granted = vec!["echo".to_owned()];
+        let granted = vec![ToolGrant::new("echo")];
         let err = router
             .call("echo", json!({"text": 3}), &granted, &context())
             .await

@@ -45,7 +45,7 @@ impl CliProgram for ClaudeDecoder {
         let tools = if agent.tools.is_empty() {
             DEFAULT_ALLOWED_TOOLS.join(",")
         } else {
-            agent.tools.join(",")
+            agent.tool_names().collect::<Vec<_>>().join(",")
         };
         let mut args: Vec<String> = vec![
             "-p".into(),

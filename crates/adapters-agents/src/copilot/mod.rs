@@ -106,8 +106,8 @@ impl CliProgram for CopilotDecoder {
         if agent.tools.is_empty() {
             args.push("--allow-all-tools".into());
         } else {
-            for tool in &agent.tools {
-                args.extend(["--allow-tool".into(), tool.clone()]);
+            for tool in agent.tool_names() {
+                args.extend(["--allow-tool".into(), tool.to_owned()]);
             }
         }
         args.extend(flag("--model", agent.model.as_ref()));

@@ -31,7 +31,8 @@ impl CliProgram for GeminiDecoder {
         // No system prompt flag in this mode: the system prompt leads the prompt.
         // `--yolo`: without it the shell tool is not even offered.
         let mut args = print_args(request, "stream-json", "--yolo");
-        let tools = Some(agent.tools.join(",")).filter(|t| !t.is_empty());
+        let tools =
+            Some(agent.tool_names().collect::<Vec<_>>().join(",")).filter(|t| !t.is_empty());
         args.extend(flag("-m", agent.model.as_ref()));
         args.extend(flag("--allowed-tools", tools));
         args.extend(flag("--resume", request.resume.as_ref()));

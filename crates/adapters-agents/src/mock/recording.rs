@@ -26,7 +26,8 @@ pub fn request(prompt: &Prompt, agent: &AgentDef) -> Value {
         "prompt": prompt,
         "systemPrompt": agent.system_prompt,
         "model": agent.model,
-        "tools": agent.tools,
+        // Names only: a grant's settings (`allow:`) are no part of what the model is asked.
+        "tools": agent.tool_names().collect::<Vec<_>>(),
         "sampling": {"temperature": agent.temperature, "maxTokens": agent.max_tokens},
     })
 }

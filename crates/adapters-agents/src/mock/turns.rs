@@ -22,6 +22,7 @@ use application::tool_loop::{ToolLoop, assistant_blocks};
 use application::tools::ToolRouter;
 use async_trait::async_trait;
 use domain::event::Usage;
+use domain::workflow::ToolGrant;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -183,15 +184,22 @@ pub(super) async fn replay(
         state: Mutex::new(Served::default()),
     };
     let tools = Arc::new(Mutex::new(outcomes));
-    let router = replay.tools.specs(&replay.tools.names()).into_iter().fold(
-        ToolRouter::new(),
-        |router, spec| {
+    let every: Vec<ToolGrant> = replay
+        .tools
+        .names()
+        .into_iter()
+        .map(ToolGrant::new)
+        .collect();
+    let router = replay
+        .tools
+        .specs(&every)
+        .into_iter()
+        .fold(ToolRouter::new(), |router, spec| {
             router.with(Arc::new(RecordedTool {
                 spec,
                 outcomes: Arc::clone(&tools),
             }))
-        },
-    );
+        });
     let tool_loop = ToolLoop::new(
         Arc::new(model),
         Arc::new(router),

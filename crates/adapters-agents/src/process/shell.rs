@@ -158,7 +158,7 @@ mod tests {
 
         /// Calls `shell` through the router, as an agent would.
         async fn call(&self, input: Value) -> Result<Value, ToolError> {
-            let granted = ["shell".to_owned()];
+            let granted = [domain::workflow::ToolGrant::new("shell")];
             self.router.call("shell", input, &granted, &self.ctx).await
         }
     }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use domain::RunId;
+use domain::workflow::ToolGrant;
 use serde_json::Value;
 
 /// What a model is told about a tool.
@@ -22,7 +23,8 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
-/// Where a call runs: tools that touch files are confined to `workspace`.
+/// Where a call runs: tools that touch files are confined to `workspace`;
+/// and under which grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolContext {
     /// The run's workspace directory.
@@ -34,6 +36,11 @@ pub struct ToolContext {
     /// The run the call belongs to: a tool that starts processes tags them
     /// with it (`AWR_RUN_ID`), so a resume finds what a dead writer left.
     pub run_id: Option<RunId>,
+    /// The agent's grant of the tool being called, with its settings
+    /// (`http_get`'s `allow:`). The router sets it for each call, so a tool
+    /// reads its own grant and no other; `None` (a call made without the
+    /// router) means every setting at its default.
+    pub grant: Option<ToolGrant>,
 }
 
 impl ToolContext {
@@ -43,6 +50,7 @@ impl ToolContext {
             workspace: workspace.into(),
             hidden_env: Vec::new(),
             run_id: None,
+            grant: None,
         }
     }
 
@@ -50,6 +58,13 @@ impl ToolContext {
     #[must_use]
     pub fn for_run(mut self, run_id: RunId) -> Self {
         self.run_id = Some(run_id);
+        self
+    }
+
+    /// Calls made under `grant`.
+    #[must_use]
+    pub fn granting(mut self, grant: ToolGrant) -> Self {
+        self.grant = Some(grant);
         self
     }
 

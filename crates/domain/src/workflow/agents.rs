@@ -24,6 +24,15 @@ pub(super) fn check_agents(
     for (name, agent) in agents {
         let item = format!("agents.{name}");
         NodeId::new(name.as_str()).map_err(|e| invalid(&item, e.to_string()))?;
+        // A tool granted twice would leave open which grant's settings apply.
+        let mut names: Vec<&str> = agent.tool_names().collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(invalid(
+                &item,
+                format!("`tools` grants `{}` twice; keep one entry for it", twice[0]),
+            ));
+        }
         if agent.max_turns == Some(0) {
             return Err(invalid(&item, "`max_turns` must be at least 1"));
         }

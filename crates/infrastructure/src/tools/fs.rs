@@ -250,9 +250,10 @@ impl Tool for ListDir {
 mod tests {
     use super::*;
     use application::tools::ToolRouter;
+    use domain::workflow::ToolGrant;
     use std::sync::Arc;
 
-    fn setup() -> (tempfile::TempDir, ToolRouter, ToolContext, Vec<String>) {
+    fn setup() -> (tempfile::TempDir, ToolRouter, ToolContext, Vec<ToolGrant>) {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         std::fs::create_dir_all(workspace.join("notes")).unwrap();
@@ -262,7 +263,7 @@ mod tests {
             .with(Arc::new(ReadFile))
             .with(Arc::new(WriteFile))
             .with(Arc::new(ListDir));
-        let granted = router.names();
+        let granted = router.names().into_iter().map(ToolGrant::new).collect();
         (dir, router, ToolContext::new(workspace), granted)
     }
 
