@@ -46,6 +46,7 @@ fn allocated(
         workflow,
         input,
         source: None,
+        started_by: None,
     };
     let before = dhat::HeapStats::get();
     rt.block_on(runner.run(id, request)).unwrap();

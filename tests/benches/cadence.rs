@@ -100,6 +100,7 @@ fn run_chain(rt: &tokio::runtime::Runtime, dir: &Path, steps: usize) -> Written 
         workflow: Arc::new(chain("cadence-bench", "provider: claude-code", steps)),
         input: json!("go"),
         source: None,
+        started_by: None,
     };
     rt.block_on(executor.run(run_id, request)).expect("run");
     let mut events = Vec::new();

@@ -55,6 +55,7 @@ async fn populate(store: &dyn RunStore) {
                 source: None,
                 nodes: vec![node.clone()],
                 edges: vec![],
+                started_by: None,
             },
             EventKind::NodeStarted {
                 input: json!({"n": i}).into(),

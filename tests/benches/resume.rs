@@ -265,8 +265,13 @@ impl ControlChannel for TimedControl {
     async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError> {
         timed(&self.1, "control.listen", self.0.listen(run_id)).await
     }
-    async fn deliver(&self, run_id: RunId, raw: &Value) -> Result<CommandReply, ControlError> {
-        self.0.deliver(run_id, raw).await
+    async fn deliver(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        by: Option<domain::Caller>,
+    ) -> Result<CommandReply, ControlError> {
+        self.0.deliver(run_id, raw, by).await
     }
 }
 
@@ -297,6 +302,7 @@ fn interrupted_run(rt: &tokio::runtime::Runtime, storage: PathBuf) -> Interrupte
         workflow: Arc::clone(&workflow),
         input: json!("go"),
         source: None,
+        started_by: None,
     };
     rt.block_on(async {
         let run = executor.run(run_id, request);
@@ -387,7 +393,7 @@ fn resume_once(
     let workflow = Arc::clone(&run.workflow);
     rt.block_on(async {
         let start = Instant::now();
-        let resume = executor.resume(run.run_id, workflow, None, Cancel::new());
+        let resume = executor.resume(run.run_id, workflow, None, None, Cancel::new());
         tokio::select! {
             biased;
             told = told => {

@@ -99,6 +99,7 @@ fn time_runs(
                 workflow: Arc::clone(workflow),
                 input: json!("go"),
                 source: None,
+                started_by: None,
             };
             rt.block_on(runner.run(id, req)).expect("run")
         },
@@ -153,6 +154,7 @@ fn bench_runner(c: &mut Criterion) {
                         workflow: Arc::clone(&workflow),
                         input: json!("go"),
                         source: None,
+                        started_by: None,
                     };
                     rt.block_on(runner.run(id, req)).expect("run")
                 },
@@ -234,6 +236,7 @@ impl Record {
                 workflow,
                 input: json!("go"),
                 source: None,
+                started_by: None,
             };
             rt.block_on(runner.run(id, req)).expect("run");
             let run_dir = store.inner.run_dir(id);
@@ -343,6 +346,7 @@ fn interleaved(
             workflow: Arc::clone(workflow),
             input: json!("go"),
             source: None,
+            started_by: None,
         };
         let start = std::time::Instant::now();
         rt.block_on(runner.run(id, req)).expect("run");

@@ -246,7 +246,7 @@ proptest! {
             });
             let run_id = runner.create().await.unwrap();
             let outcome = runner
-                .run(run_id, RunRequest { workflow: Arc::new(workflow), input: json!("start"), source: None })
+                .run(run_id, RunRequest { workflow: Arc::new(workflow), input: json!("start"), source: None, started_by: None })
                 .await
                 .unwrap();
             let events = store.read(run_id, 0, usize::MAX).await.unwrap();

@@ -35,7 +35,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use domain::{EventKind, Offset, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
+use domain::{Caller, EventKind, Offset, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -56,6 +56,8 @@ pub struct ForkRequest {
     /// The input of what runs after the fork point, replacing the run's
     /// (`flow:forked`'s `input`); `None` keeps the parent's.
     pub input: Option<Value>,
+    /// Who forks it (`flow:forked`'s `by`).
+    pub by: Option<Caller>,
 }
 
 impl Executor {
@@ -131,6 +133,7 @@ impl Executor {
                     caller: None,
                     time: cut.timestamp,
                     input: request.input,
+                    by: request.by,
                 },
                 &mut held,
             )
@@ -202,6 +205,7 @@ impl Executor {
                         caller: Some(fork),
                         time: source.time,
                         input: None,
+                        by: source.by.clone(),
                     },
                     held,
                 ))
@@ -248,6 +252,7 @@ impl Executor {
                 parent_run_id: source.run,
                 parent_offset,
                 input: source.input,
+                by: source.by,
             },
             extra: serde_json::Map::new(),
         };
@@ -315,6 +320,8 @@ struct Source {
     time: Timestamp,
     /// `flow:forked`'s `input`.
     input: Option<Value>,
+    /// `flow:forked`'s `by`: who forked the top run (its children too).
+    by: Option<Caller>,
 }
 
 /// The event of `run` at `offset`.

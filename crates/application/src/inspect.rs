@@ -480,6 +480,7 @@ mod tests {
                 source: None,
                 nodes: vec![],
                 edges: vec![],
+                started_by: None,
             },
         )
     }

@@ -42,7 +42,7 @@
 //!         .build();
 //!     let yaml = "name: count\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
 //!     let workflow = Arc::new(WorkflowDef::from_yaml(yaml).expect("a valid workflow"));
-//!     let request = RunRequest { workflow, input: "four".into(), source: None };
+//!     let request = RunRequest { workflow, input: "four".into(), source: None, started_by: None };
 //!     let outcome = runtime.run(request).await?;
 //!     assert_eq!(outcome.status, RunStatus::Completed);
 //!     assert_eq!(runtime.snapshot(outcome.run_id).await?.status, RunStatus::Completed);
@@ -56,7 +56,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use domain::workflow::Provider;
-use domain::{RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
+use domain::{Caller, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
 use serde_json::Value;
 
 use crate::fork::ForkRequest;
@@ -153,17 +153,19 @@ impl Runtime {
     }
 
     /// Continues a paused or interrupted run from its log, telling the
-    /// agents that were in flight `message` (default `"continue"`);
-    /// `workflow` must be the definition it started with (same hash).
+    /// agents that were in flight `message` (default `"continue"`) and
+    /// recording `by`, who asked, in its `flow:resumed`; `workflow` must be
+    /// the definition it started with (same hash).
     pub async fn resume(
         &self,
         run_id: RunId,
         workflow: Arc<WorkflowDef>,
         message: Option<String>,
+        by: Option<Caller>,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         self.executor
-            .resume(run_id, workflow, message, cancel)
+            .resume(run_id, workflow, message, by, cancel)
             .await
     }
 
@@ -209,14 +211,16 @@ impl Runtime {
     /// Gives `command` (the JSON of a [`domain::RuntimeCommand`]) to a
     /// run: to the process writing it, or recorded here when none does
     /// (`workflow` then yields the run's definition). Either way it is on
-    /// record, accepted or rejected, before the answer.
+    /// record, accepted or rejected, with `by`, who sent it, before the
+    /// answer.
     pub async fn command(
         &self,
         run_id: RunId,
         command: &Value,
+        by: Option<&Caller>,
         workflow: impl AsyncFnOnce() -> Result<Arc<WorkflowDef>, ExecutorError>,
     ) -> Result<CommandReply, ExecutorError> {
-        self.executor.command(run_id, command, workflow).await
+        self.executor.command(run_id, command, by, workflow).await
     }
 
     /// The current state of `run_id`: its saved snapshot brought up to date

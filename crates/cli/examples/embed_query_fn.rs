@@ -77,6 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         workflow,
         input,
         source: None,
+        started_by: None,
     };
     let outcome = runtime.run(request).await?;
 

@@ -182,6 +182,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         workflow: Arc::new(WorkflowDef::from_yaml(yaml)?),
         input: serde_json::Value::Null,
         source: None,
+        started_by: None,
     };
     let outcome = runtime.run(request).await?;
     assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);

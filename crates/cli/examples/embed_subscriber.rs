@@ -54,6 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         workflow: Arc::new(WorkflowDef::from_yaml(yaml)?),
         input: serde_json::Value::Null,
         source: None,
+        started_by: None,
     };
 
     let run_id = runtime.create().await?;

@@ -16,7 +16,7 @@
 //!     .build();
 //! let yaml = "name: hello\nnodes:\n  - id: hello\n    command: echo hello\n";
 //! let workflow = Arc::new(domain::WorkflowDef::from_yaml(yaml).unwrap());
-//! let request = RunRequest { workflow, input: "hi".into(), source: None };
+//! let request = RunRequest { workflow, input: "hi".into(), source: None, started_by: None };
 //! let outcome = runtime.run(request).await.unwrap();
 //! assert_eq!(outcome.status, domain::RunStatus::Completed, "{:?}", outcome.error);
 //! let snapshot = runtime.snapshot(outcome.run_id).await.unwrap();

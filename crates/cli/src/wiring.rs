@@ -7,7 +7,7 @@ use application::redact::{RedactingObserver, RedactingStore, RedactingTranscript
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use awr_cli::embed;
-use domain::WorkflowDef;
+use domain::{Caller, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
 
 use crate::Failure;
@@ -40,6 +40,22 @@ pub fn tools() -> ToolRouter {
     embed::tools(&KeyNames::default())
         .into_iter()
         .fold(ToolRouter::new(), ToolRouter::with)
+}
+
+/// Who acts through the command line: the local user, as
+/// `LOGIN@HOST` (the login of the effective uid, `uid-N` when it has no
+/// name), recorded in the events a command causes (`startedBy`, `by`).
+/// Looked up once per process.
+pub fn local_caller() -> Option<Caller> {
+    static CALLER: std::sync::OnceLock<Option<Caller>> = std::sync::OnceLock::new();
+    CALLER
+        .get_or_init(|| {
+            let login = whoami::username()
+                .unwrap_or_else(|_| format!("uid-{}", rustix::process::geteuid().as_raw()));
+            let host = whoami::hostname().unwrap_or_else(|_| "localhost".to_owned());
+            Caller::new(format!("{login}@{host}")).ok()
+        })
+        .clone()
 }
 
 /// Wall clock and random ids.

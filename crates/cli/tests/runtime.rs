@@ -42,6 +42,7 @@ fn request() -> RunRequest {
         workflow: Arc::new(WorkflowDef::from_yaml(yaml).unwrap()),
         input: serde_json::Value::Null,
         source: None,
+        started_by: None,
     }
 }
 
@@ -84,9 +85,12 @@ async fn a_command_to_an_ended_run_is_refused_and_its_snapshot_and_subscription_
     assert_eq!(outcome.status, RunStatus::Cancelled);
     let workflow = request().workflow;
     let refused = runtime
-        .command(run_id, &serde_json::json!({"type": "pause"}), async || {
-            Ok(workflow)
-        })
+        .command(
+            run_id,
+            &serde_json::json!({"type": "pause"}),
+            None,
+            async || Ok(workflow),
+        )
         .await;
     assert!(
         refused.is_err(),

@@ -61,6 +61,7 @@ fn request(yaml: &str) -> RunRequest {
         workflow: Arc::new(WorkflowDef::from_yaml(yaml).unwrap()),
         input: serde_json::Value::Null,
         source: None,
+        started_by: None,
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::caller::Caller;
 use crate::ids::{NodeId, NodeRunId, Offset, RunId, SessionId};
 use crate::snapshot::RunStatus;
 use crate::time::Timestamp;
@@ -122,6 +123,9 @@ pub enum EventKind {
         nodes: Vec<NodeId>,
         #[serde(default)]
         edges: Vec<String>,
+        /// Who started the run (a token's name, or a local user).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_by: Option<Caller>,
     },
     /// The run stopped at a safe point and may be resumed.
     #[serde(rename = "flow:paused", rename_all = "camelCase")]
@@ -134,6 +138,9 @@ pub enum EventKind {
     FlowResumed {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        /// Who resumed it; absent when the runtime did (a recovery).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Caller>,
     },
     /// The run is a fork: its log up to here is a copy of the events of
     /// run `parentRunId` up to `parentOffset` (seed 004's branch, recorded
@@ -145,6 +152,9 @@ pub enum EventKind {
         parent_offset: Offset,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         input: Option<Value>,
+        /// Who forked it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Caller>,
     },
     /// Terminal: every reachable node finished.
     #[serde(rename = "flow:completed", rename_all = "camelCase")]
@@ -392,6 +402,10 @@ pub enum EventKind {
         accepted: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// Who sent it; absent when the runtime did (a child run paused
+        /// with its parent, a signal to the writing process).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Caller>,
     },
     /// A snapshot reflecting every event up to `snapshotOffset` is on disk.
     #[serde(rename = "state:saved", rename_all = "camelCase")]

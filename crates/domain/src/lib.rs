@@ -10,6 +10,7 @@
 //! time and fresh ids arrive as values from the outside (the application's
 //! `Clock` and `IdGen` ports), so a replay can pin them.
 
+pub mod caller;
 pub mod canonical;
 pub mod causal;
 pub mod command;
@@ -25,6 +26,7 @@ pub mod time;
 pub mod transcript;
 pub mod workflow;
 
+pub use caller::Caller;
 pub use command::RuntimeCommand;
 pub use event::{EventKind, RuntimeEvent};
 pub use ids::{IdError, NodeId, NodeRunId, Offset, RunId, SessionId};

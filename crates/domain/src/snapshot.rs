@@ -17,6 +17,7 @@
 mod agents;
 mod delta;
 mod maps;
+mod node_runs;
 mod progress;
 mod status;
 mod stopping;
@@ -32,11 +33,11 @@ pub use text::JsonText;
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::caller::Caller;
 use crate::command::InboxEntry;
 use crate::event::{EventKind, RuntimeEvent, WorkflowRef};
 use crate::ids::{NodeId, NodeRunId, RunId, SessionId};
@@ -113,6 +114,9 @@ pub struct RunSnapshot {
     /// When the run started (`flow:started`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
+    /// Who started the run (`flow:started`'s `startedBy`), or forked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<Caller>,
     /// Timestamp of the last event reflected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Timestamp>,
@@ -210,6 +214,7 @@ impl RunSnapshot {
             agent_sessions: BTreeMap::new(),
             last_offset: 0,
             started_at: None,
+            started_by: None,
             updated_at: None,
             failure: None,
             node_runs: BTreeMap::new(),
@@ -269,9 +274,11 @@ impl RunSnapshot {
                 input,
                 nodes,
                 edges,
+                started_by,
                 ..
             } => {
                 self.workflow = workflow.clone();
+                self.started_by = started_by.clone();
                 self.input = input.clone();
                 self.status = RunStatus::Running;
                 self.failure = None;
@@ -294,7 +301,9 @@ impl RunSnapshot {
                 parent_run_id,
                 parent_offset,
                 input,
+                by,
             } => {
+                self.started_by = by.clone();
                 self.status = RunStatus::Running;
                 self.failure = None;
                 self.forked_from = Some(ForkedFrom {
@@ -451,111 +460,6 @@ impl RunSnapshot {
         }
     }
 
-    /// A node run begins, or begins its next attempt.
-    fn node_started(
-        &mut self,
-        event: &RuntimeEvent,
-        node: &NodeId,
-        input: &Arc<Value>,
-        attempt: Option<u32>,
-        item: Option<u32>,
-        items: Option<u32>,
-    ) {
-        let attempt = attempt.unwrap_or(1);
-        if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
-            // A new attempt starts afresh: no session, no turn, no process.
-            *run = NodeRunState {
-                attempt,
-                result: None,
-                session: None,
-                session_usage: None,
-                call_index: None,
-                in_turn: false,
-                processes: Vec::new(),
-                child: None,
-                forked: false,
-                ..run.clone()
-            };
-            return;
-        }
-        // The state's copy of the id, found once: a search of the per-node
-        // maps costs a string comparison per level, several per event.
-        let key = match item {
-            Some(_) => self.key(node),
-            None => self.set_status(node, NodeStatus::Running),
-        };
-        let passes = self.node_passes.entry(key.clone()).or_insert(0);
-        let iteration = match item {
-            // Items share the pass of the node run that spawned them.
-            Some(_) => passes.saturating_sub(1),
-            None => {
-                *passes += 1;
-                *passes - 1
-            }
-        };
-        // A node run that may call sets its first call index aside (the
-        // one spawning `for_each` items does not call).
-        let first_call = items.is_none().then(|| {
-            let calls = self.node_calls.entry(self.key(node)).or_insert(0);
-            *calls += 1;
-            *calls - 1
-        });
-        if let Some(id) = event.node_run_id {
-            self.node_runs.insert(
-                id,
-                NodeRunState {
-                    node_id: key.clone(),
-                    attempt,
-                    item,
-                    iteration,
-                    started_at: Some(event.timestamp),
-                    input: input.clone(),
-                    result: None,
-                    session: None,
-                    session_usage: None,
-                    call_index: None,
-                    first_call,
-                    calls: 0,
-                    in_turn: false,
-                    processes: Vec::new(),
-                    child: None,
-                    forked: false,
-                },
-            );
-        }
-        self.node_spent
-            .entry(key)
-            .or_default()
-            .since
-            .get_or_insert(event.timestamp);
-        match item {
-            Some(index) => {
-                if let Some(progress) = self.for_each.get_mut(node) {
-                    progress.started = progress.started.max(index.saturating_add(1));
-                }
-            }
-            None => {
-                self.steps_started += 1;
-                self.outputs.remove(node);
-                if items.is_some() {
-                    let list = input
-                        .get("data")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    self.for_each.insert(
-                        node.clone(),
-                        ForEachState {
-                            items: list,
-                            outputs: BTreeMap::new(),
-                            started: 0,
-                        },
-                    );
-                }
-            }
-        }
-    }
-
     /// Sets the status of `node` and returns the state's copy of its id
     /// (see [`Self::key`]): one search, the node being known from
     /// `flow:started` (a hot path of every load's fold).
@@ -598,6 +502,8 @@ impl RunSnapshot {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ids::Offset;
     use proptest::prelude::*;
@@ -641,6 +547,7 @@ mod tests {
                     source: None,
                     nodes: vec![a.clone(), b.clone()],
                     edges: vec!["a->b".into()],
+                    started_by: Caller::new("alice@host").ok(),
                 },
             ),
             (

@@ -3,8 +3,10 @@
 //! `awr send`) reaches the process that writes the run.
 //!
 //! The protocol is one JSON line each way per connection: the client writes
-//! the command, the writer answers with a [`CommandReply`] once the command is
-//! recorded, and the connection closes. The endpoint itself may instead answer
+//! `{"command": RAW, "by": CALLER}` (the command as sent, and who sent it;
+//! a bare command, with no envelope, is taken as sent by nobody named), the
+//! writer answers with a [`CommandReply`] once the command is recorded, and
+//! the connection closes. The endpoint itself may instead answer
 //! `{"error": "..."}` when it refuses a line before delivering it (too long,
 //! or nothing sent in time); such a line is not recorded.
 //!
@@ -32,7 +34,7 @@ use std::time::Duration;
 
 use application::ports::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
 use async_trait::async_trait;
-use domain::RunId;
+use domain::{Caller, RunId};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -153,9 +155,15 @@ impl ControlChannel for UnixControl {
         Ok(Listener::new(rx, Endpoint { path, inode, task }))
     }
 
-    async fn deliver(&self, run_id: RunId, raw: &Value) -> Result<CommandReply, ControlError> {
+    async fn deliver(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        by: Option<Caller>,
+    ) -> Result<CommandReply, ControlError> {
         let path = self.checked_path(run_id)?;
-        let mut line = serde_json::to_vec(raw)
+        let by = by.as_ref();
+        let mut line = serde_json::to_vec(&Envelope { command: raw, by })
             .map_err(|e| ControlError::Protocol(format!("command is not serializable: {e}")))?;
         if line.len() > self.config.max_line {
             return Err(ControlError::Protocol(format!(
@@ -293,7 +301,8 @@ async fn serve(stream: UnixStream, commands: mpsc::Sender<Delivery>, config: Con
         Ok(Ok(Line::End(bytes))) if bytes.is_empty() => return,
         Ok(Ok(Line::Complete(bytes) | Line::End(bytes))) => bytes,
     };
-    let (delivery, answer) = Delivery::new(parse_raw(&bytes));
+    let (raw, by) = parse_line(&bytes);
+    let (delivery, answer) = Delivery::new(raw, by);
     if commands.send(delivery).await.is_err() {
         return;
     }
@@ -322,13 +331,37 @@ async fn refuse(write: &mut tokio::net::unix::OwnedWriteHalf, why: &str) {
     let _ = write.shutdown().await;
 }
 
-/// The command as it came: its JSON value, or the line itself as a JSON
-/// string when it is not JSON.
-fn parse_raw(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|_| {
+/// A command and who sent it, as [`UnixControl::deliver`] writes them.
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    command: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a Caller>,
+}
+
+/// The command as it came and who sent it: an envelope's `command` and
+/// `by`; else the line's JSON value, or the line itself as a JSON string
+/// when it is not JSON, sent by nobody named. A `by` that is not a name a
+/// caller can have is dropped, never recorded.
+fn parse_line(bytes: &[u8]) -> (Value, Option<Caller>) {
+    let value = serde_json::from_slice(bytes).unwrap_or_else(|_| {
         let text = bytes.strip_suffix(b"\r").unwrap_or(bytes);
         Value::String(String::from_utf8_lossy(text).into_owned())
-    })
+    });
+    match value {
+        Value::Object(mut envelope)
+            if envelope.contains_key("command")
+                && envelope.keys().all(|k| k == "command" || k == "by") =>
+        {
+            let by = match envelope.remove("by") {
+                Some(Value::String(name)) => Caller::new(name).ok(),
+                _ => None,
+            };
+            let command = envelope.remove("command").unwrap_or(Value::Null);
+            (command, by)
+        }
+        other => (other, None),
+    }
 }
 
 /// One line read with a cap.

@@ -10,7 +10,7 @@
 //! run's lock and records the command itself.
 
 use async_trait::async_trait;
-use domain::RunId;
+use domain::{Caller, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -49,19 +49,22 @@ pub struct CommandReply {
 pub struct Delivery {
     /// The command exactly as sent (recorded as is, valid or not).
     pub raw: Value,
+    /// Who sent it (`command:received`'s `by`).
+    pub by: Option<Caller>,
     /// Where the answer goes; dropping it tells the sender the writer gave
     /// no answer.
     pub reply: ReplyTo,
 }
 
 impl Delivery {
-    /// A delivery of `raw`, and the endpoint's end of its answer: for
-    /// implementations of [`ControlChannel`].
-    pub fn new(raw: Value) -> (Self, Answer) {
+    /// A delivery of `raw` sent by `by`, and the endpoint's end of its
+    /// answer: for implementations of [`ControlChannel`].
+    pub fn new(raw: Value, by: Option<Caller>) -> (Self, Answer) {
         let (tx, rx) = oneshot::channel();
         (
             Self {
                 raw,
+                by,
                 reply: ReplyTo(tx),
             },
             Answer(rx),
@@ -150,7 +153,12 @@ pub trait ControlChannel: Send + Sync + 'static {
     /// be replaced.
     async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError>;
 
-    /// Hands `raw` to the run's writer and waits for its answer;
-    /// [`ControlError::NoWriter`] when no writer listens.
-    async fn deliver(&self, run_id: RunId, raw: &Value) -> Result<CommandReply, ControlError>;
+    /// Hands `raw`, sent by `by`, to the run's writer and waits for its
+    /// answer; [`ControlError::NoWriter`] when no writer listens.
+    async fn deliver(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        by: Option<Caller>,
+    ) -> Result<CommandReply, ControlError>;
 }

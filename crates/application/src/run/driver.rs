@@ -170,6 +170,7 @@ impl Driver {
             source: request.source,
             nodes: workflow.nodes.iter().map(|n| n.id.clone()).collect(),
             edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
+            started_by: request.started_by,
         };
         let result = async {
             driver.rec.emit(RUN_LEVEL, started).await?;

@@ -174,6 +174,7 @@ async fn completed(executor: &Executor, workflow: &Arc<WorkflowDef>) -> RunId {
         workflow: Arc::clone(workflow),
         input: json!("topic"),
         source: None,
+        started_by: None,
     };
     let outcome = executor.run(run_id, request).await.unwrap();
     assert_eq!(outcome.status, RunStatus::Completed);
@@ -215,6 +216,7 @@ async fn a_fork_after_the_first_node_copies_its_log_and_runs_the_other_two_again
         parent,
         at,
         input: None,
+        by: domain::Caller::new("alice@host").ok(),
     };
     let fork = executor.fork(request, &workflow).await.unwrap();
     let outcome = executor
@@ -243,6 +245,7 @@ async fn a_fork_after_the_first_node_copies_its_log_and_runs_the_other_two_again
             parent_run_id: parent,
             parent_offset: domain::Offset::new(at).unwrap(),
             input: None,
+            by: domain::Caller::new("alice@host").ok(),
         }
     );
     assert_eq!(
@@ -279,6 +282,7 @@ async fn a_new_input_is_what_the_nodes_after_the_fork_read() {
         parent,
         at: 1,
         input: Some(json!("another topic")),
+        by: None,
     };
     let fork = executor.fork(request, &workflow).await.unwrap();
     executor
@@ -312,6 +316,7 @@ async fn fork_in_flight(provider: &str) -> (Vec<AgentRequest>, Vec<RuntimeEvent>
         workflow: Arc::clone(&workflow),
         input: json!("topic"),
         source: None,
+        started_by: None,
     };
     let cancel = Cancel::new();
     let running = tokio::spawn({
@@ -333,6 +338,7 @@ async fn fork_in_flight(provider: &str) -> (Vec<AgentRequest>, Vec<RuntimeEvent>
                 parent,
                 at,
                 input: None,
+                by: None,
             },
             &workflow,
         )
@@ -429,6 +435,7 @@ async fn a_bad_fork_is_refused_before_any_run_is_made() {
             parent: run,
             at,
             input: None,
+            by: None,
         };
         let error = executor.fork(request, workflow).await.unwrap_err();
         assert!(error.to_string().contains(says), "{says}: {error}");
@@ -451,6 +458,7 @@ async fn a_fork_the_store_cannot_store_leaves_no_run() {
         parent,
         at: offset_of(&events, "node:completed", "a"),
         input: None,
+        by: None,
     };
     let error = executor.fork(request, &workflow).await.unwrap_err();
     assert!(error.to_string().contains("the disk is full"), "{error}");

@@ -130,6 +130,7 @@ pub(super) async fn run_with(
         workflow: Arc::new(wf),
         input,
         source: None,
+        started_by: None,
     };
     let outcome = rig
         .executor

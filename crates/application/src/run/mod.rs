@@ -25,6 +25,7 @@ mod commands;
 mod control;
 mod conversation;
 mod decide;
+mod deliver;
 mod driver;
 mod node_run;
 mod recorder;
@@ -38,19 +39,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use domain::command::DEFAULT_RESUME_MESSAGE;
-use domain::{EventKind, RunId, RunSnapshot, RunStatus, WorkflowDef};
+use domain::{Caller, EventKind, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::ports::{
-    Clock, CommandReply, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn,
-    RunLock, RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
+    Clock, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn, RunLock,
+    RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
 };
 
 /// How a stopped run is continued.
 pub(crate) enum Continue {
-    /// Asked for (`awr resume`): the agents in flight are told the message.
-    Resume(String),
+    /// Asked for (`awr resume`, by its caller): the agents in flight are
+    /// told the message.
+    Resume(String, Option<Caller>),
     /// Found interrupted (`awr recover`): see [`Executor::recover`].
     Recover,
     /// A fork just made (see [`crate::fork`]): its `flow:forked` stands for
@@ -68,6 +70,9 @@ pub struct RunRequest {
     /// Where the definition was read from (`flow:started`'s `source`), so
     /// that `awr resume` can read it again.
     pub source: Option<String>,
+    /// Who starts it (`flow:started`'s `startedBy`): a token's name, a
+    /// local user; `None` for a run the runtime starts itself.
+    pub started_by: Option<Caller>,
 }
 
 /// How a run ended.
@@ -104,9 +109,6 @@ impl Parent {
         }
     }
 }
-
-/// How often [`Executor::command`] tries to reach a writer or take the lock.
-const COMMAND_TRIES: u32 = 40;
 
 /// The outcome of a run that has ended, as its log records it: the final
 /// output is on its `flow:completed`.
@@ -450,17 +452,19 @@ impl Executor {
     /// Continues a run that stopped (paused, or interrupted by the death
     /// of the process writing it) from its log: the same loop as a new
     /// run, from the folded state. `message` (default `"continue"`) is what
-    /// each agent that was in flight is told. `workflow` must be the
-    /// definition the run started with (same hash).
+    /// each agent that was in flight is told; `by` (who asked) is recorded
+    /// in its `flow:resumed`. `workflow` must be the definition the run
+    /// started with (same hash).
     pub async fn resume(
         &self,
         run_id: RunId,
         workflow: Arc<WorkflowDef>,
         message: Option<String>,
+        by: Option<Caller>,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
-        self.continue_run(run_id, workflow, Continue::Resume(message), cancel)
+        self.continue_run(run_id, workflow, Continue::Resume(message, by), cancel)
             .await
     }
 
@@ -487,65 +491,6 @@ impl Executor {
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
         driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
-    }
-
-    /// Gives a command (design §7; the raw JSON of a [`RuntimeCommand`](domain::RuntimeCommand)) to
-    /// a run: to the process writing it, over the control channel; when no
-    /// process does, this one takes the run's lock and records it itself
-    /// (`workflow` is then needed: the run's definition). Either way the
-    /// command is on record, accepted or rejected, before the answer.
-    pub async fn command(
-        &self,
-        run_id: RunId,
-        raw: &Value,
-        workflow: impl AsyncFnOnce() -> Result<Arc<WorkflowDef>, ExecutorError>,
-    ) -> Result<CommandReply, ExecutorError> {
-        // A writer may be between taking the lock and listening, or between
-        // its end and its lock's release: try a few times.
-        let mut lock = None;
-        for _ in 0..COMMAND_TRIES {
-            if let Some(control) = &self.ports.control {
-                match control.deliver(run_id, raw).await {
-                    Ok(reply) => return Ok(reply),
-                    Err(ControlError::NoWriter(_)) => {}
-                    Err(e) => return Err(ExecutorError::Control(e)),
-                }
-            }
-            match self.ports.store.lock(run_id).await {
-                Ok(held) => {
-                    lock = Some(held);
-                    break;
-                }
-                Err(StoreError::Locked(_)) => {
-                    self.ports
-                        .clock
-                        .sleep(std::time::Duration::from_millis(50))
-                        .await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let Some(lock) = lock else {
-            return Err(ExecutorError::Refused(format!(
-                "run {run_id} is locked by a process that takes no commands"
-            )));
-        };
-        let state = crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await?;
-        if state.last_offset == 0 {
-            return Err(ExecutorError::Refused(format!(
-                "run {run_id} never started; it takes no commands"
-            )));
-        }
-        if state.status.is_terminal() {
-            // Its log ends with its terminal event: nothing is appended after it.
-            return Err(ExecutorError::Refused(format!(
-                "run {run_id} has ended ({}); it takes no more commands",
-                state.status.as_str()
-            )));
-        }
-        let workflow = workflow().await?;
-        driver::Driver::record_command(Arc::clone(&self.ports), lock, workflow, state, raw.clone())
-            .await
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of
@@ -589,7 +534,7 @@ impl Executor {
             if state.status.is_terminal() {
                 return ended(store, state).await;
             }
-            let how = Continue::Resume(message);
+            let how = Continue::Resume(message, None);
             let workflow = request.workflow;
             driver::Driver::resume(executor.ports, lock, Some(parent), workflow, how, cancel).await
         })

@@ -76,6 +76,7 @@ async fn run_chain(steps: usize) -> (Arc<MemoryLog>, Arc<Seen>) {
         workflow: Arc::new(chain(steps)),
         input: json!("go"),
         source: None,
+        started_by: None,
     };
     let outcome = executor.run(run_id, request).await.unwrap();
     assert_eq!(outcome.status, RunStatus::Completed);

@@ -89,6 +89,7 @@ async fn killed_at(log: &Arc<MemoryLog>, node: &str) -> (RunId, Arc<WorkflowDef>
         workflow: Arc::clone(&workflow),
         input: json!("go"),
         source: None,
+        started_by: None,
     };
     let run = executor.run(run_id, request);
     tokio::select! {
@@ -108,7 +109,7 @@ async fn resume_until_called(
 ) -> Vec<String> {
     let start = log.ops.lock().unwrap().len();
     let (executor, mut calls) = executor(log, &["a", "b"]);
-    let resume = executor.resume(run_id, workflow, None, Cancel::new());
+    let resume = executor.resume(run_id, workflow, None, None, Cancel::new());
     tokio::select! {
         outcome = resume => panic!("the resume ended: {outcome:?}"),
         () = called(&mut calls, node) => {}

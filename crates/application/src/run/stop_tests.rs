@@ -128,7 +128,7 @@ async fn pausing_a_run_pauses_its_child_run_which_stays_to_be_continued() {
     let (rig, tx) = taking_commands(rig(|r| after(60, r.node_id.to_string(), 1)));
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let (delivery, answer) = crate::ports::Delivery::new(json!({"type": "pause"}));
+        let (delivery, answer) = crate::ports::Delivery::new(json!({"type": "pause"}), None);
         tx.send(delivery).await.unwrap();
         assert!(answer.recv().await.unwrap().0.accepted);
     });
@@ -194,6 +194,7 @@ impl crate::ports::ControlChannel for Commands {
         &self,
         run: domain::RunId,
         _: &serde_json::Value,
+        _: Option<domain::Caller>,
     ) -> Result<crate::ports::CommandReply, ControlError> {
         Err(ControlError::NoWriter(run))
     }
@@ -264,7 +265,7 @@ async fn paused_at(at: u64) -> (Duration, RunOutcome, Vec<RuntimeEvent>) {
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(at)).await;
         let raw = json!({"type": "pause"});
-        let (delivery, answer) = crate::ports::Delivery::new(raw);
+        let (delivery, answer) = crate::ports::Delivery::new(raw, None);
         tx.send(delivery).await.unwrap();
         assert!(answer.recv().await.unwrap().0.accepted);
     });
@@ -355,7 +356,7 @@ async fn a_message_for_a_session_that_cannot_be_continued_comes_with_the_fresh_s
             .find_map(|e| e.node_run_id)
             .unwrap();
         let raw = json!({"type": "send", "nodeRunId": run, "message": "use metric units"});
-        let (delivery, answer) = crate::ports::Delivery::new(raw);
+        let (delivery, answer) = crate::ports::Delivery::new(raw, None);
         tx.send(delivery).await.unwrap();
         assert!(answer.recv().await.unwrap().0.accepted);
     });

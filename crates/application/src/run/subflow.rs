@@ -34,6 +34,7 @@ pub(super) async fn run(
         workflow: Arc::clone(&child),
         input: task.data().clone(),
         source: None,
+        started_by: None,
     };
     let cancel = task.cancel.child();
     let (child_id, outcome) = match task.resume.as_ref().and_then(|c| Some((c.child?, c))) {

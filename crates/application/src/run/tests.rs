@@ -170,6 +170,7 @@ pub(super) async fn run(
                 workflow,
                 input,
                 source: None,
+                started_by: None,
             },
         )
         .await

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use application::ports::{CommandReply, RunStore, StoreError};
 use application::{ExecutorError, inspect};
-use domain::{EventKind, RunId, RunStatus, WorkflowDef};
+use domain::{Caller, EventKind, RunId, RunStatus, WorkflowDef};
 use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
@@ -119,7 +119,10 @@ async fn go_on(
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let runtime = &wired.runtime;
     let outcome = match message {
-        Some(message) => runtime.resume(run_id, workflow, message, cancel).await,
+        Some(message) => {
+            let by = wiring::local_caller();
+            runtime.resume(run_id, workflow, message, by, cancel).await
+        }
         None => runtime.recover(run_id, workflow, cancel).await,
     };
     wired.finish(outcome.map_err(|e| failure(run_id, e))?, &signals)
@@ -239,7 +242,8 @@ impl Command<'_> {
 /// rejected: the recorded reason, exit 2.
 pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
-    let reply = deliver(storage, run_id, &command.raw())
+    let by = wiring::local_caller();
+    let reply = deliver(storage, run_id, &command.raw(), by.as_ref())
         .await
         .map_err(|e| failure(run_id, e))?;
     match reply.error {
@@ -254,13 +258,15 @@ pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Resu
     }
 }
 
-/// Gives the raw command `raw` to `run_id`: to the process writing it, or
-/// recorded here when none does. The command line and the server both
-/// send commands this way; either way it is on record before the answer.
+/// Gives the raw command `raw`, sent by `by`, to `run_id`: to the process
+/// writing it, or recorded here when none does. The command line and the
+/// server both send commands this way; either way it is on record, with
+/// its sender, before the answer.
 pub async fn deliver(
     storage: &Storage,
     run_id: RunId,
     raw: &Value,
+    by: Option<&Caller>,
 ) -> Result<CommandReply, ExecutorError> {
     let store =
         wiring::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
@@ -277,5 +283,5 @@ pub async fn deliver(
             .map(|(workflow, _)| workflow)
             .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
     };
-    runtime.command(run_id, raw, load).await
+    runtime.command(run_id, raw, by, load).await
 }

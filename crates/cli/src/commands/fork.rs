@@ -45,7 +45,12 @@ pub async fn make(
     input: Option<serde_json::Value>,
     workflow: &WorkflowDef,
 ) -> Result<RunId, Failure> {
-    let request = ForkRequest { parent, at, input };
+    let request = ForkRequest {
+        parent,
+        at,
+        input,
+        by: crate::wiring::local_caller(),
+    };
     wired
         .runtime
         .fork(request, workflow)

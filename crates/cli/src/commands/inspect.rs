@@ -137,8 +137,15 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
             crate::inert(&failure.error).replace('\n', " ")
         ))?;
     }
-    if let Some(t) = s.started_at {
-        say(&format!("started   {t}"))?;
+    let by = s
+        .started_by
+        .as_ref()
+        .map(|who| format!(" by {}", crate::inert(who.as_str())))
+        .unwrap_or_default();
+    match s.started_at {
+        Some(t) => say(&format!("started   {t}{by}"))?,
+        None if !by.is_empty() => say(&format!("started  {by}"))?,
+        None => {}
     }
     say(&format!("events    {}", s.last_offset))?;
     say("nodes")?;

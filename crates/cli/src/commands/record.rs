@@ -72,7 +72,12 @@ pub async fn record(
     write_json(&out.join("manifest.json"), &manifest)?;
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let request = request(Arc::clone(&workflow), input, file);
+    let request = request(
+        Arc::clone(&workflow),
+        input,
+        file,
+        crate::wiring::local_caller(),
+    );
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
         Err(e) => return Err(crate::commands::run::failed(&wired.runtime, run_id, e).await),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use application::load::LoadRules;
 use application::{Cancel, RunOutcome, RunRequest, Runtime};
-use domain::{RunId, RunStatus, WorkflowDef};
+use domain::{Caller, RunId, RunStatus, WorkflowDef};
 use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
@@ -129,7 +129,7 @@ pub async fn run(
     crate::note(&format!("run {run_id}"));
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let request = request(workflow, input, file);
+    let request = request(workflow, input, file, crate::wiring::local_caller());
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
         Err(e) => return Err(failed(&wired.runtime, run_id, e).await),
@@ -168,12 +168,18 @@ pub async fn failed(runtime: &Runtime, run_id: RunId, e: application::ExecutorEr
     Failure::Run(anyhow!("{error:#}{hint}"))
 }
 
-/// What to run: `workflow`, read from `file`, on `input`.
-pub fn request(workflow: Arc<WorkflowDef>, input: Value, file: &Path) -> RunRequest {
+/// What to run: `workflow`, read from `file`, on `input`, started by `by`.
+pub fn request(
+    workflow: Arc<WorkflowDef>,
+    input: Value,
+    file: &Path,
+    by: Option<Caller>,
+) -> RunRequest {
     RunRequest {
         workflow,
         input,
         source: Some(source_of(file)),
+        started_by: by,
     }
 }
 

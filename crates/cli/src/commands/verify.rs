@@ -267,6 +267,7 @@ async fn replay(
             workflow,
             input: manifest.input.clone(),
             source: None,
+            started_by: None,
         })
         .await
         .map_err(|e| Failure::Replay(anyhow!("the replay cannot run: {e}")))?;

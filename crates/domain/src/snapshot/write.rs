@@ -64,6 +64,7 @@ impl RunSnapshot {
             agent_sessions,
             last_offset,
             started_at,
+            started_by,
             updated_at,
             failure,
             node_runs,
@@ -106,6 +107,9 @@ impl RunSnapshot {
         if let Some(at) = started_at {
             w.key("startedAt");
             at.write_json(w.buf)?;
+        }
+        if let Some(by) = started_by {
+            w.value("startedBy", by)?;
         }
         if let Some(at) = updated_at {
             w.key("updatedAt");

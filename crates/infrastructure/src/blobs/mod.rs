@@ -809,6 +809,7 @@ mod record_tests {
                     source: None,
                     nodes: vec![NodeId::new("a").unwrap()],
                     edges: vec![],
+                    started_by: None,
                 },
             ),
             event(

@@ -75,7 +75,7 @@ async fn a_command_reaches_the_writer_and_its_answer_comes_back() {
             })
             .await;
     };
-    let (answer, ()) = tokio::join!(control.deliver(run, &command), writer);
+    let (answer, ()) = tokio::join!(control.deliver(run, &command, None), writer);
     assert_eq!(
         answer.unwrap(),
         CommandReply {
@@ -86,6 +86,44 @@ async fn a_command_reaches_the_writer_and_its_answer_comes_back() {
     );
 }
 
+/// The sender's name travels with its command, and a bare line (an older
+/// sender's, or one typed into the socket) is a command by nobody named.
+#[tokio::test]
+async fn who_sent_a_command_reaches_the_writer_with_it() {
+    let (_tmp, control, run) = setup(ControlConfig::default());
+    let mut listener = control.listen(run).await.unwrap();
+    let pause = json!({"type": "pause"});
+    let alice = domain::Caller::new("alice@host").unwrap();
+    let writer = async {
+        let d = listener.commands.recv().await.unwrap();
+        assert_eq!(d.raw, pause, "the command as sent, not its envelope");
+        assert_eq!(
+            d.by.as_ref().map(domain::Caller::as_str),
+            Some("alice@host")
+        );
+        d.reply
+            .send(CommandReply {
+                accepted: true,
+                offset: 3,
+                error: None,
+            })
+            .await;
+    };
+    let (answer, ()) = tokio::join!(control.deliver(run, &pause, Some(alice.clone())), writer);
+    assert!(answer.unwrap().accepted);
+
+    assert_eq!(
+        parse_line(br#"{"type":"pause"}"#),
+        (json!({"type": "pause"}), None)
+    );
+    // A name no caller can have is dropped, the command kept.
+    let (raw, by) = parse_line(br#"{"command":{"type":"pause"},"by":"a\nb"}"#);
+    assert_eq!((raw, by), (json!({"type": "pause"}), None));
+    // Another key beside `command`: not an envelope, recorded whole.
+    let odd = json!({"command": 1, "type": "x"});
+    assert_eq!(parse_line(odd.to_string().as_bytes()), (odd, None));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_clients_at_once_each_get_their_own_answer() {
     let (_tmp, control, run) = setup(ControlConfig::default());
@@ -93,7 +131,7 @@ async fn twenty_clients_at_once_each_get_their_own_answer() {
     let clients: Vec<_> = (0..20u64)
         .map(|n| {
             let control = control.clone();
-            tokio::spawn(async move { (n, control.deliver(run, &json!({ "n": n })).await) })
+            tokio::spawn(async move { (n, control.deliver(run, &json!({ "n": n }), None).await) })
         })
         .collect();
     // Every command is taken before any is answered: all twenty are in flight
@@ -124,7 +162,7 @@ async fn the_socket_is_0600_in_a_0700_directory() {
 #[tokio::test]
 async fn no_socket_means_no_writer() {
     let (_tmp, control, run) = setup(ControlConfig::default());
-    let err = control.deliver(run, &json!({"type": "pause"})).await;
+    let err = control.deliver(run, &json!({"type": "pause"}), None).await;
     assert!(
         matches!(err, Err(ControlError::NoWriter(r)) if r == run),
         "{err:?}"
@@ -139,7 +177,7 @@ async fn a_stale_socket_means_no_writer_and_is_replaced_by_the_next_listener() {
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists(), "a dead writer leaves its socket file");
 
-    let err = control.deliver(run, &json!({"type": "pause"})).await;
+    let err = control.deliver(run, &json!({"type": "pause"}), None).await;
     assert!(matches!(err, Err(ControlError::NoWriter(_))), "{err:?}");
 
     let mut listener = control.listen(run).await.unwrap();
@@ -148,7 +186,7 @@ async fn a_stale_socket_means_no_writer_and_is_replaced_by_the_next_listener() {
         d.reply.send(reply(3)).await;
     };
     let pause = json!({"type": "pause"});
-    let (answer, ()) = tokio::join!(control.deliver(run, &pause), writer);
+    let (answer, ()) = tokio::join!(control.deliver(run, &pause, None), writer);
     assert_eq!(answer.unwrap(), reply(3));
 }
 
@@ -231,7 +269,7 @@ async fn an_oversized_line_is_refused_and_never_delivered() {
     ));
 
     let big = json!({"type": "send", "message": "y".repeat(2000)});
-    let err = control.deliver(run, &big).await.unwrap_err();
+    let err = control.deliver(run, &big, None).await.unwrap_err();
     assert!(matches!(err, ControlError::Protocol(_)), "{err}");
     assert!(err.to_string().contains("limit of 1024 bytes"), "{err}");
     assert!(matches!(
@@ -272,7 +310,7 @@ async fn dropping_the_listener_removes_the_socket_and_leaves_no_writer() {
     assert!(path.exists());
     drop(listener);
     assert!(!path.exists());
-    let err = control.deliver(run, &json!({"type": "pause"})).await;
+    let err = control.deliver(run, &json!({"type": "pause"}), None).await;
     assert!(matches!(err, Err(ControlError::NoWriter(_))), "{err:?}");
 }
 
@@ -292,7 +330,7 @@ async fn dropping_an_old_listener_keeps_a_newer_socket() {
         d.reply.send(reply(2)).await;
     };
     let pause = json!({"type": "pause"});
-    let (answer, ()) = tokio::join!(control.deliver(run, &pause), writer);
+    let (answer, ()) = tokio::join!(control.deliver(run, &pause, None), writer);
     assert_eq!(answer.unwrap(), reply(2));
 }
 
@@ -323,7 +361,7 @@ async fn an_answer_is_passed_on_before_the_writer_can_exit() {
             })
         };
         ready.await.unwrap();
-        let answer = control.deliver(run, &json!({"type": "pause"})).await;
+        let answer = control.deliver(run, &json!({"type": "pause"}), None).await;
         assert_eq!(answer.unwrap(), reply(9));
         writer.join().unwrap();
     }
@@ -338,7 +376,7 @@ async fn a_dropped_reply_sender_means_no_writer() {
         drop(d.reply);
     };
     let pause = json!({"type": "pause"});
-    let (answer, ()) = tokio::join!(control.deliver(run, &pause), writer);
+    let (answer, ()) = tokio::join!(control.deliver(run, &pause, None), writer);
     assert!(
         matches!(answer, Err(ControlError::NoWriter(_))),
         "{answer:?}"
@@ -351,7 +389,7 @@ async fn a_command_still_queued_when_the_listener_drops_means_no_writer() {
     let listener = control.listen(run).await.unwrap();
     let client = {
         let control = control.clone();
-        tokio::spawn(async move { control.deliver(run, &json!({"type": "pause"})).await })
+        tokio::spawn(async move { control.deliver(run, &json!({"type": "pause"}), None).await })
     };
     while listener.commands.is_empty() {
         tokio::task::yield_now().await;
@@ -372,7 +410,7 @@ async fn a_writer_that_does_not_answer_in_time_is_an_io_error() {
     };
     let (_tmp, control, run) = setup(config);
     let mut listener = control.listen(run).await.unwrap();
-    let answer = control.deliver(run, &json!({"type": "pause"})).await;
+    let answer = control.deliver(run, &json!({"type": "pause"}), None).await;
     let held = listener.commands.try_recv().unwrap();
     let err = answer.unwrap_err();
     assert!(matches!(err, ControlError::Io(_)), "{err}");
@@ -386,7 +424,7 @@ async fn an_answer_that_is_not_a_reply_is_a_protocol_error() {
     let path = control.socket_path(run);
     let endpoint = fake_endpoint(&path, b"hello\n").await;
     let err = control
-        .deliver(run, &json!({"type": "pause"}))
+        .deliver(run, &json!({"type": "pause"}), None)
         .await
         .unwrap_err();
     assert!(matches!(err, ControlError::Protocol(_)), "{err}");
@@ -403,7 +441,7 @@ async fn a_refusal_by_the_endpoint_is_a_protocol_error_naming_why() {
     let path = control.socket_path(run);
     let endpoint = fake_endpoint(&path, b"{\"error\":\"too slow\"}\n").await;
     let err = control
-        .deliver(run, &json!({"type": "pause"}))
+        .deliver(run, &json!({"type": "pause"}), None)
         .await
         .unwrap_err();
     assert!(matches!(err, ControlError::Protocol(_)), "{err}");
@@ -417,7 +455,7 @@ async fn an_answer_cut_short_is_an_io_error() {
     let path = control.socket_path(run);
     let endpoint = fake_endpoint(&path, b"{\"accepted\":tr").await;
     let err = control
-        .deliver(run, &json!({"type": "pause"}))
+        .deliver(run, &json!({"type": "pause"}), None)
         .await
         .unwrap_err();
     assert!(matches!(err, ControlError::Io(_)), "{err}");
@@ -435,7 +473,7 @@ async fn a_path_too_long_for_a_socket_is_a_clear_error() {
     for err in [
         control.listen(run).await.unwrap_err(),
         control
-            .deliver(run, &json!({"type": "pause"}))
+            .deliver(run, &json!({"type": "pause"}), None)
             .await
             .unwrap_err(),
     ] {

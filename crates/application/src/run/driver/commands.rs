@@ -33,6 +33,7 @@ impl Driver {
             command: delivery.raw,
             accepted: error.is_none(),
             error: error.clone(),
+            by: delivery.by,
         };
         let event = self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;
@@ -65,6 +66,7 @@ impl Driver {
             command: serde_json::to_value(&command).unwrap_or_default(),
             accepted: true,
             error: None,
+            by: None,
         };
         self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;
@@ -81,6 +83,7 @@ impl Driver {
             command: serde_json::to_value(RuntimeCommand::Pause).unwrap_or_default(),
             accepted: true,
             error: None,
+            by: None,
         };
         self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;

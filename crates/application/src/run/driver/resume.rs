@@ -27,6 +27,7 @@ use crate::run::recorder::RUN_LEVEL;
 use crate::run::transcript::render_prompt;
 use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands, routing};
+use domain::Caller;
 use domain::command::DEFAULT_RESUME_MESSAGE;
 
 /// Events at the end of the log a resume keeps from its fold, to find the
@@ -112,9 +113,9 @@ impl Driver {
         driver.parent_pausing = parent_pausing;
         driver.tail = tail;
         let result = async {
-            let message = match &how {
-                Continue::Resume(message) => message.clone(),
-                Continue::Recover | Continue::Fork => DEFAULT_RESUME_MESSAGE.to_owned(),
+            let (message, by) = match &how {
+                Continue::Resume(message, by) => (message.clone(), by.clone()),
+                Continue::Recover | Continue::Fork => (DEFAULT_RESUME_MESSAGE.to_owned(), None),
             };
             let fork = matches!(how, Continue::Fork);
             // A fork (or a child forked with it) that has done nothing yet,
@@ -126,6 +127,7 @@ impl Driver {
                 .is_some_and(|f| driver.state().last_offset == f.offset + 1);
             let resumed = EventKind::FlowResumed {
                 message: Some(message.clone()),
+                by,
             };
             if let Some(stop) = driver.stop_under_way(how) {
                 let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
@@ -184,7 +186,7 @@ impl Driver {
             }),
             Stopping::Pause => match how {
                 Continue::Recover => Stop::Paused("paused by a command".to_owned()),
-                Continue::Resume(_) | Continue::Fork => return None,
+                Continue::Resume(..) | Continue::Fork => return None,
             },
         })
     }
@@ -197,10 +199,11 @@ impl Driver {
         workflow: Arc<WorkflowDef>,
         state: RunSnapshot,
         raw: Value,
+        by: Option<Caller>,
     ) -> Result<CommandReply, ExecutorError> {
         let cancel = Cancel::new();
         let mut driver = Self::open(ports, lock, None, workflow, state, cancel, false).await?;
-        driver.offline_command(raw).await
+        driver.offline_command(raw, by).await
     }
 
     /// Finishes the step the previous writer died in, read off the end of
@@ -400,6 +403,7 @@ impl Driver {
     pub(super) async fn offline_command(
         &mut self,
         raw: serde_json::Value,
+        by: Option<Caller>,
     ) -> Result<CommandReply, ExecutorError> {
         let verdict = commands::judge(self.state(), &self.workflow, &raw, false);
         let error = verdict.as_ref().err().cloned();
@@ -407,6 +411,7 @@ impl Driver {
             command: raw,
             accepted: error.is_none(),
             error: error.clone(),
+            by,
         };
         let event = self.rec.emit(RUN_LEVEL, received).await?;
         let reply = CommandReply {

@@ -32,6 +32,7 @@ pub fn started(
             source: None,
             nodes: vec![NodeId::new("a").unwrap()],
             edges: vec![],
+            started_by: None,
         },
     );
     e.timestamp = at_minute(minute);
@@ -57,7 +58,10 @@ fn status_event(run: RunId, offset: u64, status: RunStatus, minute: i64) -> Runt
         },
         RunStatus::Cancelled => EventKind::FlowCancelled { reason: None },
         RunStatus::Paused => EventKind::FlowPaused { reason: None },
-        _ => EventKind::FlowResumed { message: None },
+        _ => EventKind::FlowResumed {
+            message: None,
+            by: None,
+        },
     };
     let mut e = event(run, offset, kind);
     e.timestamp = at_minute(minute);
