@@ -56,6 +56,7 @@ async fn one_run(
     let _ = std::fs::remove_file(dir.join("gate"));
     let started = http
         .post(format!("{base}/workflows"))
+        .header("content-type", "application/json")
         .body(json!({"path": "burst.yaml"}).to_string())
         .send()
         .await
@@ -147,7 +148,9 @@ fn followers(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     workflow(dir.path());
     let awr = awr_tests::bench::release_awr();
-    let server = Served::start(&awr, dir.path().join("storage"), dir.path(), &[]);
+    // A thousand streams of one token: above the caps' defaults.
+    let caps = ["--max-streams", "1100", "--max-streams-per-token", "1100"];
+    let server = Served::start(&awr, dir.path().join("storage"), dir.path(), &caps);
     // The clients stand for browsers on other machines: on this one, they
     // take what CPU the server leaves, as the server's threads take what
     // the run leaves (awr serve lowers its own priority the same way).
@@ -158,7 +161,7 @@ fn followers(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = server.client();
     let mut group = c.benchmark_group("serve_followers");
     // One run per sample: with 1,000 followers a run streams 5 million
     // lines, seconds of wall time for a timed fraction of a second.

@@ -33,6 +33,7 @@ mod resume_cli;
 mod resume_http;
 mod secrets;
 mod serve;
+mod serve_security;
 mod sqlite_storage;
 mod stopping;
 mod subflow;

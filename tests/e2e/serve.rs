@@ -20,6 +20,13 @@ fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// A JSON body, said to be JSON (the server refuses any other).
+fn post_json(http: &reqwest::Client, url: String, body: &Value) -> reqwest::RequestBuilder {
+    http.post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+}
+
 /// A response body read a line (NDJSON) or an event (SSE) at a time.
 struct Reader {
     body: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,
@@ -111,13 +118,15 @@ async fn on_sqlite_a_run_streams_live_and_a_reconnect_continues_exactly() {
 
 async fn streams_live_and_a_reconnect_continues_exactly(awr: Awr) {
     let server = Served::start(awr_bin(), awr.storage_arg(), &repo_root(), &[]);
-    let http = client();
-    let started = http
-        .post(format!("{}/workflows", server.base))
-        .body(json!({"path": "examples/summarize.yaml"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let http = server.client();
+    let started = post_json(
+        &http,
+        format!("{}/workflows", server.base),
+        &json!({"path": "examples/summarize.yaml"}),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(started.status(), 201);
     let run = json_of(started).await["runId"].as_str().unwrap().to_owned();
     let events = http
@@ -199,7 +208,7 @@ async fn another_process_streams_live(awr: Awr) {
         })
     });
     let run = awr.run_ids().pop().unwrap();
-    let http = client();
+    let http = server.client();
     let url = format!("{}/workflows/{run}/events/sse", server.base);
     // One client leaves mid-run; the other stays to the end.
     let mut leaving = Reader::of(http.get(&url).send().await.unwrap());
@@ -236,13 +245,15 @@ async fn a_shutdown_pauses_the_servers_runs_ends_streams_and_resume_continues() 
     let gate = awr.dir.path().join("gate");
     gated_flow(awr.dir.path(), &gate);
     let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
-    let http = client();
-    let started = http
-        .post(format!("{}/workflows", server.base))
-        .body(json!({"path": "gated.yaml"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let http = server.client();
+    let started = post_json(
+        &http,
+        format!("{}/workflows", server.base),
+        &json!({"path": "gated.yaml"}),
+    )
+    .send()
+    .await
+    .unwrap();
     let started = json_of(started).await;
     let run = started["runId"].as_str().unwrap().to_owned();
     let mut stream = Reader::of(
@@ -278,25 +289,89 @@ async fn a_shutdown_pauses_the_servers_runs_ends_streams_and_resume_continues() 
     assert_eq!(awr.show_json(&run)["status"], "completed");
 }
 
+/// Without a token given, the server makes one and prints the page's
+/// address with it; every request needs it. `--no-auth` is refused on an
+/// address other machines reach, and warned of on loopback; a non-loopback
+/// address without TLS is warned of.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_non_loopback_bind_needs_a_token_and_a_token_is_asked_of_every_request() {
+async fn the_server_makes_a_token_unless_told_and_asks_it_of_every_request() {
     let awr = Awr::new();
-    let refused = awr.run(&["serve", "--addr", "0.0.0.0:0"]);
+    let refused = awr.run(&["serve", "--addr", "0.0.0.0:0", "--no-auth"]);
     assert_eq!(refused.code, 2);
-    assert!(refused.stderr.contains("--token"), "{}", refused.stderr);
-    let server = Served::start(
+    assert!(
+        refused.stderr.contains("--no-auth is refused"),
+        "{}",
+        refused.stderr
+    );
+    let server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
+    let token = server
+        .token
+        .clone()
+        .expect("the server prints the token it made");
+    assert_eq!(token.len(), 64, "256 bits as hex: {token}");
+    let url = format!("{}/workflows", server.base);
+    let bare = client().get(&url).send().await.unwrap();
+    assert_eq!(bare.status(), 401);
+    assert_eq!(json_of(bare).await["error"], "unauthorized");
+    let carried = client().get(&url).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(carried.status(), 200);
+    // Another start makes another token.
+    let again = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
+    assert_ne!(again.token, server.token);
+
+    let given = Served::start(
         awr_bin(),
         awr.storage(),
         awr.dir.path(),
         &["--token", "s3cret"],
     );
-    let http = client();
-    let url = format!("{}/workflows", server.base);
-    let bare = http.get(&url).send().await.unwrap();
-    assert_eq!(bare.status(), 401);
-    assert_eq!(json_of(bare).await["error"], "unauthorized");
-    let carried = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(given.token, None, "a token given is not printed");
+    let carried = client()
+        .get(url.replace(&server.base, &given.base))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(carried.status(), 200);
+
+    let open = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &["--no-auth"]);
+    let bare = client()
+        .get(format!("{}/workflows", open.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 200);
+    let unguarded = awr
+        .command(&["serve", "--addr", "127.0.0.1:0", "--no-auth"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let said = first_lines(unguarded, 3);
+    assert!(said.contains("warning: --no-auth"), "{said}");
+
+    let everywhere = awr
+        .command(&["serve", "--addr", "0.0.0.0:0", "--token", "s3cret"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let said = first_lines(everywhere, 3);
+    assert!(said.contains("without TLS"), "{said}");
+}
+
+/// The first `n` lines `child` prints on stderr; then it is killed.
+fn first_lines(mut child: std::process::Child, n: usize) -> String {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let lines: Vec<String> = std::io::BufReader::new(stderr)
+        .lines()
+        .take(n)
+        .map_while(Result::ok)
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    lines.join("\n")
 }
 
 /// A client that never finishes its request's head (slowloris) is cut off
@@ -312,7 +387,8 @@ async fn a_request_head_never_finished_is_cut_off() {
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
-    let healthz = client()
+    let healthz = server
+        .client()
         .get(format!("{}/healthz", server.base))
         .send()
         .await
@@ -349,7 +425,10 @@ async fn a_client_that_stops_reading_does_not_hold_a_shutdown() {
     let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
     let addr = server.base.trim_start_matches("http://").to_owned();
     let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let request = format!("GET /workflows/{run}/events HTTP/1.1\r\nHost: x\r\n\r\n");
+    let token = server.token.clone().unwrap();
+    let request = format!(
+        "GET /workflows/{run}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
     idle.write_all(request.as_bytes()).await.unwrap();
     // The stream has begun; then nothing more is read.
     let mut head = [0u8; 12];

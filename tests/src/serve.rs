@@ -1,6 +1,7 @@
 //! `awr serve` as a process on 127.0.0.1, for the end-to-end suite and the
 //! followers benchmark: started on a free port (`--addr 127.0.0.1:0`), its
-//! address read from the line it prints, and stopped with a signal.
+//! address and the token it made read from the lines it prints, and
+//! stopped with a signal.
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
@@ -12,6 +13,8 @@ pub struct Served {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
+    /// The token the server made (none when the flags gave one, or none).
+    pub token: Option<String>,
     /// What it printed on stderr after its address, line by line.
     pub stderr: std::sync::mpsc::Receiver<String>,
 }
@@ -39,13 +42,21 @@ impl Served {
             .spawn()
             .expect("spawn awr serve");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let base = loop {
-            let line = lines
+        let mut next = || {
+            lines
                 .next()
                 .expect("awr serve ended before it listened")
-                .expect("read awr serve's stderr");
-            if let Some(address) = line.strip_prefix("awr: listening on ") {
+                .expect("read awr serve's stderr")
+        };
+        let base = loop {
+            if let Some(address) = next().strip_prefix("awr: listening on ") {
                 break address.to_owned();
+            }
+        };
+        // Then the page's address, with the token it made in its fragment.
+        let token = loop {
+            if let Some(page) = next().strip_prefix("awr: open ") {
+                break page.split_once("#token=").map(|(_, t)| t.to_owned());
             }
         };
         let (tx, stderr) = std::sync::mpsc::channel();
@@ -57,8 +68,27 @@ impl Served {
         Self {
             child,
             base,
+            token,
             stderr,
         }
+    }
+
+    /// A client that sends the token the server made with every request.
+    ///
+    /// # Panics
+    /// When the client cannot be built.
+    #[allow(clippy::expect_used)]
+    pub fn client(&self) -> reqwest::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}").parse().expect("a header value");
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .expect("a reqwest client")
     }
 
     /// The process id, to signal it.

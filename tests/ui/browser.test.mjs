@@ -23,7 +23,7 @@ after(async () => {
 
 /** Opens a run's page through the proxy. */
 async function openRun(runId) {
-  await browser.page.goto(`${server.url}/#/runs/${runId}`);
+  await browser.page.goto(server.page(`#/runs/${runId}`));
 }
 
 const row = (nodeId) => `.node[data-node-id="${nodeId}"] > .row`;
@@ -93,7 +93,7 @@ describe('timeline', () => {
       const run = window.awrTimeline.view.timeline.root;
       return { events: run.events, lastOffset: run.lastOffset, duplicates: run.duplicates, gaps: run.gaps, opens: window.awrTimeline.view.stats.opens };
     });
-    const log = await (await fetch(`${server.base}/workflows/${runId}/events?offset=0`)).text();
+    const log = await (await fetch(`${server.base}/workflows/${runId}/events?offset=0`, { headers: server.auth })).text();
     const stored = log.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l)).filter((e) => typeof e.offset === 'number');
     assert.equal(stats.lastOffset, stored.length);
     assert.equal(stats.events, stored.length, 'every stored event folded once');
@@ -193,7 +193,7 @@ describe('timeline', () => {
     const { page } = browser;
     const runId = await server.start('flaky.yaml');
     await server.waitStatus(runId, 'failed');
-    await page.goto(`${server.url}/#/`);
+    await page.goto(server.page('#/'));
     await page.waitForSelector(`tr[data-run-id="${runId}"]`);
     const failed = Number(await page.textContent('.chip[data-status="failed"] b'));
     const listed = await server.api('/workflows?status=failed');

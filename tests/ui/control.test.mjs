@@ -27,7 +27,7 @@ const row = (nodeId) => `.node[data-node-id="${nodeId}"] > .row`;
 const node = (nodeId) => `.node[data-node-id="${nodeId}"]`;
 
 async function openRun(runId, page = browser.page) {
-  await page.goto(`${server.url}/#/runs/${runId}`);
+  await page.goto(server.page(`#/runs/${runId}`));
 }
 
 function shownStatus(page, status) {
@@ -197,7 +197,7 @@ describe('watching a live run', () => {
     const { page, context } = browser;
     const list = await context.newPage();
     try {
-      await list.goto(`${server.url}/#/`);
+      await list.goto(server.page('#/'));
       await list.waitForSelector('#runs');
       const run = await server.awrRun('live.yaml');
       await openRun(run.runId);

@@ -132,7 +132,7 @@ async function startProxy(port) {
  * holding `files` (path → text or JSON value). Returns the server's URL,
  * the proxy's URL (what the browser uses), and helpers.
  */
-export async function startServer(files = {}, { heartbeat } = {}) {
+export async function startServer(files = {}, { heartbeat, args: extra = [], env = {} } = {}) {
   const root = mkdtempSync(path.join(tmpdir(), 'awr-ui-'));
   const storage = path.join(root, 'storage');
   mkdirSync(path.join(root, 'gates'), { recursive: true });
@@ -145,20 +145,28 @@ export async function startServer(files = {}, { heartbeat } = {}) {
   const port = await freePort();
   const args = ['--storage', storage, 'serve', '--addr', `127.0.0.1:${port}`, '--root', root];
   if (heartbeat) args.push('--heartbeat', String(heartbeat));
-  const child = spawn(awrBin(), args, {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? 'warn' },
-  });
+  args.push(...extra);
+  // The server makes its own token unless the test gives flags that say otherwise.
+  const childEnv = { ...process.env, ...env };
+  delete childEnv.AWR_TOKEN;
+  const child = spawn(awrBin(), args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: childEnv });
   let output = '';
   child.stdout.on('data', (d) => (output += d));
   child.stderr.on('data', (d) => (output += d));
   let exited = null;
   child.on('exit', (code, signal) => (exited = { code, signal }));
   const base = `http://127.0.0.1:${port}`;
+  // The token the server made, from the page's address it prints (none
+  // with --no-auth).
+  const opened = await waitFor(() => {
+    if (exited) throw new Error(`awr serve exited (${JSON.stringify(exited)}): ${output}`);
+    return /awr: open http:\/\/\S+\/(#token=([0-9a-f]+))?\n/.exec(output);
+  }, { what: 'awr serve to print its address', timeout: 30_000 });
+  const token = opened[2] ?? null;
+  const auth = token ? { Authorization: `Bearer ${token}` } : {};
   await waitFor(async () => {
     if (exited) throw new Error(`awr serve exited (${JSON.stringify(exited)}): ${output}`);
-    const r = await fetch(`${base}/healthz`);
+    const r = await fetch(`${base}/healthz`, { headers: auth });
     return r.ok;
   }, { what: 'awr serve to answer /healthz', timeout: 30_000 });
   const proxy = await startProxy(port);
@@ -169,10 +177,23 @@ export async function startServer(files = {}, { heartbeat } = {}) {
     base,
     proxy,
     url: `http://127.0.0.1:${proxy.port}`,
+    token,
+    /** Headers that carry the server's token. */
+    auth,
+    /**
+     * The page's address at route `hash` (`#/runs/ID`), through the proxy,
+     * with the token as a user's first visit has it (the page moves it out
+     * of the address bar into the tab's storage).
+     */
+    page(hash = '#/') {
+      return token ? `${server.url}/?token=${token}${hash}` : `${server.url}/${hash}`;
+    },
     output: () => output,
     /** JSON from the server (not through the proxy); throws on an error status. */
     async api(pathname, body) {
-      const init = body === undefined ? {} : { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) };
+      const init = body === undefined
+        ? { headers: auth }
+        : { method: 'POST', headers: { ...auth, 'Content-Type': 'application/json' }, body: JSON.stringify(body) };
       const r = await fetch(`${base}${pathname}`, init);
       const text = await r.text();
       if (!r.ok) throw new Error(`${init.method ?? 'GET'} ${pathname}: ${r.status} ${text}`);

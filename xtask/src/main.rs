@@ -11,6 +11,8 @@
 //!   so the two cannot drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
 //!   (`bench-report` prints those again from the last results).
+//! - `fuzz-api`: schemathesis against a live `awr serve`, from its OpenAPI
+//!   description (`src/fuzz_api.rs`); `.ci/run` runs it after `ci`.
 //!
 //! The tidy test (`src/tidy.rs`) lives here too, so `cargo test` enforces
 //! the architecture's invariants on every run.
@@ -21,6 +23,7 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
+mod fuzz_api;
 #[cfg(test)]
 mod tidy;
 
@@ -31,8 +34,9 @@ fn main() -> ExitCode {
         "test" => test(),
         "bench" => bench(),
         "bench-report" => report(),
+        "fuzz-api" => fuzz_api::fuzz_api(),
         _ => {
-            eprintln!("usage: cargo xtask <test|ci|bench|bench-report>");
+            eprintln!("usage: cargo xtask <test|ci|bench|bench-report|fuzz-api>");
             return ExitCode::from(2);
         }
     };
@@ -343,10 +347,21 @@ fn report_fan_out() -> anyhow::Result<()> {
 }
 
 /// Where criterion writes its results: `criterion/` in the target
-/// directory cargo uses (`CARGO_TARGET_DIR`, a configured `target-dir`, or
-/// `target/` in the workspace), as `cargo metadata` reports it, so the
-/// report finds them whatever the target directory and working directory.
+/// directory (see [`target_dir`]).
 fn criterion_dir() -> anyhow::Result<&'static PathBuf> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let dir = target_dir()?.join("criterion");
+    Ok(DIR.get_or_init(|| dir))
+}
+
+/// The target directory cargo uses (`CARGO_TARGET_DIR`, a configured
+/// `target-dir`, or `target/` in the workspace), as `cargo metadata`
+/// reports it, so tasks find what cargo built whatever the target
+/// directory and working directory.
+fn target_dir() -> anyhow::Result<&'static PathBuf> {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     if let Some(dir) = DIR.get() {
         return Ok(dir);
@@ -368,7 +383,7 @@ fn criterion_dir() -> anyhow::Result<&'static PathBuf> {
     let target = metadata["target_directory"]
         .as_str()
         .context("`cargo metadata` names no target directory")?;
-    Ok(DIR.get_or_init(|| PathBuf::from(target).join("criterion")))
+    Ok(DIR.get_or_init(|| PathBuf::from(target)))
 }
 
 /// A file of criterion's results, `criterion/<rest>`.
@@ -581,7 +596,8 @@ mod tests {
     }
 
     /// `.ci/run` only prepares the machine and hands over to `cargo xtask
-    /// ci`: a step added to one cannot be missing from the other.
+    /// ci`, then `cargo xtask fuzz-api`: a step added to one cannot be
+    /// missing from the other.
     #[test]
     fn ci_run_calls_xtask_ci_and_runs_no_cargo_step_of_its_own() {
         let script = std::fs::read_to_string(workspace_root().join(".ci/run")).unwrap_or_default();
@@ -591,6 +607,10 @@ mod tests {
             .filter(|l| !l.starts_with('#'))
             .filter(|l| l.split_whitespace().any(|word| word == "cargo"))
             .collect();
-        assert_eq!(cargo_lines, ["exec cargo xtask ci"], "{script}");
+        assert_eq!(
+            cargo_lines,
+            ["cargo xtask ci", "exec cargo xtask fuzz-api"],
+            "{script}"
+        );
     }
 }

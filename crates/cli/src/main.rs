@@ -217,24 +217,9 @@ enum Command {
     },
     /// Serve the HTTP API and the timeline UI (docs/http.md) until SIGINT or
     /// SIGTERM, which pause the runs it writes (`awr resume` continues them).
-    Serve {
-        /// Address to listen on; a non-loopback address needs a token.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        addr: String,
-        /// Directory a workflow `path` of `POST /workflows` must be inside.
-        #[arg(long, value_name = "DIR", default_value = ".")]
-        root: PathBuf,
-        /// Bearer token every request must carry.
-        #[arg(long, env = "AWR_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Seconds of silence before a stream sends a heartbeat.
-        #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
-        heartbeat: u64,
-        /// Prune finished runs older than this (e.g. 30d) in the background,
-        /// as `awr prune --older-than` does: at start, then periodically.
-        #[arg(long, value_name = "DURATION", value_parser = commands::prune::parse_age)]
-        retention: Option<std::time::Duration>,
-    },
+    /// Every request needs a token: the one given, the named ones of a
+    /// tokens file, or one the server makes and prints (docs/security.md).
+    Serve(serve::Flags),
     /// Delete finished runs (completed, failed, cancelled) that ended longer
     /// ago than DURATION, with their child runs; prints each run deleted.
     Prune {
@@ -354,7 +339,7 @@ fn main() -> ExitCode {
 /// once, so it keeps a thread per core.
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     match command {
-        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     }
 }
@@ -455,21 +440,9 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             commands::control::command(&storage, &run, command).await
         }
-        Command::Serve {
-            addr,
-            root,
-            token,
-            heartbeat,
-            retention,
-        } => {
-            let config = serve::Config {
-                storage,
-                root,
-                token,
-                heartbeat: std::time::Duration::from_secs(heartbeat),
-                buffer: serve::BUFFER,
-            };
-            serve::serve(&addr, config, retention).await
+        Command::Serve(flags) => {
+            let (listen, config) = flags.settings(storage)?;
+            serve::serve(listen, config).await
         }
         Command::Prune {
             older_than,

@@ -1,37 +1,62 @@
-//! The bearer token: with one set, every request carries it, as
-//! `Authorization: Bearer TOKEN` or, for the browser's `EventSource` (which
-//! cannot set headers), as the query parameter `access_token=TOKEN`.
-//! Compared in constant time, so the time a refusal takes tells nothing of
-//! how much of a guess was right.
+//! The bearer token of a request: `Authorization: Bearer TOKEN` or, for
+//! the browser's `EventSource` (which cannot set headers), the query
+//! parameter `access_token=TOKEN`. [`check`] names the caller ([`Granted`],
+//! in the request's extensions) or refuses it (401); [`require`] refuses a
+//! caller whose token lacks the route's scope (403, naming it).
 
 use axum::extract::{Query, Request, State};
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
 
+use super::access::{Granted, Refusal, Scope};
 use super::{ApiError, App};
 
-/// Lets the request through when no token is set or it carries the token.
-pub async fn check(State(app): State<App>, request: Request, next: Next) -> Response {
-    let Some(token) = app.config().token.as_deref().filter(|t| !t.is_empty()) else {
-        return next.run(request).await;
-    };
-    let given = bearer(&request).or_else(|| query_token(&request));
-    match given {
-        Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {
+/// Lets the request through, naming its caller, when it carries one of
+/// the server's tokens (or none is needed).
+pub async fn check(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    let presented = bearer(&request).or_else(|| query_token(&request));
+    match app.config().access.check(presented.as_deref()) {
+        Ok(granted) => {
+            request.extensions_mut().insert(granted);
             next.run(request).await
         }
-        Some(_) => ApiError::new(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "the token is not the server's",
+        Err(refusal) => {
+            let (challenge, message) = match refusal {
+                Refusal::Wrong => (
+                    r#"Bearer error="invalid_token""#,
+                    "the token is not one of the server's",
+                ),
+                Refusal::Missing => (
+                    "Bearer",
+                    "this server needs a token: send `Authorization: Bearer TOKEN` (or `access_token=TOKEN` in the query)",
+                ),
+            };
+            let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
+            // RFC 6750: how to authenticate, and why the token given failed.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static(challenge),
+            );
+            response
+        }
+    }
+}
+
+/// The layer of a route that needs `scope`: 403 for a caller without it.
+pub async fn require(scope: Scope, request: Request, next: Next) -> Response {
+    match request.extensions().get::<Granted>() {
+        Some(granted) if granted.scopes.allow(scope) => next.run(request).await,
+        Some(granted) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "the token of `{}` lacks the `{scope}` scope this needs",
+                granted.name
+            ),
         )
         .into_response(),
-        None => ApiError::new(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "this server needs a token: send `Authorization: Bearer TOKEN` (or `access_token=TOKEN` in the query)",
-        )
-        .into_response(),
+        // `check` runs first: a route reached without it is a wiring mistake.
+        None => ApiError::internal("no caller was checked for this route").into_response(),
     }
 }
 

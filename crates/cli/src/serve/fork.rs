@@ -8,33 +8,63 @@ use application::fork::ForkRequest;
 use application::{Cancel, ExecutorError};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{Extension, Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::access::Granted;
+use super::answers::{ForkPoint, Forked, Urls};
 use super::error::parse_body;
-use super::runs::urls;
+use super::openapi::RunPath;
+use super::openapi::refusals::{BadRequest, Conflict, Internal, NotFound, Unavailable};
 use super::stream::{resolve, store_error};
 use super::{ApiError, App};
 use crate::Failure;
 use crate::commands::control::wired_for;
 
 /// The body of `POST /workflows/{id}/fork`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ForkBody {
-    /// The offset of the parent's last event the fork keeps (from 1).
+#[schema(example = json!({"at": 12, "input": "Sodium-ion batteries in 2026"}))]
+pub(super) struct ForkBody {
+    /// The offset of the parent's last event the fork keeps: from 1,
+    /// before the parent's terminal event.
+    #[schema(minimum = 1)]
     at: u64,
-    /// The input of what runs after the fork point; absent or null: the
+    /// The input of what runs after the fork point; absent or `null`: the
     /// parent's.
     input: Option<Value>,
 }
 
 /// `POST /workflows/{id}/fork` with `{"at": N, "input"?: ...}`.
+#[utoipa::path(
+    post,
+    path = "/workflows/{id}/fork",
+    tag = "runs",
+    operation_id = "forkRun",
+    summary = "Fork a run",
+    description = "A new run from this run's state at offset `at`, as `awr fork RUN --at N` \
+        makes it, run in the server's process. An `at` of 0, beyond the log or at its \
+        terminal event is 400, and so is a workflow file changed since the run started; \
+        no run is made then.",
+    params(RunPath),
+    request_body = ForkBody,
+    responses(
+        (status = 201, description = "The fork exists and is running.", body = Forked,
+            headers(("Location" = String, description = "The fork's URL: `/workflows/{id}`."))),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["control"]), ("access_token" = ["control"])),
+)]
 pub async fn fork(
     State(app): State<App>,
+    Extension(caller): Extension<Granted>,
     UrlPath(id): UrlPath<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -53,6 +83,7 @@ pub async fn fork(
         parent,
         at: body.at,
         input: body.input.filter(|i| !i.is_null()),
+        by: Some(caller.name),
     };
     let run_id = wired
         .runtime
@@ -75,12 +106,15 @@ pub async fn fork(
             Err(e) => tracing::warn!(run = %run_id, error = %e, "fork failed"),
         }
     });
-    let body = json!({
-        "runId": run_id,
-        "status": "running",
-        "forkedFrom": {"runId": parent, "offset": body.at},
-        "urls": urls(run_id),
-    });
+    let body = Forked {
+        forked_from: ForkPoint {
+            offset: body.at,
+            run_id: parent,
+        },
+        run_id,
+        status: "running",
+        urls: Urls::of(run_id),
+    };
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/workflows/{run_id}"))],

@@ -11,6 +11,8 @@ use axum::http::{HeaderValue, header};
 use futures::{Stream, StreamExt};
 use serde_json::json;
 
+use super::limits::Slot;
+
 /// Most frames sent to a client in one body chunk.
 const CHUNK_FRAMES: usize = 512;
 
@@ -117,12 +119,13 @@ where
 /// ready at once (a batch of history, live events that came while the
 /// client's last chunk was being written) go out as one chunk: a client
 /// costs a write per batch, not per event, and the busier the run, the
-/// larger the batches.
-pub(super) fn body<S>(frames: S, encode: fn(&Frame, &mut Vec<u8>)) -> Body
+/// larger the batches. The body holds its stream's `slot` until it ends.
+pub(super) fn body<S>(frames: S, encode: fn(&Frame, &mut Vec<u8>), slot: Slot) -> Body
 where
     S: Stream<Item = Frame> + Send + 'static,
 {
     Body::from_stream(frames.ready_chunks(CHUNK_FRAMES).map(move |batch| {
+        let _held = &slot;
         let mut out = Vec::new();
         for frame in &batch {
             encode(frame, &mut out);

@@ -8,8 +8,14 @@
 //!   their recorded pace; [`frame`] encodes what a stream sends;
 //!   [`transcript`] streams a run's transcript;
 //! - [`retention`]: `--retention`, pruning finished runs periodically;
-//! - [`auth`]: the bearer token a non-loopback bind requires;
-//! - [`ui`]: the embedded static files of the timeline.
+//! - [`guard`]: Host, Origin and content-type checks, so no web page can
+//!   drive the server; [`access`] and [`auth`]: the bearer tokens, each
+//!   naming its caller and its scopes; [`limits`]: the caps on streams;
+//!   [`accept`]: connections, their caps and TLS (docs/security.md);
+//! - [`ui`]: the embedded static files of the timeline;
+//! - [`openapi`]: the OpenAPI description of every route (`GET
+//!   /openapi.json`, `schema/openapi.json`), generated from the handlers and
+//!   the types of [`answers`], the JSON they send.
 //!
 //! The server holds one store for everything it reads and writes, so a run
 //! it writes wakes its followers at once; runs other processes write are
@@ -18,11 +24,17 @@
 //! stream with its terminal frame, and exits 0.
 
 mod accept;
+pub mod access;
+mod answers;
 mod auth;
 mod causal;
 mod error;
+mod flags;
 mod fork;
 mod frame;
+pub mod guard;
+pub mod limits;
+mod openapi;
 mod retention;
 mod runs;
 mod stream;
@@ -41,11 +53,18 @@ use std::time::Duration;
 use anyhow::anyhow;
 use application::ports::RunStore;
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use domain::RunId;
 use tokio::sync::watch;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::TraceLayer;
 
+pub use self::accept::TlsFiles;
+use self::access::{Access, Scope};
 pub use self::error::ApiError;
+pub use self::flags::Flags;
+use self::guard::Guard;
+use self::limits::{Limits, Streams};
 use self::stream::Hub;
 use crate::Failure;
 use crate::storage::Storage;
@@ -77,13 +96,50 @@ pub struct Config {
     pub storage: Storage,
     /// The directory a `path` of `POST /workflows` must stay inside.
     pub root: PathBuf,
-    /// The bearer token every request must carry, if any.
-    pub token: Option<String>,
+    /// Who may call, and what each caller may do.
+    pub access: Access,
     /// How long a stream stays silent before a heartbeat.
     pub heartbeat: Duration,
     /// Live events buffered per client of a run before it falls back to
     /// reading the store.
     pub buffer: usize,
+    /// The hosts and origins served besides the server's own.
+    pub guard: Guard,
+    /// Whether a workflow a client sends may run programs on this machine
+    /// (`--allow-inline-code`).
+    pub allow_inline_code: bool,
+    /// The caps on connections and streams.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// A server of `storage`, its workflows under `root`, callers let in by
+    /// `access`, everything else at its default.
+    pub fn new(storage: Storage, root: PathBuf, access: Access) -> Self {
+        Self {
+            storage,
+            root,
+            access,
+            heartbeat: Duration::from_secs(15),
+            buffer: BUFFER,
+            guard: Guard::default(),
+            allow_inline_code: false,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Where and how `awr serve` listens.
+#[derive(Debug, Clone, Default)]
+pub struct Listen {
+    /// `--addr`.
+    pub addr: String,
+    /// `--tls-cert` and `--tls-key`: serve HTTPS.
+    pub tls: Option<accept::TlsFiles>,
+    /// A token the server made itself, shown in the page's address it prints.
+    pub made_token: Option<String>,
+    /// `--retention`: prune finished runs older than this in the background.
+    pub retention: Option<Duration>,
 }
 
 /// The server's state, shared by every request. Cheap to clone.
@@ -96,6 +152,8 @@ struct Inner {
     store: Arc<dyn RunStore>,
     /// One follower of each run with clients, fanned out to them.
     hub: Hub,
+    /// The streams open now, against their caps.
+    streams: Arc<Streams>,
     /// Runs this process writes (started or resumed here), to pause them
     /// on shutdown.
     writing: Mutex<HashMap<RunId, tokio::task::JoinHandle<()>>>,
@@ -118,11 +176,13 @@ impl App {
             .map_err(|e| Failure::Input(anyhow!("--root {}: {e}", config.root.display())))?;
         let store = crate::wiring::store(&config.storage)?;
         let hub = Hub::new(Arc::clone(&store), config.buffer);
+        let streams = Streams::new(config.limits);
         let (stopping, _) = watch::channel(false);
         Ok(Self(Arc::new(Inner {
             config,
             store,
             hub,
+            streams,
             writing: Mutex::new(HashMap::new()),
             stopping,
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -144,6 +204,10 @@ impl App {
 
     fn hub(&self) -> &Hub {
         &self.0.hub
+    }
+
+    fn streams(&self) -> &Arc<Streams> {
+        &self.0.streams
     }
 
     fn writing(&self) -> MutexGuard<'_, HashMap<RunId, tokio::task::JoinHandle<()>>> {
@@ -192,6 +256,8 @@ impl App {
         self.0
             .closing
             .store(true, std::sync::atomic::Ordering::Release);
+        // The server's own user pauses them, as `awr pause` would.
+        let by = crate::wiring::local_caller();
         loop {
             let runs: Vec<RunId> = self.writing().keys().copied().collect();
             if runs.is_empty() {
@@ -199,7 +265,9 @@ impl App {
             }
             for &run_id in &runs {
                 let pause = serde_json::json!({"type": "pause"});
-                match crate::commands::control::deliver(self.storage(), run_id, &pause).await {
+                let paused =
+                    crate::commands::control::deliver(self.storage(), run_id, &pause, by.as_ref());
+                match paused.await {
                     Ok(reply) if reply.error.is_none() => {
                         tracing::info!(run = %run_id, "paused for shutdown");
                     }
@@ -221,6 +289,7 @@ impl App {
         }
         self.0.stopping.send_replace(true);
         tracing::info!(
+            streams = self.streams().open(),
             followers = self.hub().followers(),
             fallbacks = self.hub().fallbacks(),
             "streams ended"
@@ -228,73 +297,224 @@ impl App {
     }
 }
 
-/// Every route of the server, with its layers: auth (when a token is set;
-/// not for the UI's static page), a body limit, a timeout on the response head, request tracing, and
-/// every error as `{error, message}`.
+/// Every route of the server, with its layers, outermost first: request
+/// tracing (path and status, never a query or a header), every error as
+/// `{error, message}`, a timeout on the response head, a body limit, the
+/// [`guard`] (Host, Origin, JSON bodies), CORS for `--allow-origin`
+/// origins alone, the token ([`auth`]; not for the page, its files and
+/// the API's description, which hold no run data), and each route's scope.
 pub fn router(app: App) -> Router {
     use tower_http::limit::RequestBodyLimitLayer;
     use tower_http::timeout::TimeoutLayer;
-    use tower_http::trace::TraceLayer;
 
-    // The page and its script and style hold no run data: served without
-    // the token, so `/?token=T` can load them and pass the token on.
-    let page = Router::new()
-        .route("/", get(ui::index))
-        .route("/ui/{file}", get(ui::file));
-    let api = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/workflows", post(runs::start).get(runs::list))
-        .route("/workflows/{id}", get(runs::show))
-        .route("/workflows/{id}/events", get(stream::ndjson))
-        .route("/workflows/{id}/events/sse", get(stream::sse))
-        .route("/workflows/{id}/commands", post(runs::command))
-        .route("/workflows/{id}/fork", post(fork::fork))
-        .route("/workflows/{id}/transcript", get(transcript::transcript))
-        .route("/workflows/{id}/causal", get(causal::causal))
+    let page = routed(public_routes());
+    let api = routed(api_routes())
         .fallback(not_found)
         .with_state(app.clone())
-        .layer(axum::middleware::from_fn_with_state(app, auth::check));
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::check,
+        ));
+    let mut router = page.with_state(app.clone()).merge(api);
+    if let Some(cors) = cors(&app.config().guard) {
+        router = router.layer(cors);
+    }
     // The JSON errors outside the limits, so their refusals are JSON too.
-    page.merge(api)
+    router
+        .layer(axum::middleware::from_fn_with_state(app, guard::check))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
         .layer(axum::middleware::map_response(error::as_json))
-        .layer(TraceLayer::new_for_http())
+        .layer(traced())
 }
 
-async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({"status": "ok"}))
+/// The routes anyone may call: the page, its files and the API's
+/// description, which hold no run data. The description must name each
+/// route of this list and of [`api_routes`] (a test of `openapi` checks).
+fn public_routes() -> Vec<(&'static str, MethodRouter<App>)> {
+    vec![
+        ("/", get(ui::index)),
+        ("/ui/{file}", get(ui::file)),
+        ("/openapi.json", get(openapi::json)),
+    ]
+}
+
+/// The routes that need a token, each with the scope it needs.
+fn api_routes() -> Vec<(&'static str, MethodRouter<App>)> {
+    vec![
+        ("/healthz", get(healthz)),
+        (
+            "/workflows",
+            scoped(Scope::Start, post(runs::start)).merge(scoped(Scope::Read, get(runs::list))),
+        ),
+        ("/workflows/{id}", scoped(Scope::Read, get(runs::show))),
+        (
+            "/workflows/{id}/events",
+            scoped(Scope::Read, get(stream::ndjson)),
+        ),
+        (
+            "/workflows/{id}/events/sse",
+            scoped(Scope::Read, get(stream::sse)),
+        ),
+        (
+            "/workflows/{id}/commands",
+            scoped(Scope::Control, post(runs::command)),
+        ),
+        (
+            "/workflows/{id}/fork",
+            scoped(Scope::Control, post(fork::fork)),
+        ),
+        (
+            "/workflows/{id}/transcript",
+            scoped(Scope::Read, get(transcript::transcript)),
+        ),
+        (
+            "/workflows/{id}/causal",
+            scoped(Scope::Read, get(causal::causal)),
+        ),
+    ]
+}
+
+/// A router of `routes`.
+fn routed(routes: Vec<(&'static str, MethodRouter<App>)>) -> Router<App> {
+    routes
+        .into_iter()
+        .fold(Router::new(), |router, (path, route)| {
+            router.route(path, route)
+        })
+}
+
+/// `route`, for callers whose token has `scope` (403 otherwise).
+fn scoped(scope: Scope, route: MethodRouter<App>) -> MethodRouter<App> {
+    route.route_layer(axum::middleware::from_fn(move |request, next| {
+        auth::require(scope, request, next)
+    }))
+}
+
+/// CORS answers for the `--allow-origin` origins; none without them, so a
+/// browser lets no other page read an answer.
+fn cors(guard: &Guard) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderName, HeaderValue, Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins: Vec<HeaderValue> = guard
+        .origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    if origins.is_empty() {
+        return None;
+    }
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([header::LOCATION, header::RETRY_AFTER])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// Request tracing that names the method, the path and the status: never
+/// the query (`access_token=`) nor a header (`Authorization`).
+fn traced()
+-> TraceLayer<SharedClassifier<ServerErrorsAsFailures>, fn(&HttpRequest) -> tracing::Span> {
+    fn span(request: &HttpRequest) -> tracing::Span {
+        tracing::info_span!(
+            "request",
+            method = %request.method(),
+            path = request.uri().path(),
+        )
+    }
+    TraceLayer::new_for_http().make_span_with(span as fn(&_) -> _)
+}
+
+/// A request as the router takes it.
+type HttpRequest = axum::http::Request<axum::body::Body>;
+
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "server",
+    operation_id = "health",
+    summary = "Whether the server answers",
+    description = "`{\"status\":\"ok\"}`: the server answers, and the token is one of its own.",
+    responses((status = 200, description = "The server answers.", body = answers::Health)),
+    security(("bearer" = []), ("access_token" = [])),
+)]
+async fn healthz() -> axum::Json<answers::Health> {
+    axum::Json(answers::Health::OK)
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("no route {}", uri.path()))
 }
 
-/// `awr serve`: binds `addr`, serves until SIGINT or SIGTERM, then shuts
-/// down gracefully (see the module docs) and returns.
-/// With `retention`, runs that ended longer ago than it are pruned in the
-/// background (see `retention`).
-pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> Result<(), Failure> {
-    let addr: SocketAddr = addr
+/// `awr serve`: binds `listen.addr`, serves until SIGINT or SIGTERM, then
+/// shuts down gracefully (see the module docs) and returns. With
+/// `listen.retention`, runs that ended longer ago than it are pruned in
+/// the background (see `retention`).
+///
+/// Refused: `--no-auth` on an address other machines reach. Warned: no
+/// token at all (on every start), and a non-loopback address without TLS.
+pub async fn serve(listen: Listen, mut config: Config) -> Result<(), Failure> {
+    let addr: SocketAddr = listen
+        .addr
         .parse()
-        .map_err(|e| Failure::Input(anyhow!("--addr {addr}: {e}")))?;
-    if !addr.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
-        return Err(Failure::Input(anyhow!(
-            "--addr {addr} is not a loopback address: give a token with --token or AWR_TOKEN"
-        )));
+        .map_err(|e| Failure::Input(anyhow!("--addr {}: {e}", listen.addr)))?;
+    let loopback = addr.ip().is_loopback();
+    if !config.access.needs_token() {
+        if !loopback {
+            return Err(Failure::Input(anyhow!(
+                "--addr {addr} is not a loopback address: --no-auth is refused there; give tokens with --token, --tokens FILE or AWR_TOKEN"
+            )));
+        }
+        crate::note(
+            "awr: warning: --no-auth: any program on this machine, and any web page that gets past the Host and Origin checks, may start and control runs",
+        );
     }
-    let app = App::new(config)?;
+    let tls = match &listen.tls {
+        Some(files) => Some(files.acceptor().map_err(Failure::Input)?),
+        None => None,
+    };
+    if !loopback && tls.is_none() {
+        crate::note(&format!(
+            "awr: warning: {addr} is reachable from other machines and served without TLS: tokens and runs cross the network in clear; give --tls-cert and --tls-key"
+        ));
+    }
     let cannot_listen = |e: std::io::Error| Failure::Input(anyhow!("cannot listen on {addr}: {e}"));
     let listener = std::net::TcpListener::bind(addr).map_err(cannot_listen)?;
     listener.set_nonblocking(true).map_err(cannot_listen)?;
     let bound = listener.local_addr().map_err(cannot_listen)?;
+    config.guard.bound = Some(bound);
+    config.guard.tls = tls.is_some();
+    let limits = config.limits;
+    let app = App::new(config)?;
     let http = http_runtime()
         .map_err(|e| Failure::Run(anyhow!("cannot start the server's runtime: {e}")))?;
-    let _pruner = retention.map(|age| retention::spawn(&app, age));
-    crate::note(&format!("awr: listening on http://{bound}"));
+    let _pruner = listen.retention.map(|age| retention::spawn(&app, age));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    crate::note(&format!("awr: listening on {scheme}://{bound}"));
+    // The page's address, to open in a browser: a token the server made is
+    // in its fragment, which no request and no Referer carries, and the
+    // page moves it out of the address bar.
+    let shown = match bound.ip() {
+        ip if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+        }
+        _ => bound,
+    };
+    match &listen.made_token {
+        Some(token) => crate::note(&format!("awr: open {scheme}://{shown}/#token={token}")),
+        None => crate::note(&format!("awr: open {scheme}://{shown}/")),
+    }
 
     let signal = application::Cancel::new();
     let _signals = crate::signals::notify_on_signal(signal.clone(), "shutting down");
@@ -311,7 +531,8 @@ pub async fn serve(addr: &str, config: Config, retention: Option<Duration>) -> R
     let router = router(app);
     let server = http.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        accept::serve(listener, router, async move { signal.cancelled().await }).await
+        let shutdown = async move { signal.cancelled().await };
+        accept::serve(listener, router, tls, limits, shutdown).await
     });
     let grace = async move {
         grace.cancelled().await;

@@ -2,25 +2,28 @@
 //! goes through what the command line uses (loading a workflow, the
 //! executor, `inspect`, `control::deliver`), so both behave the same.
 
-use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use application::inspect::run_view;
 use application::ports::Clock;
 use application::ports::RunQuery;
-use application::query::{Listed, RunFilter, STATUS_NAMES, find_runs, parse_status};
+use application::query::{RunFilter, STATUS_NAMES, find_runs, parse_status};
 use application::{Cancel, ExecutorError};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::{EventKind, RunId, RunStatus, RuntimeCommand, WorkflowDef};
+use domain::{Caller, EventKind, RunId, RunStatus, RuntimeCommand, WorkflowDef};
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::access::Granted;
+use super::answers::{Accepted, Counts, Row, RunList, Started};
 use super::error::parse_body;
+use super::openapi::refusals::{BadRequest, Conflict, Forbidden, Internal, NotFound, Unavailable};
+use super::openapi::{CommandBody, RunPath, Snapshot, WorkflowSource};
 use super::stream::{resolve, store_error};
 use super::{ApiError, App};
 use crate::Failure;
@@ -34,43 +37,51 @@ use crate::storage::Storage;
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
-/// Statuses a run can be listed with; `counts` always names these.
-const STATUSES: [&str; 6] = [
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "paused",
-    "interrupted",
-];
-
-/// The body of `POST /workflows`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /workflows`: one of `path` and `workflow`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct StartBody {
-    /// A workflow file, under the server's root.
+#[schema(example = json!({"path": "examples/summarize.yaml", "input": "- fact one\n- fact two"}))]
+pub(super) struct StartBody {
+    /// A workflow file, under the server's root (`--root`).
     path: Option<String>,
     /// The workflow itself: its text (YAML or JSON), or a JSON object.
+    /// It may not run programs or reach files of the server's machine
+    /// unless the server was started with `--allow-inline-code`.
+    #[schema(value_type = Option<WorkflowSource>)]
     workflow: Option<Value>,
-    /// The run's input; absent or null: the workflow's own `input`.
+    /// The run's input; absent or `null`: the workflow's own `input`.
+    /// Nested at most 100 levels deep.
     input: Option<Value>,
-}
-
-/// The URLs of a run's resources.
-pub(super) fn urls(run_id: RunId) -> Value {
-    let base = format!("/workflows/{run_id}");
-    json!({
-        "self": base,
-        "events": format!("{base}/events"),
-        "sse": format!("{base}/events/sse"),
-        "transcript": format!("{base}/transcript"),
-        "commands": format!("{base}/commands"),
-    })
 }
 
 /// `POST /workflows`: loads the workflow as `awr run` does and starts it
 /// in this process; `201` once the run exists.
-pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
+#[utoipa::path(
+    post,
+    path = "/workflows",
+    tag = "runs",
+    operation_id = "startRun",
+    summary = "Start a run",
+    description = "Loads the workflow (a file under `--root` by `path`, or inline) and \
+        checks it as `awr run` does, then runs it in the server's process. The run goes \
+        on whatever happens to the client.",
+    request_body = StartBody,
+    responses(
+        (status = 201, description = "The run exists and is running.", body = Started,
+            headers(("Location" = String, description = "The run's URL: `/workflows/{id}`."))),
+        (status = 400, response = BadRequest),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["start"]), ("access_token" = ["start"])),
+)]
+pub async fn start(
+    State(app): State<App>,
+    Extension(caller): Extension<Granted>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     app.admit()?;
     let body: StartBody = parse_body(&body)?;
     let (file, inline) = match (body.path, body.workflow) {
@@ -97,6 +108,9 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
             .replace(&root, "the server's root (--root)");
         ApiError::bad_request(message)
     })?;
+    if inline && !app.config().allow_inline_code {
+        refuse_host_reach(&workflow)?;
+    }
     let input = match body.input {
         Some(input) if !input.is_null() => input,
         _ => workflow.input.clone().unwrap_or(Value::Null),
@@ -114,7 +128,7 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
         .create()
         .await
         .map_err(|e| ApiError::internal(format!("cannot create the run: {e}")))?;
-    let request = request(workflow, input, &file);
+    let request = request(workflow, input, &file, Some(caller.name));
     app.write(run_id, async move {
         match wired
             .runtime
@@ -132,13 +146,31 @@ pub async fn start(State(app): State<App>, body: Bytes) -> Result<Response, ApiE
             }
         }
     });
-    let body = json!({"runId": run_id, "status": "running", "urls": urls(run_id)});
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/workflows/{run_id}"))],
-        Json(body),
+        Json(Started::new(run_id)),
     )
         .into_response())
+}
+
+/// 403 for a workflow a client sent that would do something to this
+/// machine (run a program, read its files, ...; see
+/// [`WorkflowDef::host_reach`]): only the operator's own workflows, by
+/// `path`, may, unless the server was started with `--allow-inline-code`.
+fn refuse_host_reach(workflow: &WorkflowDef) -> Result<(), ApiError> {
+    let reach = workflow.host_reach();
+    if reach.is_empty() {
+        return Ok(());
+    }
+    let what: Vec<String> = reach.iter().map(ToString::to_string).collect();
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "an inline workflow may not reach this machine ({}); start it by `path` from the server's root, or start the server with --allow-inline-code",
+            what.join("; ")
+        ),
+    ))
 }
 
 /// `path` inside `root` (canonical): a path that leaves it, by `..`, by
@@ -232,23 +264,51 @@ fn save_inline(storage: &Storage, workflow: Value) -> Result<PathBuf, ApiError> 
     Ok(file)
 }
 
-/// The query of `GET /workflows`.
-#[derive(Debug, Deserialize)]
+/// The query of `GET /workflows`. Each is read as text and checked here,
+/// so a bad value is a 400 naming it; the description says what is valid.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only runs with one of these statuses.
+    #[param(value_type = Option<Vec<super::openapi::ShownStatus>>, style = Form, explode = false, min_items = 1)]
     status: Option<String>,
+    /// Only runs of the workflow with this name.
     workflow: Option<String>,
+    /// Only runs started then or later: an RFC 3339 time, or a duration
+    /// ago (`2h`, `7d`).
+    #[param(example = "2h")]
     since: Option<String>,
+    /// Runs per page: 1 to 1000 (default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+    /// The `next` of the previous page: the runs after that one.
+    #[param(value_type = Option<String>, format = Uuid)]
     after: Option<String>,
 }
 
 /// `GET /workflows?status=S&workflow=NAME&since=T&limit=N&after=ID`: newest
 /// first, selected as `awr runs` selects (`application::query`), with the
 /// count of each status over every run.
+#[utoipa::path(
+    get,
+    path = "/workflows",
+    tag = "runs",
+    operation_id = "listRuns",
+    summary = "List runs",
+    description = "Runs newest first, selected as `awr runs` selects, a page at a time, \
+        with the count of each status over every run.",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of runs.", body = RunList),
+        (status = 400, response = BadRequest),
+        (status = 500, response = Internal),
+    ),
+    security(("bearer" = ["read"]), ("access_token" = ["read"])),
+)]
 pub async fn list(
     State(app): State<App>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunList>, ApiError> {
     let limit = match query.limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(text) => match text.parse::<usize>() {
@@ -290,17 +350,13 @@ pub async fn list(
         .query_runs(&RunQuery::default())
         .await
         .map_err(store_error)?;
-    let mut counts: BTreeMap<&str, u64> = STATUSES.iter().map(|s| (*s, 0)).collect();
+    let mut counts = Counts::default();
     for run in &every {
-        let status = match run.status {
-            None => "corrupt",
-            Some(RunStatus::Running) => match store.has_writer(run.run_id).await {
-                Ok(false) => "interrupted",
-                _ => "running",
-            },
-            Some(status) => status.as_str(),
+        let writer = match run.status {
+            Some(RunStatus::Running) => !matches!(store.has_writer(run.run_id).await, Ok(false)),
+            _ => false,
         };
-        *counts.entry(status).or_default() += 1;
+        counts.add(run.status, writer);
     }
     let after = match query.after.as_deref() {
         None | Some("") => None,
@@ -326,35 +382,35 @@ pub async fn list(
         .map_err(store_error)?;
     let next = if listed.len() > limit {
         listed.truncate(limit);
-        listed
-            .last()
-            .map(|run| Value::String(run.run_id().to_string()))
+        listed.last().map(|run| run.run_id().to_string())
     } else {
         None
     };
-    let runs: Vec<Value> = listed.iter().map(row).collect();
-    Ok(Json(json!({
-        "runs": runs,
-        "counts": counts,
-        "next": next.unwrap_or(Value::Null),
-    })))
-}
-
-/// One run of the list.
-fn row(run: &Listed) -> Value {
-    let snapshot = run.view.as_ref().ok().map(|v| &v.snapshot);
-    json!({
-        "runId": run.run_id(),
-        "workflow": snapshot.map(|s| s.workflow.name.clone()),
-        "status": run.status(),
-        "startedAt": snapshot.and_then(|s| s.started_at),
-        "updatedAt": snapshot.and_then(|s| s.updated_at),
-        "lastOffset": snapshot.map(|s| s.last_offset),
-        "parentRunId": run.summary.parent,
-    })
+    Ok(Json(RunList {
+        counts,
+        next,
+        runs: listed.iter().map(Row::of).collect(),
+    }))
 }
 
 /// `GET /workflows/{id}`: the snapshot, as `awr show RUN --json` prints it.
+#[utoipa::path(
+    get,
+    path = "/workflows/{id}",
+    tag = "runs",
+    operation_id = "showRun",
+    summary = "Show a run",
+    description = "The run's snapshot, as `awr show RUN --json` prints it, its `status` as \
+        shown (`interrupted` for a run recorded `running` that no process writes).",
+    params(RunPath),
+    responses(
+        (status = 200, description = "The run's snapshot.", body = Snapshot),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = Internal),
+    ),
+    security(("bearer" = ["read"]), ("access_token" = ["read"])),
+)]
 pub async fn show(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
@@ -389,8 +445,32 @@ fn executor_error(e: ExecutorError) -> ApiError {
 /// process writes continues it here. `202 {accepted, offset}`, or the
 /// reason it was refused (400 for a command that is not one, 409 for one
 /// the run cannot take now; recorded, `offset` says where).
+#[utoipa::path(
+    post,
+    path = "/workflows/{id}/commands",
+    tag = "runs",
+    operation_id = "commandRun",
+    summary = "Give a run a command",
+    description = "`pause`, `cancel`, `resume`, `send` or `reply`, as the CLI's commands: to \
+        the process writing the run, or recorded by the server when none does. A `resume` \
+        of a paused or interrupted run continues it in the server's process. A command the \
+        run refuses is recorded all the same and answered 409 (400 when it is not a command \
+        at all), `offset` saying where; a command to an ended run is 409 and recorded nowhere.",
+    params(RunPath),
+    request_body = CommandBody,
+    responses(
+        (status = 202, description = "The run took the command.", body = Accepted),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["control"]), ("access_token" = ["control"])),
+)]
 pub async fn command(
     State(app): State<App>,
+    Extension(caller): Extension<Granted>,
     UrlPath(id): UrlPath<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -407,17 +487,13 @@ pub async fn command(
     if let Ok(RuntimeCommand::Resume { message }) = &parsed
         && !store.has_writer(run_id).await.map_err(store_error)?
     {
-        return resume(&app, run_id, message.clone()).await;
+        return resume(&app, run_id, message.clone(), caller.name).await;
     }
-    let reply = deliver(app.storage(), run_id, &raw)
+    let reply = deliver(app.storage(), run_id, &raw, Some(&caller.name))
         .await
         .map_err(executor_error)?;
     match reply.error {
-        None => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"accepted": true, "offset": reply.offset})),
-        )
-            .into_response()),
+        None => Ok((StatusCode::ACCEPTED, Json(Accepted::at(reply.offset))).into_response()),
         Some(why) if parsed.is_err() => Err(ApiError::bad_request(why).recorded_at(reply.offset)),
         Some(why) => Err(ApiError::conflict(why).recorded_at(reply.offset)),
     }
@@ -425,7 +501,12 @@ pub async fn command(
 
 /// Continues `run_id` in this process, as `awr resume` would; answers once
 /// its `flow:resumed` is on record (or why it was refused).
-async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Response, ApiError> {
+async fn resume(
+    app: &App,
+    run_id: RunId,
+    message: Option<String>,
+    by: Caller,
+) -> Result<Response, ApiError> {
     app.admit()?;
     let store = std::sync::Arc::clone(app.store());
     let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()))
@@ -440,7 +521,7 @@ async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Res
     app.write(run_id, async move {
         let outcome = wired
             .runtime
-            .resume(run_id, workflow, message, Cancel::new())
+            .resume(run_id, workflow, message, Some(by), Cancel::new())
             .await;
         if let Err(e) = &outcome {
             tracing::warn!(run = %run_id, error = %e, "resume failed");
@@ -465,9 +546,5 @@ async fn resume(app: &App, run_id: RunId, message: Option<String>) -> Result<Res
             _ => return Err(ApiError::conflict(format!("run {run_id} was not resumed"))),
         },
     };
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"accepted": true, "offset": offset})),
-    )
-        .into_response())
+    Ok((StatusCode::ACCEPTED, Json(Accepted::at(offset))).into_response())
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use application::inspect::run_view;
 use application::ports::{RunStore, StoreError};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{RunId, RuntimeEvent};
@@ -32,7 +32,10 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use tokio::sync::broadcast;
 
+use super::access::Granted;
 use super::frame::{Frame, body, stream_headers, with_heartbeats};
+use super::openapi::refusals::{BadRequest, Internal, NotFound, Unavailable};
+use super::openapi::{RunPath, SseEvent};
 use super::{ApiError, App};
 use crate::commands::inspect::{Read, read_log};
 use crate::commands::replay::{MAX_WAIT, Pace, parse_speed};
@@ -479,14 +482,47 @@ async fn shown_status(store: &dyn RunStore, run_id: RunId) -> String {
 }
 
 /// `GET /workflows/{id}/events?offset=N`: NDJSON.
+#[utoipa::path(
+    get,
+    path = "/workflows/{id}/events",
+    tag = "streams",
+    operation_id = "streamEvents",
+    summary = "Stream a run's events (NDJSON)",
+    description = "The events after the cursor from the run's log, then each new event as \
+        it is recorded, then after the run's terminal event a terminal frame \
+        (`{\"type\":\"end\",\"status\":…,\"lastOffset\":…}`), and the body ends. One stored \
+        event JSON per line, its `offset` the cursor; `{\"type\":\"heartbeat\"}` lines while \
+        idle. A paused or interrupted run's stream stays open.",
+    params(
+        RunPath,
+        ("offset" = Option<u64>, Query, description = "Send the events after this offset (default 0: the whole history)."),
+        ("replay" = Option<f64>, Query, exclusive_minimum = 0,
+            description = "Send the history at the pace it was recorded times this speed (each wait at most 5 s), then live."),
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Overrides `offset`, as a reconnecting client sends it."),
+    ),
+    responses(
+        (status = 200, description = "The stream: one JSON value per line.", body = String,
+            content_type = "application/x-ndjson", headers(
+                ("Cache-Control" = String, description = "`no-cache`."),
+                ("X-Accel-Buffering" = String, description = "`no`, so a proxy does not buffer it."),
+            )),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["read"]), ("access_token" = ["read"])),
+)]
 pub async fn ndjson(
     State(app): State<App>,
+    Extension(caller): Extension<Granted>,
     Path(id): Path<String>,
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let pace = query.pace()?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
+    let slot = app.streams().take(&caller.name)?;
     let frames = match opening {
         Opening::Finished { status, last } => {
             let end = Frame::End {
@@ -503,7 +539,7 @@ pub async fn ndjson(
     };
     Ok((
         stream_headers("application/x-ndjson"),
-        body(frames, Frame::ndjson),
+        body(frames, Frame::ndjson, slot),
     )
         .into_response())
 }
@@ -511,8 +547,39 @@ pub async fn ndjson(
 /// `GET /workflows/{id}/events/sse?offset=N`: server-sent events; a
 /// client that has the whole of a finished run gets 204, which tells a
 /// browser's `EventSource` not to reconnect.
+#[utoipa::path(
+    get,
+    path = "/workflows/{id}/events/sse",
+    tag = "streams",
+    operation_id = "streamEventsSse",
+    summary = "Stream a run's events (server-sent events)",
+    description = "The same stream as `/events`, as server-sent events: each event is `id: \
+        <offset>` and `data: <the stored event JSON>`; the terminal frame is `event: end`, \
+        heartbeats `event: heartbeat`, neither with an `id:`.",
+    params(
+        RunPath,
+        ("offset" = Option<u64>, Query, description = "Send the events after this offset (default 0: the whole history)."),
+        ("replay" = Option<f64>, Query, exclusive_minimum = 0,
+            description = "Send the history at the pace it was recorded times this speed (each wait at most 5 s), then live."),
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Overrides `offset`: what a browser's `EventSource` sends when it reconnects."),
+    ),
+    responses(
+        (status = 200, description = "The stream of server-sent events.", body = SseEvent,
+            content_type = "text/event-stream", headers(
+                ("Cache-Control" = String, description = "`no-cache`."),
+                ("X-Accel-Buffering" = String, description = "`no`, so a proxy does not buffer it."),
+            )),
+        (status = 204, description = "The client has every event of a finished run: nothing more will come, and `EventSource` does not reconnect."),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["read"]), ("access_token" = ["read"])),
+)]
 pub async fn sse(
     State(app): State<App>,
+    Extension(caller): Extension<Granted>,
     Path(id): Path<String>,
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
@@ -522,11 +589,12 @@ pub async fn sse(
     let Opening::Stream { after, last } = opening else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
+    let slot = app.streams().take(&caller.name)?;
     let every = app.config().heartbeat;
     let frames = with_heartbeats(played(app, run_id, after, last, pace), every);
     Ok((
         stream_headers("text/event-stream"),
-        body(frames, Frame::sse),
+        body(frames, Frame::sse, slot),
     )
         .into_response())
 }

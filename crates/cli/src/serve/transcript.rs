@@ -1,10 +1,13 @@
 //! `GET /workflows/{id}/transcript`: a run's exchange transcript over HTTP.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
+use super::access::Granted;
 use super::frame::{Frame, body, stream_headers, with_heartbeats};
+use super::openapi::RunPath;
+use super::openapi::refusals::{BadRequest, Internal, NotFound, Unavailable};
 use super::stream::{StreamQuery, resolve};
 use super::{ApiError, App};
 use crate::commands::transcript::{Line, lines};
@@ -13,8 +16,35 @@ use crate::commands::transcript::{Line, lines};
 /// as stored (NDJSON); with `follow`, then new lines until the run's
 /// `run.completed` or until no process writes the run (heartbeats
 /// meanwhile), or the server shuts down.
+#[utoipa::path(
+    get,
+    path = "/workflows/{id}/transcript",
+    tag = "streams",
+    operation_id = "streamTranscript",
+    summary = "A run's exchange transcript (NDJSON)",
+    description = "The transcript's lines as stored, one per line; with `follow=true`, then \
+        each line as it is written, until the run's `run.completed` line or until no \
+        process writes the run, with `{\"type\":\"heartbeat\"}` lines while idle.",
+    params(
+        RunPath,
+        ("follow" = Option<bool>, Query, description = "Go on with the lines written after the request (`true`, `1` or empty; `false` or `0`: not)."),
+    ),
+    responses(
+        (status = 200, description = "The transcript: one JSON value per line.", body = String,
+            content_type = "application/x-ndjson", headers(
+                ("Cache-Control" = String, description = "`no-cache`."),
+                ("X-Accel-Buffering" = String, description = "`no`, so a proxy does not buffer it."),
+            )),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearer" = ["read"]), ("access_token" = ["read"])),
+)]
 pub async fn transcript(
     State(app): State<App>,
+    Extension(caller): Extension<Granted>,
     Path(id): Path<String>,
     Query(query): Query<StreamQuery>,
 ) -> Result<Response, ApiError> {
@@ -34,6 +64,7 @@ pub async fn transcript(
             "run {run_id} has no transcript"
         )));
     }
+    let slot = app.streams().take(&caller.name)?;
     let mut stopping = app.stopping();
     let follow = follow.then(|| (std::sync::Arc::clone(app.store()), run_id));
     let transcript = lines(path, follow)
@@ -62,7 +93,7 @@ pub async fn transcript(
     let every = app.config().heartbeat;
     Ok((
         stream_headers("application/x-ndjson"),
-        body(with_heartbeats(transcript, every), Frame::ndjson),
+        body(with_heartbeats(transcript, every), Frame::ndjson, slot),
     )
         .into_response())
 }

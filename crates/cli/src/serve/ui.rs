@@ -7,6 +7,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
+use super::openapi::refusals::NotFound;
 
 /// Every file the UI may load: name, content type, contents.
 const FILES: &[(&str, &str, &str)] = &[
@@ -53,11 +54,43 @@ const FILES: &[(&str, &str, &str)] = &[
 ];
 
 /// `GET /`: the page.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "page",
+    operation_id = "page",
+    summary = "The timeline page",
+    description = "The page to watch runs in a browser (with a token, open `/?token=TOKEN` \
+        once). It holds no run data.",
+    responses(
+        (status = 200, description = "The page.", body = String, content_type = "text/html"),
+    ),
+    security(()),
+)]
 pub async fn index() -> Response {
     serve("index.html")
 }
 
 /// `GET /ui/{file}`.
+#[utoipa::path(
+    get,
+    path = "/ui/{file}",
+    tag = "page",
+    operation_id = "pageFile",
+    summary = "A file of the timeline page",
+    description = "The page's scripts and style sheet, embedded in the binary. They hold no \
+        run data.",
+    params(("file" = String, Path, description = "The file's name, such as `app.js` or `app.css`.")),
+    responses(
+        (status = 200, description = "The file.", content(
+            (String = "text/javascript"),
+            (String = "text/css"),
+            (String = "text/html"),
+        )),
+        (status = 404, response = NotFound),
+    ),
+    security(()),
+)]
 pub async fn file(Path(name): Path<String>) -> Response {
     serve(&name)
 }

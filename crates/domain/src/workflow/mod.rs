@@ -10,14 +10,18 @@
 
 mod agents;
 mod duration;
+mod grant;
 mod graph;
 mod nodes;
 mod parse;
+mod reach;
 mod syntax;
 mod workdir;
 
 pub use duration::Timeout;
+pub use grant::{NetTarget, ToolGrant};
 pub use graph::LoopBody;
+pub use reach::HostReach;
 pub use workdir::{Workdir, workdir_outside};
 
 use std::collections::BTreeMap;
@@ -156,9 +160,9 @@ pub struct AgentDef {
     /// The agent's role and instructions; the only context it gets besides its input.
     #[serde(default)]
     pub system_prompt: String,
-    /// Tools granted to the agent.
+    /// Tools granted to the agent, each with the settings of its grant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<String>,
+    pub tools: Vec<ToolGrant>,
     /// Upper bound on model turns in one invocation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
@@ -228,6 +232,11 @@ impl AgentDef {
         self.api_key_env
             .as_deref()
             .or_else(|| self.provider.default_key_env())
+    }
+
+    /// The names of the tools granted, in the order written.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|grant| grant.name.as_str())
     }
 
     /// An agent of `provider` with every other setting at its default.

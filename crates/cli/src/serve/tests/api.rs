@@ -2,6 +2,7 @@
 //! runs, and the embedded UI.
 
 use super::*;
+use crate::serve::access::Access;
 
 #[tokio::test]
 async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
@@ -207,19 +208,18 @@ async fn with_a_token_every_request_carries_it() {
 }
 
 #[tokio::test]
-async fn a_non_loopback_bind_without_a_token_is_refused() {
+async fn no_auth_is_refused_on_a_non_loopback_bind() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        storage: crate::storage::Storage::Files(dir.path().join("storage")),
-        root: dir.path().to_path_buf(),
-        token: None,
-        heartbeat: Duration::from_secs(15),
-        buffer: 16,
+    let storage = crate::storage::Storage::Files(dir.path().join("storage"));
+    let config = Config::new(storage, dir.path().to_path_buf(), Access::Open);
+    let listen = crate::serve::Listen {
+        addr: "0.0.0.0:0".to_owned(),
+        ..Default::default()
     };
-    let Err(crate::Failure::Input(e)) = crate::serve::serve("0.0.0.0:0", config, None).await else {
-        panic!("a non-loopback bind without a token must be refused");
+    let Err(crate::Failure::Input(e)) = crate::serve::serve(listen, config).await else {
+        panic!("--no-auth on a non-loopback bind must be refused");
     };
-    assert!(e.to_string().contains("--token"), "{e}");
+    assert!(e.to_string().contains("--no-auth is refused"), "{e}");
 }
 
 #[tokio::test]
@@ -339,6 +339,7 @@ async fn the_list_selects_by_workflow_and_start_and_refuses_bad_values() {
             source: None,
             nodes: vec![],
             edges: vec![],
+            started_by: None,
         })
         .await;
     let nightly = json_body(s.get("/workflows?workflow=nightly").await).await;

@@ -14,10 +14,12 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use super::access::Access;
 use super::{App, Config, router};
 
 mod api;
 mod fork;
+mod security;
 mod stream;
 
 /// A server over a fresh storage, its root the repository (for `examples/`).
@@ -27,17 +29,25 @@ struct Server {
 }
 
 fn server_with(token: Option<&str>, buffer: usize, heartbeat: Duration) -> Server {
+    let access = match token {
+        Some(token) => Access::single(token),
+        None => Access::Open,
+    };
+    configured(access, |config| {
+        config.buffer = buffer;
+        config.heartbeat = heartbeat;
+    })
+}
+
+/// A server over a fresh storage, callers let in by `access`, its other
+/// settings as `set` makes them.
+fn configured(access: Access, set: impl FnOnce(&mut Config)) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let app = App::new(Config {
-        storage: crate::storage::Storage::Files(dir.path().join("storage")),
-        root,
-        token: token.map(str::to_owned),
-        heartbeat,
-        buffer,
-    })
-    .ok()
-    .unwrap();
+    let storage = crate::storage::Storage::Files(dir.path().join("storage"));
+    let mut config = Config::new(storage, root, access);
+    set(&mut config);
+    let app = App::new(config).ok().unwrap();
     Server { _dir: dir, app }
 }
 
@@ -46,7 +56,14 @@ fn server() -> Server {
 }
 
 impl Server {
-    async fn request(&self, request: Request<Body>) -> axum::response::Response {
+    /// `request` through the router, sent to `127.0.0.1` unless it names
+    /// its own host.
+    async fn request(&self, mut request: Request<Body>) -> axum::response::Response {
+        if !request.headers().contains_key("host") {
+            request
+                .headers_mut()
+                .insert("host", "127.0.0.1".parse().unwrap());
+        }
         router(self.app.clone()).oneshot(request).await.unwrap()
     }
 
@@ -104,6 +121,7 @@ fn started() -> EventKind {
         source: None,
         nodes: vec![],
         edges: vec![],
+        started_by: None,
     }
 }
 

@@ -3,9 +3,40 @@
 
 // ---------------------------------------------------------------- requests
 
-/** `?token=` on the page is passed as `access_token=` on every request. */
-const token = new URLSearchParams(location.search).get('token');
+/**
+ * The server's token. The address `awr serve` prints carries it in the
+ * fragment (`/#token=T`; `/?token=T` is taken too): it is kept in this
+ * tab's session storage and taken out of the address bar at once, so it
+ * stays out of the history, of bookmarks and of any `Referer`.
+ */
+const TOKEN_KEY = 'awr.token';
 
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
+  const query = new URLSearchParams(location.search);
+  const given = fragment.get('token') ?? query.get('token');
+  if (given) {
+    try {
+      sessionStorage.setItem(TOKEN_KEY, given);
+    } catch {
+      // Storage refused (a private window's quota): the token lives in memory only.
+    }
+    query.delete('token');
+    const search = query.toString();
+    const hash = fragment.has('token') ? '#/' : location.hash;
+    history.replaceState(null, '', `${location.pathname}${search ? `?${search}` : ''}${hash}`);
+    return given;
+  }
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+const token = takeToken();
+
+/** `path` with the token as `access_token=`: for `EventSource`, which cannot send a header. */
 export function url(path) {
   if (!token) return path;
   return `${path}${path.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(token)}`;
@@ -15,17 +46,15 @@ export function url(path) {
 const REQUEST_TIMEOUT_MS = 15_000;
 
 export async function api(path, options = {}) {
-  const init = {
-    ...options,
-    headers: { Accept: 'application/json', ...(options.headers ?? {}) },
-    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-  };
+  const headers = { Accept: 'application/json', ...(options.headers ?? {}) };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const init = { ...options, headers, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
   if (options.json !== undefined) {
     init.method = init.method ?? 'POST';
     init.body = JSON.stringify(options.json);
     init.headers['Content-Type'] = 'application/json';
   }
-  const response = await fetch(url(path), init);
+  const response = await fetch(path, init);
   const text = await response.text();
   let body = null;
   try {
@@ -34,7 +63,8 @@ export async function api(path, options = {}) {
     body = null;
   }
   if (!response.ok) {
-    const message = body?.message ?? `${response.status} ${response.statusText}`;
+    let message = body?.message ?? `${response.status} ${response.statusText}`;
+    if (response.status === 401) message += ': open the address `awr serve` printed (it ends with #token=…)';
     throw new Error(message);
   }
   return body;
