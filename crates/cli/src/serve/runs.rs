@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use application::inspect::run_view;
 use application::ports::Clock;
-use application::ports::RunQuery;
+use application::ports::{RunQuery, RunStore};
 use application::query::{RunFilter, STATUS_NAMES, find_runs, parse_status};
 use application::{Cancel, ExecutorError};
 use axum::Json;
@@ -485,7 +485,7 @@ pub async fn command(
     store.last_offset(run_id).await.map_err(store_error)?;
     let parsed = RuntimeCommand::parse(&raw);
     if let Ok(RuntimeCommand::Resume { message }) = &parsed
-        && !store.has_writer(run_id).await.map_err(store_error)?
+        && writer_gone(store.as_ref(), run_id).await?
     {
         return resume(&app, run_id, message.clone(), caller.name).await;
     }
@@ -496,6 +496,28 @@ pub async fn command(
         None => Ok((StatusCode::ACCEPTED, Json(Accepted::at(reply.offset))).into_response()),
         Some(why) if parsed.is_err() => Err(ApiError::bad_request(why).recorded_at(reply.offset)),
         Some(why) => Err(ApiError::conflict(why).recorded_at(reply.offset)),
+    }
+}
+
+/// How long a `resume` of a run on record as paused waits for its writer,
+/// which has recorded the pause, to let go of the run.
+const PAUSED_WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether no process writes `run_id`. A writer that has recorded its
+/// pause is waited for while it winds down (at most
+/// [`PAUSED_WRITER_GRACE`]): a Resume clicked right after a Pause resumes
+/// the run, rather than going to a writer that is about to stop.
+async fn writer_gone(store: &dyn RunStore, run_id: RunId) -> Result<bool, ApiError> {
+    let deadline = tokio::time::Instant::now() + PAUSED_WRITER_GRACE;
+    loop {
+        if !store.has_writer(run_id).await.map_err(store_error)? {
+            return Ok(true);
+        }
+        let view = run_view(store, run_id).await.map_err(store_error)?;
+        if view.snapshot.status != RunStatus::Paused || tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 

@@ -277,6 +277,18 @@ async fn each_token_does_what_its_scopes_allow_and_its_name_is_recorded() {
     assert_eq!(received["type"], "command:received");
     assert_eq!(received["by"], "ops", "{received}");
     assert_eq!(received["accepted"], true);
+    // Its resume (here, in the server) names who resumed it.
+    let resumed = s
+        .request(post_as(OPS, &commands, r#"{"type": "resume"}"#))
+        .await;
+    assert_eq!(resumed.status(), StatusCode::ACCEPTED);
+    let resumed = loop {
+        let line = events.line().await.unwrap();
+        if line["type"] == "flow:resumed" {
+            break line;
+        }
+    };
+    assert_eq!(resumed["by"], "ops", "{resumed}");
     // No token, a wrong one: 401, which names no token, and says how to
     // authenticate (RFC 6750).
     let bare = s.get("/workflows").await;
