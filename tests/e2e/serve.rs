@@ -323,16 +323,27 @@ async fn the_server_makes_a_token_unless_told_and_asks_it_of_every_request() {
         awr_bin(),
         awr.storage(),
         awr.dir.path(),
-        &["--token", "s3cret"],
+        &["--token", GIVEN],
     );
     assert_eq!(given.token, None, "a token given is not printed");
     let carried = client()
         .get(url.replace(&server.base, &given.base))
-        .bearer_auth("s3cret")
+        .bearer_auth(GIVEN)
         .send()
         .await
         .unwrap();
     assert_eq!(carried.status(), 200);
+    // A short token is refused, from the flag or from the environment.
+    let short = awr.run(&["serve", "--addr", "127.0.0.1:0", "--token", "s3cret"]);
+    assert_eq!(short.code, 2, "{}", short.stderr);
+    assert!(short.stderr.contains("at least 32"), "{}", short.stderr);
+    let dir = awr.dir.path();
+    let short = awr.run_in(
+        dir,
+        &[("AWR_TOKEN", "s3cret")],
+        &["serve", "--addr", "127.0.0.1:0"],
+    );
+    assert_eq!(short.code, 2, "{}", short.stderr);
 
     let open = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &["--no-auth"]);
     let bare = client()
@@ -351,14 +362,21 @@ async fn the_server_makes_a_token_unless_told_and_asks_it_of_every_request() {
     assert!(said.contains("warning: --no-auth"), "{said}");
 
     let everywhere = awr
-        .command(&["serve", "--addr", "0.0.0.0:0", "--token", "s3cret"])
+        .command(&["serve", "--addr", "0.0.0.0:0", "--token", GIVEN])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let said = first_lines(everywhere, 3);
+    let said = first_lines(everywhere, 4);
     assert!(said.contains("without TLS"), "{said}");
+    assert!(
+        said.contains("--token is in this process's command line"),
+        "{said}"
+    );
 }
+
+/// A token given to the server in the tests below: long enough.
+const GIVEN: &str = "given-token-0123456789abcdef-0123456789";
 
 /// The first `n` lines `child` prints on stderr; then it is killed.
 fn first_lines(mut child: std::process::Child, n: usize) -> String {

@@ -34,8 +34,26 @@ pub struct LoadRules {
     pub tools: Vec<String>,
     /// A directory (canonical) every file a `call_workflow` names must lie
     /// in, symlinks resolved: a server's root, so that a workflow sent over
-    /// HTTP reads no other file (its error would quote it).
+    /// HTTP reads no other file (its error would quote it). With it, a
+    /// called file must also be named `.yaml`, `.yml` or `.json`.
     pub calls_within: Option<PathBuf>,
+    /// Places (canonical) no called file may lie in, though inside
+    /// `calls_within`: a server's storage, which keeps what clients send and
+    /// what runs write, so none of it is ever run as the operator's own.
+    pub calls_outside: Vec<PathBuf>,
+}
+
+/// The names a workflow file may have where [`LoadRules::calls_within`]
+/// holds: what a workflow is, not any file a caller would like read.
+pub const WORKFLOW_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// Whether `file` is named as a workflow file ([`WORKFLOW_EXTENSIONS`]).
+pub fn named_as_workflow(file: &Path) -> bool {
+    file.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        WORKFLOW_EXTENSIONS
+            .iter()
+            .any(|w| e.eq_ignore_ascii_case(w))
+    })
 }
 
 /// Why a workflow did not load. Every message names the file.
@@ -116,10 +134,11 @@ pub enum LoadError {
         /// The file it calls.
         callee: PathBuf,
     },
-    /// A called file that is not a file inside [`LoadRules::calls_within`]
+    /// A called file that is not a workflow file inside
+    /// [`LoadRules::calls_within`] and outside [`LoadRules::calls_outside`]
     /// (one that does not exist is told apart from one outside by nothing).
     #[error(
-        "{}: node `{node}` calls {}, which is not a workflow file under {}",
+        "{}: node `{node}` calls {}, which is not a workflow file (.yaml, .yml or .json) under {}, outside the server's storage",
         file.display(),
         callee.display(),
         root.display()
@@ -160,6 +179,21 @@ pub enum LoadError {
         /// Why the callee did not load.
         source: Box<LoadError>,
     },
+}
+
+impl LoadError {
+    /// The file whose text the error quotes (for a called workflow's, that
+    /// file, however deep): a parse error quotes what it could not read,
+    /// whatever the file holds. A server relays the message of such an
+    /// error only about what its client sent. The other errors are about a
+    /// file that reads as a workflow, and name only its paths and ids.
+    pub fn culprit(&self) -> Option<&Path> {
+        match self {
+            LoadError::Child { source, .. } => source.culprit(),
+            LoadError::Invalid { file, .. } | LoadError::UnknownTool { file, .. } => Some(file),
+            _ => None,
+        }
+    }
 }
 
 /// Reads and validates the workflow `file` and, recursively, the workflows
@@ -251,9 +285,12 @@ impl Loader<'_> {
             let node = node.id.to_string();
             let real = self.source.canonical(&callee);
             if let Some(root) = &self.rules.calls_within
-                && !real
-                    .as_ref()
-                    .is_some_and(|real| real.starts_with(root) && self.source.is_file(real))
+                && !real.as_ref().is_some_and(|real| {
+                    real.starts_with(root)
+                        && !self.rules.calls_outside.iter().any(|o| real.starts_with(o))
+                        && named_as_workflow(real)
+                        && self.source.is_file(real)
+                })
             {
                 let root = root.clone();
                 return Err(LoadError::CallOutside {

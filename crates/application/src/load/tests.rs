@@ -65,6 +65,7 @@ fn rules() -> LoadRules {
         project: PathBuf::from("/proj"),
         tools: vec!["read_file".into(), "shell".into()],
         calls_within: None,
+        calls_outside: Vec::new(),
     }
 }
 
@@ -293,42 +294,57 @@ fn every_file_is_read_through_the_source() {
     assert_eq!(loaded.name, "leaf");
 }
 
-/// With `calls_within` (a server's root), a call may name only a file
-/// inside it, symlinks resolved; one outside is never read (its text would
-/// be quoted in the error), and a missing one is told apart by nothing.
+/// With `calls_within` (a server's root), a call may name only a workflow
+/// file inside it, symlinks resolved, and outside `calls_outside` (the
+/// server's storage, where what clients send is kept); one elsewhere, or
+/// not named `.yaml`, `.yml` or `.json`, is never read (its text would be
+/// quoted in the error), and a missing one is told apart by nothing.
 #[test]
 fn calls_stay_within_the_root_they_are_given() {
     let mut files = Files::default()
         .with("/root/top.yaml", &caller("top", &["leaf.yaml"]))
         .with("/root/leaf.yaml", LEAF)
         .with("/etc/secret.yaml", LEAF)
+        .with("/root/storage/workflows/sent.yaml", LEAF)
+        .with("/root/notes.txt", LEAF)
         .with("/root/out.yaml", &caller("out", &["/etc/secret.yaml"]))
         .with("/root/up.yaml", &caller("up", &["../etc/secret.yaml"]))
         .with("/root/gone.yaml", &caller("gone", &["nothing.yaml"]))
-        .with("/root/linked.yaml", &caller("linked", &["link.yaml"]));
+        .with("/root/linked.yaml", &caller("linked", &["link.yaml"]))
+        .with(
+            "/root/stored.yaml",
+            &caller("stored", &["storage/workflows/sent.yaml"]),
+        )
+        .with("/root/text.yaml", &caller("text", &["notes.txt"]));
     files.links.insert(
         PathBuf::from("/root/link.yaml"),
         PathBuf::from("/etc/secret.yaml"),
     );
     let rules = LoadRules {
         calls_within: Some(PathBuf::from("/root")),
+        calls_outside: vec![PathBuf::from("/root/storage")],
         ..rules()
     };
     let top = load_workflow(&files, Path::new("/root/top.yaml"), &rules).unwrap();
     assert_eq!(children(&top)[0].name, "leaf");
-    for file in ["/root/out.yaml", "/root/linked.yaml", "/root/gone.yaml"] {
+    for file in [
+        "/root/out.yaml",
+        "/root/linked.yaml",
+        "/root/gone.yaml",
+        "/root/stored.yaml",
+        "/root/text.yaml",
+    ] {
         let err = load_workflow(&files, Path::new(file), &rules).unwrap_err();
         assert!(
             matches!(err, LoadError::CallOutside { .. }),
             "{file}: {err}"
         );
-        assert!(
-            err.to_string()
-                .contains("is not a workflow file under /root"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("under /root"), "{err}");
+        assert_eq!(err.culprit(), None, "names paths, quotes no text");
     }
     let up = load_workflow(&files, Path::new("/root/up.yaml"), &rules).unwrap_err();
     assert!(matches!(up, LoadError::CallOutside { .. }), "{up}");
     assert_eq!(files.reads("/etc/secret.yaml"), 0, "never read");
+    assert_eq!(files.reads("/root/storage/workflows/sent.yaml"), 0);
+    assert_eq!(files.reads("/root/notes.txt"), 0);
 }

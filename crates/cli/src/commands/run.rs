@@ -20,14 +20,16 @@ use crate::{Failure, progress::Progress, wiring};
 /// [`application::load::load_workflow`]), from disk, judging `workdir`s
 /// against the current directory. Any problem is bad input (exit 2).
 pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
-    load_workflow_calling(file, None)
+    load_workflow_calling(file, None, &[])
 }
 
 /// [`load_workflow`], with every `call_workflow` confined to `within` (a
-/// server's root) when given.
+/// server's root) when given, and kept out of `outside` (its storage). An
+/// error is the loader's ([`application::load::LoadError`]).
 pub fn load_workflow_calling(
     file: &Path,
     within: Option<&Path>,
+    outside: &[PathBuf],
 ) -> Result<Arc<WorkflowDef>, Failure> {
     let project = std::env::current_dir()
         .and_then(|d| d.canonicalize())
@@ -36,6 +38,7 @@ pub fn load_workflow_calling(
         project,
         tools: wiring::tools().names(),
         calls_within: within.map(Path::to_path_buf),
+        calls_outside: outside.to_vec(),
     };
     application::load::load_workflow(&WorkflowFiles, file, &rules)
         .map_err(|e| Failure::Input(anyhow::Error::new(e)))

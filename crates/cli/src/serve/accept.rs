@@ -3,6 +3,9 @@
 //!
 //! - **TLS** (`--tls-cert`, `--tls-key`): rustls, so a team can serve
 //!   across machines without a proxy.
+//! - **HTTP/1.1 only**, in clear and over TLS: hyper bounds the time of an
+//!   HTTP/1.1 head and of an idle kept-alive connection, and of nothing an
+//!   HTTP/2 connection does.
 //! - **A deadline for a request's head** ([`HEADER_TIMEOUT`]), for the
 //!   first byte of a connection, and for a TLS handshake: a client that
 //!   sends its headers a byte at a time (slowloris), or nothing at all, is
@@ -86,7 +89,7 @@ impl TlsFiles {
                 )
             })?;
         let mut config = config;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
 }
@@ -105,7 +108,10 @@ pub(super) async fn serve(
     let open = Arc::new(Semaphore::new(limits.connections.max(1)));
     let overflow = Arc::new(Semaphore::new(OVERFLOW));
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut builder = Builder::new(TokioExecutor::new());
+    // HTTP/1.1 alone: its head has a deadline hyper enforces, where an
+    // HTTP/2 connection (or a client still to say which it speaks) may sit
+    // idle for good; the page needs few connections (docs/security.md).
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -173,10 +179,18 @@ pub(super) async fn serve(
             Some(tls) => {
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await {
-                        Ok(Ok(stream)) => connection.serve(stream).await,
+                    // The handshake, then the first byte of a request, within
+                    // the head's deadline (hyper's starts at that byte).
+                    let opened = async {
+                        let mut stream = tokio::io::BufReader::new(tls.accept(stream).await?);
+                        let first = tokio::io::AsyncBufReadExt::fill_buf(&mut stream).await?;
+                        Ok::<_, std::io::Error>((!first.is_empty()).then_some(stream))
+                    };
+                    match tokio::time::timeout(HEADER_TIMEOUT, opened).await {
+                        Ok(Ok(Some(stream))) => connection.serve(stream).await,
+                        Ok(Ok(None)) => {}
                         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!("TLS handshake took too long"),
+                        Err(_) => tracing::debug!("TLS handshake or first request took too long"),
                     }
                 });
             }
@@ -212,7 +226,7 @@ impl Connection {
         let service = TowerToHyperService::new(self.router);
         let connection = self
             .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .serve_connection(TokioIo::new(io), service)
             .into_owned();
         if let Err(e) = self.watcher.watch(connection).await {
             tracing::debug!(error = %e, "connection ended with an error");

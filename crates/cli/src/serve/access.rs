@@ -145,10 +145,14 @@ impl Access {
     /// The tokens of `file`, which only its owner may read (see
     /// [`parse_tokens`] for its lines).
     pub fn from_file(file: &Path) -> anyhow::Result<Self> {
-        use std::os::unix::fs::PermissionsExt;
-        let meta =
-            std::fs::metadata(file).with_context(|| format!("--tokens {}", file.display()))?;
-        let mode = meta.permissions().mode();
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let named = || format!("--tokens {}", file.display());
+        // Judged on the file opened, not on its name: what is read is what
+        // was checked.
+        let mut opened = std::fs::File::open(file).with_context(named)?;
+        let meta = opened.metadata().with_context(named)?;
+        let mode = meta.mode();
         if mode & 0o077 != 0 {
             bail!(
                 "--tokens {}: other users may read it (mode {:o}); make it the owner's alone: chmod 600 {}",
@@ -157,8 +161,16 @@ impl Access {
                 file.display()
             );
         }
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("--tokens {}", file.display()))?;
+        let me = rustix::process::geteuid().as_raw();
+        if meta.uid() != me {
+            bail!(
+                "--tokens {}: it belongs to uid {}, not to this server's user (uid {me}), who alone may write it",
+                file.display(),
+                meta.uid()
+            );
+        }
+        let mut text = String::new();
+        opened.read_to_string(&mut text).with_context(named)?;
         let tokens = parse_tokens(&text).map_err(|e| anyhow!("{}:{e}", file.display()))?;
         Ok(Access::Tokens(tokens))
     }
@@ -373,6 +385,19 @@ mod tests {
         assert!(e.contains("chmod 600"), "{e}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(Access::from_file(&file).unwrap().needs_token());
+        // Another user's file is refused too, however private: its owner,
+        // not this server's, decides who is in it.
+        match std::os::unix::fs::chown(&file, Some(65534), None) {
+            Ok(()) => {
+                let e = Access::from_file(&file).unwrap_err().to_string();
+                assert!(e.contains("belongs to uid 65534"), "{e}");
+                std::os::unix::fs::chown(&file, Some(rustix::process::geteuid().as_raw()), None)
+                    .unwrap();
+            }
+            Err(e) => eprintln!(
+                "not checked: a file of another owner ({e}: the tests do not run as root)"
+            ),
+        }
         std::fs::write(&file, "alice read short\n").unwrap();
         let e = Access::from_file(&file).unwrap_err().to_string();
         assert!(e.starts_with(&format!("{}:1: ", file.display())), "{e}");

@@ -1,11 +1,11 @@
 //! The bearer token of a request: `Authorization: Bearer TOKEN` or, for
 //! the browser's `EventSource` (which cannot set headers), the query
-//! parameter `access_token=TOKEN`. [`check`] names the caller ([`Granted`],
+//! parameter `access_token=TOKEN` of a GET. [`check`] names the caller ([`Granted`],
 //! in the request's extensions) or refuses it (401); [`require`] refuses a
 //! caller whose token lacks the route's scope (403, naming it).
 
 use axum::extract::{Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -15,7 +15,10 @@ use super::{ApiError, App};
 /// Lets the request through, naming its caller, when it carries one of
 /// the server's tokens (or none is needed).
 pub async fn check(State(app): State<App>, mut request: Request, next: Next) -> Response {
-    let presented = bearer(&request).or_else(|| query_token(&request));
+    // In the query only where a browser's `EventSource` needs it, a GET: a
+    // URL copied from a stream, or kept in a proxy's log, changes nothing.
+    let readable = matches!(*request.method(), Method::GET | Method::HEAD);
+    let presented = bearer(&request).or_else(|| readable.then(|| query_token(&request)).flatten());
     match app.config().access.check(presented.as_deref()) {
         Ok(granted) => {
             request.extensions_mut().insert(granted);

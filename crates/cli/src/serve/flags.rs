@@ -9,6 +9,9 @@ use super::{Config, Listen, TlsFiles};
 use crate::Failure;
 use crate::storage::Storage;
 
+/// The shortest token `--token` or `AWR_TOKEN` may give: as a tokens file's.
+const MIN_TOKEN: usize = 32;
+
 /// `awr serve [FLAGS]`.
 #[derive(Debug, clap::Args)]
 pub struct Flags {
@@ -74,10 +77,23 @@ impl Flags {
     pub fn settings(self, storage: Storage) -> Result<(Listen, Config), Failure> {
         // A flag says more than the environment: `AWR_TOKEN` is the token
         // only when no flag says how callers are let in.
+        if self.token.is_some() {
+            crate::note(
+                "awr: warning: --token is in this process's command line, which other users of the machine can read; give it in AWR_TOKEN or a --tokens file",
+            );
+        }
         let token = self
             .token
             .or_else(|| std::env::var("AWR_TOKEN").ok())
             .filter(|t| !t.is_empty());
+        if let Some(token) = &token
+            && token.chars().count() < MIN_TOKEN
+        {
+            return Err(Failure::Input(anyhow::anyhow!(
+                "--token (or AWR_TOKEN) is {} characters long; use at least {MIN_TOKEN} (e.g. `openssl rand -hex 32`), or let the server make one",
+                token.chars().count()
+            )));
+        }
         let (access, made_token) = match (token, self.tokens) {
             _ if self.no_auth => (Access::Open, None),
             (_, Some(file)) => (Access::from_file(&file).map_err(Failure::Input)?, None),

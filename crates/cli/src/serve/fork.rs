@@ -60,7 +60,7 @@ pub(super) struct ForkBody {
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
-    security(("bearer" = ["control"]), ("access_token" = ["control"])),
+    security(("bearer" = ["control"])),
 )]
 pub async fn fork(
     State(app): State<App>,

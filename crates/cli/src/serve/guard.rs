@@ -114,13 +114,22 @@ fn normal_origin(scheme: &str, authority: &Authority) -> String {
     }
 }
 
-/// The authority the request was sent to: an HTTP/2 request's, or its Host.
+/// The authority the request was sent to: its URI's (an absolute-form
+/// request line), else its `Host`. `None` for none, for one with a user
+/// name (`evil@127.0.0.1`), or for a URI and a `Host` that disagree: what
+/// a browser never sends, and a proxy between could read otherwise.
 fn authority(request: &Request) -> Option<Authority> {
-    if let Some(authority) = request.uri().authority() {
-        return Some(authority.clone());
-    }
-    let host = request.headers().get(header::HOST)?.to_str().ok()?;
-    host.parse().ok()
+    let host = match request.headers().get(header::HOST) {
+        Some(host) => Some(host.to_str().ok()?.parse::<Authority>().ok()?),
+        None => None,
+    };
+    let authority = match (request.uri().authority(), host) {
+        (Some(uri), Some(host)) if *uri != host => return None,
+        (Some(uri), _) => uri.clone(),
+        (None, Some(host)) => host,
+        (None, None) => return None,
+    };
+    (!authority.as_str().contains('@')).then_some(authority)
 }
 
 /// Whether `Sec-Fetch-Site` says another site sent it.
@@ -176,7 +185,7 @@ pub async fn check(State(app): State<App>, request: Request, next: Next) -> Resp
 fn judge(guard: &Guard, request: &Request) -> Result<(), ApiError> {
     let Some(authority) = authority(request) else {
         return Err(ApiError::bad_request(
-            "the request names no host (a Host header is required)",
+            "the request names no host, or names it twice over (one Host header, no user name, the same as an absolute request line's)",
         ));
     };
     if !guard.serves(authority.host()) {
@@ -202,7 +211,7 @@ fn judge(guard: &Guard, request: &Request) -> Result<(), ApiError> {
                 return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!(
-                        "requests from the origin `{}` are refused: only {own} may call this server (more with --allow-origin)",
+                        "requests from the origin `{}` are refused: only {own} may call this server (more with --allow-origin; behind a TLS proxy, --allow-origin https://HOST)",
                         origin.escape_debug()
                     ),
                 ));

@@ -43,6 +43,7 @@ mod stream;
 mod tests;
 mod transcript;
 mod ui;
+mod workflow;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -53,10 +54,12 @@ use std::time::Duration;
 use anyhow::anyhow;
 use application::ports::RunStore;
 use axum::Router;
+use axum::http::HeaderValue;
 use axum::routing::{MethodRouter, get, post};
 use domain::RunId;
 use tokio::sync::watch;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 pub use self::accept::TlsFiles;
@@ -320,8 +323,7 @@ pub fn router(app: App) -> Router {
         router = router.layer(cors);
     }
     // The JSON errors outside the limits, so their refusals are JSON too.
-    router
-        .layer(axum::middleware::from_fn_with_state(app, guard::check))
+    hardened(router.layer(axum::middleware::from_fn_with_state(app, guard::check)))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -385,6 +387,29 @@ fn routed(routes: Vec<(&'static str, MethodRouter<App>)>) -> Router<App> {
         .fold(Router::new(), |router, (path, route)| {
             router.route(path, route)
         })
+}
+
+/// Headers on every answer that keep a browser from misusing it: no page
+/// may frame the timeline (a click on Cancel made for another page), it
+/// loads nothing but its own files, nothing is sniffed as another type,
+/// and no address leaves as a `Referer`.
+fn hardened(router: Router) -> Router {
+    use axum::http::header;
+    let headers = [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ];
+    headers.into_iter().fold(router, |router, (name, value)| {
+        router.layer(SetResponseHeaderLayer::if_not_present(
+            name,
+            HeaderValue::from_static(value),
+        ))
+    })
 }
 
 /// `route`, for callers whose token has `scope` (403 otherwise).

@@ -42,8 +42,8 @@ use refusals::Internal;
             method a path does not take 405 with `Allow` (`#/components/responses/NotFound`, \
             `#/components/responses/MethodNotAllowed`).\n\n\
             Every route but the page (`/`, `/ui/{file}`) and this description needs a token, \
-            as `Authorization: Bearer TOKEN` or the query parameter `access_token=TOKEN` (for \
-            `EventSource`, which cannot set headers); each token has scopes (`read`, \
+            as `Authorization: Bearer TOKEN` or, on a GET, the query parameter \
+            `access_token=TOKEN` (for `EventSource`, which cannot set headers); each token has scopes (`read`, \
             `control`, `start`), and each route names the one it needs.",
     ),
     paths(
@@ -92,7 +92,7 @@ impl Modify for Layers {
             "access_token",
             SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
                 "access_token",
-                "The token as a query parameter, for clients that cannot set headers (`EventSource`).",
+                "The token as a query parameter of a GET, for clients that cannot set headers (`EventSource`).",
             ))),
         );
         components.responses.extend(refusals::all());

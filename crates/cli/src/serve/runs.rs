@@ -2,8 +2,6 @@
 //! goes through what the command line uses (loading a workflow, the
 //! executor, `inspect`, `control::deliver`), so both behave the same.
 
-use std::path::{Component, Path, PathBuf};
-
 use application::inspect::run_view;
 use application::ports::Clock;
 use application::ports::{RunQuery, RunStore};
@@ -25,13 +23,13 @@ use super::error::parse_body;
 use super::openapi::refusals::{BadRequest, Conflict, Forbidden, Internal, NotFound, Unavailable};
 use super::openapi::{CommandBody, RunPath, Snapshot, WorkflowSource};
 use super::stream::{resolve, store_error};
+use super::workflow::{Draft, confined, refusal, refuse_host_reach, storage_places};
 use super::{ApiError, App};
 use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
 use crate::commands::inspect::snapshot_json;
 use crate::commands::query::Since;
 use crate::commands::run::{Wired, load_workflow_calling, request};
-use crate::storage::Storage;
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -75,7 +73,7 @@ pub(super) struct StartBody {
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
-    security(("bearer" = ["start"]), ("access_token" = ["start"])),
+    security(("bearer" = ["start"])),
 )]
 pub async fn start(
     State(app): State<App>,
@@ -84,33 +82,33 @@ pub async fn start(
 ) -> Result<Response, ApiError> {
     app.admit()?;
     let body: StartBody = parse_body(&body)?;
-    let (file, inline) = match (body.path, body.workflow) {
-        (Some(path), None) => (confined(&app.config().root, &path)?, false),
-        (None, Some(workflow)) => (save_inline(app.storage(), workflow)?, true),
+    let root = &app.config().root;
+    let storage = storage_places(app.storage());
+    let (file, draft) = match (body.path, body.workflow) {
+        (Some(path), None) => (confined(root, &storage, &path)?, None),
+        (None, Some(workflow)) => {
+            let draft = Draft::write(app.storage(), workflow)?;
+            (draft.path().to_path_buf(), Some(draft))
+        }
         _ => {
             return Err(ApiError::bad_request(
                 "give one of `path` (a workflow file under the server's root) and `workflow` (its YAML or JSON)",
             ));
         }
     };
-    // What a client sends calls no file outside the root (root is canonical).
-    let workflow = load_workflow_calling(&file, Some(&app.config().root)).map_err(|e| {
-        let mut message = format!("{:#}", e.error());
-        if inline {
-            // The saved copy's path means nothing to the client.
-            message = message.replace(&file.display().to_string(), "workflow");
+    // What a client sends calls no file outside the root (root is
+    // canonical), nor any in the storage.
+    let workflow = load_workflow_calling(&file, Some(root), &storage)
+        .map_err(|e| refusal(&e, draft.as_ref().map(Draft::path), root))?;
+    let file = match draft {
+        Some(draft) => {
+            if !app.config().allow_inline_code {
+                refuse_host_reach(&workflow)?;
+            }
+            draft.keep()?
         }
-        // Files are named as the client names them: under the root, whose
-        // place on the server's disk is none of its business.
-        let root = app.config().root.display().to_string();
-        let message = message
-            .replace(&format!("{root}/"), "")
-            .replace(&root, "the server's root (--root)");
-        ApiError::bad_request(message)
-    })?;
-    if inline && !app.config().allow_inline_code {
-        refuse_host_reach(&workflow)?;
-    }
+        None => file,
+    };
     let input = match body.input {
         Some(input) if !input.is_null() => input,
         _ => workflow.input.clone().unwrap_or(Value::Null),
@@ -152,116 +150,6 @@ pub async fn start(
         Json(Started::new(run_id)),
     )
         .into_response())
-}
-
-/// 403 for a workflow a client sent that would do something to this
-/// machine (run a program, read its files, ...; see
-/// [`WorkflowDef::host_reach`]): only the operator's own workflows, by
-/// `path`, may, unless the server was started with `--allow-inline-code`.
-fn refuse_host_reach(workflow: &WorkflowDef) -> Result<(), ApiError> {
-    let reach = workflow.host_reach();
-    if reach.is_empty() {
-        return Ok(());
-    }
-    let what: Vec<String> = reach.iter().map(ToString::to_string).collect();
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        format!(
-            "an inline workflow may not reach this machine ({}); start it by `path` from the server's root, or start the server with --allow-inline-code",
-            what.join("; ")
-        ),
-    ))
-}
-
-/// `path` inside `root` (canonical): a path that leaves it, by `..`, by
-/// being absolute elsewhere or through a symbolic link, is 403.
-fn confined(root: &Path, path: &str) -> Result<PathBuf, ApiError> {
-    let outside = || {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("path: `{path}` is outside the server's root (--root)"),
-        )
-    };
-    let joined = root.join(path);
-    // Judged by its words first, so nothing outside is even looked at.
-    let mut normal = PathBuf::new();
-    for part in joined.components() {
-        match part {
-            Component::ParentDir => {
-                if !normal.pop() {
-                    return Err(outside());
-                }
-            }
-            Component::CurDir => {}
-            other => normal.push(other),
-        }
-    }
-    if !normal.starts_with(root) {
-        return Err(outside());
-    }
-    let real = normal.canonicalize().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ApiError::not_found(format!("path: no file `{path}` under the server's root"))
-        } else {
-            ApiError::bad_request(format!("path: `{path}`: {e}"))
-        }
-    })?;
-    if !real.starts_with(root) {
-        return Err(outside());
-    }
-    if !real.is_file() {
-        return Err(ApiError::bad_request(format!(
-            "path: `{path}` is not a workflow file"
-        )));
-    }
-    Ok(real)
-}
-
-/// Keeps an inline workflow as a file of the storage
-/// (`workflows/<sha256>.yaml` or `.json`), so the run records where its
-/// definition is and `awr resume` can read it again.
-fn save_inline(storage: &Storage, workflow: Value) -> Result<PathBuf, ApiError> {
-    use sha2::{Digest, Sha256};
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-
-    let (text, extension) = match workflow {
-        Value::String(text) => (text, "yaml"),
-        object @ Value::Object(_) => (
-            serde_json::to_string_pretty(&object).map_err(|e| ApiError::internal(e.to_string()))?,
-            "json",
-        ),
-        _ => {
-            return Err(ApiError::bad_request(
-                "workflow: give the workflow's text (YAML or JSON) or a JSON object",
-            ));
-        }
-    };
-    let dir = storage.files().join("workflows");
-    let failed = |e: std::io::Error| ApiError::internal(format!("cannot keep the workflow: {e}"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(failed)?;
-    let hash = Sha256::digest(text.as_bytes());
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    let file = dir.join(format!("{hex}.{extension}"));
-    if !file.exists() {
-        // Written aside and renamed: a reader never sees half of it.
-        let partial = dir.join(format!(".{hex}.{}.tmp", std::process::id()));
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&partial)
-            .map_err(failed)?;
-        out.write_all(text.as_bytes()).map_err(failed)?;
-        drop(out);
-        std::fs::rename(&partial, &file).map_err(failed)?;
-    }
-    Ok(file)
 }
 
 /// The query of `GET /workflows`. Each is read as text and checked here,
@@ -466,7 +354,7 @@ fn executor_error(e: ExecutorError) -> ApiError {
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
-    security(("bearer" = ["control"]), ("access_token" = ["control"])),
+    security(("bearer" = ["control"])),
 )]
 pub async fn command(
     State(app): State<App>,

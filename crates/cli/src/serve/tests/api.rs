@@ -69,21 +69,28 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
     );
     // A directory is no workflow; a bad file is named as the client named
     // it, never by where the root is on the server's disk.
-    for (path, says) in [
-        (".", "path: `.` is not a workflow file"),
-        ("examples", "path: `examples` is not a workflow file"),
+    for (path, says, status, kind) in [
+        (
+            ".",
+            "path: `.` is not named as a workflow file",
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            "examples",
+            "path: `examples` is not named as a workflow file",
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
         (
             "tests/workflows/bad/call-missing-child.yaml",
             "tests/workflows/bad/call-missing-child.yaml: node `sub` calls",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
         ),
     ] {
         let body = json!({ "path": path });
-        let message = error(
-            s.post("/workflows", body.to_string()).await,
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-        )
-        .await;
+        let message = error(s.post("/workflows", body.to_string()).await, status, kind).await;
         assert!(message.starts_with(says), "{message}");
         let root = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).unwrap();
         assert!(!message.contains(&*root.to_string_lossy()), "{message}");
@@ -110,7 +117,7 @@ async fn bad_input_is_refused_with_a_json_error_never_a_panic() {
     )
     .await;
     assert!(
-        message.contains("calls /etc/passwd, which is not a workflow file under")
+        message.contains("calls /etc/passwd, which is not a workflow file")
             && !message.contains("root:"),
         "{message}"
     );

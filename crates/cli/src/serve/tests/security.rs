@@ -277,6 +277,18 @@ async fn each_token_does_what_its_scopes_allow_and_its_name_is_recorded() {
     assert_eq!(received["type"], "command:received");
     assert_eq!(received["by"], "ops", "{received}");
     assert_eq!(received["accepted"], true);
+    // A token in the query is taken on a GET alone (what `EventSource`
+    // needs): a URL copied from a stream commands nothing.
+    let by_query = Request::post(format!("{commands}?access_token={OPS}"))
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"type": "cancel"}"#))
+        .unwrap();
+    error(
+        s.request(by_query).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
     // Its resume (here, in the server) names who resumed it.
     let resumed = s
         .request(post_as(OPS, &commands, r#"{"type": "resume"}"#))
@@ -368,4 +380,128 @@ async fn streams_past_a_tokens_cap_are_refused_with_retry_after() {
     // A stream that ends gives its place back.
     drop(one);
     assert_eq!(s.get(&uri).await.status(), StatusCode::OK);
+}
+
+/// A root with the server's storage inside it, as `awr serve` run in a
+/// project with the defaults (`--root .`, `./storage`) has it; `files`
+/// are written under the root.
+fn project(files: &[(&str, &str)]) -> (tempfile::TempDir, Server) {
+    let root = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(root.path().join(name), text).unwrap();
+    }
+    let dir = root.path().to_path_buf();
+    let s = configured(Access::Open, move |config| {
+        config.storage = crate::storage::Storage::Files(dir.join("storage"));
+        config.root = dir;
+    });
+    (root, s)
+}
+
+/// A refused inline workflow leaves no file behind, and nothing the
+/// storage holds (a client's workflow, a run's input kept as a file) can
+/// be started by `path` or called as the operator's own.
+#[tokio::test]
+async fn nothing_in_the_storage_runs_as_the_operators_own() {
+    let (root, s) = project(&[]);
+    let marker = root.path().join("ran");
+    let refused = s.post("/workflows", touching(&marker)).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let kept = root.path().join("storage/workflows");
+    let left: Vec<_> = std::fs::read_dir(&kept)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "a refused workflow is not kept: {left:?}");
+    // Were it kept (or written there some other way), it would not run.
+    std::fs::create_dir_all(&kept).unwrap();
+    let planted = kept.join("planted.yaml");
+    let yaml = format!(
+        "name: planted\nsteps:\n  - {{id: touch, command: \"touch {}\"}}\n",
+        marker.display()
+    );
+    std::fs::write(&planted, yaml).unwrap();
+    let message = error(
+        s.post(
+            "/workflows",
+            r#"{"path": "storage/workflows/planted.yaml"}"#,
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert!(message.contains("storage"), "{message}");
+    let calling =
+        json!({"workflow": "name: c\nnodes:\n  - {id: c, call_workflow: planted.yaml}\n"});
+    let message = error(
+        s.post("/workflows", calling.to_string()).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        message.contains("outside the server's storage"),
+        "{message}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+}
+
+/// A file of the server's that a client names is never quoted back:
+/// one not named as a workflow is refused unread, and a workflow file that
+/// does not load is named, its text not shown.
+#[tokio::test]
+async fn a_file_of_the_servers_is_not_quoted_to_a_client() {
+    let secret = "sk-secret-0123456789";
+    let (_root, s) = project(&[
+        (".env", &format!("OPENAI_API_KEY={secret}\n")),
+        ("keys.yaml", &format!("{secret}\n")),
+        ("odd.json", &format!("{{\"{secret}\": 1}}")),
+    ]);
+    for path in [".env", "keys.yaml", "odd.json", "../etc/passwd"] {
+        let body = json!({ "path": path }).to_string();
+        let response = s.post("/workflows", body).await;
+        let status = response.status();
+        let body = json_body(response).await;
+        assert!(status.is_client_error(), "{path}: {status}");
+        let message = body["message"].as_str().unwrap();
+        assert!(!message.contains(secret), "{path}: {message}");
+    }
+    // An inline workflow's calls resolve from where the server keeps it.
+    let calling =
+        json!({"workflow": "name: c\nnodes:\n  - {id: c, call_workflow: ../../keys.yaml}\n"});
+    let message = error(
+        s.post("/workflows", calling.to_string()).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.starts_with("keys.yaml does not load"), "{message}");
+    assert!(!message.contains(secret), "{message}");
+    // What the client sent itself is answered in full, line and field.
+    let own = json!({"workflow": "name: w\nagents:\n  a: {provider: nope}\nsteps: [{agent: a}]\n"});
+    let message = error(
+        s.post("/workflows", own.to_string()).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(message.starts_with("workflow:3:"), "{message}");
+    assert!(message.contains("nope"), "{message}");
+}
+
+/// No other page may frame the timeline (a click on Cancel it did not
+/// mean), and the page loads nothing but its own files.
+#[tokio::test]
+async fn every_answer_forbids_framing_and_foreign_content() {
+    let s = server();
+    for uri in ["/", "/ui/app.js", "/workflows", "/nowhere"] {
+        let response = s.get(uri).await;
+        let headers = response.headers();
+        assert_eq!(headers["x-frame-options"], "DENY", "{uri}");
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("frame-ancestors 'none'"), "{uri}: {policy}");
+        assert!(policy.contains("default-src 'self'"), "{uri}: {policy}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{uri}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{uri}");
+    }
 }
