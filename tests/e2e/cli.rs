@@ -595,3 +595,57 @@ fn every_example_validates() {
         assert_eq!(out.code, 0, "{}: {}", file.display(), out.stderr);
     }
 }
+
+/// `awr validate` counts in words a user reads: one agent, two nodes.
+#[test]
+fn validate_counts_in_the_singular_and_the_plural() {
+    let awr = Awr::new();
+    let out = awr.run(&["validate", "examples/market-brief.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .trim_end()
+            .ends_with("ok (1 agent, 2 nodes, 1 edge)"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// `awr show` lists the nodes in the order they ran (the declared order
+/// for those that never did), not by name.
+#[test]
+fn show_lists_the_nodes_in_the_order_they_ran() {
+    let awr = Awr::new();
+    let run = awr.completed_run("examples/research-pipeline.yaml");
+    let shown = awr.run(&["show", &run]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let nodes: Vec<&str> = shown
+        .stdout
+        .lines()
+        .skip_while(|l| *l != "nodes")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        nodes,
+        ["researcher", "analyst", "writer"],
+        "{}",
+        shown.stdout
+    );
+}
+
+/// `awr events` has a header, as `awr runs` has.
+#[test]
+fn events_has_a_header_as_runs_has() {
+    let awr = Awr::new();
+    let run = awr.completed_run("examples/summarize.yaml");
+    let events = awr.run(&["events", &run]);
+    assert_eq!(events.code, 0, "{}", events.stderr);
+    let header = events.stdout.lines().next().unwrap();
+    for column in ["OFFSET", "TIME", "TYPE", "NODE", "DETAILS"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let json = awr.run(&["events", &run, "--json"]);
+    assert!(json.stdout.starts_with('{'), "no header in --json");
+}

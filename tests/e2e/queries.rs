@@ -298,8 +298,15 @@ fn events_are_filtered_by_type_node_and_time_with_offset_follow_and_json() {
         // The table form filters alike.
         let table = awr.run(&["events", &run, "--type", "node:started"]);
         assert_eq!(table.code, 0, "{}", table.stderr);
-        assert_eq!(table.stdout.lines().count(), started.len());
-        assert!(table.stdout.lines().all(|l| l.contains("node:started")));
+        // A header, then a line an event.
+        let mut lines = table.stdout.lines();
+        assert!(
+            lines.next().unwrap().starts_with("OFFSET  TIME"),
+            "{}",
+            table.stdout
+        );
+        assert_eq!(lines.clone().count(), started.len());
+        assert!(lines.all(|l| l.contains("node:started")));
     }
 }
 

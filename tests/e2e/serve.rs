@@ -464,3 +464,42 @@ async fn a_client_that_stops_reading_does_not_hold_a_shutdown() {
     );
     drop(idle);
 }
+
+/// An idle server exits at once on SIGTERM, even with a kept-alive
+/// connection and one that has sent nothing yet: neither has anything to
+/// hand over, so neither waits for the 3 s the streams get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_exits_at_once_on_sigterm() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let awr = Awr::new();
+    let mut server = Served::start(awr_bin(), awr.storage(), awr.dir.path(), &[]);
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let token = server.token.clone().unwrap();
+    let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    kept.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    kept.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let _silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let code = tokio::task::spawn_blocking(move || {
+        let code = server.terminate();
+        (code, server.stderr.try_iter().collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    let (code, said) = code;
+    assert_eq!(code, 0);
+    assert!(
+        !said.iter().any(|l| l.contains("did not take the end")),
+        "{said:?}"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(2500),
+        "an idle server took {took:?} to exit: it waited for a client"
+    );
+}

@@ -12,7 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use application::ports::RunObserver;
-use domain::{EventKind, RunId, RuntimeEvent};
+use domain::{EventKind, NodeRunId, RunId, RuntimeEvent};
 
 /// Prints events as they are recorded.
 pub struct Progress {
@@ -42,6 +42,9 @@ fn to_stderr(bytes: &[u8]) {
 struct State {
     mid_line: bool,
     depth: HashMap<RunId, usize>,
+    /// The time each node run's agent reported in `agent:complete`, until
+    /// its node ends.
+    reported: HashMap<NodeRunId, u64>,
 }
 
 impl Progress {
@@ -68,8 +71,8 @@ impl Progress {
     /// The line shown for `event`, if any. Control characters from what an
     /// agent or tool wrote (a tool name, an error) are shown escaped
     /// (`\u{1b}`), so no escape sequence reaches the terminal or a log file.
-    fn line(&self, event: &RuntimeEvent) -> Option<String> {
-        let line = self.describe(event)?;
+    fn line(&self, event: &RuntimeEvent, state: &mut State) -> Option<String> {
+        let line = self.describe(event, state)?;
         Some(
             line.chars()
                 .fold(String::with_capacity(line.len()), |mut out, c| {
@@ -83,7 +86,7 @@ impl Progress {
         )
     }
 
-    fn describe(&self, event: &RuntimeEvent) -> Option<String> {
+    fn describe(&self, event: &RuntimeEvent, state: &mut State) -> Option<String> {
         let node = event.node_id.as_ref().map(|n| n.as_str()).unwrap_or("");
         let (ok, bad, arrow) = if self.live {
             ("✓", "✗", "▸")
@@ -97,10 +100,12 @@ impl Progress {
                 let ms = output["metadata"]["execution_time_ms"]
                     .as_u64()
                     .unwrap_or(0);
+                let reported = event.node_run_id.and_then(|id| state.reported.remove(&id));
+                let besides = reported_besides(ms, reported);
                 if self.live {
-                    format!("{ok} {node} ({ms} ms)")
+                    format!("{ok} {node} ({ms} ms{besides})")
                 } else {
-                    format!("node {node} {ok} in {ms} ms")
+                    format!("node {node} {ok} in {ms} ms{besides}")
                 }
             }
             EventKind::NodeFailed {
@@ -142,6 +147,23 @@ impl Progress {
     }
 }
 
+/// What to say beside a node's own time (`ms`, as this run measured it)
+/// of the time its agent reported (`agent:complete`'s `durationMs`), when
+/// the two tell different stories: a `mock` agent reports the time its
+/// recording took, a CLI the time of its own work. Nothing when they agree
+/// within a second or a factor of two.
+fn reported_besides(ms: u64, reported: Option<u64>) -> String {
+    match reported {
+        Some(reported)
+            if reported.abs_diff(ms) > 1_000
+                && (reported > ms.saturating_mul(2) || ms > reported.saturating_mul(2)) =>
+        {
+            format!("; the agent reported {reported} ms")
+        }
+        _ => String::new(),
+    }
+}
+
 impl RunObserver for Progress {
     fn on_event(&self, event: &RuntimeEvent) {
         let Ok(mut state) = self.state.lock() else {
@@ -152,6 +174,11 @@ impl RunObserver for Progress {
                 .and_then(|p| state.depth.get(&p).copied())
                 .map_or(0, |d| d + 1);
             state.depth.insert(event.run_id, depth);
+        }
+        if let (EventKind::AgentComplete { duration_ms, .. }, Some(run)) =
+            (&event.kind, event.node_run_id)
+        {
+            state.reported.insert(run, *duration_ms);
         }
         let depth = state.depth.get(&event.run_id).copied().unwrap_or(0);
         // What one event prints is put together first and written once.
@@ -168,7 +195,7 @@ impl RunObserver for Progress {
                 out.push_str(&content);
             }
             state.mid_line = !content.ends_with('\n');
-        } else if let Some(line) = self.line(event) {
+        } else if let Some(line) = self.line(event, &mut state) {
             if state.mid_line {
                 out.push('\n');
                 state.mid_line = false;
@@ -243,18 +270,59 @@ mod tests {
         serde_json::from_value(line).unwrap()
     }
 
+    /// A node's time is this run's; when its agent reported another (a
+    /// `mock` agent replays its recording's), the line says both.
+    #[test]
+    fn a_node_line_says_the_time_its_agent_reported_when_it_differs() {
+        let writes = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = std::sync::Arc::clone(&writes);
+        let progress = Progress {
+            sink: Box::new(move |b| seen.lock().unwrap().push(String::from_utf8_lossy(b).into())),
+            ..plain()
+        };
+        let run = "44444444-4444-4444-8444-444444444444";
+        for (reported, took) in [(9_412, 1), (950, 1)] {
+            let mut complete = event(serde_json::json!({
+                "type": "agent:complete", "result": "", "usage": {"inputTokens": 0, "outputTokens": 0},
+                "durationMs": reported, "numTurns": 1,
+            }));
+            complete.node_run_id = Some(run.parse().unwrap());
+            progress.on_event(&complete);
+            let mut done = event(serde_json::json!({
+                "type": "node:completed",
+                "output": {"data": "x", "metadata": {"execution_time_ms": took}},
+            }));
+            done.node_run_id = Some(run.parse().unwrap());
+            progress.on_event(&done);
+        }
+        let lines = writes.lock().unwrap().clone();
+        assert_eq!(
+            lines,
+            [
+                "node writer completed in 1 ms; the agent reported 9412 ms\n",
+                "node writer completed in 1 ms\n",
+            ]
+        );
+    }
+
     #[test]
     fn a_tool_call_gets_a_line_before_its_result() {
         let call = event(serde_json::json!({
             "type": "agent:tool:use", "toolUseId": "toolu_1", "toolName": "Read",
             "toolInput": {"path": "a.md"},
         }));
-        assert_eq!(plain().line(&call).as_deref(), Some("  tool Read started"));
+        assert_eq!(
+            plain().line(&call, &mut State::default()).as_deref(),
+            Some("  tool Read started")
+        );
         let live = Progress {
             live: true,
             ..plain()
         };
-        assert_eq!(live.line(&call).as_deref(), Some("  tool Read ▸"));
+        assert_eq!(
+            live.line(&call, &mut State::default()).as_deref(),
+            Some("  tool Read ▸")
+        );
     }
 
     #[test]
@@ -264,7 +332,7 @@ mod tests {
             serde_json::json!({"type": "agent:tool", "toolName": "Re\u{1b}[2Jad", "toolInput": {}, "toolOutput": "x"}),
             serde_json::json!({"type": "warning", "message": "bad\u{1b}]0;title\u{7}\nnext"}),
         ] {
-            let line = plain().line(&event(kind)).unwrap();
+            let line = plain().line(&event(kind), &mut State::default()).unwrap();
             assert!(!line.chars().any(char::is_control), "{line:?}");
             assert!(line.contains("\\u{1b}"), "{line:?}");
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use application::inspect::{FollowEnd, Followed, RunView, follow_run, run_view};
 use application::ports::{Clock, EventFilter, RunStore, StoreError};
-use domain::{EventKind, RunId, RuntimeEvent};
+use domain::{EventKind, NodeId, NodeStatus, RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
 
 use super::query::EventFilterArgs;
@@ -149,7 +149,14 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     }
     say(&format!("events    {}", s.last_offset))?;
     say("nodes")?;
-    for (node, status) in &s.node_status {
+    let declared = match store.read(id, 0, 1).await.ok().as_deref() {
+        Some([first]) => match &first.kind {
+            EventKind::FlowStarted { nodes, .. } => nodes.clone(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    for (node, status) in in_run_order(&s, &declared) {
         let session = s
             .agent_sessions
             .get(node)
@@ -184,6 +191,27 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     Ok(())
 }
 
+/// The nodes of `state` in the order they first started, then those that
+/// never did in the order the workflow declares them (`declared`, from
+/// `flow:started`; by name for any it does not list).
+fn in_run_order<'a>(
+    state: &'a RunSnapshot,
+    declared: &[NodeId],
+) -> Vec<(&'a NodeId, &'a NodeStatus)> {
+    let place = |node: &NodeId| {
+        declared
+            .iter()
+            .position(|d| d == node)
+            .unwrap_or(usize::MAX)
+    };
+    let mut nodes: Vec<_> = state.node_status.iter().collect();
+    nodes.sort_by_key(|(node, _)| {
+        let started = state.node_spent.get(*node).and_then(|spent| spent.since);
+        (started.is_none(), started, place(node))
+    });
+    nodes
+}
+
 /// `awr events RUN [--offset N] [--follow] [--json] [--type K] [--node ID]
 /// [--since T]`. A bad line of the log is reported on stderr and skipped,
 /// following or not; exit 2 at the end.
@@ -209,6 +237,12 @@ pub async fn events(
     let (clock, _) = wiring::clock_and_ids();
     let filter = filter.filter(clock.now());
     let mut bad = 0usize;
+    if !json {
+        say(&format!(
+            "{:>6}  {:<24}  {:<22} {:<16} DETAILS",
+            "OFFSET", "TIME", "TYPE", "NODE"
+        ))?;
+    }
     let history = History {
         json,
         filter: &filter,

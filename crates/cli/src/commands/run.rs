@@ -54,12 +54,20 @@ pub fn validate(file: &Path) -> Result<(), Failure> {
             .map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
     }
     crate::say(&format!(
-        "{}: ok ({} agents, {} nodes, {} edges)",
+        "{}: ok ({}, {}, {})",
         file.display(),
-        workflow.agents.len(),
-        workflow.nodes.len(),
-        workflow.edges.len()
+        counted(workflow.agents.len(), "agent"),
+        counted(workflow.nodes.len(), "node"),
+        counted(workflow.edges.len(), "edge")
     ))
+}
+
+/// `1 agent`, `2 agents`.
+fn counted(n: usize, thing: &str) -> String {
+    match n {
+        1 => format!("1 {thing}"),
+        n => format!("{n} {thing}s"),
+    }
 }
 
 /// What `awr run` was given as input.

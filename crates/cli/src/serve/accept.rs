@@ -34,7 +34,7 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 
 use super::limits::Limits;
@@ -104,6 +104,7 @@ pub(super) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
+    let (stop, _) = watch::channel(false);
     let refusing = Router::new().fallback(|| async { busy() });
     let open = Arc::new(Semaphore::new(limits.connections.max(1)));
     let overflow = Arc::new(Semaphore::new(OVERFLOW));
@@ -162,6 +163,7 @@ pub(super) async fn serve(
             router,
             permit,
         };
+        let stopped = stop.subscribe();
         match &tls {
             None => {
                 tokio::spawn(async move {
@@ -169,10 +171,11 @@ pub(super) async fn serve(
                     // a connection that sends none would hold its place for
                     // good.
                     let mut first = [0u8; 1];
-                    match tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first)).await {
-                        Ok(Ok(n)) if n > 0 => connection.serve(stream).await,
-                        Ok(_) => {}
-                        Err(_) => tracing::debug!("a connection sent nothing; closed"),
+                    let sent = tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first));
+                    match until_stopped(stopped, sent).await {
+                        Some(Ok(Ok(n))) if n > 0 => connection.serve(stream).await,
+                        Some(Err(_)) => tracing::debug!("a connection sent nothing; closed"),
+                        _ => {}
                     }
                 });
             }
@@ -186,19 +189,32 @@ pub(super) async fn serve(
                         let first = tokio::io::AsyncBufReadExt::fill_buf(&mut stream).await?;
                         Ok::<_, std::io::Error>((!first.is_empty()).then_some(stream))
                     };
-                    match tokio::time::timeout(HEADER_TIMEOUT, opened).await {
-                        Ok(Ok(Some(stream))) => connection.serve(stream).await,
-                        Ok(Ok(None)) => {}
-                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!("TLS handshake or first request took too long"),
+                    let opened = tokio::time::timeout(HEADER_TIMEOUT, opened);
+                    match until_stopped(stopped, opened).await {
+                        Some(Ok(Ok(Some(stream)))) => connection.serve(stream).await,
+                        Some(Ok(Err(e))) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Some(Err(_)) => {
+                            tracing::debug!("TLS handshake or first request took too long");
+                        }
+                        _ => {}
                     }
                 });
             }
         }
     }
     drop(listener);
+    // Connections yet to send their first request are closed at once.
+    stop.send_replace(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// `f`, unless the server stops first (`None`).
+async fn until_stopped<F: Future>(mut stopped: watch::Receiver<bool>, f: F) -> Option<F::Output> {
+    tokio::select! {
+        out = f => Some(out),
+        _ = stopped.wait_for(|stop| *stop) => None,
+    }
 }
 
 /// A connection's place: under the cap, or one of the few refused past
