@@ -1,14 +1,15 @@
 //! Developer tasks, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
 //!
-//! - `test`: the whole test suite, with what it drives: checks that `jq` is
-//!   on PATH, installs the pinned agent CLIs (`.ci/install-agent-clis`), then
+//! - `test`: the whole test suite, with what it drives: checks that `jq`,
+//!   Node.js and Chromium are here, installing them where `apt-get` can
+//!   (`src/needs.rs`), installs the pinned agent CLIs (`.ci/install-agent-clis`), then
 //!   runs `cargo test --workspace` with both required, so none of their tests
 //!   can pass by skipping; then the library's examples (`cargo run --example`,
 //!   each asserting what it shows); then the timeline page's tests
 //!   (`tests/ui`) in the system Chromium.
 //! - `ci`: format check, clippy, the API docs (`-D warnings`), then
-//!   `test`; `.ci/run` runs this after installing `jq` on a fresh machine,
-//!   so the two cannot drift apart.
+//!   `test`; `.ci/run` runs this on a fresh machine, so the two cannot
+//!   drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
 //!   (`bench-report` prints those again from the last results).
 //! - `fuzz-api`: schemathesis against a live `awr serve`, from its OpenAPI
@@ -24,6 +25,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 mod fuzz_api;
+mod needs;
 #[cfg(test)]
 mod tidy;
 
@@ -79,10 +81,7 @@ fn docs() -> anyhow::Result<()> {
 /// The whole test suite: the tests that drive `jq` and the genuine agent
 /// CLIs are required, not skipped.
 fn test() -> anyhow::Result<()> {
-    let jq = Command::new("jq").arg("--version").output();
-    if !jq.is_ok_and(|out| out.status.success()) {
-        bail!("the test suite needs `jq` on PATH (e.g. `apt-get install jq` or `brew install jq`)");
-    }
+    needs::ensure()?;
     let clis = agent_clis()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
