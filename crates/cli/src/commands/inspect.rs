@@ -6,6 +6,7 @@
 //! and a run recorded as `running` that no process writes is shown
 //! `interrupted` (`inspect::run_view`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::anyhow;
@@ -198,16 +199,12 @@ fn in_run_order<'a>(
     state: &'a RunSnapshot,
     declared: &[NodeId],
 ) -> Vec<(&'a NodeId, &'a NodeStatus)> {
-    let place = |node: &NodeId| {
-        declared
-            .iter()
-            .position(|d| d == node)
-            .unwrap_or(usize::MAX)
-    };
+    let place: HashMap<&NodeId, usize> = declared.iter().enumerate().map(|(i, n)| (n, i)).collect();
     let mut nodes: Vec<_> = state.node_status.iter().collect();
-    nodes.sort_by_key(|(node, _)| {
+    nodes.sort_by_cached_key(|(node, _)| {
         let started = state.node_spent.get(*node).and_then(|spent| spent.since);
-        (started.is_none(), started, place(node))
+        let declared = place.get(node).copied().unwrap_or(usize::MAX);
+        (started.is_none(), started, declared)
     });
     nodes
 }
