@@ -72,8 +72,16 @@ pub struct RunView {
 /// The run's state, and `interrupted` for its status when the log says
 /// `running` but nothing writes it. (`paused` has no writer by design and
 /// stays `paused`; `pending` stays `pending`.)
+///
+/// A run exists from its first event: one whose store holds no event yet
+/// (being created this instant, or left so by a writer killed between
+/// making the run and writing its first event) is `NotFound`, never a run
+/// to show, list or resume.
 pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, StoreError> {
     let mut snapshot = current_snapshot(store, run_id).await?;
+    if snapshot.last_offset == 0 {
+        return Err(StoreError::NotFound(run_id));
+    }
     for _ in 0..SETTLE_ATTEMPTS {
         if snapshot.status != RunStatus::Running || store.has_writer(run_id).await? {
             break;
@@ -609,7 +617,6 @@ mod tests {
         for (log, status) in [
             (vec![started(1), paused(2)], RunStatus::Paused),
             (vec![started(1), completed(2)], RunStatus::Completed),
-            (vec![], RunStatus::Pending),
         ] {
             let run = Live::new(log, false);
             let view = run_view(&run.store(vec![], false), run_id()).await.unwrap();
@@ -619,6 +626,24 @@ mod tests {
                 0,
                 "{status:?}: no probe needed"
             );
+        }
+    }
+
+    /// A run exists from its first event: one with none (killed between its
+    /// creation and its first event) is not found, with or without a
+    /// writer, and no probe is needed to say so.
+    #[tokio::test]
+    async fn a_run_without_events_is_not_found() {
+        for writer in [false, true] {
+            let run = Live::new(vec![], writer);
+            let err = run_view(&run.store(vec![], false), run_id())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, StoreError::NotFound(id) if id == run_id()),
+                "{err:?}"
+            );
+            assert_eq!(run.probes.load(Ordering::SeqCst), 0);
         }
     }
 

@@ -164,6 +164,15 @@ pub(crate) fn locked_elsewhere(run_id: domain::RunId) -> StoreError {
     ))
 }
 
+/// [`StoreError::Locked`] for a run whose writer, process `pid`, is dead,
+/// but whose lock a process it started still holds (see `file::holder`).
+pub(crate) fn locked_by_leftover(run_id: domain::RunId, pid: u32) -> StoreError {
+    StoreError::Locked(format!(
+        "run {run_id} is locked, though its writer (process {pid}) is dead: a process it \
+         started still holds its lock; try again once that process has ended"
+    ))
+}
+
 /// [`StoreError::Locked`] for a second lock of a run this store already holds.
 pub(crate) fn locked_here(run_id: domain::RunId) -> StoreError {
     StoreError::Locked(format!(

@@ -32,6 +32,7 @@
 //!   and `save_snapshot` refuse a run this store does not hold. Others may
 //!   read and follow it, and see its appends by polling the file.
 
+mod holder;
 mod index;
 pub(super) mod lock;
 mod log;

@@ -1,0 +1,189 @@
+//! Who holds a run's lock: the record a writer leaves in the lock file, and
+//! whether that writer still lives.
+//!
+//! A `flock` belongs to an open file description, and a child process
+//! shares its parent's descriptions from its fork (or `posix_spawn`'s
+//! clone) until it execs, when close-on-exec drops them. A writer killed in
+//! that instant leaves its run's lock held by a process that is not a
+//! writer, for as long as that process takes to exec (or for good, if it
+//! never does). So a held lock alone is not proof of a live writer: each
+//! writer writes `<pid>:<start ticks>` into the lock file as soon as it
+//! holds the lock, and a lock held while its record names a process that is
+//! gone (or a pid since reused, told apart by its start time) is held by
+//! such a leftover copy, not by a writer. `/proc` answers, as it does for
+//! the processes a dead writer left (`process::sweep` in `adapters-agents`).
+//!
+//! A record that is empty (the lock file of an awr from before records, or
+//! of a writer in the microseconds between its lock and its record) or
+//! unreadable leaves the lock as the only evidence, as before.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::OnceLock;
+
+/// Bytes of a record read at most: `u32:u64:u64\n` is 52 at most.
+const MAX_RECORD: usize = 64;
+
+/// What a lock file says of its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) enum Record {
+    /// Nothing, or nothing this build reads: the lock is the evidence.
+    Unknown,
+    /// The writer that wrote it, and whether it still runs.
+    Writer {
+        /// Its process id.
+        pid: u32,
+        /// Whether that process (same pid, same start time) is alive.
+        alive: bool,
+    },
+}
+
+/// This process as a record names it: `<pid>:<start ticks>:<pid
+/// namespace>\n`; `None` where `/proc` does not say when it started.
+fn this_process() -> Option<&'static [u8]> {
+    static RECORD: OnceLock<Option<String>> = OnceLock::new();
+    RECORD
+        .get_or_init(|| {
+            let pid = std::process::id();
+            let (_, ticks) = state_and_start(pid)?;
+            Some(record(pid, ticks, pid_namespace()?))
+        })
+        .as_deref()
+        .map(str::as_bytes)
+}
+
+/// A record's text.
+pub(super) fn record(pid: u32, ticks: u64, namespace: u64) -> String {
+    format!("{pid}:{ticks}:{namespace}\n")
+}
+
+/// The pid namespace of this process (the inode of `/proc/self/ns/pid`):
+/// a pid names a process only in its own namespace, so a writer recorded
+/// in another (a container sharing the storage) cannot be looked up, and
+/// its lock stays the only evidence.
+pub(super) fn pid_namespace() -> Option<u64> {
+    static NAMESPACE: OnceLock<Option<u64>> = OnceLock::new();
+    *NAMESPACE.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    })
+}
+
+/// Writes this process's record into `file`, the lock file it has just
+/// locked. A failure (a full disk) leaves an empty record, which readers
+/// take as no evidence beyond the lock: safe, and logged.
+pub(in crate::store) fn write_record(file: &File) {
+    let Some(record) = this_process() else {
+        return;
+    };
+    let written = file.set_len(0).and_then(|()| file.write_all_at(record, 0));
+    if let Err(e) = written {
+        tracing::debug!(error = %e, "cannot record the writer in a run's lock file");
+    }
+}
+
+/// The record in the lock file `file`.
+pub(in crate::store) fn read_record(file: &File) -> Record {
+    let mut buf = [0u8; MAX_RECORD];
+    let Ok(len) = file.read_at(&mut buf, 0) else {
+        return Record::Unknown;
+    };
+    match parse(&buf[..len]) {
+        Some((pid, ticks, namespace)) if Some(namespace) == pid_namespace() => Record::Writer {
+            pid,
+            alive: lives(pid, ticks),
+        },
+        _ => Record::Unknown,
+    }
+}
+
+/// `<pid>:<ticks>:<namespace>\n`; `None` for anything else (a record
+/// being written shows no newline yet).
+fn parse(bytes: &[u8]) -> Option<(u32, u64, u64)> {
+    let line = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
+    let mut fields = line.split(':');
+    let pid = fields.next()?.parse().ok()?;
+    let ticks = fields.next()?.parse().ok()?;
+    let namespace = fields.next()?.parse().ok()?;
+    fields.next().is_none().then_some((pid, ticks, namespace))
+}
+
+/// Whether process `pid` runs and started at `ticks`: not a zombie (killed,
+/// not yet reaped), not another process under the same pid.
+fn lives(pid: u32, ticks: u64) -> bool {
+    state_and_start(pid)
+        .is_some_and(|(state, started)| !matches!(state, 'Z' | 'X') && started == ticks)
+}
+
+/// The state letter of `pid` and its start time in clock ticks after boot
+/// (fields 3 and 22 of `/proc/<pid>/stat`).
+pub(super) fn state_and_start(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and `)`; the fields after
+    // its last `)` start at field 3, so field 22 is the 20th of them.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, ticks))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_names_this_process_alive_and_a_reaped_one_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.path().join("lock"))
+            .unwrap();
+        assert_eq!(read_record(&file), Record::Unknown, "empty");
+        write_record(&file);
+        let me = std::process::id();
+        assert_eq!(
+            read_record(&file),
+            Record::Writer {
+                pid: me,
+                alive: true
+            }
+        );
+
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let (_, ticks) = state_and_start(pid).unwrap_or(('R', 0));
+        child.wait().unwrap();
+        file.set_len(0).unwrap();
+        let namespace = pid_namespace().unwrap();
+        file.write_all_at(record(pid, ticks, namespace).as_bytes(), 0)
+            .unwrap();
+        assert_eq!(read_record(&file), Record::Writer { pid, alive: false });
+        // Another start time under a live pid: another process.
+        let (_, mine) = state_and_start(me).unwrap();
+        file.set_len(0).unwrap();
+        file.write_all_at(record(me, mine + 1, namespace).as_bytes(), 0)
+            .unwrap();
+        assert_eq!(
+            read_record(&file),
+            Record::Writer {
+                pid: me,
+                alive: false
+            }
+        );
+        // This process, recorded in another pid namespace: not to be looked
+        // up here, so the lock alone speaks.
+        file.set_len(0).unwrap();
+        file.write_all_at(record(me, mine, namespace + 1).as_bytes(), 0)
+            .unwrap();
+        assert_eq!(read_record(&file), Record::Unknown);
+        // Half a record (a write in progress) says nothing.
+        file.set_len(0).unwrap();
+        let whole = record(me, mine, namespace);
+        file.write_all_at(whole.trim_end().as_bytes(), 0).unwrap();
+        assert_eq!(read_record(&file), Record::Unknown);
+    }
+}
