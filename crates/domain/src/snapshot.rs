@@ -676,6 +676,18 @@ mod tests {
             .insert("future".into(), serde_json::json!({"z": 1}));
         snapshots.push(full);
         crate::json_out::assert_writes_as_serde(&snapshots, RunSnapshot::write_json);
+        // A reader's status in place of the recorded one: the same document
+        // with that one field changed, with or without unknown fields.
+        for snapshot in &snapshots {
+            let mut shown = Vec::new();
+            snapshot
+                .write_json_shown(&mut shown, "interrupted")
+                .unwrap();
+            let mut expected = serde_json::to_value(snapshot).unwrap();
+            expected["status"] = serde_json::json!("interrupted");
+            let shown: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+            assert_eq!(shown, expected);
+        }
         assert!(snapshots.iter().any(|s| !s.node_runs.is_empty()));
         use {EdgeStatus as E, NodeStatus as N};
         for status in [N::Pending, N::Running, N::Done, N::Failed, N::Skipped] {

@@ -302,18 +302,14 @@ pub async fn list(
 pub async fn show(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let run_id = resolve(&app, &id).await?;
     app.store().last_offset(run_id).await.map_err(store_error)?;
     let view = run_view(app.store().as_ref(), run_id)
         .await
         .map_err(store_error)?;
-    if view.snapshot.last_offset == 0 {
-        return Err(ApiError::not_found(format!("run {run_id} has no events")));
-    }
-    snapshot_json(&view)
-        .map(Json)
-        .map_err(|e| ApiError::internal(e.to_string()))
+    let body = snapshot_json(&view).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// An executor's refusal or failure as an answer.

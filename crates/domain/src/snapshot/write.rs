@@ -41,10 +41,40 @@ impl RunSnapshot {
     /// longer, which spares a writer that moves long strings out of the
     /// document a scan of all of it.
     pub fn write_json_measured(&self, buf: &mut Vec<u8>) -> Result<usize, serde_json::Error> {
+        self.write_fields(buf, None)
+    }
+
+    /// [`RunSnapshot::write_json`] with `status` written in place of the
+    /// recorded one: a reader's view of the run (`interrupted` for a
+    /// `running` run nothing writes), at the cost of the snapshot's own
+    /// writer rather than of a `serde_json::Value` built and rewritten.
+    pub fn write_json_shown(
+        &self,
+        buf: &mut Vec<u8>,
+        status: &str,
+    ) -> Result<(), serde_json::Error> {
+        self.write_fields(buf, Some(status)).map(drop)
+    }
+
+    /// The writer of both: the recorded status, or `shown`.
+    fn write_fields(
+        &self,
+        buf: &mut Vec<u8>,
+        shown: Option<&str>,
+    ) -> Result<usize, serde_json::Error> {
         // Unknown fields (a newer writer's) are rare: serde places them.
         if !self.extra.is_empty() {
             let start = buf.len();
-            serde_json::to_writer(&mut *buf, self)?;
+            match shown {
+                None => serde_json::to_writer(&mut *buf, self)?,
+                Some(shown) => {
+                    let mut value = serde_json::to_value(self)?;
+                    if let Some(map) = value.as_object_mut() {
+                        map.insert("status".into(), shown.into());
+                    }
+                    serde_json::to_writer(&mut *buf, &value)?;
+                }
+            }
             return Ok(buf.len() - start);
         }
         // Every field named, so a field added to the struct and not here
@@ -83,7 +113,13 @@ impl RunSnapshot {
         w.value("version", version)?;
         w.value("runId", run_id)?;
         w.value("workflow", workflow)?;
-        w.value("status", status)?;
+        match shown {
+            Some(shown) => {
+                w.key("status");
+                write_str(w.buf, shown)?;
+            }
+            None => w.value("status", status)?,
+        }
         if !input.is_null() {
             w.value("input", input)?;
         }
