@@ -5,8 +5,9 @@
 //!   (`src/needs.rs`), installs the pinned agent CLIs (`.ci/install-agent-clis`), then
 //!   runs `cargo test --workspace` with both required, so none of their tests
 //!   can pass by skipping; then the library's examples (`cargo run --example`,
-//!   each asserting what it shows); then the timeline page's tests
-//!   (`tests/ui`) in the system Chromium.
+//!   each asserting what it shows); then docs/library.md's first program as a
+//!   crate of its own outside the workspace (`src/consumer.rs`); then the
+//!   timeline page's tests (`tests/ui`) in the system Chromium.
 //! - `ci`: format check, clippy, the API docs (`-D warnings`), then
 //!   `test`; `.ci/run` runs this on a fresh machine, so the two cannot
 //!   drift apart.
@@ -14,6 +15,8 @@
 //!   (`bench-report` prints those again from the last results).
 //! - `fuzz-api`: schemathesis against a live `awr serve`, from its OpenAPI
 //!   description (`src/fuzz_api.rs`); `.ci/run` runs it after `ci`.
+//! - `consumer`: only the step of `test` that builds and runs
+//!   docs/library.md's first program outside the workspace.
 //!
 //! The tidy test (`src/tidy.rs`) lives here too, so `cargo test` enforces
 //! the architecture's invariants on every run.
@@ -24,6 +27,7 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
+mod consumer;
 mod fuzz_api;
 mod needs;
 #[cfg(test)]
@@ -34,11 +38,12 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ci" => ci(),
         "test" => test(),
+        "consumer" => target_dir().and_then(|target| consumer::run(&workspace_root(), target)),
         "bench" => bench(),
         "bench-report" => report(),
         "fuzz-api" => fuzz_api::fuzz_api(),
         _ => {
-            eprintln!("usage: cargo xtask <test|ci|bench|bench-report|fuzz-api>");
+            eprintln!("usage: cargo xtask <test|ci|bench|bench-report|fuzz-api|consumer>");
             return ExitCode::from(2);
         }
     };
@@ -91,6 +96,7 @@ fn test() -> anyhow::Result<()> {
         .env("AWR_AGENT_CLIS", &clis);
     run(command, "cargo test --workspace")?;
     examples()?;
+    consumer::run(&workspace_root(), target_dir()?)?;
     ui_tests()
 }
 

@@ -10,13 +10,16 @@
 //! are built on it too, so there is no second way to wire a run.
 //!
 //! ```
+//! # extern crate domain as awr_domain;
 //! use std::sync::Arc;
 //!
 //! use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
-//! use awr_application::ports::{Clock, IdGen, QueryError, QueryFn, RunStore};
-//! use awr_application::{ExecutorError, RunRequest, Runtime};
-//! use domain::workflow::Provider;
-//! use domain::{RunStatus, WorkflowDef};
+//! use awr_application::ports::{QueryError, QueryFn};
+//! use awr_application::{RunRequest, Runtime};
+//! use awr_domain::workflow::Provider;
+//! use awr_domain::{RunStatus, WorkflowDef};
+//! use awr_infrastructure::clock::{RandomIds, SystemClock};
+//! use awr_infrastructure::store::MemoryRunStore;
 //!
 //! /// An agent that answers every prompt with its length.
 //! struct Counter;
@@ -30,24 +33,21 @@
 //!     }
 //! }
 //!
-//! /// Runs a one-step workflow on `Counter`, given a store, a clock and ids
-//! /// (the `cli` crate's `embed::defaults` gives the stock ones).
-//! async fn count(
-//!     store: Arc<dyn RunStore>,
-//!     clock: Arc<dyn Clock>,
-//!     ids: Arc<dyn IdGen>,
-//! ) -> Result<(), ExecutorError> {
-//!     let runtime = Runtime::builder(store, clock, ids)
-//!         .provider(Provider::Mock, Arc::new(Counter))
-//!         .build();
-//!     let yaml = "name: count\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
-//!     let workflow = Arc::new(WorkflowDef::from_yaml(yaml).expect("a valid workflow"));
-//!     let request = RunRequest { workflow, input: "four".into(), source: None, started_by: None };
-//!     let outcome = runtime.run(request).await?;
-//!     assert_eq!(outcome.status, RunStatus::Completed);
-//!     assert_eq!(runtime.snapshot(outcome.run_id).await?.status, RunStatus::Completed);
-//!     Ok(())
-//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryRunStore::new());
+//! let runtime = Runtime::builder(store, Arc::new(SystemClock), Arc::new(RandomIds))
+//!     .provider(Provider::Mock, Arc::new(Counter))
+//!     .build();
+//! let yaml = "name: count\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+//! let workflow = Arc::new(WorkflowDef::from_yaml(yaml)?);
+//! let request = RunRequest { workflow, input: "four".into(), source: None, started_by: None };
+//! let outcome = runtime.run(request).await?;
+//! assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+//! assert!(outcome.output.as_str().is_some_and(|n| n.parse::<usize>().is_ok()));
+//! assert_eq!(runtime.snapshot(outcome.run_id).await?.status, RunStatus::Completed);
+//! # Ok(())
+//! # }
 //! ```
 
 use std::collections::HashMap;
@@ -81,6 +81,29 @@ pub struct Runtime {
 impl Runtime {
     /// A builder over `store`, with `clock` and `ids` for the time and the
     /// ids of everything recorded (fixed ones make a run reproducible).
+    ///
+    /// ```
+    /// # extern crate domain as awr_domain;
+    /// use std::sync::Arc;
+    ///
+    /// use awr_application::Runtime;
+    /// use awr_infrastructure::clock::{FixedClock, SeededIds};
+    /// use awr_infrastructure::store::MemoryRunStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A fixed clock and seeded ids: the program makes the same runs every time.
+    /// let build = || {
+    ///     let (clock, ids) = (Arc::new(FixedClock::default()), Arc::new(SeededIds::new(7)));
+    ///     Runtime::builder(Arc::new(MemoryRunStore::new()), clock, ids).build()
+    /// };
+    /// let runtime = build();
+    /// let (first, second) = (runtime.create().await?, runtime.create().await?);
+    /// assert_ne!(first, second);
+    /// assert_eq!(build().create().await?, first);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder(
         store: Arc<dyn RunStore>,
         clock: Arc<dyn Clock>,
@@ -125,12 +148,17 @@ impl Runtime {
         self.executor.create().await
     }
 
-    /// Deletes `run_id` if nothing of it is on record, and says whether it
-    /// did: a run whose storage failed at its first event (a full disk) has
-    /// nothing to resume, and would be listed `pending` for ever.
+    /// Deletes `run_id` if nothing of it is on record, and says whether
+    /// nothing is left of it: a run whose storage failed at its first event
+    /// (a full disk) has nothing to resume, and would be listed `pending`
+    /// for ever. (A store that makes a run appear with its first event
+    /// holds none by then: the creation was given up with its lock.)
     pub async fn discard_if_unstarted(&self, run_id: RunId) -> bool {
-        matches!(self.store.last_offset(run_id).await, Ok(0))
-            && self.store.delete_run(run_id).await.is_ok()
+        match self.store.last_offset(run_id).await {
+            Ok(0) => self.store.delete_run(run_id).await.is_ok(),
+            Err(StoreError::NotFound(_)) => true,
+            _ => false,
+        }
     }
 
     /// Runs `request` to its end as a new run: [`Runtime::create`] then
@@ -204,6 +232,61 @@ impl Runtime {
     /// then live ones as they are stored, in offset order; the stream ends
     /// after the run's terminal event. An event is stored before any
     /// subscriber sees it, so what a subscriber saw survives a crash.
+    ///
+    /// ```
+    /// # extern crate domain as awr_domain;
+    /// use std::sync::Arc;
+    ///
+    /// use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
+    /// use awr_application::ports::{QueryError, QueryFn};
+    /// use awr_application::{Cancel, RunRequest, Runtime};
+    /// use awr_domain::WorkflowDef;
+    /// use awr_domain::workflow::Provider;
+    /// use awr_infrastructure::clock::{RandomIds, SystemClock};
+    /// use awr_infrastructure::store::MemoryRunStore;
+    /// use futures::StreamExt;
+    ///
+    /// /// Answers every prompt at once, with nothing.
+    /// struct Done;
+    ///
+    /// #[async_trait::async_trait]
+    /// impl QueryFn for Done {
+    ///     async fn query(&self, _: AgentRequest) -> Result<AgentStream, QueryError> {
+    ///         let done = AgentMessage::Completed(AgentResult::default());
+    ///         Ok(Box::pin(futures::stream::iter([Ok(done)])))
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+    ///     .provider(Provider::Mock, Arc::new(Done))
+    ///     .build();
+    /// let workflow = Arc::new(WorkflowDef::from_yaml("name: w\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n")?);
+    /// let request = RunRequest { workflow, input: "hi".into(), source: None, started_by: None };
+    ///
+    /// // The id first, so the run is followed from its first event.
+    /// let run_id = runtime.create().await?;
+    /// let mut events = runtime.subscribe(run_id, 0).await?;
+    /// let running = tokio::spawn({
+    ///     let runtime = runtime.clone();
+    ///     async move { runtime.run_created(run_id, request, Cancel::new()).await }
+    /// });
+    /// let mut seen = Vec::new();
+    /// while let Some(event) = events.next().await {
+    ///     let event = event?;
+    ///     seen.push((event.offset.get(), event.kind.type_name().to_owned()));
+    /// } // the stream ends after the terminal event
+    /// running.await??;
+    /// assert_eq!(seen.first(), Some(&(1, "flow:started".to_owned())));
+    /// assert_eq!(seen.last().map(|(_, t)| t.as_str()), Some("flow:completed"));
+    ///
+    /// // From an offset: what came after it.
+    /// let third = runtime.subscribe(run_id, 2).await?.next().await.transpose()?;
+    /// assert_eq!(third.map(|e| e.offset.get()), Some(3));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn subscribe(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {
         self.store.follow(run_id, after).await
     }
@@ -213,6 +296,74 @@ impl Runtime {
     /// (`workflow` then yields the run's definition). Either way it is on
     /// record, accepted or rejected, with `by`, who sent it, before the
     /// answer.
+    ///
+    /// A run paused by `ops` from another task, over awr-infrastructure's
+    /// control socket (as `awr pause` does from another process), then
+    /// resumed by `ops` with [`Runtime::resume`]:
+    ///
+    /// ```
+    /// # extern crate domain as awr_domain;
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
+    /// use awr_application::ports::{QueryError, QueryFn};
+    /// use awr_application::{Cancel, RunRequest, Runtime};
+    /// use awr_domain::workflow::Provider;
+    /// use awr_domain::{Caller, EventKind, RunStatus, WorkflowDef};
+    /// use awr_infrastructure::UnixControl;
+    /// use awr_infrastructure::clock::{RandomIds, SystemClock};
+    /// use awr_infrastructure::store::MemoryRunStore;
+    /// use serde_json::json;
+    ///
+    /// /// Thinks until the gate opens, then answers.
+    /// struct Gated(Arc<AtomicBool>);
+    ///
+    /// #[async_trait::async_trait]
+    /// impl QueryFn for Gated {
+    ///     async fn query(&self, _: AgentRequest) -> Result<AgentStream, QueryError> {
+    ///         if !self.0.load(Ordering::SeqCst) {
+    ///             return Ok(Box::pin(futures::stream::pending()));
+    ///         }
+    ///         let done = AgentMessage::Completed(AgentResult { text: "done".into(), ..Default::default() });
+    ///         Ok(Box::pin(futures::stream::iter([Ok(done)])))
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let sockets = std::env::temp_dir().join(format!("awr-doc-{}", std::process::id()));
+    /// let gate = Arc::new(AtomicBool::new(false));
+    /// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+    ///     .provider(Provider::Mock, Arc::new(Gated(gate.clone())))
+    ///     .control(Arc::new(UnixControl::new(&sockets)))
+    ///     .build();
+    /// let workflow = Arc::new(WorkflowDef::from_yaml("name: w\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n")?);
+    /// let request = RunRequest { workflow: workflow.clone(), input: "hi".into(), source: None, started_by: None };
+    /// let run_id = runtime.create().await?;
+    /// let running = tokio::spawn({
+    ///     let runtime = runtime.clone();
+    ///     async move { runtime.run_created(run_id, request, Cancel::new()).await }
+    /// });
+    ///
+    /// let ops = Caller::new("ops")?;
+    /// let reply = runtime.command(run_id, &json!({"type": "pause"}), Some(&ops), async || Ok(workflow.clone())).await?;
+    /// assert!(reply.accepted, "{reply:?}");
+    /// assert_eq!(running.await??.status, RunStatus::Paused);
+    ///
+    /// gate.store(true, Ordering::SeqCst);
+    /// let outcome = runtime.resume(run_id, workflow, None, Some(ops.clone()), Cancel::new()).await?;
+    /// assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+    /// let log = runtime.store().read(run_id, 0, 1_000).await?;
+    /// let resumed_by = log.iter().find_map(|event| match &event.kind {
+    ///     EventKind::FlowResumed { by, .. } => by.clone(),
+    ///     _ => None,
+    /// });
+    /// assert_eq!(resumed_by, Some(ops));
+    /// # std::fs::remove_dir_all(&sockets).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn command(
         &self,
         run_id: RunId,

@@ -4,24 +4,32 @@
 //! `command` nodes in a shell, commands from other processes over a Unix
 //! socket, the system clock and random ids.
 //!
-//! ```
-//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! use std::sync::Arc;
-//! use application::RunRequest;
-//! use awr_cli::storage::Storage;
+//! The page docs/library.md shows this example as is (`cargo xtask`'s
+//! tests check that it does):
 //!
-//! let dir = tempfile::tempdir().unwrap();
-//! let runtime = awr_cli::embed::defaults(&Storage::Files(dir.path().into()))
-//!     .unwrap()
-//!     .build();
-//! let yaml = "name: hello\nnodes:\n  - id: hello\n    command: echo hello\n";
-//! let workflow = Arc::new(domain::WorkflowDef::from_yaml(yaml).unwrap());
+//! ```
+//! # extern crate application as awr_application;
+//! # extern crate domain as awr_domain;
+//! use std::sync::Arc;
+//!
+//! use awr_application::RunRequest;
+//! use awr_cli::storage::Storage;
+//! use awr_domain::{RunStatus, WorkflowDef};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runs = std::path::PathBuf::from("runs"); // as `awr --storage runs`
+//! # let dir = tempfile::tempdir()?; // this test keeps them out of the tree
+//! # let runs = dir.path().join(runs);
+//! let runtime = awr_cli::embed::defaults(&Storage::Files(runs))?.build();
+//! let yaml = "name: hello\nnodes: [{id: hello, command: echo hello}]\n";
+//! let workflow = Arc::new(WorkflowDef::from_yaml(yaml)?);
 //! let request = RunRequest { workflow, input: "hi".into(), source: None, started_by: None };
-//! let outcome = runtime.run(request).await.unwrap();
-//! assert_eq!(outcome.status, domain::RunStatus::Completed, "{:?}", outcome.error);
-//! let snapshot = runtime.snapshot(outcome.run_id).await.unwrap();
-//! assert_eq!(snapshot.status, domain::RunStatus::Completed);
-//! # });
+//! let outcome = runtime.run(request).await?;
+//! assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+//! assert_eq!(outcome.output["stdout"], "hello\n");
+//! # Ok(())
+//! # }
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -68,7 +68,52 @@ pub enum CommandError {
 /// Contract: the command runs in a process group of its own, and dropping
 /// the returned future (cancellation) kills that whole group at once, as a
 /// timeout does.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// A runner that runs nothing and says what it was asked, as a test of a
+/// workflow's wiring would:
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
+/// use awr_application::{RunRequest, Runtime};
+/// use awr_domain::{RunStatus, WorkflowDef};
+/// use awr_infrastructure::clock::{RandomIds, SystemClock};
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// /// Every script "prints" itself and succeeds.
+/// struct DryRun;
+///
+/// #[async_trait::async_trait]
+/// impl CommandRunner for DryRun {
+///     async fn run(&self, request: CommandRequest) -> Result<CommandOutcome, CommandError> {
+///         Ok(CommandOutcome {
+///             exit_code: Some(0),
+///             stdout: format!("would run: {}", request.script),
+///             stderr: String::new(),
+///             truncated: false,
+///             timed_out: false,
+///             duration_ms: 0,
+///         })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+///     .commands(Arc::new(DryRun))
+///     .build();
+/// let workflow = Arc::new(WorkflowDef::from_yaml("name: build\nnodes: [{id: make, command: make all}]\n")?);
+/// let request = RunRequest { workflow, input: serde_json::Value::Null, source: None, started_by: None };
+/// let outcome = runtime.run(request).await?;
+/// assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+/// assert_eq!(outcome.output["stdout"], "would run: make all");
+/// assert_eq!(outcome.output["exit_code"], 0);
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait CommandRunner: Send + Sync + 'static {
     /// Runs one command to its end.

@@ -145,7 +145,67 @@ impl std::fmt::Debug for Listener {
 }
 
 /// Carries commands to a run's live writer.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// Between the tasks of one process (awr-infrastructure's `UnixControl`
+/// does it between processes):
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use awr_application::ports::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
+/// use awr_domain::{Caller, RunId};
+/// use serde_json::{Value, json};
+/// use tokio::sync::mpsc;
+///
+/// /// Each listening writer's queue, by run.
+/// #[derive(Default)]
+/// struct InProcess(Mutex<HashMap<RunId, mpsc::Sender<Delivery>>>);
+///
+/// #[async_trait::async_trait]
+/// impl ControlChannel for InProcess {
+///     async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError> {
+///         let (tx, rx) = mpsc::channel(8);
+///         self.0.lock().map_err(|e| ControlError::Io(e.to_string()))?.insert(run_id, tx);
+///         Ok(Listener::new(rx, ()))
+///     }
+///     async fn deliver(&self, run_id: RunId, raw: &Value, by: Option<Caller>) -> Result<CommandReply, ControlError> {
+///         let writer = self.0.lock().map_err(|e| ControlError::Io(e.to_string()))?.get(&run_id).cloned();
+///         let (delivery, answer) = Delivery::new(raw.clone(), by);
+///         match writer {
+///             // A writer whose listener was dropped has gone too.
+///             Some(writer) if writer.send(delivery).await.is_ok() => {}
+///             _ => return Err(ControlError::NoWriter(run_id)),
+///         }
+///         let answered = answer.recv().await.ok_or_else(|| ControlError::Io("no answer".into()))?;
+///         Ok(answered.0) // dropping the handover lets the writer go on
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let channel = Arc::new(InProcess::default());
+/// let run: RunId = "00000000-0000-4000-8000-000000000001".parse()?;
+/// let pause = json!({"type": "pause"});
+/// let nobody = channel.deliver(run, &pause, None).await;
+/// assert!(matches!(nobody, Err(ControlError::NoWriter(_))), "{nobody:?}");
+///
+/// // The writer's side, as the runtime plays it: record the command, then answer.
+/// let mut listener = channel.listen(run).await?;
+/// let writer = tokio::spawn(async move {
+///     let delivery = listener.commands.recv().await.expect("a command");
+///     let by = delivery.by.as_ref().map(|c| c.as_str().to_owned());
+///     delivery.reply.send(CommandReply { accepted: true, offset: 7, error: None }).await;
+///     by
+/// });
+/// let reply = channel.deliver(run, &pause, Some(Caller::new("ops")?)).await?;
+/// assert_eq!((reply.accepted, reply.offset), (true, 7));
+/// assert_eq!(writer.await?.as_deref(), Some("ops"));
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait ControlChannel: Send + Sync + 'static {
     /// Opens the command endpoint of `run_id`, for its writer: the caller

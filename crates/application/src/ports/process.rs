@@ -4,7 +4,7 @@
 use domain::RunId;
 
 /// Finds and ends the process groups a dead writer left behind.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 pub trait Processes: Send + Sync + 'static {
     /// Kills the process group whose leader is `pid`, if it is still the
     /// group `process:started` recorded: its leader started at

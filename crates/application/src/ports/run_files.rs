@@ -20,7 +20,7 @@ pub struct RunFileSet {
 }
 
 /// The files of runs in one storage.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait RunFiles: Send + Sync + 'static {
     /// The run's transcript and the blobs it names; `None` when it has no

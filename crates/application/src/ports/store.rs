@@ -108,7 +108,48 @@ pub type EventStream = BoxStream<'static, Result<RuntimeEvent, StoreError>>;
 pub type EventBatches = BoxStream<'static, Result<Vec<RuntimeEvent>, StoreError>>;
 
 /// Durable storage of runs.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// The contract in use, on awr-infrastructure's memory store (a store of
+/// your own proves it with the conformance suite, `testing::store_conformance`):
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use awr_application::ports::{RunStore, StoreError};
+/// use awr_domain::{EventKind, Offset, RunId, RuntimeEvent, Timestamp};
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// /// A warning at `offset` of `run`.
+/// fn warning(run: RunId, offset: u64) -> RuntimeEvent {
+///     RuntimeEvent {
+///         id: format!("event-{offset}"),
+///         offset: Offset::new(offset).expect("offsets start at 1"),
+///         timestamp: Timestamp::from_millis(1_767_225_600_000),
+///         run_id: run,
+///         node_id: None,
+///         node_run_id: None,
+///         kind: EventKind::Warning { message: "hello".into(), details: None },
+///         extra: Default::default(),
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryRunStore::new();
+/// let run: RunId = "00000000-0000-4000-8000-000000000001".parse()?;
+/// let lock = store.create_run(run).await?; // one writer per run: its lock
+/// assert!(matches!(store.lock(run).await, Err(StoreError::Locked(_))));
+/// store.append(run, &[warning(run, 1), warning(run, 2)]).await?;
+/// // Offsets continue the log exactly: no gap, nothing overwritten.
+/// let gap = store.append(run, &[warning(run, 4)]).await;
+/// assert!(matches!(gap, Err(StoreError::Conflict(_))), "{gap:?}");
+/// assert_eq!(store.last_offset(run).await?, 2);
+/// assert_eq!(store.read(run, 1, 100).await?, [warning(run, 2)]);
+/// drop(lock); // the run is free for another writer
+/// assert!(store.lock(run).await.is_ok());
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     /// Registers a new run and locks it for the caller, in one step, so no

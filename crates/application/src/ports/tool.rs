@@ -103,7 +103,55 @@ pub enum ToolError {
 }
 
 /// A tool the runtime can execute.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// Registered with [`RuntimeBuilder::tool`](crate::RuntimeBuilder::tool),
+/// it is called through the [`ToolRouter`](crate::tools::ToolRouter),
+/// which checks the grant and the input first:
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::{Tool, ToolContext, ToolError, ToolSpec};
+/// use awr_application::tools::ToolRouter;
+/// use awr_domain::workflow::ToolGrant;
+/// use serde_json::{Value, json};
+///
+/// /// Upper-cases a text.
+/// struct Upper;
+///
+/// #[async_trait::async_trait]
+/// impl Tool for Upper {
+///     fn spec(&self) -> ToolSpec {
+///         let input_schema = json!({
+///             "type": "object",
+///             "properties": {"text": {"type": "string"}},
+///             "required": ["text"],
+///         });
+///         ToolSpec { name: "upper".into(), description: "Upper-cases `text`.".into(), input_schema }
+///     }
+///     async fn call(&self, input: Value, _: &ToolContext) -> Result<Value, ToolError> {
+///         // Checked against the schema already: `text` is a string.
+///         Ok(json!(input["text"].as_str().unwrap_or_default().to_uppercase()))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let router = ToolRouter::new().with(Arc::new(Upper));
+/// let (granted, context) = ([ToolGrant::new("upper")], ToolContext::new("."));
+/// let output = router.call("upper", json!({"text": "hi"}), &granted, &context).await?;
+/// assert_eq!(output, json!("HI"));
+/// // Input the schema refuses never reaches the tool; the model is told why.
+/// let refused = router.call("upper", json!({"text": 7}), &granted, &context).await;
+/// assert!(matches!(refused, Err(ToolError::InvalidInput { .. })), "{refused:?}");
+/// // Nor does a call from an agent not granted the tool.
+/// let refused = router.call("upper", json!({"text": "hi"}), &[], &context).await;
+/// assert!(matches!(refused, Err(ToolError::NotGranted(_))), "{refused:?}");
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// Name, description and input schema.

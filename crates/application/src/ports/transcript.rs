@@ -26,7 +26,93 @@ pub enum TranscriptError {
 }
 
 /// Opens the transcript of a run.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// A sink of the program's own, keeping every line in memory:
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::{Arc, Mutex};
+///
+/// use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
+/// use awr_application::ports::{QueryError, QueryFn, Transcript, TranscriptError, Transcripts};
+/// use awr_application::{RunRequest, Runtime};
+/// use awr_domain::RunId;
+/// use awr_domain::transcript::{ExchangeDraft, ExchangeEvent, ExchangeType};
+/// use awr_domain::workflow::Provider;
+/// use awr_domain::WorkflowDef;
+/// use awr_infrastructure::clock::{RandomIds, SystemClock};
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// type Lines = Arc<Mutex<Vec<ExchangeEvent>>>;
+///
+/// /// Every run's lines, in one list.
+/// struct InMemory(Lines);
+///
+/// #[async_trait::async_trait]
+/// impl Transcripts for InMemory {
+///     async fn open(&self, run_id: RunId, parent: Option<RunId>) -> Result<Arc<dyn Transcript>, TranscriptError> {
+///         Ok(Arc::new(OneRun { run_id, parent, seq: AtomicU64::new(0), lines: self.0.clone() }))
+///     }
+/// }
+///
+/// struct OneRun { run_id: RunId, parent: Option<RunId>, seq: AtomicU64, lines: Lines }
+///
+/// #[async_trait::async_trait]
+/// impl Transcript for OneRun {
+///     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
+///         let line = ExchangeEvent {
+///             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+///             run_id: self.run_id,
+///             parent_run_id: self.parent,
+///             child_run_id: draft.child_run_id,
+///             kind: draft.kind,
+///             path: draft.path,
+///             iteration: draft.iteration,
+///             timestamp: draft.timestamp,
+///             payload: draft.payload,
+///             extra: Default::default(),
+///         };
+///         self.lines.lock().map_err(|e| TranscriptError::Io(e.to_string()))?.push(line.clone());
+///         Ok(line)
+///     }
+///     fn dropped(&self) -> u64 {
+///         0
+///     }
+///     async fn close(&self) {}
+/// }
+///
+/// /// Says hello.
+/// struct Hello;
+///
+/// #[async_trait::async_trait]
+/// impl QueryFn for Hello {
+///     async fn query(&self, _: AgentRequest) -> Result<AgentStream, QueryError> {
+///         let text = "hello".to_owned();
+///         let messages = [AgentMessage::Text { content: text.clone() }, AgentMessage::Completed(AgentResult { text, ..Default::default() })];
+///         Ok(Box::pin(futures::stream::iter(messages.map(Ok))))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let lines = Lines::default();
+/// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+///     .provider(Provider::Mock, Arc::new(Hello))
+///     .transcripts(Arc::new(InMemory(lines.clone())))
+///     .build();
+/// let workflow = Arc::new(WorkflowDef::from_yaml("name: w\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n")?);
+/// runtime.run(RunRequest { workflow, input: "hi".into(), source: None, started_by: None }).await?;
+///
+/// let lines = lines.lock().expect("not poisoned").clone();
+/// assert_eq!(lines.first().map(|l| (l.seq, &l.kind)), Some((1, &ExchangeType::RunStarted)));
+/// assert_eq!(lines.last().map(|l| &l.kind), Some(&ExchangeType::RunCompleted));
+/// let reply = lines.iter().find(|l| l.kind == ExchangeType::MessageAssistant).expect("the agent's reply");
+/// assert!(reply.payload.to_string().contains("hello"), "{}", reply.payload);
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait Transcripts: Send + Sync + 'static {
     /// The transcript of `run_id`; every line carries `parent_run_id` when given.
@@ -38,7 +124,7 @@ pub trait Transcripts: Send + Sync + 'static {
 }
 
 /// One run's transcript, open for appending.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait Transcript: Send + Sync {
     /// Appends one line (assigning its `seq`), then shows it to subscribers.

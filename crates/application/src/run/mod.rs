@@ -61,6 +61,46 @@ pub(crate) enum Continue {
 }
 
 /// What to run.
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::{CommandError, CommandOutcome, CommandRequest, CommandRunner};
+/// use awr_application::{RunRequest, Runtime};
+/// use awr_domain::{Caller, WorkflowDef};
+/// use awr_infrastructure::clock::{RandomIds, SystemClock};
+/// use awr_infrastructure::store::MemoryRunStore;
+/// use serde_json::json;
+///
+/// /// Every command succeeds, printing nothing.
+/// struct Ok0;
+///
+/// #[async_trait::async_trait]
+/// impl CommandRunner for Ok0 {
+///     async fn run(&self, _: CommandRequest) -> Result<CommandOutcome, CommandError> {
+///         let (stdout, stderr) = (String::new(), String::new());
+///         Ok(CommandOutcome { exit_code: Some(0), stdout, stderr, truncated: false, timed_out: false, duration_ms: 0 })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+///     .commands(Arc::new(Ok0))
+///     .build();
+/// let request = RunRequest {
+///     workflow: Arc::new(WorkflowDef::from_yaml("name: w\nnodes: [{id: test, command: make test}]\n")?),
+///     input: json!({"branch": "main"}),
+///     source: Some("ci/nightly.yaml".into()), // where `awr resume` would read it again
+///     started_by: Some(Caller::new("ci-bot")?), // recorded in `flow:started`
+/// };
+/// let outcome = runtime.run(request).await?;
+/// assert_eq!(outcome.snapshot.input, json!({"branch": "main"}));
+/// assert_eq!(outcome.snapshot.started_by, Some(Caller::new("ci-bot")?));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RunRequest {
     /// The validated workflow.

@@ -197,6 +197,53 @@ pub fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot 
 /// - `store_conformance!(run Harness)` is a future that runs them all in
 ///   turn, each on fresh storage, for a program (a check that fails panics).
 ///   Some checks need a multi-threaded Tokio runtime.
+///
+/// A harness over awr-infrastructure's memory store (a store of your own
+/// keeps data that can tear or rot, and says how; see [`StoreHarness`]):
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::RunStore;
+/// use awr_application::store_conformance;
+/// use awr_application::testing::store_conformance::StoreHarness;
+/// use awr_domain::RunId;
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// /// The storage is the store itself: no second instance, nothing encoded.
+/// struct Memory(Arc<MemoryRunStore>);
+///
+/// impl StoreHarness for Memory {
+///     fn new() -> Self {
+///         Memory(Arc::new(MemoryRunStore::new()))
+///     }
+///     fn store(&self) -> Arc<dyn RunStore> {
+///         self.0.clone()
+///     }
+///     fn another(&self) -> Option<Arc<dyn RunStore>> {
+///         None
+///     }
+///     fn tear_tail(&self, _: RunId) -> bool {
+///         false
+///     }
+///     fn corrupt_event(&self, _: RunId, _: u64) -> bool {
+///         false
+///     }
+///     fn bad_event_place(&self, _: RunId, _: u64) -> String {
+///         String::new()
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // Every check in turn; one that fails panics, naming the rule.
+/// store_conformance!(run Memory).await;
+/// # }
+/// ```
+///
+/// In a test file, `store_conformance!(Memory);` at the top level makes
+/// one `#[tokio::test]` per check instead.
 #[macro_export]
 macro_rules! store_conformance {
     ($harness:ty) => {
