@@ -56,6 +56,7 @@ fn event(run: RunId, offset: u64) -> RuntimeEvent {
         node_run_id: None,
         kind: EventKind::AgentTextDelta {
             content: "x".repeat(200),
+            extra: Default::default(),
         },
         extra: Default::default(),
     }

@@ -65,6 +65,7 @@ async fn populate(store: &dyn RunStore) {
             },
             EventKind::AgentText {
                 content: text.clone(),
+                extra: Default::default(),
             },
             if failed {
                 EventKind::NodeFailed {

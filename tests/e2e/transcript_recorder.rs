@@ -51,6 +51,7 @@ fn text_draft(len: usize) -> ExchangeDraft {
     let blocks = [ContentBlock::Text {
         text: "x".repeat(len),
         fidelity: Fidelity::AgentEmitted,
+        extra: Default::default(),
     }];
     ExchangeDraft {
         payload: message_payload("assistant", &blocks),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use domain::SessionId;
-use domain::event::{ModelUsage, Usage};
+use domain::event::{Extra, ModelUsage, Usage};
 use futures::StreamExt;
 
 use crate::ports::{
@@ -139,12 +139,38 @@ struct Turn {
     blocks: Vec<ChatBlock>,
     calls: Vec<ToolCall>,
     end: Option<TurnEnd>,
+    /// What the API sent with the event that comes next and the adapter
+    /// does not map ([`ChatEvent::Extra`]).
+    pending: Extra,
+    /// The pending fields of the message [`Turn::add`] just returned: sent
+    /// just before it ([`AgentMessage::Extra`]).
+    ready: Option<Extra>,
+    /// Those of each call, by its place in `calls`: sent before its
+    /// `ToolStarted`, the call's event.
+    call_extras: Vec<Extra>,
+    /// Those that came with the turn's end (its last chunk): sent with the
+    /// next event, the call's `agent:complete` or the turn's first tool.
+    end_extra: Extra,
 }
 
 impl Turn {
-    /// Adds an event to the turn; returns what to show of it.
+    /// Adds an event to the turn; returns what to show of it (and sets
+    /// `ready` to what the API sent with it that is not mapped).
     fn add(&mut self, event: ChatEvent) -> Option<AgentMessage> {
+        if matches!(
+            event,
+            ChatEvent::TextDelta(_) | ChatEvent::ThinkingDelta(_) | ChatEvent::ThinkingDone { .. }
+        ) && !self.pending.is_empty()
+        {
+            self.ready = Some(std::mem::take(&mut self.pending));
+        }
         match event {
+            ChatEvent::Extra(fields) => {
+                for (pointer, value) in fields {
+                    self.pending.entry(pointer).or_insert(value);
+                }
+                None
+            }
             ChatEvent::TextDelta(text) => {
                 match self.blocks.last_mut() {
                     Some(ChatBlock::Text(open)) => open.push_str(&text),
@@ -188,6 +214,7 @@ impl Turn {
             ChatEvent::ToolCall(call) => {
                 self.blocks.push(ChatBlock::ToolCall(call.clone()));
                 self.calls.push(call);
+                self.call_extras.push(std::mem::take(&mut self.pending));
                 None
             }
             ChatEvent::Unknown { what, raw } => Some(AgentMessage::Warning {
@@ -196,6 +223,7 @@ impl Turn {
             }),
             ChatEvent::End(end) => {
                 self.end = Some(end);
+                self.end_extra = std::mem::take(&mut self.pending);
                 None
             }
         }
@@ -225,8 +253,9 @@ pub fn assistant_blocks(events: impl IntoIterator<Item = ChatEvent>) -> Vec<Chat
 
 /// How a turn's attempts ended.
 enum Attempted {
-    /// The turn streamed to its end.
-    Done(Turn),
+    /// The turn streamed to its end (boxed: a turn is large, and the
+    /// other outcome is nothing).
+    Done(Box<Turn>),
     /// It failed for good (the error is already yielded).
     Failed,
 }
@@ -285,10 +314,13 @@ impl Conversation {
                                     if let Some(message) = turn.add(event) {
                                         // A kept unknown is no model output: a retry stays possible.
                                         shown |= !matches!(message, AgentMessage::Warning { .. });
+                                        if let Some(extra) = turn.ready.take() {
+                                            yield Ok(AgentMessage::Extra(extra));
+                                        }
                                         yield Ok(message);
                                     }
                                     if turn.end.is_some() {
-                                        break 'attempts Attempted::Done(turn);
+                                        break 'attempts Attempted::Done(Box::new(turn));
                                     }
                                 }
                                 Some(Err(error)) => break error,
@@ -322,6 +354,8 @@ impl Conversation {
                 let Attempted::Done(turn) = outcome else {
                     return;
                 };
+                let mut turn = *turn;
+                let mut end_extra = std::mem::take(&mut turn.end_extra);
                 let Some(end) = turn.end.clone() else {
                     return;
                 };
@@ -340,6 +374,9 @@ impl Conversation {
                             message: format!("the model stopped: {why}"),
                             details: None,
                         }),
+                    }
+                    if !end_extra.is_empty() {
+                        yield Ok(AgentMessage::Extra(end_extra));
                     }
                     let text = turn.text();
                     let model_usage = reported_model.or(model_name).map(|model| {
@@ -362,7 +399,16 @@ impl Conversation {
                     return;
                 }
                 let mut results = Vec::with_capacity(turn.calls.len());
+                let mut call_extras = std::mem::take(&mut turn.call_extras).into_iter();
                 for call in &turn.calls {
+                    // The call's own fields, then (on the first) the turn's end's.
+                    let mut extra = call_extras.next().unwrap_or_default();
+                    for (pointer, value) in std::mem::take(&mut end_extra) {
+                        extra.entry(pointer).or_insert(value);
+                    }
+                    if !extra.is_empty() {
+                        yield Ok(AgentMessage::Extra(extra));
+                    }
                     yield Ok(AgentMessage::ToolStarted {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
@@ -397,6 +443,10 @@ impl Conversation {
 
 /// The node's failure after the last attempt.
 fn give_up(provider: &str, error: &ChatError, attempts: u32) -> QueryError {
+    if let ChatError::Mismatch(mismatch) = error {
+        // Kept whole: the record names where the replay departed.
+        return QueryError::Replay(mismatch.clone());
+    }
     let message = match error {
         ChatError::RateLimited { message, .. } => {
             format!("rate limited by {provider} ({attempts} attempts): {message}")

@@ -83,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = live.next().await {
         let event = event?;
         offsets.push(event.offset.get());
-        if let EventKind::AgentTextDelta { content } = &event.kind {
+        if let EventKind::AgentTextDelta { content, .. } = &event.kind {
             deltas.push(content.clone());
         }
     }

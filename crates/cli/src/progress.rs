@@ -184,7 +184,7 @@ impl RunObserver for Progress {
         // What one event prints is put together first and written once.
         let mut out = String::new();
         if self.live
-            && let EventKind::AgentTextDelta { content } | EventKind::AgentText { content } =
+            && let EventKind::AgentTextDelta { content, .. } | EventKind::AgentText { content, .. } =
                 &event.kind
         {
             // Streamed text is dimmed so it reads apart from the step lines.

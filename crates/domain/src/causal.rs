@@ -335,6 +335,7 @@ impl<'s> Projection<'s> {
                 tool_use_id,
                 tool_name,
                 tool_input,
+                ..
             } => {
                 let id = self.act(
                     e,
@@ -350,6 +351,7 @@ impl<'s> Projection<'s> {
                 call_id,
                 tool_name,
                 tool_input,
+                ..
             } => {
                 let id = self.act(
                     e,

@@ -57,6 +57,15 @@ pub struct RuntimeEvent {
     pub extra: Map<String, Value>,
 }
 
+/// What an agent emitted with an event that awr does not map: each field
+/// of the line (a CLI's stdout line, an HTTP API's streamed chunk or body)
+/// that no field of the event holds, under its JSON Pointer in that line,
+/// its value verbatim (`{"/message/usage": {...}, "/uuid": "..."}`). A
+/// newer CLI or API adding a field loses nothing: it is kept here until
+/// awr maps it. Empty, and not written, when the line held nothing more.
+/// `docs/events.md` says which events carry it.
+pub type Extra = Map<String, Value>;
+
 /// The definition a run executes: its name and the hash of its source.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkflowRef {
@@ -284,6 +293,9 @@ pub enum EventKind {
         session_id: SessionId,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// A process group of the node run began: an agent CLI or a `command`
     /// step, the leader `pid` of its own group, with the start time the
@@ -297,6 +309,9 @@ pub enum EventKind {
         content: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token_count: Option<u64>,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// A complete thinking block (when the provider does not stream).
     #[serde(rename = "agent:thinking", rename_all = "camelCase")]
@@ -307,13 +322,26 @@ pub enum EventKind {
         /// The provider's signature of the block (Claude), kept verbatim.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// A streamed chunk of text.
     #[serde(rename = "agent:text:delta", rename_all = "camelCase")]
-    AgentTextDelta { content: String },
+    AgentTextDelta {
+        content: String,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
+    },
     /// A complete text block (when the provider does not stream).
     #[serde(rename = "agent:text", rename_all = "camelCase")]
-    AgentText { content: String },
+    AgentText {
+        content: String,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
+    },
     /// The agent asked for a tool it runs itself, where it asked; its
     /// `agent:tool` follows with the same `toolUseId` when a result comes.
     #[serde(rename = "agent:tool:use", rename_all = "camelCase")]
@@ -324,6 +352,9 @@ pub enum EventKind {
         tool_name: String,
         #[serde(default)]
         tool_input: Value,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// A tool the agent ran, with full input and output.
     #[serde(rename = "agent:tool", rename_all = "camelCase")]
@@ -338,6 +369,9 @@ pub enum EventKind {
         duration_ms: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// An error reported by or about the agent (policy decides if it is fatal).
     #[serde(rename = "agent:error", rename_all = "camelCase")]
@@ -364,6 +398,9 @@ pub enum EventKind {
         /// names it on its last line, after `agent:start` had to use another).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session_id: Option<SessionId>,
+        /// What the agent emitted with it that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// The runtime began executing a tool on an agent's behalf.
     #[serde(rename = "tool:started", rename_all = "camelCase")]
@@ -372,6 +409,9 @@ pub enum EventKind {
         tool_name: String,
         #[serde(default)]
         tool_input: Value,
+        /// What the model sent with the call that awr does not map ([`Extra`]).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        extra: Extra,
     },
     /// A runtime-executed tool returned.
     #[serde(rename = "tool:completed", rename_all = "camelCase")]
@@ -633,6 +673,7 @@ mod tests {
             duration_ms: 1234,
             num_turns: 1,
             session_id: None,
+            extra: Default::default(),
         });
         let json = e.to_json().unwrap();
         assert_eq!(
@@ -788,7 +829,8 @@ mod tests {
         assert_eq!(
             event.kind,
             EventKind::AgentTextDelta {
-                content: "b".into()
+                content: "b".into(),
+                extra: Default::default()
             }
         );
     }
@@ -809,6 +851,7 @@ mod tests {
         assert!(types.len() >= 20, "the docs' examples cover {types:?}");
         let mut odd = event(EventKind::AgentText {
             content: "tab\t \"quoted\" back\\slash \u{1} é \u{2028}".into(),
+            extra: Default::default(),
         });
         odd.node_run_id = Some(NodeRunId::new(uuid::Uuid::from_u128(7)));
         for id in [

@@ -11,7 +11,9 @@
 //! on read, and envelope fields this version does not know are kept in
 //! [`ExchangeEvent::extra`]. A block of a known type that carries fields
 //! this version does not know, or lacks one it needs, is kept whole as
-//! [`ContentBlock::Unknown`] rather than trimmed or refused.
+//! [`ContentBlock::Unknown`] rather than trimmed or refused. A block an
+//! agent emitted keeps, in `extra`, what the agent sent with it that awr
+//! does not map (its event's `extra`, [`crate::event::Extra`]).
 
 use std::fmt;
 
@@ -125,6 +127,9 @@ pub enum ContentBlock {
         text: String,
         /// Provenance.
         fidelity: Fidelity,
+        /// What the agent emitted with it that awr does not map, by JSON
+        /// Pointer, as its event keeps it ([`crate::event::Extra`]).
+        extra: crate::event::Extra,
     },
     /// Reasoning output; `signature` when the provider signs it.
     Thinking {
@@ -134,6 +139,9 @@ pub enum ContentBlock {
         signature: Option<String>,
         /// Provenance.
         fidelity: Fidelity,
+        /// What the agent emitted with it that awr does not map, by JSON
+        /// Pointer, as its event keeps it ([`crate::event::Extra`]).
+        extra: crate::event::Extra,
     },
     /// A tool invocation.
     ToolUse {
@@ -146,6 +154,9 @@ pub enum ContentBlock {
         tool_input: Value,
         /// Provenance.
         fidelity: Fidelity,
+        /// What the agent emitted with it that awr does not map, by JSON
+        /// Pointer, as its event keeps it ([`crate::event::Extra`]).
+        extra: crate::event::Extra,
     },
     /// A tool's output (`null` content on error).
     ToolResult {
@@ -155,6 +166,9 @@ pub enum ContentBlock {
         tool_content: Value,
         /// Provenance.
         fidelity: Fidelity,
+        /// What the agent emitted with it that awr does not map, by JSON
+        /// Pointer, as its event keeps it ([`crate::event::Extra`]).
+        extra: crate::event::Extra,
     },
     /// A shell command a step ran.
     Command {
@@ -182,12 +196,16 @@ enum KnownBlock {
     Text {
         text: String,
         fidelity: Fidelity,
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        extra: crate::event::Extra,
     },
     Thinking {
         thinking: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
         fidelity: Fidelity,
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        extra: crate::event::Extra,
     },
     ToolUse {
         tool_name: String,
@@ -196,12 +214,16 @@ enum KnownBlock {
         tool_id: String,
         tool_input: Value,
         fidelity: Fidelity,
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        extra: crate::event::Extra,
     },
     ToolResult {
         #[serde(default, skip_serializing_if = "String::is_empty")]
         tool_id: String,
         tool_content: Value,
         fidelity: Fidelity,
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        extra: crate::event::Extra,
     },
     Command {
         command: String,
@@ -217,15 +239,25 @@ enum KnownBlock {
 
 /// Each known block type with every field it may carry.
 const BLOCK_FIELDS: [(&str, &[&str]); 6] = [
-    ("text", &["type", "text", "fidelity"]),
-    ("thinking", &["type", "thinking", "signature", "fidelity"]),
+    ("text", &["type", "text", "fidelity", "extra"]),
+    (
+        "thinking",
+        &["type", "thinking", "signature", "fidelity", "extra"],
+    ),
     (
         "tool_use",
-        &["type", "tool_name", "tool_id", "tool_input", "fidelity"],
+        &[
+            "type",
+            "tool_name",
+            "tool_id",
+            "tool_input",
+            "fidelity",
+            "extra",
+        ],
     ),
     (
         "tool_result",
-        &["type", "tool_id", "tool_content", "fidelity"],
+        &["type", "tool_id", "tool_content", "fidelity", "extra"],
     ),
     ("command", &["type", "command", "exit_code", "fidelity"]),
     ("stream", &["type", "chunk", "fidelity"]),
@@ -247,35 +279,49 @@ impl ContentBlock {
 
     fn to_known(&self) -> Option<KnownBlock> {
         Some(match self.clone() {
-            Self::Text { text, fidelity } => KnownBlock::Text { text, fidelity },
+            Self::Text {
+                text,
+                fidelity,
+                extra,
+            } => KnownBlock::Text {
+                text,
+                fidelity,
+                extra,
+            },
             Self::Thinking {
                 thinking,
                 signature,
                 fidelity,
+                extra,
             } => KnownBlock::Thinking {
                 thinking,
                 signature,
                 fidelity,
+                extra,
             },
             Self::ToolUse {
                 tool_name,
                 tool_id,
                 tool_input,
                 fidelity,
+                extra,
             } => KnownBlock::ToolUse {
                 tool_name,
                 tool_id,
                 tool_input,
                 fidelity,
+                extra,
             },
             Self::ToolResult {
                 tool_id,
                 tool_content,
                 fidelity,
+                extra,
             } => KnownBlock::ToolResult {
                 tool_id,
                 tool_content,
                 fidelity,
+                extra,
             },
             Self::Command {
                 command,
@@ -293,35 +339,49 @@ impl ContentBlock {
 
     fn from_known(block: KnownBlock) -> Self {
         match block {
-            KnownBlock::Text { text, fidelity } => Self::Text { text, fidelity },
+            KnownBlock::Text {
+                text,
+                fidelity,
+                extra,
+            } => Self::Text {
+                text,
+                fidelity,
+                extra,
+            },
             KnownBlock::Thinking {
                 thinking,
                 signature,
                 fidelity,
+                extra,
             } => Self::Thinking {
                 thinking,
                 signature,
                 fidelity,
+                extra,
             },
             KnownBlock::ToolUse {
                 tool_name,
                 tool_id,
                 tool_input,
                 fidelity,
+                extra,
             } => Self::ToolUse {
                 tool_name,
                 tool_id,
                 tool_input,
                 fidelity,
+                extra,
             },
             KnownBlock::ToolResult {
                 tool_id,
                 tool_content,
                 fidelity,
+                extra,
             } => Self::ToolResult {
                 tool_id,
                 tool_content,
                 fidelity,
+                extra,
             },
             KnownBlock::Command {
                 command,
@@ -500,6 +560,7 @@ mod tests {
             tool_id: "t1".into(),
             tool_input: json!({"cmd": "echo hi"}),
             fidelity: Fidelity::AgentEmitted,
+            extra: Default::default(),
         };
         assert_eq!(
             serde_json::to_value(&b).unwrap(),
@@ -626,6 +687,7 @@ mod tests {
         let b = ContentBlock::Text {
             text: "a\0b".into(),
             fidelity: Fidelity::AgentEmitted,
+            extra: Default::default(),
         };
         let s = serde_json::to_string(&b).unwrap();
         assert!(s.contains("a\\u0000b"), "{s}");

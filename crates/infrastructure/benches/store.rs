@@ -81,6 +81,7 @@ fn sample_event(run: RunId, offset: u64) -> RuntimeEvent {
         node_run_id: Some(NodeRunId::new(Uuid::new_v4())),
         kind: EventKind::AgentTextDelta {
             content: "The quick brown fox jumps over the lazy dog. ".to_owned(),
+            extra: Default::default(),
         },
         extra: Default::default(),
     }

@@ -59,6 +59,7 @@ fn sample_draft() -> ExchangeDraft {
                every word the agent says, verbatim, for replay."
             .to_owned(),
         fidelity: Fidelity::AgentEmitted,
+        extra: Default::default(),
     }];
     ExchangeDraft {
         child_run_id: None,

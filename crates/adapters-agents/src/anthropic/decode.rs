@@ -12,8 +12,9 @@ use eventsource_stream::Event;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::wire::{BlockDelta, StartBlock, StreamEvent, WireError};
+use super::wire::{self, BlockDelta, StartBlock, StreamEvent, WireError};
 use crate::http::{self, TurnMeta};
+use crate::normalize::extra::{self, Pending};
 use crate::normalize::usage::TokenCounts;
 
 /// The state of one streamed turn.
@@ -27,6 +28,8 @@ pub struct MessagesDecoder {
     turn: TurnMeta,
     /// `message_stop` arrived; anything after it is ignored.
     done: bool,
+    /// What events that became no chat event held unmapped, for the next one.
+    pending: Pending,
 }
 
 /// A content block being streamed.
@@ -83,6 +86,7 @@ impl MessagesDecoder {
                 .or_insert_with(|| Value::String(event.to_owned()));
         }
         let kind = value["type"].as_str().unwrap_or_default().to_owned();
+        let extra = extra::of_line(&value, wire::known(&value));
         let parsed = StreamEvent::deserialize(&value).map_err(|e| {
             http::unreadable(format!(
                 "the stream sent a `{kind}` event that cannot be read ({e}): {}",
@@ -152,7 +156,7 @@ impl MessagesDecoder {
                 ));
             }
         }
-        Ok(out)
+        Ok(self.pending.place(out, extra))
     }
 
     /// Ends the turn when the stream closes.

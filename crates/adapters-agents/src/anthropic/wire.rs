@@ -11,7 +11,8 @@ use application::ports::{ChatBlock, ChatMessage, ChatRequest, ToolResult};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::normalize::usage::TokenCounts;
+use crate::normalize::extra::{ALL, Known};
+use crate::normalize::usage::{TOKEN_COUNTS, TokenCounts};
 
 /// `max_tokens` is required by the API; this is what a turn gets when the
 /// agent sets none: enough for a long answer on every current model.
@@ -258,6 +259,68 @@ pub(super) struct WireError {
     pub kind: String,
     /// The provider's message.
     pub message: String,
+}
+
+/// A `content_block_start` whose block has these fields.
+macro_rules! start {
+    ($($field:expr),* $(,)?) => {
+        Known::Fields(&[
+            ("type", ALL),
+            ("index", ALL),
+            ("content_block", Known::Fields(&[("type", ALL), $($field),*])),
+        ])
+    };
+}
+
+/// A `content_block_delta` whose delta has these fields.
+macro_rules! delta {
+    ($($field:expr),* $(,)?) => {
+        Known::Fields(&[
+            ("type", ALL),
+            ("index", ALL),
+            ("delta", Known::Fields(&[("type", ALL), $($field),*])),
+        ])
+    };
+}
+
+/// What the decoder maps of a stream event ([`StreamEvent`]); the rest
+/// goes into the `extra` of the event it becomes, or of the next one
+/// ([`crate::normalize::extra::Pending`]). An event, block or delta of a
+/// type it does not know is kept whole as a warning: nothing is unmapped.
+pub(super) fn known(event: &Value) -> Known {
+    let sub = |pointer| event.pointer(pointer).and_then(Value::as_str);
+    match event.get("type").and_then(Value::as_str) {
+        Some("message_start") => Known::Fields(&[
+            ("type", ALL),
+            (
+                "message",
+                Known::Fields(&[("id", ALL), ("model", ALL), ("usage", TOKEN_COUNTS)]),
+            ),
+        ]),
+        Some("content_block_start") => match sub("/content_block/type") {
+            Some("text") => start!(("text", ALL)),
+            Some("thinking") => start!(("thinking", ALL), ("signature", ALL)),
+            Some("redacted_thinking") => start!(),
+            Some("tool_use") => start!(("id", ALL), ("name", ALL), ("input", ALL)),
+            _ => ALL,
+        },
+        Some("content_block_delta") => match sub("/delta/type") {
+            Some("text_delta") => delta!(("text", ALL)),
+            Some("thinking_delta") => delta!(("thinking", ALL)),
+            Some("signature_delta") => delta!(("signature", ALL)),
+            Some("input_json_delta") => delta!(("partial_json", ALL)),
+            Some("citations_delta") => delta!(),
+            _ => ALL,
+        },
+        Some("content_block_stop") => Known::Fields(&[("type", ALL), ("index", ALL)]),
+        Some("message_delta") => Known::Fields(&[
+            ("type", ALL),
+            ("delta", Known::Fields(&[("stop_reason", ALL)])),
+            ("usage", TOKEN_COUNTS),
+        ]),
+        Some("message_stop" | "ping") => Known::Fields(&[("type", ALL)]),
+        _ => ALL,
+    }
 }
 
 #[cfg(test)]

@@ -23,16 +23,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    ApiRetry, AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine, ToolResult,
-    UserLine,
+    self, ApiRetry, AssistantLine, Block, Delta, ResultLine, StreamEventLine, SystemLine,
+    ToolResult, UserLine,
 };
 use crate::normalize::errors::{
     API_ERROR, DURING_EXECUTION, RATE_LIMIT, SESSION_NOT_FOUND, fatal, reported,
 };
+use crate::normalize::extra::{self, At};
 use crate::normalize::usage::model_usage;
 use crate::normalize::{
     Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, announce_session, failure_text, warning,
 };
+use domain::event::Extra;
 
 const CLI: Cli = Cli("Claude Code");
 
@@ -61,13 +63,11 @@ pub struct ClaudeDecoder {
 impl ClaudeDecoder {
     fn system(&mut self, line: SystemLine, value: &Value) -> Vec<Decoded> {
         match line.subtype.as_deref() {
-            Some("init") => announce_session(
-                &mut self.session,
-                line.session_id,
-                line.model,
-                "system/init",
-                value,
-            ),
+            Some("init") => {
+                let id = (line.session_id, line.model);
+                let out = announce_session(&mut self.session, id.0, id.1, "system/init", value);
+                extra::before_first(out, extra::of_line(value, wire::INIT))
+            }
             Some(kind @ "api_retry") => CLI.read(kind, value, |retry| api_retry(retry, value)),
             // Progress noise: request status and thinking-token estimates.
             Some("status" | "thinking_tokens") => Vec::new(),
@@ -92,7 +92,9 @@ impl ClaudeDecoder {
             .copied()
             .unwrap_or_default();
         let mut out = Vec::new();
-        for block in blocks(&line.message.content) {
+        let mut line_extra = Some(extra::of_line(value, wire::ASSISTANT));
+        for (i, block) in blocks(&line.message.content).iter().enumerate() {
+            let from = out.len();
             match Block::deserialize(block) {
                 Ok(Block::Text { text }) if !streamed.text => {
                     out.push(Ok(AgentMessage::Text { content: text }));
@@ -114,20 +116,24 @@ impl ClaudeDecoder {
                 Ok(Block::ToolResult(result)) => out.push(self.tool_result(result, block)),
                 Err(_) => out.extend(unknown_block(block)),
             }
+            block_extra(&mut out, from, block, i, &mut line_extra);
         }
         out
     }
 
-    fn user(&mut self, line: UserLine) -> Vec<Decoded> {
+    fn user(&mut self, line: UserLine, value: &Value) -> Vec<Decoded> {
         let mut out = Vec::new();
+        let mut line_extra = Some(extra::of_line(value, wire::USER));
         // A plain-string content is the user's own prompt echoed back: not agent output.
-        for block in blocks(&line.message.content) {
+        for (i, block) in blocks(&line.message.content).iter().enumerate() {
+            let from = out.len();
             match Block::deserialize(block) {
                 Ok(Block::ToolResult(result)) => out.push(self.tool_result(result, block)),
                 // Echoed user text: the runtime already knows its own prompt.
                 Ok(Block::Text { .. }) => {}
                 _ => out.extend(unknown_block(block)),
             }
+            block_extra(&mut out, from, block, i, &mut line_extra);
         }
         out
     }
@@ -144,6 +150,11 @@ impl ClaudeDecoder {
     }
 
     fn stream_event(&mut self, line: StreamEventLine, value: &Value) -> Vec<Decoded> {
+        let out = self.stream_event_messages(line, value);
+        extra::before_first(out, extra::of_line(value, wire::STREAM_EVENT))
+    }
+
+    fn stream_event_messages(&mut self, line: StreamEventLine, value: &Value) -> Vec<Decoded> {
         let event = &line.event;
         match event.get("type").and_then(Value::as_str) {
             Some("message_start") => {
@@ -295,14 +306,14 @@ impl Decoder for ClaudeDecoder {
         match value.get("type").and_then(Value::as_str) {
             Some("system") => CLI.read("system", value, |line| self.system(line, value)),
             Some("assistant") => CLI.read("assistant", value, |line| self.assistant(line, value)),
-            Some("user") => CLI.read("user", value, |line| self.user(line)),
+            Some("user") => CLI.read("user", value, |line| self.user(line, value)),
             Some("stream_event") => {
                 CLI.read("stream_event", value, |line| self.stream_event(line, value))
             }
             Some("result") => {
                 let announced = self.session.is_some();
                 self.ending
-                    .result(value, |line| outcome(line, value, announced))
+                    .result(value, wire::RESULT, |line| outcome(line, value, announced))
             }
             _ => CLI.unknown_type(value),
         }
@@ -312,6 +323,47 @@ impl Decoder for ClaudeDecoder {
         let missing = "a result line";
         self.ending
             .finish(CLI, missing, exit_code, stderr_tail, || None)
+    }
+}
+
+/// Sends what block `i` of a line holds unmapped (and, with the line's
+/// first block that makes a message, what the line itself holds) before
+/// the message it made in `out[from..]`. A text part of a tool result's
+/// content is joined into the output: its other fields are kept too.
+fn block_extra(
+    out: &mut Vec<Decoded>,
+    from: usize,
+    block: &Value,
+    i: usize,
+    line_extra: &mut Option<Extra>,
+) {
+    let root = At::ROOT;
+    let message = root.key("message");
+    let content = message.key("content");
+    let at = content.index(i);
+    let mut kept = Extra::new();
+    extra::unmapped(block, wire::block_fields(block), at, &mut kept);
+    if block.get("type").and_then(Value::as_str) == Some("tool_result")
+        && let Some(parts) = block.get("content").and_then(Value::as_array)
+        && parts
+            .iter()
+            .all(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+    {
+        let parts_at = at.key("content");
+        for (j, part) in parts.iter().enumerate() {
+            extra::unmapped(part, wire::TEXT_PART, parts_at.index(j), &mut kept);
+        }
+    }
+    let with_line = match line_extra {
+        Some(line) if !line.is_empty() => {
+            let mut both = kept.clone();
+            extra::merge(&mut both, line.clone());
+            both
+        }
+        _ => kept,
+    };
+    if extra::insert_from(out, from, with_line) {
+        *line_extra = None;
     }
 }
 

@@ -86,7 +86,7 @@ mod process_tests {
     //! the real CLI printed (or worse) and exit as it did.
 
     use super::*;
-    use crate::normalize::testing::{agent_request, fake_cli, replaying};
+    use crate::normalize::testing::{agent_request, fake_cli, replaying, without_extra};
     use crate::process::testing::ends_within;
     use application::ports::{AgentMessage, QueryError, QueryFn};
     use application::secrets::KeyNames;
@@ -208,7 +208,7 @@ mod process_tests {
     async fn a_recorded_run_replays_through_a_real_process() {
         let dir = tempfile::tempdir().unwrap();
         let exe = replaying(dir.path(), "claude", "tool");
-        let out = run(request(exe, Some(30))).await;
+        let out = without_extra(run(request(exe, Some(30))).await);
         assert!(
             matches!(
                 &out[..],

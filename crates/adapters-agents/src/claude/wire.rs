@@ -1,17 +1,95 @@
 //! Claude Code's `--output-format stream-json` lines, as serde types.
 //!
 //! Only the fields the decoder reads are declared; everything is optional or
-//! defaulted and unknown fields are ignored, so a newer CLI adding fields
-//! still decodes. Content blocks and stream events are parsed one by one from
-//! [`Value`]s so an unknown one can be kept raw in a warning. Seen on Claude
-//! Code 2.1.330 (see the captures under `testdata/claude/`).
+//! defaulted, so a newer CLI adding fields still decodes. What a line holds
+//! beyond them is not dropped: each type's [`Known`] constant names the
+//! fields it maps, and the rest goes into its event's `extra`
+//! ([`crate::normalize::extra`]). Content blocks and stream events are parsed
+//! one by one from [`Value`]s so an unknown one can be kept raw in a warning.
+//! Seen on Claude Code 2.1.330 (see the captures under `testdata/claude/`).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::{ModelTokens, TokenCounts};
+use crate::normalize::extra::{ALL, Known};
+use crate::normalize::usage::{MODEL_TOKENS, ModelTokens, TOKEN_COUNTS, TokenCounts};
+
+/// What the decoder maps of `system/init`: the session and its model.
+pub const INIT: Known = Known::Fields(&[
+    ("type", ALL),
+    ("subtype", ALL),
+    ("session_id", ALL),
+    ("model", ALL),
+]);
+
+/// What it maps of an `assistant` line besides its blocks ([`block_fields`]).
+pub const ASSISTANT: Known = Known::Fields(&[
+    ("type", ALL),
+    ("message", Known::Fields(&[("id", ALL), ("content", ALL)])),
+    ("is_api_error_message", ALL),
+]);
+
+/// What it maps of a `user` line besides its blocks.
+pub const USER: Known = Known::Fields(&[
+    ("type", ALL),
+    ("message", Known::Fields(&[("content", ALL)])),
+]);
+
+/// What it maps of a content block, by its `type` ([`Block`]).
+pub fn block_fields(block: &Value) -> Known {
+    match block.get("type").and_then(Value::as_str) {
+        Some("text") => TEXT_PART,
+        Some("thinking") => Known::Fields(&[("type", ALL), ("thinking", ALL), ("signature", ALL)]),
+        Some("tool_use") => {
+            Known::Fields(&[("type", ALL), ("id", ALL), ("name", ALL), ("input", ALL)])
+        }
+        Some("tool_result") => Known::Fields(&[
+            ("type", ALL),
+            ("tool_use_id", ALL),
+            ("content", ALL),
+            ("is_error", ALL),
+        ]),
+        _ => ALL,
+    }
+}
+
+/// A text block, or a text part of a tool result's content.
+pub const TEXT_PART: Known = Known::Fields(&[("type", ALL), ("text", ALL)]);
+
+/// What it maps of a `stream_event` line (a `content_block_delta`).
+pub const STREAM_EVENT: Known = Known::Fields(&[
+    ("type", ALL),
+    (
+        "event",
+        Known::Fields(&[
+            ("type", ALL),
+            (
+                "delta",
+                Known::Fields(&[("type", ALL), ("text", ALL), ("thinking", ALL)]),
+            ),
+        ]),
+    ),
+    ("api_message_id", ALL),
+]);
+
+/// What it maps of the `result` line ([`ResultLine`]).
+pub const RESULT: Known = Known::Fields(&[
+    ("type", ALL),
+    ("subtype", ALL),
+    ("is_error", ALL),
+    ("result", ALL),
+    ("session_id", ALL),
+    ("total_cost_usd", ALL),
+    ("usage", TOKEN_COUNTS),
+    ("modelUsage", Known::Each(&MODEL_TOKENS)),
+    ("num_turns", ALL),
+    ("duration_ms", ALL),
+    ("terminal_reason", ALL),
+    ("api_error_status", ALL),
+    ("errors", ALL),
+]);
 
 /// `type: "system"` (`init`, `status`, `thinking_tokens`, `api_retry`, ...).
 #[derive(Debug, Deserialize)]

@@ -22,10 +22,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    CommandExecution, ErrorItem, ErrorMessage, ItemHead, ItemLine, McpToolCall, TextItem,
+    self, CommandExecution, ErrorItem, ErrorMessage, ItemHead, ItemLine, McpToolCall, TextItem,
     ThreadStarted, TurnCompleted, TurnFailed,
 };
 use crate::normalize::errors::{API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported};
+use crate::normalize::extra;
 use crate::normalize::usage::TokenCounts;
 use crate::normalize::{
     Answer, Cli, Decoded, Decoder, Ending, STDERR_TAIL_CHARS, ToolCalls, announce_session,
@@ -162,7 +163,29 @@ impl CodexDecoder {
 impl Decoder for CodexDecoder {
     fn line(&mut self, value: Value) -> Vec<Decoded> {
         let value = &value;
-        match value.get("type").and_then(Value::as_str) {
+        let kind = value.get("type").and_then(Value::as_str);
+        let out = self.mapped(kind, value);
+        let Some(known) = kind.and_then(|k| wire::known(k, value)) else {
+            return out;
+        };
+        let extra = extra::of_line(value, known);
+        if kind == Some("turn.completed") {
+            // The last turn's usage is the result's: so are its other fields.
+            self.ending.keep(extra);
+            return out;
+        }
+        extra::before_first(out, extra)
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        self.end(exit_code, stderr_tail)
+    }
+}
+
+impl CodexDecoder {
+    /// What a line of type `kind` maps to.
+    fn mapped(&mut self, kind: Option<&str>, value: &Value) -> Vec<Decoded> {
+        match kind {
             Some(kind @ "thread.started") => CLI.read(kind, value, |line: ThreadStarted| {
                 announce_session(&mut self.session, line.thread_id, None, kind, value)
             }),
@@ -187,7 +210,8 @@ impl Decoder for CodexDecoder {
         }
     }
 
-    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+    /// The end of the stream: its pending items and its one outcome.
+    fn end(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
         // Tool items that never completed were recorded as uses: nothing to add.
         let outcome = if let Some(err) = self.failure.take() {
             Some(Err(err))

@@ -1,15 +1,80 @@
 //! Codex's `exec --json` lines, as serde types.
 //!
 //! Only the fields the decoder reads are declared; everything is optional or
-//! defaulted and unknown fields are ignored, so a newer CLI adding fields
-//! still decodes. Items are parsed one by one from [`Value`]s (by
-//! `item.type`) so an unknown one can be kept raw in a warning. Seen on Codex
-//! 0.169.0 (see the captures under `testdata/codex/`).
+//! defaulted, so a newer CLI adding fields still decodes. What a line holds
+//! beyond them goes into its event's `extra` ([`known`];
+//! [`crate::normalize::extra`]). Items are parsed one by one from
+//! [`Value`]s (by `item.type`) so an unknown one can be kept raw in a
+//! warning. Seen on Codex 0.169.0 (see the captures under `testdata/codex/`).
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::TokenCounts;
+use crate::normalize::extra::{ALL, Known};
+use crate::normalize::usage::{TOKEN_COUNTS, TokenCounts};
+
+/// What the decoder maps of a line of type `kind`; `None` for a line whose
+/// event keeps it whole (a warning, a reported error) or that has none.
+pub fn known(kind: &str, line: &serde_json::Value) -> Option<Known> {
+    Some(match kind {
+        "thread.started" => Known::Fields(&[("type", ALL), ("thread_id", ALL)]),
+        "item.started" | "item.updated" | "item.completed" => {
+            match line.pointer("/item/type").and_then(Value::as_str)? {
+                "agent_message" | "reasoning" => TEXT_ITEM_LINE,
+                "command_execution" => COMMAND_LINE,
+                "mcp_tool_call" => MCP_LINE,
+                // Recorded whole as the tool's input and output.
+                "file_change" | "web_search" | "todo_list" => {
+                    Known::Fields(&[("type", ALL), ("item", ALL)])
+                }
+                _ => return None,
+            }
+        }
+        "turn.completed" => Known::Fields(&[("type", ALL), ("usage", TOKEN_COUNTS)]),
+        _ => return None,
+    })
+}
+
+/// An `agent_message` or `reasoning` item's line.
+const TEXT_ITEM_LINE: Known = Known::Fields(&[
+    ("type", ALL),
+    (
+        "item",
+        Known::Fields(&[("id", ALL), ("type", ALL), ("text", ALL)]),
+    ),
+]);
+/// A `command_execution` item's line.
+const COMMAND_LINE: Known = Known::Fields(&[
+    ("type", ALL),
+    (
+        "item",
+        Known::Fields(&[
+            ("id", ALL),
+            ("type", ALL),
+            ("command", ALL),
+            ("aggregated_output", ALL),
+            ("exit_code", ALL),
+            ("status", ALL),
+        ]),
+    ),
+]);
+/// An `mcp_tool_call` item's line.
+const MCP_LINE: Known = Known::Fields(&[
+    ("type", ALL),
+    (
+        "item",
+        Known::Fields(&[
+            ("id", ALL),
+            ("type", ALL),
+            ("server", ALL),
+            ("tool", ALL),
+            ("arguments", ALL),
+            ("result", ALL),
+            ("error", ALL),
+            ("status", ALL),
+        ]),
+    ),
+]);
 
 /// `type: "thread.started"`: the thread (session) is known.
 #[derive(Debug, Deserialize)]

@@ -30,15 +30,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::wire::{
-    Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete, ToolStart,
+    self, Failure, Message, MessageDelta, Reasoning, ReasoningDelta, ResultLine, ToolComplete,
+    ToolStart,
 };
 use crate::normalize::errors::{
     DURING_EXECUTION, fatal, reported, session_missing, status_error_type,
 };
+use crate::normalize::extra::{self, At};
 use crate::normalize::{
     Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, error_text, exit_code_in, exit_error,
     warning,
 };
+use domain::event::Extra;
 
 const CLI: Cli = Cli("Copilot CLI");
 
@@ -259,6 +262,64 @@ impl Decoder for CopilotDecoder {
     fn line(&mut self, value: Value) -> Vec<Decoded> {
         let value = &value;
         let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
+        let mut out = self.mapped(kind, value);
+        if kind == "assistant.message" {
+            requests_extra(&mut out, value);
+        }
+        // What the line holds that its event does not map (the result's goes
+        // with the result, at the end).
+        match wire::known(kind).filter(|_| kind != "result") {
+            Some(known) => extra::before_first(out, extra::of_line(value, known)),
+            None => out,
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        // A `session.error` the `result` line did not take: the CLI gave up
+        // on the model without a result, or reported it after one. Either
+        // way the invocation failed.
+        if let Some(fatal) = self.fatal.take() {
+            self.ending.fail(fatal);
+        }
+        let missing = "a result line";
+        let otherwise = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
+        self.ending
+            .finish(CLI, missing, exit_code, stderr_tail, otherwise)
+    }
+}
+
+/// Sends what each of a message's `toolRequests` holds unmapped before the
+/// tool use it made (a message's uses come after its text, in order).
+fn requests_extra(out: &mut Vec<Decoded>, value: &Value) {
+    let Some(requests) = value
+        .pointer("/data/toolRequests")
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let root = At::ROOT;
+    let data = root.key("data");
+    let list = data.key("toolRequests");
+    let uses: Vec<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| matches!(d, Ok(AgentMessage::ToolUse { .. })))
+        .map(|(i, _)| i)
+        .collect();
+    // From the last, so the places found stay valid as extras go in.
+    for (i, at) in uses.into_iter().enumerate().rev() {
+        let Some(request) = requests.get(i) else {
+            continue;
+        };
+        let mut kept = Extra::new();
+        extra::unmapped(request, wire::TOOL_REQUEST, list.index(i), &mut kept);
+        extra::insert_from(out, at, kept);
+    }
+}
+
+impl CopilotDecoder {
+    /// What a line of type `kind` maps to.
+    fn mapped(&mut self, kind: &str, value: &Value) -> Vec<Decoded> {
         // Every line but `result` carries its fields in `data`.
         let data = data(value).unwrap_or(&Value::Null);
         match kind {
@@ -289,24 +350,12 @@ impl Decoder for CopilotDecoder {
             "result" => {
                 let (fatal, text, turns) = (&mut self.fatal, &self.text, self.turns);
                 let outcome = |line| outcome(line, value, fatal.take(), text, turns);
-                self.ending.result(value, outcome)
+                let known = wire::known("result").unwrap_or(crate::normalize::extra::ALL);
+                self.ending.result(value, known, outcome)
             }
             kind if NOISE.contains(&kind) => Vec::new(),
             _ => CLI.unknown_type(value),
         }
-    }
-
-    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-        // A `session.error` the `result` line did not take: the CLI gave up
-        // on the model without a result, or reported it after one. Either
-        // way the invocation failed.
-        if let Some(fatal) = self.fatal.take() {
-            self.ending.fail(fatal);
-        }
-        let missing = "a result line";
-        let otherwise = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
-        self.ending
-            .finish(CLI, missing, exit_code, stderr_tail, otherwise)
     }
 }
 

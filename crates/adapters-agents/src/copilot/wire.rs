@@ -2,12 +2,55 @@
 //!
 //! Every line is `{type, data, id, timestamp, parentId, ephemeral?}` except
 //! the final `result`, whose fields are top-level. Only the fields the decoder
-//! reads are declared; everything is optional or defaulted and unknown fields
-//! are ignored. Seen on `@github/copilot` 1.0.102 (see the captures under
-//! `testdata/copilot/`).
+//! reads are declared; everything is optional or defaulted. What a line holds
+//! beyond them (its envelope's ids and time included) goes into its event's
+//! `extra` ([`known`]; [`crate::normalize::extra`]). Seen on
+//! `@github/copilot` 1.0.102 (see the captures under `testdata/copilot/`).
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::normalize::extra::{ALL, Known};
+
+/// A line whose fields are in `data`: its `type`, and these of `data`.
+macro_rules! data {
+    ($($field:expr),* $(,)?) => {
+        Known::Fields(&[("type", ALL), ("data", Known::Fields(&[$($field),*]))])
+    };
+}
+
+/// What the decoder maps of a line of type `kind` (the `toolRequests` of a
+/// message apart: [`TOOL_REQUEST`]); `None` for a line whose event keeps it
+/// whole (a warning, a reported error) or that has none.
+pub fn known(kind: &str) -> Option<Known> {
+    Some(match kind {
+        "assistant.message_delta" => data!(("messageId", ALL), ("deltaContent", ALL)),
+        "assistant.message" => data!(("messageId", ALL), ("content", ALL), ("toolRequests", ALL)),
+        "assistant.reasoning_delta" => data!(("reasoningId", ALL), ("deltaContent", ALL)),
+        "assistant.reasoning" => data!(("reasoningId", ALL), ("content", ALL)),
+        "tool.execution_start" => {
+            data!(("toolCallId", ALL), ("toolName", ALL), ("arguments", ALL))
+        }
+        "tool.execution_complete" => data!(
+            ("toolCallId", ALL),
+            ("success", ALL),
+            ("shellExecution", Known::Fields(&[("exitCode", ALL)])),
+            ("result", Known::Fields(&[("content", ALL)])),
+            ("error", ALL)
+        ),
+        "result" => Known::Fields(&[
+            ("type", ALL),
+            ("sessionId", ALL),
+            ("exitCode", ALL),
+            ("usage", Known::Fields(&[("sessionDurationMs", ALL)])),
+        ]),
+        _ => return None,
+    })
+}
+
+/// What the decoder maps of one entry of a message's `toolRequests`.
+pub const TOOL_REQUEST: Known =
+    Known::Fields(&[("toolCallId", ALL), ("name", ALL), ("arguments", ALL)]);
 
 /// `assistant.message_delta`: a streamed text chunk.
 #[derive(Debug, Default, Deserialize)]

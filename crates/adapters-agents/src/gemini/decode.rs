@@ -21,11 +21,12 @@ use domain::SessionId;
 use serde_json::{Value, json};
 
 use super::wire::{
-    ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
+    self, ErrorLine, InitLine, MessageLine, ResultLine, ToolResultLine, ToolUseLine, WireError,
 };
 use crate::normalize::errors::{
     API_ERROR, DURING_EXECUTION, RATE_LIMIT, fatal, reported, session_missing, status_error_type,
 };
+use crate::normalize::extra;
 use crate::normalize::usage::{model_usage, usage};
 use crate::normalize::{
     Cli, Decoded, Decoder, Ending, PendingCall, ToolCalls, announce_session, exit_code_in,
@@ -157,7 +158,28 @@ fn error_line(line: ErrorLine, value: &Value) -> Vec<Decoded> {
 impl Decoder for GeminiDecoder {
     fn line(&mut self, value: Value) -> Vec<Decoded> {
         let value = &value;
-        match value.get("type").and_then(Value::as_str) {
+        let kind = value.get("type").and_then(Value::as_str);
+        let out = self.mapped(kind, value);
+        // What the line holds that its event does not map (the result's goes
+        // with the result, at the end).
+        match kind.filter(|k| *k != "result").and_then(wire::known) {
+            Some(known) => extra::before_first(out, extra::of_line(value, known)),
+            None => out,
+        }
+    }
+
+    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
+        let missing = "a result line";
+        let unsaved = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
+        self.ending
+            .finish(CLI, missing, exit_code, stderr_tail, unsaved)
+    }
+}
+
+impl GeminiDecoder {
+    /// What a line of type `kind` maps to.
+    fn mapped(&mut self, kind: Option<&str>, value: &Value) -> Vec<Decoded> {
+        match kind {
             Some("init") => CLI.read("init", value, |line: InitLine| {
                 let (id, model) = (line.session_id, line.model);
                 announce_session(&mut self.session, id, model, "init", value)
@@ -171,17 +193,10 @@ impl Decoder for GeminiDecoder {
             Some("result") => {
                 let (text, turns) = (&self.text, self.turns);
                 let outcome = |line| outcome(line, value, text, turns);
-                self.ending.result(value, outcome)
+                self.ending.result(value, wire::RESULT, outcome)
             }
             _ => CLI.unknown_type(value),
         }
-    }
-
-    fn finish(&mut self, exit_code: Option<i32>, stderr_tail: &str) -> Vec<Decoded> {
-        let missing = "a result line";
-        let unsaved = || session_missing(CLI.0, NO_SESSION, exit_code, stderr_tail).map(Err);
-        self.ending
-            .finish(CLI, missing, exit_code, stderr_tail, unsaved)
     }
 }
 
@@ -271,6 +286,7 @@ mod tests {
             ),
             "at async Turn.run (chunk.js:1:2) {\n  status: 500\n}\n",
         );
+        let out = without_extra(out);
         assert_kinds(&out, "session ERR");
         let (error_type, message) = agent_error(&out);
         assert_eq!(error_type, "error_during_execution");

@@ -1,16 +1,68 @@
 //! Gemini CLI's `--output-format stream-json` lines, as serde types.
 //!
 //! Only the fields the decoder reads are declared; everything is optional or
-//! defaulted and unknown fields are ignored, so a newer CLI adding fields
-//! still decodes. Seen on `@google/gemini-cli` 0.61.0 (see the captures under
-//! `testdata/gemini/`).
+//! defaulted, so a newer CLI adding fields still decodes. What a line holds
+//! beyond them goes into its event's `extra` ([`known`] names what each line
+//! type maps; [`crate::normalize::extra`]). Seen on `@google/gemini-cli`
+//! 0.61.0 (see the captures under `testdata/gemini/`).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::normalize::usage::ModelTokens;
+use crate::normalize::extra::{ALL, Known};
+use crate::normalize::usage::{MODEL_TOKENS, ModelTokens};
+
+/// An `error` object as [`WireError`] reads it.
+const ERROR: Known = Known::Fields(&[("message", ALL), ("code", ALL)]);
+
+/// What the decoder maps of a line of type `kind`; `None` for a line whose
+/// event keeps it whole (a warning, a reported error) or that has none.
+pub fn known(kind: &str) -> Option<Known> {
+    Some(match kind {
+        "init" => Known::Fields(&[("type", ALL), ("session_id", ALL), ("model", ALL)]),
+        "message" => Known::Fields(&[
+            ("type", ALL),
+            ("role", ALL),
+            ("content", ALL),
+            ("delta", ALL),
+        ]),
+        "tool_use" => Known::Fields(&[
+            ("type", ALL),
+            ("tool_name", ALL),
+            ("tool_id", ALL),
+            ("parameters", ALL),
+        ]),
+        "tool_result" => Known::Fields(&[
+            ("type", ALL),
+            ("tool_id", ALL),
+            ("status", ALL),
+            ("output", ALL),
+            ("error", ERROR),
+        ]),
+        "result" => RESULT,
+        _ => return None,
+    })
+}
+
+/// What the decoder maps of the `result` line ([`ResultLine`]).
+pub const RESULT: Known = Known::Fields(&[
+    ("type", ALL),
+    ("status", ALL),
+    ("error", ERROR),
+    (
+        "stats",
+        Known::Fields(&[
+            ("input_tokens", ALL),
+            ("output_tokens", ALL),
+            ("cached", ALL),
+            ("input", ALL),
+            ("duration_ms", ALL),
+            ("models", Known::Each(&MODEL_TOKENS)),
+        ]),
+    ),
+]);
 
 /// `type: "init"`: the first line of an invocation.
 #[derive(Debug, Deserialize)]

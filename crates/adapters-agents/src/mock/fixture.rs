@@ -159,12 +159,28 @@ impl FixtureFile {
 impl FixtureCall {
     /// The messages this call replays: its events, then its result (or error).
     pub fn messages(&self) -> Vec<Result<AgentMessage, QueryError>> {
-        let mut out: Vec<_> = self
+        let mut out = Vec::new();
+        for event in &self.events {
+            if let Some(message) = event_message(event) {
+                // What the agent sent unmapped, before the message it came with.
+                if let Some(extra) = recorded_extra(event)
+                    && crate::normalize::extra::carries_extra(&message)
+                {
+                    out.push(Ok(AgentMessage::Extra(extra)));
+                }
+                out.push(Ok(message));
+            }
+        }
+        // The result's own, kept on its `agent:complete` when recorded.
+        if let Some(extra) = self
             .events
             .iter()
-            .filter_map(event_message)
-            .map(Ok)
-            .collect();
+            .find(|e| e.get("type").and_then(Value::as_str) == Some("agent:complete"))
+            .and_then(recorded_extra)
+            .filter(|_| self.output.error.is_none())
+        {
+            out.push(Ok(AgentMessage::Extra(extra)));
+        }
         let o = &self.output;
         out.push(match &o.error {
             Some(e) => Err(QueryError::Agent {
@@ -183,6 +199,15 @@ impl FixtureCall {
             })),
         });
         out
+    }
+}
+
+/// The `extra` a recorded event keeps (what its agent sent unmapped), when
+/// it keeps any.
+pub(super) fn recorded_extra(event: &Value) -> Option<domain::event::Extra> {
+    match event.get("extra") {
+        Some(Value::Object(extra)) if !extra.is_empty() => Some(extra.clone()),
+        _ => None,
     }
 }
 

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
 use async_trait::async_trait;
+use domain::recording::{Mismatch, MismatchKind};
 use lru::LruCache;
 
 pub use fixture::{FixtureCall, FixtureFile, FixtureOutput, RecordedTurn};
@@ -132,37 +133,39 @@ fn check_request(
     }
     let (pointer, left, right) = recording::first_difference(&was, &sent)
         .unwrap_or_else(|| (String::new(), serde_json::Value::Null, sent.clone()));
-    Err(QueryError::Fixture(format!(
-        "replay mismatch: node {} {} sends another request than {} recorded: at {} recorded {} sent {}",
-        request.node_id,
-        call_name(request),
-        path.display(),
-        if pointer.is_empty() { "/" } else { &pointer },
-        shorten(&left),
-        shorten(&right),
-    )))
+    let mut refused = mismatch(MismatchKind::Request, request, path);
+    (refused.pointer, refused.recorded, refused.sent) = (pointer, left, right);
+    Err(QueryError::Replay(Box::new(refused)))
 }
 
-/// How a message names the call `request` makes: its index in the node,
-/// and its place in its node run when that is not the first pass.
-fn call_name(request: &AgentRequest) -> String {
-    match request.instance.as_str() {
-        "" | "0" => format!("call {}", request.call_index),
-        at => format!(
-            "call {} (instance {at}, call {})",
-            request.call_index, request.instance_call
-        ),
+/// A mismatch of `request`'s call with the node file at `path`, nothing
+/// compared yet (no pointer, no values).
+pub(crate) fn mismatch(kind: MismatchKind, request: &AgentRequest, path: &Path) -> Mismatch {
+    Mismatch {
+        kind,
+        node: request.node_id.to_string(),
+        call: request.call_index,
+        instance: request.instance.clone(),
+        instance_call: request.instance_call,
+        turn: None,
+        file: path.display().to_string(),
+        pointer: String::new(),
+        recorded: serde_json::Value::Null,
+        sent: serde_json::Value::Null,
+        recorded_calls: None,
+        recorded_turns: None,
     }
 }
 
-/// A value for a message: long ones cut, with their length.
-fn shorten(value: &serde_json::Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() <= 200 {
-        return text;
-    }
-    let head: String = text.chars().take(200).collect();
-    format!("{head}… ({} chars)", text.chars().count())
+/// A call the node file does not hold: refused with the request it sent,
+/// never answered with a guess.
+fn extra_call(request: &AgentRequest, path: &Path, recorded: usize) -> QueryError {
+    let prompt = domain::event::Prompt::Text(request.prompt.clone());
+    let mut refused = mismatch(MismatchKind::ExtraCall, request, path);
+    refused.pointer = format!("/calls/{recorded}");
+    refused.sent = recording::request(&prompt, &request.agent);
+    refused.recorded_calls = Some(u32::try_from(recorded).unwrap_or(u32::MAX));
+    QueryError::Replay(Box::new(refused))
 }
 
 fn poisoned() -> QueryError {
@@ -173,16 +176,19 @@ fn poisoned() -> QueryError {
 impl QueryFn for MockQuery {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
         let path = self.fixture_path(&request);
-        let file = self.file(&path)?;
-        let call = file.call_for(&request).ok_or_else(|| {
-            // The runner names the node; the error says which call.
-            QueryError::Fixture(format!(
-                "no fixture for {} in {} (it records {} call(s))",
-                call_name(&request),
-                path.display(),
-                file.calls.len()
-            ))
-        })?;
+        let file = match self.file(&path) {
+            Ok(file) => file,
+            // A recording without a file for this node holds none of its
+            // calls: this one is a call too many.
+            Err(_) if self.recording && !path.exists() => {
+                return Err(extra_call(&request, &path, 0));
+            }
+            Err(e) => return Err(e),
+        };
+        // The runner names the node; the error says which call.
+        let call = file
+            .call_for(&request)
+            .ok_or_else(|| extra_call(&request, &path, file.calls.len()))?;
         if let Some(recorded) = &call.request_hash {
             check_request(&request, call, recorded, &path)?;
         }
@@ -191,14 +197,9 @@ impl QueryFn for MockQuery {
             .as_ref()
             .filter(|_| request.agent.provider.is_http())
         {
-            let name = format!(
-                "node {} {} in {}",
-                request.node_id,
-                call_name(&request),
-                path.display()
-            );
+            let at = mismatch(MismatchKind::Turn, &request, &path);
             let call = call.clone();
-            return turns::replay(replay, request, &call, name).await;
+            return turns::replay(replay, request, &call, at).await;
         }
         let messages: Vec<Result<AgentMessage, QueryError>> = call.messages();
         Ok(Box::pin(futures::stream::iter(messages)))

@@ -168,11 +168,23 @@ pub fn calls<'w>(
                 call_id,
                 tool_name,
                 tool_input,
+                extra,
             } => {
-                tools.insert(
-                    call_id.clone(),
-                    json!({"type": "agent:tool", "toolUseId": call_id, "toolName": tool_name, "toolInput": tool_input}),
-                );
+                let mut tool = json!({"type": "agent:tool", "toolUseId": call_id, "toolName": tool_name, "toolInput": tool_input});
+                if !extra.is_empty() {
+                    tool["extra"] = Value::Object(extra.clone());
+                }
+                tools.insert(call_id.clone(), tool);
+            }
+            // What the session's line held unmapped, on the call's start
+            // (which the mock replays as the session).
+            EventKind::AgentSession { extra, .. } if !extra.is_empty() => {
+                if let Some(start) = entry(&mut nodes, &current, run)
+                    .and_then(|entry| entry["events"].get_mut(0))
+                    .filter(|start| start["type"] == "agent:start")
+                {
+                    start["extra"] = Value::Object(extra.clone());
+                }
             }
             EventKind::ToolCompleted {
                 call_id,
@@ -210,9 +222,17 @@ pub fn calls<'w>(
                 duration_ms,
                 num_turns,
                 session_id,
+                extra,
                 ..
             } => {
                 if let Some(entry) = entry(&mut nodes, &current, run) {
+                    // What the result held unmapped: an `agent:complete`
+                    // event of its own (a replay takes the result from
+                    // `output`, and this from here; an older awr skips it).
+                    if !extra.is_empty() {
+                        let complete = json!({"type": "agent:complete", "extra": extra});
+                        push_event(entry, complete);
+                    }
                     let mut output = Map::new();
                     output.insert("text".into(), json!(result));
                     output.insert("usage".into(), json!(usage));

@@ -22,12 +22,14 @@ use application::tool_loop::{ToolLoop, assistant_blocks};
 use application::tools::ToolRouter;
 use async_trait::async_trait;
 use domain::event::Usage;
+use domain::recording::{Mismatch, MismatchKind};
 use domain::workflow::ToolGrant;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::fixture::{FixtureCall, RecordedTurn};
+use super::fixture::{FixtureCall, RecordedTurn, recorded_extra};
 use super::recording;
+use domain::event::Extra;
 
 /// What a replay of HTTP agents needs besides the recording: the tools
 /// their specs come from, and the clock and ids of the run.
@@ -47,6 +49,8 @@ pub struct TurnReplay {
 struct Turn {
     stream: Vec<ChatEvent>,
     calls: Vec<Outcome>,
+    /// What the API sent unmapped with each call, by its place in `calls`.
+    call_extras: Vec<Option<Extra>>,
 }
 
 /// The model turns of a call, from its recorded `agent:*` events: a text
@@ -70,6 +74,10 @@ fn split(events: &[Value]) -> Vec<Turn> {
                 turns.push(Turn::default());
             }
             if let Some(turn) = turns.last_mut() {
+                // What the API sent unmapped, before the event it came with
+                // (no part of the conversation: the turn's blocks ignore it).
+                turn.stream
+                    .extend(recorded_extra(event).map(ChatEvent::Extra));
                 turn.stream.push(streamed);
             }
             continue;
@@ -87,6 +95,7 @@ fn split(events: &[Value]) -> Vec<Turn> {
                 None => Ok(event["toolOutput"].clone()),
             };
             turn.calls.push((call, outcome));
+            turn.call_extras.push(recorded_extra(event));
         }
     }
     turns
@@ -169,7 +178,7 @@ pub(super) async fn replay(
     replay: &TurnReplay,
     request: AgentRequest,
     call: &FixtureCall,
-    name: String,
+    at: Mismatch,
 ) -> Result<AgentStream, QueryError> {
     let turns = split(&call.events);
     let outcomes = turns
@@ -180,7 +189,12 @@ pub(super) async fn replay(
         turns,
         checks: call.turns.clone(),
         output: call.output.clone(),
-        name,
+        at,
+        complete_extra: call
+            .events
+            .iter()
+            .find(|e| e["type"] == "agent:complete")
+            .and_then(recorded_extra),
         state: Mutex::new(Served::default()),
     };
     let tools = Arc::new(Mutex::new(outcomes));
@@ -238,8 +252,11 @@ struct RecordedModel {
     turns: Vec<Turn>,
     checks: Vec<RecordedTurn>,
     output: super::FixtureOutput,
-    /// How errors name the call (`node N call K in FILE`).
-    name: String,
+    /// The call, as a mismatch names it (node, call, file): each refused
+    /// turn fills in the rest.
+    at: Mismatch,
+    /// What the call's result held unmapped (its recorded `agent:complete`).
+    complete_extra: Option<Extra>,
     state: Mutex<Served>,
 }
 
@@ -259,14 +276,20 @@ impl RecordedModel {
         }
         let (pointer, left, right) = recording::first_difference(&was, &sent)
             .unwrap_or_else(|| (String::new(), Value::Null, sent.clone()));
+        let mut refused = self.refused(MismatchKind::Turn, turn);
         // The pointer into the whole request: its messages from the first.
-        let pointer = absolute(&pointer, from);
-        Err(ChatError::Replay(format!(
-            "replay mismatch: {} turn {turn} sends another request than recorded: at {pointer} recorded {} sent {}",
-            self.name,
-            super::shorten(&left),
-            super::shorten(&right),
-        )))
+        refused.pointer = absolute(&pointer, from);
+        (refused.recorded, refused.sent) = (left, right);
+        Err(ChatError::Mismatch(Box::new(refused)))
+    }
+
+    /// The call's mismatch of `kind` at `turn`, nothing compared yet.
+    fn refused(&self, kind: MismatchKind, turn: usize) -> Mismatch {
+        Mismatch {
+            kind,
+            turn: Some(u32::try_from(turn).unwrap_or(u32::MAX)),
+            ..self.at.clone()
+        }
     }
 
     /// The stream of turn `turn`, ending as the recording did.
@@ -276,12 +299,12 @@ impl RecordedModel {
         };
         let mut out: Vec<Result<ChatEvent, ChatError>> =
             recorded.stream.iter().cloned().map(Ok).collect();
-        out.extend(
-            recorded
-                .calls
-                .iter()
-                .map(|(call, _)| Ok(ChatEvent::ToolCall(call.clone()))),
-        );
+        for (i, (call, _)) in recorded.calls.iter().enumerate() {
+            if let Some(Some(extra)) = recorded.call_extras.get(i) {
+                out.push(Ok(ChatEvent::Extra(extra.clone())));
+            }
+            out.push(Ok(ChatEvent::ToolCall(call.clone())));
+        }
         let last = turn + 1 == self.turns.len();
         if !recorded.calls.is_empty() {
             out.push(Ok(ChatEvent::End(TurnEnd {
@@ -297,6 +320,8 @@ impl RecordedModel {
                 retryable: false,
             }));
         } else {
+            // What the result held unmapped goes with the call's end.
+            out.extend(self.complete_extra.clone().map(|e| Ok(ChatEvent::Extra(e))));
             // The call's usage is recorded whole: its last turn carries it.
             out.push(Ok(ChatEvent::End(TurnEnd {
                 stop: StopReason::EndTurn,
@@ -359,11 +384,12 @@ impl ChatModel for RecordedModel {
             });
         }
         if turn >= self.turns.len() {
-            return Err(ChatError::Replay(format!(
-                "no recorded turn {turn} of {} (it records {} turn(s))",
-                self.name,
-                self.turns.len()
-            )));
+            // A turn too many: refused with the conversation it sends.
+            let mut refused = self.refused(MismatchKind::ExtraTurn, turn);
+            refused.pointer = "/messages".into();
+            refused.sent = request.messages.iter().map(message_json).collect();
+            refused.recorded_turns = Some(u32::try_from(self.turns.len()).unwrap_or(u32::MAX));
+            return Err(ChatError::Mismatch(Box::new(refused)));
         }
         if turn > 0 {
             self.check(turn, from, request.messages.get(from..).unwrap_or(&[]))?;

@@ -9,8 +9,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::errors::{DURING_EXECUTION, fatal};
+use super::extra::{self, Known};
 use super::text::{describe_exit, tail};
 use super::{Decoded, STDERR_TAIL_CHARS, warning};
+use domain::event::Extra;
 
 /// A CLI by the name its messages use (`Claude Code`, `Codex`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +105,8 @@ pub fn announce_session(
 pub struct Ending {
     /// The outcome of the last result line.
     outcome: Option<Decoded>,
+    /// What that line holds that the outcome does not map: sent with it.
+    extra: Extra,
     /// [`Ending::finish`] ran.
     finished: bool,
 }
@@ -110,10 +114,12 @@ pub struct Ending {
 impl Ending {
     /// A result line: read as a `T` and mapped to the outcome by `outcome`
     /// (an unreadable one is an `error_during_execution`). A second result
-    /// line replaces the first, with a warning.
+    /// line replaces the first, with a warning. What `known` does not map
+    /// of the line goes with a result; an error keeps the whole line.
     pub fn result<T: DeserializeOwned>(
         &mut self,
         line: &Value,
+        known: Known,
         outcome: impl FnOnce(T) -> Decoded,
     ) -> Vec<Decoded> {
         let mut out = Vec::new();
@@ -123,6 +129,7 @@ impl Ending {
                 json!({ "line": line }),
             )));
         }
+        self.extra = extra::of_line(line, known);
         self.outcome = Some(match T::deserialize(line) {
             Ok(parsed) => outcome(parsed),
             Err(err) => Err(fatal(
@@ -132,6 +139,12 @@ impl Ending {
             )),
         });
         out
+    }
+
+    /// What goes with the outcome besides its own line's (a CLI whose
+    /// result is built from several lines: the one it takes its usage from).
+    pub fn keep(&mut self, extra: Extra) {
+        self.extra = extra;
     }
 
     /// A failure the CLI reported after its result line: the invocation
@@ -155,7 +168,9 @@ impl Ending {
             return Vec::new();
         }
         let outcome = self.outcome.take().or_else(otherwise);
-        conclude(cli.0, outcome, missing, exit_code, stderr_tail)
+        let extra = std::mem::take(&mut self.extra);
+        let ended = conclude(cli.0, outcome, missing, exit_code, stderr_tail);
+        extra::before_first(ended, extra)
     }
 }
 

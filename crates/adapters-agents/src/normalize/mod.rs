@@ -19,6 +19,7 @@
 
 mod cli;
 pub mod errors;
+pub mod extra;
 mod framer;
 mod repair;
 mod stream;

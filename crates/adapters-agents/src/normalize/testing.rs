@@ -143,9 +143,30 @@ pub(crate) fn warning_of(message: &str, details: Value) -> AgentMessage {
     }
 }
 
-/// Decodes a copied capture with its recorded exit code (the `rc` file).
+/// Decodes a copied capture with its recorded exit code (the `rc` file),
+/// without the fields it keeps unmapped ([`without_extra`]).
 pub(crate) fn capture<D: Decoder + Default>(stdout: &[u8], rc: &str) -> Vec<Decoded> {
-    decode_all(D::default(), stdout, Some(rc.trim().parse().unwrap()), "")
+    let out = decode_all(D::default(), stdout, Some(rc.trim().parse().unwrap()), "");
+    without_extra(out)
+}
+
+/// A decoded stream without its [`AgentMessage::Extra`]s: what the
+/// mapping made of the lines. The tests of what is kept unmapped read
+/// them apart ([`run_with_extra`]).
+pub(crate) fn without_extra(out: Vec<Decoded>) -> Vec<Decoded> {
+    out.into_iter()
+        .filter(|d| !matches!(d, Ok(AgentMessage::Extra(_))))
+        .collect()
+}
+
+/// The turn's events without its [`ChatEvent::Extra`]s (see [`without_extra`]).
+pub(crate) fn chat_without_extra(
+    events: Vec<Result<ChatEvent, ChatError>>,
+) -> Vec<Result<ChatEvent, ChatError>> {
+    events
+        .into_iter()
+        .filter(|e| !matches!(e, Ok(ChatEvent::Extra(_))))
+        .collect()
 }
 
 /// The kinds of a decoded stream, a run of one kind of delta counted once
@@ -163,6 +184,15 @@ pub(crate) fn collapsed_kinds(out: &[Decoded]) -> Vec<String> {
 
 /// Decodes these stdout lines, each ended by a newline.
 pub(crate) fn run<D: Decoder + Default>(
+    lines: &[&str],
+    exit_code: Option<i32>,
+    stderr: &str,
+) -> Vec<Decoded> {
+    without_extra(run_with_extra::<D>(lines, exit_code, stderr))
+}
+
+/// [`run`], with what the lines hold unmapped ([`AgentMessage::Extra`]).
+pub(crate) fn run_with_extra<D: Decoder + Default>(
     lines: &[&str],
     exit_code: Option<i32>,
     stderr: &str,
@@ -214,7 +244,7 @@ pub(crate) fn hostile<D: Decoder + Default>(
     lines.push(b"garbage \x00\xfe not json".to_vec());
     lines.push(text_line.replace("TEXT", &big).into_bytes());
     lines.extend(after.iter().map(|l| l.as_bytes().to_vec()));
-    let out = decode_all(D::default(), &lines.join(&b'\n'), Some(0), "");
+    let out = without_extra(decode_all(D::default(), &lines.join(&b'\n'), Some(0), ""));
     let text = |d: &Decoded| match d {
         Ok(AgentMessage::Text { content } | AgentMessage::TextDelta { content }) => {
             Some(content.clone())
@@ -372,7 +402,7 @@ pub(crate) async fn sse_turn<D: TurnDecoder>(
     let events = futures::stream::iter(pieces)
         .eventsource()
         .map(|e| e.map_err(|e| ChatError::Network(e.to_string())));
-    crate::http::decode(decoder, events).collect().await
+    chat_without_extra(crate::http::decode(decoder, events).collect().await)
 }
 
 /// The events of a turn in which nothing failed.

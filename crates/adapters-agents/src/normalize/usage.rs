@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
 
+use super::extra::{ALL, Known};
+
 /// A `usage` object: the Messages API's (Anthropic), which Claude Code
 /// prints as is, and Codex's `turn.completed.usage`, which names the cache
 /// counts its own way.
@@ -29,6 +31,34 @@ pub struct TokenCounts {
     #[serde(alias = "cached_input_tokens")]
     pub cache_read_input_tokens: Option<u64>,
 }
+
+/// The fields of [`TokenCounts`], by every name it reads.
+pub const TOKEN_COUNTS: Known = Known::Fields(&[
+    ("input_tokens", ALL),
+    ("output_tokens", ALL),
+    ("cache_creation_input_tokens", ALL),
+    ("cache_write_input_tokens", ALL),
+    ("cache_read_input_tokens", ALL),
+    ("cached_input_tokens", ALL),
+]);
+
+/// The fields of [`ModelTokens`], by every name it reads.
+pub const MODEL_TOKENS: Known = Known::Fields(&[
+    ("input_tokens", ALL),
+    ("inputTokens", ALL),
+    ("output_tokens", ALL),
+    ("outputTokens", ALL),
+]);
+
+/// The fields of [`ChatCompletionsUsage`].
+pub const CHAT_COMPLETIONS_USAGE: Known = Known::Fields(&[
+    ("prompt_tokens", ALL),
+    ("completion_tokens", ALL),
+    (
+        "prompt_tokens_details",
+        Known::Fields(&[("cached_tokens", ALL)]),
+    ),
+]);
 
 /// A Chat Completions `usage` (OpenAI and compatible servers).
 #[derive(Debug, Default, Clone, Copy, Deserialize)]

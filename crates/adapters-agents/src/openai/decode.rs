@@ -18,8 +18,10 @@ use eventsource_stream::Event;
 use serde_json::Value;
 use tracing::debug;
 
-use super::wire::{Chunk, Delta};
+use super::wire::{CHUNK, Chunk, Delta};
 use crate::http::{self, TurnMeta};
+use crate::normalize::extra::{self, Pending};
+use domain::event::Extra;
 
 /// Decodes one streamed turn, one `data:` payload at a time.
 #[derive(Debug, Default)]
@@ -34,6 +36,8 @@ pub struct ChunkDecoder {
     turn: TurnMeta,
     /// Whether the turn has ended (`[DONE]` seen).
     done: bool,
+    /// What chunks that became no event held unmapped, for the next one.
+    pending: Pending,
 }
 
 /// A tool call whose fragments are still arriving.
@@ -82,13 +86,15 @@ impl ChunkDecoder {
         if value.get("error").is_some_and(|e| !e.is_null()) {
             return Err(stream_error(&value, data));
         }
+        let extra = extra::of_line(&value, CHUNK);
         let chunk: Chunk = serde_json::from_value(value).map_err(|e| {
             http::unreadable(format!(
                 "the stream sent a chunk that cannot be read ({e}): {}",
                 http::quote(data)
             ))
         })?;
-        Ok(self.on_chunk(chunk))
+        let events = self.on_chunk(chunk);
+        Ok(self.pending.place(events, extra))
     }
 
     /// Ends the turn when the stream ends without `[DONE]`: normally if the
@@ -202,7 +208,7 @@ impl ChunkDecoder {
         self.flush(&mut out);
         out.push(self.turn.end());
         self.done = true;
-        out
+        self.pending.place(out, Extra::new())
     }
 }
 
@@ -495,7 +501,13 @@ mod tests {
         let out = decoder
             .on_data(&chunk(json!({"content": "hi"}), json!("stop")).to_string())
             .unwrap();
-        assert_eq!(out, vec![ChatEvent::TextDelta("hi".into())]);
+        // What the chunk held unmapped, before the event it became.
+        let kept = json!({"/object": "chat.completion.chunk", "/created": 1});
+        let kept = kept.as_object().unwrap().clone();
+        assert_eq!(
+            out,
+            vec![ChatEvent::Extra(kept), ChatEvent::TextDelta("hi".into())]
+        );
         let out = decoder.on_data("[DONE]").unwrap();
         assert!(matches!(out.as_slice(), [ChatEvent::End(_)]));
         assert!(decoder.is_done());

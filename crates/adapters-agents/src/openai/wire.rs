@@ -5,13 +5,15 @@
 //! [`serde_json::Value`] makes "omit when unset" plain to read. The chunk
 //! types declare only the fields the decoder reads, all optional, so the
 //! extra fields compatible servers add (`system_fingerprint`, `timings`,
-//! `logprobs`, ...) and the ones they leave out both decode.
+//! `logprobs`, ...) and the ones they leave out both decode; the extra ones
+//! are kept in the events' `extra` ([`CHUNK`]).
 
 use application::ports::{ChatBlock, ChatError, ChatMessage, ChatRequest, ToolCall, ToolResult};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::normalize::usage::ChatCompletionsUsage;
+use crate::normalize::extra::{ALL, Known};
+use crate::normalize::usage::{CHAT_COMPLETIONS_USAGE, ChatCompletionsUsage};
 
 /// The streaming request body for one turn.
 ///
@@ -106,6 +108,42 @@ fn tool_call(call: &ToolCall) -> Value {
 fn tool_result(result: &ToolResult) -> Value {
     json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content})
 }
+
+/// What the decoder maps of a chunk ([`Chunk`]); the rest of each chunk
+/// (`object`, `created`, `system_fingerprint`, `logprobs`, a delta's
+/// `role`, ...) goes into its event's `extra` ([`crate::normalize::extra`]).
+pub(crate) const CHUNK: Known = Known::Fields(&[
+    ("id", ALL),
+    ("model", ALL),
+    (
+        "choices",
+        Known::Each(&Known::Fields(&[
+            ("index", ALL),
+            (
+                "delta",
+                Known::Fields(&[
+                    ("content", ALL),
+                    ("refusal", ALL),
+                    ("reasoning_content", ALL),
+                    ("reasoning", ALL),
+                    (
+                        "tool_calls",
+                        Known::Each(&Known::Fields(&[
+                            ("index", ALL),
+                            ("id", ALL),
+                            (
+                                "function",
+                                Known::Fields(&[("name", ALL), ("arguments", ALL)]),
+                            ),
+                        ])),
+                    ),
+                ]),
+            ),
+            ("finish_reason", ALL),
+        ])),
+    ),
+    ("usage", CHAT_COMPLETIONS_USAGE),
+]);
 
 /// One `chat.completion.chunk` (an in-stream error is checked for before).
 #[derive(Debug, Deserialize)]

@@ -154,6 +154,11 @@ pub enum ChatEvent {
         /// The raw data.
         raw: Value,
     },
+    /// What the API sent with the event that comes next that the adapter
+    /// does not map, by JSON Pointer in its chunk or body
+    /// ([`AgentMessage::Extra`](super::AgentMessage::Extra)). No part of
+    /// the conversation: never sent back to the model, never hashed.
+    Extra(domain::event::Extra),
     /// The turn is over.
     End(TurnEnd),
 }
@@ -192,6 +197,10 @@ pub enum ChatError {
     /// many): never retried, never answered with a guess.
     #[error("{0}")]
     Replay(String),
+    /// A replayed turn departed from its recording, named field by field
+    /// (see [`QueryError::Replay`](super::QueryError::Replay)).
+    #[error("{0}")]
+    Mismatch(Box<domain::recording::Mismatch>),
 }
 
 fn api_message(status: Option<u16>, message: &str) -> String {
@@ -207,7 +216,7 @@ impl ChatError {
         match self {
             ChatError::RateLimited { .. } | ChatError::Network(_) => true,
             ChatError::Api { retryable, .. } => *retryable,
-            ChatError::Config(_) | ChatError::Replay(_) => false,
+            ChatError::Config(_) | ChatError::Replay(_) | ChatError::Mismatch(_) => false,
         }
     }
 
@@ -218,7 +227,7 @@ impl ChatError {
             ChatError::Network(_) => "network_error",
             ChatError::Api { .. } => "api_error",
             ChatError::Config(_) => "config_error",
-            ChatError::Replay(_) => "fixture_error",
+            ChatError::Replay(_) | ChatError::Mismatch(_) => "fixture_error",
         }
     }
 }
@@ -227,7 +236,55 @@ impl ChatError {
 pub type ChatStream = BoxStream<'static, Result<ChatEvent, ChatError>>;
 
 /// A model behind an HTTP API, one turn at a time.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// A model of the program's own, serving the workflow's `openai` agents
+/// through the runtime's tool loop:
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::{ChatError, ChatEvent, ChatMessage, ChatModel, ChatRequest};
+/// use awr_application::ports::{ChatStream, StopReason, TurnEnd};
+/// use awr_application::{RunRequest, Runtime};
+/// use awr_domain::workflow::Provider;
+/// use awr_domain::{RunStatus, WorkflowDef};
+/// use awr_infrastructure::clock::{RandomIds, SystemClock};
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// /// Says back what the user said last.
+/// struct Parrot;
+///
+/// #[async_trait::async_trait]
+/// impl ChatModel for Parrot {
+///     fn provider(&self) -> &'static str {
+///         "openai"
+///     }
+///     async fn turn(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
+///         let Some(ChatMessage::User(said)) = request.messages.last() else {
+///             return Err(ChatError::Config("nothing to answer".into()));
+///         };
+///         let end = TurnEnd { stop: StopReason::EndTurn, usage: Default::default(), model: None, response_id: None };
+///         let events = [ChatEvent::TextDelta(format!("you said: {said}")), ChatEvent::End(end)];
+///         Ok(Box::pin(futures::stream::iter(events.map(Ok))))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+///     .chat_model(Provider::OpenAi, Arc::new(Parrot))
+///     .build();
+/// let yaml = "name: w\nagents: {a: {provider: openai, model: parrot-1}}\nsteps: [{agent: a}]\n";
+/// let workflow = Arc::new(WorkflowDef::from_yaml(yaml)?);
+/// let outcome = runtime.run(RunRequest { workflow, input: "cracker".into(), source: None, started_by: None }).await?;
+/// assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+/// let said = outcome.output.as_str().unwrap_or_default();
+/// assert!(said.starts_with("you said: ") && said.contains("cracker"), "{said}");
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait ChatModel: Send + Sync + 'static {
     /// The provider's name in events (`openai`, `anthropic`).

@@ -208,6 +208,14 @@ pub enum AgentMessage {
     },
     /// The invocation succeeded; nothing follows.
     Completed(AgentResult),
+    /// What the agent emitted with the message that comes next that the
+    /// adapter does not map: each field of the line under its JSON Pointer
+    /// there ([`domain::event::Extra`]). Sent just before that message
+    /// (a text, thinking, tool use or tool, the session, the result), so
+    /// a message needs no field of its own for it; the runtime keeps it in
+    /// that message's event (`extra`). An adapter that maps everything
+    /// never sends it.
+    Extra(domain::event::Extra),
 }
 
 /// Why an invocation failed.
@@ -230,6 +238,11 @@ pub enum QueryError {
     /// A fixture is missing or malformed (names node, call index and file).
     #[error("fixture: {0}")]
     Fixture(String),
+    /// A replayed call departed from its recording (another request, a
+    /// call or turn too many), named field by field so the record keeps
+    /// where and both values, not only a sentence.
+    #[error("fixture: {0}")]
+    Replay(Box<domain::recording::Mismatch>),
 }
 
 impl QueryError {
@@ -238,7 +251,7 @@ impl QueryError {
         match self {
             QueryError::Agent { error_type, .. } => error_type,
             QueryError::Config(_) => "config_error",
-            QueryError::Fixture(_) => "fixture_error",
+            QueryError::Fixture(_) | QueryError::Replay(_) => "fixture_error",
         }
     }
 }
@@ -247,7 +260,58 @@ impl QueryError {
 pub type AgentStream = BoxStream<'static, Result<AgentMessage, QueryError>>;
 
 /// Runs one agent invocation.
-#[cfg_attr(any(test, feature = "testing"), mockall::automock)]
+///
+/// An agent of the program's own, serving the workflow's `mock` agents:
+///
+/// ```
+/// # extern crate domain as awr_domain;
+/// use std::sync::Arc;
+///
+/// use awr_application::ports::{AgentMessage, AgentRequest, AgentResult, AgentStream};
+/// use awr_application::ports::{QueryError, QueryFn};
+/// use awr_application::{RunRequest, Runtime};
+/// use awr_domain::workflow::Provider;
+/// use awr_domain::{RunStatus, WorkflowDef};
+/// use awr_infrastructure::clock::{RandomIds, SystemClock};
+/// use awr_infrastructure::store::MemoryRunStore;
+///
+/// /// Streams its answer in two pieces; refuses a prompt that asks for a secret.
+/// struct Careful;
+///
+/// #[async_trait::async_trait]
+/// impl QueryFn for Careful {
+///     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+///         if request.prompt.contains("secret") {
+///             return Err(QueryError::Config("this agent keeps no secrets".into()));
+///         }
+///         let messages = [
+///             AgentMessage::TextDelta { content: "all ".into() },
+///             AgentMessage::TextDelta { content: "good".into() },
+///             AgentMessage::Completed(AgentResult { text: "all good".into(), num_turns: 1, ..Default::default() }),
+///         ];
+///         Ok(Box::pin(futures::stream::iter(messages.map(Ok))))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder(Arc::new(MemoryRunStore::new()), Arc::new(SystemClock), Arc::new(RandomIds))
+///     .provider(Provider::Mock, Arc::new(Careful))
+///     .build();
+/// let workflow = Arc::new(WorkflowDef::from_yaml("name: w\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n")?);
+/// let ask = |input: &str| RunRequest { workflow: workflow.clone(), input: input.into(), source: None, started_by: None };
+///
+/// let outcome = runtime.run(ask("the weather")).await?;
+/// assert_eq!((outcome.status, outcome.output), (RunStatus::Completed, "all good".into()));
+///
+/// // The agent's failure is the run's (an `Ok` outcome), not the runtime's.
+/// let outcome = runtime.run(ask("the secret")).await?;
+/// assert_eq!(outcome.status, RunStatus::Failed);
+/// assert!(outcome.error.as_deref().is_some_and(|e| e.contains("keeps no secrets")), "{:?}", outcome.error);
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
 #[async_trait]
 pub trait QueryFn: Send + Sync + 'static {
     /// Starts the invocation; errors before the first message are returned here.

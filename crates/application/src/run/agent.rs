@@ -1,10 +1,11 @@
 //! An agent node run: the provider call, its messages as `agent:*` events,
 //! the checks on its result, and retries of transient failures.
 
-use domain::event::Prompt;
+use domain::event::{Extra, Prompt};
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
 use domain::{EventKind, SessionId, Timestamp};
+use std::mem::take;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -247,6 +248,9 @@ async fn invoke(
     let mut open_tool_uses: Vec<Option<String>> = Vec::new();
     // Tools the runtime runs for the agent (HTTP agents), started and not finished.
     let mut running_tools = 0usize;
+    // What the adapter sent for the next message's event: the fields the
+    // agent emitted with it that the adapter does not map.
+    let mut extra = Extra::new();
     loop {
         // A pause stops the agent only while no tool call is in flight:
         // dropping the stream then kills no tool halfway.
@@ -271,15 +275,27 @@ async fn invoke(
             Err(error) => return failed(task, error).await,
         };
         let kind = match message {
+            AgentMessage::Extra(fields) => {
+                for (pointer, value) in fields {
+                    extra.entry(pointer).or_insert(value);
+                }
+                continue;
+            }
             AgentMessage::Session { session_id, model } => {
                 let model = model.or_else(|| current.1.clone());
-                if named && session_id == current.0 {
+                // The session on record already: nothing to say, unless its
+                // line held more than the session (kept on this event).
+                if named && session_id == current.0 && extra.is_empty() {
                     current.1 = model;
                     continue;
                 }
                 named = true;
                 current = (session_id.clone(), model.clone());
-                EventKind::AgentSession { session_id, model }
+                EventKind::AgentSession {
+                    session_id,
+                    model,
+                    extra: take(&mut extra),
+                }
             }
             AgentMessage::Process { pid, start_time } => {
                 EventKind::ProcessStarted { pid, start_time }
@@ -290,6 +306,7 @@ async fn invoke(
             } => EventKind::AgentThinkingDelta {
                 content,
                 token_count,
+                extra: take(&mut extra),
             },
             AgentMessage::Thinking {
                 content,
@@ -299,9 +316,16 @@ async fn invoke(
                 content,
                 token_count,
                 signature,
+                extra: take(&mut extra),
             },
-            AgentMessage::TextDelta { content } => EventKind::AgentTextDelta { content },
-            AgentMessage::Text { content } => EventKind::AgentText { content },
+            AgentMessage::TextDelta { content } => EventKind::AgentTextDelta {
+                content,
+                extra: take(&mut extra),
+            },
+            AgentMessage::Text { content } => EventKind::AgentText {
+                content,
+                extra: take(&mut extra),
+            },
             AgentMessage::ToolUse { id, name, input } => {
                 *tool_calls += 1;
                 open_tool_uses.push(id.clone());
@@ -309,6 +333,7 @@ async fn invoke(
                     tool_use_id: id,
                     tool_name: name,
                     tool_input: input,
+                    extra: take(&mut extra),
                 }
             }
             AgentMessage::Tool {
@@ -333,6 +358,7 @@ async fn invoke(
                     tool_output: output,
                     duration_ms,
                     error,
+                    extra: take(&mut extra),
                 }
             }
             AgentMessage::Error {
@@ -355,6 +381,7 @@ async fn invoke(
                     call_id,
                     tool_name: name,
                     tool_input: input,
+                    extra: take(&mut extra),
                 }
             }
             AgentMessage::ToolFinished {
@@ -391,7 +418,8 @@ async fn invoke(
             },
             AgentMessage::Completed(result) => {
                 let elapsed = task.ports.clock.now().millis_since(started);
-                return completed(task, call, result, elapsed, &current, *tool_calls).await;
+                let ended = (result, take(&mut extra));
+                return completed(task, call, ended, elapsed, &current, *tool_calls).await;
             }
         };
         task.send(kind).await;
@@ -461,7 +489,7 @@ impl Silence {
 async fn completed(
     task: &NodeTask,
     call: &Call<'_>,
-    result: AgentResult,
+    (result, extra): (AgentResult, Extra),
     elapsed_ms: u64,
     (session, model): &(SessionId, Option<String>),
     tool_calls: u64,
@@ -507,6 +535,7 @@ async fn completed(
         duration_ms: result.duration_ms.unwrap_or(elapsed_ms),
         num_turns: result.num_turns,
         session_id: result.session_id.filter(|s| s != session),
+        extra,
     };
     let end = NodeEnd {
         data,
@@ -549,6 +578,8 @@ async fn failed<T>(task: &NodeTask, error: QueryError) -> Result<T, QueryError> 
         QueryError::Agent {
             message, details, ..
         } => (message.clone(), details.clone()),
+        // Where the replay departed from its recording, field by field.
+        QueryError::Replay(mismatch) => (error.to_string(), serde_json::to_value(mismatch).ok()),
         other => (other.to_string(), None),
     };
     task.send(EventKind::AgentError {

@@ -64,7 +64,7 @@ impl Conversation {
                     signature: signature.clone(),
                 });
             }
-            EventKind::AgentText { content } => {
+            EventKind::AgentText { content, .. } => {
                 self.before_block();
                 self.blocks.push(ChatBlock::Text(content.clone()));
             }
@@ -72,6 +72,7 @@ impl Conversation {
                 call_id,
                 tool_name,
                 tool_input,
+                ..
             } => {
                 self.before_block();
                 self.blocks.push(ChatBlock::ToolCall(ToolCall {

@@ -280,6 +280,7 @@ impl TranscriptWriter {
         let told = [ContentBlock::Text {
             text,
             fidelity: Fidelity::Router,
+            extra: Default::default(),
         }];
         let user = message_payload("user", &told);
         self.line(ExchangeType::MessageUser, here, user, None).await
@@ -341,11 +342,13 @@ impl TranscriptWriter {
             let mut asked = vec![ContentBlock::Text {
                 text: render_prompt(data),
                 fidelity: Fidelity::Router,
+                extra: Default::default(),
             }];
             if !agent.system_prompt.is_empty() {
                 asked.push(ContentBlock::Text {
                     text: agent.system_prompt.clone(),
                     fidelity: Fidelity::Router,
+                    extra: Default::default(),
                 });
             }
             let user = message_payload("user", &asked);

@@ -22,7 +22,7 @@ use application::ports::{Clock, IdGen, RunStore};
 use application::secrets::KeyNames;
 use application::{RunRequest, Runtime};
 use domain::causal::{CausalEvent, order};
-use domain::recording::{FORMAT_VERSION, Manifest};
+use domain::recording::{FORMAT_VERSION, Manifest, Mismatch};
 use domain::{EventKind, RunId, RuntimeEvent, Timestamp};
 use futures::future::BoxFuture;
 use infrastructure::store::MemoryRunStore;
@@ -36,7 +36,7 @@ use crate::{Failure, say};
 
 mod report;
 
-use report::diverged;
+use report::{Kind, diverged};
 pub use report::{Report, first_divergence};
 
 /// Verifies the recording in `dir`.
@@ -67,6 +67,7 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
     }
     let recorded = recorded_causal(dir)?;
     let mut passes = Vec::new();
+    let mut last = Vec::new();
     for _ in 0..2 {
         let events = replay(dir, &manifest, Arc::clone(&workflow)).await?;
         if let Some(report) = against_recording(dir, &events)? {
@@ -83,13 +84,18 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
                 .take_while(|e| e.run_id == first.run_id)
                 .count()
         });
-        if let Some(mut report) = first_divergence(&recorded, &causal_lines(&events[..own], seed)) {
+        let replayed = causal_lines(&events[..own], seed);
+        if let Some(mut report) = first_divergence(&recorded, &replayed) {
             report.shape = "recorded-causal".into();
             report.message =
                 "run A is the recording's causal.jsonl, run B the replay's causal events".into();
+            report.call = report
+                .call
+                .or_else(|| causal_call(&recorded, &replayed, &report, &events[..own]));
             return diverged(report, json_out);
         }
         passes.push(canonical(&events, seed));
+        last = events;
     }
     let (a, b) = (&passes[0], &passes[1]);
     match first_divergence(a, b) {
@@ -103,27 +109,100 @@ pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Some(report) => diverged(report, json_out),
+        Some(mut report) => {
+            report.call = report.call.or_else(|| causal_call(a, b, &report, &last));
+            diverged(report, json_out)
+        }
     }
 }
 
-/// The report of a workflow file that is not the one recorded.
+/// The provider call behind the causal event a report is about: the
+/// nearest `task_received` of its agent in its chain is one of the agent's
+/// `agent:start`s, the k-th of that agent's in causal order and in the
+/// replay's log alike (an agent's own events form one line of descent).
+/// `None` for a line that is not a causal event, or follows from no call
+/// (a `command` node, the run's own transitions).
+fn causal_call(
+    a: &[String],
+    b: &[String],
+    report: &Report,
+    events: &[RuntimeEvent],
+) -> Option<u32> {
+    let line = report.line? - 1;
+    let (lines, at) = match b.get(line) {
+        Some(at) => (b, at),
+        None => (a, a.get(line)?),
+    };
+    let parsed: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let at: Value = serde_json::from_str(at).ok()?;
+    let agent = at["agent_id"].as_str()?;
+    let by_id: HashMap<&str, &Value> = parsed
+        .iter()
+        .filter_map(|v| Some((v["event_id"].as_str()?, v)))
+        .collect();
+    // The agent's call: its nearest `task_received`, up its chain.
+    let mut up = Some(&at);
+    let mut steps = 0;
+    let received = loop {
+        let event = up?;
+        if event["type"] == "task_received" && event["agent_id"] == agent {
+            break event["event_id"].as_str()?;
+        }
+        steps += 1;
+        if steps > lines.len() {
+            return None;
+        }
+        up = event["parent_event_id"]
+            .as_str()
+            .and_then(|p| by_id.get(p).copied());
+    };
+    let k = parsed
+        .iter()
+        .filter(|v| v["type"] == "task_received" && v["agent_id"] == agent)
+        .position(|v| v["event_id"] == received)?;
+    // The same agent's `agent:start`s in the replay's log.
+    let (node, item) = (report.node.as_str(), report.item);
+    let mut items: HashMap<domain::NodeRunId, Option<u64>> = HashMap::new();
+    let mut starts = Vec::new();
+    for e in events {
+        match &e.kind {
+            EventKind::NodeStarted { item, .. } => {
+                if let Some(run) = e.node_run_id {
+                    items.insert(run, item.map(|i| i as u64));
+                }
+            }
+            EventKind::AgentStart { call_index, .. }
+                if e.node_id.as_ref().is_some_and(|n| n.as_str() == node)
+                    && e.node_run_id.and_then(|r| items.get(&r).copied().flatten()) == item =>
+            {
+                starts.push(call_index.unwrap_or(0));
+            }
+            _ => {}
+        }
+    }
+    starts.get(k).copied()
+}
+
+/// The report of a workflow file that is not the one recorded: both
+/// hashes, at the manifest's pointer.
 fn changed_workflow(file: &Path, manifest: &Manifest, now: &str) -> Report {
     Report {
         shape: "workflow".into(),
-        line: None,
+        kind: Kind::Workflow,
         event: "flow:started".into(),
-        node: String::new(),
-        pointer: String::new(),
-        a: Value::String(manifest.workflow.content_hash.clone()),
-        b: Value::String(now.to_owned()),
-        chain: Vec::new(),
-        context: Vec::new(),
+        file: Some(file.display().to_string()),
+        pointer: "/workflow/contentHash".into(),
+        recorded: Value::String(manifest.workflow.content_hash.clone()),
+        actual: Value::String(now.to_owned()),
         message: format!(
             "the workflow {} changed since it was recorded: contentHash {}, the file's now {now}",
             file.display(),
             manifest.workflow.content_hash
         ),
+        ..Report::default()
     }
 }
 
@@ -312,24 +391,27 @@ pub(crate) fn against_recording(
             EventKind::AgentError {
                 error_type,
                 message,
-                ..
+                details,
             } if error_type == "fixture_error" => {
-                let node = e
-                    .node_id
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                return Ok(Some(Report {
-                    shape: "recording".into(),
-                    line: None,
-                    event: "agent:error".into(),
-                    node,
-                    pointer: String::new(),
-                    a: Value::String(message.clone()),
-                    b: Value::Null,
-                    chain: Vec::new(),
-                    context: Vec::new(),
-                    message: message.clone(),
+                // The mock's refusal, field by field; a node file it could
+                // not read is only a sentence.
+                let refused = details
+                    .clone()
+                    .and_then(|d| serde_json::from_value::<Mismatch>(d).ok());
+                return Ok(Some(match refused {
+                    Some(mismatch) => Report::refused(mismatch, message.clone()),
+                    None => Report {
+                        shape: "recording".into(),
+                        kind: Kind::Recording,
+                        event: "agent:error".into(),
+                        node: e
+                            .node_id
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
+                        message: message.clone(),
+                        ..Report::default()
+                    },
                 }));
             }
             EventKind::AgentStart { call_index, .. } => {
@@ -352,10 +434,8 @@ pub(crate) fn against_recording(
         let mut files: Vec<PathBuf> = files.flatten().map(|f| f.path()).collect();
         files.sort();
         for file in files {
-            let recorded = FixtureFile::load(&file)
-                .map_err(|e| invalid(dir, e))?
-                .calls
-                .len();
+            let calls = FixtureFile::load(&file).map_err(|e| invalid(dir, e))?.calls;
+            let recorded = calls.len();
             let node = file
                 .file_stem()
                 .unwrap_or_default()
@@ -369,17 +449,23 @@ pub(crate) fn against_recording(
                 let message = format!(
                     "shortfall: node {node} of {flow} made {made} call(s); the recording has {recorded}: call {made} was never made"
                 );
+                // The first call never made, with the request recorded for it.
+                let never = &calls[made];
+                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
                 return Ok(Some(Report {
                     shape: "shortfall".into(),
-                    line: None,
+                    kind: Kind::MissingCall,
                     event: "agent:start".into(),
                     node,
-                    pointer: String::new(),
-                    a: json!(recorded),
-                    b: json!(made),
-                    chain: Vec::new(),
-                    context: Vec::new(),
+                    call: Some(count(made)),
+                    instance: never.instance.clone(),
+                    instance_call: never.instance_call,
+                    file: Some(file.display().to_string()),
+                    pointer: format!("/calls/{made}"),
+                    recorded: never.input.clone().unwrap_or(Value::Null),
+                    recorded_calls: Some(count(recorded)),
                     message,
+                    ..Report::default()
                 }));
             }
         }

@@ -894,7 +894,7 @@ mod record_tests {
                 iteration: 0,
                 timestamp: Timestamp::from_millis(0),
                 payload: json!({"role": "user", "blocks": [
-                    serde_json::to_value(ContentBlock::Text { text: text.clone(), fidelity: Fidelity::Router }).unwrap()
+                    serde_json::to_value(ContentBlock::Text { text: text.clone(), fidelity: Fidelity::Router, extra: Default::default()  }).unwrap()
                 ]}),
                 child_run_id: None,
             })

@@ -1,6 +1,7 @@
 //! One node run's reply in progress, built block by block from its agent's
 //! events, and the transcript lines a tool call makes as it happens.
 
+use domain::event::Extra;
 use domain::transcript::{ContentBlock, ExchangeType, Fidelity};
 use domain::{EventKind, RunId};
 use serde_json::{Value, json};
@@ -23,51 +24,72 @@ impl Reply {
         let fidelity = Fidelity::AgentEmitted;
         let mut lines = Vec::new();
         let line: Option<(ExchangeType, Value)> = match kind {
-            EventKind::AgentThinkingDelta { content, .. } => {
-                if let Some(ContentBlock::Thinking { thinking, .. }) = self.blocks.last_mut() {
+            EventKind::AgentThinkingDelta { content, extra, .. } => {
+                if let Some(ContentBlock::Thinking {
+                    thinking,
+                    extra: kept,
+                    ..
+                }) = self.blocks.last_mut()
+                {
                     thinking.push_str(content);
+                    merge(kept, extra);
                 } else {
                     self.blocks.push(ContentBlock::Thinking {
                         thinking: content.clone(),
                         signature: None,
                         fidelity,
+                        extra: extra.clone(),
                     });
                 }
                 None
             }
             EventKind::AgentThinking {
-                content, signature, ..
+                content,
+                signature,
+                extra,
+                ..
             } => {
                 match self.blocks.last_mut() {
                     // The whole block after its deltas: it only adds the signature.
                     Some(ContentBlock::Thinking {
                         thinking,
                         signature: pending @ None,
+                        extra: kept,
                         ..
-                    }) if thinking == content => pending.clone_from(signature),
+                    }) if thinking == content => {
+                        pending.clone_from(signature);
+                        merge(kept, extra);
+                    }
                     _ => self.blocks.push(ContentBlock::Thinking {
                         thinking: content.clone(),
                         signature: signature.clone(),
                         fidelity,
+                        extra: extra.clone(),
                     }),
                 }
                 None
             }
-            EventKind::AgentTextDelta { content } => {
-                if let Some(ContentBlock::Text { text, .. }) = self.blocks.last_mut() {
+            EventKind::AgentTextDelta { content, extra } => {
+                if let Some(ContentBlock::Text {
+                    text, extra: kept, ..
+                }) = self.blocks.last_mut()
+                {
                     text.push_str(content);
+                    merge(kept, extra);
                 } else {
                     self.blocks.push(ContentBlock::Text {
                         text: content.clone(),
                         fidelity,
+                        extra: extra.clone(),
                     });
                 }
                 None
             }
-            EventKind::AgentText { content } => {
+            EventKind::AgentText { content, extra } => {
                 self.blocks.push(ContentBlock::Text {
                     text: content.clone(),
                     fidelity,
+                    extra: extra.clone(),
                 });
                 None
             }
@@ -77,10 +99,13 @@ impl Reply {
                     .blocks
                     .iter()
                     .any(|b| matches!(b, ContentBlock::Text { .. }));
+                // The result line's own fields are the call's, not the
+                // text's: they stay on `agent:complete`.
                 if !streamed && !result.is_empty() {
                     self.blocks.push(ContentBlock::Text {
                         text: result.clone(),
                         fidelity,
+                        extra: Default::default(),
                     });
                 }
                 None
@@ -89,9 +114,11 @@ impl Reply {
                 tool_use_id,
                 tool_name,
                 tool_input,
+                extra,
             } => {
                 self.open_tool_uses.push(tool_use_id.clone());
-                Some(agent_tool_use(self, tool_use_id, tool_name, tool_input))
+                let call = (tool_use_id, tool_name.as_str(), tool_input);
+                Some(agent_tool_use(self, call, extra))
             }
             EventKind::AgentTool {
                 tool_use_id,
@@ -99,6 +126,7 @@ impl Reply {
                 tool_input,
                 tool_output,
                 error,
+                extra,
                 ..
             } => {
                 // The use is already in place when the agent announced it;
@@ -108,7 +136,12 @@ impl Reply {
                     Some(at) => {
                         self.open_tool_uses.remove(at);
                     }
-                    None => call = Some(agent_tool_use(self, tool_use_id, tool_name, tool_input)),
+                    // The line's fields are the result's: the use made up
+                    // from it carries none of them again.
+                    None => {
+                        let made = (tool_use_id, tool_name.as_str(), tool_input);
+                        call = Some(agent_tool_use(self, made, &Extra::new()));
+                    }
                 }
                 self.blocks.push(ContentBlock::ToolResult {
                     tool_id: tool_use_id.clone().unwrap_or_default(),
@@ -118,6 +151,7 @@ impl Reply {
                         tool_output.clone()
                     },
                     fidelity,
+                    extra: extra.clone(),
                 });
                 lines.extend(call);
                 let mut result =
@@ -125,6 +159,7 @@ impl Reply {
                 if let Some(id) = tool_use_id {
                     result["call_id"] = Value::String(id.clone());
                 }
+                with_extra(&mut result, extra);
                 if let Some(error) = error {
                     result["error"] = Value::String(error.clone());
                 }
@@ -134,6 +169,7 @@ impl Reply {
                 call_id,
                 tool_name,
                 tool_input,
+                extra,
             } => {
                 let fidelity = Fidelity::Router;
                 self.blocks.push(ContentBlock::ToolUse {
@@ -141,8 +177,10 @@ impl Reply {
                     tool_id: call_id.clone(),
                     tool_input: tool_input.clone(),
                     fidelity,
+                    extra: extra.clone(),
                 });
-                let call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
+                let mut call = json!({"name": tool_name, "call_id": call_id, "input": tool_input, "fidelity": fidelity});
+                with_extra(&mut call, extra);
                 Some((ExchangeType::ToolCall, call))
             }
             EventKind::ToolCompleted {
@@ -155,6 +193,7 @@ impl Reply {
                     tool_id: call_id.clone(),
                     tool_content: tool_output.clone(),
                     fidelity: Fidelity::Router,
+                    extra: Default::default(),
                 });
                 let result = json!({"name": tool_name, "call_id": call_id, "output": tool_output,
                     "duration_ms": duration_ms, "fidelity": Fidelity::Router});
@@ -170,6 +209,7 @@ impl Reply {
                     tool_id: call_id.clone(),
                     tool_content: Value::Null,
                     fidelity: Fidelity::Router,
+                    extra: Default::default(),
                 });
                 let result = json!({"name": tool_name, "call_id": call_id, "output": null,
                     "error": error, "duration_ms": duration_ms, "fidelity": Fidelity::Router});
@@ -187,9 +227,8 @@ impl Reply {
 /// invented, it is how a reader joins a call to its result).
 fn agent_tool_use(
     reply: &mut Reply,
-    tool_use_id: &Option<String>,
-    tool_name: &str,
-    tool_input: &Value,
+    (tool_use_id, tool_name, tool_input): (&Option<String>, &str, &Value),
+    extra: &Extra,
 ) -> (ExchangeType, Value) {
     let fidelity = Fidelity::AgentEmitted;
     reply.blocks.push(ContentBlock::ToolUse {
@@ -197,10 +236,32 @@ fn agent_tool_use(
         tool_id: tool_use_id.clone().unwrap_or_default(),
         tool_input: tool_input.clone(),
         fidelity,
+        extra: extra.clone(),
     });
     let mut call = json!({"name": tool_name, "input": tool_input, "fidelity": fidelity});
     if let Some(id) = tool_use_id {
         call["call_id"] = Value::String(id.clone());
     }
+    with_extra(&mut call, extra);
     (ExchangeType::ToolCall, call)
+}
+
+/// Adds to a block built from several events (streamed pieces, a whole
+/// block after its deltas) what the later ones carry unmapped: each
+/// piece's own stays on its event; where two name the same pointer, the
+/// block keeps the first.
+fn merge(kept: &mut Extra, more: &Extra) {
+    for (pointer, value) in more {
+        if !kept.contains_key(pointer) {
+            kept.insert(pointer.clone(), value.clone());
+        }
+    }
+}
+
+/// A tool line's payload with what the agent sent unmapped with the call
+/// (`extra`, as on its block), when it sent any.
+fn with_extra(payload: &mut Value, extra: &Extra) {
+    if !extra.is_empty() {
+        payload["extra"] = Value::Object(extra.clone());
+    }
 }
