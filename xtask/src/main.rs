@@ -8,7 +8,10 @@
 //!   each asserting what it shows); then docs/library.md's first program as a
 //!   crate of its own outside the workspace (`src/consumer.rs`); then the
 //!   timeline page's tests (`tests/ui`) in the system Chromium.
-//! - `ci`: format check, clippy, the API docs (`-D warnings`), then
+//! - `tidy`: the architecture's rules the compiler does not check (no
+//!   import cycles, waits through `Clock`, processes through
+//!   `group::spawn`, concrete types in the composition root; `src/arch.rs`).
+//! - `ci`: format check, clippy, `tidy`, the API docs (`-D warnings`), then
 //!   `test`; `.ci/run` runs this on a fresh machine, so the two cannot
 //!   drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
@@ -27,6 +30,7 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
+mod arch;
 mod consumer;
 mod fuzz_api;
 mod needs;
@@ -38,12 +42,13 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ci" => ci(),
         "test" => test(),
+        "tidy" => arch::tidy(&workspace_root()),
         "consumer" => target_dir().and_then(|target| consumer::run(&workspace_root(), target)),
         "bench" => bench(),
         "bench-report" => report(),
         "fuzz-api" => fuzz_api::fuzz_api(),
         _ => {
-            eprintln!("usage: cargo xtask <test|ci|bench|bench-report|fuzz-api|consumer>");
+            eprintln!("usage: cargo xtask <test|ci|tidy|bench|bench-report|fuzz-api|consumer>");
             return ExitCode::from(2);
         }
     };
@@ -67,6 +72,7 @@ fn ci() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
+    arch::tidy(&workspace_root())?;
     docs()?;
     test()
 }

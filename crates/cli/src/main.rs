@@ -396,7 +396,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             filter,
         } => {
             let pace = commands::replay::Pace::new(speed, max_wait);
-            commands::replay::replay(&storage, &run, offset, json, &filter, pace).await
+            commands::inspect::replay(&storage, &run, offset, json, &filter, pace).await
         }
         Command::Resume {
             run,

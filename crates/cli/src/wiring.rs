@@ -1,7 +1,10 @@
 //! The composition root: the one place that names concrete types.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::anyhow;
+use application::load::LoadRules;
 use application::ports::{ControlChannel, RunFiles, RunObserver, RunStore, Transcripts};
 use application::redact::{RedactingObserver, RedactingStore, RedactingTranscripts, Redactor};
 use application::secrets::KeyNames;
@@ -9,6 +12,7 @@ use application::tools::ToolRouter;
 use awr_cli::embed;
 use domain::{Caller, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
+use infrastructure::fs::WorkflowFiles;
 
 use crate::Failure;
 use crate::storage::Storage;
@@ -193,4 +197,32 @@ pub fn hide_environment() {
     {
         tracing::warn!(error = %e, "cannot make awr non-dumpable; its children may read its environment");
     }
+}
+
+/// Reads and validates a workflow file and every workflow it calls (see
+/// [`application::load::load_workflow`]), from disk, judging `workdir`s
+/// against the current directory. Any problem is bad input (exit 2).
+pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
+    load_workflow_calling(file, None, &[])
+}
+
+/// [`load_workflow`], with every `call_workflow` confined to `within` (a
+/// server's root) when given, and kept out of `outside` (its storage). An
+/// error is the loader's ([`application::load::LoadError`]).
+pub fn load_workflow_calling(
+    file: &Path,
+    within: Option<&Path>,
+    outside: &[PathBuf],
+) -> Result<Arc<WorkflowDef>, Failure> {
+    let project = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
+    let rules = LoadRules {
+        project,
+        tools: tools().names(),
+        calls_within: within.map(Path::to_path_buf),
+        calls_outside: outside.to_vec(),
+    };
+    application::load::load_workflow(&WorkflowFiles, file, &rules)
+        .map_err(|e| Failure::Input(anyhow::Error::new(e)))
 }

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 use crate::caller::Caller;
 use crate::ids::{NodeId, NodeRunId, Offset, RunId, SessionId};
-use crate::snapshot::RunStatus;
+use crate::snapshot::status::RunStatus;
 use crate::time::Timestamp;
 
 mod usage;

@@ -19,7 +19,7 @@ mod delta;
 mod maps;
 mod node_runs;
 mod progress;
-mod status;
+pub(crate) mod status;
 mod stopping;
 mod text;
 mod unknown;

@@ -26,7 +26,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::capture::{Captured, Keep};
-use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, spawn};
+use super::group::{GroupId, ProcessGroup, Sandbox, Spawned, command as new_command, spawn};
 use super::sweep::run_tags;
 use crate::normalize::{Decoded, Decoder, StreamDecoder};
 
@@ -236,7 +236,7 @@ pub fn run_cli<D: Decoder + Send + 'static>(
     command: CliCommand,
     decoder: D,
 ) -> Result<AgentStream, QueryError> {
-    let mut cmd = tokio::process::Command::new(&command.program);
+    let mut cmd = new_command(&command.program);
     cmd.args(&command.args);
     if let Some(cwd) = &command.cwd {
         cmd.current_dir(cwd);

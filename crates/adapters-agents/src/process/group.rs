@@ -18,6 +18,7 @@ use application::secrets::KeyNames;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
+use super::state_and_start;
 use super::sweep::{SPAWN_VAR, kill_run, kill_spawn, spawn_tag};
 
 /// Which variables of awr's environment a child must not inherit: every key
@@ -76,18 +77,6 @@ impl GroupId {
 /// The start time of `pid` in clock ticks after boot, from `/proc`.
 fn start_ticks(pid: u32) -> Option<u64> {
     state_and_start(pid).map(|(_, ticks)| ticks)
-}
-
-/// The state letter (`R`, `S`, `Z`...) of `pid` and its start time in clock
-/// ticks after boot, from `/proc/<pid>/stat`.
-pub(super) fn state_and_start(pid: u32) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and `)`; the fields after
-    // its last `)` start at field 3 (the state), so field 22 is the 20th.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = fields.next()?.to_owned();
-    let ticks = fields.nth(18)?.parse().ok()?;
-    Some((state, ticks))
 }
 
 /// Kills the process group a dead awr process left behind, named by what
@@ -200,6 +189,13 @@ pub struct Spawned {
     pub stderr: ChildStderr,
     /// Its process group, killed when this is dropped.
     pub group: ProcessGroup,
+}
+
+/// A command for `program`, for [`spawn`] to start: the one place awr makes
+/// a `Command` (`cargo xtask tidy` holds it so), so every process it starts
+/// is in a group of its own that a dead writer's successor can sweep.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    Command::new(program)
 }
 
 /// Starts `command` in a process group of its own, stdin closed, stdout and

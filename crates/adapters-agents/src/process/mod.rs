@@ -29,3 +29,15 @@ pub(crate) use cli::{flag, print_args};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, OsProcesses, ProcessGroup, Sandbox, kill_leftover};
 pub use shell::Shell;
+
+/// The state letter (`R`, `S`, `Z`...) of `pid` and its start time in clock
+/// ticks after boot, from `/proc/<pid>/stat`.
+fn state_and_start(pid: u32) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and `)`; the fields after
+    // its last `)` start at field 3 (the state), so field 22 is the 20th.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.to_owned();
+    let ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, ticks))
+}

@@ -11,10 +11,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tokio::process::Command;
-
 use super::capture::{Captured, Keep};
-use super::group::{GroupId, Sandbox, spawn};
+use super::group::{GroupId, Sandbox, command, spawn};
 
 /// How long to go on reading after a timeout killed the group: the pipes
 /// close as soon as the killed processes are gone, unless something escaped
@@ -60,7 +58,7 @@ pub struct ScriptOutcome {
 /// (or whose exit status could not be read).
 pub async fn run_script(script: Script<'_>) -> std::io::Result<ScriptOutcome> {
     let started = Instant::now();
-    let mut sh = Command::new("sh");
+    let mut sh = command("sh");
     sh.arg("-c").arg(script.text).current_dir(script.dir);
     let spawned = spawn(sh, script.sandbox)?;
     let (mut child, group) = (spawned.child, spawned.group);

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::process::{Pid, Signal, kill_process_group};
 
-use super::group::state_and_start;
+use super::state_and_start;
 
 /// The variable naming the run in the environment of every process awr
 /// starts for it (inherited by what those start in turn), so that a later

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::Clock;
+
 /// Why a command could not be delivered.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -89,13 +91,15 @@ pub struct ReplyTo(oneshot::Sender<(CommandReply, Handover)>);
 
 impl ReplyTo {
     /// Hands `reply` to the endpoint and waits until it has passed it on
-    /// (or gave up: its client left), at most a couple of seconds.
-    pub async fn send(self, reply: CommandReply) {
+    /// (or gave up: its client left), at most a couple of seconds on `clock`.
+    pub async fn send(self, reply: CommandReply, clock: &dyn Clock) {
         let (handover, passed) = oneshot::channel();
         if self.0.send((reply, Handover { _passed: handover })).is_ok() {
             // Ends when the endpoint drops its `Handover`, whatever came of
             // the write.
-            let _ = tokio::time::timeout(HANDOVER, passed).await;
+            let waited = clock.sleep(HANDOVER);
+            futures::pin_mut!(passed);
+            let _ = futures::future::select(passed, waited).await;
         }
     }
 }

@@ -16,8 +16,9 @@ use domain::{Caller, EventKind, RunId, RunStatus, WorkflowDef};
 use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
-use super::run::{Wired, load_workflow};
+use super::run::Wired;
 use crate::storage::Storage;
+use crate::wiring::load_workflow;
 use crate::{Failure, wiring};
 
 /// Where the definition of `run_id` is: `--workflow`, else `flow:started`'s `source`.

@@ -459,3 +459,17 @@ fn preview(value: &serde_json::Value, max: usize) -> String {
         flat
     }
 }
+
+/// `awr replay RUN [--speed X] [--max-wait SECS] [--offset N] [--json]
+/// [filters]`: `awr events` of the recorded log, paced. A run still being
+/// written is replayed up to its last event when the replay started.
+pub async fn replay(
+    storage: &Storage,
+    run: &str,
+    offset: u64,
+    json: bool,
+    filter: &EventFilterArgs,
+    pace: Pace,
+) -> Result<(), Failure> {
+    events(storage, run, offset, false, json, filter, Some(pace)).await
+}

@@ -24,8 +24,9 @@ use domain::workflow::NodeKind;
 use domain::{EventKind, RunId, WorkflowDef};
 use serde_json::json;
 
-use crate::commands::run::{Input, Wired, load_workflow, parse_input, request, source_of};
+use crate::commands::run::{Input, Wired, parse_input, request, source_of};
 use crate::storage::Storage;
+use crate::wiring::load_workflow;
 use crate::{Failure, wiring};
 
 /// Records a run of `file` into `out`.

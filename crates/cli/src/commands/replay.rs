@@ -1,18 +1,14 @@
-//! `awr replay`: audit playback. A recorded run's events again, in order,
-//! at the pace they were recorded (or `--speed` times faster), to the
-//! terminal, or through `awr serve` (`?replay=SPEED` on a run's event
-//! streams, which the timeline plays). A replay only reads the log:
-//! nothing is executed again, nothing is written.
+//! The pace of `awr replay`, audit playback: a recorded run's events
+//! again, in order, at the pace they were recorded (or `--speed` times
+//! faster), to the terminal (`inspect::replay`), or through `awr serve`
+//! (`?replay=SPEED` on a run's event streams, which the timeline plays). A
+//! replay only reads the log: nothing is executed again, nothing is
+//! written.
 
 use std::time::Duration;
 
 use domain::Timestamp;
 use tokio::time::Instant;
-
-use super::inspect;
-use super::query::EventFilterArgs;
-use crate::Failure;
-use crate::storage::Storage;
 
 /// The longest wait between two events of a replay, by default: a run that
 /// sat paused for a day replays its resume a few seconds later.
@@ -80,20 +76,6 @@ pub fn parse_max_wait(text: &str) -> Result<Duration, String> {
         Ok(secs) if (0.0..1e9).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
         _ => Err(format!("`{text}` is not a number of seconds (0 or more)")),
     }
-}
-
-/// `awr replay RUN [--speed X] [--max-wait SECS] [--offset N] [--json]
-/// [filters]`: `awr events` of the recorded log, paced. A run still being
-/// written is replayed up to its last event when the replay started.
-pub async fn replay(
-    storage: &Storage,
-    run: &str,
-    offset: u64,
-    json: bool,
-    filter: &EventFilterArgs,
-    pace: Pace,
-) -> Result<(), Failure> {
-    inspect::events(storage, run, offset, false, json, filter, Some(pace)).await
 }
 
 #[cfg(test)]

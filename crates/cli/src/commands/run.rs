@@ -4,10 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use application::load::LoadRules;
 use application::{Cancel, RunOutcome, RunRequest, Runtime};
 use domain::{Caller, RunId, RunStatus, WorkflowDef};
-use infrastructure::fs::WorkflowFiles;
 use serde_json::Value;
 
 use awr_cli::embed::{self, Stock};
@@ -16,39 +14,11 @@ use crate::signals::Signals;
 use crate::storage::Storage;
 use crate::{Failure, progress::Progress, wiring};
 
-/// Reads and validates a workflow file and every workflow it calls (see
-/// [`application::load::load_workflow`]), from disk, judging `workdir`s
-/// against the current directory. Any problem is bad input (exit 2).
-pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
-    load_workflow_calling(file, None, &[])
-}
-
-/// [`load_workflow`], with every `call_workflow` confined to `within` (a
-/// server's root) when given, and kept out of `outside` (its storage). An
-/// error is the loader's ([`application::load::LoadError`]).
-pub fn load_workflow_calling(
-    file: &Path,
-    within: Option<&Path>,
-    outside: &[PathBuf],
-) -> Result<Arc<WorkflowDef>, Failure> {
-    let project = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
-    let rules = LoadRules {
-        project,
-        tools: wiring::tools().names(),
-        calls_within: within.map(Path::to_path_buf),
-        calls_outside: outside.to_vec(),
-    };
-    application::load::load_workflow(&WorkflowFiles, file, &rules)
-        .map_err(|e| Failure::Input(anyhow::Error::new(e)))
-}
-
 /// `awr validate FILE`: the workflow loads as for a run, and every mock
 /// fixture file it would be served from parses (a run reads each only when
 /// its node runs).
 pub fn validate(file: &Path) -> Result<(), Failure> {
-    let workflow = load_workflow(file)?;
+    let workflow = wiring::load_workflow(file)?;
     for fixture in application::load::mock_fixtures(file, &workflow) {
         adapters_agents::mock::FixtureFile::load(&fixture)
             .map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
@@ -122,7 +92,7 @@ pub async fn run(
     replay_from: Option<&Path>,
 ) -> Result<(), Failure> {
     // Everything that can be wrong with the input is checked before the store is touched.
-    let workflow = load_workflow(file)?;
+    let workflow = wiring::load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
     if let Some(dir) = replay_from {
         crate::commands::verify::check_recording(dir)?;

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use awr_cli::embed;
 
-use crate::commands::run::load_workflow;
+use crate::wiring::load_workflow;
 use crate::{Failure, say};
 
 mod report;

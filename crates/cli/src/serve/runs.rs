@@ -29,7 +29,8 @@ use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
 use crate::commands::inspect::snapshot_json;
 use crate::commands::query::Since;
-use crate::commands::run::{Wired, load_workflow_calling, request};
+use crate::commands::run::{Wired, request};
+use crate::wiring::load_workflow_calling;
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;

@@ -592,3 +592,16 @@ impl WorkflowDef {
         agents.chain(commands).collect()
     }
 }
+
+/// A `WorkflowError::Invalid` of `item`.
+fn invalid(item: impl Into<String>, message: impl Into<String>) -> WorkflowError {
+    WorkflowError::Invalid {
+        item: item.into(),
+        message: message.into(),
+    }
+}
+
+/// `a, b, c` for "known: ..." hints.
+fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}

@@ -18,7 +18,7 @@ use super::nodes::{
     lower_budget,
 };
 use super::syntax::{check_flow_nesting, json_error, strict_value, unique_keys, yaml_error};
-use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError};
+use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError, invalid, list};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};
@@ -192,18 +192,6 @@ struct RawEdge {
     on_limit: Option<OnLimit>,
     #[serde(default)]
     id: Option<String>,
-}
-
-pub(super) fn invalid(item: impl Into<String>, message: impl Into<String>) -> WorkflowError {
-    WorkflowError::Invalid {
-        item: item.into(),
-        message: message.into(),
-    }
-}
-
-/// `a, b, c` for "known: ..." hints.
-pub(super) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    names.into_iter().collect::<Vec<_>>().join(", ")
 }
 
 /// Whether `name` is one plain path component: a workflow's name is the

@@ -9,6 +9,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::*;
+use crate::SystemClock;
 
 fn run_id() -> RunId {
     RunId::new(uuid::Uuid::new_v4()).unwrap()
@@ -68,11 +69,14 @@ async fn a_command_reaches_the_writer_and_its_answer_comes_back() {
         let d = listener.commands.recv().await.unwrap();
         assert_eq!(d.raw, command);
         d.reply
-            .send(CommandReply {
-                accepted: false,
-                offset: 7,
-                error: Some("no such node run".into()),
-            })
+            .send(
+                CommandReply {
+                    accepted: false,
+                    offset: 7,
+                    error: Some("no such node run".into()),
+                },
+                &SystemClock,
+            )
             .await;
     };
     let (answer, ()) = tokio::join!(control.deliver(run, &command, None), writer);
@@ -102,11 +106,14 @@ async fn who_sent_a_command_reaches_the_writer_with_it() {
             Some("alice@host")
         );
         d.reply
-            .send(CommandReply {
-                accepted: true,
-                offset: 3,
-                error: None,
-            })
+            .send(
+                CommandReply {
+                    accepted: true,
+                    offset: 3,
+                    error: None,
+                },
+                &SystemClock,
+            )
             .await;
     };
     let (answer, ()) = tokio::join!(control.deliver(run, &pause, Some(alice.clone())), writer);
@@ -142,7 +149,7 @@ async fn twenty_clients_at_once_each_get_their_own_answer() {
     }
     for d in held.into_iter().rev() {
         let n = d.raw["n"].as_u64().unwrap();
-        d.reply.send(reply(n + 100)).await;
+        d.reply.send(reply(n + 100), &SystemClock).await;
     }
     for client in clients {
         let (n, answer) = client.await.unwrap();
@@ -183,7 +190,7 @@ async fn a_stale_socket_means_no_writer_and_is_replaced_by_the_next_listener() {
     let mut listener = control.listen(run).await.unwrap();
     let writer = async {
         let d = listener.commands.recv().await.unwrap();
-        d.reply.send(reply(3)).await;
+        d.reply.send(reply(3), &SystemClock).await;
     };
     let pause = json!({"type": "pause"});
     let (answer, ()) = tokio::join!(control.deliver(run, &pause, None), writer);
@@ -214,7 +221,7 @@ async fn a_line_that_is_not_json_is_delivered_as_a_string() {
     let writer = async {
         let d = listener.commands.recv().await.unwrap();
         assert_eq!(d.raw, Value::String("pause please".into()));
-        d.reply.send(reply(5)).await;
+        d.reply.send(reply(5), &SystemClock).await;
     };
     let (answer, ()) = tokio::join!(raw_exchange(&path, b"pause please\r\n"), writer);
     assert_eq!(
@@ -234,7 +241,7 @@ async fn a_last_line_without_newline_is_still_a_command() {
     stream.shutdown().await.unwrap();
     let d = listener.commands.recv().await.unwrap();
     assert_eq!(d.raw, json!({"type": "cancel"}));
-    d.reply.send(reply(1)).await;
+    d.reply.send(reply(1), &SystemClock).await;
     let answer = read_to_end(&mut stream).await;
     assert_eq!(
         serde_json::from_str::<CommandReply>(&answer).unwrap(),
@@ -327,7 +334,7 @@ async fn dropping_an_old_listener_keeps_a_newer_socket() {
     );
     let writer = async {
         let d = new.commands.recv().await.unwrap();
-        d.reply.send(reply(2)).await;
+        d.reply.send(reply(2), &SystemClock).await;
     };
     let pause = json!({"type": "pause"});
     let (answer, ()) = tokio::join!(control.deliver(run, &pause, None), writer);
@@ -355,7 +362,7 @@ async fn an_answer_is_passed_on_before_the_writer_can_exit() {
                     let mut listener = control.listen(run).await.unwrap();
                     ready_tx.send(()).unwrap();
                     let d = listener.commands.recv().await.unwrap();
-                    d.reply.send(reply(9)).await;
+                    d.reply.send(reply(9), &SystemClock).await;
                 });
                 rt.shutdown_background();
             })

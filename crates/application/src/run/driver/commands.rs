@@ -43,7 +43,7 @@ impl Driver {
             error,
         };
         // A sender that stopped waiting learns the outcome from the log.
-        delivery.reply.send(reply).await;
+        delivery.reply.send(reply, self.ports.clock.as_ref()).await;
         Ok(match verdict {
             Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
             Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(

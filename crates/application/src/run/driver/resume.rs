@@ -16,7 +16,7 @@ use domain::{
 };
 use serde_json::{Value, json};
 
-use super::tail::LastStep;
+use super::tail::{LastStep, TAIL};
 use super::{Driver, Endpoints, Stop};
 use crate::inspect::snapshot_and_tail;
 use crate::ports::{CommandReply, RunLock};
@@ -29,13 +29,6 @@ use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands, routing};
 use domain::Caller;
 use domain::command::DEFAULT_RESUME_MESSAGE;
-
-/// Events at the end of the log a resume keeps from its fold, to find the
-/// step the previous writer was in without reading them again.
-pub(super) const TAIL: usize = 16;
-
-/// Events read per batch when rebuilding a conversation.
-pub(super) const BATCH: usize = 1024;
 
 impl Driver {
     /// Continues the run `lock` holds from its state (folded from its

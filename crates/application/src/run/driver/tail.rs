@@ -6,8 +6,14 @@ use std::collections::HashMap;
 use domain::{EventKind, NodeId, NodeRunId, RuntimeEvent};
 
 use super::Driver;
-use super::resume::{BATCH, TAIL};
 use crate::run::ExecutorError;
+
+/// Events at the end of the log a resume keeps from its fold, to find the
+/// step the previous writer was in without reading them again.
+pub(super) const TAIL: usize = 16;
+
+/// Events read per batch when rebuilding a conversation.
+const BATCH: usize = 1024;
 
 impl Driver {
     /// The step the end of the log shows under way, if any.

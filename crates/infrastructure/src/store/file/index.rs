@@ -10,10 +10,10 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use serde::Deserialize;
 
-use super::log::RunPaths;
 use crate::fs::{FileReadError, read_bounded};
 
 /// Width of one entry.
@@ -56,14 +56,14 @@ fn decode(bytes: &[u8]) -> Vec<u64> {
 /// The entries of `events.idx` that provably describe `log` (of length
 /// `log_len`), in order; empty when the file is missing or not to be trusted,
 /// which makes the caller index the log by scanning it.
-pub(super) fn load(paths: &RunPaths, log: &File, log_len: u64) -> Vec<u64> {
+pub(super) fn load(idx: &Path, log: &File, log_len: u64) -> Vec<u64> {
     // A log of n bytes has at most n lines: a larger file is not its index,
     // and is not worth reading into memory. Nor is a FIFO or a device.
     let limit = log_len.saturating_add(1).saturating_mul(ENTRY_BYTES as u64);
-    let bytes = match read_bounded(&paths.idx, limit) {
+    let bytes = match read_bounded(idx, limit) {
         Ok(bytes) => bytes,
         Err(FileReadError::NotFound { .. }) => {
-            tracing::debug!(file = %paths.idx.display(), "no offset index; scanning the log");
+            tracing::debug!(file = %idx.display(), "no offset index; scanning the log");
             return Vec::new();
         }
         Err(e) => {
@@ -76,7 +76,7 @@ pub(super) fn load(paths: &RunPaths, log: &File, log_len: u64) -> Vec<u64> {
         return entries;
     }
     if entries[0] != 0 || !entries.windows(2).all(|w| w[0] < w[1]) {
-        tracing::warn!(file = %paths.idx.display(), "offset index is not an index; rebuilding it");
+        tracing::warn!(file = %idx.display(), "offset index is not an index; rebuilding it");
         return Vec::new();
     }
     // Entries at or past the end point into a tail that was cut off.
@@ -91,13 +91,13 @@ pub(super) fn load(paths: &RunPaths, log: &File, log_len: u64) -> Vec<u64> {
                 dropped += 1;
             }
             Ok(false) | Err(_) => {
-                tracing::warn!(file = %paths.idx.display(), "offset index does not match the log's tail; rebuilding it");
+                tracing::warn!(file = %idx.display(), "offset index does not match the log's tail; rebuilding it");
                 return Vec::new();
             }
         }
     }
     if !samples_agree(log, &entries) {
-        tracing::warn!(file = %paths.idx.display(), "offset index does not match the log; rebuilding it");
+        tracing::warn!(file = %idx.display(), "offset index does not match the log; rebuilding it");
         return Vec::new();
     }
     entries

@@ -194,7 +194,7 @@ impl LogState {
             .metadata()
             .map_err(|e| io_err("stat", &paths.log, &e))?
             .len();
-        let loaded = index::load(paths, &file, len);
+        let loaded = index::load(&paths.idx, &file, len);
         let mut state = Self::blank(file, writable);
         state.idx_persisted = loaded.len();
         state.trusted = loaded.is_empty();

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::super::file::lock::lock_path;
 use super::super::{check_continuation, locked_here, not_locked};
-use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, sql_err};
+use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, offset_param, row_event, sql_err};
 
 /// Whether `run_id` is a run of the database.
 pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {
@@ -230,24 +230,6 @@ pub(super) fn event_json<'b>(
     })?;
     std::str::from_utf8(buf)
         .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))
-}
-
-/// The event a row's `json` holds, when it is the event of `run_id` at
-/// `offset`; else what is wrong with it: what a read and a filtered read
-/// check alike.
-pub(super) fn row_event(json: &[u8], run_id: RunId, offset: u64) -> Result<RuntimeEvent, String> {
-    let event = RuntimeEvent::from_json(json).map_err(|e| e.to_string())?;
-    if event.offset.get() != offset || event.run_id != run_id {
-        return Err(format!(
-            "holds offset {} of run {}",
-            event.offset, event.run_id
-        ));
-    }
-    Ok(event)
-}
-
-pub(super) fn offset_param(offset: u64) -> i64 {
-    i64::try_from(offset).unwrap_or(i64::MAX)
 }
 
 pub(super) fn last_offset(
