@@ -53,14 +53,6 @@ pub const DEBT: &[(&str, &str)] = &[
     ("composition", "crates/cli/src/commands/verify.rs"),
     ("composition", "crates/cli/src/commands/verify/report.rs"),
     ("composition", "crates/cli/src/serve/transcript.rs"),
-    (
-        "cycle",
-        "crates/adapters-agents/src/mock/recording.rs <-> crates/adapters-agents/src/mock/turns.rs",
-    ),
-    (
-        "cycle",
-        "crates/application/src/run/agent.rs <-> crates/application/src/run/node_run.rs <-> crates/application/src/run/subflow.rs",
-    ),
 ];
 
 /// One broken rule.

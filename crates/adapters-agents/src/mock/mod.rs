@@ -18,6 +18,7 @@
 
 mod fixture;
 pub mod recording;
+pub mod request;
 pub mod turns;
 
 use std::num::NonZeroUsize;
@@ -124,14 +125,14 @@ fn check_request(
 ) -> Result<(), QueryError> {
     let prompt = domain::event::Prompt::Text(request.prompt.clone());
     let was = call.input.clone().unwrap_or(serde_json::Value::Null);
-    let sent = recording::as_recorded(recording::request(&prompt, &request.agent), &was);
+    let sent = request::as_recorded(request::request(&prompt, &request.agent), &was);
     // The request recorded is checked whole, not only by its hash: an edit
     // of the recorded request is a mismatch too, named where it is.
-    let sent_hash = recording::request_hash(&sent);
-    if sent_hash == recorded && recording::request_hash(&was) == sent_hash {
+    let sent_hash = request::request_hash(&sent);
+    if sent_hash == recorded && request::request_hash(&was) == sent_hash {
         return Ok(());
     }
-    let (pointer, left, right) = recording::first_difference(&was, &sent)
+    let (pointer, left, right) = request::first_difference(&was, &sent)
         .unwrap_or_else(|| (String::new(), serde_json::Value::Null, sent.clone()));
     let mut refused = mismatch(MismatchKind::Request, request, path);
     (refused.pointer, refused.recorded, refused.sent) = (pointer, left, right);
@@ -163,7 +164,7 @@ fn extra_call(request: &AgentRequest, path: &Path, recorded: usize) -> QueryErro
     let prompt = domain::event::Prompt::Text(request.prompt.clone());
     let mut refused = mismatch(MismatchKind::ExtraCall, request, path);
     refused.pointer = format!("/calls/{recorded}");
-    refused.sent = recording::request(&prompt, &request.agent);
+    refused.sent = request::request(&prompt, &request.agent);
     refused.recorded_calls = Some(u32::try_from(recorded).unwrap_or(u32::MAX));
     QueryError::Replay(Box::new(refused))
 }
@@ -404,11 +405,11 @@ mod tests {
     async fn a_changed_temperature_is_a_mismatch_and_older_recordings_still_match() {
         let asked = request("writer", None);
         let prompt = domain::event::Prompt::Text(asked.prompt.clone());
-        let input = recording::request(&prompt, &asked.agent);
+        let input = request::request(&prompt, &asked.agent);
         let mut older = input.clone();
         older.as_object_mut().unwrap().remove("sampling");
         let entry = |input: &serde_json::Value| {
-            serde_json::json!({"input": input, "requestHash": recording::request_hash(input),
+            serde_json::json!({"input": input, "requestHash": request::request_hash(input),
                 "output": {"text": "ok"}})
         };
         for (recorded, temperature, fails) in [

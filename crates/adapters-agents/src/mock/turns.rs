@@ -28,7 +28,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::fixture::{FixtureCall, RecordedTurn, recorded_extra};
-use super::recording;
+use super::request;
 use domain::event::Extra;
 
 /// What a replay of HTTP agents needs besides the recording: the tools
@@ -166,7 +166,7 @@ pub fn recorded_turns(events: &[Value]) -> Vec<Value> {
             let added = json!({"messages": messages});
             json!({
                 "turn": i + 1,
-                "requestHash": recording::request_hash(&added),
+                "requestHash": request::request_hash(&added),
                 "messages": messages,
             })
         })
@@ -270,11 +270,11 @@ impl RecordedModel {
         let sent: Vec<Value> = added.iter().map(message_json).collect();
         let sent = json!({"messages": sent});
         let was = json!({"messages": recorded.messages});
-        let hash = recording::request_hash(&sent);
-        if hash == recorded.request_hash && recording::request_hash(&was) == hash {
+        let hash = request::request_hash(&sent);
+        if hash == recorded.request_hash && request::request_hash(&was) == hash {
             return Ok(());
         }
-        let (pointer, left, right) = recording::first_difference(&was, &sent)
+        let (pointer, left, right) = request::first_difference(&was, &sent)
             .unwrap_or_else(|| (String::new(), Value::Null, sent.clone()));
         let mut refused = self.refused(MismatchKind::Turn, turn);
         // The pointer into the whole request: its messages from the first.

@@ -160,6 +160,7 @@ impl std::fmt::Debug for Listener {
 ///
 /// use awr_application::ports::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
 /// use awr_domain::{Caller, RunId};
+/// use awr_infrastructure::clock::SystemClock;
 /// use serde_json::{Value, json};
 /// use tokio::sync::mpsc;
 ///
@@ -200,7 +201,9 @@ impl std::fmt::Debug for Listener {
 /// let writer = tokio::spawn(async move {
 ///     let delivery = listener.commands.recv().await.expect("a command");
 ///     let by = delivery.by.as_ref().map(|c| c.as_str().to_owned());
-///     delivery.reply.send(CommandReply { accepted: true, offset: 7, error: None }).await;
+///     let answered = CommandReply { accepted: true, offset: 7, error: None };
+///     // It waits, on the run's clock, for the answer to be passed on.
+///     delivery.reply.send(answered, &SystemClock).await;
 ///     by
 /// });
 /// let reply = channel.deliver(run, &pause, Some(Caller::new("ops")?)).await?;

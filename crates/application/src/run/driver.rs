@@ -359,7 +359,7 @@ impl Driver {
         };
         // Boxed here, once: the node run's future is kilobytes (the agent's
         // stream state), and the spawn moves it through several frames.
-        let handle = self.tasks.spawn(Box::pin(task.run()));
+        let handle = self.tasks.spawn(Box::pin(super::dispatch::run(task)));
         self.running.insert(run, (handle.id(), cancel));
         Ok(())
     }

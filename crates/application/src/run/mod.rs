@@ -26,6 +26,7 @@ mod control;
 mod conversation;
 mod decide;
 mod deliver;
+mod dispatch;
 mod driver;
 mod node_run;
 mod recorder;

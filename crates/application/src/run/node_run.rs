@@ -16,8 +16,8 @@ use domain::{EventKind, NodeId, NodeRunId, RunId, SessionId, WorkflowDef};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Ports;
 use super::control::Cancel;
-use super::{Ports, agent, subflow};
 use crate::ports::{ChatMessage, CommandRequest};
 
 /// The recorder's answer to an event sent with an acknowledgement, once
@@ -159,41 +159,6 @@ impl NodeTask {
     pub fn data(&self) -> &Value {
         self.input.get("data").unwrap_or(&Value::Null)
     }
-
-    /// Runs the node run to its end and reports it; returns early, silently,
-    /// when it is cancelled (the recorder records the cancellation).
-    pub async fn run(mut self) {
-        let end = match &self.node.kind {
-            NodeKind::CallWorkflow { workflow, resolved } => {
-                let (reference, child) = (workflow.clone(), resolved.clone());
-                subflow::run(&self, &reference, child).await
-            }
-            NodeKind::Agent { .. } => {
-                let cancel = self.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    end = agent::run(&mut self) => match end {
-                        Some(end) => end,
-                        // The recorder took its end with its last event.
-                        None => return,
-                    },
-                }
-            }
-            NodeKind::Command(_) => {
-                let cancel = self.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    end = command(&self) => end,
-                }
-            }
-        };
-        let msg = Msg::Ended {
-            run: self.run,
-            node: self.node.id.clone(),
-            end,
-        };
-        let _ = self.tx.send(msg).await;
-    }
 }
 
 /// How an agent invocation continues a conversation that began earlier:
@@ -230,7 +195,7 @@ const STDERR_TAIL: usize = 2_000;
 
 /// A `command` node: its output data is `{exit_code, stdout, stderr}`; a
 /// non-zero exit or a timeout fails the node, quoting the end of stderr.
-async fn command(task: &NodeTask) -> NodeEnd {
+pub(super) async fn command(task: &NodeTask) -> NodeEnd {
     let NodeKind::Command(def) = &task.node.kind else {
         return NodeEnd::failed("not a command node");
     };

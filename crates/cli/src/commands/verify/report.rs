@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use adapters_agents::mock::recording::first_difference;
+use adapters_agents::mock::request::first_difference;
 use anyhow::anyhow;
 use domain::recording::Mismatch;
 use serde_json::{Value, json};
