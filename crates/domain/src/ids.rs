@@ -135,8 +135,9 @@ impl NodeId {
 }
 
 impl fmt::Display for NodeId {
+    /// Padded as a `str` is, so a column of node ids lines up.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -173,8 +174,9 @@ impl SessionId {
 }
 
 impl fmt::Display for SessionId {
+    /// Padded as a `str` is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -463,6 +465,16 @@ impl<'de> Deserialize<'de> for Offset {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    /// `awr show` lines its node ids up in a column: a width pads them.
+    #[test]
+    fn node_and_session_ids_pad_to_a_width() {
+        let node = NodeId::new("plan").unwrap();
+        assert_eq!(format!("[{node:<6}]"), "[plan  ]");
+        assert_eq!(format!("[{node}]"), "[plan]");
+        let session = SessionId::new("s1").unwrap();
+        assert_eq!(format!("[{session:>4}]"), "[  s1]");
+    }
 
     #[test]
     fn run_id_accepts_only_v4() {
