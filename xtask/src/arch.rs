@@ -51,6 +51,7 @@ pub const DEBT: &[(&str, &str)] = &[
     ("composition", "crates/cli/src/commands/run.rs"),
     ("composition", "crates/cli/src/commands/transcript.rs"),
     ("composition", "crates/cli/src/commands/verify.rs"),
+    ("composition", "crates/cli/src/commands/verify/canonical.rs"),
     ("composition", "crates/cli/src/commands/verify/report.rs"),
     ("composition", "crates/cli/src/serve/transcript.rs"),
 ];

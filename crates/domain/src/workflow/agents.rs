@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::invalid;
+use super::invalid::invalid;
 use super::{AgentDef, Provider, WorkflowError};
 use crate::ids::NodeId;
 use crate::pricing::Price;

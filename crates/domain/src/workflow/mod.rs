@@ -12,6 +12,7 @@ mod agents;
 mod duration;
 mod grant;
 mod graph;
+mod invalid;
 mod nodes;
 mod parse;
 mod reach;
@@ -591,17 +592,4 @@ impl WorkflowDef {
         });
         agents.chain(commands).collect()
     }
-}
-
-/// A `WorkflowError::Invalid` of `item`.
-fn invalid(item: impl Into<String>, message: impl Into<String>) -> WorkflowError {
-    WorkflowError::Invalid {
-        item: item.into(),
-        message: message.into(),
-    }
-}
-
-/// `a, b, c` for "known: ..." hints.
-fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    names.into_iter().collect::<Vec<_>>().join(", ")
 }

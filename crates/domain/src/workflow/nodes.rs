@@ -13,10 +13,10 @@ use serde::de::{self, Deserializer, MapAccess, Visitor, value::MapAccessDeserial
 
 use super::agents::check_workdir;
 use super::duration::RawDuration;
+use super::invalid::{invalid, list};
 use super::{
     AgentDef, Budget, CommandDef, ForEach, Join, NodeDef, NodeKind, Policy, Retry, WorkflowError,
 };
-use super::{invalid, list};
 use crate::condition::Expression;
 use crate::ids::NodeId;
 

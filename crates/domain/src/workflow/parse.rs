@@ -13,12 +13,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::agents::{check_agents, check_pricing};
+use super::invalid::{invalid, list};
 use super::nodes::{
     NodeKeys, NodeSet, RawBudget, RawCommand, RawForEach, RawRetry, Shorthand, concurrency,
     lower_budget,
 };
 use super::syntax::{check_flow_nesting, json_error, strict_value, unique_keys, yaml_error};
-use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError, invalid, list};
+use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
 use crate::pricing::{Price, PriceTable};

@@ -29,6 +29,7 @@
 
 mod connect;
 mod query;
+mod row;
 mod rows;
 mod schema;
 mod whole;
@@ -594,25 +595,6 @@ impl RunStore for SqliteRunStore {
     ) -> Result<(), StoreError> {
         self.inner.import_whole(run_id, events, snapshot).await
     }
-}
-
-/// The event a row's `json` holds, when it is the event of `run_id` at
-/// `offset`; else what is wrong with it: what a read and a filtered read
-/// check alike.
-fn row_event(json: &[u8], run_id: RunId, offset: u64) -> Result<RuntimeEvent, String> {
-    let event = RuntimeEvent::from_json(json).map_err(|e| e.to_string())?;
-    if event.offset.get() != offset || event.run_id != run_id {
-        return Err(format!(
-            "holds offset {} of run {}",
-            event.offset, event.run_id
-        ));
-    }
-    Ok(event)
-}
-
-/// An offset as SQLite's integer (offsets past `i64::MAX` never exist).
-fn offset_param(offset: u64) -> i64 {
-    i64::try_from(offset).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use tokio::sync::Notify;
 
 use super::super::file::lock::lock_path;
 use super::super::{check_continuation, locked_here, not_locked};
-use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, offset_param, row_event, sql_err};
+use super::row::{offset_param, row_event};
+use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, sql_err};
 
 /// Whether `run_id` is a run of the database.
 pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {

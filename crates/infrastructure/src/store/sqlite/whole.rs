@@ -12,7 +12,7 @@ use rusqlite::{TransactionBehavior, params};
 
 use super::super::check_continuation;
 use super::super::file::sync::off_the_runtime;
-use super::offset_param;
+use super::row::offset_param;
 use super::rows::{event_json, exists, now_millis};
 use super::{Inner, SyncPolicy, lock, sql_err};
 
