@@ -210,7 +210,7 @@ fn changed_workflow(file: &Path, manifest: &Manifest, now: &str) -> Report {
 }
 
 /// The recording's causal events in the canonical form (RFC 8785, without
-/// `timestamp_ns`), as [`canonical`] writes a replay's.
+/// `timestamp_ns`), as [`canonical()`] writes a replay's.
 fn recorded_causal(dir: &Path) -> Result<Vec<String>, Failure> {
     let path = dir.join("causal.jsonl");
     let text =
