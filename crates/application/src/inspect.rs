@@ -103,6 +103,84 @@ pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, St
     })
 }
 
+/// How often [`writer_gone`] looks again at a writer winding down.
+const WIND_DOWN_CHECK: Duration = Duration::from_millis(20);
+
+/// Whether no process writes `run_id`, to tell whether a `resume` sent to
+/// it must be carried out by its sender. A writer that has recorded the
+/// run's pause is waited for while it winds down, at most `grace`: a
+/// resume sent right after a pause resumes the run, rather than going to
+/// a writer that is about to stop.
+pub async fn writer_gone(
+    store: &dyn RunStore,
+    clock: &dyn Clock,
+    run_id: RunId,
+    grace: Duration,
+) -> Result<bool, StoreError> {
+    let grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let deadline = clock.now().as_millis().saturating_add(grace);
+    loop {
+        if !store.has_writer(run_id).await? {
+            return Ok(true);
+        }
+        let view = run_view(store, run_id).await?;
+        if view.snapshot.status != RunStatus::Paused || clock.now().as_millis() >= deadline {
+            return Ok(false);
+        }
+        clock.sleep(WIND_DOWN_CHECK).await;
+    }
+}
+
+impl RunView {
+    /// The snapshot as `awr show RUN --json` prints it and `GET
+    /// /workflows/{id}` answers: one line, with the status shown
+    /// (`interrupted` included), written by the snapshot's own writer (a
+    /// `serde_json::Value` of a 10,000-step run's state cost ten times the
+    /// load).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        let mut out = Vec::with_capacity(4096);
+        self.snapshot
+            .write_json_shown(&mut out, self.status.as_str())?;
+        String::from_utf8(out).map_err(serde::ser::Error::custom)
+    }
+}
+
+/// What one read of a log after an offset found.
+#[derive(Debug)]
+pub enum LogRead {
+    /// The next events (none: nothing after that offset).
+    Events(Vec<RuntimeEvent>),
+    /// The next line is not its event: `detail` names the file and line.
+    /// A reader that may skip goes on after `offset`.
+    Bad {
+        /// The bad line's offset.
+        offset: u64,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+/// Up to `limit` events after `after`, the good events before a bad line
+/// first: how `awr events` and the server read a log that may hold one.
+pub async fn read_log(
+    store: &dyn RunStore,
+    id: RunId,
+    after: u64,
+    limit: usize,
+) -> Result<LogRead, StoreError> {
+    match store.read(id, after, limit).await {
+        Ok(batch) => Ok(LogRead::Events(batch)),
+        Err(StoreError::BadEvent { offset, .. }) if offset > after + 1 => {
+            let before = usize::try_from(offset - after - 1).unwrap_or(limit);
+            Ok(LogRead::Events(
+                store.read(id, after, before.min(limit)).await?,
+            ))
+        }
+        Err(StoreError::BadEvent { offset, detail }) => Ok(LogRead::Bad { offset, detail }),
+        Err(e) => Err(e),
+    }
+}
+
 /// The run's state as of its last recorded event.
 pub async fn current_snapshot(
     store: &dyn RunStore,
@@ -420,6 +498,7 @@ fn check_next(run_id: RunId, last: u64, event: &RuntimeEvent) -> Result<(), Stor
 mod tests {
     use super::*;
     use crate::ports::MockRunStore;
+    use crate::testing::TokioClock;
     use domain::{Offset, Timestamp};
     use mockall::predicate::eq;
     use std::sync::atomic::Ordering;
@@ -566,20 +645,8 @@ mod tests {
         }
     }
 
-    /// Tokio's clock: paused in these tests, so idle checks cost no time.
-    struct TokioClock;
-
-    impl Clock for TokioClock {
-        fn now(&self) -> domain::Timestamp {
-            Timestamp::from_millis(0)
-        }
-        fn sleep(&self, duration: Duration) -> futures::future::BoxFuture<'static, ()> {
-            Box::pin(tokio::time::sleep(duration))
-        }
-    }
-
     async fn follow_all(store: MockRunStore) -> Vec<String> {
-        let stream = follow_run(Arc::new(store), Arc::new(TokioClock), run_id(), 0)
+        let stream = follow_run(Arc::new(store), Arc::new(TokioClock::new()), run_id(), 0)
             .await
             .unwrap();
         stream
@@ -610,6 +677,44 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(view.status, ShownStatus::Recorded(RunStatus::Running));
+    }
+
+    /// A writer that recorded its pause is waited for, at most the grace;
+    /// a writer of a running run is there to stay.
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_writer_is_waited_for_while_it_winds_down() {
+        let clock = TokioClock::new();
+        let grace = Duration::from_secs(5);
+        let gone = Live::new(vec![started(1), paused(2)], false);
+        let store = gone.store(vec![], false);
+        assert!(writer_gone(&store, &clock, run_id(), grace).await.unwrap());
+
+        let running = Live::new(vec![started(1), warning(2)], true);
+        let store = running.store(vec![], false);
+        let start = tokio::time::Instant::now();
+        assert!(!writer_gone(&store, &clock, run_id(), grace).await.unwrap());
+        assert_eq!(start.elapsed(), Duration::ZERO, "no wait for a running run");
+
+        let winding = Live::new(vec![started(1), paused(2)], true);
+        let store = winding.store(vec![], false);
+        let writer = Arc::clone(&winding.writer);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            writer.store(false, Ordering::SeqCst);
+        });
+        let start = tokio::time::Instant::now();
+        assert!(writer_gone(&store, &clock, run_id(), grace).await.unwrap());
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < grace,
+            "{waited:?}"
+        );
+
+        let stuck = Live::new(vec![started(1), paused(2)], true);
+        let store = stuck.store(vec![], false);
+        let start = tokio::time::Instant::now();
+        assert!(!writer_gone(&store, &clock, run_id(), grace).await.unwrap());
+        assert!(start.elapsed() >= grace, "gave up after the grace");
     }
 
     #[tokio::test]
@@ -718,7 +823,7 @@ mod tests {
         let live = Live::new(vec![started(1)], true);
         let mut stream = follow_run(
             Arc::new(live.store(vec![started(1)], false)),
-            Arc::new(TokioClock),
+            Arc::new(TokioClock::new()),
             run_id(),
             0,
         )

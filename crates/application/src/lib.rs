@@ -32,6 +32,7 @@ pub mod migrate;
 pub mod ports;
 pub mod query;
 pub mod redact;
+pub mod replay;
 pub mod retention;
 pub mod run;
 pub mod runtime;
@@ -40,6 +41,7 @@ pub mod secrets;
 pub mod testing;
 pub mod tool_loop;
 pub mod tools;
+pub mod transcript;
 
 pub use run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 pub use runtime::{Runtime, RuntimeBuilder};

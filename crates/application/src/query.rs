@@ -52,6 +52,39 @@ impl Listed {
     }
 }
 
+/// Why a run id or prefix names no single run.
+#[derive(Debug, thiserror::Error)]
+pub enum Unresolved {
+    /// No run's id starts with it.
+    #[error("no run matches `{0}`")]
+    NoMatch(String),
+    /// Several runs' ids start with it.
+    #[error("`{0}` matches {1} runs; give more of the id")]
+    Ambiguous(String, usize),
+    /// The runs cannot be listed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The run a user named by its id or a unique prefix of it: the command
+/// line and the HTTP server both name runs this way. A whole id is taken
+/// as it is, whether or not the store holds the run.
+pub async fn find_run(store: &dyn RunStore, wanted: &str) -> Result<RunId, Unresolved> {
+    if let Ok(id) = wanted.parse::<RunId>() {
+        return Ok(id);
+    }
+    let runs = store.list_runs().await?;
+    let matches: Vec<RunId> = runs
+        .into_iter()
+        .filter(|id| !wanted.is_empty() && id.to_string().starts_with(wanted))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(Unresolved::NoMatch(wanted.to_owned())),
+        _ => Err(Unresolved::Ambiguous(wanted.to_owned(), matches.len())),
+    }
+}
+
 /// The name a status is shown by, parsed: the recorded statuses and
 /// `interrupted`.
 pub fn parse_status(name: &str) -> Option<ShownStatus> {
@@ -131,4 +164,108 @@ pub async fn find_runs(
             return Ok(listed);
         }
     }
+}
+
+/// How many runs are in each status as shown: what `GET /workflows`
+/// counts over every run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// Created, with no event yet.
+    pub pending: u64,
+    /// Being written by a process.
+    pub running: u64,
+    /// Recorded `running`, with no process writing them.
+    pub interrupted: u64,
+    /// Stopped at a safe point; resumable.
+    pub paused: u64,
+    /// Finished successfully.
+    pub completed: u64,
+    /// Finished with an error.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Whose records cannot be read.
+    pub corrupt: u64,
+}
+
+impl StatusCounts {
+    fn add(&mut self, status: Option<ShownStatus>) {
+        let count = match status {
+            None => &mut self.corrupt,
+            Some(ShownStatus::Interrupted) => &mut self.interrupted,
+            Some(ShownStatus::Recorded(status)) => match status {
+                RunStatus::Pending => &mut self.pending,
+                RunStatus::Running => &mut self.running,
+                RunStatus::Paused => &mut self.paused,
+                RunStatus::Completed => &mut self.completed,
+                RunStatus::Failed => &mut self.failed,
+                RunStatus::Cancelled => &mut self.cancelled,
+            },
+        };
+        *count += 1;
+    }
+}
+
+/// The statuses shown of `runs`, counted from what the store records
+/// ([`RunStore::query_runs`]), without reading their logs: only the runs
+/// recorded `running` are probed for a writer, and one whose probe fails
+/// is counted `running` (nothing says its writer is gone).
+pub async fn count_runs(store: &dyn RunStore, runs: &[RunSummary]) -> StatusCounts {
+    let mut counts = StatusCounts::default();
+    for run in runs {
+        let shown = match run.status {
+            Some(RunStatus::Running) if matches!(store.has_writer(run.run_id).await, Ok(false)) => {
+                Some(ShownStatus::Interrupted)
+            }
+            status => status.map(ShownStatus::Recorded),
+        };
+        counts.add(shown);
+    }
+    counts
+}
+
+/// An interrupted run, as `awr recover` finds it.
+#[derive(Debug)]
+pub struct InterruptedRun {
+    /// The run, read.
+    pub run: Listed,
+    /// Its parent (`call_workflow`), when the parent is interrupted too:
+    /// the parent's resume waits for this run, which must not go on by
+    /// itself.
+    pub goes_on_with: Option<RunId>,
+}
+
+/// What [`interrupted_runs`] found.
+#[derive(Debug, Default)]
+pub struct Interrupted {
+    /// The interrupted runs, by run id.
+    pub runs: Vec<InterruptedRun>,
+    /// The runs whose records cannot be read, with why: never left out in
+    /// silence, since one of them may be interrupted too.
+    pub unreadable: Vec<Listed>,
+}
+
+/// Every run recorded `running` that no process writes, each read as
+/// `awr show` reads it, and every run that cannot be read.
+pub async fn interrupted_runs(store: &dyn RunStore) -> Result<Interrupted, StoreError> {
+    let mut found = Interrupted::default();
+    let mut runs = Vec::new();
+    for listed in find_runs(store, &RunFilter::default()).await? {
+        match &listed.view {
+            Err(_) => found.unreadable.push(listed),
+            Ok(view) if view.status == ShownStatus::Interrupted => runs.push(listed),
+            Ok(_) => {}
+        }
+    }
+    let ids: std::collections::HashSet<RunId> = runs.iter().map(Listed::run_id).collect();
+    found.runs = runs
+        .into_iter()
+        .map(|run| InterruptedRun {
+            goes_on_with: run.summary.parent.filter(|p| ids.contains(p)),
+            run,
+        })
+        .collect();
+    found.runs.sort_by_key(|r| r.run.run_id());
+    found.unreadable.sort_by_key(Listed::run_id);
+    Ok(found)
 }

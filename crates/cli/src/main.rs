@@ -135,10 +135,10 @@ enum Command {
         /// Run id (a unique prefix is enough).
         run: String,
         /// How many times faster than recorded (0.5: half as fast).
-        #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = commands::replay::parse_speed)]
+        #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = application::replay::parse_speed)]
         speed: f64,
         /// Longest wait between two events, in seconds (after --speed).
-        #[arg(long, value_name = "SECS", default_value = "5", allow_negative_numbers = true, value_parser = commands::replay::parse_max_wait)]
+        #[arg(long, value_name = "SECS", default_value = "5", allow_negative_numbers = true, value_parser = application::replay::parse_max_wait)]
         max_wait: std::time::Duration,
         /// Replay only the events after this offset.
         #[arg(long, default_value_t = 0)]
@@ -395,7 +395,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             filter,
         } => {
-            let pace = commands::replay::Pace::new(speed, max_wait);
+            let pace = application::replay::Pace::new(wiring::clock_and_ids().0, speed, max_wait);
             commands::inspect::replay(&storage, &run, offset, json, &filter, pace).await
         }
         Command::Resume {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use application::load::LoadRules;
-use application::ports::{ControlChannel, RunFiles, RunObserver, RunStore, Transcripts};
+use application::ports::{
+    ControlChannel, RunFiles, RunObserver, RunStore, TranscriptReader, Transcripts,
+};
 use application::redact::{RedactingObserver, RedactingStore, RedactingTranscripts, Redactor};
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
@@ -69,6 +71,12 @@ pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
 
 /// Transcript files under `transcripts/` of the storage's files directory.
 pub fn transcripts(storage: &Storage) -> Arc<dyn Transcripts> {
+    embed::transcripts(storage)
+}
+
+/// The reader of the transcript files under the storage: what `awr
+/// transcript` and `awr serve` read back.
+pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
     embed::transcripts(storage)
 }
 

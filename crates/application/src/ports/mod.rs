@@ -58,5 +58,5 @@ pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 pub use tool::MockTool;
 pub use tool::{Tool, ToolContext, ToolError, ToolSpec};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
-pub use transcript::{MockTranscript, MockTranscripts};
-pub use transcript::{Transcript, TranscriptError, Transcripts};
+pub use transcript::{MockTranscript, MockTranscriptReader, MockTranscripts};
+pub use transcript::{Transcript, TranscriptError, TranscriptLines, TranscriptReader, Transcripts};

@@ -136,3 +136,25 @@ pub trait Transcript: Send + Sync {
     /// Ends the transcript; idempotent.
     async fn close(&self);
 }
+
+/// A transcript as read: the lines that are what they should be, and a
+/// report of each one that is not.
+#[derive(Debug, Default)]
+pub struct TranscriptLines {
+    /// The good lines, in order.
+    pub events: Vec<ExchangeEvent>,
+    /// One message per bad line, naming where it is (for a file, its path
+    /// and line number) and what is wrong with it.
+    pub problems: Vec<String>,
+}
+
+/// Reads runs' transcripts back, as they stand: a reader in another
+/// process than the writer sees every line the writer has finished.
+#[cfg_attr(all(any(test, feature = "testing"), not(doctest)), mockall::automock)]
+#[async_trait]
+pub trait TranscriptReader: Send + Sync + 'static {
+    /// Every line of the transcript of `run_id`, going on past bad lines
+    /// (each reported in [`TranscriptLines::problems`]); `Ok(None)` when
+    /// the run has no transcript.
+    async fn read(&self, run_id: RunId) -> Result<Option<TranscriptLines>, TranscriptError>;
+}

@@ -12,31 +12,14 @@ use async_trait::async_trait;
 use domain::condition::Expression;
 use domain::event::Usage;
 use domain::workflow::{Budget, ForEach, Join, Timeout};
-use domain::{EventKind, NodeId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
-use futures::future::BoxFuture;
+use domain::{EventKind, NodeId, RunSnapshot, RuntimeEvent, WorkflowDef};
 use serde_json::{Value, json};
 
 use super::*;
 use crate::ports::{
-    AgentMessage, AgentRequest, AgentResult, AgentStream, Clock, IdGen, MockRunStore, QueryError,
-    QueryFn,
+    AgentMessage, AgentRequest, AgentResult, AgentStream, IdGen, MockRunStore, QueryError, QueryFn,
 };
-
-/// Wall time that follows tokio's (paused) clock.
-struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = self.start.elapsed().as_millis() as i64;
-        Timestamp::from_millis(1_767_225_600_000 + elapsed)
-    }
-
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
+use crate::testing::TokioClock;
 
 struct Counter(AtomicU64);
 
@@ -88,9 +71,7 @@ pub(super) fn rig(
     let executor = Executor::new(
         Arc::new(store),
         Arc::new(Agents(agents)),
-        Arc::new(TokioClock {
-            start: tokio::time::Instant::now(),
-        }),
+        Arc::new(TokioClock::new()),
         Arc::new(Counter(AtomicU64::new(1))),
     );
     Rig { executor, events }

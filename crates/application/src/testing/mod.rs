@@ -43,3 +43,44 @@
 //! ```
 
 pub mod store_conformance;
+
+use std::time::Duration;
+
+use domain::Timestamp;
+use futures::future::BoxFuture;
+
+use crate::ports::Clock;
+
+/// Wall time that follows tokio's clock, so a test with paused time
+/// (`#[tokio::test(start_paused = true)]`) sees every wait of the code
+/// under test pass at once and still reads the time it would have taken.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock that reads 2026-01-01T00:00:00Z now.
+    pub fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+        Timestamp::from_millis(1_767_225_600_000_i64.saturating_add(elapsed))
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}

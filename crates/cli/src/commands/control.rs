@@ -5,14 +5,13 @@
 //! the workflow file is read again from where `flow:started` says it was
 //! (`--workflow` names another copy), and must be the same definition.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use application::ports::{CommandReply, RunStore, StoreError};
-use application::{ExecutorError, inspect};
-use domain::{Caller, EventKind, RunId, RunStatus, WorkflowDef};
+use application::{ExecutorError, query};
+use domain::{Caller, EventKind, RunId, WorkflowDef};
 use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
@@ -135,59 +134,34 @@ async fn go_on(
 /// left out in silence.
 pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
-    let mut interrupted = Vec::new();
-    let mut unreadable = 0usize;
-    let runs = store
-        .list_runs()
+    let found = query::interrupted_runs(store.as_ref())
         .await
         .context("cannot list the runs")
         .map_err(Failure::Input)?;
-    for run_id in runs {
-        let state = match inspect::current_snapshot(store.as_ref(), run_id).await {
-            Ok(state) => state,
-            // Deleted meanwhile (`prune`): nothing to recover.
-            Err(StoreError::NotFound(_)) => continue,
-            Err(e) => {
-                crate::report(&Failure::Input(crate::about_run(run_id, e.into())));
-                unreadable += 1;
-                continue;
-            }
-        };
-        if state.status != RunStatus::Running {
-            continue;
+    for run in &found.unreadable {
+        if let Err(e) = &run.view {
+            let e = anyhow!("{e}");
+            crate::report(&Failure::Input(crate::about_run(run.run_id(), e)));
         }
-        // A run whose lock is held has a live writer: not interrupted.
-        if store.has_writer(run_id).await.unwrap_or(true) {
-            continue;
-        }
-        let parent = match store.read(run_id, 0, 1).await.ok().as_deref() {
-            Some([first]) => match &first.kind {
-                EventKind::FlowStarted { parent_run_id, .. } => *parent_run_id,
-                _ => None,
-            },
-            _ => None,
-        };
-        interrupted.push((run_id, state.workflow.name.clone(), parent));
     }
-    interrupted.sort();
-    let unreadable = || match unreadable {
+    let unreadable = || match found.unreadable.len() {
         0 => Ok(()),
         n => Err(Failure::Input(anyhow!("{n} run(s) cannot be read"))),
     };
-    if interrupted.is_empty() {
+    if found.runs.is_empty() {
         crate::note("no interrupted run");
         return unreadable();
     }
-    // A child run (`call_workflow`) whose parent is interrupted too goes on
-    // with its parent's resume, which waits for it: not by itself.
-    let ids: HashSet<RunId> = interrupted.iter().map(|(id, ..)| *id).collect();
     let mut failed = 0usize;
-    for (run_id, name, parent) in interrupted {
+    for interrupted in &found.runs {
+        let run_id = interrupted.run.run_id();
         if !all {
+            let view = interrupted.run.view.as_ref().ok();
+            let name = view.map_or("?", |v| v.snapshot.workflow.name.as_str());
             crate::say(&format!("{run_id}  {name}  interrupted"))?;
             continue;
         }
-        if let Some(parent) = parent.filter(|p| ids.contains(p)) {
+        if let Some(parent) = interrupted.goes_on_with {
             crate::note(&format!("run {run_id} goes on with its parent {parent}"));
             continue;
         }

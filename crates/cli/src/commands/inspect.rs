@@ -10,13 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use application::inspect::{FollowEnd, Followed, RunView, follow_run, run_view};
+use application::inspect::{FollowEnd, Followed, LogRead, RunView, follow_run, read_log, run_view};
 use application::ports::{Clock, EventFilter, RunStore, StoreError};
+use application::query::find_run;
+use application::replay::Pace;
 use domain::{EventKind, NodeId, NodeStatus, RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
 
 use super::query::EventFilterArgs;
-use super::replay::Pace;
 use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
@@ -28,41 +29,9 @@ fn store_failure(e: StoreError) -> Failure {
     Failure::Input(anyhow!(e))
 }
 
-/// Why a run id or prefix names no single run.
-#[derive(Debug, thiserror::Error)]
-pub enum Unresolved {
-    /// No run's id starts with it.
-    #[error("no run matches `{0}`")]
-    NoMatch(String),
-    /// Several runs' ids start with it.
-    #[error("`{0}` matches {1} runs; give more of the id")]
-    Ambiguous(String, usize),
-    /// The runs cannot be listed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// The run a user named by its id or a unique prefix of it: the command
-/// line and the HTTP server both name runs this way.
-pub async fn find(store: &dyn RunStore, wanted: &str) -> Result<RunId, Unresolved> {
-    if let Ok(id) = wanted.parse::<RunId>() {
-        return Ok(id);
-    }
-    let runs = store.list_runs().await?;
-    let matches: Vec<RunId> = runs
-        .into_iter()
-        .filter(|id| !wanted.is_empty() && id.to_string().starts_with(wanted))
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(*one),
-        [] => Err(Unresolved::NoMatch(wanted.to_owned())),
-        _ => Err(Unresolved::Ambiguous(wanted.to_owned(), matches.len())),
-    }
-}
-
-/// [`find`] for the command line: any problem is exit 2.
+/// [`find_run`] for the command line: any problem is exit 2.
 async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
-    find(store, wanted)
+    find_run(store, wanted)
         .await
         .map_err(|e| Failure::Input(anyhow!(e)))
 }
@@ -86,24 +55,13 @@ pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failu
     }
 }
 
-/// A run's snapshot as `awr show RUN --json` prints it and `GET
-/// /workflows/{id}` answers: the snapshot, with the status shown
-/// (`interrupted` included), written by the snapshot's own writer (a
-/// `serde_json::Value` of a 10,000-step run's state cost ten times the load).
-pub fn snapshot_json(view: &RunView) -> Result<String, serde_json::Error> {
-    let mut out = Vec::with_capacity(4096);
-    view.snapshot
-        .write_json_shown(&mut out, view.status.as_str())?;
-    String::from_utf8(out).map_err(serde::ser::Error::custom)
-}
-
 /// `awr show RUN`.
 pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failure> {
     let store = wiring::read_store(storage)?;
     let id = resolve(store.as_ref(), run).await?;
     let view = run_view(store.as_ref(), id).await.map_err(store_failure)?;
     if json {
-        let text = snapshot_json(&view).map_err(|e| Failure::Run(anyhow!(e)))?;
+        let text = view.to_json().map_err(|e| Failure::Run(anyhow!(e)))?;
         return say(&text);
     }
     let RunView {
@@ -323,41 +281,6 @@ fn bad_lines(id: RunId, n: usize) -> Result<(), Failure> {
     }
 }
 
-/// What one read of a log after an offset found.
-pub enum Read {
-    /// The next events (none: nothing after that offset).
-    Events(Vec<RuntimeEvent>),
-    /// The next line is not its event: `detail` names the file and line.
-    /// A reader that may skip goes on after `offset`.
-    Bad {
-        /// The bad line's offset.
-        offset: u64,
-        /// What is wrong with it.
-        detail: String,
-    },
-}
-
-/// Up to `limit` events after `after`, the good events before a bad line
-/// first: how `awr events` and the server read a log that may hold one.
-pub async fn read_log(
-    store: &dyn RunStore,
-    id: RunId,
-    after: u64,
-    limit: usize,
-) -> Result<Read, StoreError> {
-    match store.read(id, after, limit).await {
-        Ok(batch) => Ok(Read::Events(batch)),
-        Err(StoreError::BadEvent { offset, .. }) if offset > after + 1 => {
-            let before = usize::try_from(offset - after - 1).unwrap_or(limit);
-            Ok(Read::Events(
-                store.read(id, after, before.min(limit)).await?,
-            ))
-        }
-        Err(StoreError::BadEvent { offset, detail }) => Ok(Read::Bad { offset, detail }),
-        Err(e) => Err(e),
-    }
-}
-
 /// Prints the events after `after` (up to `upto`, when given) that
 /// `filter` lets through. A line that is not its event is reported on
 /// stderr with its file and line, counted in `bad` and skipped.
@@ -389,14 +312,14 @@ async fn print_history(
             read_log(store.as_ref(), id, after, BATCH).await
         } else {
             match store.read_matching(id, after, filter, BATCH).await {
-                Ok(batch) => Ok(Read::Events(batch)),
-                Err(StoreError::BadEvent { offset, detail }) => Ok(Read::Bad { offset, detail }),
+                Ok(batch) => Ok(LogRead::Events(batch)),
+                Err(StoreError::BadEvent { offset, detail }) => Ok(LogRead::Bad { offset, detail }),
                 Err(e) => Err(e),
             }
         };
         let batch = match read {
-            Ok(Read::Events(batch)) => batch,
-            Ok(Read::Bad { offset, detail }) => {
+            Ok(LogRead::Events(batch)) => batch,
+            Ok(LogRead::Bad { offset, detail }) => {
                 report_bad_line(bad, &detail);
                 after = offset;
                 continue;

@@ -8,7 +8,6 @@ pub mod migrate;
 pub mod prune;
 pub mod query;
 pub mod record;
-pub mod replay;
 pub mod run;
 pub mod transcript;
 pub mod verify;

@@ -1,12 +1,9 @@
 //! `awr transcript RUN [--follow] [--json] [--tree]`: the exchange transcript of a run.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::anyhow;
-use application::ports::{RunStore, TranscriptError};
+use application::transcript::{Follow, Line, transcript_lines};
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use futures::StreamExt;
@@ -14,10 +11,7 @@ use infrastructure::{read_transcript_lines, transcript_path};
 use serde_json::Value;
 
 use crate::storage::Storage;
-use crate::{Failure, say};
-
-/// How often `--follow` looks for new lines written by another process.
-const FOLLOW_POLL: Duration = Duration::from_millis(100);
+use crate::{Failure, say, wiring};
 
 /// Prints the transcript of `run` (its file under `storage`).
 pub async fn transcript(
@@ -27,24 +21,34 @@ pub async fn transcript(
     json: bool,
     tree: bool,
 ) -> Result<(), Failure> {
-    let path = transcript_path(storage.files(), run);
-    if !path.exists() {
-        return Err(Failure::Input(anyhow!(
+    let no_transcript = || {
+        let path = transcript_path(storage.files(), run);
+        Failure::Input(anyhow!(
             "run {run} has no transcript ({} not found)",
             path.display()
-        )));
-    }
+        ))
+    };
     if tree {
+        if !transcript_path(storage.files(), run).exists() {
+            return Err(no_transcript());
+        }
         let mut bad = 0;
         print_tree(storage, run, 0, &mut HashSet::new(), &mut bad)?;
         return bad_lines(bad);
     }
-    let mut bad = 0usize;
     let follow = match follow {
-        true => Some((crate::wiring::read_store(storage)?, run)),
+        true => Some(Follow {
+            store: wiring::read_store(storage)?,
+            clock: wiring::clock_and_ids().0,
+        }),
         false => None,
     };
-    let mut lines = std::pin::pin!(lines(path, follow));
+    let reader = wiring::transcript_reader(storage);
+    let mut lines = transcript_lines(reader, run, follow)
+        .await
+        .map_err(|e| Failure::Input(anyhow!(e)))?
+        .ok_or_else(no_transcript)?;
+    let mut bad = 0usize;
     while let Some(item) = lines.next().await {
         match item {
             Ok(Line::Event(event)) => say(&render(&event, json)?)?,
@@ -56,64 +60,6 @@ pub async fn transcript(
         }
     }
     bad_lines(bad)
-}
-
-/// A line of a transcript as [`lines`] reads it.
-pub enum Line {
-    /// A good line.
-    Event(ExchangeEvent),
-    /// A bad line, named with its file and line number.
-    Bad(String),
-}
-
-/// The lines of the transcript at `path`, each once; with `follow` (the
-/// run's store and id), then the lines written later, until its
-/// `run.completed` line, or until no process writes the run any more (it
-/// paused, its process died, or a command ended it without a writer, which
-/// writes no transcript line), read once more then. What `awr transcript`
-/// prints and `GET /workflows/{id}/transcript` streams. An unreadable file
-/// ends it with its error.
-pub fn lines(
-    path: PathBuf,
-    follow: Option<(Arc<dyn RunStore>, RunId)>,
-) -> impl futures::Stream<Item = Result<Line, TranscriptError>> + Send + 'static {
-    async_stream::stream! {
-        let mut printed = 0u64;
-        let mut reported = 0usize;
-        let mut last_read = false;
-        loop {
-            let read = match read_transcript_lines(&path) {
-                Ok(read) => read,
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
-            };
-            let already = printed;
-            let ended = read
-                .events
-                .iter()
-                .any(|e| e.kind == ExchangeType::RunCompleted);
-            for event in read.events.into_iter().filter(|e| e.seq > already) {
-                printed = event.seq;
-                yield Ok(Line::Event(event));
-            }
-            for problem in read.problems.iter().skip(reported) {
-                yield Ok(Line::Bad(problem.clone()));
-            }
-            reported = reported.max(read.problems.len());
-            let Some((store, run)) = follow.as_ref() else {
-                return;
-            };
-            if ended || last_read {
-                return;
-            }
-            tokio::time::sleep(FOLLOW_POLL).await;
-            // Checked after the wait, then one more read: lines its last
-            // writer wrote before it let go are shown.
-            last_read = !store.has_writer(*run).await.unwrap_or(true);
-        }
-    }
 }
 
 /// Bad lines were reported (each on stderr, with its file and line): exit 2

@@ -6,8 +6,8 @@
 //! order `serde_json::json!` (a sorted map) wrote them in before these
 //! types, and clients may have compared bytes.
 
-use application::query::Listed;
-use domain::{RunId, RunStatus, Timestamp};
+use application::query::{Listed, StatusCounts};
+use domain::{RunId, Timestamp};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -167,21 +167,20 @@ pub struct Counts {
     pub running: u64,
 }
 
-impl Counts {
-    /// One more run recorded with `status` (`None`: unreadable);
-    /// `writer` tells a `running` one from an interrupted one.
-    pub fn add(&mut self, status: Option<RunStatus>, writer: bool) {
-        let count = match status {
-            None => self.corrupt.get_or_insert(0),
-            Some(RunStatus::Pending) => self.pending.get_or_insert(0),
-            Some(RunStatus::Running) if writer => &mut self.running,
-            Some(RunStatus::Running) => &mut self.interrupted,
-            Some(RunStatus::Paused) => &mut self.paused,
-            Some(RunStatus::Completed) => &mut self.completed,
-            Some(RunStatus::Failed) => &mut self.failed,
-            Some(RunStatus::Cancelled) => &mut self.cancelled,
-        };
-        *count += 1;
+impl From<StatusCounts> for Counts {
+    /// `pending` and `corrupt` are left out when there are none.
+    fn from(counts: StatusCounts) -> Self {
+        let some = |n: u64| (n > 0).then_some(n);
+        Self {
+            cancelled: counts.cancelled,
+            completed: counts.completed,
+            corrupt: some(counts.corrupt),
+            failed: counts.failed,
+            interrupted: counts.interrupted,
+            paused: counts.paused,
+            pending: some(counts.pending),
+            running: counts.running,
+        }
     }
 }
 

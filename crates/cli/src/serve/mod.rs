@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use application::ports::RunStore;
+use application::ports::{Clock, RunStore};
 use axum::Router;
 use axum::http::HeaderValue;
 use axum::routing::{MethodRouter, get, post};
@@ -153,6 +153,8 @@ struct Inner {
     config: Config,
     /// The one store of the server: its runs write to it, its streams read it.
     store: Arc<dyn RunStore>,
+    /// The time of the store's runs, and what replays wait on.
+    clock: Arc<dyn Clock>,
     /// One follower of each run with clients, fanned out to them.
     hub: Hub,
     /// The streams open now, against their caps.
@@ -184,6 +186,7 @@ impl App {
         Ok(Self(Arc::new(Inner {
             config,
             store,
+            clock: crate::wiring::clock_and_ids().0,
             hub,
             streams,
             writing: Mutex::new(HashMap::new()),
@@ -203,6 +206,10 @@ impl App {
 
     fn store(&self) -> &Arc<dyn RunStore> {
         &self.0.store
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.0.clock
     }
 
     fn hub(&self) -> &Hub {

@@ -2,17 +2,16 @@
 //! goes through what the command line uses (loading a workflow, the
 //! executor, `inspect`, `control::deliver`), so both behave the same.
 
-use application::inspect::run_view;
-use application::ports::Clock;
-use application::ports::{RunQuery, RunStore};
-use application::query::{RunFilter, STATUS_NAMES, find_runs, parse_status};
+use application::inspect::{run_view, writer_gone};
+use application::ports::RunQuery;
+use application::query::{RunFilter, STATUS_NAMES, count_runs, find_runs, parse_status};
 use application::{Cancel, ExecutorError};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::{Caller, EventKind, RunId, RunStatus, RuntimeCommand, WorkflowDef};
+use domain::{Caller, EventKind, RunId, RuntimeCommand, WorkflowDef};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
@@ -27,7 +26,6 @@ use super::workflow::{Draft, confined, refusal, refuse_host_reach, storage_place
 use super::{ApiError, App};
 use crate::Failure;
 use crate::commands::control::{deliver, wired_for};
-use crate::commands::inspect::snapshot_json;
 use crate::commands::query::Since;
 use crate::commands::run::{Wired, request};
 use crate::wiring::load_workflow_calling;
@@ -229,7 +227,7 @@ pub async fn list(
         Some(text) => {
             let since =
                 Since::parse(text).map_err(|e| ApiError::bad_request(format!("since: {e}")))?;
-            Some(since.resolve(crate::wiring::clock_and_ids().0.now()))
+            Some(since.resolve(app.clock().now()))
         }
     };
     let store = app.store();
@@ -239,14 +237,7 @@ pub async fn list(
         .query_runs(&RunQuery::default())
         .await
         .map_err(store_error)?;
-    let mut counts = Counts::default();
-    for run in &every {
-        let writer = match run.status {
-            Some(RunStatus::Running) => !matches!(store.has_writer(run.run_id).await, Ok(false)),
-            _ => false,
-        };
-        counts.add(run.status, writer);
-    }
+    let counts = Counts::from(count_runs(store.as_ref(), &every).await);
     let after = match query.after.as_deref() {
         None | Some("") => None,
         Some(after) => match every.iter().find(|r| r.run_id.to_string() == after) {
@@ -309,7 +300,9 @@ pub async fn show(
     let view = run_view(app.store().as_ref(), run_id)
         .await
         .map_err(store_error)?;
-    let body = snapshot_json(&view).map_err(|e| ApiError::internal(e.to_string()))?;
+    let body = view
+        .to_json()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -370,7 +363,14 @@ pub async fn command(
     store.last_offset(run_id).await.map_err(store_error)?;
     let parsed = RuntimeCommand::parse(&raw);
     if let Ok(RuntimeCommand::Resume { message }) = &parsed
-        && writer_gone(store.as_ref(), run_id).await?
+        && writer_gone(
+            store.as_ref(),
+            app.clock().as_ref(),
+            run_id,
+            PAUSED_WRITER_GRACE,
+        )
+        .await
+        .map_err(store_error)?
     {
         return resume(&app, run_id, message.clone(), caller.name).await;
     }
@@ -387,24 +387,6 @@ pub async fn command(
 /// How long a `resume` of a run on record as paused waits for its writer,
 /// which has recorded the pause, to let go of the run.
 const PAUSED_WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Whether no process writes `run_id`. A writer that has recorded its
-/// pause is waited for while it winds down (at most
-/// [`PAUSED_WRITER_GRACE`]): a Resume clicked right after a Pause resumes
-/// the run, rather than going to a writer that is about to stop.
-async fn writer_gone(store: &dyn RunStore, run_id: RunId) -> Result<bool, ApiError> {
-    let deadline = tokio::time::Instant::now() + PAUSED_WRITER_GRACE;
-    loop {
-        if !store.has_writer(run_id).await.map_err(store_error)? {
-            return Ok(true);
-        }
-        let view = run_view(store, run_id).await.map_err(store_error)?;
-        if view.snapshot.status != RunStatus::Paused || tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
 
 /// Continues `run_id` in this process, as `awr resume` would; answers once
 /// its `flow:resumed` is on record (or why it was refused).

@@ -22,8 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use application::inspect::run_view;
+use application::inspect::{LogRead, read_log, run_view};
+use application::ports::Clock;
 use application::ports::{RunStore, StoreError};
+use application::query::{Unresolved, find_run};
+use application::replay::{MAX_WAIT, Pace, parse_speed};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -37,8 +40,6 @@ use super::frame::{Frame, body, stream_headers, with_heartbeats};
 use super::openapi::refusals::{BadRequest, Internal, NotFound, Unavailable};
 use super::openapi::{RunPath, SseEvent};
 use super::{ApiError, App};
-use crate::commands::inspect::{Read, read_log};
-use crate::commands::replay::{MAX_WAIT, Pace, parse_speed};
 
 /// Events read from the store per batch (history and fallbacks).
 const BATCH: usize = 256;
@@ -227,13 +228,13 @@ pub struct StreamQuery {
 
 impl StreamQuery {
     /// The pace of `?replay=SPEED`, if asked for.
-    fn pace(&self) -> Result<Option<Pace>, ApiError> {
+    fn pace(&self, clock: &Arc<dyn Clock>) -> Result<Option<Pace>, ApiError> {
         let Some(speed) = &self.replay else {
             return Ok(None);
         };
         let speed =
             parse_speed(speed).map_err(|e| ApiError::bad_request(format!("replay: {e}")))?;
-        Ok(Some(Pace::new(speed, MAX_WAIT)))
+        Ok(Some(Pace::new(Arc::clone(clock), speed, MAX_WAIT)))
     }
 }
 
@@ -248,8 +249,7 @@ fn cursor(value: &str, name: &str) -> Result<u64, ApiError> {
 
 /// The run named by `wanted` (an id or a unique prefix).
 pub async fn resolve(app: &App, wanted: &str) -> Result<RunId, ApiError> {
-    use crate::commands::inspect::{Unresolved, find};
-    match find(app.store().as_ref(), wanted).await {
+    match find_run(app.store().as_ref(), wanted).await {
         Ok(id) => Ok(id),
         Err(e @ Unresolved::NoMatch(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ Unresolved::Ambiguous(..)) => Err(ApiError::bad_request(e.to_string())),
@@ -313,7 +313,7 @@ fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Ite
         loop {
             if catch_up {
                 match read_log(store.as_ref(), run_id, after, BATCH).await {
-                    Ok(Read::Events(batch)) if batch.is_empty() => {
+                    Ok(LogRead::Events(batch)) if batch.is_empty() => {
                         catch_up = false;
                         match closing {
                             None => {}
@@ -338,7 +338,7 @@ fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Ite
                             }
                         }
                     }
-                    Ok(Read::Events(batch)) => {
+                    Ok(LogRead::Events(batch)) => {
                         for event in batch {
                             after = event.offset.get();
                             let Ok(shared) = Shared::of(&event) else {
@@ -352,7 +352,7 @@ fn frames(app: App, run_id: RunId, mut after: u64, last: u64) -> impl Stream<Ite
                             }
                         }
                     }
-                    Ok(Read::Bad { offset, detail }) => {
+                    Ok(LogRead::Bad { offset, detail }) => {
                         tracing::warn!(run = %run_id, %detail, "skipping a bad line of the log");
                         after = offset;
                     }
@@ -428,9 +428,9 @@ fn played(
         let mut after = after;
         while after < last {
             let batch = match read_log(store.as_ref(), run_id, after, BATCH).await {
-                Ok(Read::Events(batch)) if batch.is_empty() => break,
-                Ok(Read::Events(batch)) => batch,
-                Ok(Read::Bad { offset, detail }) => {
+                Ok(LogRead::Events(batch)) if batch.is_empty() => break,
+                Ok(LogRead::Events(batch)) => batch,
+                Ok(LogRead::Bad { offset, detail }) => {
                     tracing::warn!(run = %run_id, %detail, "skipping a bad line of the log");
                     after = offset;
                     continue;
@@ -520,7 +520,7 @@ pub async fn ndjson(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let pace = query.pace()?;
+    let pace = query.pace(app.clock())?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let slot = app.streams().take(&caller.name)?;
     let frames = match opening {
@@ -584,7 +584,7 @@ pub async fn sse(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let pace = query.pace()?;
+    let pace = query.pace(app.clock())?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let Opening::Stream { after, last } = opening else {
         return Ok(StatusCode::NO_CONTENT.into_response());

@@ -10,7 +10,7 @@ use super::openapi::RunPath;
 use super::openapi::refusals::{BadRequest, Internal, NotFound, Unavailable};
 use super::stream::{StreamQuery, resolve};
 use super::{ApiError, App};
-use crate::commands::transcript::{Line, lines};
+use application::transcript::{Follow, Line, transcript_lines};
 
 /// `GET /workflows/{id}/transcript[?follow=true]`: the transcript's lines
 /// as stored (NDJSON); with `follow`, then new lines until the run's
@@ -58,16 +58,18 @@ pub async fn transcript(
         }
     };
     let run_id = resolve(&app, &id).await?;
-    let path = infrastructure::transcript_path(app.storage().files(), run_id);
-    if !path.exists() {
-        return Err(ApiError::not_found(format!(
-            "run {run_id} has no transcript"
-        )));
-    }
+    let follow = follow.then(|| Follow {
+        store: std::sync::Arc::clone(app.store()),
+        clock: std::sync::Arc::clone(app.clock()),
+    });
+    let reader = crate::wiring::transcript_reader(app.storage());
+    let transcript = transcript_lines(reader, run_id, follow)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id} has no transcript")))?;
     let slot = app.streams().take(&caller.name)?;
     let mut stopping = app.stopping();
-    let follow = follow.then(|| (std::sync::Arc::clone(app.store()), run_id));
-    let transcript = lines(path, follow)
+    let transcript = transcript
         .filter_map(move |line| async move {
             match line {
                 Ok(Line::Event(event)) => match serde_json::to_string(&event) {

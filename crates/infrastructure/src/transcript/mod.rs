@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use application::ports::{Transcript, TranscriptError, Transcripts};
+use application::ports::{Transcript, TranscriptError, TranscriptReader, Transcripts};
 use async_trait::async_trait;
 use domain::RunId;
 use domain::transcript::{ExchangeDraft, ExchangeEvent};
@@ -40,10 +40,11 @@ use rustix::fs::{FlockOperation, flock};
 
 use crate::blobs::{BlobDir, transcript_blob_dir};
 
+pub use application::ports::TranscriptLines;
 pub use fanout::{
     DEFAULT_SUBSCRIBER_CAPACITY, SubscriberStats, TranscriptStats, TranscriptSubscriber,
 };
-pub use read::{TranscriptLines, read_transcript, read_transcript_lines};
+pub use read::{read_transcript, read_transcript_lines};
 
 /// Mode of transcript files: private to their user (seed 000).
 const FILE_MODE: u32 = 0o600;
@@ -153,6 +154,21 @@ impl Transcripts for JsonlTranscripts {
         // page-cache work, cheaper inline than a hop to a blocking thread.
         let recorder: Arc<dyn Transcript> = self.open_recorder(run_id, parent_run_id)?;
         Ok(recorder)
+    }
+}
+
+#[async_trait]
+impl TranscriptReader for JsonlTranscripts {
+    /// [`read_transcript_lines`] of the run's file, on a blocking thread:
+    /// a transcript may be long.
+    async fn read(&self, run_id: RunId) -> Result<Option<TranscriptLines>, TranscriptError> {
+        let path = transcript_path(self.root(), run_id);
+        let read = tokio::task::spawn_blocking(move || match path.try_exists() {
+            Ok(false) => Ok(None),
+            _ => read_transcript_lines(&path).map(Some),
+        });
+        read.await
+            .map_err(|e| TranscriptError::Io(format!("the transcript of run {run_id}: {e}")))?
     }
 }
 

@@ -13,7 +13,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use application::ports::TranscriptError;
+use application::ports::{TranscriptError, TranscriptLines};
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use serde::Deserialize;
@@ -28,19 +28,6 @@ use crate::blobs::{BlobDir, BlobError, transcript_blob_dir};
 /// most lines are a few hundred bytes, so one read usually suffices; a long
 /// tool output takes a few more.
 const TAIL_CHUNK: u64 = 64 * 1024;
-
-/// A transcript as read: the lines that are what they should be, and a
-/// report of each one that is not.
-#[derive(Debug, Default)]
-pub struct TranscriptLines {
-    /// The good lines, in file order.
-    pub events: Vec<ExchangeEvent>,
-    /// One message per bad line, naming the file and line number: not JSON,
-    /// not a transcript line, a line of another run than the file is named
-    /// after (left out), a `seq` that repeats or goes back (the line is
-    /// left out) or skips ahead (the line is kept), a line over [`MAX_RECORD_LINE`].
-    pub problems: Vec<String>,
-}
 
 /// Every line of the transcript at `path`, strictly: the first bad line
 /// (see [`read_transcript_lines`]) is [`TranscriptError::Corrupt`], naming

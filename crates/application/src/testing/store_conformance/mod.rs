@@ -288,6 +288,8 @@ macro_rules! store_conformance {
             read_matching_by_type_node_and_time,
             read_matching_reports_a_corrupt_event_in_its_place,
             running_and_interrupted_runs_each_fill_a_page,
+            counts_tell_running_from_interrupted,
+            interrupted_runs_are_found_with_their_parents,
             delete_removes_the_run_whole,
             delete_refuses_a_run_with_a_writer,
             import_stores_a_whole_run_exactly,

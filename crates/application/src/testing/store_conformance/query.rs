@@ -436,3 +436,83 @@ pub async fn running_and_interrupted_runs_each_fill_a_page<H: StoreHarness>(h: H
     );
     assert!(find(vec![running], None).await.is_empty());
 }
+
+/// Conformance: the counts of every status shown tell a run written now
+/// from an interrupted one, as the list does.
+pub async fn counts_tell_running_from_interrupted<H: StoreHarness>(h: H) {
+    use crate::query::{StatusCounts, count_runs};
+    let s = Subject::of(&h);
+    let store = &*s.store;
+    make_run(store, "flow", 0, RunStatus::Running, None).await;
+    make_run(store, "flow", 1, RunStatus::Completed, None).await;
+    make_run(store, "flow", 2, RunStatus::Paused, None).await;
+    let live = new_run();
+    let lock = store.create_run(live).await.unwrap();
+    store
+        .append(live, &[started(live, 1, "flow", None, 3)])
+        .await
+        .unwrap();
+    let (_pending, _pending_lock) = run_with(store, 0).await;
+    let count = || async {
+        let every = store.query_runs(&RunQuery::default()).await.unwrap();
+        count_runs(store, &every).await
+    };
+    let expected = StatusCounts {
+        pending: 1,
+        running: 1,
+        interrupted: 1,
+        paused: 1,
+        completed: 1,
+        ..StatusCounts::default()
+    };
+    assert_eq!(count().await, expected);
+    drop(lock);
+    let after = StatusCounts {
+        running: 0,
+        interrupted: 2,
+        ..expected
+    };
+    assert_eq!(
+        count().await,
+        after,
+        "its writer gone, the run is interrupted"
+    );
+}
+
+/// Conformance: `awr recover` finds each interrupted run once, a child
+/// whose parent is interrupted too marked to go on with it, and never a
+/// run written now, paused or ended; a run that cannot be read is named.
+pub async fn interrupted_runs_are_found_with_their_parents<H: StoreHarness>(h: H) {
+    use crate::query::interrupted_runs;
+    let s = Subject::of(&h);
+    let store = &*s.store;
+    let parent = make_run(store, "flow", 0, RunStatus::Running, None).await;
+    let child = make_run(store, "child", 1, RunStatus::Running, Some(parent)).await;
+    let ended = make_run(store, "flow", 2, RunStatus::Completed, None).await;
+    let orphan = make_run(store, "child", 3, RunStatus::Running, Some(ended)).await;
+    make_run(store, "flow", 4, RunStatus::Paused, None).await;
+    let live = new_run();
+    let _lock = store.create_run(live).await.unwrap();
+    store
+        .append(live, &[started(live, 1, "flow", None, 5)])
+        .await
+        .unwrap();
+
+    let found = interrupted_runs(store).await.unwrap();
+    let mut expected = vec![(parent, None), (child, Some(parent)), (orphan, None)];
+    expected.sort();
+    let got: Vec<_> = found
+        .runs
+        .iter()
+        .map(|r| (r.run.run_id(), r.goes_on_with))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(found.unreadable.is_empty());
+
+    if h.corrupt_event(orphan, 2) {
+        let found = interrupted_runs(store).await.unwrap();
+        let unreadable: Vec<_> = found.unreadable.iter().map(|l| l.run_id()).collect();
+        assert_eq!(unreadable, vec![orphan], "named, not left out");
+        assert!(found.runs.iter().all(|r| r.run.run_id() != orphan));
+    }
+}

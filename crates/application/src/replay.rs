@@ -1,14 +1,14 @@
-//! The pace of `awr replay`, audit playback: a recorded run's events
-//! again, in order, at the pace they were recorded (or `--speed` times
-//! faster), to the terminal (`inspect::replay`), or through `awr serve`
-//! (`?replay=SPEED` on a run's event streams, which the timeline plays). A
-//! replay only reads the log: nothing is executed again, nothing is
-//! written.
+//! Audit playback: a recorded run's events again, in order, at the pace
+//! they were recorded (or `speed` times faster). `awr replay` prints them
+//! and `awr serve` streams them (`?replay=SPEED`); both pace them here. A
+//! replay only reads the log: nothing is executed again, nothing written.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use domain::Timestamp;
-use tokio::time::Instant;
+
+use crate::ports::Clock;
 
 /// The longest wait between two events of a replay, by default: a run that
 /// sat paused for a day replays its resume a few seconds later.
@@ -17,22 +17,34 @@ pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// When to show each event of a replay: as long after the previous one as
 /// it was recorded after it, divided by the speed, and at most `max_wait`.
 /// Waits are counted from the first event's showing, not from the end of
-/// the previous wait, so a slow terminal does not make a replay drift.
-#[derive(Debug, Clone)]
+/// the previous wait, so a slow reader does not make a replay drift.
+#[derive(Clone)]
 pub struct Pace {
+    clock: Arc<dyn Clock>,
     speed: f64,
     max_wait: Duration,
     /// When the first event was shown, and the last timestamp seen.
-    started: Option<(Instant, Timestamp)>,
+    started: Option<(Timestamp, Timestamp)>,
     /// How long after `started` the next event is due.
     due: Duration,
 }
 
+impl std::fmt::Debug for Pace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pace")
+            .field("speed", &self.speed)
+            .field("max_wait", &self.max_wait)
+            .field("due", &self.due)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Pace {
-    /// `speed` times the recorded pace (see [`parse_speed`]); no wait
-    /// longer than `max_wait`.
-    pub fn new(speed: f64, max_wait: Duration) -> Self {
+    /// `speed` times the recorded pace on `clock` (see [`parse_speed`]);
+    /// no wait longer than `max_wait`.
+    pub fn new(clock: Arc<dyn Clock>, speed: f64, max_wait: Duration) -> Self {
         Self {
+            clock,
             speed,
             max_wait,
             started: None,
@@ -41,20 +53,23 @@ impl Pace {
     }
 
     /// Waits until the event recorded at `at` is due. A timestamp earlier
-    /// than the previous one (a clock set back) is due at once.
+    /// than the previous one (a clock set back) is due at once, and no
+    /// wait is longer than the event's own gap, whatever the clock does.
     pub async fn wait(&mut self, at: Timestamp) {
         let Some((origin, last)) = self.started.as_mut() else {
-            self.started = Some((Instant::now(), at));
+            self.started = Some((self.clock.now(), at));
             return;
         };
         // A gap too long for a `Duration` at a tiny speed is capped too.
         let gap = Duration::try_from_secs_f64(at.millis_since(*last) as f64 / 1e3 / self.speed)
-            .unwrap_or(Duration::MAX);
+            .unwrap_or(Duration::MAX)
+            .min(self.max_wait);
         *last = at;
-        self.due = self.due.saturating_add(gap.min(self.max_wait));
-        match origin.checked_add(self.due) {
-            Some(due) => tokio::time::sleep_until(due).await,
-            None => tokio::time::sleep(self.max_wait).await,
+        self.due = self.due.saturating_add(gap);
+        let elapsed = Duration::from_millis(self.clock.now().millis_since(*origin));
+        let wait = self.due.saturating_sub(elapsed).min(gap);
+        if !wait.is_zero() {
+            self.clock.sleep(wait).await;
         }
     }
 }
@@ -81,17 +96,24 @@ pub fn parse_max_wait(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
+    use crate::testing::TokioClock;
 
     fn at(millis: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + millis)
+    }
+
+    fn pace(speed: f64, max_wait: Duration) -> Pace {
+        Pace::new(Arc::new(TokioClock::new()), speed, max_wait)
     }
 
     /// Each event is shown its recorded gap after the previous one,
     /// divided by the speed, capped; a clock set back costs nothing.
     #[tokio::test(start_paused = true)]
     async fn events_are_due_at_their_recorded_gaps_over_the_speed() {
-        let mut pace = Pace::new(2.0, Duration::from_secs(3));
+        let mut pace = pace(2.0, Duration::from_secs(3));
         let start = Instant::now();
         let mut shown = Vec::new();
         for millis in [0, 1_000, 1_000, 5_000, 4_000, 60_000] {
@@ -102,10 +124,24 @@ mod tests {
         assert_eq!(shown, vec![0, 500, 500, 2_500, 2_500, 5_500]);
     }
 
+    /// A reader slower than the replay is not made to wait again: the
+    /// schedule is kept from the first event, not from the last wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_catches_up_instead_of_drifting() {
+        let mut pace = pace(1.0, Duration::from_secs(5));
+        let start = Instant::now();
+        pace.wait(at(0)).await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        pace.wait(at(1_000)).await;
+        assert_eq!(start.elapsed().as_millis(), 1_500, "due already: no wait");
+        pace.wait(at(3_000)).await;
+        assert_eq!(start.elapsed().as_millis(), 3_000, "back on schedule");
+    }
+
     /// A speed so small that a gap over it is no `Duration` waits the cap.
     #[tokio::test(start_paused = true)]
     async fn a_tiny_speed_waits_the_longest_wait() {
-        let mut pace = Pace::new(
+        let mut pace = pace(
             parse_speed("1e-300").expect("a speed"),
             Duration::from_secs(5),
         );
