@@ -14,7 +14,13 @@
 //!   sweep;
 //! - **concrete types only in the composition root**: in `cli`, only the
 //!   composition root names `infrastructure` or `adapters_agents`; front
-//!   ends see the application's services and ports.
+//!   ends see the application's services and ports;
+//! - **two front ends side by side**: the terminal (`cli/src/terminal/`)
+//!   and `awr serve` (`cli/src/serve/`) use nothing of each other;
+//! - **a run's status is the application's to tell**: nothing in `cli`
+//!   asks a store whether a run has a writer (`has_writer`), which is how
+//!   `running` is told from `interrupted` (`application::inspect`,
+//!   `application::query`).
 //!
 //! What the tree still breaks is listed in [`DEBT`], exactly: a new
 //! violation fails, and so does a listed one that is gone, so the list
@@ -41,24 +47,42 @@ const ROOTS: [&str; 6] = [
 /// The one file that names `Command`.
 const PROCESS_GROUP: &str = "crates/adapters-agents/src/process/group.rs";
 
-/// The files of `cli` that may name concrete types: its composition root.
-const COMPOSITION_ROOT: [&str; 2] = ["crates/cli/src/wiring.rs", "crates/cli/src/embed.rs"];
+/// The files of `cli` that may name concrete types, its composition root:
+/// `embed.rs` of the library and the program's `wiring/` folder (prefixes).
+const COMPOSITION_ROOT: [&str; 2] = ["crates/cli/src/wiring/", "crates/cli/src/embed.rs"];
+
+/// Every rule [`check`] applies, by the name its violations carry.
+const RULES: [&str; 6] = [
+    "cycle",
+    "clock",
+    "process",
+    "composition",
+    "front-ends",
+    "status",
+];
+
+/// The front ends of `cli`: their module under the crate root and their folder.
+const FRONT_ENDS: [(&str, &str); 2] = [
+    ("terminal", "crates/cli/src/terminal/"),
+    ("serve", "crates/cli/src/serve/"),
+];
 
 /// Known violations, each as its rule and its place (a cycle's files
 /// joined by ` <-> `, or a file): to be removed, never added to.
 pub const DEBT: &[(&str, &str)] = &[
-    ("composition", "crates/cli/src/commands/record.rs"),
-    ("composition", "crates/cli/src/commands/run.rs"),
-    ("composition", "crates/cli/src/commands/transcript.rs"),
-    ("composition", "crates/cli/src/commands/verify.rs"),
-    ("composition", "crates/cli/src/commands/verify/canonical.rs"),
-    ("composition", "crates/cli/src/commands/verify/report.rs"),
+    ("composition", "crates/cli/src/terminal/record.rs"),
+    ("composition", "crates/cli/src/terminal/run.rs"),
+    ("composition", "crates/cli/src/terminal/transcript.rs"),
+    ("composition", "crates/cli/src/terminal/verify.rs"),
+    ("composition", "crates/cli/src/terminal/verify/canonical.rs"),
+    ("composition", "crates/cli/src/terminal/verify/report.rs"),
 ];
 
 /// One broken rule.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Violation {
-    /// The rule's name: `cycle`, `clock`, `process`, `composition`.
+    /// The rule's name: `cycle`, `clock`, `process`, `composition`,
+    /// `front-ends`, `status`.
     pub rule: &'static str,
     /// Where: a file, or a cycle's files joined by ` <-> `.
     pub place: String,
@@ -233,6 +257,13 @@ impl<'ast> Visit<'ast> for Collector {
         let segments = path.segments.iter().map(|s| s.ident.to_string()).collect();
         self.name(segments, path.span().start().line);
         syn::visit::visit_path(self, path);
+    }
+
+    /// A method called is named as `.` and its name: no path can hold it.
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        let line = call.method.span().start().line;
+        self.name(vec![".".into(), call.method.to_string()], line);
+        syn::visit::visit_expr_method_call(self, call);
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
@@ -526,8 +557,38 @@ pub fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
                         )),
                     });
                 }
+                let front_end = FRONT_ENDS
+                    .iter()
+                    .find(|(_, dir)| place.starts_with(dir))
+                    .map(|(module, _)| *module);
+                if let Some(own) = front_end
+                    && let [first, module, ..] = n.segments.as_slice()
+                    && first == "crate"
+                    && module != own
+                    && FRONT_ENDS.iter().any(|(other, _)| module == other)
+                {
+                    found.push(Violation {
+                        rule: "front-ends",
+                        place: place.clone(),
+                        what: at(&format!(
+                            "`{path}`: a front end uses the application's services and \
+                             the composition root, never the other front end"
+                        )),
+                    });
+                }
                 if crate_root.starts_with("crates/cli/")
-                    && !COMPOSITION_ROOT.contains(&place.as_str())
+                    && !COMPOSITION_ROOT.iter().any(|root| place.starts_with(root))
+                    && n.segments == [".", "has_writer"]
+                {
+                    found.push(Violation {
+                        rule: "status",
+                        place: place.clone(),
+                        what: at("`has_writer`: whether a run is running or interrupted is \
+                             the application's to tell (`inspect::run_view`, `query`)"),
+                    });
+                }
+                if crate_root.starts_with("crates/cli/")
+                    && !COMPOSITION_ROOT.iter().any(|root| place.starts_with(root))
                     && matches!(
                         n.segments.first().map(String::as_str),
                         Some("infrastructure" | "adapters_agents")
@@ -567,7 +628,7 @@ pub fn tidy(root: &Path) -> anyhow::Result<()> {
     let places: BTreeSet<_> = known.iter().map(|v| (v.rule, v.place.as_str())).collect();
     println!(
         "tidy: {} rules; {} known violations left in {} places (xtask/src/arch.rs `DEBT`)",
-        4,
+        RULES.len(),
         known.len(),
         places.len()
     );
@@ -714,6 +775,46 @@ mod tests {
                 .all(|v| v.rule == "process" && v.place == "crates/infrastructure/src/fs.rs"),
             "{found:#?}"
         );
+    }
+
+    #[test]
+    fn a_front_end_using_the_other_fails() {
+        let root = copy_of_the_tree("front-ends");
+        plant(
+            &root,
+            "crates/cli/src/serve/ui.rs",
+            "\n#[allow(dead_code)]\nfn planted() { let _ = crate::terminal::inspect::show; }\n",
+        );
+        plant(
+            &root,
+            "crates/cli/src/terminal/causal.rs",
+            "\n#[allow(dead_code)]\nuse crate::serve::App as Planted;\n",
+        );
+        let found = planted(&root);
+        let places: Vec<&str> = found.iter().map(|v| v.place.as_str()).collect();
+        assert_eq!(
+            places,
+            [
+                "crates/cli/src/serve/ui.rs",
+                "crates/cli/src/terminal/causal.rs"
+            ],
+            "{found:#?}"
+        );
+        assert!(found.iter().all(|v| v.rule == "front-ends"), "{found:#?}");
+    }
+
+    #[test]
+    fn a_status_decided_in_a_front_end_fails() {
+        let root = copy_of_the_tree("status");
+        plant(
+            &root,
+            "crates/cli/src/serve/ui.rs",
+            "\n#[allow(dead_code)]\nasync fn planted(s: &dyn application::ports::RunStore, r: domain::RunId) -> bool { s.has_writer(r).await.unwrap_or(true) }\n",
+        );
+        let found = planted(&root);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].rule, "status");
+        assert_eq!(found[0].place, "crates/cli/src/serve/ui.rs");
     }
 
     #[test]

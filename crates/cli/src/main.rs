@@ -13,10 +13,11 @@
 //! Output goes through [`say`] (stdout) and [`note`] (stderr) only: a reader
 //! that closed its end of a pipe ends the program quietly, never a panic.
 
-mod commands;
+mod forms;
 mod progress;
 mod serve;
 mod signals;
+mod terminal;
 mod wiring;
 
 use awr_cli::storage;
@@ -97,7 +98,7 @@ enum Command {
         file: PathBuf,
     },
     /// List runs, newest first: id, workflow, status, started, duration.
-    Runs(commands::query::RunsArgs),
+    Runs(terminal::query::RunsArgs),
     /// Show a run's current state (its snapshot).
     Show {
         /// Run id (a unique prefix is enough).
@@ -120,7 +121,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        filter: commands::query::EventFilterArgs,
+        filter: terminal::query::EventFilterArgs,
     },
     /// Print a run's causal events (who sent what to whom: tasks, tool
     /// calls and returns, answers, state transitions), one canonical JSON
@@ -147,7 +148,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        filter: commands::query::EventFilterArgs,
+        filter: terminal::query::EventFilterArgs,
     },
     /// Continue a paused or interrupted run from its log: every node run
     /// that was in flight goes on (an agent in its own session, told
@@ -224,11 +225,11 @@ enum Command {
     /// ago than DURATION, with their child runs; prints each run deleted.
     Prune {
         /// Age by end time, e.g. 30d, 12h, 90min.
-        #[arg(long, value_name = "DURATION", value_parser = commands::prune::parse_age)]
+        #[arg(long, value_name = "DURATION", value_parser = forms::parse_age)]
         older_than: std::time::Duration,
         /// Only runs with this status (completed, failed, cancelled or
         /// paused; repeat or separate with commas). Default: the finished ones.
-        #[arg(long, value_name = "S", value_delimiter = ',', value_parser = commands::prune::parse_status)]
+        #[arg(long, value_name = "S", value_delimiter = ',', value_parser = terminal::prune::parse_status)]
         status: Vec<domain::RunStatus>,
         /// Print what would be deleted; delete nothing.
         #[arg(long)]
@@ -354,11 +355,11 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             replay_from,
         } => {
             let input = match (&input, &input_text) {
-                (Some(json), _) => commands::run::Input::Json(json),
-                (None, Some(text)) => commands::run::Input::Text(text),
-                (None, None) => commands::run::Input::Default,
+                (Some(json), _) => terminal::run::Input::Json(json),
+                (None, Some(text)) => terminal::run::Input::Text(text),
+                (None, None) => terminal::run::Input::Default,
             };
-            commands::run::run(&storage, &file, input, replay_from.as_deref()).await
+            terminal::run::run(&storage, &file, input, replay_from.as_deref()).await
         }
         Command::RecordFixtures {
             file,
@@ -367,26 +368,26 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             out,
         } => {
             let input = match (&input, &input_text) {
-                (Some(json), _) => commands::run::Input::Json(json),
-                (None, Some(text)) => commands::run::Input::Text(text),
-                (None, None) => commands::run::Input::Default,
+                (Some(json), _) => terminal::run::Input::Json(json),
+                (None, Some(text)) => terminal::run::Input::Text(text),
+                (None, None) => terminal::run::Input::Default,
             };
-            commands::record::record(&storage, &file, input, &out).await
+            terminal::record::record(&storage, &file, input, &out).await
         }
         Command::VerifyDeterminism { recording, json } => {
-            commands::verify::verify(&recording, json).await
+            terminal::verify::verify(&recording, json).await
         }
-        Command::Validate { file } => commands::run::validate(&file),
-        Command::Runs(args) => commands::query::runs(&storage, &args).await,
-        Command::Show { run, json } => commands::inspect::show(&storage, &run, json).await,
+        Command::Validate { file } => terminal::run::validate(&file),
+        Command::Runs(args) => terminal::query::runs(&storage, &args).await,
+        Command::Show { run, json } => terminal::inspect::show(&storage, &run, json).await,
         Command::Events {
             run,
             offset,
             follow,
             json,
             filter,
-        } => commands::inspect::events(&storage, &run, offset, follow, json, &filter, None).await,
-        Command::Causal { run } => commands::causal::causal(&storage, &run).await,
+        } => terminal::inspect::events(&storage, &run, offset, follow, json, &filter, None).await,
+        Command::Causal { run } => terminal::causal::causal(&storage, &run).await,
         Command::Replay {
             run,
             speed,
@@ -396,49 +397,49 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             filter,
         } => {
             let pace = application::replay::Pace::new(wiring::clock_and_ids().0, speed, max_wait);
-            commands::inspect::replay(&storage, &run, offset, json, &filter, pace).await
+            terminal::inspect::replay(&storage, &run, offset, json, &filter, pace).await
         }
         Command::Resume {
             run,
             message,
             workflow,
-        } => commands::control::resume(&storage, &run, Some(message), workflow.as_deref()).await,
+        } => terminal::control::resume(&storage, &run, Some(message), workflow.as_deref()).await,
         Command::Fork { run, at, input } => {
-            commands::fork::fork(&storage, &run, at, input.as_deref()).await
+            terminal::fork::fork(&storage, &run, at, input.as_deref()).await
         }
-        Command::Recover { all } => commands::control::recover(&storage, all).await,
+        Command::Recover { all } => terminal::control::recover(&storage, all).await,
         Command::Send {
             run,
             node_run,
             message,
         } => {
-            let command = commands::control::Command::Message {
+            let command = terminal::control::Command::Message {
                 kind: "send",
                 node_run: &node_run,
                 message: &message,
             };
-            commands::control::command(&storage, &run, command).await
+            terminal::control::command(&storage, &run, command).await
         }
         Command::Reply {
             run,
             node_run,
             message,
         } => {
-            let command = commands::control::Command::Message {
+            let command = terminal::control::Command::Message {
                 kind: "reply",
                 node_run: &node_run,
                 message: &message,
             };
-            commands::control::command(&storage, &run, command).await
+            terminal::control::command(&storage, &run, command).await
         }
         Command::Pause { run } => {
-            commands::control::command(&storage, &run, commands::control::Command::Pause).await
+            terminal::control::command(&storage, &run, terminal::control::Command::Pause).await
         }
         Command::Cancel { run, reason } => {
-            let command = commands::control::Command::Cancel {
+            let command = terminal::control::Command::Cancel {
                 reason: reason.as_deref(),
             };
-            commands::control::command(&storage, &run, command).await
+            terminal::control::command(&storage, &run, command).await
         }
         Command::Serve(flags) => {
             let (listen, config) = flags.settings(storage)?;
@@ -448,16 +449,16 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             older_than,
             status,
             dry_run,
-        } => commands::prune::prune(&storage, older_than, status, dry_run).await,
-        Command::Migrate { from, to } => commands::migrate::migrate(&from, &to).await,
+        } => terminal::prune::prune(&storage, older_than, status, dry_run).await,
+        Command::Migrate { from, to } => terminal::migrate::migrate(&from, &to).await,
         Command::Transcript {
             run,
             follow,
             json,
             tree,
         } => {
-            let run = commands::inspect::resolve_id(&storage, &run).await?;
-            commands::transcript::transcript(&storage, run, follow, json, tree).await
+            let run = terminal::inspect::resolve_id(&storage, &run).await?;
+            terminal::transcript::transcript(&storage, run, follow, json, tree).await
         }
     }
 }

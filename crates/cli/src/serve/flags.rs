@@ -66,7 +66,7 @@ pub struct Flags {
     pub heartbeat: u64,
     /// Prune finished runs older than this (e.g. 30d) in the background,
     /// as `awr prune --older-than` does: at start, then periodically.
-    #[arg(long, value_name = "DURATION", value_parser = crate::commands::prune::parse_age)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::forms::parse_age)]
     pub retention: Option<std::time::Duration>,
 }
 

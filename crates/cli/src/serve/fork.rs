@@ -22,7 +22,7 @@ use super::openapi::refusals::{BadRequest, Conflict, Internal, NotFound, Unavail
 use super::stream::{resolve, store_error};
 use super::{ApiError, App};
 use crate::Failure;
-use crate::commands::control::wired_for;
+use crate::wiring::wired_for;
 
 /// The body of `POST /workflows/{id}/fork`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -73,7 +73,7 @@ pub async fn fork(
     let parent = resolve(&app, &id).await?;
     let store = Arc::clone(app.store());
     store.last_offset(parent).await.map_err(store_error)?;
-    let (workflow, wired) = wired_for(app.storage(), parent, None, Some(store))
+    let (workflow, wired) = wired_for(app.storage(), parent, None, Some(store), None)
         .await
         .map_err(|e| match e {
             Failure::Input(e) => ApiError::conflict(format!("{e:#}")),

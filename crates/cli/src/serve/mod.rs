@@ -275,8 +275,7 @@ impl App {
             }
             for &run_id in &runs {
                 let pause = serde_json::json!({"type": "pause"});
-                let paused =
-                    crate::commands::control::deliver(self.storage(), run_id, &pause, by.as_ref());
+                let paused = crate::wiring::deliver(self.storage(), run_id, &pause, by.as_ref());
                 match paused.await {
                     Ok(reply) if reply.error.is_none() => {
                         tracing::info!(run = %run_id, "paused for shutdown");

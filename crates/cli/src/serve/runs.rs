@@ -25,10 +25,9 @@ use super::stream::{resolve, store_error};
 use super::workflow::{Draft, confined, refusal, refuse_host_reach, storage_places};
 use super::{ApiError, App};
 use crate::Failure;
-use crate::commands::control::{deliver, wired_for};
-use crate::commands::query::Since;
-use crate::commands::run::{Wired, request};
+use crate::forms::Since;
 use crate::wiring::load_workflow_calling;
+use crate::wiring::{deliver, request, wire, wired_for};
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -113,11 +112,12 @@ pub async fn start(
         _ => workflow.input.clone().unwrap_or(Value::Null),
     };
     WorkflowDef::check_input(&input).map_err(|e| ApiError::bad_request(format!("input: {e}")))?;
-    let wired = Wired::over(
+    let wired = wire(
         app.storage(),
         std::sync::Arc::clone(app.store()),
         &file,
         &workflow,
+        None,
         None,
     );
     let run_id = wired
@@ -398,7 +398,7 @@ async fn resume(
 ) -> Result<Response, ApiError> {
     app.admit()?;
     let store = std::sync::Arc::clone(app.store());
-    let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()))
+    let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()), None)
         .await
         .map_err(|e| match e {
             Failure::Input(e) => ApiError::conflict(format!("{e:#}")),

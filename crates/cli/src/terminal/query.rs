@@ -3,8 +3,6 @@
 //! (`application::query`, an index where the store has one); this module
 //! parses the flags, refusing a bad value by name (exit 2), and prints.
 
-use std::time::Duration;
-
 use anyhow::anyhow;
 use application::inspect::ShownStatus;
 use application::ports::{Clock, EventFilter};
@@ -13,6 +11,7 @@ use domain::event::KNOWN_TYPES;
 use domain::{NodeId, Timestamp};
 use serde_json::{Map, Value, json};
 
+use crate::forms::Since;
 use crate::storage::Storage;
 use crate::{Failure, say, wiring};
 
@@ -61,40 +60,6 @@ impl EventFilterArgs {
             types: self.types.clone(),
             node: self.node.clone(),
             since: self.since.map(|s| s.resolve(now)),
-        }
-    }
-}
-
-/// A `--since` value: an instant, or how long ago.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Since {
-    /// This instant.
-    At(Timestamp),
-    /// This long before now.
-    Ago(Duration),
-}
-
-impl Since {
-    /// An RFC 3339 time or a duration (`humantime`'s: `2h`, `7d`, `1h 30m`).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if let Ok(at) = text.parse::<Timestamp>() {
-            return Ok(Self::At(at));
-        }
-        humantime::parse_duration(text).map(Self::Ago).map_err(|e| {
-            format!(
-                "`{text}` is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor a duration (2h, 7d): {e}"
-            )
-        })
-    }
-
-    /// The instant meant, `Ago` counted back from `now`.
-    pub fn resolve(self, now: Timestamp) -> Timestamp {
-        match self {
-            Self::At(at) => at,
-            Self::Ago(ago) => {
-                let millis = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
-                Timestamp::from_millis(now.as_millis().saturating_sub(millis))
-            }
         }
     }
 }

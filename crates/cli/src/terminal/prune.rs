@@ -26,11 +26,6 @@ pub fn parse_status(value: &str) -> Result<RunStatus, String> {
     Ok(status)
 }
 
-/// Parses a duration such as `30d`, `12h` or `90min`.
-pub fn parse_age(value: &str) -> Result<Duration, String> {
-    humantime::parse_duration(value).map_err(|e| format!("`{value}`: {e} (e.g. 30d, 12h, 90min)"))
-}
-
 /// Prunes `storage` once and prints each run deleted (or, with `dry_run`,
 /// that would be), one line each: `deleted RUN STATUS ended TIME`.
 pub async fn prune(

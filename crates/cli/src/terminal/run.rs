@@ -1,14 +1,13 @@
 //! `awr run` and `awr validate`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use application::{Cancel, RunOutcome, RunRequest, Runtime};
-use domain::{Caller, RunId, RunStatus, WorkflowDef};
+use application::ports::RunObserver;
+use application::{Cancel, RunOutcome, Runtime};
+use domain::{RunId, RunStatus, WorkflowDef};
 use serde_json::Value;
-
-use awr_cli::embed::{self, Stock};
 
 use crate::signals::Signals;
 use crate::storage::Storage;
@@ -95,7 +94,7 @@ pub async fn run(
     let workflow = wiring::load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
     if let Some(dir) = replay_from {
-        crate::commands::verify::check_recording(dir)?;
+        crate::terminal::verify::check_recording(dir)?;
     }
     let wired = match replay_from {
         Some(dir) => Wired::replaying(storage, file, &workflow, dir)?,
@@ -110,7 +109,7 @@ pub async fn run(
     crate::note(&format!("run {run_id}"));
     let cancel = Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
-    let request = request(workflow, input, file, crate::wiring::local_caller());
+    let request = wiring::request(workflow, input, file, wiring::local_caller());
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
         Err(e) => return Err(failed(&wired.runtime, run_id, e).await),
@@ -120,8 +119,8 @@ pub async fn run(
     {
         // Calls the recording holds and the run never made: it did not
         // replay what was recorded, whatever it printed.
-        let events = crate::commands::verify::run_events(wired.runtime.store(), run_id).await?;
-        if let Some(report) = crate::commands::verify::against_recording(dir, &events)? {
+        let events = crate::terminal::verify::run_events(wired.runtime.store(), run_id).await?;
+        if let Some(report) = crate::terminal::verify::against_recording(dir, &events)? {
             return Err(Failure::Run(anyhow!(
                 "run {run_id} did not replay {}: {}",
                 dir.display(),
@@ -149,27 +148,12 @@ pub async fn failed(runtime: &Runtime, run_id: RunId, e: application::ExecutorEr
     Failure::Run(anyhow!("{error:#}{hint}"))
 }
 
-/// What to run: `workflow`, read from `file`, on `input`, started by `by`.
-pub fn request(
-    workflow: Arc<WorkflowDef>,
-    input: Value,
-    file: &Path,
-    by: Option<Caller>,
-) -> RunRequest {
-    RunRequest {
-        workflow,
-        input,
-        source: Some(source_of(file)),
-        started_by: by,
-    }
-}
-
-/// The runtime wired for one workflow, with its progress display (for
-/// `awr run` and `awr resume`; none in `awr serve`) and the secrets it must
-/// keep out of what it shows.
+/// The runtime wired for one workflow, with its progress display on
+/// stderr (`awr run`, `resume`, `fork`, `record-fixtures`), and the
+/// secrets it must keep out of what it shows.
 pub struct Wired {
     pub runtime: Runtime,
-    progress: Option<Arc<Progress>>,
+    progress: Arc<Progress>,
     secrets: wiring::Secrets,
 }
 
@@ -177,14 +161,7 @@ impl Wired {
     /// The runtime for `workflow` (read from `file`) over the storage,
     /// showing its progress on stderr.
     pub fn new(storage: &Storage, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
-        let store = wiring::store(storage)?;
-        Ok(Self::over(
-            storage,
-            store,
-            file,
-            workflow,
-            Some(Arc::new(Progress::new())),
-        ))
+        Self::build(storage, file, workflow, None)
     }
 
     /// As [`Wired::new`], every agent served from the recording in `dir`.
@@ -194,60 +171,41 @@ impl Wired {
         workflow: &WorkflowDef,
         dir: &Path,
     ) -> Result<Self, Failure> {
-        let store = wiring::store(storage)?;
-        let progress = Some(Arc::new(Progress::new()));
-        Ok(Self::wire(
-            storage,
-            store,
-            file,
-            workflow,
-            progress,
-            Some(dir),
-        ))
+        Self::build(storage, file, workflow, Some(dir))
     }
 
-    /// The runtime for `workflow` writing to `store` (the storage's), with
-    /// `progress` or nothing showing its events: the server shares one store
-    /// among its runs and followers, so its appends wake them at once.
-    pub fn over(
+    fn build(
         storage: &Storage,
-        store: Arc<dyn application::ports::RunStore>,
         file: &Path,
         workflow: &WorkflowDef,
-        progress: Option<Arc<Progress>>,
-    ) -> Self {
-        Self::wire(storage, store, file, workflow, progress, None)
-    }
-
-    fn wire(
-        storage: &Storage,
-        store: Arc<dyn application::ports::RunStore>,
-        file: &Path,
-        workflow: &WorkflowDef,
-        progress: Option<Arc<Progress>>,
         replay: Option<&Path>,
-    ) -> Self {
-        let secrets = wiring::Secrets::of(workflow);
-        let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let stock = Stock {
-            keys: secrets.keys().clone(),
-            workflow_dir: embed::dir_of(file),
-            project,
-        };
-        // Everything the run writes and shows is redacted.
-        let mut builder = embed::stock(secrets.store(store), storage, &stock)
-            .transcripts(secrets.transcripts(wiring::transcripts(storage)));
-        if let Some(progress) = &progress {
-            builder = builder.observer(secrets.observer(progress.clone()));
-        }
-        if let Some(dir) = replay {
-            let (clock, ids) = wiring::clock_and_ids();
-            builder = embed::replaying(builder, dir, secrets.keys(), clock, ids);
-        }
+    ) -> Result<Self, Failure> {
+        let store = wiring::store(storage)?;
+        let progress = Arc::new(Progress::new());
+        let observer: Arc<dyn RunObserver> = progress.clone();
+        let wired = wiring::wire(storage, store, file, workflow, Some(observer), replay);
+        Ok(Self::shown(wired, progress))
+    }
+
+    /// The workflow of the run `run_id` on record and the runtime wired for
+    /// it, as [`wiring::wired_for`], showing its progress on stderr.
+    pub async fn for_run(
+        storage: &Storage,
+        run_id: RunId,
+        given: Option<&Path>,
+    ) -> Result<(Arc<WorkflowDef>, Self), Failure> {
+        let progress = Arc::new(Progress::new());
+        let observer: Arc<dyn RunObserver> = progress.clone();
+        let (workflow, wired) =
+            wiring::wired_for(storage, run_id, given, None, Some(observer)).await?;
+        Ok((workflow, Self::shown(wired, progress)))
+    }
+
+    fn shown(wired: wiring::RunWiring, progress: Arc<Progress>) -> Self {
         Self {
-            runtime: builder.build(),
+            runtime: wired.runtime,
             progress,
-            secrets,
+            secrets: wired.secrets,
         }
     }
 
@@ -260,9 +218,7 @@ impl Wired {
     /// Shows how a run ended: its output on stdout, or why it did not
     /// complete, with the exit code that says so.
     pub fn finish(&self, outcome: RunOutcome, signals: &Signals) -> Result<(), Failure> {
-        if let Some(progress) = &self.progress {
-            progress.finish();
-        }
+        self.progress.finish();
         let run_id = outcome.run_id;
         let why = |default: &str| outcome.error.clone().unwrap_or_else(|| default.to_owned());
         match outcome.status {
@@ -290,14 +246,4 @@ fn print_output(output: &Value) -> Result<(), Failure> {
             crate::say(&serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()))
         }
     }
-}
-
-/// The workflow file as `flow:started` records it: its canonical path, so
-/// `awr resume` finds it from any directory (the path as given when it
-/// cannot be resolved).
-pub fn source_of(file: &Path) -> String {
-    std::fs::canonicalize(file)
-        .unwrap_or_else(|_| file.to_path_buf())
-        .display()
-        .to_string()
 }

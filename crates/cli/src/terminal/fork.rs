@@ -6,7 +6,6 @@ use application::fork::ForkRequest;
 use application::{Cancel, ExecutorError};
 use domain::{RunId, WorkflowDef};
 
-use super::control::wired_for;
 use super::inspect::resolve_run;
 use super::run::{Input, Wired, parse_input};
 use crate::Failure;
@@ -20,7 +19,7 @@ pub async fn fork(
     input: Option<&str>,
 ) -> Result<(), Failure> {
     let parent = resolve_run(storage, run).await?;
-    let (workflow, wired) = wired_for(storage, parent, None, None).await?;
+    let (workflow, wired) = Wired::for_run(storage, parent, None).await?;
     let input = input
         .map(|raw| parse_input(Input::Json(raw), &workflow))
         .transpose()?;

@@ -24,9 +24,10 @@ use domain::workflow::NodeKind;
 use domain::{EventKind, RunId, WorkflowDef};
 use serde_json::json;
 
-use crate::commands::run::{Input, Wired, parse_input, request, source_of};
 use crate::storage::Storage;
+use crate::terminal::run::{Input, Wired, parse_input};
 use crate::wiring::load_workflow;
+use crate::wiring::{request, source_of};
 use crate::{Failure, wiring};
 
 /// Records a run of `file` into `out`.
@@ -81,7 +82,7 @@ pub async fn record(
     );
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
-        Err(e) => return Err(crate::commands::run::failed(&wired.runtime, run_id, e).await),
+        Err(e) => return Err(crate::terminal::run::failed(&wired.runtime, run_id, e).await),
     };
     write_recording(storage, &workflow, run_id, out).await?;
     manifest.complete = true;

@@ -5,72 +5,18 @@
 //! the workflow file is read again from where `flow:started` says it was
 //! (`--workflow` names another copy), and must be the same definition.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use anyhow::{Context, anyhow};
-use application::ports::{CommandReply, RunStore, StoreError};
+use application::ports::StoreError;
 use application::{ExecutorError, query};
-use domain::{Caller, EventKind, RunId, WorkflowDef};
+use domain::RunId;
 use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
 use super::run::Wired;
 use crate::storage::Storage;
-use crate::wiring::load_workflow;
 use crate::{Failure, wiring};
-
-/// Where the definition of `run_id` is: `--workflow`, else `flow:started`'s `source`.
-async fn workflow_file(
-    store: &dyn RunStore,
-    run_id: RunId,
-    given: Option<&Path>,
-) -> Result<PathBuf, Failure> {
-    if let Some(file) = given {
-        return Ok(file.to_path_buf());
-    }
-    let first = store
-        .read(run_id, 0, 1)
-        .await
-        .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
-    match first.first().map(|e| &e.kind) {
-        Some(EventKind::FlowStarted {
-            source: Some(source),
-            ..
-        }) => Ok(PathBuf::from(source)),
-        Some(EventKind::FlowStarted { .. }) => Err(Failure::Input(anyhow!(
-            "run {run_id} does not record its workflow file; name it with --workflow FILE"
-        ))),
-        _ => Err(Failure::Input(anyhow!(
-            "run {run_id} never started; there is nothing to continue"
-        ))),
-    }
-}
-
-/// The workflow of `run_id` and the executor wired for it, writing to
-/// `store` (`None`: a store of its own over the storage) with progress on
-/// stderr or not.
-pub async fn wired_for(
-    storage: &Storage,
-    run_id: RunId,
-    given: Option<&Path>,
-    store: Option<Arc<dyn RunStore>>,
-) -> Result<(Arc<WorkflowDef>, Wired), Failure> {
-    let reader = match &store {
-        Some(store) => Arc::clone(store),
-        None => wiring::read_store(storage)?,
-    };
-    let file = workflow_file(reader.as_ref(), run_id, given).await?;
-    let workflow = load_workflow(&file).map_err(|e| match e {
-        Failure::Input(e) => Failure::Input(e.context(format!("the workflow of run {run_id}"))),
-        other => other,
-    })?;
-    let wired = match store {
-        Some(store) => Wired::over(storage, store, &file, &workflow, None),
-        None => Wired::new(storage, &file, &workflow)?,
-    };
-    Ok((workflow, wired))
-}
 
 /// An executor error as the CLI reports it, naming the run once: refusals,
 /// a held lock and an unknown run are bad input (exit 2), anything else a
@@ -114,7 +60,7 @@ async fn go_on(
     given: Option<&Path>,
     message: Option<Option<String>>,
 ) -> Result<(), Failure> {
-    let (workflow, wired) = wired_for(storage, run_id, given, None).await?;
+    let (workflow, wired) = Wired::for_run(storage, run_id, given).await?;
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());
     let runtime = &wired.runtime;
@@ -218,7 +164,7 @@ impl Command<'_> {
 pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
     let by = wiring::local_caller();
-    let reply = deliver(storage, run_id, &command.raw(), by.as_ref())
+    let reply = wiring::deliver(storage, run_id, &command.raw(), by.as_ref())
         .await
         .map_err(|e| failure(run_id, e))?;
     match reply.error {
@@ -231,32 +177,4 @@ pub async fn command(storage: &Storage, run: &str, command: Command<'_>) -> Resu
             reply.offset
         ))),
     }
-}
-
-/// Gives the raw command `raw`, sent by `by`, to `run_id`: to the process
-/// writing it, or recorded here when none does. The command line and the
-/// server both send commands this way; either way it is on record, with
-/// its sender, before the answer.
-pub async fn deliver(
-    storage: &Storage,
-    run_id: RunId,
-    raw: &Value,
-    by: Option<&Caller>,
-) -> Result<CommandReply, ExecutorError> {
-    let store =
-        wiring::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
-    let (clock, ids) = wiring::clock_and_ids();
-    // A command calls no agent: the runtime needs no provider.
-    let runtime = application::Runtime::builder(store, clock, ids)
-        .control(wiring::control(storage))
-        .processes(awr_cli::embed::processes())
-        .build();
-    let storage = storage.clone();
-    let load = async move || {
-        wired_for(&storage, run_id, None, None)
-            .await
-            .map(|(workflow, _)| workflow)
-            .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
-    };
-    runtime.command(run_id, raw, by, load).await
 }

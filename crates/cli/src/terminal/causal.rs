@@ -4,8 +4,8 @@
 
 use anyhow::anyhow;
 
-use crate::commands::inspect::resolve_run;
 use crate::storage::Storage;
+use crate::terminal::inspect::resolve_run;
 use crate::{Failure, say, wiring};
 
 /// Prints the causal events of `run`.

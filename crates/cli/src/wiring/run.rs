@@ -1,0 +1,164 @@
+//! A runtime wired for one workflow, and for a run already on record:
+//! what the terminal and the server both execute runs and commands with.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use application::ports::{CommandReply, RunObserver, RunStore};
+use application::{ExecutorError, RunRequest, Runtime};
+use awr_cli::embed::{self, Stock};
+use domain::{Caller, EventKind, RunId, WorkflowDef};
+use serde_json::Value;
+
+use super::Secrets;
+use crate::Failure;
+use crate::storage::Storage;
+
+/// The runtime wired for one workflow, and the secrets it keeps out of
+/// everything it writes and shows.
+pub struct RunWiring {
+    /// Runs, resumes, forks and commands runs of the workflow.
+    pub runtime: Runtime,
+    /// The workflow's key values, masked in what is written or shown.
+    pub secrets: Secrets,
+}
+
+/// The runtime for `workflow` (read from `file`) writing to `store`, with
+/// `observer` shown its events (redacted), and with every agent served
+/// from the recording in `replay` when given. The server shares one store
+/// among its runs and followers, so its appends wake them at once.
+pub fn wire(
+    storage: &Storage,
+    store: Arc<dyn RunStore>,
+    file: &Path,
+    workflow: &WorkflowDef,
+    observer: Option<Arc<dyn RunObserver>>,
+    replay: Option<&Path>,
+) -> RunWiring {
+    let secrets = Secrets::of(workflow);
+    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let stock = Stock {
+        keys: secrets.keys().clone(),
+        workflow_dir: embed::dir_of(file),
+        project,
+    };
+    // Everything the run writes and shows is redacted.
+    let mut builder = embed::stock(secrets.store(store), storage, &stock)
+        .transcripts(secrets.transcripts(super::transcripts(storage)));
+    if let Some(observer) = observer {
+        builder = builder.observer(secrets.observer(observer));
+    }
+    if let Some(dir) = replay {
+        let (clock, ids) = super::clock_and_ids();
+        builder = embed::replaying(builder, dir, secrets.keys(), clock, ids);
+    }
+    RunWiring {
+        runtime: builder.build(),
+        secrets,
+    }
+}
+
+/// What to run: `workflow`, read from `file`, on `input`, started by `by`.
+pub fn request(
+    workflow: Arc<WorkflowDef>,
+    input: Value,
+    file: &Path,
+    by: Option<Caller>,
+) -> RunRequest {
+    RunRequest {
+        workflow,
+        input,
+        source: Some(source_of(file)),
+        started_by: by,
+    }
+}
+
+/// The workflow file as `flow:started` records it: its canonical path, so
+/// `awr resume` finds it from any directory (the path as given when it
+/// cannot be resolved).
+pub fn source_of(file: &Path) -> String {
+    std::fs::canonicalize(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Where the definition of `run_id` is: `given`, else `flow:started`'s `source`.
+async fn workflow_file(
+    store: &dyn RunStore,
+    run_id: RunId,
+    given: Option<&Path>,
+) -> Result<PathBuf, Failure> {
+    if let Some(file) = given {
+        return Ok(file.to_path_buf());
+    }
+    let first = store
+        .read(run_id, 0, 1)
+        .await
+        .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
+    match first.first().map(|e| &e.kind) {
+        Some(EventKind::FlowStarted {
+            source: Some(source),
+            ..
+        }) => Ok(PathBuf::from(source)),
+        Some(EventKind::FlowStarted { .. }) => Err(Failure::Input(anyhow!(
+            "run {run_id} does not record its workflow file; name it with --workflow FILE"
+        ))),
+        _ => Err(Failure::Input(anyhow!(
+            "run {run_id} never started; there is nothing to continue"
+        ))),
+    }
+}
+
+/// The workflow of `run_id` (from `given`, else from where `flow:started`
+/// says it was) and the runtime wired for it, writing to `store` (`None`:
+/// a store of its own over the existing storage), with `observer` shown
+/// its events.
+pub async fn wired_for(
+    storage: &Storage,
+    run_id: RunId,
+    given: Option<&Path>,
+    store: Option<Arc<dyn RunStore>>,
+    observer: Option<Arc<dyn RunObserver>>,
+) -> Result<(Arc<WorkflowDef>, RunWiring), Failure> {
+    let store = match store {
+        Some(store) => store,
+        None => super::read_store(storage)?,
+    };
+    let file = workflow_file(store.as_ref(), run_id, given).await?;
+    let workflow = super::load_workflow(&file).map_err(|e| match e {
+        Failure::Input(e) => Failure::Input(e.context(format!("the workflow of run {run_id}"))),
+        other => other,
+    })?;
+    let wired = wire(storage, store, &file, &workflow, observer, None);
+    Ok((workflow, wired))
+}
+
+/// Gives the raw command `raw`, sent by `by`, to `run_id`: to the process
+/// writing it, or recorded here when none does. The command line and the
+/// server both send commands this way; either way it is on record, with
+/// its sender, before the answer.
+pub async fn deliver(
+    storage: &Storage,
+    run_id: RunId,
+    raw: &Value,
+    by: Option<&Caller>,
+) -> Result<CommandReply, ExecutorError> {
+    let store =
+        super::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
+    let (clock, ids) = super::clock_and_ids();
+    // A command calls no agent: the runtime needs no provider.
+    let runtime = Runtime::builder(store, clock, ids)
+        .control(super::control(storage))
+        .processes(embed::processes())
+        .build();
+    let storage = storage.clone();
+    let load = async move || {
+        wired_for(&storage, run_id, None, None, None)
+            .await
+            .map(|(workflow, _)| workflow)
+            .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))
+    };
+    runtime.command(run_id, raw, by, load).await
+}
