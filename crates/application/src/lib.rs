@@ -31,6 +31,7 @@ pub mod load;
 pub mod migrate;
 pub mod ports;
 pub mod query;
+pub mod recording;
 pub mod redact;
 pub mod replay;
 pub mod retention;

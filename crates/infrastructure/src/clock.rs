@@ -5,7 +5,7 @@
 //! produce the same sequence every time they are built with the same start,
 //! so two runs of one recording write byte-identical logs.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 use application::ports::{Clock, IdGen};
 use chrono::Utc;
 use domain::Timestamp;
-use uuid::{Builder, Uuid};
+use uuid::Uuid;
 
 /// The machine's wall clock (UTC, truncated to milliseconds like every
 /// timestamp the log stores).
@@ -87,44 +87,9 @@ impl Clock for FixedClock {
     }
 }
 
-/// Deterministic UUIDs: the seed in the first eight bytes and a counter in
-/// the last eight, with the version-4 and RFC 4122 variant bits set, so each
-/// value is a valid run id and a replay with the same seed gets the same ids.
-#[derive(Debug)]
-pub struct SeededIds {
-    /// Distinguishes generators (e.g. two recordings) that would otherwise
-    /// produce the same sequence.
-    seed: u64,
-    /// Next counter value; atomic so the generator can be shared without a lock.
-    counter: AtomicU64,
-}
-
-impl SeededIds {
-    /// A generator whose sequence depends only on `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self {
-            seed,
-            counter: AtomicU64::new(1),
-        }
-    }
-}
-
-impl Default for SeededIds {
-    /// Seed 0: the sequence tests usually want.
-    fn default() -> Self {
-        Self::new(0)
-    }
-}
-
-impl IdGen for SeededIds {
-    fn uuid(&self) -> Uuid {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&self.seed.to_be_bytes());
-        bytes[8..].copy_from_slice(&n.to_be_bytes());
-        Builder::from_random_bytes(bytes).into_uuid()
-    }
-}
+/// Deterministic UUIDs, the ids a replay mints: the record/replay
+/// module's, where the canonical form of a replay relies on them.
+pub use application::recording::SeededIds;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
@@ -138,24 +103,6 @@ mod tests {
         assert_eq!(clock.now().as_millis(), 1_000);
         assert_eq!(clock.now().as_millis(), 1_001);
         assert_eq!(clock.now().as_millis(), 1_002);
-    }
-
-    #[test]
-    fn seeded_ids_are_deterministic_v4_run_ids() {
-        let a = SeededIds::new(7);
-        let b = SeededIds::new(7);
-        let first: Vec<Uuid> = (0..5).map(|_| a.uuid()).collect();
-        let second: Vec<Uuid> = (0..5).map(|_| b.uuid()).collect();
-        assert_eq!(first, second);
-        let mut unique = first.clone();
-        unique.dedup();
-        assert_eq!(unique.len(), 5);
-        for id in first {
-            assert_eq!(id.get_version_num(), 4);
-            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
-            RunId::new(id).unwrap();
-        }
-        assert_ne!(SeededIds::new(8).uuid(), SeededIds::new(7).uuid());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use application::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+use application::recording::turns::recorded_extra;
 use domain::SessionId;
 use domain::event::{ModelUsage, Usage};
 use serde::Deserialize;
@@ -199,15 +200,6 @@ impl FixtureCall {
             })),
         });
         out
-    }
-}
-
-/// The `extra` a recorded event keeps (what its agent sent unmapped), when
-/// it keeps any.
-pub(super) fn recorded_extra(event: &Value) -> Option<domain::event::Extra> {
-    match event.get("extra") {
-        Some(Value::Object(extra)) if !extra.is_empty() => Some(extra.clone()),
-        _ => None,
     }
 }
 

@@ -17,8 +17,6 @@
 //! each take the call their own log says comes next.
 
 mod fixture;
-pub mod recording;
-pub mod request;
 pub mod turns;
 
 use std::num::NonZeroUsize;
@@ -26,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use application::ports::{AgentMessage, AgentRequest, AgentStream, QueryError, QueryFn};
+use application::recording::request;
 use async_trait::async_trait;
 use domain::recording::{Mismatch, MismatchKind};
 use lru::LruCache;

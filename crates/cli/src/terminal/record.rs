@@ -2,7 +2,7 @@
 //! that `provider: mock` and `awr verify-determinism` replay.
 //!
 //! The run goes to the storage as any run does; its calls are then
-//! projected from its log (`adapters_agents::mock::recording`) into
+//! projected from its log (`application::recording::project`) into
 //! `DIR/nodes/<workflow>/<node>.json`, with its causal events in
 //! `DIR/causal.jsonl`. `DIR/manifest.json` is written first with
 //! `complete: false` and last with `complete: true`, every file 0600 by
@@ -16,9 +16,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use adapters_agents::mock::recording;
 use anyhow::{Context, anyhow};
 use application::Cancel;
+use application::recording::project as recording;
 use domain::recording::{FORMAT_VERSION, Manifest, RecordedWorkflow, Seeds};
 use domain::workflow::NodeKind;
 use domain::{EventKind, RunId, WorkflowDef};

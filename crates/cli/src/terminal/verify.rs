@@ -19,14 +19,15 @@ use std::time::Duration;
 use adapters_agents::mock::FixtureFile;
 use anyhow::anyhow;
 use application::ports::{Clock, IdGen, RunStore};
+use application::recording::SeededIds;
 use application::secrets::KeyNames;
 use application::{RunRequest, Runtime};
 use domain::causal::{CausalEvent, order};
 use domain::recording::{FORMAT_VERSION, Manifest, Mismatch};
 use domain::{EventKind, RunId, RuntimeEvent, Timestamp};
 use futures::future::BoxFuture;
+use infrastructure::FixedClock;
 use infrastructure::store::MemoryRunStore;
-use infrastructure::{FixedClock, SeededIds};
 use serde_json::{Value, json};
 
 use awr_cli::embed;
@@ -34,13 +35,10 @@ use awr_cli::embed;
 use crate::wiring::load_workflow;
 use crate::{Failure, say};
 
-mod canonical;
-mod report;
-
-pub use canonical::canonical;
-use canonical::{causal_lines, id_seed, jcs};
-use report::{Kind, diverged};
-pub use report::{Report, first_divergence};
+pub use application::recording::canonical::canonical;
+use application::recording::canonical::{causal_lines, id_seed, jcs};
+use application::recording::report::Kind;
+pub use application::recording::report::{Report, first_divergence};
 
 /// Verifies the recording in `dir`.
 pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
@@ -474,4 +472,15 @@ pub(crate) fn against_recording(
         }
     }
     Ok(None)
+}
+
+/// Prints the report (stderr; `--json` also on stdout) and fails with exit 1.
+fn diverged(report: Report, json_out: bool) -> Result<(), Failure> {
+    if json_out {
+        say(&report.to_json().to_string())?;
+    }
+    crate::note(&report.to_string());
+    Err(Failure::Run(anyhow!(
+        "the recording did not replay the same"
+    )))
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use domain::{EventKind, RuntimeEvent};
-use infrastructure::SeededIds;
 use serde_json::Value;
 
 /// The canonical output of a replay: its causal events (parents first),
@@ -20,7 +19,7 @@ pub fn canonical(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
 
 /// The first part of [`canonical`]: the causal events, parents first,
 /// without `timestamp_ns`.
-pub(super) fn causal_lines(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
+pub fn causal_lines(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
     domain::causal::project(events, seed)
         .iter()
         .map(|event| {
@@ -95,7 +94,8 @@ fn run_lines(events: &[RuntimeEvent], seed: &str) -> Vec<String> {
     lines
 }
 
-pub(super) fn jcs(value: &Value) -> String {
+/// `value` in RFC 8785 form, as one line of the canonical output.
+pub fn jcs(value: &Value) -> String {
     domain::canonical::jcs(value)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
@@ -164,13 +164,13 @@ struct Minted<'a> {
 }
 
 /// The generator seed of a recording's `idSeed`.
-pub(super) fn id_seed(seed: &str) -> u64 {
+pub fn id_seed(seed: &str) -> u64 {
     u64::from_str_radix(&domain::canonical::sha256_hex(seed.as_bytes())[..16], 16).unwrap_or(0)
 }
 
 /// What every id the replay's generator mints starts with (its seed part).
 fn minted_prefix(seed: &str) -> String {
-    use application::ports::IdGen;
-    let id = SeededIds::new(id_seed(seed)).uuid().to_string();
+    use crate::ports::IdGen;
+    let id = super::SeededIds::new(id_seed(seed)).uuid().to_string();
     id[..18].to_owned()
 }

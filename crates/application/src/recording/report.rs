@@ -6,12 +6,10 @@
 
 use std::collections::HashMap;
 
-use adapters_agents::mock::request::first_difference;
-use anyhow::anyhow;
 use domain::recording::Mismatch;
 use serde_json::{Value, json};
 
-use crate::{Failure, say};
+use super::request::first_difference;
 
 /// The first place a replay departs from its recording or from the other
 /// replay. `docs/determinism.md` lists each field of its JSON.
@@ -19,43 +17,44 @@ use crate::{Failure, say};
 pub struct Report {
     /// Which comparison failed: `workflow`, `recording`, `shortfall`,
     /// `recorded-causal`, `changed`, `only-in-A`, `only-in-B`.
-    pub(super) shape: String,
+    pub shape: String,
     /// What diverged: see [`Kind`].
-    pub(super) kind: Kind,
+    pub kind: Kind,
     /// The canonical line (from 1), for a comparison of canonical lines.
-    pub(super) line: Option<usize>,
+    pub line: Option<usize>,
     /// The event type at the divergence.
-    pub(super) event: String,
+    pub event: String,
     /// The node (or `workflow`), empty when none.
-    pub(super) node: String,
+    pub node: String,
     /// The `for_each` item of a causal event's agent (`node[item]`).
-    pub(super) item: Option<u64>,
+    pub item: Option<u64>,
     /// The node's call (its index among the node's calls), when a provider
     /// call is behind the divergence.
-    pub(super) call: Option<u32>,
+    pub call: Option<u32>,
     /// The node run of that call (`"0"`, `"0#3"`) and its index there.
-    pub(super) instance: Option<String>,
-    pub(super) instance_call: Option<u32>,
+    pub instance: Option<String>,
+    /// The index of the call within that node run.
+    pub instance_call: Option<u32>,
     /// The turn of an HTTP agent's tool loop.
-    pub(super) turn: Option<u32>,
+    pub turn: Option<u32>,
     /// The file of the recording (a node file, the workflow file).
-    pub(super) file: Option<String>,
+    pub file: Option<String>,
     /// JSON Pointer of the first difference (`""`: the whole value).
-    pub(super) pointer: String,
+    pub pointer: String,
     /// What the recording (or run A) holds there; `null` when nothing.
-    pub(super) recorded: Value,
+    pub recorded: Value,
     /// What the replay (or run B) did there; `null` when nothing.
-    pub(super) actual: Value,
+    pub actual: Value,
     /// How many calls the node file records, for a call too many or too few.
-    pub(super) recorded_calls: Option<u32>,
+    pub recorded_calls: Option<u32>,
     /// How many turns the recorded call holds, for a turn too many.
-    pub(super) recorded_turns: Option<u32>,
+    pub recorded_turns: Option<u32>,
     /// The causal ancestors of the event, oldest first.
-    pub(super) chain: Vec<String>,
+    pub chain: Vec<String>,
     /// A few lines of context diff (`-` run A, `+` run B).
-    pub(super) context: Vec<String>,
+    pub context: Vec<String>,
     /// A sentence (the mock's refusal, the shortfall, what run A is).
-    pub(super) message: String,
+    pub message: String,
 }
 
 /// What diverged.
@@ -126,7 +125,7 @@ impl Report {
 
     /// The report of a call the mock refused, from the mismatch its
     /// `agent:error` keeps.
-    pub(super) fn refused(mismatch: Mismatch, message: String) -> Self {
+    pub fn refused(mismatch: Mismatch, message: String) -> Self {
         Report {
             shape: "recording".into(),
             kind: Kind::of(&mismatch),
@@ -148,7 +147,7 @@ impl Report {
     }
 
     /// The report as one JSON object (`--json`).
-    pub(super) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         json!({
             "result": "diverged",
             "shape": self.shape,
@@ -355,8 +354,14 @@ fn short(line: &str) -> String {
     format!("{head}… ({n} chars, sha256 {})", &hash[..16])
 }
 
-/// The human report: a header, then one labelled line per field the
-/// divergence has, its sentence, and the context diff.
+impl std::fmt::Display for Report {
+    /// The human report: a header, then one labelled line per field the
+    /// divergence has, its sentence, and the context diff.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&human(self))
+    }
+}
+
 fn human(report: &Report) -> String {
     let mut text = match report.line {
         Some(line) => format!(
@@ -414,17 +419,6 @@ fn human(report: &Report) -> String {
         text.push_str(&report.context.join("\n"));
     }
     text
-}
-
-/// Prints the report (stderr; `--json` also on stdout) and fails with exit 1.
-pub(super) fn diverged(report: Report, json_out: bool) -> Result<(), Failure> {
-    if json_out {
-        say(&report.to_json().to_string())?;
-    }
-    crate::note(&human(&report));
-    Err(Failure::Run(anyhow!(
-        "the recording did not replay the same"
-    )))
 }
 
 #[cfg(test)]
