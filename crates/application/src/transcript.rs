@@ -98,6 +98,163 @@ fn lines(
     }
 }
 
+/// One line of a run's execution tree ([`transcript_tree`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeLine {
+    /// A run at `depth`: its workflow's name and how its transcript says it
+    /// ended (`completed`, `failed`, or `running` without a last line).
+    Run {
+        /// How deep in the tree (0: the run asked for; a child is 2 deeper
+        /// than the run that called it).
+        depth: usize,
+        /// The run.
+        run_id: RunId,
+        /// Its workflow's name, `?` when its first line does not say.
+        name: String,
+        /// How it ended.
+        outcome: &'static str,
+    },
+    /// A run already shown above: a run calls none twice into a loop.
+    Seen {
+        /// How deep in the tree.
+        depth: usize,
+        /// The run.
+        run_id: RunId,
+    },
+    /// A run whose transcript cannot be read, and why.
+    Unreadable {
+        /// How deep in the tree.
+        depth: usize,
+        /// The run.
+        run_id: RunId,
+        /// Why.
+        error: String,
+    },
+    /// A step of the run above it.
+    Step {
+        /// The depth of its run.
+        depth: usize,
+        /// Where the step is (`path`).
+        path: String,
+        /// What kind of step (`agent`, `command`, ...), `?` when not said.
+        kind: String,
+        /// Which pass of a loop (0: the first).
+        iteration: u32,
+    },
+}
+
+/// A run's execution tree: the run, its steps, and the runs they called,
+/// followed through `child_run_id` into the children's own transcripts.
+#[derive(Debug, Default)]
+pub struct Tree {
+    /// The lines, in the order shown: each child right after the step that
+    /// called it.
+    pub lines: Vec<TreeLine>,
+    /// The bad lines skipped in the transcripts read, each naming its file
+    /// and line (a transcript that cannot be read is a line of its own).
+    pub problems: Vec<String>,
+}
+
+/// What is left to show of a tree: a run to open, or the rest of a run's
+/// lines after the step that called a child.
+enum Frame {
+    Open(usize, RunId, Option<TranscriptLines>),
+    Rest(usize, std::vec::IntoIter<ExchangeEvent>),
+}
+
+/// The execution tree of `run_id` (`Ok(None)`: the run has no transcript).
+pub async fn transcript_tree(
+    reader: &dyn TranscriptReader,
+    run_id: RunId,
+) -> Result<Option<Tree>, TranscriptError> {
+    let Some(first) = reader.read(run_id).await? else {
+        return Ok(None);
+    };
+    let mut tree = Tree::default();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![Frame::Open(0, run_id, Some(first))];
+    while let Some(frame) = stack.pop() {
+        let (depth, mut rest) = match frame {
+            Frame::Rest(depth, rest) => (depth, rest),
+            Frame::Open(depth, run_id, read) => {
+                if !seen.insert(run_id) {
+                    tree.lines.push(TreeLine::Seen { depth, run_id });
+                    continue;
+                }
+                let read = match read {
+                    Some(read) => Ok(Some(read)),
+                    None => reader.read(run_id).await,
+                };
+                let read = match read {
+                    Ok(Some(read)) => read,
+                    Ok(None) => {
+                        let error = "it has no transcript".to_owned();
+                        tree.lines.push(TreeLine::Unreadable {
+                            depth,
+                            run_id,
+                            error,
+                        });
+                        continue;
+                    }
+                    Err(e) => {
+                        let error = e.to_string();
+                        tree.lines.push(TreeLine::Unreadable {
+                            depth,
+                            run_id,
+                            error,
+                        });
+                        continue;
+                    }
+                };
+                tree.problems.extend(read.problems);
+                tree.lines.push(run_line(depth, run_id, &read.events));
+                (depth, read.events.into_iter())
+            }
+        };
+        while let Some(event) = rest.next() {
+            match event.kind {
+                ExchangeType::StepStarted => tree.lines.push(TreeLine::Step {
+                    depth,
+                    kind: event.payload["kind"].as_str().unwrap_or("?").to_owned(),
+                    path: event.path,
+                    iteration: event.iteration,
+                }),
+                ExchangeType::CallWorkflowStarted => {
+                    if let Some(child) = event.child_run_id {
+                        // The child's whole tree, then the rest of this run.
+                        stack.push(Frame::Rest(depth, rest));
+                        stack.push(Frame::Open(depth + 2, child, None));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(Some(tree))
+}
+
+/// The line of a run: its workflow's name and how it ended, from its lines.
+fn run_line(depth: usize, run_id: RunId, events: &[ExchangeEvent]) -> TreeLine {
+    let name = events
+        .iter()
+        .find(|e| e.kind == ExchangeType::RunStarted)
+        .and_then(|e| e.payload["name"].as_str())
+        .unwrap_or("?")
+        .to_owned();
+    let outcome = match events.iter().find(|e| e.kind == ExchangeType::RunCompleted) {
+        Some(end) if end.payload.get("error").is_some() => "failed",
+        Some(_) => "completed",
+        None => "running",
+    };
+    TreeLine::Run {
+        depth,
+        run_id,
+        name,
+        outcome,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -239,5 +396,82 @@ mod tests {
         writer.store(false, Ordering::SeqCst);
         assert_eq!(shown(lines.next().await.unwrap()), "2", "its last lines");
         assert!(lines.next().await.is_none());
+    }
+    fn called(seq: u64, child: RunId) -> ExchangeEvent {
+        ExchangeEvent {
+            child_run_id: Some(child),
+            ..line(seq, ExchangeType::CallWorkflowStarted)
+        }
+    }
+
+    fn step(seq: u64, path: &str, iteration: u32) -> ExchangeEvent {
+        ExchangeEvent {
+            path: path.into(),
+            iteration,
+            payload: serde_json::json!({"kind": "agent"}),
+            ..line(seq, ExchangeType::StepStarted)
+        }
+    }
+
+    /// Each child right after the step that called it, then the rest of
+    /// its caller; a run called again is named, not walked twice; a child
+    /// without a transcript is a line of its own.
+    #[tokio::test]
+    async fn a_tree_walks_into_each_child_where_it_was_called() {
+        let child: RunId = "00000000-0000-4000-8000-000000000002".parse().unwrap();
+        let gone: RunId = "00000000-0000-4000-8000-000000000003".parse().unwrap();
+        let mut runs = std::collections::HashMap::new();
+        runs.insert(
+            run_id(),
+            vec![
+                step(1, "a", 0),
+                called(2, child),
+                step(3, "b", 2),
+                called(4, gone),
+                called(5, child),
+            ],
+        );
+        runs.insert(child, vec![step(1, "c", 0), called(2, run_id())]);
+        let mut reader = MockTranscriptReader::new();
+        reader.expect_read().returning(move |run| {
+            Ok(runs.get(&run).map(|events| TranscriptLines {
+                events: events.clone(),
+                problems: vec![format!("{run}.jsonl:9: not JSON")],
+            }))
+        });
+        let tree = transcript_tree(&reader, run_id()).await.unwrap().unwrap();
+        let shown: Vec<String> = tree
+            .lines
+            .iter()
+            .map(|line| match line {
+                TreeLine::Run { depth, run_id, .. } => format!("{depth} run {run_id}"),
+                TreeLine::Seen { depth, run_id } => format!("{depth} seen {run_id}"),
+                TreeLine::Unreadable { depth, run_id, .. } => format!("{depth} gone {run_id}"),
+                TreeLine::Step {
+                    depth,
+                    path,
+                    iteration,
+                    ..
+                } => format!("{depth} step {path}#{iteration}"),
+            })
+            .collect();
+        let (root, child, gone) = (run_id(), child, gone);
+        assert_eq!(
+            shown,
+            [
+                format!("0 run {root}"),
+                "0 step a#0".into(),
+                format!("2 run {child}"),
+                "2 step c#0".into(),
+                format!("4 seen {root}"),
+                "0 step b#2".into(),
+                format!("2 gone {gone}"),
+                format!("2 seen {child}"),
+            ]
+        );
+        assert_eq!(tree.problems.len(), 2, "each transcript's bad line, once");
+        let mut none = MockTranscriptReader::new();
+        none.expect_read().returning(|_| Ok(None));
+        assert!(transcript_tree(&none, root).await.unwrap().is_none());
     }
 }

@@ -319,9 +319,9 @@ fn recorded_error(error: String) -> ToolError {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use application::recording::turns::recorded_turns;
     use crate::mock::{FixtureFile, MockQuery};
     use application::ports::AgentMessage;
+    use application::recording::turns::recorded_turns;
     use domain::Timestamp;
     use domain::workflow::Provider;
     use futures::future::BoxFuture;

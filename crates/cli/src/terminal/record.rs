@@ -193,6 +193,6 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure>
 /// `bytes` as the file at `path`, whole or not at all: a temp file (0600)
 /// synced, renamed into place, its directory synced.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    infrastructure::fs::write_whole(path, bytes)
+    wiring::files::write_whole(path, bytes)
         .map_err(|e| Failure::Input(anyhow!("cannot write {}: {e}", path.display())))
 }

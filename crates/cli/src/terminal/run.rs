@@ -19,7 +19,7 @@ use crate::{Failure, progress::Progress, wiring};
 pub fn validate(file: &Path) -> Result<(), Failure> {
     let workflow = wiring::load_workflow(file)?;
     for fixture in application::load::mock_fixtures(file, &workflow) {
-        adapters_agents::mock::FixtureFile::load(&fixture)
+        wiring::files::fixture_calls(&fixture)
             .map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
     }
     crate::say(&format!(
@@ -60,11 +60,8 @@ pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Fa
     };
     let (text, origin) = match raw.strip_prefix('@') {
         Some(path) => (
-            infrastructure::fs::read_text_bounded(
-                Path::new(path),
-                infrastructure::fs::MAX_INPUT_FILE,
-            )
-            .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
+            wiring::files::read_text(Path::new(path), wiring::files::MAX_INPUT_FILE)
+                .map_err(|e| Failure::Input(anyhow!("--input @{path}: {e}")))?,
             format!("--input @{path}"),
         ),
         None => (raw.to_owned(), "--input".to_owned()),

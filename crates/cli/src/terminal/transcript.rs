@@ -1,13 +1,10 @@
 //! `awr transcript RUN [--follow] [--json] [--tree]`: the exchange transcript of a run.
 
-use std::collections::HashSet;
-
 use anyhow::anyhow;
-use application::transcript::{Follow, Line, transcript_lines};
+use application::transcript::{Follow, Line, TreeLine, transcript_lines, transcript_tree};
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
 use futures::StreamExt;
-use infrastructure::{read_transcript_lines, transcript_path};
 use serde_json::Value;
 
 use crate::storage::Storage;
@@ -21,20 +18,8 @@ pub async fn transcript(
     json: bool,
     tree: bool,
 ) -> Result<(), Failure> {
-    let no_transcript = || {
-        let path = transcript_path(storage.files(), run);
-        Failure::Input(anyhow!(
-            "run {run} has no transcript ({} not found)",
-            path.display()
-        ))
-    };
     if tree {
-        if !transcript_path(storage.files(), run).exists() {
-            return Err(no_transcript());
-        }
-        let mut bad = 0;
-        print_tree(storage, run, 0, &mut HashSet::new(), &mut bad)?;
-        return bad_lines(bad);
+        return print_tree(storage, run).await;
     }
     let follow = match follow {
         true => Some(Follow {
@@ -47,7 +32,7 @@ pub async fn transcript(
     let mut lines = transcript_lines(reader, run, follow)
         .await
         .map_err(|e| Failure::Input(anyhow!(e)))?
-        .ok_or_else(no_transcript)?;
+        .ok_or_else(|| no_transcript(storage, run))?;
     let mut bad = 0usize;
     while let Some(item) = lines.next().await {
         match item {
@@ -60,6 +45,11 @@ pub async fn transcript(
         }
     }
     bad_lines(bad)
+}
+
+/// `run` has no transcript under `storage`: bad input (exit 2).
+fn no_transcript(storage: &Storage, run: RunId) -> Failure {
+    Failure::Input(anyhow!("run {run} has no transcript under {storage}"))
 }
 
 /// Bad lines were reported (each on stderr, with its file and line): exit 2
@@ -161,74 +151,63 @@ fn cut(text: &str, max: usize) -> String {
     }
 }
 
-/// The execution tree: the run, its steps, and the runs they called,
-/// followed through `child_run_id` into the children's own files.
-/// `bad` counts the bad lines found (reported on stderr).
-fn print_tree(
-    storage: &Storage,
-    run: RunId,
-    depth: usize,
-    seen: &mut HashSet<RunId>,
-    bad: &mut usize,
-) -> Result<(), Failure> {
-    let indent = "  ".repeat(depth);
-    if !seen.insert(run) {
-        return say(&format!("{indent}run {run} (already shown)"));
-    }
-    let path = transcript_path(storage.files(), run);
-    let events = match read_transcript_lines(&path) {
-        Ok(read) => {
-            for problem in &read.problems {
-                crate::note(&format!("awr: skipping a bad line: {problem}"));
-            }
-            *bad += read.problems.len();
-            read.events
-        }
-        Err(e) => {
-            *bad += 1;
-            return say(&crate::inert(&format!("{indent}run {run}: {e}")));
-        }
+/// Prints the execution tree of `run` ([`transcript_tree`]): the bad
+/// lines skipped and the transcripts that cannot be read are counted in
+/// the exit code.
+async fn print_tree(storage: &Storage, run: RunId) -> Result<(), Failure> {
+    let reader = wiring::transcript_reader(storage);
+    let Some(tree) = transcript_tree(reader.as_ref(), run)
+        .await
+        .map_err(|e| Failure::Input(anyhow!(e)))?
+    else {
+        return Err(no_transcript(storage, run));
     };
-    let name = events
-        .iter()
-        .find(|e| e.kind == ExchangeType::RunStarted)
-        .and_then(|e| e.payload["name"].as_str())
-        .unwrap_or("?");
-    let outcome = events
-        .iter()
-        .find(|e| e.kind == ExchangeType::RunCompleted)
-        .map(|e| {
-            if e.payload.get("error").is_some() {
-                "failed"
-            } else {
-                "completed"
-            }
-        })
-        .unwrap_or("running");
-    say(&crate::inert(&format!(
-        "{indent}run {run} {name} ({outcome})"
-    )))?;
-    for event in &events {
-        match &event.kind {
-            ExchangeType::StepStarted => {
-                let kind = event.payload["kind"].as_str().unwrap_or("?");
-                let iteration = if event.iteration > 0 {
-                    format!(" #{}", event.iteration)
-                } else {
-                    String::new()
-                };
+    for problem in &tree.problems {
+        crate::note(&format!("awr: skipping a bad line: {problem}"));
+    }
+    let mut bad = tree.problems.len();
+    for line in &tree.lines {
+        match line {
+            TreeLine::Run {
+                depth,
+                run_id,
+                name,
+                outcome,
+            } => say(&crate::inert(&format!(
+                "{}run {run_id} {name} ({outcome})",
+                "  ".repeat(*depth)
+            )))?,
+            TreeLine::Seen { depth, run_id } => say(&format!(
+                "{}run {run_id} (already shown)",
+                "  ".repeat(*depth)
+            ))?,
+            TreeLine::Unreadable {
+                depth,
+                run_id,
+                error,
+            } => {
+                bad += 1;
                 say(&crate::inert(&format!(
-                    "{indent}  {} [{kind}]{iteration}",
-                    event.path
+                    "{}run {run_id}: {error}",
+                    "  ".repeat(*depth)
                 )))?;
             }
-            ExchangeType::CallWorkflowStarted => {
-                if let Some(child) = event.child_run_id {
-                    print_tree(storage, child, depth + 2, seen, bad)?;
-                }
+            TreeLine::Step {
+                depth,
+                path,
+                kind,
+                iteration,
+            } => {
+                let iteration = match iteration {
+                    0 => String::new(),
+                    n => format!(" #{n}"),
+                };
+                say(&crate::inert(&format!(
+                    "{}  {path} [{kind}]{iteration}",
+                    "  ".repeat(*depth)
+                )))?;
             }
-            _ => {}
         }
     }
-    Ok(())
+    bad_lines(bad)
 }

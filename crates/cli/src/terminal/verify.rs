@@ -14,31 +14,20 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use adapters_agents::mock::FixtureFile;
 use anyhow::anyhow;
-use application::ports::{Clock, IdGen, RunStore};
-use application::recording::SeededIds;
-use application::secrets::KeyNames;
-use application::{RunRequest, Runtime};
-use domain::causal::{CausalEvent, order};
-use domain::recording::{FORMAT_VERSION, Manifest, Mismatch};
-use domain::{EventKind, RunId, RuntimeEvent, Timestamp};
-use futures::future::BoxFuture;
-use infrastructure::FixedClock;
-use infrastructure::store::MemoryRunStore;
-use serde_json::{Value, json};
-
-use awr_cli::embed;
-
-use crate::wiring::load_workflow;
-use crate::{Failure, say};
-
+use application::ports::RunStore;
 pub use application::recording::canonical::canonical;
 use application::recording::canonical::{causal_lines, id_seed, jcs};
 use application::recording::report::Kind;
 pub use application::recording::report::{Report, first_divergence};
+use domain::causal::{CausalEvent, order};
+use domain::recording::{FORMAT_VERSION, Manifest, Mismatch};
+use domain::{EventKind, RunId, RuntimeEvent};
+use serde_json::{Value, json};
+
+use crate::wiring::load_workflow;
+use crate::{Failure, say, wiring};
 
 /// Verifies the recording in `dir`.
 pub async fn verify(dir: &Path, json_out: bool) -> Result<(), Failure> {
@@ -211,8 +200,7 @@ fn changed_workflow(file: &Path, manifest: &Manifest, now: &str) -> Report {
 /// `timestamp_ns`), as [`canonical()`] writes a replay's.
 fn recorded_causal(dir: &Path) -> Result<Vec<String>, Failure> {
     let path = dir.join("causal.jsonl");
-    let text =
-        infrastructure::fs::read_text_bounded(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
+    let text = wiring::files::read_text(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
     let mut lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let mut value: Value = serde_json::from_str(line)
@@ -239,8 +227,7 @@ pub(crate) fn check_recording(dir: &Path) -> Result<Manifest, Failure> {
 
 fn manifest(dir: &Path) -> Result<Manifest, Failure> {
     let path = dir.join("manifest.json");
-    let text =
-        infrastructure::fs::read_text_bounded(&path, 1 << 20).map_err(|e| invalid(dir, e))?;
+    let text = wiring::files::read_text(&path, 1 << 20).map_err(|e| invalid(dir, e))?;
     let manifest: Manifest =
         serde_json::from_str(&text).map_err(|e| invalid(dir, format!("manifest.json: {e}")))?;
     if manifest.format_version == 0 {
@@ -282,14 +269,12 @@ fn check_files(dir: &Path) -> Result<(), Failure> {
             let file = file.map_err(|e| invalid(dir, e))?.path();
             // Bounded, and refused unless a regular file: a FIFO or a
             // device in a recording never hangs the check.
-            let text = infrastructure::fs::read_text_bounded(&file, 256 << 20)
-                .map_err(|e| invalid(dir, e))?;
-            FixtureFile::parse(&text, &file).map_err(|e| invalid(dir, e))?;
+            let text = wiring::files::read_text(&file, 256 << 20).map_err(|e| invalid(dir, e))?;
+            wiring::files::check_fixture(&text, &file).map_err(|e| invalid(dir, e))?;
         }
     }
     let path = dir.join("causal.jsonl");
-    let text =
-        infrastructure::fs::read_text_bounded(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
+    let text = wiring::files::read_text(&path, 256 << 20).map_err(|e| invalid(dir, e))?;
     let mut events = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let event: CausalEvent = serde_json::from_str(line)
@@ -309,49 +294,17 @@ fn workflow_file(dir: &Path, manifest: &Manifest) -> PathBuf {
     }
 }
 
-/// A clock whose readings are logical (a millisecond per reading from the
-/// recording's start) and whose waits are real, so a timeout still waits.
-struct PinnedClock(FixedClock);
-
-impl Clock for PinnedClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
 /// One replay of the recording: the events of its run and child runs.
 async fn replay(
     dir: &Path,
     manifest: &Manifest,
     workflow: Arc<domain::WorkflowDef>,
 ) -> Result<Vec<RuntimeEvent>, Failure> {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryRunStore::default());
-    let clock: Arc<dyn Clock> = Arc::new(PinnedClock(FixedClock::starting_at(
-        Timestamp::from_millis(manifest.seeds.clock_start_ms),
-    )));
-    let ids: Arc<dyn IdGen> = Arc::new(SeededIds::new(id_seed(&manifest.seeds.id_seed)));
-    let keys = KeyNames::default();
-    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let builder = Runtime::builder(Arc::clone(&store), clock.clone(), ids.clone())
-        .commands(embed::commands(&project, &keys))
-        .workspace(project);
-    // Every agent is the recording's: the runtime's own tool loop and
-    // tools are never used.
-    let runtime = embed::replaying(builder, dir, &keys, clock, ids).build();
-    let outcome = runtime
-        .run(RunRequest {
-            workflow,
-            input: manifest.input.clone(),
-            source: None,
-            started_by: None,
-        })
+    let seed = id_seed(&manifest.seeds.id_seed);
+    let (store, run_id) = wiring::replay_recording(dir, manifest, seed, workflow)
         .await
         .map_err(|e| Failure::Replay(anyhow!("the replay cannot run: {e}")))?;
-    run_events(&store, outcome.run_id).await
+    run_events(&store, run_id).await
 }
 
 /// The events of run `run` and of its child runs, each run's in order.
@@ -435,7 +388,7 @@ pub(crate) fn against_recording(
         let mut files: Vec<PathBuf> = files.flatten().map(|f| f.path()).collect();
         files.sort();
         for file in files {
-            let calls = FixtureFile::load(&file).map_err(|e| invalid(dir, e))?.calls;
+            let calls = wiring::files::fixture_calls(&file).map_err(|e| invalid(dir, e))?;
             let recorded = calls.len();
             let node = file
                 .file_stem()

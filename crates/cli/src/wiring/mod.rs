@@ -2,9 +2,12 @@
 //! `awr_cli` library, the one place that names concrete types. The
 //! terminal commands and `awr serve` get every adapter from here.
 
+pub mod files;
+mod replay;
 mod run;
 mod secrets;
 
+pub use self::replay::replay_recording;
 pub use self::run::{RunWiring, deliver, request, source_of, wire, wired_for};
 pub use self::secrets::{Secrets, log_writer, redact_printed};
 
