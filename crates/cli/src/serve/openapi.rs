@@ -47,7 +47,7 @@ use refusals::Internal;
             `control`, `start`), and each route names the one it needs.",
     ),
     paths(
-        super::healthz,
+        super::router::healthz,
         super::runs::start,
         super::runs::list,
         super::runs::show,
@@ -210,7 +210,8 @@ mod tests {
 
     use super::document;
     use crate::serve::access::{Access, parse_tokens};
-    use crate::serve::{App, Config, api_routes, public_routes, router};
+    use crate::serve::router::{api_routes, public_routes};
+    use crate::serve::{App, Config, router};
 
     fn committed() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../schema/openapi.json")
