@@ -398,7 +398,7 @@ mod tests {
                 retry_after: Some(Duration::from_secs(2))
             }
         );
-        assert_eq!(e.error_type(), "rate_limit");
+        assert_eq!(e.kind(), domain::ErrorKind::RateLimit);
         let e = status_error(StatusCode::INTERNAL_SERVER_ERROR, "", None);
         assert!(e.is_transient());
         assert_eq!(e.to_string(), "API error (HTTP 500): Internal Server Error");

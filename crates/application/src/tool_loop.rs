@@ -455,7 +455,7 @@ fn give_up(provider: &str, error: &ChatError, attempts: u32) -> QueryError {
         other => other.to_string(),
     };
     QueryError::Agent {
-        error_type: error.error_type().to_owned(),
+        error_type: error.kind(),
         message,
         details: None,
     }

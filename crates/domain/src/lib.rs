@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod causal;
 pub mod command;
 pub mod condition;
+pub mod error_kind;
 pub mod event;
 pub mod ids;
 mod json_out;
@@ -28,6 +29,7 @@ pub mod workflow;
 
 pub use caller::Caller;
 pub use command::RuntimeCommand;
+pub use error_kind::ErrorKind;
 pub use event::{EventKind, RuntimeEvent};
 pub use ids::{IdError, NodeId, NodeRunId, Offset, RunId, SessionId};
 pub use snapshot::{EdgeStatus, JsonText, NodeStatus, RunSnapshot, RunStatus, Stopping};

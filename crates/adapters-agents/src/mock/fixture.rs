@@ -185,7 +185,7 @@ impl FixtureCall {
         let o = &self.output;
         out.push(match &o.error {
             Some(e) => Err(QueryError::Agent {
-                error_type: e.error_type.clone(),
+                error_type: e.error_type.clone().into(),
                 message: e.message.clone(),
                 details: None,
             }),
@@ -256,7 +256,7 @@ fn known_event(kind: &str, event: &Value) -> Option<AgentMessage> {
             error: text("error"),
         },
         "agent:error" => AgentMessage::Error {
-            error_type: text("errorType")?,
+            error_type: text("errorType")?.into(),
             message: text("message").unwrap_or_default(),
             details: event.get("details").cloned(),
         },

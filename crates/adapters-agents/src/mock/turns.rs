@@ -21,6 +21,7 @@ use application::ports::{
 use application::tool_loop::ToolLoop;
 use application::tools::ToolRouter;
 use async_trait::async_trait;
+use domain::ErrorKind;
 use domain::event::Usage;
 use domain::recording::{Mismatch, MismatchKind};
 use domain::workflow::ToolGrant;
@@ -98,10 +99,10 @@ pub(super) async fn replay(
     // stand-in the loop reports for it.
     Ok(Box::pin(stream.map(move |item| match (item, &failure) {
         (Err(QueryError::Agent { error_type, .. }), Some(recorded))
-            if error_type != "fixture_error" =>
+            if error_type != ErrorKind::Fixture =>
         {
             Err(QueryError::Agent {
-                error_type: recorded.error_type.clone(),
+                error_type: recorded.error_type.clone().into(),
                 message: recorded.message.clone(),
                 details: None,
             })

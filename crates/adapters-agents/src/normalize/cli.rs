@@ -207,7 +207,7 @@ pub fn conclude(
                 format!("stderr: {stderr}")
             };
             vec![Err(QueryError::Agent {
-                error_type: DURING_EXECUTION.to_owned(),
+                error_type: DURING_EXECUTION.into(),
                 message: format!(
                     "{cli} {} without {missing}; {stderr_note}",
                     describe_exit(exit_code)

@@ -28,7 +28,7 @@ pub fn status_error_type(status: u64) -> Option<&'static str> {
 /// The error that ends an invocation, keeping the line that said so.
 pub fn fatal(error_type: &str, message: String, line: &Value) -> QueryError {
     QueryError::Agent {
-        error_type: error_type.to_owned(),
+        error_type: error_type.into(),
         message,
         details: Some(line.clone()),
     }
@@ -45,7 +45,7 @@ pub fn session_missing(
 ) -> Option<QueryError> {
     let said = stderr_tail.lines().find(|l| l.contains(marker))?.trim();
     Some(QueryError::Agent {
-        error_type: SESSION_NOT_FOUND.to_owned(),
+        error_type: SESSION_NOT_FOUND.into(),
         message: format!("{cli} has no session to resume: {said}"),
         details: Some(json!({ "exit_code": exit_code, "stderr_tail": stderr_tail })),
     })
@@ -54,7 +54,7 @@ pub fn session_missing(
 /// An error the agent reported and went on from, keeping its line.
 pub fn reported(error_type: &str, message: String, line: &Value) -> AgentMessage {
     AgentMessage::Error {
-        error_type: error_type.to_owned(),
+        error_type: error_type.into(),
         message,
         details: Some(line.clone()),
     }

@@ -1,6 +1,7 @@
 //! Framing, repairing and parsing a CLI agent's raw stdout, incrementally.
 
 use application::ports::QueryError;
+use domain::ErrorKind;
 use serde_json::{Value, json};
 
 use super::{
@@ -84,7 +85,7 @@ impl<D: Decoder> StreamDecoder<D> {
             // than end as if the line had not been there.
             Err(err) if err.to_string().starts_with("recursion limit exceeded") => {
                 out.push(Err(QueryError::Agent {
-                    error_type: "unreadable_output".to_owned(),
+                    error_type: ErrorKind::UnreadableOutput,
                     message: format!(
                         "a line of the agent's output nests arrays and objects deeper than awr reads (128 levels): {err}"
                     ),

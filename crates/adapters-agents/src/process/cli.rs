@@ -169,7 +169,7 @@ impl<P: CliProgram> QueryFn for CliAgent<P> {
         for id in [&request.resume, &request.session_id].into_iter().flatten() {
             if !safe_on_command_line(id.as_str()) {
                 return Err(QueryError::Agent {
-                    error_type: "invalid_session".to_owned(),
+                    error_type: "invalid_session".into(),
                     message: format!(
                         "session id {:?} is not one {} can be given on its command line (letters, digits, `-_.:`, not leading `-`, at most 256)",
                         id.as_str().chars().take(80).collect::<String>(),

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use domain::ErrorKind;
 use domain::event::Usage;
 use domain::workflow::AgentDef;
 use futures::stream::BoxStream;
@@ -220,14 +221,14 @@ impl ChatError {
         }
     }
 
-    /// The `errorType` recorded in `agent:error`.
-    pub fn error_type(&self) -> &'static str {
+    /// What kind of error it is, as `agent:error` records it.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ChatError::RateLimited { .. } => "rate_limit",
-            ChatError::Network(_) => "network_error",
-            ChatError::Api { .. } => "api_error",
-            ChatError::Config(_) => "config_error",
-            ChatError::Replay(_) | ChatError::Mismatch(_) => "fixture_error",
+            ChatError::RateLimited { .. } => ErrorKind::RateLimit,
+            ChatError::Network(_) => ErrorKind::Network,
+            ChatError::Api { .. } => ErrorKind::Api,
+            ChatError::Config(_) => ErrorKind::Config,
+            ChatError::Replay(_) | ChatError::Mismatch(_) => ErrorKind::Fixture,
         }
     }
 }

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use domain::event::{ModelUsage, Usage};
 use domain::workflow::AgentDef;
-use domain::{NodeId, NodeRunId, RunId, SessionId};
+use domain::{ErrorKind, NodeId, NodeRunId, RunId, SessionId};
 use futures::stream::BoxStream;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -192,8 +192,8 @@ pub enum AgentMessage {
     },
     /// A non-fatal error the provider reported.
     Error {
-        /// Stable error type (`rate_limit`, `error_max_turns`, ...).
-        error_type: String,
+        /// What kind of error (written as `rate_limit`, `error_max_turns`, ...).
+        error_type: ErrorKind,
         /// Human-readable message.
         message: String,
         /// Raw provider data.
@@ -222,11 +222,11 @@ pub enum AgentMessage {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum QueryError {
-    /// The agent reported an error; `error_type` is stable (`rate_limit`, ...).
+    /// The agent reported an error of a kind (written `rate_limit`, ...).
     #[error("{error_type}: {message}")]
     Agent {
-        /// Stable error type.
-        error_type: String,
+        /// What kind of error.
+        error_type: ErrorKind,
         /// Human-readable message.
         message: String,
         /// Raw provider data.
@@ -246,12 +246,13 @@ pub enum QueryError {
 }
 
 impl QueryError {
-    /// The `errorType` recorded in `agent:error`.
-    pub fn error_type(&self) -> &str {
+    /// What kind of error it is: whether it may pass, whether a session
+    /// is gone, whether a recording refused.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            QueryError::Agent { error_type, .. } => error_type,
-            QueryError::Config(_) => "config_error",
-            QueryError::Fixture(_) | QueryError::Replay(_) => "fixture_error",
+            QueryError::Agent { error_type, .. } => error_type.clone(),
+            QueryError::Config(_) => ErrorKind::Config,
+            QueryError::Fixture(_) | QueryError::Replay(_) => ErrorKind::Fixture,
         }
     }
 }

@@ -4,7 +4,7 @@
 use domain::event::{Extra, Prompt};
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
-use domain::{EventKind, SessionId, Timestamp};
+use domain::{ErrorKind, EventKind, SessionId, Timestamp};
 use std::mem::take;
 use std::time::Duration;
 
@@ -16,10 +16,6 @@ use super::control;
 use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::transcript::render_prompt;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
-
-/// The error type of a provider asked to continue a session it has no
-/// record of (see `adapters-agents`' stable error types).
-const SESSION_NOT_FOUND: &str = "session_not_found";
 
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
@@ -75,7 +71,7 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
         // A session its CLI never saved (stopped right after it began)
         // cannot be continued: the node run starts afresh, as a node run
         // with no session does on resume.
-        let unsaved = continued && error.error_type() == SESSION_NOT_FOUND;
+        let unsaved = continued && error.kind() == ErrorKind::SessionNotFound;
         if !owed.0.is_empty() {
             // A new attempt starts afresh: it delivers them with the prompt.
             let (inbox, notes) = owed;
@@ -366,7 +362,7 @@ async fn invoke(
                 message,
                 details,
             } => EventKind::AgentError {
-                error_type,
+                error_type: error_type.to_string(),
                 message,
                 details,
             },
@@ -583,7 +579,7 @@ async fn failed<T>(task: &NodeTask, error: QueryError) -> Result<T, QueryError> 
         other => (other.to_string(), None),
     };
     task.send(EventKind::AgentError {
-        error_type: error.error_type().to_owned(),
+        error_type: error.kind().to_string(),
         message,
         details,
     })

@@ -192,10 +192,7 @@ pub(crate) fn retry_after(
     error: &QueryError,
     http: bool,
 ) -> Option<std::time::Duration> {
-    let transient = matches!(
-        error.error_type(),
-        "rate_limit" | "network_error" | "overloaded_error" | "server_error"
-    );
+    let transient = error.kind().is_transient();
     (transient && !http && attempt < retry.max_attempts).then(|| retry.wait_before(attempt + 1))
 }
 

@@ -23,7 +23,7 @@ use application::recording::report::Kind;
 pub use application::recording::report::{Report, first_divergence};
 use domain::causal::{CausalEvent, order};
 use domain::recording::{FORMAT_VERSION, Manifest, Mismatch};
-use domain::{EventKind, RunId, RuntimeEvent};
+use domain::{ErrorKind, EventKind, RunId, RuntimeEvent};
 use serde_json::{Value, json};
 
 use crate::wiring::load_workflow;
@@ -346,7 +346,7 @@ pub(crate) fn against_recording(
                 error_type,
                 message,
                 details,
-            } if error_type == "fixture_error" => {
+            } if ErrorKind::parse(error_type) == ErrorKind::Fixture => {
                 // The mock's refusal, field by field; a node file it could
                 // not read is only a sentence.
                 let refused = details

@@ -112,7 +112,7 @@ pub(crate) fn assert_recorded<D: Decoder + Default>(cli: &str) {
                 _ => None,
             });
             let (kind, message) = first.unwrap_or_else(|| panic!("{at}: no error reported"));
-            assert_eq!(kind, error_type, "{at}");
+            assert_eq!(kind.as_str(), error_type, "{at}");
             assert!(message.contains(part.as_str()), "{at}: {message}");
         }
         if let Some(error_type) = &expected.error {
