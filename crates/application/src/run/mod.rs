@@ -585,6 +585,8 @@ impl Executor {
 #[cfg(test)]
 mod cadence_tests;
 #[cfg(test)]
+mod decide_tests;
+#[cfg(test)]
 mod edge_tests;
 #[cfg(test)]
 mod fork_tests;
