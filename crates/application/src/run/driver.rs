@@ -29,10 +29,11 @@ mod tail;
 
 use self::endpoints::Endpoints;
 
-use super::control::{self, Cancel, Exceeded};
+use super::control::{self, Cancel};
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorded, Recorder};
+use super::step::stop::Stop;
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
@@ -40,18 +41,6 @@ use crate::ports::{Listener, RunLock};
 /// that streams faster than the disk takes waits for the writer instead of
 /// filling memory; 256 keeps a burst of deltas from stalling the agent.
 const CHANNEL: usize = 256;
-
-/// Why a run stops before it completes.
-enum Stop {
-    /// A node failed (its policy stops the run) or routing failed.
-    Failed { node: Option<NodeId>, error: String },
-    /// A budget ran out.
-    Budget(Exceeded),
-    /// The run was cancelled.
-    Cancelled(String),
-    /// The run was paused (a `pause` command): it stops where it is.
-    Paused(String),
-}
 
 pub(crate) struct Driver {
     ports: Arc<Ports>,

@@ -31,6 +31,7 @@ mod driver;
 mod node_run;
 mod recorder;
 mod routing;
+mod step;
 mod subflow;
 mod transcript;
 

@@ -4,12 +4,13 @@
 //! still open ends with `node:failed`; then the terminal event.
 
 use domain::workflow::NodeKind;
-use domain::{EventKind, NodeId, NodeRunId, RunStatus, Stopping};
+use domain::{EventKind, RunStatus};
 use serde_json::Value;
 
-use super::{Driver, Stop};
+use super::Driver;
 use crate::run::node_run::Msg;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
+use crate::run::step::stop::{self, Stop};
 use crate::run::{ExecutorError, RunOutcome};
 
 impl Driver {
@@ -22,74 +23,18 @@ impl Driver {
         if let Stop::Paused(reason) = stop {
             return self.pause(reason).await;
         }
-        // A budget stop a dead writer began is on record already.
-        let begun = matches!(self.state().stopping, Some(Stopping::Budget { .. }));
-        if let Stop::Budget(exceeded) = &stop
-            && !begun
-        {
-            let ctx: Ctx = (exceeded.node.clone(), None);
-            let kind = EventKind::BudgetExceeded {
-                budget: exceeded.budget.clone(),
-                limit: exceeded.limit,
-                used: exceeded.used,
-            };
+        if let Some((ctx, kind)) = stop::announce(self.state(), &stop) {
             self.rec.emit(ctx, kind).await?;
             // Decided before it takes effect: a writer killed while winding
             // down leaves the stop for the next one to finish.
             self.rec.checkpoint().await?;
         }
-        let why = match &stop {
-            Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
-            Stop::Budget(e) => format!("cancelled: the {} budget ran out", e.budget),
-            Stop::Cancelled(reason) => format!("cancelled: {reason}"),
-            Stop::Paused(_) => String::new(),
-        };
         self.wind_down(false).await?;
-        let in_flight: Vec<(NodeRunId, NodeId)> = self
-            .state()
-            .node_runs
-            .iter()
-            .map(|(id, r)| (*id, r.node_id.clone()))
-            .collect();
-        for (run, node) in in_flight {
-            let failed = EventKind::NodeFailed {
-                error: why.clone(),
-                continued: false,
-            };
-            self.rec.emit((Some(node), Some(run)), failed).await?;
+        for (ctx, failed) in stop::closing(self.state(), &stop) {
+            self.rec.emit(ctx, failed).await?;
         }
-        let duration_ms = self.duration_ms();
-        let (status, error, terminal) = match stop {
-            Stop::Failed { node, error } => (
-                RunStatus::Failed,
-                error.clone(),
-                EventKind::FlowFailed {
-                    error,
-                    failed_node: node,
-                    duration_ms,
-                },
-            ),
-            Stop::Budget(e) => {
-                let error = format!(
-                    "the {} budget ran out: {} used, limit {}",
-                    e.budget, e.used, e.limit
-                );
-                let terminal = EventKind::FlowFailed {
-                    error: error.clone(),
-                    failed_node: e.node,
-                    duration_ms,
-                };
-                (RunStatus::Failed, error, terminal)
-            }
-            Stop::Cancelled(reason) | Stop::Paused(reason) => (
-                RunStatus::Cancelled,
-                reason.clone(),
-                EventKind::FlowCancelled {
-                    reason: Some(reason),
-                },
-            ),
-        };
-        self.rec.emit(RUN_LEVEL, terminal).await?;
+        let (ctx, terminal, status, error) = stop::terminal(stop, self.duration_ms());
+        self.rec.emit(ctx, terminal).await?;
         self.rec.finish().await?;
         Ok(self.outcome(status, Value::Null, Some(error)))
     }

@@ -1,0 +1,12 @@
+//! The executor's transitions as pure functions of the folded state: no
+//! IO, no clock, no tokio. Each returns what to record (and what the
+//! driver must do next); the driver records it and carries it out. One
+//! file per transition, each with table tests of its own.
+//!
+//! - [`stop`]: how a run that stops before it completes records its stop
+//!   (a node failure, a budget, a cancellation).
+//!
+//! The scheduler, `run::decide`, is the first of them; the others still
+//! decide inside the driver (`run/driver/`) and move here one by one.
+
+pub(crate) mod stop;
