@@ -1,15 +1,13 @@
 //! Commands that reach the live writer of a run (design §7): each is
-//! judged by [`crate::run::commands::judge`], recorded, made durable and
-//! answered before it takes effect.
-
-use domain::{EventKind, RuntimeCommand};
+//! decided by `step::command` (judged, what is recorded, the stop it asks
+//! for), recorded here, made durable and answered before it takes effect.
 
 use super::{Driver, Stop};
 use crate::ports::{CommandReply, Delivery, Listener};
 use crate::run::ExecutorError;
-use crate::run::commands;
 use crate::run::control::Cancel;
 use crate::run::recorder::RUN_LEVEL;
+use crate::run::step::command;
 
 impl Driver {
     /// A command from outside: judged, recorded (accepted or not) and
@@ -18,78 +16,45 @@ impl Driver {
         &mut self,
         delivery: Delivery,
     ) -> Result<Option<Stop>, ExecutorError> {
-        // A child run pauses with its parent, never alone: its parent,
-        // waiting on it, would take the pause for the child's failure.
-        let verdict = commands::judge(self.state(), &self.workflow, &delivery.raw, true)
-            .and_then(|command| match command {
-                RuntimeCommand::Pause if self.parent_pausing.is_some() => Err(
-                    "this run is a child run (`call_workflow`): pause its parent run, which pauses it too"
-                        .to_owned(),
-                ),
-                other => Ok(other),
-            });
-        let error = verdict.as_ref().err().cloned();
-        let received = EventKind::CommandReceived {
-            command: delivery.raw,
-            accepted: error.is_none(),
-            error: error.clone(),
-            by: delivery.by,
-        };
-        let event = self.rec.emit(RUN_LEVEL, received).await?;
+        let child = self.parent_pausing.is_some();
+        let received = command::received(
+            self.state(),
+            &self.workflow,
+            delivery.raw,
+            delivery.by,
+            child,
+        );
+        let event = self.rec.emit(RUN_LEVEL, received.event).await?;
         self.rec.checkpoint().await?;
         let reply = CommandReply {
-            accepted: error.is_none(),
+            accepted: received.error.is_none(),
             offset: event.offset.get(),
-            error,
+            error: received.error,
         };
         // A sender that stopped waiting learns the outcome from the log.
         delivery.reply.send(reply, self.ports.clock.as_ref()).await;
-        Ok(match verdict {
-            Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
-            Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
-                reason.unwrap_or_else(|| "cancelled by a command".to_owned()),
-            )),
-            _ => None,
-        })
+        Ok(received.stop)
     }
-}
 
-impl Driver {
     /// A cancellation from this process (a signal, the library's
     /// [`crate::run::control::Cancel`]): recorded as the `cancel` command
     /// it is, and made durable, before the run winds down.
     pub(super) async fn cancelled(&mut self, reason: String) -> Result<Stop, ExecutorError> {
-        let command = RuntimeCommand::Cancel {
-            reason: Some(reason.clone()),
-        };
-        let received = EventKind::CommandReceived {
-            command: serde_json::to_value(&command).unwrap_or_default(),
-            accepted: true,
-            error: None,
-            by: None,
-        };
+        let (received, stop) = command::cancelled_here(reason);
         self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;
-        Ok(Stop::Cancelled(reason))
+        Ok(stop)
     }
-}
 
-impl Driver {
     /// The parent of this child run paused: the child pauses too, recorded
-    /// as the `pause` command it is, and made durable, before it winds
-    /// down. A resume of the parent continues it.
+    /// and made durable before it winds down.
     pub(super) async fn paused_with_parent(&mut self) -> Result<Stop, ExecutorError> {
-        let received = EventKind::CommandReceived {
-            command: serde_json::to_value(RuntimeCommand::Pause).unwrap_or_default(),
-            accepted: true,
-            error: None,
-            by: None,
-        };
+        let (received, stop) = command::paused_with_parent();
         self.rec.emit(RUN_LEVEL, received).await?;
         self.rec.checkpoint().await?;
         // Fired once: the pause below does not come back to the loop.
         self.parent_pausing = None;
-        Ok(Stop::Paused("its parent run paused".to_owned()))
+        Ok(stop)
     }
 }
 

@@ -3,10 +3,13 @@
 //! driver must do next); the driver records it and carries it out. One
 //! file per transition, each with table tests of its own.
 //!
+//! - [`command`]: what a command received records, and the stop it asks
+//!   for;
 //! - [`stop`]: how a run that stops before it completes records its stop
 //!   (a node failure, a budget, a cancellation).
 //!
 //! The scheduler, `run::decide`, is the first of them; the others still
 //! decide inside the driver (`run/driver/`) and move here one by one.
 
+pub(crate) mod command;
 pub(crate) mod stop;
