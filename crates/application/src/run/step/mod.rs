@@ -5,6 +5,7 @@
 //!
 //! - [`command`]: what a command received records, and the stop it asks
 //!   for;
+//! - [`ended`]: what a node run's end records, and its node's edges;
 //! - [`stop`]: how a run that stops before it completes records its stop
 //!   (a node failure, a budget, a cancellation).
 //!
@@ -12,4 +13,5 @@
 //! decide inside the driver (`run/driver/`) and move here one by one.
 
 pub(crate) mod command;
+pub(crate) mod ended;
 pub(crate) mod stop;
