@@ -316,7 +316,14 @@ mod tests {
         let gate = dir.path().join("gate");
         let run: RunId = "00000000-0000-4000-8000-000000000002".parse().unwrap();
         std::fs::write(&path, "").unwrap();
-        let wait_for_gate = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+        let started = dir.path().join("started");
+        // The child says it runs before it waits: `flock` locks, then
+        // forks it, and a writer killed before that fork leaves no holder.
+        let wait_for_gate = format!(
+            ": > '{}'; while [ ! -e '{}' ]; do sleep 0.01; done",
+            started.display(),
+            gate.display()
+        );
         let mut writer = std::process::Command::new("flock")
             .args(["--exclusive", "--nonblock"])
             .arg(&path)
@@ -325,6 +332,7 @@ mod tests {
             .unwrap();
         // No record yet (an older awr writes none): the lock is the evidence.
         wait_until("the writer's lock", || probe_file(&path, run).unwrap());
+        wait_until("the writer's child", || started.exists());
         let pid = writer.id();
         let (_, ticks) = holder::state_and_start(pid).unwrap();
         let namespace = holder::pid_namespace().unwrap();
