@@ -62,12 +62,13 @@ pub async fn transcript(
         store: std::sync::Arc::clone(app.store()),
         clock: std::sync::Arc::clone(app.clock()),
     });
+    // The slot first: a client at its cap makes the server read nothing.
+    let slot = app.streams().take(&caller.name)?;
     let reader = crate::wiring::transcript_reader(app.storage());
     let transcript = transcript_lines(reader, run_id, follow)
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .ok_or_else(|| ApiError::not_found(format!("run {run_id} has no transcript")))?;
-    let slot = app.streams().take(&caller.name)?;
     let mut stopping = app.stopping();
     let transcript = transcript
         .filter_map(move |line| async move {
