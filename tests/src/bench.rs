@@ -190,7 +190,7 @@ impl<S: RunStore> RunStore for Counting<S> {
         self.snapshots.fetch_add(bytes, Ordering::Relaxed);
         self.saves.fetch_add(1, Ordering::Relaxed);
         (self.snapshot_offsets.lock())
-            .map_err(|e| StoreError::Io(e.to_string()))?
+            .map_err(|e| StoreError::io_msg(e.to_string()))?
             .push(snapshot.last_offset);
         Ok(bytes)
     }

@@ -160,7 +160,7 @@ impl RunStore for RedactingStore {
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let mut redacted: Option<Vec<RuntimeEvent>> = None;
         for (i, event) in events.iter().enumerate() {
-            if let Cow::Owned(new) = self.redactor.record(event).map_err(StoreError::Io)? {
+            if let Cow::Owned(new) = self.redactor.record(event).map_err(StoreError::io_msg)? {
                 redacted.get_or_insert_with(|| events.to_vec())[i] = new;
             }
         }
@@ -191,12 +191,12 @@ impl RunStore for RedactingStore {
     }
 
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
-        let snapshot = self.redactor.record(snapshot).map_err(StoreError::Io)?;
+        let snapshot = self.redactor.record(snapshot).map_err(StoreError::io_msg)?;
         self.inner.save_snapshot(&snapshot).await
     }
 
     async fn save_snapshot_delta(&self, delta: &SnapshotDelta) -> Result<Option<u64>, StoreError> {
-        let delta = self.redactor.record(delta).map_err(StoreError::Io)?;
+        let delta = self.redactor.record(delta).map_err(StoreError::io_msg)?;
         self.inner.save_snapshot_delta(&delta).await
     }
 

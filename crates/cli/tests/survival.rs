@@ -209,7 +209,11 @@ impl RunStore for FailingStore {
     }
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         if self.appends.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_from {
-            return Err(StoreError::Io("no space left on device".into()));
+            // ENOSPC, as a full disk reports it.
+            return Err(StoreError::io(
+                "cannot append",
+                std::io::Error::from_raw_os_error(28),
+            ));
         }
         self.inner.append(run_id, events).await
     }
@@ -276,8 +280,9 @@ async fn a_store_that_fails_an_append_stops_its_run_with_a_typed_error_and_no_ha
         "the other run goes on"
     );
     match failed {
-        Err(ExecutorError::Store(StoreError::Io(message))) => {
-            assert!(message.contains("no space left"), "{message}");
+        Err(ExecutorError::Store(e @ StoreError::Io { .. })) => {
+            assert_eq!(e.io_kind(), Some(std::io::ErrorKind::StorageFull), "{e}");
+            assert!(e.to_string().contains("No space left"), "{e}");
         }
         other => panic!("a typed store error, not {other:?}"),
     }

@@ -18,7 +18,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use application::ports::{SourceError, WorkflowSource};
+use application::ports::{SourceError, StoreError, WorkflowSource};
 
 /// Largest workflow file (YAML or JSON) awr reads: 4 MiB, a thousand times a
 /// large hand-written workflow.
@@ -74,6 +74,17 @@ pub enum FileReadError {
 }
 
 impl FileReadError {
+    /// The [`io::ErrorKind`] a caller branches on: the medium's own for
+    /// [`FileReadError::Io`], the nearest one otherwise.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            Self::NotFound { .. } => io::ErrorKind::NotFound,
+            Self::NotRegular { .. } => io::ErrorKind::InvalidInput,
+            Self::TooBig { .. } => io::ErrorKind::FileTooLarge,
+            Self::Io { source, .. } => source.kind(),
+        }
+    }
+
     fn io(path: &Path, source: io::Error) -> Self {
         if source.kind() == io::ErrorKind::NotFound {
             Self::NotFound {
@@ -84,6 +95,27 @@ impl FileReadError {
                 path: path.to_path_buf(),
                 source,
             }
+        }
+    }
+}
+
+/// Of [`FileReadError::kind`], with the whole message: for an error about
+/// something more than the read (`cannot lock run …`).
+impl From<FileReadError> for io::Error {
+    fn from(e: FileReadError) -> Self {
+        io::Error::new(e.kind(), e)
+    }
+}
+
+/// A [`StoreError::Io`] that keeps the medium's error, so
+/// [`StoreError::io_kind`] tells what failed.
+impl From<FileReadError> for StoreError {
+    fn from(e: FileReadError) -> Self {
+        match e {
+            FileReadError::Io { path, source } => {
+                StoreError::io(format!("cannot read {}", path.display()), source)
+            }
+            other => StoreError::io_msg(other.to_string()),
         }
     }
 }

@@ -37,26 +37,26 @@ impl RunFilesDir {
     }
 }
 
-fn io_err(what: &str, path: &Path, e: &io::Error) -> StoreError {
-    StoreError::Io(format!("cannot {what} {}: {e}", path.display()))
+fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
+    StoreError::io(format!("cannot {what} {}", path.display()), e)
 }
 
 fn read(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, StoreError> {
     match crate::fs::read_bounded(path, limit) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(crate::fs::FileReadError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(StoreError::Io(e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Writes `bytes` to `path` whole: a synced temporary file renamed into place.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    crate::fs::write_whole(path, bytes).map_err(|e| io_err("write", path, &e))
+    crate::fs::write_whole(path, bytes).map_err(|e| io_err("write", path, e))
 }
 
 fn remove(path: &Path) -> Result<(), StoreError> {
     match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("remove", path, &e)),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("remove", path, e)),
         _ => Ok(()),
     }
 }
@@ -110,7 +110,7 @@ impl RunFiles for RunFilesDir {
         let blobs = self.blobs(run_id);
         match fs::remove_dir_all(blobs.dir()) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(io_err("remove", blobs.dir(), &e));
+                return Err(io_err("remove", blobs.dir(), e));
             }
             _ => {}
         }
@@ -156,11 +156,11 @@ fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     let list = match fs::read_dir(dir) {
         Ok(list) => list,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("list", dir, &e)),
+        Err(e) => return Err(io_err("list", dir, e)),
     };
     let mut out = Vec::new();
     for entry in list {
-        let entry = entry.map_err(|e| io_err("list", dir, &e))?;
+        let entry = entry.map_err(|e| io_err("list", dir, e))?;
         if let Ok(name) = entry.file_name().into_string() {
             out.push((name, entry.path()));
         }
@@ -172,7 +172,7 @@ fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
 fn modified(path: &Path) -> Result<Timestamp, StoreError> {
     let time = fs::metadata(path)
         .and_then(|m| m.modified())
-        .map_err(|e| io_err("read the time of", path, &e))?;
+        .map_err(|e| io_err("read the time of", path, e))?;
     let millis = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));

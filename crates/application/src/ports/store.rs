@@ -63,9 +63,56 @@ pub enum StoreError {
     /// it; the message names the run and says which.
     #[error("{0}")]
     Locked(String),
-    /// The medium failed.
-    #[error("storage I/O error: {0}")]
-    Io(String),
+    /// The medium failed. `cause` is the underlying error when there is
+    /// one, so a caller can branch on its kind ([`StoreError::io_kind`]).
+    /// Its text is in the message, since many print only the message; so it
+    /// is not also the error's `source()`, or a report of the cause chain
+    /// (`awr`'s own) would say it twice.
+    #[error("storage I/O error: {context}{}", suffix(.cause))]
+    Io {
+        /// What was being done, naming the file or run.
+        context: String,
+        /// The failure of the medium, if one caused this.
+        cause: Option<std::io::Error>,
+    },
+}
+
+/// `: <cause>` when there is one, for the message of [`StoreError::Io`].
+fn suffix(cause: &Option<std::io::Error>) -> String {
+    cause.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+}
+
+impl StoreError {
+    /// The medium failed doing `context` (e.g. `cannot write <path>`) with
+    /// `cause`.
+    pub fn io(context: impl Into<String>, cause: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            cause: Some(cause),
+        }
+    }
+
+    /// The medium is unusable with no underlying error at hand (a poisoned
+    /// lock, an earlier failure that stays): `context` says why.
+    pub fn io_msg(context: impl Into<String>) -> Self {
+        Self::Io {
+            context: context.into(),
+            cause: None,
+        }
+    }
+
+    /// The kind of the underlying I/O failure, if this is an
+    /// [`StoreError::Io`] with a cause: the way a caller tells a full disk
+    /// ([`std::io::ErrorKind::StorageFull`]) from a refused permission and
+    /// the like, rather than parsing the message.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            Self::Io {
+                cause: Some(cause), ..
+            } => Some(cause.kind()),
+            _ => None,
+        }
+    }
 }
 
 /// The exclusive right to write one run, from [`RunStore::create_run`] or
@@ -264,4 +311,29 @@ pub trait RunStore: Send + Sync + 'static {
         events: EventBatches,
         snapshot: Option<RunSnapshot>,
     ) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+
+    use super::StoreError;
+
+    /// The cause is in the message once: not also the `source()`, which a
+    /// report of the chain would print again.
+    #[test]
+    fn an_io_error_keeps_its_cause_and_says_it_once() {
+        let e = StoreError::io("cannot write x", io::Error::from_raw_os_error(28));
+        assert_eq!(e.io_kind(), Some(io::ErrorKind::StorageFull));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("storage I/O error: cannot write x: "),
+            "{text}"
+        );
+        assert!(e.source().is_none());
+        let bare = StoreError::io_msg("x");
+        assert_eq!(bare.to_string(), "storage I/O error: x");
+        assert_eq!(bare.io_kind(), None);
+    }
 }

@@ -98,7 +98,7 @@ impl RunStore for Runs {
     ) -> Result<(), StoreError> {
         use futures::StreamExt;
         if self.1.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(StoreError::Io("the disk is full".into()));
+            return Err(StoreError::io_msg("the disk is full"));
         }
         let log = Arc::new(MemoryLog::default());
         let lock = log.lock(run_id).await?;

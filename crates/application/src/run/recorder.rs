@@ -153,7 +153,7 @@ impl Recorder {
         kind: EventKind,
     ) -> Result<Recorded, ExecutorError> {
         if let Some(why) = &self.broken {
-            return Err(StoreError::Io(why.clone()).into());
+            return Err(StoreError::io_msg(why.clone()).into());
         }
         let offset = Offset::new(self.state.last_offset + 1)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -279,7 +279,7 @@ impl Recorder {
     /// is recorded.
     async fn write_pending(&mut self) -> Result<(), ExecutorError> {
         if let Some(why) = &self.broken {
-            return Err(StoreError::Io(why.clone()).into());
+            return Err(StoreError::io_msg(why.clone()).into());
         }
         if self.pending.is_empty() {
             return Ok(());

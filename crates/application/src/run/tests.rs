@@ -77,7 +77,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
             {
-                return Err(StoreError::Io("disk full".into()));
+                return Err(StoreError::io_msg("disk full"));
             }
             assert_eq!(
                 e.offset.get(),
@@ -102,7 +102,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
     let fail_final = Arc::clone(&fail_final_save);
     store.expect_save_snapshot().returning(move |s| {
         if s.status.is_terminal() && fail_final.load(Ordering::SeqCst) {
-            return Err(StoreError::Io("disk full".into()));
+            return Err(StoreError::io_msg("disk full"));
         }
         saved.lock().unwrap().push(s.clone());
         Ok(json_len(s))
@@ -526,7 +526,7 @@ async fn a_store_failure_is_a_runtime_error() {
     );
     let err = run(&h, CHAIN, json!("x")).await.unwrap_err();
     assert!(
-        matches!(err, ExecutorError::Store(StoreError::Io(_))),
+        matches!(err, ExecutorError::Store(StoreError::Io { .. })),
         "{err}"
     );
     assert_eq!(
@@ -548,7 +548,7 @@ async fn a_store_failure_leaves_the_run_resumable() {
     h.append_failures.store(1, Ordering::SeqCst);
     let err = run(&h, CHAIN, json!("x")).await.unwrap_err();
     assert!(
-        matches!(err, ExecutorError::Store(StoreError::Io(_))),
+        matches!(err, ExecutorError::Store(StoreError::Io { .. })),
         "{err}"
     );
     let events = h.events.lock().unwrap().clone();

@@ -161,10 +161,13 @@ impl RunStore for MemoryRunStore {
             for event in events {
                 state.buf.clear();
                 event.write_json(&mut state.buf).map_err(|e| {
-                    StoreError::Io(format!(
-                        "cannot serialize event {} (offset {}) of run {run_id}: {e}",
-                        event.id, event.offset
-                    ))
+                    StoreError::io(
+                        format!(
+                            "cannot serialize event {} (offset {}) of run {run_id}",
+                            event.id, event.offset
+                        ),
+                        e.into(),
+                    )
                 })?;
                 bytes += state.buf.len() as u64 + 1;
             }
@@ -200,10 +203,10 @@ impl RunStore for MemoryRunStore {
     async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let run = self.run(snapshot.run_id)?;
         let bytes = snapshot.to_json_vec().map_err(|e| {
-            StoreError::Io(format!(
-                "cannot serialize the snapshot of run {}: {e}",
-                snapshot.run_id
-            ))
+            StoreError::io(
+                format!("cannot serialize the snapshot of run {}", snapshot.run_id),
+                e.into(),
+            )
         })?;
         let mut state = run.writable(snapshot.run_id)?;
         state.snapshot = Some(snapshot.clone());
@@ -218,9 +221,10 @@ impl RunStore for MemoryRunStore {
         let run = self.run(run_id)?;
         let mut bytes = Vec::new();
         delta.write_json(&mut bytes).map_err(|e| {
-            StoreError::Io(format!(
-                "cannot serialize a snapshot delta of run {run_id}: {e}"
-            ))
+            StoreError::io(
+                format!("cannot serialize a snapshot delta of run {run_id}"),
+                e.into(),
+            )
         })?;
         let len = bytes.len() as u64;
         run.writable(run_id)?.deltas.push(bytes);

@@ -118,11 +118,11 @@ pub async fn a_failed_import_leaves_nothing<H: StoreHarness>(h: H) {
     // The source fails after a first batch.
     let failing = futures::stream::iter(vec![
         Ok(warnings(run, 1..=3)),
-        Err(StoreError::Io("the source went away".into())),
+        Err(StoreError::io_msg("the source went away")),
     ])
     .boxed();
     let result = store.import_run(run, failing, None).await;
-    assert!(matches!(result, Err(StoreError::Io(_))), "{result:?}");
+    assert!(matches!(result, Err(StoreError::Io { .. })), "{result:?}");
     assert_gone(store, run, "after a failed import").await;
     // A log with a gap is refused as an append would refuse it.
     let mut gap = warnings(run, 1..=3);

@@ -120,9 +120,10 @@ pub(in crate::store) fn probe_file(path: &Path, run_id: RunId) -> Result<bool, S
         Ok(file) => file,
         Err(crate::fs::FileReadError::NotFound { .. }) => return Ok(false),
         Err(e) => {
-            return Err(StoreError::Io(format!(
-                "cannot probe the lock of run {run_id}: {e}"
-            )));
+            return Err(StoreError::io(
+                format!("cannot probe the lock of run {run_id}"),
+                e.into(),
+            ));
         }
     };
     let deadline = Instant::now() + RECORD_PATIENCE;
@@ -136,11 +137,10 @@ pub(in crate::store) fn probe_file(path: &Path, run_id: RunId) -> Result<bool, S
             }
             Err(Errno::WOULDBLOCK) => {}
             Err(e) => {
-                return Err(StoreError::Io(format!(
-                    "cannot probe {}: {}",
-                    path.display(),
-                    std::io::Error::from(e)
-                )));
+                return Err(StoreError::io(
+                    format!("cannot probe {}", path.display()),
+                    e.into(),
+                ));
             }
         }
         match holder::read_record(&file) {
@@ -202,7 +202,7 @@ fn lock_waiting(
     let mut options = OpenOptions::new();
     options.read(true).write(true).create(true).mode(FILE_MODE);
     let file = crate::fs::open_regular_with(options, path)
-        .map_err(|e| StoreError::Io(format!("cannot lock run {run_id}: {e}")))?;
+        .map_err(|e| StoreError::io(format!("cannot lock run {run_id}"), e.into()))?;
     let started = Instant::now();
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
@@ -263,11 +263,7 @@ impl Drop for LockedFile {
 }
 
 fn flock_err(path: &Path, e: Errno) -> StoreError {
-    StoreError::Io(format!(
-        "cannot lock {}: {}",
-        path.display(),
-        std::io::Error::from(e)
-    ))
+    StoreError::io(format!("cannot lock {}", path.display()), e.into())
 }
 
 #[cfg(test)]

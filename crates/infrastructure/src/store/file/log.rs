@@ -95,8 +95,8 @@ impl RunPaths {
 }
 
 /// An I/O error, naming what was being done and to which file.
-pub(super) fn io_err(what: &str, path: &Path, e: &io::Error) -> StoreError {
-    StoreError::Io(format!("cannot {what} {}: {e}", path.display()))
+pub(super) fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
+    StoreError::io(format!("cannot {what} {}", path.display()), e)
 }
 
 /// Opens the log; the writer may create it (a run whose creation was
@@ -110,17 +110,17 @@ fn open_log_file(paths: &RunPaths, writable: bool) -> Result<File, StoreError> {
     }
     crate::fs::open_regular_with(options, &paths.log).map_err(|e| match e {
         FileReadError::NotFound { .. } => StoreError::NotFound(paths.run_id),
-        other => StoreError::Io(other.to_string()),
+        other => other.into(),
     })
 }
 
 /// `len` bytes of `file` from `start`.
 fn read_range(file: &File, path: &Path, start: u64, len: u64) -> Result<Vec<u8>, StoreError> {
     let len = usize::try_from(len)
-        .map_err(|_| StoreError::Io(format!("{}: read of {len} bytes", path.display())))?;
+        .map_err(|_| StoreError::io_msg(format!("{}: read of {len} bytes", path.display())))?;
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, start)
-        .map_err(|e| io_err("read", path, &e))?;
+        .map_err(|e| io_err("read", path, e))?;
     Ok(buf)
 }
 
@@ -192,7 +192,7 @@ impl LogState {
         let file = open_log_file(paths, writable)?;
         let len = file
             .metadata()
-            .map_err(|e| io_err("stat", &paths.log, &e))?
+            .map_err(|e| io_err("stat", &paths.log, e))?
             .len();
         let loaded = index::load(&paths.idx, &file, len);
         let mut state = Self::blank(file, writable);
@@ -244,7 +244,7 @@ impl LogState {
             );
             self.file
                 .set_len(self.end)
-                .map_err(|e| io_err("truncate", &paths.log, &e))?;
+                .map_err(|e| io_err("truncate", &paths.log, e))?;
         }
         self.open_idx_for_writing(paths)
     }
@@ -256,11 +256,10 @@ impl LogState {
             .create(true)
             .truncate(false)
             .mode(FILE_MODE);
-        let idx = crate::fs::open_regular_with(options, &paths.idx)
-            .map_err(|e| StoreError::Io(e.to_string()))?;
+        let idx = crate::fs::open_regular_with(options, &paths.idx).map_err(StoreError::from)?;
         // Drop whatever the index holds beyond what was verified.
         idx.set_len((self.idx_persisted * index::ENTRY_BYTES) as u64)
-            .map_err(|e| io_err("truncate", &paths.idx, &e))?;
+            .map_err(|e| io_err("truncate", &paths.idx, e))?;
         self.idx_file = Some(idx);
         Ok(())
     }
@@ -273,7 +272,7 @@ impl LogState {
         let len = self
             .file
             .metadata()
-            .map_err(|e| io_err("stat", &paths.log, &e))?
+            .map_err(|e| io_err("stat", &paths.log, e))?
             .len();
         if len <= self.end {
             return Ok(len);
@@ -287,7 +286,7 @@ impl LogState {
             chunk.resize(n as usize, 0);
             self.file
                 .read_exact_at(&mut chunk, pos)
-                .map_err(|e| io_err("read", &paths.log, &e))?;
+                .map_err(|e| io_err("read", &paths.log, e))?;
             for (i, &byte) in chunk.iter().enumerate() {
                 if byte == b'\n' {
                     let next = pos + i as u64 + 1;
@@ -367,7 +366,7 @@ impl LogState {
         events: &[RuntimeEvent],
     ) -> Result<(u64, u64), StoreError> {
         if let Some(why) = &self.broken {
-            return Err(StoreError::Io(format!(
+            return Err(StoreError::io_msg(format!(
                 "{} cannot be appended to until it is reopened: {why}",
                 paths.log.display()
             )));
@@ -384,10 +383,13 @@ impl LogState {
             let line_start = self.buf.len();
             if let Err(e) = event.write_json(&mut self.buf) {
                 self.index.truncate(before);
-                return Err(StoreError::Io(format!(
-                    "cannot serialize event {} (offset {}) of run {}: {e}",
-                    event.id, event.offset, paths.run_id
-                )));
+                return Err(StoreError::io(
+                    format!(
+                        "cannot serialize event {} (offset {}) of run {}",
+                        event.id, event.offset, paths.run_id
+                    ),
+                    e.into(),
+                ));
             }
             encoded += (self.buf.len() - line_start) as u64 + 1;
             if let Err(e) = paths.blobs.externalize_tail(&mut self.buf, line_start) {
@@ -408,7 +410,7 @@ impl LogState {
             if let Err(cut) = self.file.set_len(self.end) {
                 self.broken = Some(format!("a failed write could not be cut off: {cut}"));
             }
-            return Err(io_err("append to", &paths.log, &e));
+            return Err(io_err("append to", &paths.log, e));
         }
         self.end += self.buf.len() as u64;
         if self.buf.capacity() > MAX_KEPT_BUF {

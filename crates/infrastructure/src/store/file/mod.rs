@@ -179,26 +179,27 @@ impl FileRunStore {
     }
 
     /// A store over the existing directory `root`, for commands that only
-    /// read: creates nothing, and fails with `NotFound`-style `Io` error
-    /// naming `root` when it does not exist or is not a directory. (Its
-    /// `runs` directory may be missing: then there are no runs.)
+    /// read: creates nothing, and fails with an `Io` error naming `root`,
+    /// of kind `NotFound` or `NotADirectory`, when it does not exist or is
+    /// not a directory. (Its `runs` directory may be missing: then there
+    /// are no runs.)
     pub fn open_existing(root: impl AsRef<Path>) -> Result<Self, StoreError> {
         let root = root.as_ref().to_path_buf();
         match fs::metadata(&root) {
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => {
-                return Err(StoreError::Io(format!(
-                    "storage {} is not a directory",
-                    root.display()
-                )));
+                return Err(StoreError::io(
+                    format!("storage {}", root.display()),
+                    io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+                ));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StoreError::Io(format!(
-                    "storage {} does not exist",
-                    root.display()
-                )));
+                return Err(StoreError::io(
+                    format!("storage {}", root.display()),
+                    io::Error::new(io::ErrorKind::NotFound, "does not exist"),
+                ));
             }
-            Err(e) => return Err(io_err("open storage", &root, &e)),
+            Err(e) => return Err(io_err("open storage", &root, e)),
         }
         Ok(Self::at(root, FileStoreConfig::default()))
     }
@@ -225,7 +226,7 @@ impl FileRunStore {
             .recursive(true)
             .mode(DIR_MODE)
             .create(&runs_dir)
-            .map_err(|e| io_err("create", &runs_dir, &e))?;
+            .map_err(|e| io_err("create", &runs_dir, e))?;
         Ok(Self::at(root, config))
     }
 
@@ -284,7 +285,7 @@ impl Inner {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StoreError::NotFound(run_id));
             }
-            Err(e) => return Err(io_err("stat", &handle.paths.dir, &e)),
+            Err(e) => return Err(io_err("stat", &handle.paths.dir, e)),
         }
         Self::evict_idle(&mut handles);
         let handle = Arc::new(handle);
@@ -313,7 +314,7 @@ impl RunHandle {
             *slot = Some(LogState::open(&self.paths, writable)?);
         }
         let Some(state) = slot.as_mut() else {
-            return Err(StoreError::Io(format!(
+            return Err(StoreError::io_msg(format!(
                 "{}: log state unavailable",
                 self.paths.log.display()
             )));
@@ -417,11 +418,11 @@ fn list_run_dirs(runs_dir: &Path) -> Result<Vec<RunId>, StoreError> {
         Ok(entries) => entries,
         // A read-only store over storage where no run was made yet.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("list", runs_dir, &e)),
+        Err(e) => return Err(io_err("list", runs_dir, e)),
     };
     let mut runs = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| io_err("list", runs_dir, &e))?;
+        let entry = entry.map_err(|e| io_err("list", runs_dir, e))?;
         let Some(run_id) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
             continue;
         };
@@ -444,7 +445,7 @@ impl RunStore for FileRunStore {
                 io::ErrorKind::AlreadyExists => {
                     StoreError::Conflict(format!("run {run_id} already exists"))
                 }
-                _ => io_err("create", &paths.dir, &e),
+                _ => io_err("create", &paths.dir, e),
             })?;
         // Locked before its log exists: nobody else writes it first.
         let handle = {
@@ -463,7 +464,7 @@ impl RunStore for FileRunStore {
             .create_new(true)
             .mode(FILE_MODE)
             .open(&paths.log)
-            .map_err(|e| io_err("create", &paths.log, &e))?;
+            .map_err(|e| io_err("create", &paths.log, e))?;
         let state = LogState::created(file, &paths)?;
         handle.sync.dir_unsynced.store(true, Ordering::Release);
         let mut slot = lock(&handle.log);
@@ -565,7 +566,7 @@ impl RunStore for FileRunStore {
         // A directory of many runs takes a while to list: off the async threads.
         tokio::task::spawn_blocking(move || list_run_dirs(&runs_dir))
             .await
-            .map_err(|e| StoreError::Io(format!("listing runs did not finish: {e}")))?
+            .map_err(|e| StoreError::io("listing runs did not finish", e.into()))?
     }
 
     async fn delete_run(&self, run_id: RunId) -> Result<(), StoreError> {
@@ -605,6 +606,23 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("snapshot.json.tmp"), "{err}");
         assert!(!path.exists(), "the half-written file is gone");
+    }
+
+    /// The medium's error stays typed: a caller branches on its kind, and
+    /// the message still names the file and the cause.
+    #[tokio::test]
+    async fn a_failed_create_reports_the_kind_of_its_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        // `runs` a regular file: making a run's directory in it is ENOTDIR.
+        fs::remove_dir(dir.path().join("runs")).unwrap();
+        File::create(dir.path().join("runs")).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let err = store.create_run(run).await.unwrap_err();
+        assert_eq!(err.io_kind(), Some(io::ErrorKind::NotADirectory), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&run.to_string()), "{text}");
+        assert!(text.contains("Not a directory"), "{text}");
     }
     use domain::{EventKind, Offset, Timestamp};
 

@@ -35,10 +35,10 @@ pub(super) fn write_snapshot(
     let last = handle.snapshot_len.load(Ordering::Relaxed);
     let mut bytes = Vec::with_capacity((last + last / 8).max(4096));
     let longest = snapshot.write_json_measured(&mut bytes).map_err(|e| {
-        StoreError::Io(format!(
-            "cannot serialize the snapshot of run {}: {e}",
-            paths.run_id
-        ))
+        StoreError::io(
+            format!("cannot serialize the snapshot of run {}", paths.run_id),
+            e.into(),
+        )
     })?;
     let encoded = bytes.len() as u64;
     handle.snapshot_len.store(bytes.len(), Ordering::Relaxed);
@@ -61,8 +61,10 @@ pub(super) fn write_snapshot(
         .create(true)
         .truncate(false)
         .mode(FILE_MODE);
-    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp)
-        .map_err(|e| StoreError::Io(format!("cannot create {e}")))?;
+    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp).map_err(|e| match e {
+        FileReadError::Io { path, source } => io_err("create", &path, source),
+        other => other.into(),
+    })?;
     fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
         tmp.write_all(&bytes)
             .and_then(|()| tmp.set_len(bytes.len() as u64))
@@ -78,7 +80,7 @@ pub(super) fn write_snapshot(
         Ok(()) => {}
         // No snapshot yet (ENOENT), or a filesystem without exchange: plain rename.
         Err(_) => fs::rename(&paths.snapshot_tmp, &paths.snapshot)
-            .map_err(|e| io_err("rename onto", &paths.snapshot, &e))?,
+            .map_err(|e| io_err("rename onto", &paths.snapshot, e))?,
     }
     // The blobs only the replaced snapshot named are garbage now. A reader
     // still resolving that snapshot finds one missing and rebuilds the
@@ -101,7 +103,7 @@ pub(super) fn write_snapshot(
             // Written at the file's position (one writer): back to the start.
             file.set_len(0)
                 .and_then(|()| (&*file).seek(io::SeekFrom::Start(0)).map(drop))
-                .map_err(|e| io_err("empty", &paths.deltas, &e))?;
+                .map_err(|e| io_err("empty", &paths.deltas, e))?;
         }
     }
     // At rest (ended or paused) the run writes no snapshot until it is
@@ -131,7 +133,7 @@ fn remove_if_there(path: &Path) -> Result<(), StoreError> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err("remove", path, &e)),
+        Err(e) => Err(io_err("remove", path, e)),
     }
 }
 
@@ -144,10 +146,10 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     let paths = &handle.paths;
     let mut line = Vec::with_capacity(4096);
     delta.write_json(&mut line).map_err(|e| {
-        StoreError::Io(format!(
-            "cannot serialize a snapshot delta of run {}: {e}",
-            paths.run_id
-        ))
+        StoreError::io(
+            format!("cannot serialize a snapshot delta of run {}", paths.run_id),
+            e.into(),
+        )
     })?;
     let encoded = line.len() as u64;
     line.push(b'\n');
@@ -160,14 +162,14 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
             .truncate(true)
             .mode(FILE_MODE);
         let file = crate::fs::open_regular_with(options, &paths.deltas).map_err(|e| match e {
-            FileReadError::Io { path, source } => io_err("open", &path, &source),
-            other => StoreError::Io(format!("cannot open {other}")),
+            FileReadError::Io { path, source } => io_err("open", &path, source),
+            other => other.into(),
         })?;
         deltas.file = Some(file);
     }
     if let Some(file) = &mut deltas.file {
         file.write_all(&line)
-            .map_err(|e| io_err("append to", &paths.deltas, &e))?;
+            .map_err(|e| io_err("append to", &paths.deltas, e))?;
     }
     deltas.lines = true;
     Ok(encoded)
@@ -187,7 +189,7 @@ pub(super) fn fill_or_remove(
         if let Err(removal) = fs::remove_file(path) {
             tracing::warn!(file = %path.display(), error = %removal, "cannot remove a half-written snapshot");
         }
-        io_err("write", path, &e)
+        io_err("write", path, e)
     })
 }
 
@@ -205,7 +207,7 @@ pub(super) fn read_snapshot(
     let bytes = match read_bounded(&paths.snapshot, MAX_SNAPSHOT_FILE) {
         Ok(bytes) => bytes,
         Err(FileReadError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(StoreError::Io(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     let bytes = (paths.snapshot_blobs.resolve(&bytes))
         .map_err(|e| blobs_err(paths.snapshot.display().to_string(), e))?;
@@ -252,9 +254,13 @@ fn apply_deltas(
 /// I/O error; failing to read is one only when the medium failed, otherwise
 /// the stored data is wrong.
 pub(super) fn blobs_err(what: String, e: BlobError) -> StoreError {
-    if e.is_io() || matches!(e, BlobError::TooLarge { .. }) {
-        StoreError::Io(format!("{what}: {e}"))
-    } else {
-        StoreError::Corrupt(format!("{what}: {e}"))
+    match e {
+        BlobError::Io {
+            what: doing,
+            path,
+            source,
+        } => StoreError::io(format!("{what}: cannot {doing} {}", path.display()), source),
+        BlobError::TooLarge { .. } => StoreError::io_msg(format!("{what}: {e}")),
+        e => StoreError::Corrupt(format!("{what}: {e}")),
     }
 }

@@ -19,6 +19,7 @@
 //!   error.
 
 use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,7 +105,40 @@ pub(super) struct RunSync {
     /// Whether the run is in `Gathering::pending` (changed under its lock).
     queued: AtomicBool,
     /// The last batch that failed for this run, and why.
-    failure: Mutex<Option<(u64, String)>>,
+    failure: Mutex<Option<(u64, Failure)>>,
+}
+
+/// A failed sync, handed to each writer whose batch it was. A
+/// [`StoreError`] is not `Clone`, so its text and I/O kind are kept: every
+/// writer can still tell a full disk from other failures.
+#[derive(Debug)]
+struct Failure {
+    context: String,
+    cause: Option<(io::ErrorKind, String)>,
+}
+
+impl Failure {
+    fn of(e: &StoreError) -> Self {
+        match e {
+            StoreError::Io { context, cause } => Self {
+                context: context.clone(),
+                cause: cause.as_ref().map(|c| (c.kind(), c.to_string())),
+            },
+            other => Self {
+                context: other.to_string(),
+                cause: None,
+            },
+        }
+    }
+
+    fn error(&self) -> StoreError {
+        match &self.cause {
+            Some((kind, text)) => {
+                StoreError::io(self.context.clone(), io::Error::new(*kind, text.clone()))
+            }
+            None => StoreError::io_msg(self.context.clone()),
+        }
+    }
 }
 
 impl RunSync {
@@ -172,7 +206,7 @@ impl GroupSync {
                     if let Some((failed, why)) = lock(&run.failure).as_ref()
                         && *failed >= batch
                     {
-                        return Err(StoreError::Io(why.clone()));
+                        return Err(why.error());
                     }
                     if !handle.is_writing() {
                         return Ok(());
@@ -228,7 +262,7 @@ impl GroupSync {
             let run = &member.handle.sync;
             match result {
                 Ok(()) => member.synced(),
-                Err(e) => *lock(&run.failure) = Some((batch, e.to_string())),
+                Err(e) => *lock(&run.failure) = Some((batch, Failure::of(&e))),
             }
         }
         let mut state = lock(&self.state);
@@ -254,8 +288,8 @@ impl GroupSync {
     /// One `syncfs` of the filesystem holding the runs.
     fn sync_filesystem(&self) -> Result<(), StoreError> {
         self.syncfs.fetch_add(1, Ordering::Relaxed);
-        let dir = File::open(&self.runs_dir).map_err(|e| io_err("open", &self.runs_dir, &e))?;
-        rustix::fs::syncfs(&dir).map_err(|e| io_err("syncfs", &self.runs_dir, &e.into()))
+        let dir = File::open(&self.runs_dir).map_err(|e| io_err("open", &self.runs_dir, e))?;
+        rustix::fs::syncfs(&dir).map_err(|e| io_err("syncfs", &self.runs_dir, e.into()))
     }
 
     /// The fallback: the run's log, then the directories that name it.
@@ -264,7 +298,7 @@ impl GroupSync {
         self.fdatasync(&member.file, &paths.log)?;
         if member.dirs {
             for dir in [&paths.dir, &paths.runs_dir] {
-                let file = File::open(dir).map_err(|e| io_err("open", dir, &e))?;
+                let file = File::open(dir).map_err(|e| io_err("open", dir, e))?;
                 self.fdatasync(&file, dir)?;
             }
         }
@@ -274,11 +308,11 @@ impl GroupSync {
     fn fdatasync(&self, file: &File, path: &Path) -> Result<(), StoreError> {
         use std::os::unix::fs::MetadataExt;
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
-        file.sync_data().map_err(|e| io_err("sync", path, &e))?;
+        file.sync_data().map_err(|e| io_err("sync", path, e))?;
         // A file removed under its writer syncs without a fault, to
         // nowhere: what was written since is not on record.
         if file.metadata().is_ok_and(|m| m.nlink() == 0) {
-            return Err(StoreError::Io(format!(
+            return Err(StoreError::io_msg(format!(
                 "{}: removed while the run was written; what was written to it since is not on record",
                 path.display()
             )));

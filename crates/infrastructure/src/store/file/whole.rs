@@ -50,7 +50,7 @@ impl FileRunStore {
             uuid::Uuid::new_v4().simple()
         ));
         fs::rename(&handle.paths.dir, &tombstone)
-            .map_err(|e| io_err("delete (rename)", &handle.paths.dir, &e))?;
+            .map_err(|e| io_err("delete (rename)", &handle.paths.dir, e))?;
         lock(&inner.handles).remove(&run_id);
         drop(run_lock);
         drop(handle);
@@ -79,7 +79,7 @@ impl FileRunStore {
         let staging = tempfile::Builder::new()
             .prefix(STAGING_PREFIX)
             .tempdir_in(&inner.root)
-            .map_err(|e| io_err("create a staging directory in", &inner.root, &e))?;
+            .map_err(|e| io_err("create a staging directory in", &inner.root, e))?;
         let stage = FileRunStore::open_with(
             staging.path(),
             FileStoreConfig {
@@ -110,7 +110,7 @@ impl FileRunStore {
             Err(Errno::EXIST | Errno::NOTEMPTY) => {
                 return Err(StoreError::Conflict(format!("run {run_id} already exists")));
             }
-            Err(e) => return Err(io_err("move into place", &target, &io::Error::from(e))),
+            Err(e) => return Err(io_err("move into place", &target, io::Error::from(e))),
         }
         if inner.config.sync != SyncPolicy::Never {
             sync_dir(&inner.runs_dir)?;
@@ -191,7 +191,7 @@ async fn remove_tree(dir: std::path::PathBuf) {
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("sync", dir, &e))
+        .map_err(|e| io_err("sync", dir, e))
 }
 
 #[cfg(test)]

@@ -11,14 +11,14 @@ use crate::store::SyncPolicy;
 
 /// A connection in WAL mode with the policy's `synchronous` setting.
 pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).map_err(|e| sql_err(path, "open the database", &e))?;
+    let conn = Connection::open(path).map_err(|e| sql_err(path, "open the database", e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(|e| sql_err(path, "set the busy timeout", &e))?;
+        .map_err(|e| sql_err(path, "set the busy timeout", e))?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-        .map_err(|e| sql_err(path, "enable WAL", &e))?;
+        .map_err(|e| sql_err(path, "enable WAL", e))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Io(format!(
+        return Err(StoreError::io_msg(format!(
             "{}: cannot enable WAL (journal mode is {mode})",
             path.display()
         )));
@@ -29,7 +29,7 @@ pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, St
         SyncPolicy::Never => "OFF",
     };
     conn.pragma_update(None, "synchronous", synchronous)
-        .map_err(|e| sql_err(path, "set synchronous", &e))?;
+        .map_err(|e| sql_err(path, "set synchronous", e))?;
     Ok(conn)
 }
 
@@ -53,7 +53,7 @@ pub(super) fn read_only_connection(path: &Path) -> Result<Connection, StoreError
         true => open(path, flags),
         false => open(&immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI),
     }
-    .map_err(|e| sql_err(path, "open the database read-only", &e))
+    .map_err(|e| sql_err(path, "open the database read-only", e))
 }
 
 /// Whether this process may write the file at `path` (not on a read-only

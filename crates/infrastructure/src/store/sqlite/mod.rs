@@ -162,8 +162,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A SQLite failure as a [`StoreError`] naming the database and the action.
-pub(super) fn sql_err(path: &Path, what: &str, e: &rusqlite::Error) -> StoreError {
-    StoreError::Io(format!("{}: cannot {what}: {e}", path.display()))
+/// Its source has the nearest [`std::io::ErrorKind`] (a full disk is
+/// `StorageFull`), so callers branch on SQLite's failures as on a file's.
+pub(super) fn sql_err(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    use std::io::ErrorKind;
+    let kind = match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => ErrorKind::StorageFull,
+        Some(ErrorCode::PermissionDenied) => ErrorKind::PermissionDenied,
+        Some(ErrorCode::ReadOnly) => ErrorKind::ReadOnlyFilesystem,
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => ErrorKind::ResourceBusy,
+        Some(ErrorCode::OutOfMemory) => ErrorKind::OutOfMemory,
+        _ => ErrorKind::Other,
+    };
+    StoreError::io(
+        format!("{}: cannot {what}", path.display()),
+        std::io::Error::new(kind, e),
+    )
 }
 
 impl SqliteRunStore {
@@ -178,7 +193,7 @@ impl SqliteRunStore {
     pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, SqliteOpenError> {
         let path = path.as_ref();
         if !path.is_file() {
-            return Err(StoreError::Io(format!(
+            return Err(StoreError::io_msg(format!(
                 "storage {} does not exist (or is not a file)",
                 path.display()
             ))
@@ -218,7 +233,7 @@ impl SqliteRunStore {
                 .recursive(true)
                 .mode(DIR_MODE)
                 .create(parent)
-                .map_err(|e| io_err("create", parent, &e))?;
+                .map_err(|e| io_err("create", parent, e))?;
         }
         // Created here, so it is private from its first byte.
         let what = match path.exists() {
@@ -231,7 +246,7 @@ impl SqliteRunStore {
             .truncate(false)
             .mode(FILE_MODE)
             .open(&path)
-            .map_err(|e| io_err(what, &path, &e))?;
+            .map_err(|e| io_err(what, &path, e))?;
         Self::connect(path, config)
     }
 
@@ -286,8 +301,8 @@ impl SqliteRunStore {
     }
 }
 
-fn io_err(what: &str, path: &Path, e: &std::io::Error) -> StoreError {
-    StoreError::Io(format!("cannot {what} {}: {e}", path.display()))
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::io(format!("cannot {what} {}", path.display()), e)
 }
 
 /// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
@@ -352,7 +367,7 @@ impl RunStore for SqliteRunStore {
                  ON CONFLICT (run_id) DO NOTHING",
                 params![run_id.to_string(), now_millis()],
             )
-            .map_err(|e| sql_err(&inner.path, &format!("create run {run_id}"), &e))?;
+            .map_err(|e| sql_err(&inner.path, &format!("create run {run_id}"), e))?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
@@ -420,9 +435,10 @@ impl RunStore for SqliteRunStore {
         let path = &inner.path;
         let run_id = snapshot.run_id;
         let json = snapshot.to_json_string().map_err(|e| {
-            StoreError::Io(format!(
-                "cannot serialize the snapshot of run {run_id}: {e}"
-            ))
+            StoreError::io(
+                format!("cannot serialize the snapshot of run {run_id}"),
+                e.into(),
+            )
         })?;
         let status = serde_json::to_value(snapshot.status)
             .ok()
@@ -432,7 +448,7 @@ impl RunStore for SqliteRunStore {
         inner.check_held(run_id)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(path, "begin a snapshot", &e))?;
+            .map_err(|e| sql_err(path, "begin a snapshot", e))?;
         tx.execute(
             "INSERT INTO snapshots (run_id, json) VALUES (?1, ?2) \
              ON CONFLICT (run_id) DO UPDATE SET json = excluded.json",
@@ -459,7 +475,7 @@ impl RunStore for SqliteRunStore {
             )
         })
         .and_then(|_| tx.commit())
-        .map_err(|e| sql_err(path, &format!("save the snapshot of run {run_id}"), &e))?;
+        .map_err(|e| sql_err(path, &format!("save the snapshot of run {run_id}"), e))?;
         inner.committed.fetch_add(1, Ordering::AcqRel);
         Ok(json.len() as u64)
     }
@@ -469,19 +485,24 @@ impl RunStore for SqliteRunStore {
         let inner = &self.inner;
         let run_id = delta.run_id;
         let mut json = Vec::new();
-        let written = delta.write_json(&mut json).map_err(|e| e.to_string());
+        let written = delta.write_json(&mut json).map_err(std::io::Error::from);
         let json = written
-            .and_then(|()| String::from_utf8(json).map_err(|e| e.to_string()))
+            .and_then(|()| {
+                String::from_utf8(json)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
             .map_err(|e| {
-                StoreError::Io(format!(
-                    "cannot serialize a snapshot delta of run {run_id}: {e}"
-                ))
+                StoreError::io(
+                    format!("cannot serialize a snapshot delta of run {run_id}"),
+                    e,
+                )
             })?;
         let conn = lock(&inner.writer);
         inner.require(&conn, run_id)?;
         inner.check_held(run_id)?;
-        let offset = i64::try_from(delta.last_offset)
-            .map_err(|_| StoreError::Io(format!("offset {} out of range", delta.last_offset)))?;
+        let offset = i64::try_from(delta.last_offset).map_err(|_| {
+            StoreError::io_msg(format!("offset {} out of range", delta.last_offset))
+        })?;
         conn.prepare_cached(
             "INSERT OR REPLACE INTO snapshot_deltas (run_id, last_offset, json) \
              VALUES (?1, ?2, ?3)",
@@ -491,7 +512,7 @@ impl RunStore for SqliteRunStore {
             sql_err(
                 &inner.path,
                 &format!("save a snapshot delta of run {run_id}"),
-                &e,
+                e,
             )
         })?;
         inner.committed.fetch_add(1, Ordering::AcqRel);
@@ -512,7 +533,7 @@ impl RunStore for SqliteRunStore {
                 sql_err(
                     &inner.path,
                     &format!("read the snapshot of run {run_id}"),
-                    &e,
+                    e,
                 )
             })?;
         let Some(json) = json else { return Ok(None) };
@@ -552,11 +573,11 @@ impl RunStore for SqliteRunStore {
         let conn = lock(&inner.reader);
         let mut stmt = conn
             .prepare_cached("SELECT run_id FROM runs")
-            .map_err(|e| sql_err(&inner.path, "list runs", &e))?;
+            .map_err(|e| sql_err(&inner.path, "list runs", e))?;
         let ids = stmt
             .query_map([], |row| row.get::<_, String>(0))
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-            .map_err(|e| sql_err(&inner.path, "list runs", &e))?;
+            .map_err(|e| sql_err(&inner.path, "list runs", e))?;
         let mut runs = Vec::with_capacity(ids.len());
         for id in ids {
             match id.parse() {

@@ -158,7 +158,7 @@ pub(super) fn index_run(
             summary.updated_at.map(|t| t.as_millis()),
         ])
     })
-    .map_err(|e| sql_err(path, &format!("index run {run_id}"), &e))?;
+    .map_err(|e| sql_err(path, &format!("index run {run_id}"), e))?;
     Ok(())
 }
 
@@ -169,7 +169,7 @@ impl Inner {
         let conn = lock(&self.reader);
         let mut stmt = conn
             .prepare_cached(&sql)
-            .map_err(|e| sql_err(path, "prepare a query of runs", &e))?;
+            .map_err(|e| sql_err(path, "prepare a query of runs", e))?;
         let rows = stmt
             .query_map(params_from_iter(values), |row| {
                 Ok((
@@ -182,7 +182,7 @@ impl Inner {
                 ))
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-            .map_err(|e| sql_err(path, "query runs", &e))?;
+            .map_err(|e| sql_err(path, "query runs", e))?;
         let mut found = Vec::with_capacity(rows.len());
         for (id, status, workflow, started_at, updated_at, parent) in rows {
             let Ok(run_id) = id.parse::<RunId>() else {
@@ -221,19 +221,19 @@ impl Inner {
         let (sql, values) = events_sql(run_id, after, filter, limit);
         let mut stmt = conn
             .prepare_cached(&sql)
-            .map_err(|e| sql_err(path, "prepare a filtered read", &e))?;
+            .map_err(|e| sql_err(path, "prepare a filtered read", e))?;
         let mut rows = stmt
             .query(params_from_iter(values))
-            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?;
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?;
         let mut events = Vec::new();
         let mut bytes = 0;
         while let Some(row) = rows
             .next()
-            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?
         {
             let offset: i64 = row
                 .get(0)
-                .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?;
+                .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?;
             let parsed = row
                 .get_ref(1)
                 .map_err(|e| e.to_string())

@@ -23,7 +23,7 @@ use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, sql_err};
 pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {
     conn.prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
         .and_then(|mut stmt| stmt.exists([run_id.to_string()]))
-        .map_err(|e| sql_err(path, &format!("look up run {run_id}"), &e))
+        .map_err(|e| sql_err(path, &format!("look up run {run_id}"), e))
 }
 
 pub(super) fn now_millis() -> i64 {
@@ -67,7 +67,7 @@ impl Inner {
             .recursive(true)
             .mode(DIR_MODE)
             .create(&self.locks_dir)
-            .map_err(|e| io_err("create", &self.locks_dir, &e))?;
+            .map_err(|e| io_err("create", &self.locks_dir, e))?;
         let file = lock_path(&self.lock_file(run_id), run_id)?;
         held.insert(run_id, file);
         Ok(RunLock::new(
@@ -95,7 +95,7 @@ impl Inner {
         self.check_held(run_id)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(path, "begin an append", &e))?;
+            .map_err(|e| sql_err(path, "begin an append", e))?;
         let last = last_offset(&tx, path, run_id)?;
         check_continuation(run_id, last, events)?;
         if events.is_empty() {
@@ -108,7 +108,7 @@ impl Inner {
                     "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
-                .map_err(|e| sql_err(path, "prepare an append", &e))?;
+                .map_err(|e| sql_err(path, "prepare an append", e))?;
             let id = run_id.to_string();
             let mut buf = Vec::with_capacity(256);
             for event in events {
@@ -123,12 +123,12 @@ impl Inner {
                         json,
                         event.timestamp.as_millis()
                     ])
-                    .map_err(|e| sql_err(path, &format!("append to run {run_id}"), &e))?;
+                    .map_err(|e| sql_err(path, &format!("append to run {run_id}"), e))?;
             }
         }
         super::query::index_run(&tx, path, run_id, events)?;
         tx.commit()
-            .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), &e))?;
+            .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);
         drop(conn);
         self.wake(run_id);
@@ -149,7 +149,7 @@ impl Inner {
              UPDATE sync_marks SET n = n + 1 WHERE id = 1; \
              PRAGMA synchronous=NORMAL;",
         )
-        .map_err(|e| sql_err(&self.path, "sync", &e))?;
+        .map_err(|e| sql_err(&self.path, "sync", e))?;
         self.synced.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
@@ -171,17 +171,17 @@ impl Inner {
                 "SELECT \"offset\", json FROM events WHERE run_id = ?1 AND \"offset\" > ?2 \
                  ORDER BY \"offset\" LIMIT ?3",
             )
-            .map_err(|e| sql_err(path, "prepare a read", &e))?;
+            .map_err(|e| sql_err(path, "prepare a read", e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut rows = stmt
             .query(params![run_id.to_string(), offset_param(after), limit])
-            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?;
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?;
         let mut events = Vec::new();
         let mut expected = after + 1;
         let mut bytes = 0;
         while let Some(row) = rows
             .next()
-            .map_err(|e| sql_err(path, &format!("read run {run_id}"), &e))?
+            .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?
         {
             let bad = |detail: String| StoreError::BadEvent {
                 offset: expected,
@@ -224,13 +224,20 @@ pub(super) fn event_json<'b>(
 ) -> Result<&'b str, StoreError> {
     buf.clear();
     event.write_json(buf).map_err(|e| {
-        StoreError::Io(format!(
-            "cannot serialize event {} (offset {}) of run {run_id}: {e}",
-            event.id, event.offset
-        ))
+        StoreError::io(
+            format!(
+                "cannot serialize event {} (offset {}) of run {run_id}",
+                event.id, event.offset
+            ),
+            e.into(),
+        )
     })?;
-    std::str::from_utf8(buf)
-        .map_err(|e| StoreError::Io(format!("event {} is not UTF-8: {e}", event.id)))
+    std::str::from_utf8(buf).map_err(|e| {
+        StoreError::io(
+            format!("event {} is not UTF-8", event.id),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })
 }
 
 pub(super) fn last_offset(
@@ -241,6 +248,6 @@ pub(super) fn last_offset(
     let last: Option<i64> = conn
         .prepare_cached("SELECT MAX(\"offset\") FROM events WHERE run_id = ?1")
         .and_then(|mut stmt| stmt.query_row([run_id.to_string()], |row| row.get(0)))
-        .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), &e))?;
+        .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), e))?;
     Ok(last.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
 }

@@ -25,10 +25,10 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteOpenError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| sql_err(path, "begin the schema migration", &e))?;
+        .map_err(|e| sql_err(path, "begin the schema migration", e))?;
     let found: i64 = tx
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|e| sql_err(path, "read the schema version", &e))?;
+        .map_err(|e| sql_err(path, "read the schema version", e))?;
     if found > SCHEMA_VERSION {
         return Err(SqliteOpenError::Newer {
             path: path.to_path_buf(),
@@ -39,14 +39,14 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteOp
     let from = usize::try_from(found).unwrap_or(0);
     for (k, migration) in MIGRATIONS.iter().enumerate().skip(from) {
         tx.execute_batch(migration)
-            .map_err(|e| sql_err(path, &format!("apply schema migration {}", k + 1), &e))?;
+            .map_err(|e| sql_err(path, &format!("apply schema migration {}", k + 1), e))?;
     }
     if found != SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(|e| sql_err(path, "set the schema version", &e))?;
+            .map_err(|e| sql_err(path, "set the schema version", e))?;
     }
     tx.commit()
-        .map_err(|e| sql_err(path, "commit the schema migration", &e))?;
+        .map_err(|e| sql_err(path, "commit the schema migration", e))?;
     Ok(())
 }
 
@@ -56,7 +56,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), SqliteOp
 pub(super) fn check(conn: &Connection, path: &Path) -> Result<(), SqliteOpenError> {
     let found: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|e| sql_err(path, "read the schema version", &e))?;
+        .map_err(|e| sql_err(path, "read the schema version", e))?;
     match found {
         SCHEMA_VERSION => Ok(()),
         found if found > SCHEMA_VERSION => Err(SqliteOpenError::Newer {

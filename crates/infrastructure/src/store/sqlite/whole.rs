@@ -37,10 +37,10 @@ impl SnapshotRow {
     /// `snapshot` as `save_snapshot` stores it.
     pub(super) fn of(snapshot: &RunSnapshot) -> Result<Self, StoreError> {
         let json = snapshot.to_json_string().map_err(|e| {
-            StoreError::Io(format!(
-                "cannot serialize the snapshot of run {}: {e}",
-                snapshot.run_id
-            ))
+            StoreError::io(
+                format!("cannot serialize the snapshot of run {}", snapshot.run_id),
+                e.into(),
+            )
         })?;
         Ok(Self {
             json,
@@ -64,14 +64,14 @@ impl Inner {
             let mut conn = lock(&self.writer);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| sql_err(&self.path, "begin a deletion", &e))?;
+                .map_err(|e| sql_err(&self.path, "begin a deletion", e))?;
             let id = run_id.to_string();
             tx.execute("DELETE FROM events WHERE run_id = ?1", [&id])
                 .and_then(|_| tx.execute("DELETE FROM snapshots WHERE run_id = ?1", [&id]))
                 .and_then(|_| tx.execute("DELETE FROM snapshot_deltas WHERE run_id = ?1", [&id]))
                 .and_then(|_| tx.execute("DELETE FROM runs WHERE run_id = ?1", [&id]))
                 .and_then(|_| tx.commit())
-                .map_err(|e| sql_err(&self.path, &format!("delete run {run_id}"), &e))?;
+                .map_err(|e| sql_err(&self.path, &format!("delete run {run_id}"), e))?;
             self.committed.fetch_add(1, Ordering::AcqRel);
         }
         // Durable before the caller removes what lies beside the run (its
@@ -146,14 +146,14 @@ impl Inner {
         let mut conn = lock(&self.writer);
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(path, "begin an import", &e))?;
+            .map_err(|e| sql_err(path, "begin an import", e))?;
         let inserted = tx
             .execute(
                 "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
                  ON CONFLICT (run_id) DO NOTHING",
                 params![id, created_at],
             )
-            .map_err(|e| sql_err(path, &what, &e))?;
+            .map_err(|e| sql_err(path, &what, e))?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
@@ -163,11 +163,11 @@ impl Inner {
                     "INSERT INTO events (run_id, \"offset\", type, node_id, json) \
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
-                .map_err(|e| sql_err(path, &what, &e))?;
+                .map_err(|e| sql_err(path, &what, e))?;
             for row in rows {
                 insert
                     .execute(params![id, row.offset, row.kind, row.node_id, row.json])
-                    .map_err(|e| sql_err(path, &what, &e))?;
+                    .map_err(|e| sql_err(path, &what, e))?;
             }
         }
         if let Some(s) = snapshot {
@@ -182,9 +182,9 @@ impl Inner {
                     params![id, s.status, s.workflow, s.started_at, s.updated_at],
                 )
             })
-            .map_err(|e| sql_err(path, &what, &e))?;
+            .map_err(|e| sql_err(path, &what, e))?;
         }
-        tx.commit().map_err(|e| sql_err(path, &what, &e))?;
+        tx.commit().map_err(|e| sql_err(path, &what, e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);
         drop(conn);
         if self.config.sync == SyncPolicy::StepBoundary {
