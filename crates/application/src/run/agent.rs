@@ -4,7 +4,7 @@
 use domain::event::{Extra, Prompt};
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
-use domain::{ErrorKind, EventKind, SessionId, Timestamp};
+use domain::{EventKind, SessionId, Timestamp};
 use std::mem::take;
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::control;
 use super::node_run::{Continuation, NodeEnd, NodeTask};
+use super::step::retry::Failure;
 use super::transcript::render_prompt;
 use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 
@@ -68,10 +68,6 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
         if task.pausing.is_cancelled() {
             break Err(error);
         }
-        // A session its CLI never saved (stopped right after it began)
-        // cannot be continued: the node run starts afresh, as a node run
-        // with no session does on resume.
-        let unsaved = continued && error.kind() == ErrorKind::SessionNotFound;
         if !owed.0.is_empty() {
             // A new attempt starts afresh: it delivers them with the prompt.
             let (inbox, notes) = owed;
@@ -86,22 +82,15 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
                 ..Continuation::default()
             });
         }
-        let retry = &task.node.retry;
-        let wait = match control::retry_after(retry, task.attempt, &error, agent.provider.is_http())
-        {
-            Some(wait) => wait,
-            None if unsaved => std::time::Duration::ZERO,
-            None => break Err(error),
+        let failure = Failure {
+            kind: error.kind(),
+            continued,
         };
-        task.ports.clock.sleep(wait).await;
-        task.attempt += 1;
-        let again = EventKind::NodeStarted {
-            input: task.input.clone(),
-            attempt: Some(task.attempt),
-            item: task.item,
-            items: None,
+        let Some(retry) = task.attempt_failed(failure).await else {
+            break Err(error);
         };
-        if task.record(again).await.is_none() {
+        task.ports.clock.sleep(retry.wait).await;
+        if task.record(retry.started).await.is_none() {
             break Err(error);
         }
     };

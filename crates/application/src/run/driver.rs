@@ -29,11 +29,12 @@ mod tail;
 
 use self::endpoints::Endpoints;
 
-use super::control::{self, Cancel};
+use super::control::Cancel;
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
+use super::step::{budget, retry};
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
@@ -59,7 +60,7 @@ pub(crate) struct Driver {
     /// Nodes that may start but found no free slot: candidates of the next
     /// decision (a node run ending frees a slot).
     ready: BTreeSet<usize>,
-    /// Nodes with a budget of their own ([`control::budgeted`]).
+    /// Nodes with a budget of their own ([`budget::budgeted`]).
     budgeted: Vec<usize>,
     /// Where commands for the run arrive from other processes.
     listener: Option<Listener>,
@@ -104,7 +105,7 @@ impl Driver {
             endpoints.transcript,
         );
         let (tx, rx) = mpsc::channel(CHANNEL);
-        let budgeted = control::budgeted(&workflow);
+        let budgeted = budget::budgeted(&workflow);
         Driver {
             ports,
             workflow,
@@ -194,12 +195,12 @@ impl Driver {
             }
             let now = self.ports.clock.now();
             if let Some(exceeded) =
-                control::exceeded(self.state(), &self.workflow, &self.budgeted, now)
+                budget::exceeded(self.state(), &self.workflow, &self.budgeted, now)
             {
                 return self.stop(Stop::Budget(exceeded)).await;
             }
-            let deadline = control::next_deadline(self.state(), &self.workflow, &self.budgeted)
-                .map(|at| {
+            let deadline =
+                budget::next_deadline(self.state(), &self.workflow, &self.budgeted).map(|at| {
                     self.ports
                         .clock
                         .sleep(Duration::from_millis(at.millis_since(now)))
@@ -315,7 +316,7 @@ impl Driver {
             let error = format!("node `{node}` is not in the workflow");
             return self.node_ended(run, node, NodeEnd::failed(error)).await;
         };
-        self.spawn_task(run, def, 1, input, item, None).await?;
+        self.spawn_task(run, def, input, None).await?;
         Ok(None)
     }
 
@@ -325,9 +326,7 @@ impl Driver {
         &mut self,
         run: NodeRunId,
         def: domain::workflow::NodeDef,
-        attempt: u32,
         input: Arc<Value>,
-        item: Option<u32>,
         resume: Option<Continuation>,
     ) -> Result<(), ExecutorError> {
         self.rec.publish().await?;
@@ -338,10 +337,8 @@ impl Driver {
             run_id: self.state().run_id,
             node: def,
             run,
-            attempt,
             resume,
             input,
-            item,
             tx: self.tx.clone(),
             cancel: cancel.clone(),
             pausing: self.pausing.clone(),
@@ -402,6 +399,19 @@ impl Driver {
                         self.node_ended(run, &node, end).await
                     }
                 }
+            }
+            Msg::AttemptFailed {
+                run,
+                failure,
+                answer,
+            } => {
+                // Dropped unanswered, the node run fails with its error.
+                if let Some(retry) =
+                    retry::attempt_failed(self.state(), &self.workflow, run, &failure)
+                {
+                    let _ = answer.send(retry);
+                }
+                Ok(None)
             }
             Msg::Ended { run, node, end } => {
                 if !self.state().node_runs.contains_key(&run) {
@@ -505,7 +515,7 @@ impl Driver {
 
     /// A budget an agent's result, recorded at `at`, crossed.
     fn over_budget(&self, at: Timestamp) -> Option<Stop> {
-        control::exceeded(self.state(), &self.workflow, &self.budgeted, at).map(Stop::Budget)
+        budget::exceeded(self.state(), &self.workflow, &self.budgeted, at).map(Stop::Budget)
     }
 
     /// A task that ended: a panic ends its node run as a failure.

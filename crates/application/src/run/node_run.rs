@@ -2,9 +2,10 @@
 //!
 //! A node run never writes the log: it sends what happened to the run's
 //! recorder over the run's channel ([`Msg`]), in order, and ends with
-//! [`Msg::Ended`]. A decision that must be on record before its effect (the
+//! [`Msg::Ended`]. An event that must be on record before its effect (the
 //! `node:started` of a retry) is sent with an acknowledgement the task waits
-//! for. Cancelling the node run drops the provider stream or the command
+//! for; whether there is a retry at all the run decides, from the attempts
+//! on record ([`Msg::AttemptFailed`]). Cancelling the node run drops the provider stream or the command
 //! future, which kills its process group (the port contracts); a child run
 //! is cancelled through its own token instead, so it can record its end.
 
@@ -18,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Ports;
 use super::control::Cancel;
+use super::step::retry::{Failure, Retry};
 use crate::ports::{ChatMessage, CommandRequest};
 
 /// The recorder's answer to an event sent with an acknowledgement, once
@@ -56,6 +58,14 @@ pub(crate) enum Msg {
         kind: EventKind,
         ack: Option<oneshot::Sender<Ack>>,
         end: Option<NodeEnd>,
+    },
+    /// An attempt of node run `run` failed: `answer` is told the new
+    /// attempt ([`step::retry`](super::step::retry)), or dropped when the
+    /// node run fails with the error.
+    AttemptFailed {
+        run: NodeRunId,
+        failure: Failure,
+        answer: oneshot::Sender<Retry>,
     },
     /// The node run ended.
     Ended {
@@ -105,15 +115,11 @@ pub(crate) struct NodeTask {
     pub run_id: RunId,
     pub node: NodeDef,
     pub run: NodeRunId,
-    /// The attempt in progress.
-    pub attempt: u32,
     /// How its agent's first invocation continues what an earlier process
     /// began (a resume); `None` starts afresh.
     pub resume: Option<Continuation>,
     /// Its input (`{data, metadata}`), as `node:started` recorded it.
     pub input: Arc<Value>,
-    /// The `for_each` item it works on.
-    pub item: Option<u32>,
     pub tx: mpsc::Sender<Msg>,
     pub cancel: Cancel,
     /// The run is pausing: an agent stops at its next safe point, with no
@@ -153,6 +159,19 @@ impl NodeTask {
         };
         self.tx.send(msg).await.ok()?;
         stored.await.ok()
+    }
+
+    /// Asks whether the attempt that failed with `failure` is tried again,
+    /// and how; `None` when the node run fails (or the run is over).
+    pub async fn attempt_failed(&self, failure: Failure) -> Option<Retry> {
+        let (answer, told) = oneshot::channel();
+        let msg = Msg::AttemptFailed {
+            run: self.run,
+            failure,
+            answer,
+        };
+        self.tx.send(msg).await.ok()?;
+        told.await.ok()
     }
 
     /// The `data` of its input.

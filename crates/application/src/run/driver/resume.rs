@@ -11,22 +11,22 @@
 use std::sync::Arc;
 
 use domain::workflow::NodeKind;
-use domain::{
-    EventKind, NodeId, NodeRunId, NodeStatus, RunSnapshot, RuntimeCommand, Stopping, WorkflowDef,
-};
+use domain::{EventKind, NodeId, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
 use serde_json::{Value, json};
 
-use super::tail::{LastStep, TAIL};
+use super::tail::TAIL;
 use super::{Driver, Endpoints, Stop};
 use crate::inspect::snapshot_and_tail;
 use crate::ports::{CommandReply, RunLock};
-use crate::run::control::{Cancel, Exceeded};
+use crate::run::control::Cancel;
 use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
+use crate::run::step::resume::{self, LastStep};
+use crate::run::step::{retry, stop};
 use crate::run::transcript::render_prompt;
 use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
-use crate::run::{ExecutorError, commands, routing};
+use crate::run::{ExecutorError, commands};
 use domain::Caller;
 use domain::command::DEFAULT_RESUME_MESSAGE;
 
@@ -122,7 +122,7 @@ impl Driver {
                 message: Some(message.clone()),
                 by,
             };
-            if let Some(stop) = driver.stop_under_way(how) {
+            if let Some(stop) = resume::stop_under_way(driver.state(), &how) {
                 let in_flight: Vec<NodeRunId> = driver.state().node_runs.keys().copied().collect();
                 for run in in_flight {
                     driver.kill_leftovers(run);
@@ -158,32 +158,6 @@ impl Driver {
         driver.settle_result(result).await
     }
 
-    /// The stop the previous writer had decided and not finished, if the
-    /// run is to finish it: a cancel or a budget always; a pause when the
-    /// run is recovered, not when it is explicitly resumed.
-    fn stop_under_way(&self, how: Continue) -> Option<Stop> {
-        Some(match self.state().stopping.clone()? {
-            Stopping::Cancel { reason } => {
-                Stop::Cancelled(reason.unwrap_or_else(|| "cancelled by a command".to_owned()))
-            }
-            Stopping::Budget {
-                budget,
-                limit,
-                used,
-                node_id,
-            } => Stop::Budget(Exceeded {
-                budget,
-                limit,
-                used,
-                node: node_id,
-            }),
-            Stopping::Pause => match how {
-                Continue::Recover => Stop::Paused("paused by a command".to_owned()),
-                Continue::Resume(..) | Continue::Fork => return None,
-            },
-        })
-    }
-
     /// Records a command to a run no process writes (see
     /// [`Self::offline_command`]).
     pub(crate) async fn record_command(
@@ -215,57 +189,29 @@ impl Driver {
             Some(LastStep::Routing { node, recorded }) => self.route_rest(node, &recorded).await,
             Some(LastStep::Failing { node, run, error }) => {
                 // Which item failed, if any, its `node:started` says.
-                let error = match self.item_of(run).await? {
-                    Some(i) => format!("node `{node}` failed on item {i}: {error}"),
-                    None => format!("node `{node}` failed: {error}"),
-                };
-                Ok(Some(Stop::Failed {
-                    node: Some(node),
-                    error,
-                }))
+                let item = self.item_of(run).await?;
+                Ok(Some(stop::node_failed(&node, item, &error)))
             }
             None => Ok(None),
         }
     }
 
-    /// Records the edge events of `node`'s routing that are not `recorded`.
+    /// Records the edge events of `node`'s routing that are not `recorded`
+    /// ([`resume::rest_of_routing`]).
     async fn route_rest(
         &mut self,
         node: NodeId,
         recorded: &[String],
     ) -> Result<Option<Stop>, ExecutorError> {
-        let ended = match routing::node_status(self.state(), &node) {
-            NodeStatus::Done => true,
-            NodeStatus::Failed => self
-                .workflow
-                .node(&node)
-                .is_some_and(|n| self.workflow.continues_on_error(n)),
-            _ => false,
+        let rest =
+            resume::rest_of_routing(self.state(), &self.workflow, &node, recorded, &self.input);
+        let edges = match rest {
+            Ok(None) => return Ok(None),
+            Ok(Some(edges)) => edges,
+            Err(stop) => return Ok(Some(stop)),
         };
-        if !ended {
-            return Ok(None);
-        }
-        let data = routing::data_of(self.state(), &node);
-        let kinds = match routing::route(self.state(), &self.workflow, &node, &data, &self.input) {
-            Ok(kinds) => kinds,
-            // As it would have stopped the run the first time.
-            Err(error) => {
-                return Ok(Some(Stop::Failed {
-                    node: Some(node),
-                    error,
-                }));
-            }
-        };
-        for kind in kinds {
-            let edge = match &kind {
-                EventKind::EdgeFired { edge_id, .. } | EventKind::EdgeSkipped { edge_id, .. } => {
-                    edge_id
-                }
-                _ => continue,
-            };
-            if !recorded.contains(edge) {
-                self.rec.emit((Some(node.clone()), None), kind).await?;
-            }
+        for (ctx, kind) in edges {
+            self.rec.emit(ctx, kind).await?;
         }
         // The routing is done: a step boundary, as at the end of `route`.
         self.rec.checkpoint().await?;
@@ -317,8 +263,7 @@ impl Driver {
                 if state.in_turn {
                     next.call_index = state.call_index;
                 }
-                self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next))
-                    .await?;
+                self.spawn_task(run, def, state.input, Some(next)).await?;
                 return Ok(None);
             }
             if state.in_turn {
@@ -338,20 +283,13 @@ impl Driver {
                 child: Some(child),
                 ..Continuation::default()
             };
-            self.spawn_task(run, def, state.attempt, state.input, state.item, Some(next))
-                .await?;
+            self.spawn_task(run, def, state.input, Some(next)).await?;
             return Ok(None);
         }
-        let attempt = state.attempt.saturating_add(1);
-        let again = EventKind::NodeStarted {
-            input: state.input.clone(),
-            attempt: Some(attempt),
-            item: state.item,
-            items: None,
-        };
-        self.rec.emit((Some(node), Some(run)), again).await?;
-        self.spawn_task(run, def, attempt, state.input, state.item, resume)
-            .await?;
+        if let Some(again) = retry::again(self.state(), run) {
+            self.rec.emit((Some(node), Some(run)), again).await?;
+        }
+        self.spawn_task(run, def, state.input, resume).await?;
         Ok(None)
     }
 

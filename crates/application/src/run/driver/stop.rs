@@ -3,26 +3,31 @@
 //! cancelled and waited for, what it still sent is recorded, and each one
 //! still open ends with `node:failed`; then the terminal event.
 
-use domain::workflow::NodeKind;
 use domain::{EventKind, RunStatus};
 use serde_json::Value;
 
 use super::Driver;
 use crate::run::node_run::Msg;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
+use crate::run::step::pause;
 use crate::run::step::stop::{self, Stop};
 use crate::run::{ExecutorError, RunOutcome};
 
 impl Driver {
     /// Stops every node run in flight, records how each ended, then the
     /// run's end: `budget:exceeded` first for a budget, and `flow:failed` or
-    /// `flow:cancelled` last.
+    /// `flow:cancelled` last. A pause ends `flow:paused` instead, unless the
+    /// run is cancelled while it waits for its node runs.
     pub(super) async fn stop(&mut self, stop: Stop) -> Result<RunOutcome, ExecutorError> {
         // What was decided is stored before the node runs are stopped.
         self.rec.publish().await?;
-        if let Stop::Paused(reason) = stop {
-            return self.pause(reason).await;
-        }
+        let stop = match stop {
+            Stop::Paused(reason) => match self.pause(reason).await? {
+                Ok(outcome) => return Ok(outcome),
+                Err(cancelled) => cancelled,
+            },
+            stop => stop,
+        };
         if let Some((ctx, kind)) = stop::announce(self.state(), &stop) {
             self.rec.emit(ctx, kind).await?;
             // Decided before it takes effect: a writer killed while winding
@@ -39,42 +44,36 @@ impl Driver {
         Ok(self.outcome(status, Value::Null, Some(error)))
     }
 
-    /// Paused: no node run starts; each agent stops at its next safe
-    /// point (no tool call in flight: a tool is never cut off halfway), a
-    /// child run pauses likewise, any other node run stops at once; all
-    /// stay in flight (a resume continues them). Then `flow:paused` and the
-    /// final snapshot. A cancellation while it waits turns the pause into a
-    /// cancel.
-    async fn pause(&mut self, reason: String) -> Result<RunOutcome, ExecutorError> {
+    /// Paused ([`pause`]): no node run starts, and those in flight stop
+    /// and stay in flight. Then `flow:paused` and the final snapshot; or,
+    /// when the run is cancelled while it waits, the cancellation (recorded)
+    /// to stop with instead.
+    async fn pause(&mut self, reason: String) -> Result<Result<RunOutcome, Stop>, ExecutorError> {
         self.pausing.cancel(reason.clone());
-        for (run, (_, cancel)) in &self.running {
-            let pauses_itself = self
-                .state()
-                .node_runs
-                .get(run)
-                .and_then(|r| self.workflow.node(&r.node_id))
-                .is_some_and(|n| {
-                    matches!(
-                        n.kind,
-                        NodeKind::Agent { .. } | NodeKind::CallWorkflow { .. }
-                    )
-                });
-            if !pauses_itself {
+        for run in pause::stopped_at_once(self.state(), &self.workflow) {
+            if let Some((_, cancel)) = self.running.get(&run) {
                 cancel.cancel("the run is pausing");
             }
         }
         self.drain(true).await?;
-        if self.cancel.is_cancelled() {
-            let why = self.cancel.reason().unwrap_or("cancelled").to_owned();
-            let stop = self.cancelled(why).await?;
-            return Box::pin(self.stop(stop)).await;
-        }
-        let paused = EventKind::FlowPaused {
-            reason: Some(reason.clone()),
+        let cancelled = match self.cancel.is_cancelled() {
+            true => {
+                let why = self.cancel.reason().unwrap_or("cancelled").to_owned();
+                Some(self.cancelled(why).await?)
+            }
+            false => None,
         };
-        self.rec.emit(RUN_LEVEL, paused).await?;
+        let (ctx, paused) = match pause::paused(reason.clone(), cancelled) {
+            Ok(paused) => paused,
+            Err(cancelled) => return Ok(Err(cancelled)),
+        };
+        self.rec.emit(ctx, paused).await?;
         self.rec.finish().await?;
-        Ok(self.outcome(RunStatus::Paused, Value::Null, Some(reason)))
+        Ok(Ok(self.outcome(
+            RunStatus::Paused,
+            Value::Null,
+            Some(reason),
+        )))
     }
 
     /// Cancels every node run and waits for their tasks, recording what
@@ -123,6 +122,9 @@ impl Driver {
                     self.rec.emit(ctx, end.into_event(false)).await?;
                 }
             }
+            // No new attempt starts while the run stops: dropped unanswered,
+            // the node run ends with its error.
+            Msg::AttemptFailed { .. } => {}
             Msg::Ended { run, node, end } => {
                 if !keep && self.state().node_runs.contains_key(&run) {
                     let ctx: Ctx = (Some(node), Some(run));

@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 
-use domain::{EventKind, NodeId, NodeRunId, RuntimeEvent};
+use domain::{EventKind, NodeRunId, RuntimeEvent};
 
 use super::Driver;
 use crate::run::ExecutorError;
+use crate::run::step::resume::LastStep;
 
 /// Events at the end of the log a resume keeps from its fold, to find the
 /// step the previous writer was in without reading them again.
@@ -131,140 +132,5 @@ impl Driver {
             .collect();
         self.rec.restore_transcript(&said);
         Ok(())
-    }
-}
-
-/// What a writer was in the middle of when it died (see
-/// [`Driver::finish_last_step`]).
-pub(super) enum LastStep {
-    /// Routing `node`'s end; the edges `recorded` are on record.
-    Routing { node: NodeId, recorded: Vec<String> },
-    /// Stopping the run for `node`'s failure `error` (of its node run `run`).
-    Failing {
-        node: NodeId,
-        run: Option<NodeRunId>,
-        error: String,
-    },
-}
-
-impl LastStep {
-    /// Read off `tail`, the last events of a log (`whole`: all of it);
-    /// `None` when the answer lies further back.
-    pub(super) fn of(tail: &[RuntimeEvent], whole: bool) -> Option<Option<Self>> {
-        let mut recorded = Vec::new();
-        // The stopping failures at the end, latest first: the first of them
-        // is the cause, the others the node runs it cancelled.
-        let mut failing: Option<&RuntimeEvent> = None;
-        for event in tail.iter().rev() {
-            match &event.kind {
-                EventKind::NodeFailed {
-                    continued: false, ..
-                } if recorded.is_empty() => failing = Some(event),
-                _ if failing.is_some() => return Some(Self::failing(failing)),
-                EventKind::EdgeFired { edge_id, .. } | EventKind::EdgeSkipped { edge_id, .. } => {
-                    recorded.push(edge_id.clone());
-                }
-                // A fork's mark stands after the step its parent was in.
-                EventKind::StateSaved { .. } | EventKind::FlowForked { .. } => {}
-                EventKind::NodeCompleted { .. } | EventKind::NodeFailed { .. } => {
-                    let node = event.node_id.clone()?;
-                    return Some(Some(Self::Routing { node, recorded }));
-                }
-                _ => return Some(None),
-            }
-        }
-        if !whole {
-            return None;
-        }
-        Some(Self::failing(failing))
-    }
-
-    /// The failure `cause` was stopping the run with, unless it is one the
-    /// stop itself wrote (a cancelled node run), whose cause is not on record.
-    fn failing(cause: Option<&RuntimeEvent>) -> Option<Self> {
-        let cause = cause?;
-        let EventKind::NodeFailed { error, .. } = &cause.kind else {
-            return None;
-        };
-        if error.starts_with("cancelled") {
-            return None;
-        }
-        Some(Self::Failing {
-            node: cause.node_id.clone()?,
-            run: cause.node_run_id,
-            error: error.clone(),
-        })
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    const RUN: &str = "7f8c2b1e-3d4a-4b5c-9d6e-1f2a3b4c5d6e";
-
-    /// Events from `(node, body)` pairs, offsets 1.., each `body` the
-    /// event's type and fields as JSON.
-    fn log(events: &[(&str, &str)]) -> Vec<RuntimeEvent> {
-        events
-            .iter()
-            .enumerate()
-            .map(|(i, (node, body))| {
-                let line = format!(
-                    r#"{{"id":"00000000-0000-4000-8000-00000000000{}","offset":{},"timestamp":"2026-01-01T00:00:00Z","runId":"{RUN}","nodeId":"{node}",{body}}}"#,
-                    i,
-                    i + 1
-                );
-                serde_json::from_str(&line).unwrap()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn an_end_followed_by_some_of_its_edges_is_a_routing_under_way() {
-        let tail = log(&[
-            ("a", r#""type":"node:completed","output":{"data":1}"#),
-            (
-                "a",
-                r#""type":"edge:fired","edgeId":"a->b","from":"a","to":"b""#,
-            ),
-        ]);
-        match LastStep::of(&tail, true) {
-            Some(Some(LastStep::Routing { node, recorded })) => {
-                assert_eq!(node.as_str(), "a");
-                assert_eq!(recorded, ["a->b"]);
-            }
-            _ => panic!("not a routing under way"),
-        }
-    }
-
-    #[test]
-    fn the_first_of_the_stopping_failures_at_the_end_is_the_cause() {
-        let tail = log(&[
-            ("a", r#""type":"node:started","input":null"#),
-            ("a", r#""type":"node:failed","error":"exit 3""#),
-            (
-                "b",
-                r#""type":"node:failed","error":"cancelled because the run failed: exit 3""#,
-            ),
-        ]);
-        match LastStep::of(&tail, false) {
-            Some(Some(LastStep::Failing { node, error, .. })) => {
-                assert_eq!(node.as_str(), "a");
-                assert_eq!(error, "exit 3");
-            }
-            _ => panic!("not a failure under way"),
-        }
-        // All of the tail failures: the cause may lie further back.
-        assert!(LastStep::of(&tail[1..], false).is_none());
-    }
-
-    #[test]
-    fn a_stop_whose_cause_is_not_on_record_and_a_started_node_are_no_step() {
-        let cancelled = log(&[("a", r#""type":"node:failed","error":"cancelled: SIGINT""#)]);
-        assert!(matches!(LastStep::of(&cancelled, true), Some(None)));
-        let started = log(&[("a", r#""type":"node:started","input":null"#)]);
-        assert!(matches!(LastStep::of(&started, true), Some(None)));
     }
 }

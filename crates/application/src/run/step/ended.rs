@@ -5,7 +5,7 @@
 use domain::{NodeId, NodeRunId, RunSnapshot, Timestamp, WorkflowDef};
 use serde_json::{Value, json};
 
-use super::stop::Stop;
+use super::stop::{self, Stop};
 use crate::run::node_run::NodeEnd;
 use crate::run::recorder::Ctx;
 use crate::run::routing;
@@ -36,16 +36,7 @@ pub(crate) fn ended(
         .is_some_and(|n| workflow.continues_on_error(n));
     let ctx: Ctx = (Some(node.clone()), Some(run));
     let after = match (&end.error, item) {
-        (Some(error), _) if !continues => {
-            let error = match item {
-                Some(i) => format!("node `{node}` failed on item {i}: {error}"),
-                None => format!("node `{node}` failed: {error}"),
-            };
-            After::Stop(Stop::Failed {
-                node: Some(node.clone()),
-                error,
-            })
-        }
+        (Some(error), _) if !continues => After::Stop(stop::node_failed(node, item, error)),
         (_, Some(_)) => After::Item,
         (_, None) => After::Route(end.data.clone()),
     };

@@ -5,7 +5,7 @@
 
 use domain::{EventKind, NodeId, RunSnapshot, RunStatus, Stopping};
 
-use crate::run::control::Exceeded;
+use super::budget::Exceeded;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
 
 /// Why a run stops before it completes.
@@ -19,6 +19,19 @@ pub(crate) enum Stop {
     Cancelled(String),
     /// The run was paused (a `pause` command): it stops where it is.
     Paused(String),
+}
+
+/// The stop a failure of `node` (on `for_each` item `item`) makes, when
+/// the node does not continue on error.
+pub(crate) fn node_failed(node: &NodeId, item: Option<u32>, error: &str) -> Stop {
+    let error = match item {
+        Some(i) => format!("node `{node}` failed on item {i}: {error}"),
+        None => format!("node `{node}` failed: {error}"),
+    };
+    Stop::Failed {
+        node: Some(node.clone()),
+        error,
+    }
 }
 
 /// What a stop records before its node runs wind down: `budget:exceeded`
@@ -41,13 +54,24 @@ pub(crate) fn announce(state: &RunSnapshot, stop: &Stop) -> Option<(Ctx, EventKi
     Some(((exceeded.node.clone(), None), kind))
 }
 
+/// How the `error` of every `node:failed` that [`closing`] writes begins
+/// (docs/events.md): what tells a node run the stop ended from the failure
+/// that caused the stop, when a resume reads the log back.
+const CLOSED: &str = "cancelled";
+
+/// Whether a `node:failed` with `error` is one a stop wrote for a node run
+/// it ended ([`closing`]), rather than a node run's own failure.
+pub(crate) fn closed_by_stop(error: &str) -> bool {
+    error.starts_with(CLOSED)
+}
+
 /// Once the node runs have wound down: `node:failed` for every node run
 /// still open, saying why the run stopped it.
 pub(crate) fn closing(state: &RunSnapshot, stop: &Stop) -> Vec<(Ctx, EventKind)> {
     let why = match stop {
-        Stop::Failed { error, .. } => format!("cancelled because the run failed: {error}"),
-        Stop::Budget(e) => format!("cancelled: the {} budget ran out", e.budget),
-        Stop::Cancelled(reason) => format!("cancelled: {reason}"),
+        Stop::Failed { error, .. } => format!("{CLOSED} because the run failed: {error}"),
+        Stop::Budget(e) => format!("{CLOSED}: the {} budget ran out", e.budget),
+        Stop::Cancelled(reason) => format!("{CLOSED}: {reason}"),
         Stop::Paused(_) => String::new(),
     };
     state
@@ -204,8 +228,10 @@ mod tests {
             };
             assert_eq!(shown, [failed("a"), failed("b")], "{stop:?}");
             assert!(events.iter().all(|((_, run), _)| run.is_some()));
+            assert!(closed_by_stop(why), "a resume tells {why:?} from a cause");
         }
         assert!(closing(&state(&[]), &Stop::Cancelled("x".into())).is_empty());
+        assert!(!closed_by_stop("the command exited with code 3"));
     }
 
     #[test]

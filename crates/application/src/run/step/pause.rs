@@ -1,0 +1,100 @@
+//! A run pauses: which node runs stop at once ([`stopped_at_once`]), and
+//! what ends the pause once every node run has stopped ([`paused`]).
+//!
+//! An agent stops at its next safe point (no tool call in flight: a tool is
+//! never cut off halfway) and a child run pauses likewise; any other node
+//! run (a command) is stopped at once. All of them stay in flight: a resume
+//! continues them.
+
+use domain::workflow::NodeKind;
+use domain::{EventKind, NodeRunId, RunSnapshot, WorkflowDef};
+
+use super::stop::Stop;
+use crate::run::recorder::{Ctx, RUN_LEVEL};
+
+/// The node runs in flight that a pause stops at once: those that cannot
+/// stop themselves at a safe point.
+pub(crate) fn stopped_at_once(state: &RunSnapshot, workflow: &WorkflowDef) -> Vec<NodeRunId> {
+    state
+        .node_runs
+        .iter()
+        .filter(|(_, r)| {
+            let pauses_itself = workflow.node(&r.node_id).is_some_and(|n| {
+                matches!(
+                    n.kind,
+                    NodeKind::Agent { .. } | NodeKind::CallWorkflow { .. }
+                )
+            });
+            !pauses_itself
+        })
+        .map(|(run, _)| *run)
+        .collect()
+}
+
+/// How a pause ends once its node runs have stopped: `flow:paused`, or,
+/// when the run was cancelled meanwhile, the cancellation that takes its
+/// place.
+pub(crate) fn paused(reason: String, cancelled: Option<Stop>) -> Result<(Ctx, EventKind), Stop> {
+    match cancelled {
+        Some(stop) => Err(stop),
+        None => Ok((
+            RUN_LEVEL,
+            EventKind::FlowPaused {
+                reason: Some(reason),
+            },
+        )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use domain::RunId;
+    use domain::snapshot::NodeRunState;
+    use serde_json::json;
+
+    use super::*;
+
+    fn node_run(n: u128) -> NodeRunId {
+        NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0100 + n))
+    }
+
+    #[test]
+    fn a_pause_stops_commands_at_once_and_lets_agents_and_child_runs_stop_themselves() {
+        let workflow = WorkflowDef::from_yaml(
+            "name: w\nagents:\n  a: {provider: mock}\n\
+             nodes:\n\
+             - {id: agent, agent: a}\n\
+             - {id: shell, command: 'true'}\n\
+             - {id: child, call_workflow: child.yaml}\n",
+        )
+        .unwrap();
+        let run = RunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0001)).unwrap();
+        let mut state = RunSnapshot::new(run);
+        for (n, node) in [(1, "agent"), (2, "shell"), (3, "child"), (4, "gone")] {
+            let r: NodeRunState =
+                serde_json::from_value(json!({"nodeId": node, "attempt": 1})).unwrap();
+            state.node_runs.insert(node_run(n), r);
+        }
+        let mut stopped = stopped_at_once(&state, &workflow);
+        stopped.sort();
+        // A node run of a node the workflow no longer has cannot pause itself.
+        let mut expected = vec![node_run(2), node_run(4)];
+        expected.sort();
+        assert_eq!(stopped, expected);
+    }
+
+    #[test]
+    fn a_pause_ends_paused_unless_cancelled_meanwhile() {
+        let (ctx, kind) = paused("lunch".into(), None).unwrap();
+        assert_eq!(ctx, RUN_LEVEL);
+        assert_eq!(
+            kind,
+            EventKind::FlowPaused {
+                reason: Some("lunch".into())
+            }
+        );
+        let cancel = Stop::Cancelled("interrupted".into());
+        assert_eq!(paused("lunch".into(), Some(cancel.clone())), Err(cancel));
+    }
+}
