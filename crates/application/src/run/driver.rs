@@ -15,18 +15,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domain::event::WorkflowRef;
-use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, Timestamp, WorkflowDef};
+use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
+mod apply;
 mod commands;
-mod ended;
 mod endpoints;
 mod resume;
 mod stop;
 mod tail;
 
+use self::apply::Asker;
 use self::endpoints::Endpoints;
 
 use super::control::Cancel;
@@ -34,7 +35,7 @@ use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{Ctx, RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
-use super::step::{budget, retry};
+use super::step::{Input, budget};
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
 use crate::ports::{Listener, RunLock};
 
@@ -194,10 +195,8 @@ impl Driver {
                 None => {}
             }
             let now = self.ports.clock.now();
-            if let Some(exceeded) =
-                budget::exceeded(self.state(), &self.workflow, &self.budgeted, now)
-            {
-                return self.stop(Stop::Budget(exceeded)).await;
+            if let Some(stop) = self.apply(Input::Tick { now }, Asker::None).await? {
+                return self.stop(stop).await;
             }
             let deadline =
                 budget::next_deadline(self.state(), &self.workflow, &self.budgeted).map(|at| {
@@ -218,11 +217,20 @@ impl Driver {
                 biased;
                 _ = self.cancel.cancelled() => {
                     let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
-                    Some(self.cancelled(reason).await?)
+                    self.apply(Input::Cancelled(reason), Asker::None).await?
                 }
-                () = commands::parent_paused(self.parent_pausing.as_ref()) => Some(self.paused_with_parent().await?),
+                () = commands::parent_paused(self.parent_pausing.as_ref()) => {
+                    // Fired once: the pause that follows does not come back
+                    // to the loop.
+                    self.parent_pausing = None;
+                    self.apply(Input::ParentPaused, Asker::None).await?
+                }
                 Some(msg) = self.rx.recv() => self.handle_queued(msg).await?,
-                Some(delivery) = commands::next(&mut self.listener) => self.command(delivery).await?,
+                Some(delivery) = commands::next(&mut self.listener) => {
+                    let child = self.parent_pausing.is_some();
+                    let command = Input::Command { raw: delivery.raw, by: delivery.by, child };
+                    self.apply(command, Asker::Sender(delivery.reply)).await?
+                }
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
                 // The budget check at the top of the loop sees the deadline.
                 () = deadline => None,
@@ -381,10 +389,13 @@ impl Driver {
                 else {
                     return Ok(None);
                 };
-                let stop = if complete {
-                    self.over_budget(recorded.timestamp)
-                } else {
-                    None
+                let stop = match complete {
+                    // The budgets as the agent's result left them.
+                    true => {
+                        let now = recorded.timestamp;
+                        self.apply(Input::Tick { now }, Asker::None).await?
+                    }
+                    false => None,
                 };
                 match end {
                     None => Ok(stop),
@@ -405,13 +416,8 @@ impl Driver {
                 failure,
                 answer,
             } => {
-                // Dropped unanswered, the node run fails with its error.
-                if let Some(retry) =
-                    retry::attempt_failed(self.state(), &self.workflow, run, &failure)
-                {
-                    let _ = answer.send(retry);
-                }
-                Ok(None)
+                let failed = Input::AttemptFailed { run, failure };
+                self.apply(failed, Asker::NodeRun(answer)).await
             }
             Msg::Ended { run, node, end } => {
                 if !self.state().node_runs.contains_key(&run) {
@@ -511,11 +517,6 @@ impl Driver {
     /// The provider calls `node` has made so far in this run.
     fn calls_of(&self, node: &NodeId) -> u32 {
         self.state().node_calls.get(node).copied().unwrap_or(0)
-    }
-
-    /// A budget an agent's result, recorded at `at`, crossed.
-    fn over_budget(&self, at: Timestamp) -> Option<Stop> {
-        budget::exceeded(self.state(), &self.workflow, &self.budgeted, at).map(Stop::Budget)
     }
 
     /// A task that ended: a panic ends its node run as a failure.

@@ -11,9 +11,10 @@
 use std::sync::Arc;
 
 use domain::workflow::NodeKind;
-use domain::{EventKind, NodeId, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
+use domain::{EventKind, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
 use serde_json::{Value, json};
 
+use super::apply::Asker;
 use super::tail::TAIL;
 use super::{Driver, Endpoints, Stop};
 use crate::inspect::snapshot_and_tail;
@@ -23,7 +24,7 @@ use crate::run::conversation;
 use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::step::resume::{self, LastStep};
-use crate::run::step::{retry, stop};
+use crate::run::step::{Input, retry, stop};
 use crate::run::transcript::render_prompt;
 use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands};
@@ -186,7 +187,10 @@ impl Driver {
     /// pending: then there is nothing left to do.
     pub(super) async fn finish_last_step(&mut self) -> Result<Option<Stop>, ExecutorError> {
         match self.last_step().await? {
-            Some(LastStep::Routing { node, recorded }) => self.route_rest(node, &recorded).await,
+            Some(LastStep::Routing { node, recorded }) => {
+                let unfinished = Input::RoutingUnfinished { node, recorded };
+                self.apply(unfinished, Asker::None).await
+            }
             Some(LastStep::Failing { node, run, error }) => {
                 // Which item failed, if any, its `node:started` says.
                 let item = self.item_of(run).await?;
@@ -194,28 +198,6 @@ impl Driver {
             }
             None => Ok(None),
         }
-    }
-
-    /// Records the edge events of `node`'s routing that are not `recorded`
-    /// ([`resume::rest_of_routing`]).
-    async fn route_rest(
-        &mut self,
-        node: NodeId,
-        recorded: &[String],
-    ) -> Result<Option<Stop>, ExecutorError> {
-        let rest =
-            resume::rest_of_routing(self.state(), &self.workflow, &node, recorded, &self.input);
-        let edges = match rest {
-            Ok(None) => return Ok(None),
-            Ok(Some(edges)) => edges,
-            Err(stop) => return Ok(Some(stop)),
-        };
-        for (ctx, kind) in edges {
-            self.rec.emit(ctx, kind).await?;
-        }
-        // The routing is done: a step boundary, as at the end of `route`.
-        self.rec.checkpoint().await?;
-        Ok(None)
     }
 
     /// Node run `run`, found in flight by a resume, goes on.

@@ -7,10 +7,11 @@ use domain::{EventKind, RunStatus};
 use serde_json::Value;
 
 use super::Driver;
+use super::apply::Asker;
 use crate::run::node_run::Msg;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
-use crate::run::step::pause;
 use crate::run::step::stop::{self, Stop};
+use crate::run::step::{Input, pause};
 use crate::run::{ExecutorError, RunOutcome};
 
 impl Driver {
@@ -59,7 +60,7 @@ impl Driver {
         let cancelled = match self.cancel.is_cancelled() {
             true => {
                 let why = self.cancel.reason().unwrap_or("cancelled").to_owned();
-                Some(self.cancelled(why).await?)
+                self.apply(Input::Cancelled(why), Asker::None).await?
             }
             false => None,
         };

@@ -1,23 +1,36 @@
 //! The executor's transitions as pure functions of the folded state: no
-//! IO, no clock, no tokio. Each returns what to record (and what the
-//! driver must do next); the driver records it and carries it out. One
-//! file per transition, each with table tests of its own.
+//! IO, no clock, no tokio. [`step`] is the one way in: given the state and
+//! one [`Input`] (something that happened to the run), it says what to
+//! record and what the driver must then do ([`Effect`]). The driver records
+//! the events, in order, folding each into the state, and then carries out
+//! the effects; an [`Effect::Then`] feeds the next input, decided on the
+//! state with those events recorded (a node's edges, after its end).
 //!
-//! - [`budget`]: the first budget the state has crossed, and when the next
-//!   deadline falls;
-//! - [`command`]: what a command received records, and the stop it asks
-//!   for;
+//! One file per transition, each with table tests of its own:
+//!
 //! - [`ended`]: what a node run's end records, and its node's edges;
-//! - [`pause`]: which node runs a pause stops at once, and how it ends;
-//! - [`resume`]: what a continued run finishes first: the stop or the step
-//!   its last writer died in;
 //! - [`retry`]: whether a failed attempt is tried again, and after what
 //!   wait;
+//! - [`command`]: what a command received records, and the stop it asks
+//!   for;
+//! - [`budget`]: the first budget the state has crossed, and when the next
+//!   deadline falls;
+//! - [`pause`]: which node runs a pause stops at once, and how it ends;
 //! - [`stop`]: how a run that stops before it completes records its stop
-//!   (a node failure, a budget, a cancellation).
+//!   (a node failure, a budget, a cancellation);
+//! - [`resume`]: what a continued run finishes first: the stop or the step
+//!   its last writer died in.
 //!
-//! The scheduler, `run::decide`, is the first of them; the others still
-//! decide inside the driver (`run/driver/`) and move here one by one.
+//! The scheduler, `run::decide`, is the other pure half: which node runs
+//! may start. A stop and a resume are sequences with waits between their
+//! phases (for node runs to wind down, for the log to be read back): the
+//! driver runs the phases, and each phase's decision is a function here.
+
+use domain::{Caller, EventKind, NodeId, NodeRunId, RunSnapshot, Timestamp, WorkflowDef};
+use serde_json::Value;
+
+use crate::run::node_run::NodeEnd;
+use crate::run::recorder::{Ctx, RUN_LEVEL};
 
 pub(crate) mod budget;
 pub(crate) mod command;
@@ -26,3 +39,175 @@ pub(crate) mod pause;
 pub(crate) mod resume;
 pub(crate) mod retry;
 pub(crate) mod stop;
+
+#[cfg(test)]
+mod tests;
+
+use self::retry::{Failure, Retry};
+use self::stop::Stop;
+
+/// What the transitions are decided with besides the state: what the run
+/// was started with, which does not change while it runs.
+pub(crate) struct Given<'a> {
+    pub workflow: &'a WorkflowDef,
+    /// The run's input (`flow:started`'s).
+    pub input: &'a Value,
+    /// The positions of the nodes with a budget of their own
+    /// ([`budget::budgeted`]).
+    pub budgeted: &'a [usize],
+}
+
+/// Something that happened to a run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Input {
+    /// Node run `run` of `node` ended with `end`.
+    NodeEnded {
+        run: NodeRunId,
+        node: NodeId,
+        end: NodeEnd,
+    },
+    /// `node` ended whole with `data`, on record: its data goes along its
+    /// edges. Follows [`Input::NodeEnded`].
+    Ended { node: NodeId, data: Value },
+    /// An attempt of node run `run` failed.
+    AttemptFailed { run: NodeRunId, failure: Failure },
+    /// A command `raw` from `by` reached the run's writer; `child`: the run
+    /// is a child run, which pauses only with its parent.
+    Command {
+        raw: Value,
+        by: Option<Caller>,
+        child: bool,
+    },
+    /// This process cancelled the run (a signal, the library's `Cancel`).
+    Cancelled(String),
+    /// The parent of this child run paused.
+    ParentPaused,
+    /// Time passed, or spending grew: the budgets are checked at `now`.
+    Tick { now: Timestamp },
+    /// A resume found the writer before it dead in the middle of routing
+    /// `node`: the edge events not `recorded` are recorded.
+    RoutingUnfinished { node: NodeId, recorded: Vec<String> },
+}
+
+/// What the driver does once a step's events are recorded, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    /// Decide this input next, on the state with the events recorded.
+    Then(Input),
+    /// A step boundary, made durable with the next publication.
+    Boundary,
+    /// Make what is recorded durable now, before anything else happens.
+    Checkpoint,
+    /// Tell the node run that asked: a new attempt, after a wait.
+    Retry(Retry),
+    /// Answer the command's sender; the offset is the step's first event's.
+    Reply {
+        accepted: bool,
+        error: Option<String>,
+    },
+    /// Stop the run.
+    Stop(Stop),
+}
+
+/// What one input leads to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Step {
+    /// To record, in order.
+    pub events: Vec<(Ctx, EventKind)>,
+    /// Then to carry out, in order.
+    pub effects: Vec<Effect>,
+}
+
+impl Step {
+    fn effects(effects: impl IntoIterator<Item = Effect>) -> Self {
+        Self {
+            events: Vec::new(),
+            effects: effects.into_iter().collect(),
+        }
+    }
+
+    fn stop(stop: Option<Stop>) -> Self {
+        Self::effects(stop.map(Effect::Stop))
+    }
+}
+
+/// The one transition: what `input` records on the run at `state`, and
+/// what follows.
+pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step {
+    match input {
+        Input::NodeEnded { run, node, end } => {
+            let (event, after) = ended::ended(state, given.workflow, run, &node, end);
+            let effects = match after {
+                ended::After::Stop(stop) => vec![Effect::Stop(stop)],
+                // The node ends when all its items have.
+                ended::After::Item => Vec::new(),
+                ended::After::Route(data) => vec![Effect::Then(Input::Ended { node, data })],
+            };
+            Step {
+                events: vec![event],
+                effects,
+            }
+        }
+        Input::Ended { node, data } => {
+            match ended::routed(state, given.workflow, &node, &data, given.input) {
+                // Flushed with what the next decisions record, before
+                // anything can see either.
+                Ok(events) => Step {
+                    events,
+                    effects: vec![Effect::Boundary],
+                },
+                Err(stop) => Step::stop(Some(stop)),
+            }
+        }
+        Input::AttemptFailed { run, failure } => Step::effects(
+            retry::attempt_failed(state, given.workflow, run, &failure).map(Effect::Retry),
+        ),
+        Input::Command { raw, by, child } => {
+            let received = command::received(state, given.workflow, raw, by, child);
+            let mut effects = vec![
+                Effect::Checkpoint,
+                Effect::Reply {
+                    accepted: received.error.is_none(),
+                    error: received.error,
+                },
+            ];
+            effects.extend(received.stop.map(Effect::Stop));
+            Step {
+                events: vec![(RUN_LEVEL, received.event)],
+                effects,
+            }
+        }
+        Input::Cancelled(reason) => {
+            let (received, stop) = command::cancelled_here(reason);
+            recorded_stop(received, stop)
+        }
+        Input::ParentPaused => {
+            let (received, stop) = command::paused_with_parent();
+            recorded_stop(received, stop)
+        }
+        Input::Tick { now } => Step::stop(
+            budget::exceeded(state, given.workflow, given.budgeted, now).map(Stop::Budget),
+        ),
+        Input::RoutingUnfinished { node, recorded } => {
+            match resume::rest_of_routing(state, given.workflow, &node, &recorded, given.input) {
+                Ok(None) => Step::default(),
+                // The routing is done: a step boundary, as at the end of
+                // `Ended`, made durable before the resume goes on.
+                Ok(Some(events)) => Step {
+                    events,
+                    effects: vec![Effect::Checkpoint],
+                },
+                Err(stop) => Step::stop(Some(stop)),
+            }
+        }
+    }
+}
+
+/// A stop the runtime gave itself as a command: recorded and made durable
+/// before it takes effect.
+fn recorded_stop(received: EventKind, stop: Stop) -> Step {
+    Step {
+        events: vec![(RUN_LEVEL, received)],
+        effects: vec![Effect::Checkpoint, Effect::Stop(stop)],
+    }
+}
