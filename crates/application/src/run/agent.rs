@@ -20,7 +20,8 @@ use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
 /// delivered after it, in the same conversation, before the node run ends.
-/// `None` when the recorder recorded the end with the last `agent:complete`.
+/// A success ends the node run with the last `agent:complete`, which the
+/// recorder records with it (`None`); a failure is returned.
 pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
     let Some((agent_name, agent)) = task
         .workflow
@@ -37,10 +38,10 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
     let prompt = render_prompt(task.data());
     let mut tool_calls = 0u64;
     let mut turn = task.resume.take();
-    let result = loop {
+    let error = loop {
         // Between invocations is a safe point.
         if task.pausing.is_cancelled() {
-            break Err(paused());
+            break paused();
         }
         let call = Call {
             agent_name: &agent_name,
@@ -55,18 +56,16 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
             .map(|t| (t.inbox.clone(), t.notes.clone()))
             .unwrap_or_default();
         let error = match invoke(task, &call, turn.take(), &mut tool_calls).await {
-            Ok(Invoked { ended: true, .. }) => return None,
-            Ok(Invoked {
-                data, next: None, ..
-            }) => break Ok(data),
-            Ok(Invoked { next, .. }) => {
+            // The recorder ended the node run with the result.
+            Ok(None) => return None,
+            Ok(next) => {
                 turn = next;
                 continue;
             }
             Err(error) => error,
         };
         if task.pausing.is_cancelled() {
-            break Err(error);
+            break error;
         }
         if !owed.0.is_empty() {
             // A new attempt starts afresh: it delivers them with the prompt.
@@ -87,25 +86,17 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
             continued,
         };
         let Some(retry) = task.attempt_failed(failure).await else {
-            break Err(error);
+            break error;
         };
         task.ports.clock.sleep(retry.wait).await;
         if task.record(retry.started).await.is_none() {
-            break Err(error);
+            break error;
         }
     };
-    let metadata = metadata(task, &agent_name, started, tool_calls);
-    Some(match result {
-        Ok(data) => NodeEnd {
-            data,
-            metadata,
-            error: None,
-        },
-        Err(error) => NodeEnd {
-            data: Value::Null,
-            metadata,
-            error: Some(error.to_string()),
-        },
+    Some(NodeEnd {
+        data: Value::Null,
+        metadata: metadata(task, &agent_name, started, tool_calls),
+        error: Some(error.to_string()),
     })
 }
 
@@ -127,15 +118,6 @@ struct Call<'a> {
     prompt: &'a str,
     /// When the node run began.
     started: Timestamp,
-}
-
-/// A successful invocation: its output data, and how the conversation
-/// goes on when messages for the node run arrived meanwhile; `ended` when
-/// nothing did and the recorder recorded the node run's end already.
-struct Invoked {
-    data: Value,
-    next: Option<Continuation>,
-    ended: bool,
 }
 
 /// The run ended while an invocation was being recorded.
@@ -164,7 +146,7 @@ async fn invoke(
     call: &Call<'_>,
     turn: Option<Continuation>,
     tool_calls: &mut u64,
-) -> Result<Invoked, QueryError> {
+) -> Result<Option<Continuation>, QueryError> {
     let agent = call.agent;
     let turn = turn.unwrap_or_else(|| Continuation {
         message: call.prompt.to_owned(),
@@ -470,7 +452,7 @@ impl Silence {
 
 /// Checks the result against the agent's limits and schema, then records
 /// `agent:complete` and learns whether messages wait for the node run; if
-/// none do, the recorder ends the node run with it.
+/// none do, the recorder ends the node run with it ([`NodeTask::complete`]).
 async fn completed(
     task: &NodeTask,
     call: &Call<'_>,
@@ -478,7 +460,7 @@ async fn completed(
     elapsed_ms: u64,
     (session, model): &(SessionId, Option<String>),
     tool_calls: u64,
-) -> Result<Invoked, QueryError> {
+) -> Result<Option<Continuation>, QueryError> {
     let agent = call.agent;
     if let Some(max) = agent.max_turns.filter(|max| result.num_turns > *max) {
         let error = QueryError::Agent {
@@ -527,22 +509,7 @@ async fn completed(
         metadata: metadata(task, call.agent_name, call.started, tool_calls),
         error: None,
     };
-    let ack = task
-        .record_or_end(complete, Some(end))
-        .await
-        .ok_or_else(run_over)?;
-    Ok(match ack.end {
-        Some(end) => Invoked {
-            data: end.data,
-            next: ack.next,
-            ended: false,
-        },
-        None => Invoked {
-            data: Value::Null,
-            next: None,
-            ended: true,
-        },
-    })
+    task.complete(complete, end).await.ok_or_else(run_over)
 }
 
 /// The cost of a result whose provider reported none, from the

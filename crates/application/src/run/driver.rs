@@ -382,34 +382,35 @@ impl Driver {
                 node,
                 kind,
                 ack,
-                end,
             } => {
-                let complete = matches!(kind, EventKind::AgentComplete { .. });
-                let Some((recorded, end)) = self.record_for(run, &node, kind, ack, end).await?
+                self.record_for(run, &node, kind, ack).await?;
+                Ok(None)
+            }
+            Msg::Completed {
+                run,
+                node,
+                kind,
+                end,
+                answer,
+            } => {
+                let Some((recorded, end)) = self.completed(run, &node, kind, *end, answer).await?
                 else {
                     return Ok(None);
                 };
-                let stop = match complete {
-                    // The budgets as the agent's result left them.
-                    true => {
-                        let now = recorded.timestamp;
-                        self.apply(Input::Tick { now }, Asker::None).await?
-                    }
-                    false => None,
+                // The budgets as the agent's result left them.
+                let now = recorded.timestamp;
+                let stop = self.apply(Input::Tick { now }, Asker::None).await?;
+                let Some(end) = end else {
+                    return Ok(stop);
                 };
-                match end {
-                    None => Ok(stop),
-                    Some(end) => {
-                        self.running.remove(&run);
-                        if stop.is_some() {
-                            // The run stops: the end is recorded, not routed.
-                            let ctx: Ctx = (Some(node), Some(run));
-                            self.rec.emit(ctx, end.into_event(false)).await?;
-                            return Ok(stop);
-                        }
-                        self.node_ended(run, &node, end).await
-                    }
+                self.running.remove(&run);
+                if stop.is_some() {
+                    // The run stops: the end is recorded, not routed.
+                    let ctx: Ctx = (Some(node), Some(run));
+                    self.rec.emit(ctx, end.into_event(false)).await?;
+                    return Ok(stop);
                 }
+                self.node_ended(run, &node, end).await
             }
             Msg::AttemptFailed {
                 run,
@@ -433,22 +434,18 @@ impl Driver {
     /// flight, then answers its acknowledgement once it is stored (the
     /// sender must not wait for a run that dropped its message). An
     /// `agent:start` gets its `callIndex` here, the one place that knows the
-    /// node's calls. The `end` offered with an `agent:complete` is taken
-    /// (and returned) when no message waits for the node run: the caller
-    /// records it, and the answer, which the task only ends on, need not
-    /// wait for a write.
+    /// node's calls.
     async fn record_for(
         &mut self,
         run: NodeRunId,
         node: &NodeId,
         mut kind: EventKind,
         ack: Option<tokio::sync::oneshot::Sender<Ack>>,
-        end: Option<NodeEnd>,
-    ) -> Result<Option<(Recorded, Option<NodeEnd>)>, ExecutorError> {
+    ) -> Result<Option<Recorded>, ExecutorError> {
         if !self.state().node_runs.contains_key(&run) {
             return Ok(None);
         }
-        let mut call = None;
+        let mut answer = Ack::default();
         if let EventKind::AgentStart {
             call_index,
             instance,
@@ -474,44 +471,51 @@ impl Driver {
             );
             *instance = Some(at.clone());
             *instance_call = Some(k);
-            call = Some((index, at, k));
+            answer = Ack {
+                call_index: index,
+                instance: at,
+                instance_call: k,
+            };
         }
-        let complete = matches!(kind, EventKind::AgentComplete { .. });
         let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
-        let Some(ack) = ack else {
-            return Ok(Some((recorded, None)));
-        };
-        let mut taken = None;
-        let answer = match call {
-            Some((call_index, instance, instance_call)) => Ack {
-                call_index,
-                instance,
-                instance_call,
-                ..Ack::default()
-            },
-            None if complete => {
-                let next = self.deliver(run, None).await?;
-                let (end, back) = match end {
-                    Some(end) if next.is_none() => (Some(end), None),
-                    other => (None, other),
-                };
-                taken = end;
-                Ack {
-                    next,
-                    end: back,
-                    ..Ack::default()
-                }
-            }
-            None => Ack {
-                end,
-                ..Ack::default()
-            },
-        };
-        if taken.is_none() {
+        if let Some(ack) = ack {
             self.rec.publish().await?;
+            let _ = ack.send(answer);
         }
-        let _ = ack.send(answer);
-        Ok(Some((recorded, taken)))
+        Ok(Some(recorded))
+    }
+
+    /// Records an agent's result (see [`Msg::Completed`]), if its node run
+    /// is still in flight, and answers it: with the invocation that
+    /// delivers the messages waiting for the node run, or, when none wait,
+    /// with `None`, and the node run's `end` is returned for the caller to
+    /// record. That answer, which the task only ends on, need not wait for
+    /// a write.
+    async fn completed(
+        &mut self,
+        run: NodeRunId,
+        node: &NodeId,
+        kind: EventKind,
+        end: NodeEnd,
+        answer: tokio::sync::oneshot::Sender<Option<Continuation>>,
+    ) -> Result<Option<(Recorded, Option<NodeEnd>)>, ExecutorError> {
+        if !self.state().node_runs.contains_key(&run) {
+            return Ok(None);
+        }
+        let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
+        let next = self.deliver(run, None).await?;
+        let end = match next {
+            Some(next) => {
+                self.rec.publish().await?;
+                let _ = answer.send(Some(next));
+                None
+            }
+            None => {
+                let _ = answer.send(None);
+                Some(end)
+            }
+        };
+        Ok(Some((recorded, end)))
     }
 
     /// The provider calls `node` has made so far in this run.

@@ -32,32 +32,32 @@ pub(crate) struct Ack {
     pub instance: String,
     /// Its number among its node run's calls (`instanceCall`).
     pub instance_call: u32,
-    /// After an `agent:complete`: the invocation that delivers the
-    /// messages accepted for the node run meanwhile, if any came.
-    pub next: Option<Continuation>,
-    /// The end the event came with, given back when the recorder did not
-    /// take it (messages wait for the node run, or the run is stopping).
-    /// Offered and not given back: the node run has ended, and its task has
-    /// nothing more to send.
-    pub end: Option<NodeEnd>,
 }
 
 /// What a node run tells its run's recorder.
-// `Event` is large (an event and an end): a box would cost an allocation
-// per message, for a channel of at most `CHANNEL` slots.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Msg {
     /// Record this event of node run `run`; `ack` is answered once it is
-    /// stored. `end` is how the node run ends if nothing more is asked of
-    /// it (an `agent:complete` with no message waiting): the recorder then
-    /// records that end at once, with the event, instead of waiting for
-    /// [`Msg::Ended`] — one hand-off between the tasks, not two.
+    /// stored.
     Event {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
         ack: Option<oneshot::Sender<Ack>>,
-        end: Option<NodeEnd>,
+    },
+    /// An agent's result (`agent:complete`), and how the node run ends with
+    /// it. The recorder records the result, then either ends the node run
+    /// with `end` at once, or, when messages accepted for the node run
+    /// wait, answers with the invocation that delivers them (the node run
+    /// goes on, and `end` is dropped). `answer` tells the task which:
+    /// `None`, it has ended. The end travels with the result so that a
+    /// result that crosses a budget is followed by its node run's end, and
+    /// an agent's last turn costs one hand-off between the tasks, not two.
+    Completed {
+        run: NodeRunId,
+        node: NodeId,
+        kind: EventKind,
+        end: Box<NodeEnd>,
+        answer: oneshot::Sender<Option<Continuation>>,
     },
     /// An attempt of node run `run` failed: `answer` is told the new
     /// attempt ([`step::retry`](super::step::retry)), or dropped when the
@@ -135,7 +135,6 @@ impl NodeTask {
             node: self.node.id.clone(),
             kind,
             ack: None,
-            end: None,
         };
         // A closed channel means the run is over: nothing is left to record.
         let _ = self.tx.send(msg).await;
@@ -143,22 +142,31 @@ impl NodeTask {
 
     /// Sends one event and waits until it is stored; `None` when the run is over.
     pub async fn record(&self, kind: EventKind) -> Option<Ack> {
-        self.record_or_end(kind, None).await
-    }
-
-    /// [`NodeTask::record`], offering the node run's `end` should nothing
-    /// more be asked of it (see [`Msg::Event`]).
-    pub async fn record_or_end(&self, kind: EventKind, end: Option<NodeEnd>) -> Option<Ack> {
         let (ack, stored) = oneshot::channel();
         let msg = Msg::Event {
             run: self.run,
             node: self.node.id.clone(),
             kind,
             ack: Some(ack),
-            end,
         };
         self.tx.send(msg).await.ok()?;
         stored.await.ok()
+    }
+
+    /// Sends an agent's result and how the node run ends with it (see
+    /// [`Msg::Completed`]): `Some(None)` when the node run has ended,
+    /// `Some(next)` when it goes on with `next`; `None` when the run is over.
+    pub async fn complete(&self, kind: EventKind, end: NodeEnd) -> Option<Option<Continuation>> {
+        let (answer, told) = oneshot::channel();
+        let msg = Msg::Completed {
+            run: self.run,
+            node: self.node.id.clone(),
+            kind,
+            end: Box::new(end),
+            answer,
+        };
+        self.tx.send(msg).await.ok()?;
+        told.await.ok()
     }
 
     /// Asks whether the attempt that failed with `failure` is tried again,

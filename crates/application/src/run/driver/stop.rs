@@ -112,11 +112,18 @@ impl Driver {
                 node,
                 kind,
                 ack,
-                end,
             } => {
-                // An end taken with the event is the node run's `Ended`.
-                let taken = self.record_for(run, &node, kind, ack, end).await?;
-                if let Some((_, Some(end))) = taken
+                self.record_for(run, &node, kind, ack).await?;
+            }
+            Msg::Completed {
+                run,
+                node,
+                kind,
+                end,
+                answer,
+            } => {
+                let ended = self.completed(run, &node, kind, *end, answer).await?;
+                if let Some((_, Some(end))) = ended
                     && !keep
                 {
                     let ctx: Ctx = (Some(node), Some(run));
