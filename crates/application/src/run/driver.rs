@@ -397,20 +397,12 @@ impl Driver {
                 else {
                     return Ok(None);
                 };
-                // The budgets as the agent's result left them.
-                let now = recorded.timestamp;
-                let stop = self.apply(Input::Tick { now }, Asker::None).await?;
-                let Some(end) = end else {
-                    return Ok(stop);
-                };
-                self.running.remove(&run);
-                if stop.is_some() {
-                    // The run stops: the end is recorded, not routed.
-                    let ctx: Ctx = (Some(node), Some(run));
-                    self.rec.emit(ctx, end.into_event(false)).await?;
-                    return Ok(stop);
+                if end.is_some() {
+                    self.running.remove(&run);
                 }
-                self.node_ended(run, &node, end).await
+                let at = recorded.timestamp;
+                let completed = Input::AgentCompleted { run, node, end, at };
+                self.apply(completed, Asker::None).await
             }
             Msg::AttemptFailed {
                 run,

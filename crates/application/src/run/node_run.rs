@@ -190,7 +190,7 @@ impl NodeTask {
 
 /// How an agent invocation continues a conversation that began earlier:
 /// after a resume, or to deliver messages (`send`/`reply`) after a turn.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Continuation {
     /// The provider session to continue (CLI agents).
     pub session: Option<SessionId>,

@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
-use domain::workflow::NodeKind;
-use domain::{EventKind, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
-use serde_json::{Value, json};
+use domain::{EventKind, NodeId, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
+use serde_json::Value;
 
 use super::apply::Asker;
 use super::tail::TAIL;
@@ -21,11 +20,10 @@ use crate::inspect::snapshot_and_tail;
 use crate::ports::{CommandReply, RunLock};
 use crate::run::control::Cancel;
 use crate::run::conversation;
-use crate::run::node_run::{Continuation, NodeEnd};
+use crate::run::node_run::Continuation;
 use crate::run::recorder::RUN_LEVEL;
-use crate::run::step::resume::{self, LastStep};
-use crate::run::step::{Input, retry, stop};
-use crate::run::transcript::render_prompt;
+use crate::run::step::resume::{self, GoOn, LastStep};
+use crate::run::step::{Input, stop};
 use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands};
 use domain::Caller;
@@ -200,79 +198,60 @@ impl Driver {
         }
     }
 
-    /// Node run `run`, found in flight by a resume, goes on.
+    /// Node run `run`, found in flight by a resume, goes on as
+    /// [`resume::go_on`] decides; the processes its previous writer left
+    /// are killed first.
     pub(super) async fn go_on(
         &mut self,
         run: NodeRunId,
         message: &str,
     ) -> Result<Option<Stop>, ExecutorError> {
-        let Some(state) = self.state().node_runs.get(&run).cloned() else {
-            return Ok(None);
-        };
         self.kill_leftovers(run);
-        let node = state.node_id.clone();
-        if state.item.is_none() && self.state().for_each.contains_key(&node) {
-            // Its items are node runs of their own; it ends with them.
+        let Some(current) = self.state().node_runs.get(&run) else {
             return Ok(None);
-        }
-        let Some(def) = self.workflow.node(&node).cloned() else {
-            let error = format!("node `{node}` is not in the workflow");
-            return self.node_ended(run, &node, NodeEnd::failed(error)).await;
         };
-        let mut resume = None;
-        if matches!(def.kind, NodeKind::Agent { .. }) {
-            let waiting = self.state().inbox.iter().any(|e| e.node_run_id == run);
-            if let Some(data) = state.result.clone().filter(|_| !state.in_turn && !waiting) {
-                let agent_name = self
-                    .workflow
-                    .agent_of(&def)
-                    .map(|(name, _)| name.to_owned());
-                let end = NodeEnd {
-                    data,
-                    metadata: json!({ "agent_name": agent_name, "resumed": true }),
-                    error: None,
-                };
-                return self.node_ended(run, &node, end).await;
-            }
-            // Copied into a fork in flight: it goes on in a copy of its
-            // session where its provider makes one, else it restarts.
-            let goes_on = !state.forked
-                || self
-                    .workflow
-                    .agent_of(&def)
-                    .is_some_and(|(_, agent)| agent.provider.forks_sessions());
-            if goes_on && let Some(mut next) = self.deliver(run, Some(message)).await? {
-                if state.in_turn {
-                    next.call_index = state.call_index;
+        let (node, input) = (current.node_id.clone(), Arc::clone(&current.input));
+        let afresh = match resume::go_on(self.state(), &self.workflow, run, message) {
+            GoOn::Items => return Ok(None),
+            GoOn::Ends(end) => return self.node_ended(run, &node, end).await,
+            GoOn::Converse { redo_call, afresh } => match self.deliver(run, Some(message)).await? {
+                Some(mut next) => {
+                    if redo_call.is_some() {
+                        next.call_index = redo_call;
+                    }
+                    self.spawn_for(run, &node, input, Some(next)).await?;
+                    return Ok(None);
                 }
-                self.spawn_task(run, def, state.input, Some(next)).await?;
+                None => afresh,
+            },
+            GoOn::Child(next) => {
+                self.spawn_for(run, &node, input, Some(next)).await?;
                 return Ok(None);
             }
-            if state.in_turn {
-                // The call it began is redone from the start, as the same call.
-                let data = state.input.get("data").cloned().unwrap_or_default();
-                resume = Some(Continuation {
-                    message: render_prompt(&data),
-                    call_index: state.call_index,
-                    ..Continuation::default()
-                });
-            }
+            GoOn::Afresh(afresh) => afresh,
+        };
+        if let Some(started) = afresh.started {
+            self.rec
+                .emit((Some(node.clone()), Some(run)), started)
+                .await?;
         }
-        if let (NodeKind::CallWorkflow { .. }, Some(child)) = (&def.kind, state.child) {
-            // Its child run goes on, under the same attempt.
-            let next = Continuation {
-                message: message.to_owned(),
-                child: Some(child),
-                ..Continuation::default()
-            };
-            self.spawn_task(run, def, state.input, Some(next)).await?;
-            return Ok(None);
-        }
-        if let Some(again) = retry::again(self.state(), run) {
-            self.rec.emit((Some(node), Some(run)), again).await?;
-        }
-        self.spawn_task(run, def, state.input, resume).await?;
+        self.spawn_for(run, &node, input, afresh.resume).await?;
         Ok(None)
+    }
+
+    /// Starts the task of node run `run` of `node` (in the workflow: see
+    /// [`resume::go_on`]).
+    async fn spawn_for(
+        &mut self,
+        run: NodeRunId,
+        node: &NodeId,
+        input: Arc<Value>,
+        resume: Option<Continuation>,
+    ) -> Result<(), ExecutorError> {
+        let Some(def) = self.workflow.node(node).cloned() else {
+            return Ok(());
+        };
+        self.spawn_task(run, def, input, resume).await
     }
 
     /// Kills every process the run's previous writer started that still

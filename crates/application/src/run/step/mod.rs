@@ -66,6 +66,17 @@ pub(crate) enum Input {
         node: NodeId,
         end: NodeEnd,
     },
+    /// An agent's result was recorded at `at` for node run `run` of `node`,
+    /// with the node run's `end` when no message waits for it (else the
+    /// node run goes on). The budgets are checked as the result left them;
+    /// one that is crossed stops the run, and the end is recorded without
+    /// being routed.
+    AgentCompleted {
+        run: NodeRunId,
+        node: NodeId,
+        end: Option<NodeEnd>,
+        at: Timestamp,
+    },
     /// `node` ended whole with `data`, on record: its data goes along its
     /// edges. Follows [`Input::NodeEnded`].
     Ended { node: NodeId, data: Value },
@@ -146,6 +157,20 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
             Step {
                 events: vec![event],
                 effects,
+            }
+        }
+        Input::AgentCompleted { run, node, end, at } => {
+            let stop =
+                budget::exceeded(state, given.workflow, given.budgeted, at).map(Stop::Budget);
+            match (end, stop) {
+                (None, stop) => Step::stop(stop),
+                (Some(end), None) => {
+                    Step::effects([Effect::Then(Input::NodeEnded { run, node, end })])
+                }
+                (Some(end), Some(stop)) => Step {
+                    events: vec![((Some(node), Some(run)), end.into_event(false))],
+                    effects: vec![Effect::Stop(stop)],
+                },
             }
         }
         Input::Ended { node, data } => {

@@ -5,15 +5,20 @@
 //! ([`rest_of_routing`]), or the stop a failure was making
 //! ([`stop::node_failed`](super::stop::node_failed)).
 
-use domain::WorkflowDef;
-use domain::{EventKind, NodeId, NodeRunId, NodeStatus, RunSnapshot, RuntimeEvent, Stopping};
-use serde_json::Value;
+use domain::workflow::NodeKind;
+use domain::{
+    EventKind, NodeId, NodeRunId, NodeStatus, RunSnapshot, RuntimeEvent, Stopping, WorkflowDef,
+};
+use serde_json::{Value, json};
 
 use super::budget::Exceeded;
+use super::retry;
 use super::stop::{Stop, closed_by_stop};
 use crate::run::Continue;
+use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::Ctx;
 use crate::run::routing;
+use crate::run::transcript::render_prompt;
 
 /// The stop the previous writer had decided and not finished, if the run
 /// is to finish it: a cancel or a budget always; a pause when the run is
@@ -82,6 +87,108 @@ pub(crate) fn rest_of_routing(
             .map(|kind| ((Some(node.clone()), None), kind))
             .collect(),
     ))
+}
+
+/// How a node run found in flight by a resume goes on ([`go_on`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum GoOn {
+    /// Nothing to do: a `for_each` node's own run ends with its items,
+    /// which are node runs of their own (or the node run is gone).
+    Items,
+    /// It ends now with this end.
+    Ends(NodeEnd),
+    /// Its agent goes on in its conversation, told the resume message and
+    /// the messages waiting, if the conversation can be continued (a
+    /// session to resume, or an HTTP agent's history on record); the
+    /// provider call it was in, redone, keeps index `redo_call`. When it
+    /// cannot be, the node run goes on as `afresh` says.
+    Converse {
+        redo_call: Option<u32>,
+        afresh: Afresh,
+    },
+    /// Its child run goes on, under the same attempt.
+    Child(Continuation),
+    /// A new attempt ([`Afresh`]).
+    Afresh(Afresh),
+}
+
+/// A new attempt of a node run found in flight: `started` records it, then
+/// its task starts with `resume` (the provider call it was in, redone from
+/// the start as the same call) or afresh.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Afresh {
+    pub started: Option<EventKind>,
+    pub resume: Option<Continuation>,
+}
+
+/// How node run `run`, found in flight, goes on, read off the state, so it
+/// is the same whichever process wrote the run before: an agent whose last
+/// invocation finished (and that no message waits for) ends with its result;
+/// an agent continues its conversation where it can; a `call_workflow` node
+/// run continues its child run; anything else starts a new attempt.
+pub(crate) fn go_on(
+    state: &RunSnapshot,
+    workflow: &WorkflowDef,
+    run: NodeRunId,
+    message: &str,
+) -> GoOn {
+    let Some(current) = state.node_runs.get(&run) else {
+        return GoOn::Items;
+    };
+    let node = &current.node_id;
+    if current.item.is_none() && state.for_each.contains_key(node) {
+        return GoOn::Items;
+    }
+    let Some(def) = workflow.node(node) else {
+        return GoOn::Ends(NodeEnd::failed(format!(
+            "node `{node}` is not in the workflow"
+        )));
+    };
+    let afresh = |resume| Afresh {
+        started: retry::again(state, run),
+        resume,
+    };
+    match &def.kind {
+        NodeKind::Agent { .. } => {
+            let agent = workflow.agent_of(def);
+            let waiting = state.inbox.iter().any(|e| e.node_run_id == run);
+            if let Some(data) = current
+                .result
+                .clone()
+                .filter(|_| !current.in_turn && !waiting)
+            {
+                let agent_name = agent.map(|(name, _)| name);
+                return GoOn::Ends(NodeEnd {
+                    data,
+                    metadata: json!({ "agent_name": agent_name, "resumed": true }),
+                    error: None,
+                });
+            }
+            // The call it began is redone from the start, as the same call.
+            let redo = current.in_turn.then(|| Continuation {
+                message: render_prompt(current.input.get("data").unwrap_or(&Value::Null)),
+                call_index: current.call_index,
+                ..Continuation::default()
+            });
+            // Copied into a fork in flight: it goes on in a copy of its
+            // session where its provider makes one, else it restarts.
+            let converses =
+                !current.forked || agent.is_some_and(|(_, agent)| agent.provider.forks_sessions());
+            match converses {
+                true => GoOn::Converse {
+                    redo_call: current.call_index.filter(|_| current.in_turn),
+                    afresh: afresh(redo),
+                },
+                false => GoOn::Afresh(afresh(redo)),
+            }
+        }
+        NodeKind::CallWorkflow { .. } if current.child.is_some() => GoOn::Child(Continuation {
+            message: message.to_owned(),
+            child: current.child,
+            ..Continuation::default()
+        }),
+        NodeKind::CallWorkflow { .. } | NodeKind::Command(_) => GoOn::Afresh(afresh(None)),
+    }
 }
 
 /// What a writer was in the middle of when it died.
@@ -312,5 +419,145 @@ mod tests {
         assert_eq!(edges(&ended, &["a->b", "a->c"]), Ok(Some(vec![])));
         let running = RunSnapshot::fold(&log(&[started])).unwrap();
         assert_eq!(edges(&running, &[]), Ok(None));
+    }
+
+    /// The table: the node run found in flight (its node and what the state
+    /// says of it), whether a message waits for it; then how it goes on.
+    #[test]
+    fn a_node_run_in_flight_ends_converses_continues_its_child_or_starts_again() {
+        let workflow = WorkflowDef::from_yaml(
+            "name: w\n\
+             agents: {m: {provider: mock}, c: {provider: claude-code}}\n\
+             nodes:\n\
+             - {id: a, agent: m}\n\
+             - {id: k, agent: c}\n\
+             - {id: sh, command: 'true'}\n\
+             - {id: sub, call_workflow: child.yaml}\n\
+             - {id: each, agent: m, for_each: '[1, 2]'}\n",
+        )
+        .unwrap();
+        let run = NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0100));
+        let child: domain::RunId = RUN.parse().unwrap();
+        let input = json!({"data": "hello", "metadata": {}});
+        let again = || {
+            Some(EventKind::NodeStarted {
+                input: input.clone().into(),
+                attempt: Some(3),
+                item: None,
+                items: None,
+            })
+        };
+        let redo = Continuation {
+            message: render_prompt(&json!("hello")),
+            call_index: Some(4),
+            ..Continuation::default()
+        };
+        let resumed = |data| {
+            GoOn::Ends(NodeEnd {
+                data,
+                metadata: json!({"agent_name": "m", "resumed": true}),
+                error: None,
+            })
+        };
+        let table = [
+            ("a", json!({"result": 7}), false, resumed(json!(7))),
+            (
+                "a",
+                json!({"result": 7}),
+                true,
+                GoOn::Converse {
+                    redo_call: None,
+                    afresh: Afresh {
+                        started: again(),
+                        resume: None,
+                    },
+                },
+            ),
+            (
+                "a",
+                json!({"result": 7, "inTurn": true, "callIndex": 4}),
+                false,
+                GoOn::Converse {
+                    redo_call: Some(4),
+                    afresh: Afresh {
+                        started: again(),
+                        resume: Some(redo.clone()),
+                    },
+                },
+            ),
+            (
+                "a",
+                json!({"forked": true, "inTurn": true, "callIndex": 4}),
+                false,
+                GoOn::Afresh(Afresh {
+                    started: again(),
+                    resume: Some(redo),
+                }),
+            ),
+            (
+                "k",
+                json!({"forked": true}),
+                false,
+                GoOn::Converse {
+                    redo_call: None,
+                    afresh: Afresh {
+                        started: again(),
+                        resume: None,
+                    },
+                },
+            ),
+            (
+                "sh",
+                json!({}),
+                false,
+                GoOn::Afresh(Afresh {
+                    started: again(),
+                    resume: None,
+                }),
+            ),
+            (
+                "sub",
+                json!({"child": RUN}),
+                false,
+                GoOn::Child(Continuation {
+                    message: "go on".into(),
+                    child: Some(child),
+                    ..Continuation::default()
+                }),
+            ),
+            ("each", json!({}), false, GoOn::Items),
+            (
+                "gone",
+                json!({}),
+                false,
+                GoOn::Ends(NodeEnd::failed("node `gone` is not in the workflow")),
+            ),
+        ];
+        for (node, said, waiting, expected) in table {
+            let mut fields = json!({"nodeId": node, "attempt": 2, "input": input});
+            for (k, v) in said.as_object().unwrap() {
+                fields[k] = v.clone();
+            }
+            let mut state = RunSnapshot::new(RUN.parse().unwrap());
+            state
+                .node_runs
+                .insert(run, serde_json::from_value(fields).unwrap());
+            if node == "each" {
+                let items = serde_json::from_value(json!({"items": [1, 2]})).unwrap();
+                state.for_each.insert(NodeId::new("each").unwrap(), items);
+            }
+            if waiting {
+                state.inbox.push(domain::command::InboxEntry {
+                    node_run_id: run,
+                    message: "also this".into(),
+                    offset: 9,
+                });
+            }
+            let case = format!("{node} {said} waiting: {waiting}");
+            assert_eq!(go_on(&state, &workflow, run, "go on"), expected, "{case}");
+        }
+        let nowhere = NodeRunId::new(uuid::Uuid::from_u128(1));
+        let empty = RunSnapshot::new(RUN.parse().unwrap());
+        assert_eq!(go_on(&empty, &workflow, nowhere, "go on"), GoOn::Items);
     }
 }

@@ -91,6 +91,12 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
         node: node("a"),
         end: end(data, error),
     };
+    let completed = |end: Option<NodeEnd>| Input::AgentCompleted {
+        run: node_run(1),
+        node: node("a"),
+        end,
+        at: Timestamp::from_millis(5),
+    };
     let table: Vec<Row> = vec![
         (
             "a node run's end is recorded, then its node's data is routed",
@@ -111,6 +117,36 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                 node: Some(node("a")),
                 error: "node `a` failed: exit 3".into(),
             })],
+        ),
+        (
+            "an agent's result with messages waiting: the node run goes on",
+            0,
+            completed(None),
+            vec![],
+            vec![],
+        ),
+        (
+            "an agent's result with none: the node run ends with it",
+            0,
+            completed(Some(end(json!(7), None))),
+            vec![],
+            vec![Effect::Then(Input::NodeEnded {
+                run: node_run(1),
+                node: node("a"),
+                end: end(json!(7), None),
+            })],
+        ),
+        (
+            "an agent's result that crosses a budget: its end, not routed, then the stop",
+            3,
+            completed(Some(end(json!(7), None))),
+            vec![at("a", "node:completed")],
+            vec![Effect::Stop(Stop::Budget(Exceeded {
+                budget: "turns".into(),
+                limit: 2.0,
+                used: 3.0,
+                node: None,
+            }))],
         ),
         (
             "a node's data goes along its edges, then a step boundary",
