@@ -33,10 +33,10 @@ use self::endpoints::Endpoints;
 use super::control::Cancel;
 use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
-use super::recorder::{Ctx, RUN_LEVEL, Recorded, Recorder};
+use super::recorder::{RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
 use super::step::{Input, budget};
-use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest, routing};
+use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest};
 use crate::ports::{Listener, RunLock};
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
@@ -252,80 +252,33 @@ impl Driver {
                 return Ok(None);
             }
             for action in decision.actions {
-                let stop = match action {
+                let input = match action {
                     Action::Complete { output } => return Ok(Some(Next::Complete(output))),
-                    Action::Skip { node, reason } => {
-                        self.skip(&node, reason).await?;
-                        None
-                    }
-                    Action::Start { node, input, items } => {
-                        let count = items
-                            .as_ref()
-                            .map(|i| u32::try_from(i.len()).unwrap_or(u32::MAX));
-                        self.start_node(&node, input, None, count).await?
-                    }
-                    Action::StartItem { node, index, input } => {
-                        self.start_node(&node, input, Some(index), None).await?
-                    }
-                    Action::FinishItems { node } => self.finish_items(&node).await?,
+                    Action::FinishItems { node } => match self.finish_items(&node).await? {
+                        Some(stop) => return Ok(Some(Next::Stop(stop))),
+                        None => continue,
+                    },
+                    Action::Skip { node, reason } => Input::Skip { node, reason },
+                    Action::Start { node, input, items } => Input::Start {
+                        run: NodeRunId::new(self.ports.ids.uuid()),
+                        node,
+                        input,
+                        item: None,
+                        items: items.map(|i| u32::try_from(i.len()).unwrap_or(u32::MAX)),
+                    },
+                    Action::StartItem { node, index, input } => Input::Start {
+                        run: NodeRunId::new(self.ports.ids.uuid()),
+                        node,
+                        input,
+                        item: Some(index),
+                        items: None,
+                    },
                 };
-                if let Some(stop) = stop {
+                if let Some(stop) = self.apply(input, Asker::None).await? {
                     return Ok(Some(Next::Stop(stop)));
                 }
             }
         }
-    }
-
-    /// `node:skipped` and its outgoing edges skipped.
-    async fn skip(&mut self, node: &NodeId, reason: &str) -> Result<(), ExecutorError> {
-        let ctx: Ctx = (Some(node.clone()), None);
-        let reason = reason.to_owned();
-        self.rec
-            .emit(ctx.clone(), EventKind::NodeSkipped { reason })
-            .await?;
-        let wf = Arc::clone(&self.workflow);
-        for edge in wf.outgoing(node) {
-            self.rec
-                .emit(ctx.clone(), routing::skipped(edge, "source skipped"))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Records a node run's start, then starts its task (a `for_each`
-    /// node's own run has no task: its items are started next).
-    async fn start_node(
-        &mut self,
-        node: &NodeId,
-        input: Result<Value, String>,
-        item: Option<u32>,
-        items: Option<u32>,
-    ) -> Result<Option<Stop>, ExecutorError> {
-        let run = NodeRunId::new(self.ports.ids.uuid());
-        let ctx: Ctx = (Some(node.clone()), Some(run));
-        let (input, broken) = match input {
-            Ok(input) => (Arc::new(input), None),
-            Err(error) => (Arc::default(), Some(error)),
-        };
-        let started = EventKind::NodeStarted {
-            input: input.clone(),
-            attempt: Some(1),
-            item,
-            items,
-        };
-        self.rec.emit(ctx, started).await?;
-        if let Some(error) = broken {
-            return self.node_ended(run, node, NodeEnd::failed(error)).await;
-        }
-        if items.is_some() {
-            return Ok(None);
-        }
-        let Some(def) = self.workflow.node(node).cloned() else {
-            let error = format!("node `{node}` is not in the workflow");
-            return self.node_ended(run, node, NodeEnd::failed(error)).await;
-        };
-        self.spawn_task(run, def, input, None).await?;
-        Ok(None)
     }
 
     /// Starts the task of a node run whose start is recorded: published

@@ -49,6 +49,11 @@ impl Driver {
             }
             for effect in step.effects {
                 match effect {
+                    Effect::Spawn { run, node, input } => {
+                        if let Some(def) = self.workflow.node(&node).cloned() {
+                            self.spawn_task(run, def, input, None).await?;
+                        }
+                    }
                     Effect::Then(input) => next = Some(input),
                     Effect::Boundary => self.rec.boundary().await?,
                     Effect::Checkpoint => self.rec.checkpoint().await?,

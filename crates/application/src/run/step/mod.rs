@@ -8,6 +8,7 @@
 //!
 //! One file per transition, each with table tests of its own:
 //!
+//! - [`start`]: what the scheduler's starts and skips record;
 //! - [`ended`]: what a node run's end records, and its node's edges;
 //! - [`retry`]: whether a failed attempt is tried again, and after what
 //!   wait;
@@ -26,6 +27,8 @@
 //! phases (for node runs to wind down, for the log to be read back): the
 //! driver runs the phases, and each phase's decision is a function here.
 
+use std::sync::Arc;
+
 use domain::{Caller, EventKind, NodeId, NodeRunId, RunSnapshot, Timestamp, WorkflowDef};
 use serde_json::Value;
 
@@ -38,6 +41,7 @@ pub(crate) mod ended;
 pub(crate) mod pause;
 pub(crate) mod resume;
 pub(crate) mod retry;
+pub(crate) mod start;
 pub(crate) mod stop;
 
 #[cfg(test)]
@@ -60,6 +64,17 @@ pub(crate) struct Given<'a> {
 /// Something that happened to a run.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Input {
+    /// The scheduler starts node run `run` of `node` (see
+    /// [`start::started`]).
+    Start {
+        run: NodeRunId,
+        node: NodeId,
+        input: Result<Value, String>,
+        item: Option<u32>,
+        items: Option<u32>,
+    },
+    /// The scheduler skips `node` in this pass.
+    Skip { node: NodeId, reason: &'static str },
     /// Node run `run` of `node` ended with `end`.
     NodeEnded {
         run: NodeRunId,
@@ -103,6 +118,13 @@ pub(crate) enum Input {
 /// What the driver does once a step's events are recorded, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
+    /// Start the task of node run `run` of `node`, whose start is on
+    /// record, with `input`.
+    Spawn {
+        run: NodeRunId,
+        node: NodeId,
+        input: Arc<Value>,
+    },
     /// Decide this input next, on the state with the events recorded.
     Then(Input),
     /// A step boundary, made durable with the next publication.
@@ -146,6 +168,14 @@ impl Step {
 /// what follows.
 pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step {
     match input {
+        Input::Start {
+            run,
+            node,
+            input,
+            item,
+            items,
+        } => start::started(given.workflow, run, node, input, item, items),
+        Input::Skip { node, reason } => start::skipped(given.workflow, node, reason),
         Input::NodeEnded { run, node, end } => {
             let (event, after) = ended::ended(state, given.workflow, run, &node, end);
             let effects = match after {

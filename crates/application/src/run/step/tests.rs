@@ -97,6 +97,13 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
         end,
         at: Timestamp::from_millis(5),
     };
+    let start = |name: &str, input: Result<Value, String>, items| Input::Start {
+        run: node_run(3),
+        node: node(name),
+        input,
+        item: None,
+        items,
+    };
     let table: Vec<Row> = vec![
         (
             "a node run's end is recorded, then its node's data is routed",
@@ -117,6 +124,56 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                 node: Some(node("a")),
                 error: "node `a` failed: exit 3".into(),
             })],
+        ),
+        (
+            "a node run's start is recorded, then its task starts",
+            0,
+            start("a", Ok(json!({"data": 1})), None),
+            vec![at("a", "node:started")],
+            vec![Effect::Spawn {
+                run: node_run(3),
+                node: node("a"),
+                input: json!({"data": 1}).into(),
+            }],
+        ),
+        (
+            "a node run whose input cannot be computed fails at once",
+            0,
+            start("a", Err("no such field".into()), None),
+            vec![at("a", "node:started")],
+            vec![Effect::Then(Input::NodeEnded {
+                run: node_run(3),
+                node: node("a"),
+                end: NodeEnd::failed("no such field"),
+            })],
+        ),
+        (
+            "a for_each node's own run has no task",
+            0,
+            start("a", Ok(json!({"data": [1, 2]})), Some(2)),
+            vec![at("a", "node:started")],
+            vec![],
+        ),
+        (
+            "a node the workflow does not have fails at once",
+            0,
+            start("gone", Ok(json!({})), None),
+            vec![at("gone", "node:started")],
+            vec![Effect::Then(Input::NodeEnded {
+                run: node_run(3),
+                node: node("gone"),
+                end: NodeEnd::failed("node `gone` is not in the workflow"),
+            })],
+        ),
+        (
+            "a skipped node skips its edges",
+            0,
+            Input::Skip {
+                node: node("a"),
+                reason: "no incoming edge fired",
+            },
+            vec![at("a", "node:skipped"), at("a", "edge:skipped")],
+            vec![],
         ),
         (
             "an agent's result with messages waiting: the node run goes on",
