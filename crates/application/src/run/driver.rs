@@ -35,7 +35,7 @@ use super::decide::{Action, decide};
 use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
 use super::recorder::{RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
-use super::step::{Input, budget};
+use super::step::{Input, budget, start};
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest};
 use crate::ports::{Listener, RunLock};
 
@@ -378,8 +378,7 @@ impl Driver {
     /// Records an event a node run sent, if that node run is still in
     /// flight, then answers its acknowledgement once it is stored (the
     /// sender must not wait for a run that dropped its message). An
-    /// `agent:start` gets its `callIndex` here, the one place that knows the
-    /// node's calls.
+    /// `agent:start` is numbered first ([`start::numbered`]).
     async fn record_for(
         &mut self,
         run: NodeRunId,
@@ -398,29 +397,11 @@ impl Driver {
             ..
         } = &mut kind
         {
-            // A call redone after a crash comes with its index, and is the
-            // last its node run started.
-            let redone = call_index.is_some();
-            let state = self.state().node_runs.get(&run);
-            let first = state.and_then(|s| s.first_call.filter(|_| s.calls == 0));
-            let index = *call_index.get_or_insert_with(|| first.unwrap_or(self.calls_of(node)));
-            let (at, k) = state.map_or_else(
-                || (String::new(), 0),
-                |state| {
-                    let k = match redone {
-                        true => state.calls.saturating_sub(1),
-                        false => state.calls,
-                    };
-                    (state.instance(), k)
-                },
-            );
-            *instance = Some(at.clone());
-            *instance_call = Some(k);
-            answer = Ack {
-                call_index: index,
-                instance: at,
-                instance_call: k,
-            };
+            let call = start::numbered(self.state(), run, node, *call_index);
+            *call_index = Some(call.call_index);
+            *instance = Some(call.instance.clone());
+            *instance_call = Some(call.instance_call);
+            answer = call;
         }
         let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
         if let Some(ack) = ack {
@@ -461,11 +442,6 @@ impl Driver {
             }
         };
         Ok(Some((recorded, end)))
-    }
-
-    /// The provider calls `node` has made so far in this run.
-    fn calls_of(&self, node: &NodeId) -> u32 {
-        self.state().node_calls.get(node).copied().unwrap_or(0)
     }
 
     /// A task that ended: a panic ends its node run as a failure.

@@ -1,15 +1,16 @@
 //! The scheduler's actions, recorded: a node run that starts ([`started`])
-//! and a node that will not run in this pass ([`skipped`]). Which ones
+//! and a node that will not run in this pass ([`skipped`]); and a provider
+//! call that starts, numbered ([`numbered`]). Which ones
 //! happen is `run::decide`'s; what each records, and what follows, is
 //! decided here.
 
 use std::sync::Arc;
 
-use domain::{EventKind, NodeId, NodeRunId, WorkflowDef};
+use domain::{EventKind, NodeId, NodeRunId, RunSnapshot, WorkflowDef};
 use serde_json::Value;
 
 use super::{Effect, Input, Step};
-use crate::run::node_run::NodeEnd;
+use crate::run::node_run::{Ack, NodeEnd};
 use crate::run::routing;
 
 /// Node run `run` of `node` starts with `input` (`Err`: why its input
@@ -70,7 +71,86 @@ pub(crate) fn skipped(workflow: &WorkflowDef, node: NodeId, reason: &str) -> Ste
     }
 }
 
+/// An `agent:start` of node run `run` of `node` numbered: its `callIndex`
+/// among the node's provider calls in the run (the mock provider serves
+/// its recorded call by it), its node run's position (`instance`) and its
+/// number among that node run's calls (`instanceCall`). A call redone after
+/// a crash comes with its index (`redone`), and is the last its node run
+/// started.
+pub(crate) fn numbered(
+    state: &RunSnapshot,
+    run: NodeRunId,
+    node: &NodeId,
+    redone: Option<u32>,
+) -> Ack {
+    let current = state.node_runs.get(&run);
+    let first = current.and_then(|s| s.first_call.filter(|_| s.calls == 0));
+    let calls = || state.node_calls.get(node).copied().unwrap_or(0);
+    let call_index = redone.or(first).unwrap_or_else(calls);
+    let (instance, instance_call) = current.map_or_else(
+        || (String::new(), 0),
+        |current| {
+            let k = match redone {
+                Some(_) => current.calls.saturating_sub(1),
+                None => current.calls,
+            };
+            (current.instance(), k)
+        },
+    );
+    Ack {
+        call_index,
+        instance,
+        instance_call,
+    }
+}
+
 fn failed(run: NodeRunId, node: NodeId, error: String) -> Effect {
     let end = NodeEnd::failed(error);
     Effect::Then(Input::NodeEnded { run, node, end })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use domain::RunId;
+    use domain::snapshot::NodeRunState;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The table: the node run's calls so far and its first call's index on
+    /// record, the index of a call redone; then the `callIndex` and the
+    /// `instanceCall` the `agent:start` gets. The node has made 5 calls.
+    #[test]
+    fn a_provider_call_is_numbered_among_its_nodes_and_its_node_runs_calls() {
+        let run = NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0100));
+        let node = NodeId::new("a").unwrap();
+        let table = [
+            (0, None, None, (5, 0)),
+            (0, Some(2), None, (2, 0)),
+            (1, Some(2), None, (5, 1)),
+            (2, Some(2), Some(7), (7, 1)),
+        ];
+        for (calls, first, redone, (index, k)) in table {
+            let mut state = RunSnapshot::new(
+                RunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0001)).unwrap(),
+            );
+            state.node_calls.insert(node.clone(), 5);
+            let r: NodeRunState = serde_json::from_value(
+                json!({"nodeId": "a", "calls": calls, "firstCall": first, "iteration": 3}),
+            )
+            .unwrap();
+            let instance = r.instance();
+            state.node_runs.insert(run, r);
+            let call = numbered(&state, run, &node, redone);
+            let case = format!("calls {calls}, first {first:?}, redone {redone:?}");
+            assert_eq!((call.call_index, call.instance_call), (index, k), "{case}");
+            assert_eq!(call.instance, instance, "{case}");
+        }
+        let empty = RunSnapshot::new(
+            RunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0001)).unwrap(),
+        );
+        let gone = numbered(&empty, run, &node, None);
+        assert_eq!((gone.call_index, gone.instance.as_str()), (0, ""));
+    }
 }
