@@ -335,59 +335,26 @@ impl Driver {
     }
 
     /// The invocation that continues node run `run`'s conversation with
-    /// `first` (a resume message) and the messages waiting in its inbox;
-    /// `None` when there is nothing to say, or no conversation to continue.
+    /// `first` (a resume message) and the messages waiting in its inbox
+    /// ([`resume::converse`]); `None` when there is nothing to say, or no
+    /// conversation to continue. An HTTP agent's conversation is read back
+    /// from the log.
     pub(super) async fn deliver(
         &mut self,
         run: NodeRunId,
         first: Option<&str>,
     ) -> Result<Option<Continuation>, ExecutorError> {
-        let state = self.state();
-        let Some(node_run) = state.node_runs.get(&run) else {
+        let Some(converse) = resume::converse(self.state(), &self.workflow, run, first) else {
             return Ok(None);
         };
-        let waiting: Vec<_> = state
-            .inbox
-            .iter()
-            .filter(|e| e.node_run_id == run)
-            .collect();
-        if first.is_none() && waiting.is_empty() {
+        let mut next = converse.next;
+        if converse.http {
+            next.history = conversation::rebuild(&self.events().await?, run);
+        }
+        if next.history.is_empty() && (converse.http || next.session.is_none()) {
             return Ok(None);
         }
-        let message = first
-            .into_iter()
-            .chain(waiting.iter().map(|e| e.message.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n\n");
-        let inbox = waiting.iter().map(|e| e.offset).collect();
-        let notes = waiting.iter().map(|e| e.message.clone()).collect();
-        let session = node_run.session.clone();
-        let fork = node_run.forked;
-        let session_usage = node_run.session_usage.clone().unwrap_or_default();
-        let http = self
-            .workflow
-            .node(&node_run.node_id)
-            .and_then(|n| self.workflow.agent_of(n))
-            .is_some_and(|(_, agent)| agent.provider.is_http());
-        let history = if http {
-            conversation::rebuild(&self.events().await?, run)
-        } else {
-            Vec::new()
-        };
-        if history.is_empty() && (http || session.is_none()) {
-            return Ok(None);
-        }
-        Ok(Some(Continuation {
-            session,
-            session_usage,
-            history,
-            message,
-            inbox,
-            notes,
-            call_index: None,
-            child: None,
-            fork,
-        }))
+        Ok(Some(next))
     }
 
     /// The `for_each` item node run `run` worked on, from its `node:started`.

@@ -191,6 +191,60 @@ pub(crate) fn go_on(
     }
 }
 
+/// A conversation to continue ([`converse`]): the invocation, whose
+/// `history` an HTTP agent's (`http`) log gives.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Converse {
+    pub next: Continuation,
+    pub http: bool,
+}
+
+/// What node run `run`'s agent is told next: `first` (a resume message)
+/// then the messages waiting in its inbox, in one invocation that goes on
+/// in its session (CLI agents) or its conversation (HTTP agents). `None`
+/// when there is nothing to say; a CLI agent with no session on record
+/// has no conversation to continue either.
+pub(crate) fn converse(
+    state: &RunSnapshot,
+    workflow: &WorkflowDef,
+    run: NodeRunId,
+    first: Option<&str>,
+) -> Option<Converse> {
+    let current = state.node_runs.get(&run)?;
+    let waiting: Vec<_> = state
+        .inbox
+        .iter()
+        .filter(|e| e.node_run_id == run)
+        .collect();
+    if first.is_none() && waiting.is_empty() {
+        return None;
+    }
+    let http = workflow
+        .node(&current.node_id)
+        .and_then(|n| workflow.agent_of(n))
+        .is_some_and(|(_, agent)| agent.provider.is_http());
+    if !http && current.session.is_none() {
+        return None;
+    }
+    let message = first
+        .into_iter()
+        .chain(waiting.iter().map(|e| e.message.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let next = Continuation {
+        session: current.session.clone(),
+        session_usage: current.session_usage.clone().unwrap_or_default(),
+        history: Vec::new(),
+        message,
+        inbox: waiting.iter().map(|e| e.offset).collect(),
+        notes: waiting.iter().map(|e| e.message.clone()).collect(),
+        call_index: None,
+        child: None,
+        fork: current.forked,
+    };
+    Some(Converse { next, http })
+}
+
 /// What a writer was in the middle of when it died.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum LastStep {
@@ -559,5 +613,64 @@ mod tests {
         let nowhere = NodeRunId::new(uuid::Uuid::from_u128(1));
         let empty = RunSnapshot::new(RUN.parse().unwrap());
         assert_eq!(go_on(&empty, &workflow, nowhere, "go on"), GoOn::Items);
+    }
+
+    /// The table: the agent (`m`: mock, a CLI agent; `h`: HTTP), its session
+    /// on record, the resume message, the messages waiting; then the
+    /// message of the invocation that continues it (`None`: none does).
+    #[test]
+    fn a_conversation_goes_on_with_the_resume_message_then_the_messages_waiting() {
+        let workflow = WorkflowDef::from_yaml(
+            "name: w\n\
+             agents: {m: {provider: mock}, h: {provider: openai, model: x}}\n\
+             nodes: [{id: a, agent: m}, {id: b, agent: h}]\n",
+        )
+        .unwrap();
+        let run = NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0100));
+        let table = [
+            (
+                "a",
+                Some("s1"),
+                Some("go on"),
+                &["one", "two"][..],
+                Some("go on\n\none\n\ntwo"),
+            ),
+            ("a", Some("s1"), None, &["one"][..], Some("one")),
+            ("a", Some("s1"), None, &[][..], None),
+            ("a", None, Some("go on"), &["one"][..], None),
+            ("b", None, Some("go on"), &[][..], Some("go on")),
+        ];
+        for (node, session, first, waiting, expected) in table {
+            let mut state = RunSnapshot::new(RUN.parse().unwrap());
+            let fields = json!({"nodeId": node, "attempt": 1, "session": session});
+            state
+                .node_runs
+                .insert(run, serde_json::from_value(fields).unwrap());
+            for (i, message) in waiting.iter().enumerate() {
+                state.inbox.push(domain::command::InboxEntry {
+                    node_run_id: run,
+                    message: (*message).to_owned(),
+                    offset: 10 + i as u64,
+                });
+            }
+            let case = format!("{node} {session:?} {first:?} {waiting:?}");
+            let got = converse(&state, &workflow, run, first);
+            assert_eq!(
+                got.as_ref().map(|c| c.next.message.as_str()),
+                expected,
+                "{case}"
+            );
+            if let Some(got) = got {
+                assert_eq!(got.http, node == "b", "{case}");
+                assert_eq!(got.next.notes, waiting, "{case}");
+                let offsets: Vec<u64> = (10..10 + waiting.len() as u64).collect();
+                assert_eq!(got.next.inbox, offsets, "{case}");
+                assert_eq!(
+                    got.next.session.as_ref().map(|s| s.as_str()),
+                    session,
+                    "{case}"
+                );
+            }
+        }
     }
 }
