@@ -34,6 +34,7 @@ mod arch;
 mod consumer;
 mod fuzz_api;
 mod needs;
+mod postgres;
 #[cfg(test)]
 mod tidy;
 
@@ -89,18 +90,23 @@ fn docs() -> anyhow::Result<()> {
     run(command, "cargo doc --no-deps --workspace")
 }
 
-/// The whole test suite: the tests that drive `jq` and the genuine agent
-/// CLIs are required, not skipped.
+/// The whole test suite: the tests that drive `jq`, the genuine agent
+/// CLIs and PostgreSQL are required, not skipped. The PostgreSQL server is
+/// a throwaway one, stopped when the suite ends, passed or not.
 fn test() -> anyhow::Result<()> {
     needs::ensure()?;
     let clis = agent_clis()?;
+    let postgres = postgres::Cluster::start(&std::env::temp_dir())?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
     command
         .args(["test", "--workspace"])
         .env("AWR_REQUIRE_JQ", "1")
-        .env("AWR_AGENT_CLIS", &clis);
+        .env("AWR_AGENT_CLIS", &clis)
+        .env("AWR_TEST_POSTGRES", postgres.url())
+        .env("AWR_REQUIRE_POSTGRES", "1");
     run(command, "cargo test --workspace")?;
+    drop(postgres);
     examples()?;
     consumer::run(&workspace_root(), target_dir()?)?;
     ui_tests()

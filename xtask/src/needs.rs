@@ -1,6 +1,7 @@
 //! What `cargo xtask test` needs beyond Rust, checked before anything is
 //! built: `jq` (the transcript recipes' tests), Node.js with npm (the agent
-//! CLIs, the page's tests) and Chromium (the page in a real browser). None of
+//! CLIs, the page's tests), Chromium (the page in a real browser) and a
+//! PostgreSQL server (the PostgreSQL store's tests). None of
 //! their tests may skip, so a missing one would fail the suite after many
 //! minutes of building; it is named at once instead.
 //!
@@ -37,7 +38,7 @@ fn answers(program: &str) -> bool {
         .is_ok_and(|out| out.status.success())
 }
 
-const NEEDS: [Need; 3] = [
+const NEEDS: [Need; 4] = [
     Need {
         what: "jq",
         here: || answers("jq"),
@@ -47,6 +48,11 @@ const NEEDS: [Need; 3] = [
         what: "Chromium (/usr/bin/chromium, or AWR_CHROMIUM)",
         here: chromium_here,
         packages: &["chromium", "fonts-liberation"],
+    },
+    Need {
+        what: "a PostgreSQL server (initdb, pg_ctl; AWR_PG_BIN names their directory)",
+        here: || crate::postgres::bin_dir().is_some(),
+        packages: &["postgresql"],
     },
     // Debian's Node.js may be older than the agent CLIs take: not installed here.
     Need {
@@ -120,7 +126,7 @@ fn refusal(missing: &[&Need]) -> String {
 }
 
 /// Whether this process runs as root (`id -u` says 0).
-fn root() -> bool {
+pub fn root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

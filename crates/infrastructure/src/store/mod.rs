@@ -7,6 +7,7 @@
 
 mod file;
 mod memory;
+mod postgres;
 mod sqlite;
 
 use std::collections::VecDeque;
@@ -20,6 +21,7 @@ use tokio::sync::Notify;
 
 pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
+pub use postgres::{PG_SCHEMA_VERSION, PgDatabase, PgOpenError};
 pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreConfig};
 
 /// Events a follower reads per batch: large enough that catching up on a

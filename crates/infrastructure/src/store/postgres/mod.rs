@@ -1,0 +1,149 @@
+//! PostgreSQL, the store a team shares: its connection pool and schema
+//! ([`PgDatabase`]). The `RunStore` on it, the queue and the workers' leases
+//! build on these tables (`migrations/`).
+
+mod schema;
+
+#[cfg(test)]
+mod tests;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+use tokio_postgres::config::Host;
+
+pub use schema::PG_SCHEMA_VERSION;
+
+/// Connections a process keeps open to the database at most.
+const POOL_SIZE: usize = 16;
+
+/// How long a connection may take to open when the URL does not say.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a PostgreSQL database could not be opened as a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgOpenError {
+    /// The URL is not one PostgreSQL takes (`postgres://USER@HOST:PORT/DB`).
+    #[error("not a PostgreSQL URL ({0}): expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")]
+    BadUrl(String),
+    /// No connection could be made.
+    #[error("cannot connect to PostgreSQL at {target}: {source}")]
+    Connect {
+        /// Host, port and database (never the password).
+        target: String,
+        /// Why.
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// A statement failed.
+    #[error("PostgreSQL: cannot {what}: {source}")]
+    Sql {
+        /// What was being done.
+        what: &'static str,
+        /// Why, as the server or the client said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database was written by a newer awr.
+    #[error(
+        "the PostgreSQL database has schema version {found}, newer than this awr knows \
+         ({known}); use a newer awr"
+    )]
+    Newer {
+        /// The version in `awr_schema`.
+        found: i32,
+        /// [`PG_SCHEMA_VERSION`].
+        known: i32,
+    },
+    /// The pool could not be built.
+    #[error("cannot set up the PostgreSQL connection pool: {0}")]
+    Pool(String),
+}
+
+/// A PostgreSQL database opened as awr's store: a pool of connections to
+/// it, its schema brought up to date.
+#[derive(Clone)]
+pub struct PgDatabase {
+    pool: Pool,
+    target: String,
+}
+
+impl std::fmt::Debug for PgDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDatabase")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgDatabase {
+    /// Opens the database at `url` (`postgres://…`, or PostgreSQL's
+    /// `key=value` form) and migrates its schema; fails, naming the host
+    /// and database but never the password, when it cannot.
+    pub async fn open(url: &str) -> Result<Self, PgOpenError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| PgOpenError::BadUrl(e.to_string()))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let target = target(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| PgOpenError::Pool(e.to_string()))?;
+        let database = PgDatabase { pool, target };
+        let mut client = database.client().await?;
+        schema::migrate(&mut client).await?;
+        Ok(database)
+    }
+
+    /// The schema version the database is at.
+    pub async fn schema_version(&self) -> Result<i32, PgOpenError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT version FROM awr_schema", &[])
+            .await
+            .map_err(|source| PgOpenError::Sql {
+                what: "read the schema version",
+                source,
+            })?;
+        Ok(row.get(0))
+    }
+
+    /// A connection from the pool.
+    async fn client(&self) -> Result<deadpool_postgres::Object, PgOpenError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|source| PgOpenError::Connect {
+                target: self.target.clone(),
+                source,
+            })
+    }
+}
+
+/// Where `config` connects, for messages: hosts, port and database, never
+/// the password.
+fn target(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let database = config.get_dbname().unwrap_or("postgres");
+    format!("{}:{port}/{database}", hosts.join(","))
+}
