@@ -1,10 +1,13 @@
-//! [`Driver`]: the loop of one run. It folds, decides, records, acts.
+//! [`Driver`]: the loop of one run, and the runner of its effects. It
+//! decides nothing itself: the scheduler ([`decide`]) and the transitions
+//! (`run::step`) do, and it records what they say and carries it out.
 //!
 //! The loop owns the run's [`Recorder`] (so it is the run's single writer)
 //! and the node runs in flight, each a task under a child of the run's
-//! [`Cancel`]. A turn of the loop: carry out what [`decide`] says until it
-//! says nothing; check the budgets; then wait for one thing — a message from
-//! a node run, a cancellation, a deadline — and handle it.
+//! [`Cancel`]. A turn of the loop: turn what [`decide`] says into inputs
+//! until it says nothing; check the budgets (`Input::Tick`); then wait for
+//! one thing — a message from a node run, a command, a cancellation, a
+//! deadline — and hand it to `step` as an input ([`Driver::apply`]).
 //!
 //! A message of a node run that is no longer in flight (it was failed or
 //! cancelled meanwhile) is dropped: the state, not the task, says who may
@@ -346,7 +349,7 @@ impl Driver {
                 end,
                 answer,
             } => {
-                let Some((recorded, end)) = self.completed(run, &node, kind, *end, answer).await?
+                let Some((recorded, end)) = self.completed(run, &node, kind, end, answer).await?
                 else {
                     return Ok(None);
                 };

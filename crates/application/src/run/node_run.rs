@@ -35,6 +35,9 @@ pub(crate) struct Ack {
 }
 
 /// What a node run tells its run's recorder.
+// `Completed` is large (an event and an end): a box would cost an
+// allocation per node run, for a channel of at most `CHANNEL` slots.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Msg {
     /// Record this event of node run `run`; `ack` is answered once it is
     /// stored.
@@ -56,7 +59,7 @@ pub(crate) enum Msg {
         run: NodeRunId,
         node: NodeId,
         kind: EventKind,
-        end: Box<NodeEnd>,
+        end: NodeEnd,
         answer: oneshot::Sender<Option<Continuation>>,
     },
     /// An attempt of node run `run` failed: `answer` is told the new
@@ -162,7 +165,7 @@ impl NodeTask {
             run: self.run,
             node: self.node.id.clone(),
             kind,
-            end: Box::new(end),
+            end,
             answer,
         };
         self.tx.send(msg).await.ok()?;

@@ -49,8 +49,11 @@ impl Driver {
             }
             for effect in step.effects {
                 match effect {
-                    Effect::Spawn { run, node, input } => {
-                        if let Some(def) = self.workflow.node(&node).cloned() {
+                    Effect::Spawn { run, input } => {
+                        let def = (self.rec.state.node_runs.get(&run))
+                            .and_then(|r| self.workflow.node(&r.node_id))
+                            .cloned();
+                        if let Some(def) = def {
                             self.spawn_task(run, def, input, None).await?;
                         }
                     }

@@ -122,7 +122,7 @@ impl Driver {
                 end,
                 answer,
             } => {
-                let ended = self.completed(run, &node, kind, *end, answer).await?;
+                let ended = self.completed(run, &node, kind, end, answer).await?;
                 if let Some((_, Some(end))) = ended
                     && !keep
                 {

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use domain::{Caller, EventKind, NodeId, NodeRunId, RunSnapshot, Timestamp, WorkflowDef};
 use serde_json::Value;
+use smallvec::{SmallVec, smallvec};
 
 use crate::run::node_run::NodeEnd;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
@@ -118,13 +119,9 @@ pub(crate) enum Input {
 /// What the driver does once a step's events are recorded, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
-    /// Start the task of node run `run` of `node`, whose start is on
-    /// record, with `input`.
-    Spawn {
-        run: NodeRunId,
-        node: NodeId,
-        input: Arc<Value>,
-    },
+    /// Start the task of node run `run`, whose start is on record (and so
+    /// its node), with `input`.
+    Spawn { run: NodeRunId, input: Arc<Value> },
     /// Decide this input next, on the state with the events recorded.
     Then(Input),
     /// A step boundary, made durable with the next publication.
@@ -142,19 +139,26 @@ pub(crate) enum Effect {
     Stop(Stop),
 }
 
-/// What one input leads to.
+/// What one input leads to. Both lists are inline up to the most one input
+/// needs but for edges, so deciding a step allocates nothing for them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Step {
     /// To record, in order.
-    pub events: Vec<(Ctx, EventKind)>,
+    pub events: Events,
     /// Then to carry out, in order.
-    pub effects: Vec<Effect>,
+    pub effects: Effects,
 }
+
+/// The events of a [`Step`]: one but for a node's edges.
+pub(crate) type Events = SmallVec<[(Ctx, EventKind); 1]>;
+
+/// The effects of a [`Step`]: at most three (a command's).
+pub(crate) type Effects = SmallVec<[Effect; 3]>;
 
 impl Step {
     fn effects(effects: impl IntoIterator<Item = Effect>) -> Self {
         Self {
-            events: Vec::new(),
+            events: SmallVec::new(),
             effects: effects.into_iter().collect(),
         }
     }
@@ -179,13 +183,13 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
         Input::NodeEnded { run, node, end } => {
             let (event, after) = ended::ended(state, given.workflow, run, &node, end);
             let effects = match after {
-                ended::After::Stop(stop) => vec![Effect::Stop(stop)],
+                ended::After::Stop(stop) => smallvec![Effect::Stop(stop)],
                 // The node ends when all its items have.
-                ended::After::Item => Vec::new(),
-                ended::After::Route(data) => vec![Effect::Then(Input::Ended { node, data })],
+                ended::After::Item => SmallVec::new(),
+                ended::After::Route(data) => smallvec![Effect::Then(Input::Ended { node, data })],
             };
             Step {
-                events: vec![event],
+                events: smallvec![event],
                 effects,
             }
         }
@@ -198,8 +202,8 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
                     Step::effects([Effect::Then(Input::NodeEnded { run, node, end })])
                 }
                 (Some(end), Some(stop)) => Step {
-                    events: vec![((Some(node), Some(run)), end.into_event(false))],
-                    effects: vec![Effect::Stop(stop)],
+                    events: smallvec![((Some(node), Some(run)), end.into_event(false))],
+                    effects: smallvec![Effect::Stop(stop)],
                 },
             }
         }
@@ -208,8 +212,8 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
                 // Flushed with what the next decisions record, before
                 // anything can see either.
                 Ok(events) => Step {
-                    events,
-                    effects: vec![Effect::Boundary],
+                    events: SmallVec::from_vec(events),
+                    effects: smallvec![Effect::Boundary],
                 },
                 Err(stop) => Step::stop(Some(stop)),
             }
@@ -219,7 +223,7 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
         ),
         Input::Command { raw, by, child } => {
             let received = command::received(state, given.workflow, raw, by, child);
-            let mut effects = vec![
+            let mut effects = smallvec![
                 Effect::Checkpoint,
                 Effect::Reply {
                     accepted: received.error.is_none(),
@@ -228,7 +232,7 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
             ];
             effects.extend(received.stop.map(Effect::Stop));
             Step {
-                events: vec![(RUN_LEVEL, received.event)],
+                events: smallvec![(RUN_LEVEL, received.event)],
                 effects,
             }
         }
@@ -249,8 +253,8 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
                 // The routing is done: a step boundary, as at the end of
                 // `Ended`, made durable before the resume goes on.
                 Ok(Some(events)) => Step {
-                    events,
-                    effects: vec![Effect::Checkpoint],
+                    events: SmallVec::from_vec(events),
+                    effects: smallvec![Effect::Checkpoint],
                 },
                 Err(stop) => Step::stop(Some(stop)),
             }
@@ -262,7 +266,7 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
 /// before it takes effect.
 fn recorded_stop(received: EventKind, stop: Stop) -> Step {
     Step {
-        events: vec![(RUN_LEVEL, received)],
-        effects: vec![Effect::Checkpoint, Effect::Stop(stop)],
+        events: smallvec![(RUN_LEVEL, received)],
+        effects: smallvec![Effect::Checkpoint, Effect::Stop(stop)],
     }
 }

@@ -41,14 +41,10 @@ pub(crate) fn started(
         Some(error) => Some(failed(run, node.clone(), error)),
         None if items.is_some() => None,
         None if workflow.node(&node).is_none() => Some(failed(run, node.clone(), missing())),
-        None => Some(Effect::Spawn {
-            run,
-            node: node.clone(),
-            input,
-        }),
+        None => Some(Effect::Spawn { run, input }),
     };
     Step {
-        events: vec![((Some(node), Some(run)), started)],
+        events: smallvec::smallvec![((Some(node), Some(run)), started)],
         effects: effect.into_iter().collect(),
     }
 }
@@ -67,7 +63,7 @@ pub(crate) fn skipped(workflow: &WorkflowDef, node: NodeId, reason: &str) -> Ste
         events: std::iter::once((ctx.clone(), skipped))
             .chain(edges)
             .collect(),
-        effects: Vec::new(),
+        effects: Default::default(),
     }
 }
 
