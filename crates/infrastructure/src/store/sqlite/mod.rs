@@ -28,11 +28,16 @@
 //! - Followers poll for other processes' appends, as in the file store.
 
 mod connect;
+mod errors;
 mod query;
 mod row;
 mod rows;
 mod schema;
 mod whole;
+
+pub use errors::SqliteOpenError;
+
+use errors::{io_err, sql_err};
 
 use self::connect::{connection, read_only_connection};
 use self::rows::{exists, now_millis};
@@ -73,43 +78,6 @@ const READ_BUDGET: usize = 4 << 20;
 /// How long a statement waits for another connection's write lock (another
 /// instance or process writing another run) before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why a SQLite store could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum SqliteOpenError {
-    /// The database was written by a newer awr.
-    #[error(
-        "{}: the database has schema version {found}, newer than this awr knows ({known}); \
-         open it with a newer awr",
-        path.display()
-    )]
-    Newer {
-        /// The database file.
-        path: PathBuf,
-        /// Its `user_version`.
-        found: i64,
-        /// [`SCHEMA_VERSION`].
-        known: i64,
-    },
-    /// The database has an older schema and cannot be written to bring it
-    /// up to date.
-    #[error(
-        "{}: the database has schema version {found}, older than this awr reads ({known}), \
-         and cannot be written to upgrade it; open it once where it can be written",
-        path.display()
-    )]
-    Older {
-        /// The database file.
-        path: PathBuf,
-        /// Its `user_version`.
-        found: i64,
-        /// [`SCHEMA_VERSION`].
-        known: i64,
-    },
-    /// Anything else (naming the file).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 /// Settings of a [`SqliteRunStore`].
 #[derive(Debug, Clone)]
@@ -159,26 +127,6 @@ struct Inner {
 /// holding one.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A SQLite failure as a [`StoreError`] naming the database and the action.
-/// Its source has the nearest [`std::io::ErrorKind`] (a full disk is
-/// `StorageFull`), so callers branch on SQLite's failures as on a file's.
-pub(super) fn sql_err(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode;
-    use std::io::ErrorKind;
-    let kind = match e.sqlite_error_code() {
-        Some(ErrorCode::DiskFull) => ErrorKind::StorageFull,
-        Some(ErrorCode::PermissionDenied) => ErrorKind::PermissionDenied,
-        Some(ErrorCode::ReadOnly) => ErrorKind::ReadOnlyFilesystem,
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => ErrorKind::ResourceBusy,
-        Some(ErrorCode::OutOfMemory) => ErrorKind::OutOfMemory,
-        _ => ErrorKind::Other,
-    };
-    StoreError::io(
-        format!("{}: cannot {what}", path.display()),
-        std::io::Error::new(kind, e),
-    )
 }
 
 impl SqliteRunStore {
@@ -299,10 +247,6 @@ impl SqliteRunStore {
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
-}
-
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::io(format!("cannot {what} {}", path.display()), e)
 }
 
 /// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
