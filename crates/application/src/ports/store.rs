@@ -7,8 +7,9 @@
 //!   store instance and process sharing the storage; `append` and
 //!   `save_snapshot` on a run whose lock this store instance does not hold
 //!   are refused with [`StoreError::Locked`] and write nothing. Dropping the
-//!   lock releases it (so does the end of the process holding it). Reading
-//!   and following need no lock;
+//!   lock releases it (so does the end of the process holding it): at once
+//!   for this instance, and for others once [`RunLock::release`] returns.
+//!   Reading and following need no lock;
 //! - `has_writer` tells whether anyone (this store instance included) holds
 //!   the run's lock now, without taking it from a writer or making a
 //!   concurrent `lock` fail: a run whose log is not over and has no writer
@@ -31,6 +32,7 @@
 use async_trait::async_trait;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
 use super::run_query::{EventFilter, RunQuery, RunSummary, scan_events, scan_runs};
@@ -116,14 +118,23 @@ impl StoreError {
 }
 
 /// The exclusive right to write one run, from [`RunStore::create_run`] or
-/// [`RunStore::lock`]. Dropping it releases the run.
+/// [`RunStore::lock`]. Dropping it releases the run: at once for the store
+/// instance that holds it, and for other instances as soon as the store can
+/// tell them (a store on a server releases in the background, and a writer
+/// that dies is known dead without it). [`RunLock::release`] returns only
+/// once every instance sees the run released.
 #[must_use = "the run is unlocked as soon as its lock is dropped"]
 pub struct RunLock {
     run_id: RunId,
-    /// The store's hold on the run (a locked file, a flag); its `Drop`
+    /// The store's hold on the run (a locked file, a lease); its `Drop`
     /// releases the run.
     _held: Box<dyn Send + Sync>,
+    /// Releases the run everywhere, for stores whose `Drop` cannot wait.
+    release: Option<Release>,
 }
+
+/// What [`RunLock::release`] awaits.
+type Release = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl RunLock {
     /// The lock of `run_id`, released when `held` is dropped: for stores.
@@ -131,12 +142,38 @@ impl RunLock {
         Self {
             run_id,
             _held: Box::new(held),
+            release: None,
+        }
+    }
+
+    /// The lock of `run_id` whose release others see only once `release`
+    /// has run: for stores on a server. `held` is dropped after it, and its
+    /// `Drop` releases in the background a lock dropped without
+    /// [`RunLock::release`].
+    pub fn with_release(
+        run_id: RunId,
+        held: impl Send + Sync + 'static,
+        release: impl FnOnce() -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            run_id,
+            _held: Box::new(held),
+            release: Some(Box::new(release)),
         }
     }
 
     /// The locked run.
     pub fn run_id(&self) -> RunId {
         self.run_id
+    }
+
+    /// Releases the run and returns once every store instance sees it free:
+    /// what a writer that hands the run on (to a resume, to another
+    /// process) does rather than drop it.
+    pub async fn release(mut self) {
+        if let Some(release) = self.release.take() {
+            release().await;
+        }
     }
 }
 

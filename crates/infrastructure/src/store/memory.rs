@@ -88,18 +88,28 @@ fn take_lock(run_id: RunId, run: Arc<MemRun>) -> Result<RunLock, StoreError> {
     Ok(RunLock::new(run_id, Held(run)))
 }
 
-impl LogSource for MemRun {
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+impl MemRun {
+    fn read_after(&self, after: u64, limit: usize) -> Vec<RuntimeEvent> {
         let state = self.state();
         let start = usize::try_from(after)
             .unwrap_or(usize::MAX)
             .min(state.events.len());
         let stop = start.saturating_add(limit).min(state.events.len());
-        Ok(state.events[start..stop].to_vec())
+        state.events[start..stop].to_vec()
     }
 
-    fn last(&self) -> Result<u64, StoreError> {
-        Ok(self.state().events.len() as u64)
+    fn last(&self) -> u64 {
+        self.state().events.len() as u64
+    }
+}
+
+impl LogSource for MemRun {
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+        Ok(MemRun::read_after(self, after, limit))
+    }
+
+    async fn last(&self) -> Result<u64, StoreError> {
+        Ok(MemRun::last(self))
     }
 
     fn changed(&self) -> &Notify {
@@ -188,11 +198,11 @@ impl RunStore for MemoryRunStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
-        self.run(run_id)?.read_after(after, limit)
+        Ok(self.run(run_id)?.read_after(after, limit))
     }
 
     async fn last_offset(&self, run_id: RunId) -> Result<u64, StoreError> {
-        self.run(run_id)?.last()
+        Ok(self.run(run_id)?.last())
     }
 
     async fn follow(&self, run_id: RunId, after: u64) -> Result<EventStream, StoreError> {

@@ -8,6 +8,7 @@
 mod file;
 mod memory;
 mod postgres;
+mod row;
 mod sqlite;
 
 use std::collections::VecDeque;
@@ -21,7 +22,7 @@ use tokio::sync::Notify;
 
 pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
-pub use postgres::{PG_SCHEMA_VERSION, PgDatabase, PgOpenError};
+pub use postgres::{PG_SCHEMA_VERSION, PgDatabase, PgOpenError, PgRunStore, PgStoreConfig};
 pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreConfig};
 
 /// Events a follower reads per batch: large enough that catching up on a
@@ -32,10 +33,14 @@ const FOLLOW_BATCH: usize = 256;
 /// One run's log as `follow_log` sees it.
 pub(crate) trait LogSource: Send + Sync + 'static {
     /// Up to `limit` events after `after`, in order (the store's `read`).
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError>;
+    fn read_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RuntimeEvent>, StoreError>> + Send;
 
     /// Offset of the last stored event (0 for none).
-    fn last(&self) -> Result<u64, StoreError>;
+    fn last(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Woken (with `notify_waiters`) after every append made in this process.
     fn changed(&self) -> &Notify;
@@ -93,7 +98,7 @@ async fn next_event<S: LogSource>(
         let notified = source.changed().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        match source.read_after(f.after, FOLLOW_BATCH) {
+        match source.read_after(f.after, FOLLOW_BATCH).await {
             Ok(batch) if !batch.is_empty() => {
                 f.pending.extend(batch);
                 continue;
@@ -105,7 +110,7 @@ async fn next_event<S: LogSource>(
                     let before = usize::try_from(offset - f.after - 1)
                         .unwrap_or(FOLLOW_BATCH)
                         .min(FOLLOW_BATCH);
-                    match source.read_after(f.after, before) {
+                    match source.read_after(f.after, before).await {
                         Ok(batch) if !batch.is_empty() => {
                             f.pending.extend(batch);
                             continue;
@@ -127,7 +132,7 @@ async fn next_event<S: LogSource>(
         }
         if !f.checked_end {
             f.checked_end = true;
-            match ended_at_or_before(&*source, f.after) {
+            match ended_at_or_before(&*source, f.after).await {
                 Ok(true) => return None,
                 Ok(false) => {}
                 Err(e) => {
@@ -150,12 +155,12 @@ async fn next_event<S: LogSource>(
 
 /// Whether the log's last event is terminal and at or before `after`: then a
 /// follower starting at `after` would wait forever.
-fn ended_at_or_before<S: LogSource>(source: &S, after: u64) -> Result<bool, StoreError> {
-    let last = source.last()?;
+async fn ended_at_or_before<S: LogSource>(source: &S, after: u64) -> Result<bool, StoreError> {
+    let last = source.last().await?;
     if last == 0 || last > after {
         return Ok(false);
     }
-    let tail = source.read_after(last - 1, 1)?;
+    let tail = source.read_after(last - 1, 1).await?;
     Ok(tail.first().is_some_and(|e| e.kind.is_terminal()))
 }
 

@@ -143,7 +143,7 @@ pub async fn another_instance_cannot_lock_or_write_a_locked_run<H: StoreHarness>
     assert_eq!(writer.load_snapshot(run).await.unwrap(), None);
 
     assert!(other.has_writer(run).await.unwrap(), "held by the first");
-    drop(lock);
+    lock.release().await;
     assert!(!other.has_writer(run).await.unwrap(), "released");
     let other_lock = other.lock(run).await.unwrap();
     assert!(writer.has_writer(run).await.unwrap(), "held by the other");
@@ -156,7 +156,7 @@ pub async fn another_instance_cannot_lock_or_write_a_locked_run<H: StoreHarness>
 
     // Back to the first: it continues the log as it is now, not as it last
     // wrote it.
-    drop(other_lock);
+    other_lock.release().await;
     let _lock = writer.lock(run).await.unwrap();
     assert_conflict(writer.append(run, &[warning(run, 3)]).await, "stale offset");
     writer.append(run, &[warning(run, 4)]).await.unwrap();
@@ -164,6 +164,32 @@ pub async fn another_instance_cannot_lock_or_write_a_locked_run<H: StoreHarness>
         offsets(&other_or_same(&h).read(run, 0, 10).await.unwrap()),
         vec![1, 2, 3, 4]
     );
+}
+
+/// Conformance: a lock dropped without [`RunLock::release`] frees the run
+/// for another instance too, if not at once then soon, and a writer that
+/// lost it there can write no more.
+pub async fn a_dropped_lock_frees_the_run_for_another_instance<H: StoreHarness>(h: H) {
+    let writer = h.store();
+    let (run, lock) = run_with(&*writer, 1).await;
+    let Some(other) = h.another() else {
+        return;
+    };
+    drop(lock);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let taken = loop {
+        match other.lock(run).await {
+            Ok(taken) => break taken,
+            Err(StoreError::Locked(_)) if tokio::time::Instant::now() < deadline => {
+                // Released in the background: try again shortly.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("the dropped lock was not released: {e}"),
+        }
+    };
+    assert_locked(writer.append(run, &[warning(run, 2)]).await, run, "append");
+    other.append(run, &[warning(run, 2)]).await.unwrap();
+    drop(taken);
 }
 
 /// The fold of the stored events equals the snapshot saved from them, read

@@ -395,13 +395,20 @@ impl RunHandle {
     }
 }
 
+impl RunHandle {
+    /// Offset of the last event of the log (0 for none).
+    fn last(&self) -> Result<u64, StoreError> {
+        self.with_log(false, |log, paths| log.last_offset(paths))
+    }
+}
+
 impl LogSource for RunHandle {
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
         self.read(after, limit)
     }
 
-    fn last(&self) -> Result<u64, StoreError> {
-        self.with_log(false, |log, paths| log.last_offset(paths))
+    async fn last(&self) -> Result<u64, StoreError> {
+        RunHandle::last(self)
     }
 
     fn changed(&self) -> &Notify {

@@ -1,8 +1,13 @@
 //! PostgreSQL, the store a team shares: its connection pool and schema
-//! ([`PgDatabase`]). The `RunStore` on it, the queue and the workers' leases
-//! build on these tables (`migrations/`).
+//! ([`PgDatabase`]), and the [`PgRunStore`] on it, whose leases the queue
+//! and the workers build on (`migrations/`).
 
+mod lease;
+mod log;
+mod presence;
 mod schema;
+mod store;
+mod whole;
 
 #[cfg(test)]
 mod tests;
@@ -15,6 +20,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
 pub use schema::PG_SCHEMA_VERSION;
+pub use store::{PgRunStore, PgStoreConfig};
 
 /// Connections a process keeps open to the database at most.
 const POOL_SIZE: usize = 16;
@@ -68,6 +74,9 @@ pub enum PgOpenError {
 #[derive(Clone)]
 pub struct PgDatabase {
     pool: Pool,
+    /// Where it connects, for the connections a pool cannot lend (a session
+    /// that holds a lock or listens).
+    config: tokio_postgres::Config,
     target: String,
 }
 
@@ -91,7 +100,7 @@ impl PgDatabase {
         }
         let target = target(&config);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -101,7 +110,11 @@ impl PgDatabase {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| PgOpenError::Pool(e.to_string()))?;
-        let database = PgDatabase { pool, target };
+        let database = PgDatabase {
+            pool,
+            config,
+            target,
+        };
         let mut client = database.client().await?;
         schema::migrate(&mut client).await?;
         Ok(database)
@@ -118,6 +131,11 @@ impl PgDatabase {
                 source,
             })?;
         Ok(row.get(0))
+    }
+
+    /// Where the database is (host, port, database; never the password).
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     /// A connection from the pool.

@@ -10,7 +10,10 @@ use super::PgOpenError;
 
 /// Migration `k` (0-based) takes the schema from version `k` to `k + 1`.
 /// Append only: a released migration is never edited.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_leases.sql"),
+];
 
 /// The schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

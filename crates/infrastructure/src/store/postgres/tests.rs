@@ -4,22 +4,105 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
+
+use application::ports::RunStore;
+use application::testing::store_conformance::StoreHarness;
+use domain::RunId;
+
 use super::*;
+
+/// Settings for tests: followers poll often, leases are short.
+fn config() -> PgStoreConfig {
+    PgStoreConfig {
+        name: "test".into(),
+        lease_ttl: Duration::from_secs(5),
+        follow_poll: Duration::from_millis(20),
+    }
+}
+
+/// Runs `future` to its end from a synchronous function inside a
+/// multi-threaded runtime (the harness's constructors are synchronous).
+fn block<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+/// A database of its own on the test server; `another` opens a second store
+/// on it, with its own pool, session and leases, as another process would.
+struct Postgres {
+    url: String,
+    store: Arc<PgRunStore>,
+}
+
+impl StoreHarness for Postgres {
+    fn available() -> bool {
+        server().is_some()
+    }
+    fn new() -> Self {
+        block(async {
+            let url = fresh_database().await.expect("a PostgreSQL server");
+            let store = Arc::new(PgRunStore::open_with(&url, config()).await.unwrap());
+            Self { url, store }
+        })
+    }
+    fn store(&self) -> Arc<dyn RunStore> {
+        self.store.clone()
+    }
+    fn another(&self) -> Option<Arc<dyn RunStore>> {
+        let store = block(PgRunStore::open_with(&self.url, config())).unwrap();
+        Some(Arc::new(store))
+    }
+    /// An append is one statement: a crash leaves all of it or none.
+    fn tear_tail(&self, _run: RunId) -> bool {
+        false
+    }
+    fn corrupt_event(&self, run: RunId, offset: u64) -> bool {
+        let changed = block(async {
+            let client = self.store.database().client().await.unwrap();
+            client
+                .execute(
+                    "UPDATE awr_events SET body = '{this is not json' \
+                     WHERE run_id = $1 AND \"offset\" = $2",
+                    &[&run.as_uuid(), &(offset as i64)],
+                )
+                .await
+                .unwrap()
+        });
+        assert_eq!(changed, 1);
+        true
+    }
+    fn bad_event_place(&self, run: RunId, offset: u64) -> String {
+        format!("awr_events row (run {run}, offset {offset})")
+    }
+}
+
+mod conformance {
+    application::store_conformance!(super::Postgres);
+}
+
+/// The test server's URL, or `None` after saying why; fails where the
+/// server must be there (`AWR_REQUIRE_POSTGRES`, as in CI).
+fn server() -> Option<String> {
+    match std::env::var("AWR_TEST_POSTGRES") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            assert!(
+                std::env::var_os("AWR_REQUIRE_POSTGRES").is_none(),
+                "AWR_REQUIRE_POSTGRES is set but AWR_TEST_POSTGRES names no server"
+            );
+            eprintln!(
+                "skipped: no PostgreSQL server (set AWR_TEST_POSTGRES, as `cargo xtask test` does)"
+            );
+            None
+        }
+    }
+}
 
 /// A fresh database on the test server, as a URL; `None` (saying why) on a
 /// machine with no server, unless `AWR_REQUIRE_POSTGRES` says there must be
 /// one (CI), where its absence fails the test.
 async fn fresh_database() -> Option<String> {
-    let Ok(base) = std::env::var("AWR_TEST_POSTGRES") else {
-        assert!(
-            std::env::var_os("AWR_REQUIRE_POSTGRES").is_none(),
-            "AWR_REQUIRE_POSTGRES is set but AWR_TEST_POSTGRES names no server"
-        );
-        eprintln!(
-            "skipped: no PostgreSQL server (set AWR_TEST_POSTGRES, as `cargo xtask test` does)"
-        );
-        return None;
-    };
+    let base = server()?;
     let (client, connection) = tokio_postgres::connect(&base, NoTls).await.unwrap();
     tokio::spawn(connection);
     let name = format!("awr_t_{}", uuid::Uuid::new_v4().simple());
@@ -120,4 +203,138 @@ async fn a_bad_url_and_an_absent_server_are_named_without_the_password() {
     assert!(matches!(absent, PgOpenError::Connect { .. }), "{absent:?}");
     assert!(text.contains("127.0.0.1:1/teamdb"), "{text}");
     assert!(!text.contains("secret"), "{text}");
+}
+
+/// A store on `url` whose leases last `ttl`.
+async fn store_with(url: &str, ttl: Duration) -> PgRunStore {
+    let config = PgStoreConfig {
+        lease_ttl: ttl,
+        ..config()
+    };
+    PgRunStore::open_with(url, config).await.unwrap()
+}
+
+/// Makes the lease of `run` expire now, as if its writer had stopped
+/// renewing it long ago.
+async fn expire(store: &PgRunStore, run: RunId) {
+    let client = store.database().client().await.unwrap();
+    let changed = client
+        .execute(
+            "UPDATE awr_runs SET lease_expires_at = now() - interval '1 second' \
+             WHERE run_id = $1",
+            &[&run.as_uuid()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
+/// The epochs the events of `run` were written under, by offset.
+async fn epochs(store: &PgRunStore, run: RunId) -> Vec<(i64, i64)> {
+    let client = store.database().client().await.unwrap();
+    client
+        .query(
+            "SELECT \"offset\", epoch FROM awr_events WHERE run_id = $1 ORDER BY \"offset\"",
+            &[&run.as_uuid()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_lost_its_lease_cannot_write_one_more_event() {
+    use application::testing::store_conformance::{assert_locked, run_with, snapshot, warning};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let zombie = store_with(&url, Duration::from_secs(60)).await;
+    let (run, _zombie_lock) = run_with(&zombie, 2).await;
+    // Alive but silent past its lease (a pause, a partition): taken over.
+    expire(&zombie, run).await;
+    let heir = store_with(&url, Duration::from_secs(60)).await;
+    let _heir_lock = heir.lock(run).await.unwrap();
+    heir.append(run, &[warning(run, 3)]).await.unwrap();
+
+    let refused = zombie.append(run, &[warning(run, 4)]).await;
+    assert_locked(refused, run, "the zombie's append");
+    let text = zombie.append(run, &[warning(run, 4)]).await.unwrap_err();
+    assert!(text.to_string().contains("lease was lost"), "{text}");
+    assert_locked(
+        zombie
+            .save_snapshot(&snapshot(run, 3, domain::RunStatus::Failed))
+            .await,
+        run,
+        "the zombie's snapshot",
+    );
+    // The log is the heir's from the takeover on, and nothing is written
+    // under the zombie's epoch after it.
+    assert_eq!(epochs(&heir, run).await, [(1, 1), (2, 1), (3, 2)]);
+    assert_eq!(heir.load_snapshot(run).await.unwrap(), None);
+    heir.append(run, &[warning(run, 4)]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_process_is_gone_frees_its_runs_before_its_lease_expires() {
+    use application::testing::store_conformance::{PATIENCE, run_with};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let dead = store_with(&url, Duration::from_secs(600)).await;
+    let (run, lock) = run_with(&dead, 1).await;
+    // The process ends without releasing: its session goes, the lease stays.
+    dead.vanish();
+    std::mem::forget(lock);
+    let heir = store_with(&url, Duration::from_secs(600)).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while heir.has_writer(run).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dead writer's lease outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _lock = heir.lock(run).await.unwrap();
+    assert_eq!(heir.last_offset(run).await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_lease_past_its_term() {
+    use application::testing::store_conformance::{PATIENCE, assert_locked, run_with, warning};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let writer = store_with(&url, Duration::from_millis(300)).await;
+    let (run, _lock) = run_with(&writer, 1).await;
+    let client = writer.database().client().await.unwrap();
+    let expiry = || async {
+        let row = client
+            .query_one(
+                "SELECT lease_expires_at FROM awr_runs WHERE run_id = $1",
+                &[&run.as_uuid()],
+            )
+            .await
+            .unwrap();
+        row.get::<_, chrono::DateTime<chrono::Utc>>(0)
+    };
+    // Three renewals: more than a term has passed since the lease was taken.
+    let first = expiry().await;
+    let mut last = first;
+    let mut renewals = 0;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while renewals < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "never renewed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = expiry().await;
+        if now > last {
+            renewals += 1;
+            last = now;
+        }
+    }
+    assert!(last - first >= chrono::Duration::milliseconds(300));
+    let other = store_with(&url, Duration::from_millis(300)).await;
+    assert_locked(other.lock(run).await, run, "a renewed lease");
+    writer.append(run, &[warning(run, 2)]).await.unwrap();
 }

@@ -30,7 +30,6 @@
 mod connect;
 mod errors;
 mod query;
-mod row;
 mod rows;
 mod schema;
 mod whole;
@@ -279,11 +278,11 @@ struct SqlLog {
 }
 
 impl LogSource for SqlLog {
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
         self.inner.read(self.run_id, after, limit)
     }
 
-    fn last(&self) -> Result<u64, StoreError> {
+    async fn last(&self) -> Result<u64, StoreError> {
         self.inner.last(self.run_id)
     }
 

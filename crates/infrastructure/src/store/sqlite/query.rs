@@ -14,7 +14,7 @@ use domain::{RunId, RunStatus, RuntimeEvent, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 
-use super::row::{offset_param, row_event};
+use super::super::row::{offset_param, row_event};
 use super::{Inner, READ_BUDGET, lock, sql_err};
 
 /// The statuses as the `runs` table spells them.

@@ -15,8 +15,8 @@ use std::os::unix::fs::DirBuilderExt;
 use tokio::sync::Notify;
 
 use super::super::file::lock::lock_path;
+use super::super::row::{event_json, offset_param, row_event};
 use super::super::{check_continuation, locked_here, not_locked};
-use super::row::{offset_param, row_event};
 use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, sql_err};
 
 /// Whether `run_id` is a run of the database.
@@ -212,32 +212,6 @@ impl Inner {
         self.require(&conn, run_id)?;
         last_offset(&conn, &self.path, run_id)
     }
-}
-
-/// An offset as SQLite's signed integer (offsets stay far below `i64::MAX`).
-/// `event` as its row's `json` (its line in the file store), written into
-/// `buf`: what an append and an import store alike.
-pub(super) fn event_json<'b>(
-    run_id: RunId,
-    event: &RuntimeEvent,
-    buf: &'b mut Vec<u8>,
-) -> Result<&'b str, StoreError> {
-    buf.clear();
-    event.write_json(buf).map_err(|e| {
-        StoreError::io(
-            format!(
-                "cannot serialize event {} (offset {}) of run {run_id}",
-                event.id, event.offset
-            ),
-            e.into(),
-        )
-    })?;
-    std::str::from_utf8(buf).map_err(|e| {
-        StoreError::io(
-            format!("event {} is not UTF-8", event.id),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        )
-    })
 }
 
 pub(super) fn last_offset(

@@ -12,8 +12,8 @@ use rusqlite::{TransactionBehavior, params};
 
 use super::super::check_continuation;
 use super::super::file::sync::off_the_runtime;
-use super::row::offset_param;
-use super::rows::{event_json, exists, now_millis};
+use super::super::row::{event_json, offset_param};
+use super::rows::{exists, now_millis};
 use super::{Inner, SyncPolicy, lock, sql_err};
 
 /// One event row, encoded before the transaction begins.
