@@ -26,6 +26,8 @@ mod kill_anytime;
 mod migrate;
 mod openai_chat;
 mod payloads;
+mod pg;
+mod postgres_storage;
 mod prune;
 mod queries;
 mod real_clis;

@@ -1,5 +1,5 @@
-//! `awr migrate`: runs copied between the file store and SQLite, either
-//! way, byte for byte (events, snapshot, transcript and the blobs of large
+//! `awr migrate`: runs copied between the file store and SQLite or
+//! PostgreSQL, either way, byte for byte (events, snapshot, transcript and the blobs of large
 //! values), runs already there skipped, runs being written refused.
 
 use std::collections::BTreeMap;
@@ -12,8 +12,14 @@ use crate::util::{Awr, Output, awr_bin, repo_root};
 
 /// `awr ARGS` from the repository root, whatever the storage.
 fn awr(args: &[&str]) -> Output {
+    awr_in(&std::env::temp_dir(), args)
+}
+
+/// `awr ARGS` whose files beside a PostgreSQL store go under `state`.
+fn awr_in(state: &Path, args: &[&str]) -> Output {
     let out = std::process::Command::new(awr_bin())
         .args(args)
+        .env("XDG_STATE_HOME", state)
         .current_dir(repo_root())
         .env_remove("AWR_STORAGE")
         .stdin(std::process::Stdio::null())
@@ -48,6 +54,23 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 #[test]
 fn file_to_sqlite_to_file_keeps_every_byte() {
     let a = Awr::new();
+    let db = a.dir.path().join("copy.db");
+    there_and_back(&a, &format!("sqlite:{}", db.display()));
+}
+
+#[test]
+fn file_to_postgres_to_file_keeps_every_byte() {
+    let Some(url) = crate::pg::fresh_database() else {
+        return;
+    };
+    there_and_back(&Awr::new(), &url);
+}
+
+/// Copies the runs of `a` to `target` and back to a new directory, and
+/// checks that every byte came back.
+fn there_and_back(a: &Awr, target: &str) {
+    let state = a.dir.path().join("state");
+    let awr = |args: &[&str]| awr_in(&state, args);
     let big = a.write(
         "big.json",
         &serde_json::to_string(&"y".repeat(100 * 1024)).unwrap(),
@@ -73,8 +96,7 @@ fn file_to_sqlite_to_file_keeps_every_byte() {
     let transcripts = files(&source.join("transcripts"));
     assert!(transcripts.len() >= 4, "a parent, its child and two more");
 
-    let db = a.dir.path().join("copy.db");
-    let sqlite = format!("sqlite:{}", db.display());
+    let sqlite = target.to_owned();
     let back = a.dir.path().join("back");
     let source_arg = source.display().to_string();
     let back_arg = back.display().to_string();
@@ -87,7 +109,7 @@ fn file_to_sqlite_to_file_keeps_every_byte() {
         "{}",
         there.stdout
     );
-    // The SQLite store shows the runs through the ordinary commands.
+    // The target store shows the runs through the ordinary commands.
     let listed = awr(&["--storage", &sqlite, "runs"]);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     assert_eq!(

@@ -134,13 +134,13 @@ fn a_database_from_a_newer_awr_is_a_storage_error_naming_the_file() {
 #[test]
 fn an_unknown_storage_scheme_is_a_usage_error() {
     let out = Command::new(awr_bin())
-        .args(["--storage", "postgres://localhost/awr", "runs"])
+        .args(["--storage", "mysql://localhost/awr", "runs"])
         .env_remove("AWR_STORAGE")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("postgres://"), "{stderr}");
+    assert!(stderr.contains("mysql://"), "{stderr}");
 }
 
 /// The control socket of a live run on SQLite (in `PATH-files/control/`)

@@ -104,6 +104,8 @@ pub struct Awr {
     /// Whether runs are kept in a SQLite database (`sqlite:DIR/awr.db`)
     /// rather than the file store under [`Awr::storage`].
     sqlite: bool,
+    /// The URL of the PostgreSQL database runs are kept in, if they are.
+    postgres: Option<String>,
 }
 
 impl Awr {
@@ -112,7 +114,23 @@ impl Awr {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
             sqlite: false,
+            postgres: None,
         }
+    }
+
+    /// A fresh scratch directory whose runs go to a fresh database on the
+    /// test's PostgreSQL server; `None` (saying why) when there is none.
+    pub fn postgres() -> Option<Self> {
+        let url = crate::pg::fresh_database()?;
+        Some(Self {
+            postgres: Some(url),
+            ..Self::new()
+        })
+    }
+
+    /// The PostgreSQL database of this scratch, if its runs go to one.
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.postgres.as_deref()
     }
 
     /// A fresh scratch directory whose runs go to a SQLite database in it.
@@ -125,6 +143,9 @@ impl Awr {
 
     /// The `--storage` value.
     pub fn storage_arg(&self) -> std::ffi::OsString {
+        if let Some(url) = &self.postgres {
+            return url.into();
+        }
         if self.sqlite {
             format!("sqlite:{}", self.dir.path().join("awr.db").display()).into()
         } else {
@@ -171,6 +192,9 @@ impl Awr {
             .args(args)
             .current_dir(repo_root())
             .env_remove("AWR_STORAGE")
+            // This machine's files of a PostgreSQL store (transcripts,
+            // control sockets) stay in the scratch directory.
+            .env("XDG_STATE_HOME", self.dir.path().join("state"))
             .stdin(Stdio::null());
         command
     }
@@ -215,6 +239,9 @@ impl Awr {
 
     /// The run ids in the store.
     pub fn run_ids(&self) -> Vec<String> {
+        if let Some(url) = &self.postgres {
+            return crate::pg::strings(url, "SELECT run_id::text FROM awr_runs", None);
+        }
         if self.sqlite {
             let Some(db) = self.database() else {
                 return Vec::new();
@@ -284,6 +311,9 @@ impl Awr {
     /// The lines of a run's event log, as JSON; fails the test when the
     /// log is missing or a line is not JSON.
     pub fn events(&self, run: &str) -> Vec<Value> {
+        if let Some(url) = &self.postgres {
+            return crate::pg::events(url, run);
+        }
         if self.sqlite {
             return self.sqlite_events(run);
         }
@@ -293,6 +323,9 @@ impl Awr {
     /// The lines of a run's event log so far, as JSON: none while the run
     /// has no log yet (for polling a live run).
     pub fn events_so_far(&self, run: &str) -> Vec<Value> {
+        if let Some(url) = &self.postgres {
+            return crate::pg::events(url, run);
+        }
         if self.sqlite {
             return self.sqlite_events(run);
         }

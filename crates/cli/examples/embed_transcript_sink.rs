@@ -91,7 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Stock::default()
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let runtime = embed::stock(embed::open_store(&storage)?, &storage, &stock)
+    let runtime = embed::stock(embed::open_store(&storage).await?, &storage, &stock)
         .transcripts(Arc::new(ToChannel(tx)))
         .build();
 

@@ -21,7 +21,7 @@
 //! let runs = std::path::PathBuf::from("runs"); // as `awr --storage runs`
 //! # let dir = tempfile::tempdir()?; // this test keeps them out of the tree
 //! # let runs = dir.path().join(runs);
-//! let runtime = awr_cli::embed::defaults(&Storage::Files(runs))?.build();
+//! let runtime = awr_cli::embed::defaults(&Storage::Files(runs)).await?.build();
 //! let yaml = "name: hello\nnodes: [{id: hello, command: echo hello}]\n";
 //! let workflow = Arc::new(WorkflowDef::from_yaml(yaml)?);
 //! let request = RunRequest { workflow, input: "hi".into(), source: None, started_by: None };
@@ -50,7 +50,9 @@ use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
-use infrastructure::store::{FileRunStore, SqliteOpenError, SqliteRunStore};
+use infrastructure::store::{
+    FileRunStore, PgOpenError, PgRunStore, SqliteOpenError, SqliteRunStore,
+};
 use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
 use infrastructure::{RunFilesDir, UnixControl};
@@ -75,10 +77,14 @@ pub enum OpenError {
     /// The SQLite database (its errors name the file).
     #[error(transparent)]
     Sqlite(#[from] SqliteOpenError),
+    /// The PostgreSQL database (its errors name the server and database,
+    /// never the password).
+    #[error(transparent)]
+    Postgres(#[from] PgOpenError),
 }
 
 /// The store `storage` names, created if needed.
-pub fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
+pub async fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
     Ok(match storage {
         Storage::Files(dir) => {
             Arc::new(FileRunStore::open(dir).map_err(|error| OpenError::Files {
@@ -87,16 +93,18 @@ pub fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
             })?)
         }
         Storage::Sqlite(db) => Arc::new(SqliteRunStore::open(db)?),
+        Storage::Postgres(url) => Arc::new(PgRunStore::open(url).await?),
     })
 }
 
 /// The existing store `storage` names, for reading: nothing is created.
-pub fn open_existing_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
+pub async fn open_existing_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenError> {
     Ok(match storage {
         Storage::Files(dir) => {
             Arc::new(FileRunStore::open_existing(dir).map_err(OpenError::Missing)?)
         }
         Storage::Sqlite(db) => Arc::new(SqliteRunStore::open_existing(db)?),
+        Storage::Postgres(url) => Arc::new(PgRunStore::open_existing(url).await?),
     })
 }
 
@@ -128,8 +136,12 @@ impl Default for Stock {
 
 /// The stock runtime over the store `storage` names (created if needed):
 /// [`stock`] with [`Stock::default`]. Swap any port on the builder.
-pub fn defaults(storage: &Storage) -> Result<RuntimeBuilder, OpenError> {
-    Ok(stock(open_store(storage)?, storage, &Stock::default()))
+pub async fn defaults(storage: &Storage) -> Result<RuntimeBuilder, OpenError> {
+    Ok(stock(
+        open_store(storage).await?,
+        storage,
+        &Stock::default(),
+    ))
 }
 
 /// Every stock adapter, over `store` (the one `storage` names, or a

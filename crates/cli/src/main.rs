@@ -31,12 +31,15 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "awr", version, propagate_version = true)]
 struct Cli {
-    /// Where runs are kept: a directory (the file store, `runs/<run-id>/...`)
-    /// or `sqlite:PATH` (the SQLite store in the database file PATH).
+    /// Where runs are kept: a directory (the file store, `runs/<run-id>/...`),
+    /// `sqlite:PATH` (the SQLite store in the database file PATH) or
+    /// `postgres://USER@HOST[:PORT]/DATABASE` (the PostgreSQL store).
     #[arg(
         long,
         global = true,
         env = "AWR_STORAGE",
+        // A PostgreSQL URL may hold a password: help never shows it.
+        hide_env_values = true,
         default_value = "storage",
         value_parser = storage::Storage::parse
     )]
@@ -235,8 +238,8 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Copy every run from one storage to another (a directory or
-    /// sqlite:PATH, either way), byte for byte; runs already there are skipped.
+    /// Copy every run from one storage to another (a directory, sqlite:PATH
+    /// or postgres://…, any way), byte for byte; runs already there are skipped.
     Migrate {
         /// The storage to copy from.
         #[arg(long, value_name = "STORAGE", value_parser = storage::Storage::parse)]

@@ -1,14 +1,14 @@
 //! `--storage`: where runs are kept, parsed in this one place.
 //!
-//! | form          | store                                             |
-//! |---------------|---------------------------------------------------|
-//! | `DIR`         | the file store under `DIR`                        |
-//! | `sqlite:PATH` | the SQLite store in the database file `PATH`      |
+//! | form                 | store                                      |
+//! |----------------------|--------------------------------------------|
+//! | `DIR`                | the file store under `DIR`                 |
+//! | `sqlite:PATH`        | the SQLite store in the database file `PATH` |
+//! | `postgres://…`       | the PostgreSQL store in that database      |
 //!
-//! Any other `SCHEME://...` (`postgres://` one day) is refused by name, so
-//! a new store is one more arm here and in `embed::open_store`. What stays
-//! files whatever the store (transcripts, control sockets) lives in
-//! [`Storage::files`].
+//! Any other `SCHEME://...` is refused by name, so a new store is one more
+//! arm here and in `embed::open_store`. What stays files whatever the store
+//! (transcripts, control sockets) lives in [`Storage::files`].
 
 use std::fmt;
 use std::path::PathBuf;
@@ -20,6 +20,9 @@ pub enum Storage {
     Files(PathBuf),
     /// The SQLite store: a database file.
     Sqlite(PathBuf),
+    /// The PostgreSQL store: the database's URL (`postgres://` or
+    /// `postgresql://`), which may hold a password: shown without it.
+    Postgres(String),
 }
 
 impl Storage {
@@ -32,6 +35,9 @@ impl Storage {
             }
             return Ok(Self::Sqlite(PathBuf::from(path)));
         }
+        if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+            return Ok(Self::Postgres(value.to_owned()));
+        }
         if let Some((scheme, _)) = value.split_once("://")
             && !scheme.is_empty()
             && scheme
@@ -39,7 +45,8 @@ impl Storage {
                 .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
         {
             return Err(format!(
-                "storage `{scheme}://` is not supported: use a directory or sqlite:PATH"
+                "storage `{scheme}://` is not supported: use a directory, sqlite:PATH or \
+                 postgres://USER@HOST/DATABASE"
             ));
         }
         if value.is_empty() {
@@ -51,10 +58,13 @@ impl Storage {
     /// The directory of what is kept as files beside any store: transcripts
     /// (`transcripts/`) and the control sockets of live runs (`control/`).
     /// The storage directory itself for the file store; `PATH-files` beside
-    /// a SQLite database (the database's real path, symlinks resolved).
+    /// a SQLite database (the database's real path, symlinks resolved); for
+    /// PostgreSQL, a directory of this machine's per database (see
+    /// [`postgres_files`]).
     pub fn files(&self) -> PathBuf {
         match self {
             Self::Files(dir) => dir.clone(),
+            Self::Postgres(url) => postgres_files(url),
             Self::Sqlite(db) => {
                 // Beside the real file, symlinks resolved, as its locks are:
                 // another name for the database finds the same sockets.
@@ -67,11 +77,48 @@ impl Storage {
     }
 }
 
+/// This machine's directory of the files kept beside the PostgreSQL
+/// database `url`: `awr/pg/DIGEST` under `$XDG_STATE_HOME`
+/// (`~/.local/state` when unset), where the control sockets of the runs
+/// this machine writes, and their transcripts, are. `DIGEST` names the
+/// host, port and database (never the user or password) in 16 hex digits:
+/// short, since a socket's path is bounded (`SUN_LEN`).
+pub fn postgres_files(url: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.split('?').next().unwrap_or_default();
+    let place = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let digest = Sha256::digest(place.as_bytes());
+    let name: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    state.join("awr").join("pg").join(name)
+}
+
+/// `url` with its password, if any, replaced by `***`: what messages show.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 impl fmt::Display for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Files(dir) => write!(f, "{}", dir.display()),
             Self::Sqlite(db) => write!(f, "sqlite:{}", db.display()),
+            Self::Postgres(url) => f.write_str(&without_password(url)),
         }
     }
 }
@@ -96,8 +143,19 @@ mod tests {
         );
         assert!(parse("sqlite:").is_err());
         assert!(parse("").is_err());
-        let postgres = parse("postgres://localhost/awr").unwrap_err();
-        assert!(postgres.contains("postgres://"), "{postgres}");
+        assert_eq!(
+            parse("postgres://me@db:5433/awr"),
+            Ok(Storage::Postgres("postgres://me@db:5433/awr".into()))
+        );
+        assert!(matches!(
+            parse("postgresql://db/awr"),
+            Ok(Storage::Postgres(_))
+        ));
+        let other = parse("mysql://localhost/awr").unwrap_err();
+        assert!(
+            other.contains("mysql://") && other.contains("postgres://"),
+            "{other}"
+        );
         // A directory whose name has a colon is still a directory.
         assert_eq!(parse("a:b"), Ok(Storage::Files("a:b".into())));
         assert_eq!(
@@ -114,5 +172,24 @@ mod tests {
         let mut expected = real.canonicalize().unwrap().into_os_string();
         expected.push("-files");
         assert_eq!(Storage::Sqlite(alias).files(), PathBuf::from(expected));
+    }
+
+    #[test]
+    fn a_postgres_url_is_shown_without_its_password() {
+        let storage = Storage::Postgres("postgres://me:s3cret@db:5433/awr?sslmode=disable".into());
+        let shown = storage.to_string();
+        assert_eq!(shown, "postgres://me:***@db:5433/awr?sslmode=disable");
+        assert_eq!(
+            without_password("postgres://me@db/awr"),
+            "postgres://me@db/awr"
+        );
+        assert_eq!(without_password("postgres://db"), "postgres://db");
+        // The files of one database are in one place whoever connects,
+        // named without the password.
+        let files = storage.files();
+        assert_eq!(files, postgres_files("postgres://you@db:5433/awr"));
+        assert_ne!(files, postgres_files("postgres://me@db:5433/other"));
+        assert_eq!(files.file_name().unwrap().len(), 16);
+        assert!(!files.to_string_lossy().contains("s3cret"));
     }
 }

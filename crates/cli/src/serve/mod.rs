@@ -170,12 +170,12 @@ struct Inner {
 impl App {
     /// The state over the store of `config.storage` (created if needed).
     /// The runs it starts are executed on the runtime this is called on.
-    pub fn new(mut config: Config) -> Result<Self, Failure> {
+    pub async fn new(mut config: Config) -> Result<Self, Failure> {
         config.root = config
             .root
             .canonicalize()
             .map_err(|e| Failure::Input(anyhow!("--root {}: {e}", config.root.display())))?;
-        let store = crate::wiring::store(&config.storage)?;
+        let store = crate::wiring::store(&config.storage).await?;
         let hub = Hub::new(Arc::clone(&store), config.buffer);
         let streams = Streams::new(config.limits);
         let (stopping, _) = watch::channel(false);
@@ -341,7 +341,7 @@ pub async fn serve(listen: Listen, mut config: Config) -> Result<(), Failure> {
     config.guard.bound = Some(bound);
     config.guard.tls = tls.is_some();
     let limits = config.limits;
-    let app = App::new(config)?;
+    let app = App::new(config).await?;
     let http = http_runtime()
         .map_err(|e| Failure::Run(anyhow!("cannot start the server's runtime: {e}")))?;
     let _pruner = listen.retention.map(|age| retention::spawn(&app, age));

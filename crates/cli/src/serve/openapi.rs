@@ -251,7 +251,10 @@ mod tests {
         let access = Access::Tokens(parse_tokens(&lines.join("\n")).unwrap());
         let storage = crate::storage::Storage::Files(dir.path().join("storage"));
         let config = Config::new(storage, dir.path().to_owned(), access);
-        (dir, App::new(config).ok().unwrap())
+        (
+            dir,
+            futures::executor::block_on(App::new(config)).ok().unwrap(),
+        )
     }
 
     /// The status of `method uri` with `token` (none: `None`), and its body.

@@ -11,7 +11,7 @@ use crate::{Failure, say, wiring};
 /// Prints the causal events of `run`.
 pub async fn causal(storage: &Storage, run: &str) -> Result<(), Failure> {
     let id = resolve_run(storage, run).await?;
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let events = store
         .read(id, 0, usize::MAX)
         .await

@@ -79,7 +79,7 @@ async fn go_on(
 /// A run whose records cannot be read is named on stderr (exit 2), never
 /// left out in silence.
 pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let found = query::interrupted_runs(store.as_ref())
         .await
         .context("cannot list the runs")

@@ -38,7 +38,7 @@ async fn resolve(store: &dyn RunStore, wanted: &str) -> Result<RunId, Failure> {
 
 /// Resolves a run id or prefix against the store under `storage`.
 pub async fn resolve_id(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     resolve(store.as_ref(), wanted).await
 }
 
@@ -47,7 +47,7 @@ pub async fn resolve_id(storage: &Storage, wanted: &str) -> Result<RunId, Failur
 /// each, before anything looks for its workflow or its writer. (A
 /// transcript may outlive its log, so `transcript` does not ask this.)
 pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let id = resolve(store.as_ref(), wanted).await?;
     match store.last_offset(id).await {
         Err(e @ StoreError::NotFound(_)) => Err(store_failure(e)),
@@ -57,7 +57,7 @@ pub async fn resolve_run(storage: &Storage, wanted: &str) -> Result<RunId, Failu
 
 /// `awr show RUN`.
 pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let id = resolve(store.as_ref(), run).await?;
     let view = run_view(store.as_ref(), id).await.map_err(store_failure)?;
     if json {
@@ -183,7 +183,7 @@ pub async fn events(
     filter: &EventFilterArgs,
     mut pace: Option<Pace>,
 ) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let id = resolve(store.as_ref(), run).await?;
     let (clock, _) = wiring::clock_and_ids();
     let filter = filter.filter(clock.now());

@@ -16,8 +16,8 @@ pub async fn migrate(from: &Storage, to: &Storage) -> Result<(), Failure> {
             "--from and --to are the same storage ({from})"
         )));
     }
-    let source = wiring::read_store(from)?;
-    let target = wiring::store(to)?;
+    let source = wiring::read_store(from).await?;
+    let target = wiring::store(to).await?;
     let (from_files, to_files) = (wiring::run_files(from), wiring::run_files(to));
     let mut refused = 0usize;
     let mut closed = None;

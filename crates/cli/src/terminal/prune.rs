@@ -34,7 +34,7 @@ pub async fn prune(
     statuses: Vec<RunStatus>,
     dry_run: bool,
 ) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let files = wiring::run_files(storage);
     let (clock, _) = wiring::clock_and_ids();
     let policy = PrunePolicy {

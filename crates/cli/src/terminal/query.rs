@@ -93,7 +93,7 @@ fn node_arg(text: &str) -> Result<NodeId, String> {
 /// `corrupt`, its problem goes to stderr, and the command exits 2 after
 /// listing every run.
 pub async fn runs(storage: &Storage, args: &RunsArgs) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let (clock, _) = wiring::clock_and_ids();
     let filter = RunFilter {
         statuses: args.status.clone(),

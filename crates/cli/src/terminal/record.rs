@@ -42,7 +42,7 @@ pub async fn record(
     let text =
         std::fs::read(file).map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
     start_dir(out)?;
-    let wired = Wired::new(storage, file, &workflow)?;
+    let wired = Wired::new(storage, file, &workflow).await?;
     let run_id = wired
         .runtime
         .create()
@@ -115,7 +115,7 @@ async fn write_recording(
     run_id: RunId,
     out: &Path,
 ) -> Result<(), Failure> {
-    let store = wiring::read_store(storage)?;
+    let store = wiring::read_store(storage).await?;
     let mut workflows = BTreeMap::new();
     collect(workflow, &mut workflows);
     let mut runs = VecDeque::from([run_id]);

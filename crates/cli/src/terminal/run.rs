@@ -94,8 +94,8 @@ pub async fn run(
         crate::terminal::verify::check_recording(dir)?;
     }
     let wired = match replay_from {
-        Some(dir) => Wired::replaying(storage, file, &workflow, dir)?,
-        None => Wired::new(storage, file, &workflow)?,
+        Some(dir) => Wired::replaying(storage, file, &workflow, dir).await?,
+        None => Wired::new(storage, file, &workflow).await?,
     };
     let run_id = wired
         .runtime
@@ -157,27 +157,31 @@ pub struct Wired {
 impl Wired {
     /// The runtime for `workflow` (read from `file`) over the storage,
     /// showing its progress on stderr.
-    pub fn new(storage: &Storage, file: &Path, workflow: &WorkflowDef) -> Result<Self, Failure> {
-        Self::build(storage, file, workflow, None)
+    pub async fn new(
+        storage: &Storage,
+        file: &Path,
+        workflow: &WorkflowDef,
+    ) -> Result<Self, Failure> {
+        Self::build(storage, file, workflow, None).await
     }
 
     /// As [`Wired::new`], every agent served from the recording in `dir`.
-    pub fn replaying(
+    pub async fn replaying(
         storage: &Storage,
         file: &Path,
         workflow: &WorkflowDef,
         dir: &Path,
     ) -> Result<Self, Failure> {
-        Self::build(storage, file, workflow, Some(dir))
+        Self::build(storage, file, workflow, Some(dir)).await
     }
 
-    fn build(
+    async fn build(
         storage: &Storage,
         file: &Path,
         workflow: &WorkflowDef,
         replay: Option<&Path>,
     ) -> Result<Self, Failure> {
-        let store = wiring::store(storage)?;
+        let store = wiring::store(storage).await?;
         let progress = Arc::new(Progress::new());
         let observer: Arc<dyn RunObserver> = progress.clone();
         let wired = wiring::wire(storage, store, file, workflow, Some(observer), replay);

@@ -23,7 +23,7 @@ pub async fn transcript(
     }
     let follow = match follow {
         true => Some(Follow {
-            store: wiring::read_store(storage)?,
+            store: wiring::read_store(storage).await?,
             clock: wiring::clock_and_ids().0,
         }),
         false => None,

@@ -29,14 +29,18 @@ use crate::storage::Storage;
 
 /// The store `storage` names, created if needed; one that cannot be opened
 /// is a storage error (exit 2).
-pub fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
-    embed::open_store(storage).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+pub async fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
+    embed::open_store(storage)
+        .await
+        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
 /// The existing store `storage` names, for commands that only read: it
 /// creates no storage, and a missing one is bad input (exit 2).
-pub fn read_store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
-    embed::open_existing_store(storage).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+pub async fn read_store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
+    embed::open_existing_store(storage)
+        .await
+        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
 /// Where runs take commands from other processes.

@@ -124,7 +124,7 @@ pub async fn wired_for(
 ) -> Result<(Arc<WorkflowDef>, RunWiring), Failure> {
     let store = match store {
         Some(store) => store,
-        None => super::read_store(storage)?,
+        None => super::read_store(storage).await?,
     };
     let file = workflow_file(store.as_ref(), run_id, given).await?;
     let workflow = super::load_workflow(&file).map_err(|e| match e {
@@ -145,8 +145,9 @@ pub async fn deliver(
     raw: &Value,
     by: Option<&Caller>,
 ) -> Result<CommandReply, ExecutorError> {
-    let store =
-        super::store(storage).map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
+    let store = super::store(storage)
+        .await
+        .map_err(|e| ExecutorError::Refused(format!("{:#}", e.error())))?;
     let (clock, ids) = super::clock_and_ids();
     // A command calls no agent: the runtime needs no provider.
     let runtime = Runtime::builder(store, clock, ids)

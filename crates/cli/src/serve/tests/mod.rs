@@ -47,7 +47,8 @@ fn configured(access: Access, set: impl FnOnce(&mut Config)) -> Server {
     let storage = crate::storage::Storage::Files(dir.path().join("storage"));
     let mut config = Config::new(storage, root, access);
     set(&mut config);
-    let app = App::new(config).ok().unwrap();
+    // A file store opens without awaiting anything.
+    let app = futures::executor::block_on(App::new(config)).ok().unwrap();
     Server { _dir: dir, app }
 }
 

@@ -17,19 +17,7 @@ use domain::RunId;
 use futures::FutureExt;
 
 use super::super::{locked_elsewhere, locked_here, not_locked};
-use super::log::pg_err;
-use super::store::{Inner, lock};
-
-/// Where this instance stands with a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Hold {
-    /// A `lock` or `create_run` of it is under way.
-    Taking,
-    /// Leased under this epoch.
-    Held(i64),
-    /// Leased under this epoch until another writer took the run over.
-    Lost(i64),
-}
+use super::shared::{Hold, Inner, lease_lost, lock, pg_err};
 
 /// A held lease, shared by the [`RunLock`]'s hold and its release.
 struct Lease {
@@ -262,14 +250,6 @@ impl Inner {
             tracing::warn!(run = %run_id, epoch, "this writer's lease was taken over");
         }
     }
-}
-
-/// `Locked`, for a writer whose lease another took over.
-pub(super) fn lease_lost(run_id: RunId) -> StoreError {
-    StoreError::Locked(format!(
-        "run {run_id}: this writer's lease was lost (another writer took the run over); \
-         it writes nothing more"
-    ))
 }
 
 /// Renews this instance's leases three times a term, on the database's

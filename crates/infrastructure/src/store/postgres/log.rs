@@ -8,9 +8,7 @@ use tokio_postgres::error::SqlState;
 
 use super::super::check_continuation;
 use super::super::row::{event_json, offset_param, row_event};
-use super::lease::lease_lost;
-use super::presence::CHANNEL;
-use super::store::Inner;
+use super::shared::{CHANNEL, Inner, lease_lost, pg_err};
 
 /// Bytes of event JSON one `read` returns at most (after its first event),
 /// so a follower catching up never holds a huge batch.
@@ -19,14 +17,6 @@ const READ_BUDGET: usize = 4 << 20;
 /// Rows one `read` asks for at most, whatever the caller's limit: the
 /// budget above is met well before.
 const READ_ROWS: i64 = 4096;
-
-/// A failed statement or connection, saying what was being done.
-pub(super) fn pg_err(what: String, e: tokio_postgres::Error) -> StoreError {
-    StoreError::io(
-        format!("PostgreSQL: cannot {what}"),
-        std::io::Error::other(e),
-    )
-}
 
 /// A time of the record as the database's `timestamptz`.
 pub(super) fn at(t: Option<Timestamp>) -> Option<DateTime<Utc>> {
@@ -72,40 +62,6 @@ impl Rows {
 }
 
 impl Inner {
-    /// A connection from the pool.
-    pub(super) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.db.pool.get().await.map_err(|e| {
-            StoreError::io(
-                format!("cannot connect to PostgreSQL at {}", self.db.target),
-                std::io::Error::other(e),
-            )
-        })
-    }
-
-    pub(super) async fn exists(
-        &self,
-        client: &deadpool_postgres::Object,
-        run_id: RunId,
-    ) -> Result<bool, StoreError> {
-        let row = client
-            .query_opt(
-                "SELECT 1 FROM awr_runs WHERE run_id = $1",
-                &[&run_id.as_uuid()],
-            )
-            .await
-            .map_err(|e| pg_err(format!("look up run {run_id}"), e))?;
-        Ok(row.is_some())
-    }
-
-    /// `NotFound` unless `run_id` is a run of the database.
-    pub(super) async fn require(&self, run_id: RunId) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        match self.exists(&client, run_id).await? {
-            true => Ok(()),
-            false => Err(StoreError::NotFound(run_id)),
-        }
-    }
-
     /// The epoch this instance writes `run_id` under; `NotFound` for no
     /// such run, else `Locked` unless it holds the run's lease.
     async fn writable(&self, run_id: RunId) -> Result<i64, StoreError> {
@@ -241,7 +197,9 @@ impl Inner {
         }
         let mut events = Vec::with_capacity(rows.len());
         let mut bytes = 0;
-        for (expected, row) in (after.saturating_add(1)..).zip(&rows) {
+        for (i, row) in rows.iter().enumerate() {
+            // Offsets end far below u64::MAX; a read after it finds none.
+            let expected = after.saturating_add(1).saturating_add(i as u64);
             let Some(offset) = row.get::<_, Option<i64>>(0) else {
                 break;
             };

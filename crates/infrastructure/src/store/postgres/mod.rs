@@ -6,6 +6,7 @@ mod lease;
 mod log;
 mod presence;
 mod schema;
+mod shared;
 mod store;
 mod whole;
 
@@ -20,7 +21,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
 pub use schema::PG_SCHEMA_VERSION;
-pub use store::{PgRunStore, PgStoreConfig};
+pub use shared::PgStoreConfig;
+pub use store::PgRunStore;
 
 /// Connections a process keeps open to the database at most.
 const POOL_SIZE: usize = 16;
@@ -64,6 +66,9 @@ pub enum PgOpenError {
         /// [`PG_SCHEMA_VERSION`].
         known: i32,
     },
+    /// The database holds no awr store, and the command only reads.
+    #[error("the PostgreSQL database {0} holds no awr runs (no awr schema)")]
+    NoStore(String),
     /// The pool could not be built.
     #[error("cannot set up the PostgreSQL connection pool: {0}")]
     Pool(String),
@@ -93,6 +98,16 @@ impl PgDatabase {
     /// `key=value` form) and migrates its schema; fails, naming the host
     /// and database but never the password, when it cannot.
     pub async fn open(url: &str) -> Result<Self, PgOpenError> {
+        Self::connect(url, true).await
+    }
+
+    /// Opens the database at `url` for commands that only read: fails,
+    /// naming it, when it holds no awr store, rather than making one.
+    pub async fn open_existing(url: &str) -> Result<Self, PgOpenError> {
+        Self::connect(url, false).await
+    }
+
+    async fn connect(url: &str, create: bool) -> Result<Self, PgOpenError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| PgOpenError::BadUrl(e.to_string()))?;
         if config.get_connect_timeout().is_none() {
@@ -116,6 +131,19 @@ impl PgDatabase {
             target,
         };
         let mut client = database.client().await?;
+        if !create {
+            let found: bool = client
+                .query_one("SELECT to_regclass('awr_schema') IS NOT NULL", &[])
+                .await
+                .map_err(|source| PgOpenError::Sql {
+                    what: "look for the awr schema",
+                    source,
+                })?
+                .get(0);
+            if !found {
+                return Err(PgOpenError::NoStore(database.target));
+            }
+        }
         schema::migrate(&mut client).await?;
         Ok(database)
     }

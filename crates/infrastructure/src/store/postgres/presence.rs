@@ -19,15 +19,12 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 
-use super::store::Notifies;
+use super::shared::{CHANNEL, Notifies};
 use super::{PgDatabase, PgOpenError};
 
 /// The advisory lock class of presence keys: the bytes of `awrp`, as the
 /// schema's `awr_present` reads it.
 const CLASS: i32 = 0x6177_7270;
-
-/// The channel appends notify on, with `RUN:NEXT_OFFSET` as the payload.
-pub(super) const CHANNEL: &str = "awr_log";
 
 /// The longest wait between attempts to bring a lost session back.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);

@@ -19,115 +19,23 @@
 //!   `synchronous_commit`), so `flush` has nothing left to do.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
-use tokio::task::AbortHandle;
 
 use super::super::{LogSource, follow_log};
-use super::lease::Hold;
+use super::shared::{Inner, Notifies, PgStoreConfig};
 use super::{PgDatabase, PgOpenError, presence};
-
-/// Settings of a [`PgRunStore`].
-#[derive(Debug, Clone)]
-pub struct PgStoreConfig {
-    /// Who writes, as the runs it leases record it (a worker's name).
-    pub name: String,
-    /// How long a lease lasts unless renewed: how long a writer that hangs
-    /// keeps its runs from others. Heartbeats renew it three times a term.
-    pub lease_ttl: Duration,
-    /// How often a follower re-reads when no notification woke it: the
-    /// safety net for notifications lost with a connection.
-    pub follow_poll: Duration,
-}
-
-impl Default for PgStoreConfig {
-    fn default() -> Self {
-        Self {
-            name: default_name(),
-            lease_ttl: Duration::from_secs(30),
-            follow_poll: Duration::from_secs(1),
-        }
-    }
-}
-
-/// `awr@HOST:PID`: which process writes, for people reading the runs table.
-fn default_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
-    let host = if host.is_empty() { "localhost" } else { &host };
-    format!("awr@{host}:{}", std::process::id())
-}
 
 /// The [`RunStore`] on a PostgreSQL database. Cloning is cheap and clones
 /// share the pool, the leases and the listening session.
 #[derive(Debug, Clone)]
 pub struct PgRunStore {
     pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-pub(super) struct Inner {
-    pub(super) db: PgDatabase,
-    pub(super) config: PgStoreConfig,
-    /// `lease_owner` of the runs this instance leases: its name and an id
-    /// of its own, so two instances of one name never pass for each other.
-    pub(super) owner: String,
-    /// The key of this instance's presence lock (`lease_presence`).
-    pub(super) presence: i32,
-    /// The runs this instance leases, or is taking.
-    pub(super) held: Mutex<HashMap<RunId, Hold>>,
-    /// Wakes this instance's followers of a run.
-    pub(super) notifies: Arc<Notifies>,
-    /// The presence session and the heartbeat, stopped with the store.
-    tasks: Vec<AbortHandle>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
-/// Locks, recovering the data of a poisoned lock: nothing here panics while
-/// holding one.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The followers' wake-ups, by run: woken by this instance's appends and
-/// by the notifications of everyone's.
-#[derive(Debug, Default)]
-pub(super) struct Notifies(Mutex<HashMap<RunId, Arc<Notify>>>);
-
-impl Notifies {
-    pub(super) fn of(&self, run_id: RunId) -> Arc<Notify> {
-        let mut notifies = lock(&self.0);
-        if notifies.len() >= 256 {
-            notifies.retain(|_, n| Arc::strong_count(n) > 1);
-        }
-        Arc::clone(notifies.entry(run_id).or_default())
-    }
-
-    pub(super) fn wake(&self, run_id: RunId) {
-        if let Some(n) = lock(&self.0).get(&run_id) {
-            n.notify_waiters();
-        }
-    }
-
-    /// Wakes every follower: notifications may have been lost.
-    pub(super) fn wake_all(&self) {
-        for n in lock(&self.0).values() {
-            n.notify_waiters();
-        }
-    }
 }
 
 impl PgRunStore {
@@ -141,6 +49,13 @@ impl PgRunStore {
     pub async fn open_with(url: &str, config: PgStoreConfig) -> Result<Self, PgOpenError> {
         let db = PgDatabase::open(url).await?;
         Self::on(db, config).await
+    }
+
+    /// The store on the database at `url` for commands that only read:
+    /// refused when the database holds no awr store.
+    pub async fn open_existing(url: &str) -> Result<Self, PgOpenError> {
+        let db = PgDatabase::open_existing(url).await?;
+        Self::on(db, PgStoreConfig::default()).await
     }
 
     /// The store on an opened database.

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use tokio_postgres::error::SqlState;
 
 use super::super::check_continuation;
-use super::log::{Rows, SnapshotRow, at, pg_err};
-use super::store::Inner;
+use super::log::{Rows, SnapshotRow, at};
+use super::shared::{Inner, lease_lost, pg_err};
 
 /// Events one statement of an import inserts.
 const IMPORT_CHUNK: usize = 1000;
@@ -34,7 +34,7 @@ impl Inner {
             .map_err(|e| pg_err(format!("delete run {run_id}"), e))?;
         drop(run_lock);
         if deleted == 0 {
-            return Err(super::lease::lease_lost(run_id));
+            return Err(lease_lost(run_id));
         }
         self.notifies.wake(run_id);
         Ok(())

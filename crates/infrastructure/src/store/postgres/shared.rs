@@ -1,0 +1,171 @@
+//! What the parts of the PostgreSQL store share: the state of one store
+//! instance ([`Inner`]), its settings, where it stands with each run
+//! ([`Hold`]), its followers' wake-ups, and the wording of its errors.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use application::ports::StoreError;
+use domain::RunId;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use super::PgDatabase;
+
+/// The channel appends notify on, with `RUN:NEXT_OFFSET` as the payload.
+pub(super) const CHANNEL: &str = "awr_log";
+
+/// Settings of a [`PgRunStore`](super::PgRunStore).
+#[derive(Debug, Clone)]
+pub struct PgStoreConfig {
+    /// Who writes, as the runs it leases record it (a worker's name).
+    pub name: String,
+    /// How long a lease lasts unless renewed: how long a writer that hangs
+    /// keeps its runs from others. Heartbeats renew it three times a term.
+    pub lease_ttl: Duration,
+    /// How often a follower re-reads when no notification woke it: the
+    /// safety net for notifications lost with a connection.
+    pub follow_poll: Duration,
+}
+
+impl Default for PgStoreConfig {
+    fn default() -> Self {
+        Self {
+            name: default_name(),
+            lease_ttl: Duration::from_secs(30),
+            follow_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// `awr@HOST:PID`: which process writes, for people reading the runs table.
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let host = if host.is_empty() { "localhost" } else { &host };
+    format!("awr@{host}:{}", std::process::id())
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) db: PgDatabase,
+    pub(super) config: PgStoreConfig,
+    /// `lease_owner` of the runs this instance leases: its name and an id
+    /// of its own, so two instances of one name never pass for each other.
+    pub(super) owner: String,
+    /// The key of this instance's presence lock (`lease_presence`).
+    pub(super) presence: i32,
+    /// The runs this instance leases, or is taking.
+    pub(super) held: Mutex<HashMap<RunId, Hold>>,
+    /// Wakes this instance's followers of a run.
+    pub(super) notifies: Arc<Notifies>,
+    /// The presence session and the heartbeat, stopped with the store.
+    pub(super) tasks: Vec<AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Locks, recovering the data of a poisoned lock: nothing here panics while
+/// holding one.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The followers' wake-ups, by run: woken by this instance's appends and
+/// by the notifications of everyone's.
+#[derive(Debug, Default)]
+pub(super) struct Notifies(Mutex<HashMap<RunId, Arc<Notify>>>);
+
+impl Notifies {
+    pub(super) fn of(&self, run_id: RunId) -> Arc<Notify> {
+        let mut notifies = lock(&self.0);
+        if notifies.len() >= 256 {
+            notifies.retain(|_, n| Arc::strong_count(n) > 1);
+        }
+        Arc::clone(notifies.entry(run_id).or_default())
+    }
+
+    pub(super) fn wake(&self, run_id: RunId) {
+        if let Some(n) = lock(&self.0).get(&run_id) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Wakes every follower: notifications may have been lost.
+    pub(super) fn wake_all(&self) {
+        for n in lock(&self.0).values() {
+            n.notify_waiters();
+        }
+    }
+}
+
+/// Where this instance stands with a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// A `lock` or `create_run` of it is under way.
+    Taking,
+    /// Leased under this epoch.
+    Held(i64),
+    /// Leased under this epoch until another writer took the run over.
+    Lost(i64),
+}
+
+/// A failed statement or connection, saying what was being done.
+pub(super) fn pg_err(what: String, e: tokio_postgres::Error) -> StoreError {
+    StoreError::io(
+        format!("PostgreSQL: cannot {what}"),
+        std::io::Error::other(e),
+    )
+}
+
+/// `Locked`, for a writer whose lease another took over.
+pub(super) fn lease_lost(run_id: RunId) -> StoreError {
+    StoreError::Locked(format!(
+        "run {run_id}: this writer's lease was lost (another writer took the run over); \
+         it writes nothing more"
+    ))
+}
+
+impl Inner {
+    /// A connection from the pool.
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.db.pool.get().await.map_err(|e| {
+            StoreError::io(
+                format!("cannot connect to PostgreSQL at {}", self.db.target),
+                std::io::Error::other(e),
+            )
+        })
+    }
+
+    pub(super) async fn exists(
+        &self,
+        client: &deadpool_postgres::Object,
+        run_id: RunId,
+    ) -> Result<bool, StoreError> {
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM awr_runs WHERE run_id = $1",
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| pg_err(format!("look up run {run_id}"), e))?;
+        Ok(row.is_some())
+    }
+
+    /// `NotFound` unless `run_id` is a run of the database.
+    pub(super) async fn require(&self, run_id: RunId) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        match self.exists(&client, run_id).await? {
+            true => Ok(()),
+            false => Err(StoreError::NotFound(run_id)),
+        }
+    }
+}
