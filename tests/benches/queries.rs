@@ -53,6 +53,7 @@ async fn populate(store: &dyn RunStore) {
                 input: json!({"n": i}),
                 parent_run_id: None,
                 source: None,
+                definition: None,
                 nodes: vec![node.clone()],
                 edges: vec![],
                 started_by: None,

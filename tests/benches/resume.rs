@@ -204,6 +204,18 @@ impl RunStore for TimedStore {
         )
         .await
     }
+    async fn save_definition(
+        &self,
+        definition: &domain::definition::Definition,
+    ) -> Result<String, StoreError> {
+        self.inner.save_definition(definition).await
+    }
+    async fn load_definition(
+        &self,
+        hash: &str,
+    ) -> Result<Option<domain::definition::Definition>, StoreError> {
+        self.inner.load_definition(hash).await
+    }
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await
     }

@@ -8,6 +8,7 @@ mod cli;
 mod cli_agents;
 mod commands;
 mod crash;
+mod definitions;
 mod determinism;
 mod divergence_report;
 mod docs;

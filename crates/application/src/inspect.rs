@@ -565,6 +565,7 @@ mod tests {
                 input: serde_json::Value::Null,
                 parent_run_id: None,
                 source: None,
+                definition: None,
                 nodes: vec![],
                 edges: vec![],
                 started_by: None,

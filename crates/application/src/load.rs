@@ -17,8 +17,11 @@ use domain::{WorkflowDef, WorkflowError};
 
 use crate::ports::{SourceError, WorkflowSource};
 
+mod stored;
 #[cfg(test)]
 mod tests;
+
+pub use stored::Stored;
 
 /// How deeply `call_workflow` may nest: the top-level file is depth 1, so a
 /// chain of at most this many files loads.

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use domain::RunId;
+use domain::{EventKind, RunId};
 use futures::StreamExt;
 
 use crate::ports::{EventBatches, RunFiles, RunStore, StoreError};
@@ -85,6 +85,7 @@ async fn copy_run(
                     "run {run_id} is in the target up to offset {there}, and its log here goes to {here}: the two differ; not replaced (remove it from the target to copy it again)"
                 )));
             }
+            copy_definition(from.as_ref(), to, run_id).await?;
             let transcript = copy_files(from_files, to_files, run_id, true).await?;
             return Ok(Migrated::Present { transcript });
         }
@@ -112,11 +113,39 @@ async fn copy_run(
             saved.last_offset
         )));
     }
+    // The definition first: once the run is there, it can be resumed there.
+    copy_definition(from.as_ref(), to, run_id).await?;
     to.import_run(run_id, batches(Arc::clone(from), run_id), snapshot)
         .await?;
     drop(lock);
     let transcript = copy_files(from_files, to_files, run_id, false).await?;
     Ok(Migrated::Copied { events, transcript })
+}
+
+/// Copies the workflow definition the run's `flow:started` names, if any
+/// (saving one the target has changes nothing).
+async fn copy_definition(
+    from: &dyn RunStore,
+    to: &dyn RunStore,
+    run_id: RunId,
+) -> Result<(), StoreError> {
+    let first = from.read(run_id, 0, 1).await?;
+    let Some(EventKind::FlowStarted {
+        definition: Some(hash),
+        ..
+    }) = first.first().map(|e| &e.kind)
+    else {
+        return Ok(());
+    };
+    match from.load_definition(hash).await? {
+        Some(definition) => {
+            to.save_definition(&definition).await?;
+        }
+        None => {
+            tracing::warn!(run = %run_id, definition = %hash, "the run's definition is not in the source; copied without it");
+        }
+    }
+    Ok(())
 }
 
 /// Copies the run's files unless `only_missing` and the target has them.

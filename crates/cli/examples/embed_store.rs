@@ -22,6 +22,7 @@ use application::secrets::KeyNames;
 use application::testing::store_conformance::StoreHarness;
 use application::{RunRequest, Runtime};
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
@@ -89,6 +90,12 @@ impl RunStore for Counting {
     }
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await
+    }
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
+        self.inner.save_definition(definition).await
+    }
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
+        self.inner.load_definition(hash).await
     }
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await

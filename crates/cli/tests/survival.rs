@@ -17,6 +17,7 @@ use application::ports::{
 };
 use application::{Cancel, ExecutorError, RunOutcome, RunRequest, Runtime};
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::workflow::Provider;
 use domain::{EventKind, RunId, RunSnapshot, RunStatus, RuntimeEvent, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
@@ -239,6 +240,12 @@ impl RunStore for FailingStore {
     }
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await
+    }
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
+        self.inner.save_definition(definition).await
+    }
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
+        self.inner.load_definition(hash).await
     }
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await

@@ -128,6 +128,11 @@ pub enum EventKind {
         /// again (its `workflow.hash` must still match).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<String>,
+        /// `sha256:<hex>` of the definition stored with the run (its files,
+        /// see [`crate::definition`]), which resume and fork read; absent
+        /// for runs started without a file, or before definitions were kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        definition: Option<String>,
         #[serde(default)]
         nodes: Vec<NodeId>,
         #[serde(default)]

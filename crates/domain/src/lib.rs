@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod causal;
 pub mod command;
 pub mod condition;
+pub mod definition;
 pub mod error_kind;
 pub mod event;
 pub mod ids;

@@ -545,6 +545,7 @@ mod tests {
                     input: Value::Null,
                     parent_run_id: None,
                     source: None,
+                    definition: None,
                     nodes: vec![a.clone(), b.clone()],
                     edges: vec!["a->b".into()],
                     started_by: Caller::new("alice@host").ok(),

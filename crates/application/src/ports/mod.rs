@@ -53,7 +53,7 @@ pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use store::MockRunStore;
-pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError};
+pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError, definition_at};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use tool::MockTool;
 pub use tool::{Tool, ToolContext, ToolError, ToolSpec};

@@ -27,9 +27,12 @@
 //! - a run appears whole and goes whole: [`RunStore::import_run`] and
 //!   [`RunStore::delete_run`] are all-or-nothing for readers (`list_runs`,
 //!   `read`, `load_snapshot`), even across a crash, so no reader ever takes
-//!   a partly copied or partly deleted run for a valid one.
+//!   a partly copied or partly deleted run for a valid one;
+//! - a definition saved is loaded back equal, by its hash, by every
+//!   instance; saving it again is harmless.
 
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::future::BoxFuture;
@@ -115,6 +118,21 @@ impl StoreError {
             _ => None,
         }
     }
+}
+
+/// `definition` read back from under `hash` (`place` names where, for the
+/// error), checked to be the one `hash` names: what every store's
+/// [`RunStore::load_definition`] returns.
+pub fn definition_at(hash: &str, json: &[u8], place: &str) -> Result<Definition, StoreError> {
+    let definition = Definition::from_json(json)
+        .map_err(|e| StoreError::Corrupt(format!("{place}: not a workflow definition: {e}")))?;
+    if definition.hash() != hash {
+        return Err(StoreError::Corrupt(format!(
+            "{place}: holds definition {}, not {hash}",
+            definition.hash()
+        )));
+    }
+    Ok(definition)
 }
 
 /// The exclusive right to write one run, from [`RunStore::create_run`] or
@@ -302,6 +320,16 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// The last saved snapshot, if any, with the deltas saved after it applied.
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError>;
+
+    /// Keeps `definition` (a workflow's files) under its hash, which it
+    /// returns, for the runs whose `flow:started` names it. Content
+    /// addressed: saving it again changes nothing, and runs of one
+    /// definition share it. Needs no run's lock.
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError>;
+
+    /// The definition stored under `hash`, if any; `Corrupt` when what is
+    /// stored there is not that definition.
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError>;
 
     /// Every run, in no particular order.
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError>;

@@ -17,6 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use domain::definition::Definition;
 use domain::event::WorkflowRef;
 use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use serde_json::Value;
@@ -153,20 +154,30 @@ impl Driver {
         .await?;
         driver.parent_pausing = parent_pausing;
         driver.input = request.input;
-        let started = EventKind::FlowStarted {
-            workflow: WorkflowRef {
-                extra: Default::default(),
-                name: workflow.name.clone(),
-                hash: workflow.hash.clone(),
-            },
-            input: driver.input.clone(),
-            parent_run_id: parent,
-            source: request.source,
-            nodes: workflow.nodes.iter().map(|n| n.id.clone()).collect(),
-            edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
-            started_by: request.started_by,
-        };
         let result = async {
+            // The files it runs, kept with it before it starts, so it
+            // continues from them wherever it is resumed.
+            let definition = match &request.source {
+                Some(source) => {
+                    let definition = Definition::of(&workflow, source);
+                    Some(driver.ports.store.save_definition(&definition).await?)
+                }
+                None => None,
+            };
+            let started = EventKind::FlowStarted {
+                workflow: WorkflowRef {
+                    extra: Default::default(),
+                    name: workflow.name.clone(),
+                    hash: workflow.hash.clone(),
+                },
+                input: driver.input.clone(),
+                parent_run_id: parent,
+                source: request.source,
+                definition,
+                nodes: workflow.nodes.iter().map(|n| n.id.clone()).collect(),
+                edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
+                started_by: request.started_by,
+            };
             driver.rec.emit(RUN_LEVEL, started).await?;
             driver.rec.checkpoint().await?;
             driver.drive().await

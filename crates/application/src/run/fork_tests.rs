@@ -83,6 +83,19 @@ impl RunStore for Runs {
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.log(run_id)?.load_snapshot(run_id).await
     }
+    /// Runs here start from no file: there is no definition to keep.
+    async fn save_definition(
+        &self,
+        _: &domain::definition::Definition,
+    ) -> Result<String, StoreError> {
+        Err(StoreError::io_msg("this test store keeps no definitions"))
+    }
+    async fn load_definition(
+        &self,
+        _: &str,
+    ) -> Result<Option<domain::definition::Definition>, StoreError> {
+        Ok(None)
+    }
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(self.0.lock().unwrap().keys().copied().collect())
     }

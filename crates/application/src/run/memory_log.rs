@@ -172,6 +172,19 @@ impl RunStore for MemoryLog {
         }
         Ok(self.snapshot.lock().unwrap().clone())
     }
+    /// Runs here start from no file: there is no definition to keep.
+    async fn save_definition(
+        &self,
+        _: &domain::definition::Definition,
+    ) -> Result<String, StoreError> {
+        Err(StoreError::io_msg("this test store keeps no definitions"))
+    }
+    async fn load_definition(
+        &self,
+        _: &str,
+    ) -> Result<Option<domain::definition::Definition>, StoreError> {
+        Ok(None)
+    }
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         Ok(Vec::new())
     }

@@ -20,6 +20,7 @@ use application::ports::{ControlChannel, RunFiles, RunStore, TranscriptReader, T
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use awr_cli::embed;
+use domain::definition::Definition;
 use domain::{Caller, WorkflowDef};
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::fs::WorkflowFiles;
@@ -112,6 +113,29 @@ pub fn load_workflow(file: &Path) -> Result<Arc<WorkflowDef>, Failure> {
     load_workflow_calling(file, None, &[])
 }
 
+/// The workflow of a run from the definition it keeps (its files as they
+/// were when it started), whatever the disk holds now.
+pub fn load_kept(definition: &Definition) -> Result<Arc<WorkflowDef>, Failure> {
+    let rules = rules(None, &[])?;
+    let files = application::load::Stored::new(definition, &WorkflowFiles);
+    application::load::load_workflow(&files, Path::new(&definition.root), &rules)
+        .map_err(|e| Failure::Input(anyhow::Error::new(e)))
+}
+
+/// What every load checks: the project directory (the current one), the
+/// built-in tools, and where calls may go.
+fn rules(within: Option<&Path>, outside: &[PathBuf]) -> Result<LoadRules, Failure> {
+    let project = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
+    Ok(LoadRules {
+        project,
+        tools: tools().names(),
+        calls_within: within.map(Path::to_path_buf),
+        calls_outside: outside.to_vec(),
+    })
+}
+
 /// [`load_workflow`], with every `call_workflow` confined to `within` (a
 /// server's root) when given, and kept out of `outside` (its storage). An
 /// error is the loader's ([`application::load::LoadError`]).
@@ -120,15 +144,7 @@ pub fn load_workflow_calling(
     within: Option<&Path>,
     outside: &[PathBuf],
 ) -> Result<Arc<WorkflowDef>, Failure> {
-    let project = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .map_err(|e| Failure::Input(anyhow!("cannot resolve the current directory: {e}")))?;
-    let rules = LoadRules {
-        project,
-        tools: tools().names(),
-        calls_within: within.map(Path::to_path_buf),
-        calls_outside: outside.to_vec(),
-    };
+    let rules = rules(within, outside)?;
     application::load::load_workflow(&WorkflowFiles, file, &rules)
         .map_err(|e| Failure::Input(anyhow::Error::new(e)))
 }

@@ -84,14 +84,24 @@ pub fn source_of(file: &Path) -> String {
         .to_string()
 }
 
-/// Where the definition of `run_id` is: `given`, else `flow:started`'s `source`.
-async fn workflow_file(
+/// Where the definition of `run_id` is.
+enum Origin {
+    /// A file on disk: the one given, or `flow:started`'s `source` of a run
+    /// that keeps no definition.
+    File(PathBuf),
+    /// The definition the run keeps, by its hash.
+    Kept(String),
+}
+
+/// Where the definition of `run_id` is: `given`, else the definition
+/// `flow:started` names, else its `source`.
+async fn origin(
     store: &dyn RunStore,
     run_id: RunId,
     given: Option<&Path>,
-) -> Result<PathBuf, Failure> {
+) -> Result<Origin, Failure> {
     if let Some(file) = given {
-        return Ok(file.to_path_buf());
+        return Ok(Origin::File(file.to_path_buf()));
     }
     let first = store
         .read(run_id, 0, 1)
@@ -99,9 +109,13 @@ async fn workflow_file(
         .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
     match first.first().map(|e| &e.kind) {
         Some(EventKind::FlowStarted {
+            definition: Some(hash),
+            ..
+        }) => Ok(Origin::Kept(hash.clone())),
+        Some(EventKind::FlowStarted {
             source: Some(source),
             ..
-        }) => Ok(PathBuf::from(source)),
+        }) => Ok(Origin::File(PathBuf::from(source))),
         Some(EventKind::FlowStarted { .. }) => Err(Failure::Input(anyhow!(
             "run {run_id} does not record its workflow file; name it with --workflow FILE"
         ))),
@@ -111,10 +125,10 @@ async fn workflow_file(
     }
 }
 
-/// The workflow of `run_id` (from `given`, else from where `flow:started`
-/// says it was) and the runtime wired for it, writing to `store` (`None`:
-/// a store of its own over the existing storage), with `observer` shown
-/// its events.
+/// The workflow of `run_id` (from `given`, else from the definition the run
+/// keeps, else from where `flow:started` says it was read) and the runtime
+/// wired for it, writing to `store` (`None`: a store of its own over the
+/// existing storage), with `observer` shown its events.
 pub async fn wired_for(
     storage: &Storage,
     run_id: RunId,
@@ -126,11 +140,30 @@ pub async fn wired_for(
         Some(store) => store,
         None => super::read_store(storage).await?,
     };
-    let file = workflow_file(store.as_ref(), run_id, given).await?;
-    let workflow = super::load_workflow(&file).map_err(|e| match e {
+    let about = |e: Failure| match e {
         Failure::Input(e) => Failure::Input(e.context(format!("the workflow of run {run_id}"))),
         other => other,
-    })?;
+    };
+    let (file, workflow) = match origin(store.as_ref(), run_id, given).await? {
+        Origin::File(file) => {
+            let workflow = super::load_workflow(&file).map_err(about)?;
+            (file, workflow)
+        }
+        Origin::Kept(hash) => {
+            let definition = store
+                .load_definition(&hash)
+                .await
+                .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?
+                .ok_or_else(|| {
+                    Failure::Input(anyhow!(
+                        "run {run_id} names definition {hash}, which the storage does not hold; \
+                         name the workflow with --workflow FILE"
+                    ))
+                })?;
+            let workflow = super::load_kept(&definition).map_err(about)?;
+            (PathBuf::from(&definition.root), workflow)
+        }
+    };
     let wired = wire(storage, store, &file, &workflow, observer, None);
     Ok((workflow, wired))
 }

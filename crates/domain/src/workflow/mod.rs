@@ -54,6 +54,10 @@ pub struct WorkflowDef {
     pub pricing: PriceTable,
     /// `sha256:<hex>` of the source text, so a snapshot names exactly what it ran.
     pub hash: String,
+    /// The source text exactly as read (what `hash` hashes): stored with
+    /// the workflow's runs ([`crate::definition`]) so they continue from
+    /// what they started with, whatever becomes of the file.
+    pub text: std::sync::Arc<str>,
     /// Limits of the whole run (`budget:`).
     pub budget: Budget,
     /// Node runs in flight at once in one run (`max_concurrency:`, default

@@ -273,6 +273,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         nodes,
         edges,
         hash: hash(src),
+        text: src.into(),
         budget,
         max_concurrency,
     };

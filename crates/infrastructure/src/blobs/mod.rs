@@ -807,6 +807,7 @@ mod record_tests {
                     input: json!(text),
                     parent_run_id: None,
                     source: None,
+                    definition: None,
                     nodes: vec![NodeId::new("a").unwrap()],
                     edges: vec![],
                     started_by: None,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
@@ -22,6 +23,8 @@ pub struct MemoryRunStore {
     /// A `std` mutex, not a Tokio one: it is held only to look up or insert
     /// a run, never across an `.await`.
     runs: Mutex<HashMap<RunId, Arc<MemRun>>>,
+    /// Workflow definitions by hash.
+    definitions: Mutex<HashMap<String, Definition>>,
 }
 
 /// One run.
@@ -252,6 +255,18 @@ impl RunStore for MemoryRunStore {
             tracing::debug!(run = %run_id, error = %e, "snapshot deltas end here");
         }
         Ok(Some(snapshot))
+    }
+
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
+        let hash = definition.hash();
+        lock(&self.definitions)
+            .entry(hash.clone())
+            .or_insert_with(|| definition.clone());
+        Ok(hash)
+    }
+
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
+        Ok(lock(&self.definitions).get(hash).cloned())
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

@@ -256,3 +256,49 @@ pub async fn flush_is_idempotent_and_shared<H: StoreHarness>(h: H) {
     }
     assert_eq!(store.last_offset(run).await.unwrap(), 7);
 }
+
+/// Conformance: a definition is loaded back equal by its hash, from this
+/// instance and another; saving it again is harmless; an unknown hash is none.
+pub async fn definitions_round_trip_by_hash<H: StoreHarness>(h: H) {
+    use std::collections::BTreeMap;
+
+    use domain::definition::Definition;
+
+    let s = Subject::of(&h);
+    let store = &*s.store;
+    let definition = Definition {
+        root: "/flows/main.yaml".into(),
+        files: BTreeMap::from([
+            (
+                "/flows/main.yaml".into(),
+                "name: main\nnodes: [{id: c, call_workflow: child.yaml}]\n".into(),
+            ),
+            (
+                "/flows/child.yaml".into(),
+                format!("name: child # é\n{}", "#\n".repeat(40_000)),
+            ),
+        ]),
+    };
+    let hash = store.save_definition(&definition).await.unwrap();
+    assert_eq!(hash, definition.hash());
+    assert_eq!(
+        store.save_definition(&definition).await.unwrap(),
+        hash,
+        "again"
+    );
+    assert_eq!(
+        store.load_definition(&hash).await.unwrap(),
+        Some(definition.clone())
+    );
+    assert_eq!(
+        other_or_same(&h).load_definition(&hash).await.unwrap(),
+        Some(definition),
+        "another instance"
+    );
+    let unknown = format!("sha256:{}", "0".repeat(64));
+    assert_eq!(store.load_definition(&unknown).await.unwrap(), None);
+    assert_eq!(
+        store.load_definition("../../etc/passwd").await.unwrap(),
+        None
+    );
+}

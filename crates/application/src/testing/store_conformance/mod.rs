@@ -266,6 +266,7 @@ macro_rules! store_conformance {
             concurrent_appends_of_one_offset_admit_one,
             read_windows,
             events_round_trip_exactly,
+            definitions_round_trip_by_hash,
             read_deep_in_a_long_log,
             last_offset_tracks_appends,
             unknown_runs_are_not_found,

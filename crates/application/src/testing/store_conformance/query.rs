@@ -30,6 +30,7 @@ pub fn started(
             input: json!({}),
             parent_run_id: parent,
             source: None,
+            definition: None,
             nodes: vec![NodeId::new("a").unwrap()],
             edges: vec![],
             started_by: None,

@@ -344,6 +344,7 @@ async fn the_list_selects_by_workflow_and_start_and_refuses_bad_values() {
             input: Value::Null,
             parent_run_id: None,
             source: None,
+            definition: None,
             nodes: vec![],
             edges: vec![],
             started_by: None,

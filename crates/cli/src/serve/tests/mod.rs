@@ -120,6 +120,7 @@ fn started() -> EventKind {
         input: Value::Null,
         parent_run_id: None,
         source: None,
+        definition: None,
         nodes: vec![],
         edges: vec![],
         started_by: None,

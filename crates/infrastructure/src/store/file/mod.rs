@@ -32,6 +32,7 @@
 //!   and `save_snapshot` refuse a run this store does not hold. Others may
 //!   read and follow it, and see its appends by polling the file.
 
+mod definitions;
 mod holder;
 mod index;
 pub(super) mod lock;
@@ -54,6 +55,7 @@ use std::time::Duration;
 
 use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
@@ -564,6 +566,16 @@ impl RunStore for FileRunStore {
         // Deltas reach no further than the log: neither is synced when a
         // delta is written, and a crash may keep one and not the other.
         read_snapshot(&handle.paths, || handle.last().ok())
+    }
+
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
+        let root = self.inner.root.clone();
+        let definition = definition.clone();
+        off_the_runtime(move || definitions::save(&root, &definition))
+    }
+
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
+        definitions::load(&self.inner.root, hash)
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

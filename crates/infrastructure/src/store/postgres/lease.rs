@@ -17,7 +17,7 @@ use domain::RunId;
 use futures::FutureExt;
 
 use super::super::{locked_elsewhere, locked_here, not_locked};
-use super::shared::{Hold, Inner, lease_lost, lock, pg_err};
+use super::shared::{Hold, Inner, lease_lost, lock, pg_err, prepare_err};
 
 /// A held lease, shared by the [`RunLock`]'s hold and its release.
 struct Lease {
@@ -48,9 +48,14 @@ impl Lease {
             let client = inner.client().await?;
             client
                 .execute(
-                    "UPDATE awr_runs SET lease_owner = NULL, lease_presence = NULL, \
+                    &client
+                        .prepare_cached(
+                            "UPDATE awr_runs SET lease_owner = NULL, lease_presence = NULL, \
                      lease_expires_at = NULL \
                      WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                        )
+                        .await
+                        .map_err(prepare_err)?,
                     &[&run_id.as_uuid(), &inner.owner, &epoch],
                 )
                 .await
@@ -140,10 +145,15 @@ impl Inner {
             let client = self.client().await?;
             let row = client
                 .query_opt(
-                    "INSERT INTO awr_runs (run_id, status, lease_owner, lease_presence, \
+                    &client
+                        .prepare_cached(
+                            "INSERT INTO awr_runs (run_id, status, lease_owner, lease_presence, \
                      lease_epoch, lease_expires_at) \
                      VALUES ($1, 'pending', $2, $3, 1, now() + $4 * interval '1 millisecond') \
                      ON CONFLICT (run_id) DO NOTHING RETURNING lease_epoch",
+                        )
+                        .await
+                        .map_err(prepare_err)?,
                     &[
                         &run_id.as_uuid(),
                         &self.owner,
@@ -180,11 +190,16 @@ impl Inner {
             // is still on its way is this instance's to take again.
             let row = client
                 .query_opt(
-                    "UPDATE awr_runs AS r SET lease_owner = $2, lease_presence = $3, \
+                    &client
+                        .prepare_cached(
+                            "UPDATE awr_runs AS r SET lease_owner = $2, lease_presence = $3, \
                      lease_epoch = lease_epoch + 1, \
                      lease_expires_at = now() + $4 * interval '1 millisecond' \
                      WHERE run_id = $1 AND (lease_owner = $2 OR NOT awr_leased(r)) \
                      RETURNING lease_epoch",
+                        )
+                        .await
+                        .map_err(prepare_err)?,
                     &[
                         &run_id.as_uuid(),
                         &self.owner,
@@ -217,7 +232,12 @@ impl Inner {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT lease_owner, awr_leased(r) FROM awr_runs AS r WHERE run_id = $1",
+                &client
+                    .prepare_cached(
+                        "SELECT lease_owner, awr_leased(r) FROM awr_runs AS r WHERE run_id = $1",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
                 &[&run_id.as_uuid()],
             )
             .await
@@ -281,11 +301,11 @@ async fn renew(inner: &Inner) -> Result<(), StoreError> {
     let client = inner.client().await?;
     let renewed = client
         .query(
-            "UPDATE awr_runs AS r SET lease_expires_at = now() + $3 * interval '1 millisecond', \
+            &client.prepare_cached("UPDATE awr_runs AS r SET lease_expires_at = now() + $3 * interval '1 millisecond', \
              lease_presence = $4 \
              FROM unnest($1::uuid[], $2::int8[]) AS h(run_id, epoch) \
              WHERE r.run_id = h.run_id AND r.lease_epoch = h.epoch AND r.lease_owner = $5 \
-             RETURNING r.run_id",
+             RETURNING r.run_id").await.map_err(prepare_err)?,
             &[
                 &runs,
                 &epochs,

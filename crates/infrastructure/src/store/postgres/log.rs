@@ -8,7 +8,7 @@ use tokio_postgres::error::SqlState;
 
 use super::super::check_continuation;
 use super::super::row::{event_json, offset_param, row_event};
-use super::shared::{CHANNEL, Inner, lease_lost, pg_err};
+use super::shared::{CHANNEL, Inner, lease_lost, pg_err, prepare_err};
 
 /// Bytes of event JSON one `read` returns at most (after its first event),
 /// so a follower catching up never holds a huge batch.
@@ -97,7 +97,9 @@ impl Inner {
         let client = self.client().await?;
         let appended = client
             .query_opt(
-                "WITH fence AS ( \
+                &client
+                    .prepare_cached(
+                        "WITH fence AS ( \
                    UPDATE awr_runs SET next_offset = $5 \
                    WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
                      AND next_offset = $4 \
@@ -110,6 +112,9 @@ impl Inner {
                  SELECT (SELECT count(*) FROM ins), \
                         pg_notify($9, $1::text || ':' || $5::text) \
                  FROM fence",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
                 &[
                     &run_id.as_uuid(),
                     &self.owner,
@@ -183,11 +188,16 @@ impl Inner {
         // (one row of NULLs).
         let rows = client
             .query(
-                "SELECT e.\"offset\", e.body FROM awr_runs AS r LEFT JOIN LATERAL ( \
+                &client
+                    .prepare_cached(
+                        "SELECT e.\"offset\", e.body FROM awr_runs AS r LEFT JOIN LATERAL ( \
                    SELECT \"offset\", body FROM awr_events \
                    WHERE run_id = r.run_id AND \"offset\" > $2 \
                    ORDER BY \"offset\" LIMIT $3) AS e ON true \
                  WHERE r.run_id = $1",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
                 &[&run_id.as_uuid(), &offset_param(after), &limit],
             )
             .await
@@ -228,7 +238,10 @@ impl Inner {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT next_offset - 1 FROM awr_runs WHERE run_id = $1",
+                &client
+                    .prepare_cached("SELECT next_offset - 1 FROM awr_runs WHERE run_id = $1")
+                    .await
+                    .map_err(prepare_err)?,
                 &[&run_id.as_uuid()],
             )
             .await
@@ -245,9 +258,14 @@ impl Inner {
         let client = self.client().await?;
         let saved = client
             .execute(
-                "UPDATE awr_runs SET snapshot = $4, snapshot_offset = $5, \
+                &client
+                    .prepare_cached(
+                        "UPDATE awr_runs SET snapshot = $4, snapshot_offset = $5, \
                  status = coalesce($6, status), workflow = $7, started_at = $8, updated_at = $9 \
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
                 &[
                     &run_id.as_uuid(),
                     &self.owner,
@@ -279,7 +297,10 @@ impl Inner {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT snapshot FROM awr_runs WHERE run_id = $1",
+                &client
+                    .prepare_cached("SELECT snapshot FROM awr_runs WHERE run_id = $1")
+                    .await
+                    .map_err(prepare_err)?,
                 &[&run_id.as_uuid()],
             )
             .await
@@ -301,7 +322,13 @@ impl Inner {
     pub(super) async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query("SELECT run_id FROM awr_runs", &[])
+            .query(
+                &client
+                    .prepare_cached("SELECT run_id FROM awr_runs")
+                    .await
+                    .map_err(prepare_err)?,
+                &[],
+            )
             .await
             .map_err(|e| pg_err("list runs".to_owned(), e))?;
         Ok(rows

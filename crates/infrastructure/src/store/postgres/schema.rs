@@ -13,6 +13,7 @@ use super::PgOpenError;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
+    include_str!("migrations/0003_definitions.sql"),
 ];
 
 /// The schema version this build writes and reads.

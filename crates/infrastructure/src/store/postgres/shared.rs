@@ -118,6 +118,12 @@ pub(super) enum Hold {
     Lost(i64),
 }
 
+/// A statement that could not be prepared (a connection lost, a schema
+/// not awr's).
+pub(super) fn prepare_err(e: tokio_postgres::Error) -> StoreError {
+    pg_err("prepare a statement".to_owned(), e)
+}
+
 /// A failed statement or connection, saying what was being done.
 pub(super) fn pg_err(what: String, e: tokio_postgres::Error) -> StoreError {
     StoreError::io(
@@ -152,7 +158,10 @@ impl Inner {
     ) -> Result<bool, StoreError> {
         let row = client
             .query_opt(
-                "SELECT 1 FROM awr_runs WHERE run_id = $1",
+                &client
+                    .prepare_cached("SELECT 1 FROM awr_runs WHERE run_id = $1")
+                    .await
+                    .map_err(prepare_err)?,
                 &[&run_id.as_uuid()],
             )
             .await

@@ -22,13 +22,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError};
+use application::ports::{EventBatches, EventStream, RunLock, RunStore, StoreError, definition_at};
 use async_trait::async_trait;
+use domain::definition::Definition;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use tokio::sync::Notify;
 
 use super::super::{LogSource, follow_log};
-use super::shared::{Inner, Notifies, PgStoreConfig};
+use super::shared::{Inner, Notifies, PgStoreConfig, pg_err, prepare_err};
 use super::{PgDatabase, PgOpenError, presence};
 
 /// The [`RunStore`] on a PostgreSQL database. Cloning is cheap and clones
@@ -137,8 +138,12 @@ impl RunStore for PgRunStore {
         self.inner.append(run_id, events).await
     }
 
-    /// Every commit was durable when it returned.
+    /// Every commit was durable when it returned. A run this instance
+    /// leases exists (deleting it takes its lease): no round trip.
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
+        if self.inner.epoch(run_id).is_ok() {
+            return Ok(());
+        }
         self.inner.require(run_id).await
     }
 
@@ -171,6 +176,48 @@ impl RunStore for PgRunStore {
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await
+    }
+
+    async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
+        let hash = definition.hash();
+        let client = self.inner.client().await?;
+        client
+            .execute(
+                &client
+                    .prepare_cached(
+                        "INSERT INTO awr_definitions (hash, body) VALUES ($1, $2) \
+                 ON CONFLICT (hash) DO NOTHING",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
+                &[&hash, &definition.to_json()],
+            )
+            .await
+            .map_err(|e| pg_err(format!("save definition {hash}"), e))?;
+        Ok(hash)
+    }
+
+    async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
+        let client = self.inner.client().await?;
+        let row = client
+            .query_opt(
+                &client
+                    .prepare_cached("SELECT body FROM awr_definitions WHERE hash = $1")
+                    .await
+                    .map_err(prepare_err)?,
+                &[&hash],
+            )
+            .await
+            .map_err(|e| pg_err(format!("read definition {hash}"), e))?;
+        row.map(|row| {
+            let body: &str = row.get(0);
+            let place = format!(
+                "PostgreSQL {} awr_definitions row {hash}",
+                self.inner.db.target
+            );
+            definition_at(hash, body.as_bytes(), &place)
+        })
+        .transpose()
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {

@@ -138,7 +138,7 @@ async fn a_new_database_is_migrated_and_opening_it_again_changes_nothing() {
     assert_eq!(first.schema_version().await.unwrap(), PG_SCHEMA_VERSION);
     assert_eq!(
         tables(&first).await,
-        ["awr_events", "awr_runs", "awr_schema"]
+        ["awr_definitions", "awr_events", "awr_runs", "awr_schema"]
     );
     let again = PgDatabase::open(&url).await.unwrap();
     assert_eq!(again.schema_version().await.unwrap(), PG_SCHEMA_VERSION);

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_queries.sql"),
     include_str!("migrations/0003_snapshot_deltas.sql"),
+    include_str!("migrations/0004_definitions.sql"),
 ];
 
 /// The schema version this build writes and reads.
