@@ -182,7 +182,15 @@ fn workspace_root() -> std::path::PathBuf {
 
 /// Every benchmark of the workspace, then the derived per-step figures.
 fn bench() -> anyhow::Result<()> {
-    cargo(&["bench", "--workspace"])?;
+    // The PostgreSQL bench's server, syncing commits as in use.
+    let postgres = postgres::Cluster::start_with(&std::env::temp_dir(), true)?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command
+        .args(["bench", "--workspace"])
+        .env("AWR_TEST_POSTGRES", postgres.url());
+    run(command, "cargo bench --workspace")?;
+    drop(postgres);
     report()
 }
 
@@ -203,7 +211,26 @@ fn report() -> anyhow::Result<()> {
     report_http()?;
     report_resume()?;
     report_serve_followers()?;
-    report_group_commit()
+    report_group_commit()?;
+    report_postgres()
+}
+
+/// Prints a durable step on the PostgreSQL store as a ratio to one raw
+/// single-row `INSERT … COMMIT` on the same server, taken in turn with it
+/// (see `tests/benches/postgres.rs`); skipped when that bench has not run.
+fn report_postgres() -> anyhow::Result<()> {
+    let Some((path, json)) = figures("postgres")? else {
+        return Ok(());
+    };
+    let Some(steps) = json["steps"].as_object() else {
+        bail!("{}: no step figures", path.display());
+    };
+    for (name, figure) in steps {
+        let us = figure["median_us"].as_f64().unwrap_or(f64::NAN);
+        let ratio = figure["ratio"].as_f64().unwrap_or(f64::NAN);
+        println!("postgres: {name:<14} {us:>8.1} µs   ({ratio:.2} x one raw INSERT … COMMIT)");
+    }
+    Ok(())
 }
 
 /// Prints the events/s of one run with 0, 100 and 1,000 HTTP followers and

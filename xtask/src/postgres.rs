@@ -1,6 +1,7 @@
 //! A throwaway PostgreSQL server for the test suite: a cluster made by
 //! `initdb` in a directory of its own, on 127.0.0.1 and a free port, with
-//! `fsync` off (nothing in it outlives the suite), stopped when dropped.
+//! `fsync` off (nothing in it outlives the suite; on for benchmarks),
+//! stopped when dropped.
 //!
 //! The server refuses to run as root: as root (CI), the cluster belongs to
 //! the `postgres` user Debian's package creates, and its programs run
@@ -47,6 +48,12 @@ impl Cluster {
     /// must be a directory the `postgres` user can reach (the temporary
     /// directory, not a home that only root may enter).
     pub fn start(parent: &Path) -> anyhow::Result<Self> {
+        Self::start_with(parent, false)
+    }
+
+    /// [`Cluster::start`], syncing commits when `durable` (for benchmarks,
+    /// whose commits must cost what they cost in use).
+    pub fn start_with(parent: &Path, durable: bool) -> anyhow::Result<Self> {
         let bin = bin_dir().context("no PostgreSQL server (initdb) on this machine")?;
         let dir = parent.join(format!("postgres-{}", std::process::id()));
         if dir.exists() {
@@ -76,8 +83,9 @@ impl Cluster {
             .args(["-A", "trust", "-U", "postgres", "--no-sync"]);
         crate::run(initdb, "initdb")?;
         let options = format!(
-            "-k {} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            cluster.dir.display()
+            "-k {} -p {port} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
+            cluster.dir.display(),
+            if durable { "on" } else { "off" }
         );
         let mut start = cluster.program("pg_ctl");
         start

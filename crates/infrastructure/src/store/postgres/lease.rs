@@ -163,6 +163,10 @@ impl Inner {
                 )
                 .await
                 .map_err(|e| pg_err(format!("create run {run_id}"), e))?;
+            // The epoch is the fencing token: durable before it is used.
+            if row.is_some() {
+                self.sync(&client).await?;
+            }
             Ok::<_, StoreError>(row.map(|row| row.get::<_, i64>(0)))
         }
         .await;
@@ -210,7 +214,11 @@ impl Inner {
                 .await
                 .map_err(|e| pg_err(format!("lock run {run_id}"), e))?;
             match row {
-                Some(row) => Ok(row.get::<_, i64>(0)),
+                Some(row) => {
+                    // The epoch is the fencing token: durable before it is used.
+                    self.sync(&client).await?;
+                    Ok(row.get::<_, i64>(0))
+                }
                 None if self.exists(&client, run_id).await? => Err(locked_elsewhere(run_id)),
                 None => Err(StoreError::NotFound(run_id)),
             }

@@ -130,6 +130,8 @@ impl Inner {
             .await;
         match appended {
             Ok(Some(_)) => {
+                self.unsynced
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.notifies.wake(run_id);
                 Ok(rows.bytes)
             }
@@ -287,6 +289,8 @@ impl Inner {
             self.lost(run_id, epoch);
             return Err(lease_lost(run_id));
         }
+        self.unsynced
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(row.json.len() as u64)
     }
 

@@ -113,6 +113,15 @@ impl PgDatabase {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        // Appends commit without waiting for the server's sync; a flush (a
+        // step boundary) waits for one that covers them all, and what must
+        // be durable at once (a lease taken, a run deleted or imported)
+        // syncs itself. See `PgRunStore`.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} -c synchronous_commit=off"),
+            None => "-c synchronous_commit=off".to_owned(),
+        };
+        config.options(&options);
         let target = target(&config);
         let manager = Manager::from_config(
             config.clone(),

@@ -61,6 +61,9 @@ pub(super) struct Inner {
     pub(super) held: Mutex<HashMap<RunId, Hold>>,
     /// Wakes this instance's followers of a run.
     pub(super) notifies: Arc<Notifies>,
+    /// Commits by this instance not yet known durable: appends and
+    /// snapshots, which commit without waiting for a sync.
+    pub(super) unsynced: std::sync::atomic::AtomicU64,
     /// The presence session and the heartbeat, stopped with the store.
     pub(super) tasks: Vec<AbortHandle>,
 }
@@ -141,6 +144,26 @@ pub(super) fn lease_lost(run_id: RunId) -> StoreError {
 }
 
 impl Inner {
+    /// Waits until everything this session's server committed so far is
+    /// durable: a transaction that writes (its id) and commits with
+    /// `synchronous_commit` on, whose sync covers every commit before it.
+    /// One round trip.
+    pub(super) async fn sync(&self, client: &deadpool_postgres::Object) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        let upto = self.unsynced.load(Ordering::Acquire);
+        client
+            .batch_execute(
+                "BEGIN; SET LOCAL synchronous_commit TO on; \
+                 SELECT pg_current_xact_id(); COMMIT",
+            )
+            .await
+            .map_err(|e| pg_err("sync".to_owned(), e))?;
+        let _ = self
+            .unsynced
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(upto));
+        Ok(())
+    }
+
     /// A connection from the pool.
     pub(super) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.db.pool.get().await.map_err(|e| {

@@ -74,6 +74,7 @@ impl PgRunStore {
                 presence,
                 held: Mutex::new(HashMap::new()),
                 notifies,
+                unsynced: std::sync::atomic::AtomicU64::new(0),
                 tasks: vec![session, heartbeat.abort_handle()],
             }
         });
@@ -138,13 +139,23 @@ impl RunStore for PgRunStore {
         self.inner.append(run_id, events).await
     }
 
-    /// Every commit was durable when it returned. A run this instance
-    /// leases exists (deleting it takes its lease): no round trip.
+    /// One synced commit covering this instance's appends, if any are
+    /// not yet durable. A run this instance leases exists (deleting it
+    /// takes its lease): no look-up.
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
-        if self.inner.epoch(run_id).is_ok() {
+        if self.inner.epoch(run_id).is_err() {
+            self.inner.require(run_id).await?;
+        }
+        if self
+            .inner
+            .unsynced
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
             return Ok(());
         }
-        self.inner.require(run_id).await
+        let client = self.inner.client().await?;
+        self.inner.sync(&client).await
     }
 
     async fn read(

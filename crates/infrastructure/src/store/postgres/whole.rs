@@ -36,6 +36,8 @@ impl Inner {
         if deleted == 0 {
             return Err(lease_lost(run_id));
         }
+        // Durable before the caller removes what lies beside the run.
+        self.sync(&client).await?;
         self.notifies.wake(run_id);
         Ok(())
     }
