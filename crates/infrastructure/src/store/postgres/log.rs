@@ -1,5 +1,5 @@
 //! A run's log and snapshot on PostgreSQL: fenced appends, reads, and the
-//! snapshot in the run's row.
+//! snapshot (in `awr_snapshots`, its columns for queries in the run's row).
 
 use application::ports::StoreError;
 use chrono::{DateTime, Utc};
@@ -252,7 +252,8 @@ impl Inner {
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 
-    /// Replaces the snapshot in the run's row, under this instance's lease.
+    /// Replaces the run's snapshot, and the columns of its row queries read,
+    /// under this instance's lease.
     pub(super) async fn save_snapshot(&self, snapshot: &RunSnapshot) -> Result<u64, StoreError> {
         let run_id = snapshot.run_id;
         let epoch = self.writable(run_id).await?;
@@ -262,9 +263,15 @@ impl Inner {
             .execute(
                 &client
                     .prepare_cached(
-                        "UPDATE awr_runs SET snapshot = $4, snapshot_offset = $5, \
-                 status = coalesce($6, status), workflow = $7, started_at = $8, updated_at = $9 \
-                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                        "WITH fence AS ( \
+                   UPDATE awr_runs SET status = coalesce($6, status), workflow = $7, \
+                     started_at = $8, updated_at = $9 \
+                   WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
+                   RETURNING run_id) \
+                 INSERT INTO awr_snapshots (run_id, body, last_offset) \
+                 SELECT run_id, $4, $5 FROM fence \
+                 ON CONFLICT (run_id) DO UPDATE \
+                 SET body = excluded.body, last_offset = excluded.last_offset",
                     )
                     .await
                     .map_err(prepare_err)?,
@@ -302,7 +309,10 @@ impl Inner {
         let row = client
             .query_opt(
                 &client
-                    .prepare_cached("SELECT snapshot FROM awr_runs WHERE run_id = $1")
+                    .prepare_cached(
+                        "SELECT s.body FROM awr_runs AS r \
+                         LEFT JOIN awr_snapshots AS s USING (run_id) WHERE r.run_id = $1",
+                    )
                     .await
                     .map_err(prepare_err)?,
                 &[&run_id.as_uuid()],
@@ -317,7 +327,7 @@ impl Inner {
             .map(Some)
             .map_err(|e| {
                 StoreError::Corrupt(format!(
-                    "PostgreSQL {} awr_runs.snapshot of run {run_id}: {e}",
+                    "PostgreSQL {} awr_snapshots row of run {run_id}: {e}",
                     self.db.target
                 ))
             })

@@ -10,10 +10,11 @@ use super::PgOpenError;
 
 /// Migration `k` (0-based) takes the schema from version `k` to `k + 1`.
 /// Append only: a released migration is never edited.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_definitions.sql"),
+    include_str!("migrations/0004_snapshots.sql"),
 ];
 
 /// The schema version this build writes and reads.

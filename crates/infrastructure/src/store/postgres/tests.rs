@@ -138,7 +138,13 @@ async fn a_new_database_is_migrated_and_opening_it_again_changes_nothing() {
     assert_eq!(first.schema_version().await.unwrap(), PG_SCHEMA_VERSION);
     assert_eq!(
         tables(&first).await,
-        ["awr_definitions", "awr_events", "awr_runs", "awr_schema"]
+        [
+            "awr_definitions",
+            "awr_events",
+            "awr_runs",
+            "awr_schema",
+            "awr_snapshots"
+        ]
     );
     let again = PgDatabase::open(&url).await.unwrap();
     assert_eq!(again.schema_version().await.unwrap(), PG_SCHEMA_VERSION);
@@ -337,4 +343,40 @@ async fn heartbeats_keep_a_lease_past_its_term() {
     let other = store_with(&url, Duration::from_millis(300)).await;
     assert_locked(other.lock(run).await, run, "a renewed lease");
     writer.append(run, &[warning(run, 2)]).await.unwrap();
+}
+
+/// A database of schema version 3 (snapshots in the runs' rows) is brought
+/// to this one with every snapshot where the store now reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_schema_keeps_its_snapshots_across_the_migration() {
+    use application::testing::store_conformance::{new_run, snapshot};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for migration in &schema::MIGRATIONS[..3] {
+        client.batch_execute(migration).await.unwrap();
+    }
+    client
+        .batch_execute(
+            "CREATE TABLE awr_schema (version integer NOT NULL); INSERT INTO awr_schema VALUES (3)",
+        )
+        .await
+        .unwrap();
+    let run = new_run();
+    let saved = snapshot(run, 0, domain::RunStatus::Paused);
+    client
+        .execute(
+            "INSERT INTO awr_runs (run_id, status, snapshot, snapshot_offset) VALUES ($1, 'paused', $2, 0)",
+            &[&run.as_uuid(), &saved.to_json_string().unwrap()],
+        )
+        .await
+        .unwrap();
+    let store = PgRunStore::open_with(&url, config()).await.unwrap();
+    assert_eq!(
+        store.database().schema_version().await.unwrap(),
+        PG_SCHEMA_VERSION
+    );
+    assert_eq!(store.load_snapshot(run).await.unwrap(), Some(saved));
 }

@@ -1,5 +1,5 @@
 //! Runs that appear and go whole on PostgreSQL: an import is one
-//! transaction (the run's row with its snapshot, then its whole log), and a
+//! transaction (the run's row, its snapshot, then its whole log), and a
 //! deletion is one statement (its events go with its row), so readers see a
 //! run all there or not at all.
 
@@ -79,17 +79,15 @@ impl Inner {
         let s = snapshot.as_ref();
         let inserted = tx
             .execute(
-                "INSERT INTO awr_runs (run_id, created_at, status, next_offset, snapshot, \
-                 snapshot_offset, workflow, started_at, updated_at) \
-                 VALUES ($1, $2, coalesce($3, 'pending'), $4, $5, coalesce($6::int8, 0), $7, $8, $9) \
+                "INSERT INTO awr_runs (run_id, created_at, status, next_offset, \
+                 workflow, started_at, updated_at) \
+                 VALUES ($1, $2, coalesce($3, 'pending'), $4, $5, $6, $7) \
                  ON CONFLICT (run_id) DO NOTHING",
                 &[
                     &run_id.as_uuid(),
                     &created_at,
                     &s.and_then(|s| s.status.clone()),
                     &next,
-                    &s.map(|s| s.json.as_str()),
-                    &s.map(|s| s.offset),
                     &s.map(|s| s.workflow.as_str()),
                     &s.and_then(|s| s.started_at),
                     &s.and_then(|s| s.updated_at),
@@ -99,6 +97,14 @@ impl Inner {
             .map_err(|e| pg_err(what(), e))?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        }
+        if let Some(s) = s {
+            tx.execute(
+                "INSERT INTO awr_snapshots (run_id, body, last_offset) VALUES ($1, $2, $3)",
+                &[&run_id.as_uuid(), &s.json, &s.offset],
+            )
+            .await
+            .map_err(|e| pg_err(what(), e))?;
         }
         let mut start = 0;
         while start < rows.len() {
