@@ -197,6 +197,23 @@ impl Runtime {
             .await
     }
 
+    /// Continues a paused or interrupted run as [`Runtime::resume`] does,
+    /// under `workflow`, an edited definition read from `source`: refused
+    /// unless every node in flight is in it (see [`Executor::upgrade`]).
+    pub async fn upgrade(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        source: Option<String>,
+        message: Option<String>,
+        by: Option<Caller>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor
+            .upgrade(run_id, workflow, source, message, by, cancel)
+            .await
+    }
+
     /// Continues a run whose writer died, finishing a pause it had begun
     /// (see [`Executor::recover`]).
     pub async fn recover(

@@ -164,8 +164,13 @@ enum Command {
         message: String,
         /// The workflow file, when it moved since the run started (it must
         /// be the same definition).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "upgrade")]
         workflow: Option<PathBuf>,
+        /// Go on under an edited definition, read from FILE: refused (exit
+        /// 2) unless every node in flight is in it; recorded as
+        /// `flow:upgraded` with both hashes.
+        #[arg(long, value_name = "FILE")]
+        upgrade: Option<PathBuf>,
     },
     /// Branch a new run off RUN after its event at OFFSET (a copy of its
     /// log up to there) and run it from that state; prints like `run`.
@@ -406,7 +411,13 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             run,
             message,
             workflow,
-        } => terminal::control::resume(&storage, &run, Some(message), workflow.as_deref()).await,
+            upgrade,
+        } => match upgrade {
+            Some(file) => terminal::control::upgrade(&storage, &run, Some(message), &file).await,
+            None => {
+                terminal::control::resume(&storage, &run, Some(message), workflow.as_deref()).await
+            }
+        },
         Command::Fork { run, at, input } => {
             terminal::fork::fork(&storage, &run, at, input.as_deref()).await
         }

@@ -156,6 +156,26 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<Caller>,
     },
+    /// The run goes on under another definition (`awr resume --upgrade`):
+    /// every node in flight is one of its nodes. `nodes` and `edges` are
+    /// its ids, as `flow:started` lists them; `definition` names the
+    /// definition stored with the run from here on.
+    #[serde(rename = "flow:upgraded", rename_all = "camelCase")]
+    FlowUpgraded {
+        #[serde(default)]
+        from: WorkflowRef,
+        #[serde(default)]
+        to: WorkflowRef,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        definition: Option<String>,
+        #[serde(default)]
+        nodes: Vec<NodeId>,
+        #[serde(default)]
+        edges: Vec<String>,
+        /// Who upgraded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Caller>,
+    },
     /// The run is a fork: its log up to here is a copy of the events of
     /// run `parentRunId` up to `parentOffset` (seed 004's branch, recorded
     /// in the branch). `input`, when present, replaces the run's input for

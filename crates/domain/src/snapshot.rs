@@ -292,6 +292,23 @@ impl RunSnapshot {
                     .map(|e| (e.clone(), EdgeStatus::Pending))
                     .collect();
             }
+            EventKind::FlowUpgraded {
+                to, nodes, edges, ..
+            } => {
+                // What ran keeps its status; what the new definition adds
+                // is pending, as at the start.
+                self.workflow = to.clone();
+                for node in nodes {
+                    self.node_status
+                        .entry(node.clone())
+                        .or_insert(NodeStatus::Pending);
+                }
+                for edge in edges {
+                    self.edge_status
+                        .entry(edge.clone())
+                        .or_insert(EdgeStatus::Pending);
+                }
+            }
             EventKind::FlowPaused { .. } => self.status = RunStatus::Paused,
             EventKind::FlowResumed { .. } => {
                 self.status = RunStatus::Running;
@@ -835,6 +852,34 @@ mod tests {
         assert_eq!(saved["outputs"]["a"], Value::from("x"));
         let back = RunSnapshot::from_json(&serde_json::to_vec(&s).unwrap(), s.run_id).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn an_upgrade_names_the_new_definition_and_adds_its_nodes_as_pending() {
+        let started = r#"{"id":"e1","offset":1,"timestamp":"2026-01-01T00:00:01Z","runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","type":"flow:started","workflow":{"name":"w","hash":"sha256:01"},"nodes":["a","b"],"edges":["a->b"]}"#;
+        let done = r#"{"id":"e2","offset":2,"timestamp":"2026-01-01T00:00:02Z","runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","type":"node:skipped","nodeId":"b","reason":"x"}"#;
+        let upgraded = r#"{"id":"e3","offset":3,"timestamp":"2026-01-01T00:00:03.000Z","runId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f","type":"flow:upgraded","from":{"name":"w","hash":"sha256:01"},"to":{"name":"w","hash":"sha256:02"},"definition":"sha256:0d","nodes":["a","c"],"edges":["a->c"]}"#;
+        let events: Vec<RuntimeEvent> = [started, done, upgraded]
+            .iter()
+            .map(|line| RuntimeEvent::from_json(line.as_bytes()).unwrap())
+            .collect();
+        let mut line = Vec::new();
+        events[2].write_json(&mut line).unwrap();
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            upgraded,
+            "written back as read"
+        );
+        let state = RunSnapshot::fold(&events).unwrap();
+        assert_eq!(state.workflow.hash, "sha256:02");
+        let status = |n: &str| state.node_status[&NodeId::new(n).unwrap()];
+        assert_eq!(
+            status("b"),
+            NodeStatus::Skipped,
+            "what ran keeps its status"
+        );
+        assert_eq!(status("c"), NodeStatus::Pending, "what it adds is pending");
+        assert_eq!(state.edge_status["a->c"], EdgeStatus::Pending);
     }
 
     #[test]

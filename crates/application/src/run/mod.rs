@@ -60,6 +60,10 @@ pub(crate) enum Continue {
     /// A fork just made (see [`crate::fork`]): its `flow:forked` stands for
     /// the `flow:resumed`.
     Fork,
+    /// Asked for on another definition (`awr resume --upgrade`), read
+    /// from the file named (its `source`, if any): as `Resume`, after
+    /// `flow:upgraded`.
+    Upgrade(String, Option<Caller>, Option<String>),
 }
 
 /// What to run.
@@ -177,8 +181,13 @@ async fn ended(store: &dyn RunStore, state: RunSnapshot) -> Result<RunOutcome, E
     })
 }
 
-/// Whether `state` is a run that `workflow` may continue.
-fn resumable(state: &RunSnapshot, workflow: &WorkflowDef) -> Result<(), ExecutorError> {
+/// Whether `state` is a run that `workflow` may continue: the definition it
+/// runs, or with `upgrade`, any definition that has every node in flight.
+fn resumable(
+    state: &RunSnapshot,
+    workflow: &WorkflowDef,
+    upgrade: bool,
+) -> Result<(), ExecutorError> {
     let run_id = state.run_id;
     if state.last_offset == 0 || state.status == RunStatus::Pending {
         return Err(ExecutorError::Refused(format!(
@@ -190,6 +199,30 @@ fn resumable(state: &RunSnapshot, workflow: &WorkflowDef) -> Result<(), Executor
             "run {run_id} has ended ({}); there is nothing to resume",
             state.status.as_str()
         )));
+    }
+    if upgrade {
+        let mut in_flight: Vec<&str> = state
+            .node_runs
+            .values()
+            .map(|run| run.node_id.as_str())
+            .collect();
+        in_flight.sort_unstable();
+        in_flight.dedup();
+        let missing: Vec<&str> = in_flight
+            .into_iter()
+            .filter(|node| !workflow.nodes.iter().any(|n| n.id.as_str() == *node))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ExecutorError::Refused(format!(
+                "run {run_id} cannot go on under `{}` ({}): node{} `{}` {} in flight and not in it",
+                workflow.name,
+                workflow.hash,
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join("`, `"),
+                if missing.len() == 1 { "is" } else { "are" },
+            )));
+        }
+        return Ok(());
     }
     if state.workflow.hash != workflow.hash {
         return Err(ExecutorError::Refused(format!(
@@ -508,6 +541,25 @@ impl Executor {
         let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
         self.continue_run(run_id, workflow, Continue::Resume(message, by), cancel)
             .await
+    }
+
+    /// Continues a stopped run as [`Self::resume`] does, on `workflow` (read
+    /// from `source`, when from a file), an edited definition that still has
+    /// every node in flight (else `Refused`, naming the missing ones). Its
+    /// files are stored with the run, and `flow:upgraded` records both
+    /// definitions' hashes before `flow:resumed`.
+    pub async fn upgrade(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        source: Option<String>,
+        message: Option<String>,
+        by: Option<Caller>,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let message = message.unwrap_or_else(|| DEFAULT_RESUME_MESSAGE.to_owned());
+        let how = Continue::Upgrade(message, by, source);
+        self.continue_run(run_id, workflow, how, cancel).await
     }
 
     /// Continues a run whose writer died, as [`Self::resume`] does with the

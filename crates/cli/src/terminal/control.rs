@@ -53,6 +53,27 @@ pub async fn resume(
     go_on(storage, run_id, given, Some(message)).await
 }
 
+/// `awr resume RUN --upgrade FILE [--message TEXT]`: goes on under the
+/// edited definition in `file`, when every node in flight is in it.
+pub async fn upgrade(
+    storage: &Storage,
+    run: &str,
+    message: Option<String>,
+    file: &Path,
+) -> Result<(), Failure> {
+    let run_id = resolve_run(storage, run).await?;
+    let (workflow, wired) = Wired::for_run(storage, run_id, Some(file)).await?;
+    let cancel = application::Cancel::new();
+    let signals = crate::signals::cancel_on_signal(cancel.clone());
+    let by = wiring::local_caller();
+    let source = Some(wiring::source_of(file));
+    let outcome = wired
+        .runtime
+        .upgrade(run_id, workflow, source, message, by, cancel)
+        .await;
+    wired.finish(outcome.map_err(|e| failure(run_id, e))?, &signals)
+}
+
 /// Continues `run_id`: resumed with `message` (`Some`), or recovered.
 async fn go_on(
     storage: &Storage,

@@ -28,6 +28,8 @@ use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
 use crate::run::{ExecutorError, commands};
 use domain::Caller;
 use domain::command::DEFAULT_RESUME_MESSAGE;
+use domain::definition::Definition;
+use domain::event::WorkflowRef;
 
 impl Driver {
     /// Continues the run `lock` holds from its state (folded from its
@@ -79,7 +81,7 @@ impl Driver {
         let refused = loaded
             .map_err(ExecutorError::from)
             .and_then(|(state, tail)| {
-                resumable(&state, &workflow)?;
+                resumable(&state, &workflow, matches!(how, Continue::Upgrade(..)))?;
                 Ok((state, tail))
             });
         let (state, tail) = match refused {
@@ -106,7 +108,9 @@ impl Driver {
         driver.tail = tail;
         let result = async {
             let (message, by) = match &how {
-                Continue::Resume(message, by) => (message.clone(), by.clone()),
+                Continue::Resume(message, by) | Continue::Upgrade(message, by, _) => {
+                    (message.clone(), by.clone())
+                }
                 Continue::Recover | Continue::Fork => (DEFAULT_RESUME_MESSAGE.to_owned(), None),
             };
             let fork = matches!(how, Continue::Fork);
@@ -137,6 +141,30 @@ impl Driver {
                 driver.restore_transcript().await?;
             }
             driver.tail = Vec::new();
+            if let Continue::Upgrade(_, by, source) = &how {
+                let workflow = Arc::clone(&driver.workflow);
+                // Its files, kept with the run before it goes on under them.
+                let definition = match source {
+                    Some(source) => {
+                        let definition = Definition::of(&workflow, source);
+                        Some(driver.ports.store.save_definition(&definition).await?)
+                    }
+                    None => None,
+                };
+                let upgraded = EventKind::FlowUpgraded {
+                    from: driver.state().workflow.clone(),
+                    to: WorkflowRef {
+                        extra: Default::default(),
+                        name: workflow.name.clone(),
+                        hash: workflow.hash.clone(),
+                    },
+                    definition,
+                    nodes: workflow.nodes.iter().map(|n| n.id.clone()).collect(),
+                    edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
+                    by: by.clone(),
+                };
+                driver.rec.emit(RUN_LEVEL, upgraded).await?;
+            }
             if !fork {
                 // A fork's `flow:forked` is on record already, in its place.
                 driver.rec.emit(RUN_LEVEL, resumed).await?;

@@ -41,7 +41,7 @@ pub(crate) fn stop_under_way(state: &RunSnapshot, how: &Continue) -> Option<Stop
         }),
         Stopping::Pause => match how {
             Continue::Recover => Stop::Paused("paused by a command".to_owned()),
-            Continue::Resume(..) | Continue::Fork => return None,
+            Continue::Resume(..) | Continue::Upgrade(..) | Continue::Fork => return None,
         },
     })
 }
