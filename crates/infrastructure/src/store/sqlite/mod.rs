@@ -516,6 +516,14 @@ impl RunStore for SqliteRunStore {
     async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
         let inner = &self.inner;
         let hash = definition.hash();
+        // Kept already (every run of a workflow but its first): no write, no sync.
+        let kept = lock(&inner.reader)
+            .prepare_cached("SELECT 1 FROM definitions WHERE hash = ?1")
+            .and_then(|mut stmt| stmt.exists([&hash]))
+            .map_err(|e| sql_err(&inner.path, &format!("look up definition {hash}"), e))?;
+        if kept {
+            return Ok(hash);
+        }
         let json = definition.to_json();
         off_the_runtime(|| {
             lock(&inner.writer)
