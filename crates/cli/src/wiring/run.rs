@@ -89,8 +89,9 @@ enum Origin {
     /// A file on disk: the one given, or `flow:started`'s `source` of a run
     /// that keeps no definition.
     File(PathBuf),
-    /// The definition the run keeps, by its hash.
-    Kept(String),
+    /// The definition the run keeps, by its hash, and the file it was
+    /// read from, should the storage have lost it (a log copied without it).
+    Kept(String, Option<PathBuf>),
 }
 
 /// Where the definition of `run_id` is: `given`, else the definition
@@ -108,13 +109,17 @@ async fn origin(
         .await
         .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
     if let Some(hash) = upgraded_to(store, run_id).await? {
-        return Ok(Origin::Kept(hash));
+        return Ok(Origin::Kept(hash, None));
     }
     match first.first().map(|e| &e.kind) {
         Some(EventKind::FlowStarted {
             definition: Some(hash),
+            source,
             ..
-        }) => Ok(Origin::Kept(hash.clone())),
+        }) => Ok(Origin::Kept(
+            hash.clone(),
+            source.as_ref().map(PathBuf::from),
+        )),
         Some(EventKind::FlowStarted {
             source: Some(source),
             ..
@@ -177,19 +182,30 @@ pub async fn wired_for(
             let workflow = super::load_workflow(&file).map_err(about)?;
             (file, workflow)
         }
-        Origin::Kept(hash) => {
-            let definition = store
+        Origin::Kept(hash, source) => {
+            let kept = store
                 .load_definition(&hash)
                 .await
-                .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?
-                .ok_or_else(|| {
-                    Failure::Input(anyhow!(
+                .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
+            match (kept, source) {
+                (Some(definition), _) => {
+                    let workflow = super::load_kept(&definition).map_err(about)?;
+                    (PathBuf::from(&definition.root), workflow)
+                }
+                // Lost with a copy of the log: the file, if it is still the
+                // same (the resume checks its hash).
+                (None, Some(file)) => {
+                    tracing::warn!(run = %run_id, definition = %hash, file = %file.display(), "the storage does not hold the run's definition; reading its file");
+                    let workflow = super::load_workflow(&file).map_err(about)?;
+                    (file, workflow)
+                }
+                (None, None) => {
+                    return Err(Failure::Input(anyhow!(
                         "run {run_id} names definition {hash}, which the storage does not hold; \
                          name the workflow with --workflow FILE"
-                    ))
-                })?;
-            let workflow = super::load_kept(&definition).map_err(about)?;
-            (PathBuf::from(&definition.root), workflow)
+                    )));
+                }
+            }
         }
     };
     let wired = wire(storage, store, &file, &workflow, observer, None);
