@@ -66,8 +66,11 @@ async fn every_example_runs_on_postgres_and_reads_back_through_the_commands() {
     }
 }
 
-/// A run written by one process is followed by another to its end, and
-/// paused and resumed from a third, through the database.
+/// A run written by one process is followed by another, paused from a
+/// third, and resumed from a fourth, through the database: the follower
+/// sees every event once, in order, up to the pause, and ends there (no
+/// process writes the run any more); one started after the resume reads
+/// the rest from its offset to the end.
 #[test]
 fn a_live_run_on_postgres_is_followed_paused_and_resumed_by_other_processes() {
     let Some(awr) = Awr::postgres() else {
@@ -89,28 +92,42 @@ fn a_live_run_on_postgres_is_followed_paused_and_resumed_by_other_processes() {
     assert_eq!(code, 3, "a paused run exits 3: {report}");
     assert_eq!(live.awr.show_json(&run)["status"], "paused");
 
+    let followed = follower.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&followed.stderr);
+    assert!(followed.status.success(), "{stderr}");
+    assert!(stderr.contains("is paused"), "{stderr}");
+    let lines = json_lines(&followed.stdout);
+    let paused_at = live.awr.events(&run).len() as u64;
+    assert_eq!(offsets(&lines), (1..=paused_at).collect::<Vec<_>>());
+    assert_eq!(lines.last().unwrap()["type"], "flow:paused");
+
     let resumed = live.awr.run_within(60, &["resume", &run]);
     assert_eq!(resumed.code, 0, "{}{}", resumed.stdout, resumed.stderr);
     assert_eq!(live.awr.show_json(&run)["status"], "completed");
-
-    // The follower saw every event once, in order, and ended at the end.
-    let followed = follower.wait_with_output().unwrap();
-    assert!(
-        followed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&followed.stderr)
+    let after = paused_at.to_string();
+    let rest = live.awr.run_within(
+        30,
+        &["events", &run, "--follow", "--json", "--offset", &after],
     );
-    let lines: Vec<Value> = String::from_utf8_lossy(&followed.stdout)
+    assert_eq!(rest.code, 0, "{}", rest.stderr);
+    let lines = json_lines(rest.stdout.as_bytes());
+    let end = live.awr.events(&run).len() as u64;
+    assert_eq!(offsets(&lines), (paused_at + 1..=end).collect::<Vec<_>>());
+    assert_eq!(lines.last().unwrap()["type"], "flow:completed");
+}
+
+fn json_lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let offsets: Vec<u64> = lines
+        .collect()
+}
+
+fn offsets(lines: &[Value]) -> Vec<u64> {
+    lines
         .iter()
         .map(|e| e["offset"].as_u64().unwrap())
-        .collect();
-    let expected: Vec<u64> = (1..=live.awr.events(&run).len() as u64).collect();
-    assert_eq!(offsets, expected);
-    assert_eq!(lines.last().unwrap()["type"], "flow:completed");
+        .collect()
 }
 
 /// A run whose process is killed is interrupted at once (its session went

@@ -38,6 +38,7 @@ impl Lease {
         if matches!(held.get(&self.run_id), Some(Hold::Held(e) | Hold::Lost(e)) if *e == self.epoch)
         {
             held.remove(&self.run_id);
+            lock(&self.inner.upto).remove(&self.run_id);
         }
         true
     }
@@ -97,7 +98,9 @@ impl Inner {
     fn reserve(&self, run_id: RunId) -> Result<(), StoreError> {
         let mut held = lock(&self.held);
         match held.get(&run_id) {
-            Some(Hold::Taking | Hold::Held(_)) => Err(locked_here(run_id)),
+            // A lock whose lease was lost is still held here until it is
+            // dropped: a second one would let both write.
+            Some(Hold::Taking | Hold::Held(_) | Hold::Lost(_)) => Err(locked_here(run_id)),
             _ => {
                 held.insert(run_id, Hold::Taking);
                 Ok(())
@@ -165,7 +168,7 @@ impl Inner {
                 .map_err(|e| pg_err(format!("create run {run_id}"), e))?;
             // The epoch is the fencing token: durable before it is used.
             if row.is_some() {
-                self.sync(&client).await?;
+                self.sync(&client, None).await?;
             }
             Ok::<_, StoreError>(row.map(|row| row.get::<_, i64>(0)))
         }
@@ -199,7 +202,7 @@ impl Inner {
                             "UPDATE awr_runs AS r SET lease_owner = $2, lease_presence = $3, \
                      lease_epoch = lease_epoch + 1, \
                      lease_expires_at = now() + $4 * interval '1 millisecond' \
-                     WHERE run_id = $1 AND (lease_owner = $2 OR NOT awr_leased(r)) \
+                     WHERE run_id = $1 AND (lease_owner = $2 OR NOT coalesce(awr_leased(r), false)) \
                      RETURNING lease_epoch",
                         )
                         .await
@@ -216,7 +219,7 @@ impl Inner {
             match row {
                 Some(row) => {
                     // The epoch is the fencing token: durable before it is used.
-                    self.sync(&client).await?;
+                    self.sync(&client, None).await?;
                     Ok(row.get::<_, i64>(0))
                 }
                 None if self.exists(&client, run_id).await? => Err(locked_elsewhere(run_id)),
@@ -242,7 +245,7 @@ impl Inner {
             .query_opt(
                 &client
                     .prepare_cached(
-                        "SELECT lease_owner, awr_leased(r) FROM awr_runs AS r WHERE run_id = $1",
+                        "SELECT lease_owner, coalesce(awr_leased(r), false) FROM awr_runs AS r WHERE run_id = $1",
                     )
                     .await
                     .map_err(prepare_err)?,
@@ -313,6 +316,7 @@ async fn renew(inner: &Inner) -> Result<(), StoreError> {
              lease_presence = $4 \
              FROM unnest($1::uuid[], $2::int8[]) AS h(run_id, epoch) \
              WHERE r.run_id = h.run_id AND r.lease_epoch = h.epoch AND r.lease_owner = $5 \
+             AND r.lease_expires_at > now() \
              RETURNING r.run_id").await.map_err(prepare_err)?,
             &[
                 &runs,

@@ -93,8 +93,17 @@ impl Inner {
         for event in events {
             rows.push(run_id, event, &mut buf)?;
         }
-        let next = offset_param(first) + rows.len() as i64;
+        let next = i64::try_from(rows.len())
+            .ok()
+            .and_then(|n| offset_param(first).checked_add(n))
+            .ok_or_else(|| {
+                StoreError::Conflict(format!("run {run_id}: offset {first} is out of range"))
+            })?;
         let client = self.client().await?;
+        // Counted before it is sent: a flush after it must sync, whether
+        // or not this future lives to see the answer.
+        self.appended
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let appended = client
             .query_opt(
                 &client
@@ -102,7 +111,7 @@ impl Inner {
                         "WITH fence AS ( \
                    UPDATE awr_runs SET next_offset = $5 \
                    WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
-                     AND next_offset = $4 \
+                     AND next_offset = $4 AND lease_expires_at > now() \
                    RETURNING run_id), \
                  ins AS ( \
                    INSERT INTO awr_events (run_id, \"offset\", epoch, kind, body) \
@@ -130,8 +139,7 @@ impl Inner {
             .await;
         match appended {
             Ok(Some(_)) => {
-                self.unsynced
-                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                super::shared::lock(&self.upto).insert(run_id, next);
                 self.notifies.wake(run_id);
                 Ok(rows.bytes)
             }
@@ -154,7 +162,8 @@ impl Inner {
     ) -> StoreError {
         let row = client
             .query_opt(
-                "SELECT lease_owner, lease_epoch, next_offset FROM awr_runs WHERE run_id = $1",
+                "SELECT lease_owner, lease_epoch, next_offset, \
+                 coalesce(lease_expires_at > now(), false) FROM awr_runs WHERE run_id = $1",
                 &[&run_id.as_uuid()],
             )
             .await;
@@ -164,7 +173,12 @@ impl Inner {
             Err(e) => return pg_err(format!("append to run {run_id}"), e),
         };
         let owner: Option<String> = row.get(0);
-        if owner.as_deref() != Some(self.owner.as_str()) || row.get::<_, i64>(1) != epoch {
+        // Taken over, or expired (a writer stalled past its term may not
+        // write, even before another takes the run: it is not known alive).
+        if owner.as_deref() != Some(self.owner.as_str())
+            || row.get::<_, i64>(1) != epoch
+            || !row.get::<_, bool>(3)
+        {
             self.lost(run_id, epoch);
             return lease_lost(run_id);
         }
@@ -259,6 +273,8 @@ impl Inner {
         let epoch = self.writable(run_id).await?;
         let row = SnapshotRow::of(snapshot)?;
         let client = self.client().await?;
+        self.appended
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let saved = client
             .execute(
                 &client
@@ -267,6 +283,7 @@ impl Inner {
                    UPDATE awr_runs SET status = coalesce($6, status), workflow = $7, \
                      started_at = $8, updated_at = $9 \
                    WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
+                     AND lease_expires_at > now() \
                    RETURNING run_id) \
                  INSERT INTO awr_snapshots (run_id, body, last_offset) \
                  SELECT run_id, $4, $5 FROM fence \
@@ -296,8 +313,6 @@ impl Inner {
             self.lost(run_id, epoch);
             return Err(lease_lost(run_id));
         }
-        self.unsynced
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(row.json.len() as u64)
     }
 

@@ -61,9 +61,15 @@ pub(super) struct Inner {
     pub(super) held: Mutex<HashMap<RunId, Hold>>,
     /// Wakes this instance's followers of a run.
     pub(super) notifies: Arc<Notifies>,
-    /// Commits by this instance not yet known durable: appends and
-    /// snapshots, which commit without waiting for a sync.
-    pub(super) unsynced: std::sync::atomic::AtomicU64,
+    /// Writes by this instance that commit without waiting for a sync
+    /// (appends, snapshots, definitions), counted before each is sent, and
+    /// how many of them a sync is known to cover: a flush has nothing to do
+    /// only when the second has caught up with the first.
+    pub(super) appended: std::sync::atomic::AtomicU64,
+    pub(super) synced: std::sync::atomic::AtomicU64,
+    /// The `next_offset` this instance's last append to each run left, so
+    /// a flush can tell that a server crash lost appends it had taken.
+    pub(super) upto: Mutex<HashMap<RunId, i64>>,
     /// The presence session and the heartbeat, stopped with the store.
     pub(super) tasks: Vec<AbortHandle>,
 }
@@ -144,23 +150,46 @@ pub(super) fn lease_lost(run_id: RunId) -> StoreError {
 }
 
 impl Inner {
-    /// Waits until everything this session's server committed so far is
-    /// durable: a transaction that writes (its id) and commits with
-    /// `synchronous_commit` on, whose sync covers every commit before it.
-    /// One round trip.
-    pub(super) async fn sync(&self, client: &deadpool_postgres::Object) -> Result<(), StoreError> {
+    /// Waits until everything this instance committed so far is durable:
+    /// one statement, an implicit transaction that writes (it takes an id)
+    /// and commits with `synchronous_commit` on, whose sync covers every
+    /// commit before it. With `run`, also checks that the run's log still
+    /// reaches where this instance's appends left it: a server that crashed
+    /// before syncing them lost them, and that is an error, not a flush.
+    pub(super) async fn sync(
+        &self,
+        client: &deadpool_postgres::Object,
+        run: Option<RunId>,
+    ) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering;
-        let upto = self.unsynced.load(Ordering::Acquire);
-        client
-            .batch_execute(
-                "BEGIN; SET LOCAL synchronous_commit TO on; \
-                 SELECT pg_current_xact_id(); COMMIT",
+        let target = self.appended.load(Ordering::Acquire);
+        let expected = run.and_then(|run| lock(&self.upto).get(&run).copied());
+        let statement = client
+            .prepare_cached(
+                "SELECT set_config('synchronous_commit', 'on', true), \
+                 pg_current_xact_id()::text, \
+                 (SELECT next_offset FROM awr_runs WHERE run_id = $1)",
             )
             .await
+            .map_err(prepare_err)?;
+        let id = run.map(|run| run.as_uuid());
+        let row = client
+            .query_one(&statement, &[&id])
+            .await
             .map_err(|e| pg_err("sync".to_owned(), e))?;
-        let _ = self
-            .unsynced
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(upto));
+        if let (Some(run), Some(expected)) = (run, expected) {
+            let found: Option<i64> = row.get(2);
+            if found.is_none_or(|found| found < expected) {
+                return Err(StoreError::io_msg(format!(
+                    "PostgreSQL {}: run {run} ends before offset {}, where this writer's \
+                     appends left it: the server lost appends it had not synced (a crash, \
+                     a failover)",
+                    self.db.target,
+                    expected - 1
+                )));
+            }
+        }
+        self.synced.fetch_max(target, Ordering::AcqRel);
         Ok(())
     }
 

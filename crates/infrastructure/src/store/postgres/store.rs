@@ -15,8 +15,11 @@
 //!   at once, one that hangs frees them once its leases expire.
 //! - Followers are woken by `NOTIFY` (a hint: they re-read from their last
 //!   offset) and poll slowly in case a notification was lost.
-//! - Commits are durable when they return (the server's
-//!   `synchronous_commit`), so `flush` has nothing left to do.
+//! - Appends commit without waiting for the server's sync
+//!   (`synchronous_commit=off` on every connection); `flush`, at a step
+//!   boundary, commits one synced transaction that covers them. What must
+//!   be durable at once (a lease taken, a run deleted or imported) syncs
+//!   before it returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -74,7 +77,9 @@ impl PgRunStore {
                 presence,
                 held: Mutex::new(HashMap::new()),
                 notifies,
-                unsynced: std::sync::atomic::AtomicU64::new(0),
+                appended: std::sync::atomic::AtomicU64::new(0),
+                synced: std::sync::atomic::AtomicU64::new(0),
+                upto: Mutex::new(HashMap::new()),
                 tasks: vec![session, heartbeat.abort_handle()],
             }
         });
@@ -146,16 +151,13 @@ impl RunStore for PgRunStore {
         if self.inner.epoch(run_id).is_err() {
             self.inner.require(run_id).await?;
         }
-        if self
-            .inner
-            .unsynced
-            .load(std::sync::atomic::Ordering::Acquire)
-            == 0
-        {
+        use std::sync::atomic::Ordering;
+        let inner = &self.inner;
+        if inner.synced.load(Ordering::Acquire) >= inner.appended.load(Ordering::Acquire) {
             return Ok(());
         }
-        let client = self.inner.client().await?;
-        self.inner.sync(&client).await
+        let client = inner.client().await?;
+        inner.sync(&client, Some(run_id)).await
     }
 
     async fn read(
@@ -192,6 +194,10 @@ impl RunStore for PgRunStore {
     async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
         let hash = definition.hash();
         let client = self.inner.client().await?;
+        // Durable with the next flush, before the run that names it is.
+        self.inner
+            .appended
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         client
             .execute(
                 &client

@@ -380,3 +380,59 @@ async fn an_older_schema_keeps_its_snapshots_across_the_migration() {
     );
     assert_eq!(store.load_snapshot(run).await.unwrap(), Some(saved));
 }
+
+/// A lock whose lease was lost is still held by its task until dropped:
+/// the instance hands out no second lock of the run meanwhile, which
+/// would let both write under the new epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_keeps_a_second_lock_of_its_instance_out_until_dropped() {
+    use application::testing::store_conformance::{assert_locked, run_with, warning};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let first = store_with(&url, Duration::from_secs(60)).await;
+    let (run, lost) = run_with(&first, 1).await;
+    expire(&first, run).await;
+    let heir = store_with(&url, Duration::from_secs(60)).await;
+    heir.lock(run).await.unwrap().release().await;
+    assert_locked(
+        first.append(run, &[warning(run, 2)]).await,
+        run,
+        "the lost lock",
+    );
+    assert_locked(
+        first.lock(run).await,
+        run,
+        "a second lock beside the lost one",
+    );
+    drop(lost);
+    let again = first.lock(run).await.unwrap();
+    first.append(run, &[warning(run, 2)]).await.unwrap();
+    drop(again);
+}
+
+/// A flush that finds the run's log shorter than this writer's appends
+/// left it (the server lost commits it had not synced) fails rather than
+/// pass them for durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_that_finds_appends_lost_fails() {
+    use application::testing::store_conformance::{run_with, warning};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let store = store_with(&url, Duration::from_secs(60)).await;
+    let (run, _lock) = run_with(&store, 1).await;
+    store.flush(run).await.unwrap();
+    store.append(run, &[warning(run, 2)]).await.unwrap();
+    // What a crash before the server's sync leaves: the append undone.
+    let client = store.database().client().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "DELETE FROM awr_events WHERE run_id = '{run}' AND \"offset\" = 2; \
+             UPDATE awr_runs SET next_offset = 2 WHERE run_id = '{run}'"
+        ))
+        .await
+        .unwrap();
+    let lost = store.flush(run).await.unwrap_err();
+    assert!(lost.to_string().contains("lost appends"), "{lost}");
+}

@@ -37,7 +37,7 @@ impl Inner {
             return Err(lease_lost(run_id));
         }
         // Durable before the caller removes what lies beside the run.
-        self.sync(&client).await?;
+        self.sync(&client, None).await?;
         self.notifies.wake(run_id);
         Ok(())
     }
