@@ -22,6 +22,7 @@
 
 mod agent;
 mod commands;
+mod continuing;
 mod control;
 mod conversation;
 mod decide;
@@ -34,6 +35,8 @@ mod routing;
 mod step;
 mod subflow;
 mod transcript;
+
+pub(crate) use continuing::{Continue, resumable};
 
 pub use control::Cancel;
 
@@ -49,22 +52,6 @@ use crate::ports::{
     Clock, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn, RunLock,
     RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
 };
-
-/// How a stopped run is continued.
-pub(crate) enum Continue {
-    /// Asked for (`awr resume`, by its caller): the agents in flight are
-    /// told the message.
-    Resume(String, Option<Caller>),
-    /// Found interrupted (`awr recover`): see [`Executor::recover`].
-    Recover,
-    /// A fork just made (see [`crate::fork`]): its `flow:forked` stands for
-    /// the `flow:resumed`.
-    Fork,
-    /// Asked for on another definition (`awr resume --upgrade`), read
-    /// from the file named (its `source`, if any): as `Resume`, after
-    /// `flow:upgraded`.
-    Upgrade(String, Option<Caller>, Option<String>),
-}
 
 /// What to run.
 ///
@@ -179,59 +166,6 @@ async fn ended(store: &dyn RunStore, state: RunSnapshot) -> Result<RunOutcome, E
         error,
         snapshot: state,
     })
-}
-
-/// Whether `state` is a run that `workflow` may continue: the definition it
-/// runs, or with `upgrade`, any definition that has every node in flight.
-fn resumable(
-    state: &RunSnapshot,
-    workflow: &WorkflowDef,
-    upgrade: bool,
-) -> Result<(), ExecutorError> {
-    let run_id = state.run_id;
-    if state.last_offset == 0 || state.status == RunStatus::Pending {
-        return Err(ExecutorError::Refused(format!(
-            "run {run_id} never started; there is nothing to resume"
-        )));
-    }
-    if state.status.is_terminal() {
-        return Err(ExecutorError::Refused(format!(
-            "run {run_id} has ended ({}); there is nothing to resume",
-            state.status.as_str()
-        )));
-    }
-    if upgrade {
-        let mut in_flight: Vec<&str> = state
-            .node_runs
-            .values()
-            .map(|run| run.node_id.as_str())
-            .collect();
-        in_flight.sort_unstable();
-        in_flight.dedup();
-        let missing: Vec<&str> = in_flight
-            .into_iter()
-            .filter(|node| !workflow.nodes.iter().any(|n| n.id.as_str() == *node))
-            .collect();
-        if !missing.is_empty() {
-            return Err(ExecutorError::Refused(format!(
-                "run {run_id} cannot go on under `{}` ({}): node{} `{}` {} in flight and not in it",
-                workflow.name,
-                workflow.hash,
-                if missing.len() == 1 { "" } else { "s" },
-                missing.join("`, `"),
-                if missing.len() == 1 { "is" } else { "are" },
-            )));
-        }
-        return Ok(());
-    }
-    if state.workflow.hash != workflow.hash {
-        return Err(ExecutorError::Refused(format!(
-            "run {run_id} started with workflow `{}` of hash {}, and this definition's hash is {}: \
-             it changed since the run started",
-            state.workflow.name, state.workflow.hash, workflow.hash
-        )));
-    }
-    Ok(())
 }
 
 /// The runtime itself could not go on (not an agent failure: those fail the run normally).

@@ -33,6 +33,7 @@
 //!   read and follow it, and see its appends by polling the file.
 
 mod definitions;
+mod follow;
 mod holder;
 mod index;
 pub(super) mod lock;
@@ -65,7 +66,7 @@ use self::log::{FILE_MODE, LogState, RunPaths, io_err};
 use self::snapshot::{append_delta, blobs_err, read_snapshot, write_snapshot};
 pub use self::sync::SyncCounts;
 use self::sync::{GroupSync, Member, RunSync, off_the_runtime};
-use super::{LogSource, follow_log};
+use super::follow_log;
 
 /// Mode of every directory the store creates.
 const DIR_MODE: u32 = 0o700;
@@ -394,31 +395,6 @@ impl RunHandle {
             }
             None => {}
         }
-    }
-}
-
-impl RunHandle {
-    /// Offset of the last event of the log (0 for none).
-    fn last(&self) -> Result<u64, StoreError> {
-        self.with_log(false, |log, paths| log.last_offset(paths))
-    }
-}
-
-impl LogSource for RunHandle {
-    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RuntimeEvent>, StoreError> {
-        self.read(after, limit)
-    }
-
-    async fn last(&self) -> Result<u64, StoreError> {
-        RunHandle::last(self)
-    }
-
-    fn changed(&self) -> &Notify {
-        &self.changed
-    }
-
-    fn poll_interval(&self) -> Option<Duration> {
-        Some(self.follow_poll)
     }
 }
 

@@ -28,6 +28,7 @@
 //! - Followers poll for other processes' appends, as in the file store.
 
 mod connect;
+mod definitions;
 mod errors;
 mod query;
 mod rows;
@@ -51,7 +52,6 @@ use std::time::Duration;
 
 use application::ports::{
     EventBatches, EventFilter, EventStream, RunLock, RunQuery, RunStore, RunSummary, StoreError,
-    definition_at,
 };
 use async_trait::async_trait;
 use domain::definition::Definition;
@@ -514,44 +514,11 @@ impl RunStore for SqliteRunStore {
     }
 
     async fn save_definition(&self, definition: &Definition) -> Result<String, StoreError> {
-        let inner = &self.inner;
-        let hash = definition.hash();
-        // Kept already (every run of a workflow but its first): no write, no sync.
-        let kept = lock(&inner.reader)
-            .prepare_cached("SELECT 1 FROM definitions WHERE hash = ?1")
-            .and_then(|mut stmt| stmt.exists([&hash]))
-            .map_err(|e| sql_err(&inner.path, &format!("look up definition {hash}"), e))?;
-        if kept {
-            return Ok(hash);
-        }
-        let json = definition.to_json();
-        off_the_runtime(|| {
-            lock(&inner.writer)
-                .execute(
-                    "INSERT OR IGNORE INTO definitions (hash, json) VALUES (?1, ?2)",
-                    params![hash, json],
-                )
-                .map_err(|e| sql_err(&inner.path, &format!("save definition {hash}"), e))
-        })?;
-        inner.committed.fetch_add(1, Ordering::AcqRel);
-        // Durable before the run that names it records `flow:started`.
-        if inner.config.sync == SyncPolicy::StepBoundary {
-            off_the_runtime(|| inner.sync())?;
-        }
-        Ok(hash)
+        self.inner.save_definition(definition)
     }
 
     async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError> {
-        let inner = &self.inner;
-        let json: Option<Vec<u8>> = lock(&inner.reader)
-            .prepare_cached("SELECT CAST(json AS BLOB) FROM definitions WHERE hash = ?1")
-            .and_then(|mut stmt| stmt.query_row([hash], |row| row.get(0)).optional())
-            .map_err(|e| sql_err(&inner.path, &format!("read definition {hash}"), e))?;
-        json.map(|json| {
-            let place = format!("{} definitions row {hash}", inner.path.display());
-            definition_at(hash, &json, &place)
-        })
-        .transpose()
+        self.inner.load_definition(hash)
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
