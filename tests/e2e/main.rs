@@ -46,3 +46,4 @@ mod subflow;
 mod transcript_cli;
 mod transcript_recorder;
 mod util;
+mod workers;

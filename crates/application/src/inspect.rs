@@ -48,6 +48,9 @@ pub enum ShownStatus {
     /// Recorded as `running`, but no process holds the run's lock: the one
     /// that ran it died. Derived for display, never recorded.
     Interrupted,
+    /// Submitted to a queue and not started by a worker yet: no event is
+    /// recorded, the store keeps its submission.
+    Queued,
 }
 
 impl ShownStatus {
@@ -56,6 +59,7 @@ impl ShownStatus {
         match self {
             Self::Recorded(status) => status.as_str(),
             Self::Interrupted => "interrupted",
+            Self::Queued => "queued",
         }
     }
 }
@@ -73,14 +77,23 @@ pub struct RunView {
 /// `running` but nothing writes it. (`paused` has no writer by design and
 /// stays `paused`; `pending` stays `pending`.)
 ///
-/// A run exists from its first event: one whose store holds no event yet
-/// (being created this instant, or left so by a writer killed between
-/// making the run and writing its first event) is `NotFound`, never a run
-/// to show, list or resume.
+/// A run exists from its first event, or from its submission to a queue
+/// (`queued`, its workflow and input those submitted): one whose store
+/// holds neither (being created this instant, or left so by a writer
+/// killed between making the run and writing its first event) is
+/// `NotFound`, never a run to show, list or resume.
 pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, StoreError> {
     let mut snapshot = current_snapshot(store, run_id).await?;
     if snapshot.last_offset == 0 {
-        return Err(StoreError::NotFound(run_id));
+        let Some(submission) = store.queued(run_id).await? else {
+            return Err(StoreError::NotFound(run_id));
+        };
+        snapshot.workflow.name = submission.workflow;
+        snapshot.input = submission.input;
+        return Ok(RunView {
+            snapshot,
+            status: ShownStatus::Queued,
+        });
     }
     for _ in 0..SETTLE_ATTEMPTS {
         if snapshot.status != RunStatus::Running || store.has_writer(run_id).await? {
@@ -622,6 +635,7 @@ mod tests {
         fn store_with(&self, stream: EventStream) -> MockRunStore {
             let mut store = MockRunStore::new();
             store.expect_load_snapshot().returning(|_| Ok(None));
+            store.expect_queued().returning(|_| Ok(None));
             let log = Arc::clone(&self.log);
             store
                 .expect_last_offset()
@@ -751,6 +765,32 @@ mod tests {
             );
             assert_eq!(run.probes.load(Ordering::SeqCst), 0);
         }
+    }
+
+    #[tokio::test]
+    async fn a_run_without_events_that_the_store_keeps_queued_is_queued() {
+        let run = Live::new(vec![], false);
+        let mut store = run.store(vec![], false);
+        store.checkpoint();
+        store.expect_load_snapshot().returning(|_| Ok(None));
+        store.expect_read().returning(|_, _, _| Ok(Vec::new()));
+        store.expect_last_offset().returning(|_| Ok(0));
+        store.expect_queued().returning(|_| {
+            Ok(Some(crate::ports::Submission {
+                definition: "sha256:00".into(),
+                workflow: "queued-flow".into(),
+                input: serde_json::json!({"n": 1}),
+                source: None,
+                submitted_by: None,
+                priority: 0,
+            }))
+        });
+        let view = run_view(&store, run_id()).await.unwrap();
+        assert_eq!(view.status, ShownStatus::Queued);
+        assert_eq!(view.status.as_str(), "queued");
+        assert_eq!(view.snapshot.workflow.name, "queued-flow");
+        assert_eq!(view.snapshot.input, serde_json::json!({"n": 1}));
+        assert_eq!(run.probes.load(Ordering::SeqCst), 0, "no writer is probed");
     }
 
     #[tokio::test]

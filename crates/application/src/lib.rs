@@ -31,6 +31,7 @@ pub mod load;
 pub mod migrate;
 pub mod ports;
 pub mod query;
+pub mod queue;
 pub mod recording;
 pub mod redact;
 pub mod replay;
@@ -43,6 +44,7 @@ pub mod testing;
 pub mod tool_loop;
 pub mod tools;
 pub mod transcript;
+pub mod worker;
 
 pub use run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 pub use runtime::{Runtime, RuntimeBuilder};

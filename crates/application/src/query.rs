@@ -85,12 +85,14 @@ pub async fn find_run(store: &dyn RunStore, wanted: &str) -> Result<RunId, Unres
     }
 }
 
-/// The name a status is shown by, parsed: the recorded statuses and
-/// `interrupted`.
+/// The name a status is shown by, parsed: the recorded statuses,
+/// `interrupted` and `queued`.
 pub fn parse_status(name: &str) -> Option<ShownStatus> {
     let recorded = RunStatus::ALL;
-    if name == "interrupted" {
-        return Some(ShownStatus::Interrupted);
+    match name {
+        "interrupted" => return Some(ShownStatus::Interrupted),
+        "queued" => return Some(ShownStatus::Queued),
+        _ => {}
     }
     recorded
         .into_iter()
@@ -107,6 +109,7 @@ pub const STATUS_NAMES: &[&str] = &[
     "failed",
     "cancelled",
     "interrupted",
+    "queued",
 ];
 
 /// The runs `filter` selects, newest first. `running` and `interrupted`
@@ -126,6 +129,8 @@ pub async fn find_runs(
         .map(|s| match s {
             ShownStatus::Recorded(status) => *status,
             ShownStatus::Interrupted => RunStatus::Running,
+            // Recorded as a run with no event yet.
+            ShownStatus::Queued => RunStatus::Pending,
         })
         .collect();
     statuses.sort_by_key(|s| s.as_str());
@@ -172,6 +177,8 @@ pub async fn find_runs(
 pub struct StatusCounts {
     /// Created, with no event yet.
     pub pending: u64,
+    /// Submitted to a queue, not started by a worker yet.
+    pub queued: u64,
     /// Being written by a process.
     pub running: u64,
     /// Recorded `running`, with no process writing them.
@@ -193,6 +200,7 @@ impl StatusCounts {
         let count = match status {
             None => &mut self.corrupt,
             Some(ShownStatus::Interrupted) => &mut self.interrupted,
+            Some(ShownStatus::Queued) => &mut self.queued,
             Some(ShownStatus::Recorded(status)) => match status {
                 RunStatus::Pending => &mut self.pending,
                 RunStatus::Running => &mut self.running,
@@ -209,13 +217,17 @@ impl StatusCounts {
 /// The statuses shown of `runs`, counted from what the store records
 /// ([`RunStore::query_runs`]), without reading their logs: only the runs
 /// recorded `running` are probed for a writer, and one whose probe fails
-/// is counted `running` (nothing says its writer is gone).
+/// is counted `running` (nothing says its writer is gone); those recorded
+/// `pending` are asked for a submission (`queued`).
 pub async fn count_runs(store: &dyn RunStore, runs: &[RunSummary]) -> StatusCounts {
     let mut counts = StatusCounts::default();
     for run in runs {
         let shown = match run.status {
             Some(RunStatus::Running) if matches!(store.has_writer(run.run_id).await, Ok(false)) => {
                 Some(ShownStatus::Interrupted)
+            }
+            Some(RunStatus::Pending) if matches!(store.queued(run.run_id).await, Ok(Some(_))) => {
+                Some(ShownStatus::Queued)
             }
             status => status.map(ShownStatus::Recorded),
         };

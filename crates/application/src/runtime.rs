@@ -62,8 +62,8 @@ use serde_json::Value;
 use crate::fork::ForkRequest;
 use crate::ports::{
     AgentRequest, AgentStream, ChatModel, Clock, CommandReply, CommandRunner, ControlChannel,
-    EventStream, IdGen, Processes, QueryError, QueryFn, RunObserver, RunStore, StoreError, Tool,
-    Transcripts,
+    EventStream, IdGen, Processes, QueryError, QueryFn, RunLock, RunObserver, RunStore, StoreError,
+    Tool, Transcripts,
 };
 use crate::run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 use crate::tool_loop::ToolLoop;
@@ -223,6 +223,30 @@ impl Runtime {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         self.executor.recover(run_id, workflow, cancel).await
+    }
+
+    /// Starts `request` as the queued run whose `lock` a worker's claim
+    /// took (see [`crate::ports::RunQueue`]).
+    pub async fn start_claimed(
+        &self,
+        lock: RunLock,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor.start_claimed(lock, request, cancel).await
+    }
+
+    /// Continues a run whose `lock` `by` (a worker) claimed after its
+    /// writer died or handed it over, as [`Runtime::recover`] does,
+    /// recording `by` in its `flow:resumed`.
+    pub async fn take_over(
+        &self,
+        lock: RunLock,
+        workflow: Arc<WorkflowDef>,
+        by: Caller,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.executor.take_over(lock, workflow, by, cancel).await
     }
 
     /// Makes a new run that branches off `request.parent` after its event

@@ -44,14 +44,14 @@ use adapters_agents::gemini::Gemini;
 use adapters_agents::mock::TurnReplay;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
-use application::ports::{Clock, IdGen, RunStore, StoreError, Tool};
+use application::ports::{Clock, IdGen, RunQueue, RunStore, StoreError, Tool};
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::{
-    FileRunStore, PgOpenError, PgRunStore, SqliteOpenError, SqliteRunStore,
+    FileRunStore, PgOpenError, PgRunStore, PgStoreConfig, SqliteOpenError, SqliteRunStore,
 };
 use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
@@ -81,6 +81,12 @@ pub enum OpenError {
     /// never the password).
     #[error(transparent)]
     Postgres(#[from] PgOpenError),
+    /// A queue was asked of a storage that keeps none.
+    #[error(
+        "storage {0}: the queue (awr submit, awr worker, awr serve --queue) needs the \
+         PostgreSQL store: --storage postgres://USER@HOST[:PORT]/DATABASE"
+    )]
+    NoQueue(Storage),
 }
 
 /// The store `storage` names, created if needed.
@@ -95,6 +101,24 @@ pub async fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenErro
         Storage::Sqlite(db) => Arc::new(SqliteRunStore::open(db)?),
         Storage::Postgres(url) => Arc::new(PgRunStore::open(url).await?),
     })
+}
+
+/// The queue on the store `storage` names (created if needed), with this
+/// process named `name` in the leases it takes (a worker's `--name`; by
+/// default `awr@HOST:PID`). PostgreSQL only, which workers on many
+/// machines share: any other storage is refused, naming what to use.
+pub async fn open_queue(
+    storage: &Storage,
+    name: Option<&str>,
+) -> Result<Arc<dyn RunQueue>, OpenError> {
+    let Storage::Postgres(url) = storage else {
+        return Err(OpenError::NoQueue(storage.clone()));
+    };
+    let mut config = PgStoreConfig::default();
+    if let Some(name) = name {
+        config.name = name.to_owned();
+    }
+    Ok(Arc::new(PgRunStore::open_with(url, config).await?))
 }
 
 /// The existing store `storage` names, for reading: nothing is created.

@@ -95,6 +95,45 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Queue a run of a workflow file for a worker (`awr worker`) and print
+    /// its id at once. Needs the PostgreSQL store.
+    Submit {
+        /// Workflow file (YAML or JSON). It and every file it calls are
+        /// stored with the run: workers read them from the store.
+        file: PathBuf,
+        /// Input of the first agent: JSON text, or `@FILE` to read it from a file.
+        /// Text that is not JSON is an error; use --input-text for a string.
+        #[arg(long)]
+        input: Option<String>,
+        /// Input of the first agent: this text, as a string.
+        #[arg(long, value_name = "TEXT", conflicts_with = "input")]
+        input_text: Option<String>,
+        /// Claimed before runs of a lower priority (default 0; may be negative).
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            allow_negative_numbers = true
+        )]
+        priority: i32,
+    },
+    /// Claim queued runs, and runs whose writer is gone, and run each to its
+    /// end, until SIGTERM or SIGINT: then claim nothing more, hand every run
+    /// over at its next safe point (another worker continues it) and exit 0.
+    /// Needs the PostgreSQL store.
+    Worker {
+        /// How many runs it runs at once.
+        #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: u16,
+        /// Its name, recorded in the runs it takes over (`flow:resumed`'s
+        /// `by`) and in the leases it holds. Default: worker@HOST:PID.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// How long it waits before it looks again at an empty queue, e.g.
+        /// 500ms, 2s.
+        #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = forms::parse_age)]
+        poll: std::time::Duration,
+    },
     /// Check a workflow file without running it.
     Validate {
         /// Workflow file (YAML or JSON).
@@ -348,7 +387,7 @@ fn main() -> ExitCode {
 /// once, so it keeps a thread per core.
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     match command {
-        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve(_) | Command::Worker { .. } => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     }
 }
@@ -368,6 +407,31 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 (None, None) => terminal::run::Input::Default,
             };
             terminal::run::run(&storage, &file, input, replay_from.as_deref()).await
+        }
+        Command::Submit {
+            file,
+            input,
+            input_text,
+            priority,
+        } => {
+            let input = match (&input, &input_text) {
+                (Some(json), _) => terminal::run::Input::Json(json),
+                (None, Some(text)) => terminal::run::Input::Text(text),
+                (None, None) => terminal::run::Input::Default,
+            };
+            terminal::queue::submit(&storage, &file, input, priority).await
+        }
+        Command::Worker {
+            concurrency,
+            name,
+            poll,
+        } => {
+            let args = terminal::queue::WorkerArgs {
+                concurrency: usize::from(concurrency),
+                name,
+                poll,
+            };
+            terminal::queue::worker(&storage, args).await
         }
         Command::RecordFixtures {
             file,

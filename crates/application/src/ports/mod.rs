@@ -13,6 +13,7 @@ mod control;
 mod observer;
 mod process;
 mod query;
+mod queue;
 mod run_files;
 mod run_query;
 mod source;
@@ -44,6 +45,7 @@ pub use process::Processes;
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use query::MockQueryFn;
 pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
+pub use queue::{Claim, RunQueue, Submission};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use run_files::MockRunFiles;
 pub use run_files::{RunFileSet, RunFiles};

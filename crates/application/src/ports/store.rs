@@ -331,6 +331,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// stored there is not that definition.
     async fn load_definition(&self, hash: &str) -> Result<Option<Definition>, StoreError>;
 
+    /// What `run_id` was submitted with, while it is queued: submitted to
+    /// a [`RunQueue`](super::RunQueue) and not started yet. `None` for any
+    /// other run, and from a store that keeps no queue (the default).
+    async fn queued(&self, run_id: RunId) -> Result<Option<super::Submission>, StoreError> {
+        let _ = run_id;
+        Ok(None)
+    }
+
     /// Every run, in no particular order.
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError>;
 

@@ -10,8 +10,9 @@ pub(crate) enum Continue {
     /// Asked for (`awr resume`, by its caller): the agents in flight are
     /// told the message.
     Resume(String, Option<Caller>),
-    /// Found interrupted (`awr recover`): see [`Executor::recover`](super::Executor::recover).
-    Recover,
+    /// Found interrupted (`awr recover`; a worker taking a dead worker's
+    /// run over, named here): see [`Executor::recover`](super::Executor::recover).
+    Recover(Option<Caller>),
     /// A fork just made (see [`crate::fork`]): its `flow:forked` stands for
     /// the `flow:resumed`.
     Fork,

@@ -15,6 +15,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct Cancel {
     token: CancellationToken,
+    /// Fired to hand the run over (a worker that drains): its writer stops
+    /// at the next safe point, as a pause does, records nothing of it, and
+    /// releases the run for another to continue. Not a child's: a child
+    /// run pauses with its parent and is continued with it.
+    handover: CancellationToken,
     /// Its own reason first, then its ancestors': a child cancelled with
     /// its parent reports the parent's reason.
     reasons: Vec<Arc<OnceLock<String>>>,
@@ -31,8 +36,27 @@ impl Cancel {
     pub fn new() -> Self {
         Self {
             token: CancellationToken::new(),
+            handover: CancellationToken::new(),
             reasons: vec![Arc::new(OnceLock::new())],
         }
+    }
+
+    /// Asks the run's writer to hand the run over: it stops at the next
+    /// safe point, as a pause does, records nothing of it, and releases the
+    /// run unended for another writer to continue. A child run's own is
+    /// not asked: a child pauses with its parent and goes on with it.
+    pub fn hand_over(&self) {
+        self.handover.cancel();
+    }
+
+    /// Whether [`Cancel::hand_over`] was asked.
+    pub fn is_handed_over(&self) -> bool {
+        self.handover.is_cancelled()
+    }
+
+    /// Completes when [`Cancel::hand_over`] is asked.
+    pub async fn handed_over(&self) {
+        self.handover.cancelled().await;
     }
 
     /// Fires it; the first reason given is the one recorded.
@@ -68,6 +92,7 @@ impl Cancel {
         reasons.extend(self.reasons.iter().cloned());
         Cancel {
             token: self.token.child_token(),
+            handover: CancellationToken::new(),
             reasons,
         }
     }

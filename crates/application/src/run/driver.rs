@@ -74,8 +74,9 @@ pub(crate) struct Driver {
     parent_pausing: Option<Cancel>,
     /// The last events a resume folded, until it has looked at them.
     tail: Vec<domain::RuntimeEvent>,
-    /// This process's right to write the run, held until the run ends.
-    _lock: RunLock,
+    /// This process's right to write the run, held until the run ends
+    /// (taken out only to be released at a hand-over).
+    lock: Option<RunLock>,
 }
 
 impl Driver {
@@ -127,7 +128,7 @@ impl Driver {
             listener: endpoints.listener,
             parent_pausing: None,
             tail: Vec::new(),
-            _lock: lock,
+            lock: Some(lock),
         }
     }
 
@@ -233,6 +234,7 @@ impl Driver {
                     let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
                     self.apply(Input::Cancelled(reason), Asker::None).await?
                 }
+                () = self.cancel.handed_over() => return self.hand_over().await,
                 () = commands::parent_paused(self.parent_pausing.as_ref()) => {
                     // Fired once: the pause that follows does not come back
                     // to the loop.

@@ -506,8 +506,33 @@ impl Executor {
         workflow: Arc<WorkflowDef>,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        self.continue_run(run_id, workflow, Continue::Recover, cancel)
+        self.continue_run(run_id, workflow, Continue::Recover(None), cancel)
             .await
+    }
+
+    /// Continues, as [`Self::recover`] does, a run that `by` (a worker)
+    /// claimed after its writer died or handed it over; `by` is recorded in
+    /// its `flow:resumed`. `lock` is the run's, taken by the claim.
+    pub async fn take_over(
+        &self,
+        lock: RunLock,
+        workflow: Arc<WorkflowDef>,
+        by: Caller,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let how = Continue::Recover(Some(by));
+        driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
+    }
+
+    /// Starts `request` as the run whose `lock` a claim took: a queued run
+    /// no writer has started yet (its log is empty).
+    pub async fn start_claimed(
+        &self,
+        lock: RunLock,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        driver::Driver::start(Arc::clone(&self.ports), lock, None, request, cancel).await
     }
 
     pub(crate) async fn continue_run(

@@ -54,15 +54,17 @@ impl Urls {
     }
 }
 
-/// `201` of `POST /workflows`: the run exists and runs in the server.
+/// `201` of `POST /workflows`: the run exists, and runs in the server or
+/// waits in the queue.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Started {
     /// The new run.
     #[schema(value_type = String, format = Uuid)]
     pub run_id: RunId,
-    /// Always `running`: the run was just started.
-    #[schema(value_type = String, pattern = "^running$", example = "running")]
+    /// `running`: the run was just started here; `queued` (a server
+    /// started with `--queue`): it waits for a worker.
+    #[schema(value_type = String, pattern = "^(running|queued)$", example = "running")]
     pub status: &'static str,
     /// Where its resources are.
     pub urls: Urls,
@@ -75,6 +77,14 @@ impl Started {
             run_id,
             status: "running",
             urls: Urls::of(run_id),
+        }
+    }
+
+    /// The answer for `run_id`, just queued.
+    pub fn queued(run_id: RunId) -> Self {
+        Self {
+            status: "queued",
+            ..Self::new(run_id)
         }
     }
 }
@@ -142,7 +152,7 @@ pub struct RunList {
 }
 
 /// How many runs have each status. The six usual ones are always named;
-/// `pending` and `corrupt` only when some run has them.
+/// `pending`, `queued` and `corrupt` only when some run has them.
 #[derive(Debug, Default, Serialize, ToSchema)]
 pub struct Counts {
     /// Stopped by a user.
@@ -163,12 +173,16 @@ pub struct Counts {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub pending: Option<u64>,
+    /// Submitted to the queue, not started by a worker yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub queued: Option<u64>,
     /// Being written by a process.
     pub running: u64,
 }
 
 impl From<StatusCounts> for Counts {
-    /// `pending` and `corrupt` are left out when there are none.
+    /// `pending`, `queued` and `corrupt` are left out when there are none.
     fn from(counts: StatusCounts) -> Self {
         let some = |n: u64| (n > 0).then_some(n);
         Self {
@@ -179,6 +193,7 @@ impl From<StatusCounts> for Counts {
             interrupted: counts.interrupted,
             paused: counts.paused,
             pending: some(counts.pending),
+            queued: some(counts.queued),
             running: counts.running,
         }
     }

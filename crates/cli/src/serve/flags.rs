@@ -68,6 +68,11 @@ pub struct Flags {
     /// as `awr prune --older-than` does: at start, then periodically.
     #[arg(long, value_name = "DURATION", value_parser = crate::forms::parse_age)]
     pub retention: Option<std::time::Duration>,
+    /// Queue the runs `POST /workflows` starts, for workers (`awr worker`)
+    /// to run, rather than run them in this process. Needs the PostgreSQL
+    /// store.
+    #[arg(long)]
+    pub queue: bool,
 }
 
 impl Flags {
@@ -108,6 +113,7 @@ impl Flags {
         config.guard.hosts = self.allow_host;
         config.guard.origins = self.allow_origin;
         config.allow_inline_code = self.allow_inline_code;
+        config.queue = self.queue;
         config.limits = Limits {
             connections: self.max_connections as usize,
             streams: self.max_streams as usize,

@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use application::ports::{Clock, RunStore};
+use application::ports::{Clock, RunQueue, RunStore};
 use domain::RunId;
 use tokio::sync::watch;
 
@@ -109,6 +109,9 @@ pub struct Config {
     pub allow_inline_code: bool,
     /// The caps on connections and streams.
     pub limits: Limits,
+    /// Whether `POST /workflows` queues runs for workers (`--queue`)
+    /// rather than running them here.
+    pub queue: bool,
 }
 
 impl Config {
@@ -124,6 +127,7 @@ impl Config {
             guard: Guard::default(),
             allow_inline_code: false,
             limits: Limits::default(),
+            queue: false,
         }
     }
 }
@@ -149,6 +153,8 @@ struct Inner {
     config: Config,
     /// The one store of the server: its runs write to it, its streams read it.
     store: Arc<dyn RunStore>,
+    /// The queue `POST /workflows` submits to (`--queue`), on that store.
+    queue: Option<Arc<dyn RunQueue>>,
     /// The time of the store's runs, and what replays wait on.
     clock: Arc<dyn Clock>,
     /// One follower of each run with clients, fanned out to them.
@@ -175,13 +181,22 @@ impl App {
             .root
             .canonicalize()
             .map_err(|e| Failure::Input(anyhow!("--root {}: {e}", config.root.display())))?;
-        let store = crate::wiring::store(&config.storage).await?;
+        // With a queue, the one store is the queue's: what is submitted
+        // is read back through the instance that wrote it.
+        let (store, queue) = match config.queue {
+            true => {
+                let queue = crate::wiring::queue(&config.storage, None).await?;
+                (Arc::clone(&queue) as Arc<dyn RunStore>, Some(queue))
+            }
+            false => (crate::wiring::store(&config.storage).await?, None),
+        };
         let hub = Hub::new(Arc::clone(&store), config.buffer);
         let streams = Streams::new(config.limits);
         let (stopping, _) = watch::channel(false);
         Ok(Self(Arc::new(Inner {
             config,
             store,
+            queue,
             clock: crate::wiring::clock_and_ids().0,
             hub,
             streams,
@@ -202,6 +217,10 @@ impl App {
 
     fn store(&self) -> &Arc<dyn RunStore> {
         &self.0.store
+    }
+
+    fn queue(&self) -> Option<&Arc<dyn RunQueue>> {
+        self.0.queue.as_ref()
     }
 
     fn clock(&self) -> &Arc<dyn Clock> {

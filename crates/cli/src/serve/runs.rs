@@ -27,7 +27,8 @@ use super::{ApiError, App};
 use crate::Failure;
 use crate::forms::Since;
 use crate::wiring::load_workflow_calling;
-use crate::wiring::{deliver, request, wire, wired_for};
+use crate::wiring::{deliver, request, source_of, wire, wired_for};
+use application::queue::SubmitRequest;
 
 /// Runs listed per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -48,10 +49,14 @@ pub(super) struct StartBody {
     /// The run's input; absent or `null`: the workflow's own `input`.
     /// Nested at most 100 levels deep.
     input: Option<Value>,
+    /// On a server started with `--queue`: claimed by workers before runs
+    /// of a lower priority (default 0). Refused by any other server.
+    priority: Option<i32>,
 }
 
 /// `POST /workflows`: loads the workflow as `awr run` does and starts it
-/// in this process; `201` once the run exists.
+/// in this process, or queues it for workers (`--queue`); `201` once the
+/// run exists.
 #[utoipa::path(
     post,
     path = "/workflows",
@@ -60,10 +65,12 @@ pub(super) struct StartBody {
     summary = "Start a run",
     description = "Loads the workflow (a file under `--root` by `path`, or inline) and \
         checks it as `awr run` does, then runs it in the server's process. The run goes \
-        on whatever happens to the client.",
+        on whatever happens to the client. A server started with `--queue` queues it \
+        instead, for workers (`awr worker`) to run, and answers at once with status \
+        `queued`.",
     request_body = StartBody,
     responses(
-        (status = 201, description = "The run exists and is running.", body = Started,
+        (status = 201, description = "The run exists, and is running or queued.", body = Started,
             headers(("Location" = String, description = "The run's URL: `/workflows/{id}`."))),
         (status = 400, response = BadRequest),
         (status = 403, response = Forbidden),
@@ -112,6 +119,25 @@ pub async fn start(
         _ => workflow.input.clone().unwrap_or(Value::Null),
     };
     WorkflowDef::check_input(&input).map_err(|e| ApiError::bad_request(format!("input: {e}")))?;
+    if let Some(queue) = app.queue() {
+        let request = SubmitRequest {
+            workflow,
+            source: source_of(&file),
+            input,
+            by: Some(caller.name),
+            priority: body.priority.unwrap_or(0),
+        };
+        let ids = crate::wiring::clock_and_ids().1;
+        let run_id = application::queue::submit(queue.as_ref(), ids.as_ref(), request)
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot queue the run: {e}")))?;
+        return Ok(created(Started::queued(run_id)));
+    }
+    if body.priority.is_some() {
+        return Err(ApiError::bad_request(
+            "priority: this server runs what it starts at once; only one started with --queue queues runs",
+        ));
+    }
     let wired = wire(
         app.storage(),
         std::sync::Arc::clone(app.store()),
@@ -143,12 +169,17 @@ pub async fn start(
             }
         }
     });
-    Ok((
+    Ok(created(Started::new(run_id)))
+}
+
+/// `201`, with the new run's URL.
+fn created(started: Started) -> Response {
+    (
         StatusCode::CREATED,
-        [(header::LOCATION, format!("/workflows/{run_id}"))],
-        Json(Started::new(run_id)),
+        [(header::LOCATION, format!("/workflows/{}", started.run_id))],
+        Json(started),
     )
-        .into_response())
+        .into_response()
 }
 
 /// The query of `GET /workflows`. Each is read as text and checked here,

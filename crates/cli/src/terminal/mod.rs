@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod migrate;
 pub mod prune;
 pub mod query;
+pub mod queue;
 pub mod record;
 pub mod run;
 pub mod transcript;

@@ -6,10 +6,12 @@ pub mod files;
 mod replay;
 mod run;
 mod secrets;
+mod worker;
 
 pub use self::replay::replay_recording;
 pub use self::run::{RunWiring, deliver, request, source_of, wire, wired_for};
 pub use self::secrets::{Secrets, log_writer, redact_printed};
+pub use self::worker::StockRuntimes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +34,17 @@ use crate::storage::Storage;
 /// is a storage error (exit 2).
 pub async fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
     embed::open_store(storage)
+        .await
+        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+}
+
+/// The queue on the store `storage` names, this process named `name` in
+/// the leases it takes; a storage that keeps no queue is bad input (exit 2).
+pub async fn queue(
+    storage: &Storage,
+    name: Option<&str>,
+) -> Result<Arc<dyn application::ports::RunQueue>, Failure> {
+    embed::open_queue(storage, name)
         .await
         .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }

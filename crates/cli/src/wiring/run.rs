@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use application::ports::{CommandReply, EventFilter, RunObserver, RunStore};
+use application::ports::{CommandReply, RunObserver, RunStore};
 use application::{ExecutorError, RunRequest, Runtime};
 use awr_cli::embed::{self, Stock};
 use domain::{Caller, EventKind, RunId, WorkflowDef};
@@ -108,7 +108,10 @@ async fn origin(
         .read(run_id, 0, 1)
         .await
         .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
-    if let Some(hash) = upgraded_to(store, run_id).await? {
+    let upgraded = application::queue::upgraded_to(store, run_id)
+        .await
+        .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
+    if let Some(hash) = upgraded {
         return Ok(Origin::Kept(hash, None));
     }
     match first.first().map(|e| &e.kind) {
@@ -130,31 +133,6 @@ async fn origin(
         _ => Err(Failure::Input(anyhow!(
             "run {run_id} never started; there is nothing to continue"
         ))),
-    }
-}
-
-/// The definition the run's last `flow:upgraded` names, if it was upgraded.
-async fn upgraded_to(store: &dyn RunStore, run_id: RunId) -> Result<Option<String>, Failure> {
-    let filter = EventFilter {
-        types: vec!["flow:upgraded".to_owned()],
-        ..EventFilter::default()
-    };
-    let mut last = None;
-    let mut after = 0;
-    loop {
-        let batch = store
-            .read_matching(run_id, after, &filter, 256)
-            .await
-            .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
-        let Some(end) = batch.last() else {
-            return Ok(last);
-        };
-        after = end.offset.get();
-        for event in &batch {
-            if let EventKind::FlowUpgraded { definition, .. } = &event.kind {
-                last = definition.clone();
-            }
-        }
     }
 }
 

@@ -111,7 +111,8 @@ impl Driver {
                 Continue::Resume(message, by) | Continue::Upgrade(message, by, _) => {
                     (message.clone(), by.clone())
                 }
-                Continue::Recover | Continue::Fork => (DEFAULT_RESUME_MESSAGE.to_owned(), None),
+                Continue::Recover(by) => (DEFAULT_RESUME_MESSAGE.to_owned(), by.clone()),
+                Continue::Fork => (DEFAULT_RESUME_MESSAGE.to_owned(), None),
             };
             let fork = matches!(how, Continue::Fork);
             // A fork (or a child forked with it) that has done nothing yet,

@@ -77,6 +77,29 @@ impl Driver {
         )))
     }
 
+    /// Handed over ([`Cancel::hand_over`](crate::Cancel::hand_over)): stops
+    /// as a pause does (no node run starts, those in flight stop at their
+    /// next safe point and stay in flight) and records nothing of it: the
+    /// run stays `running`, for the writer that takes it next to continue
+    /// from its log, as after a crash. Its outcome is `running`.
+    pub(super) async fn hand_over(&mut self) -> Result<RunOutcome, ExecutorError> {
+        self.rec.publish().await?;
+        let why = "the run is handed over";
+        self.pausing.cancel(why);
+        for run in pause::stopped_at_once(self.state(), &self.workflow) {
+            if let Some((_, cancel)) = self.running.get(&run) {
+                cancel.cancel(why);
+            }
+        }
+        self.drain(true).await?;
+        self.rec.finish().await?;
+        // Free for the next writer everywhere before this one says it is.
+        if let Some(lock) = self.lock.take() {
+            lock.release().await;
+        }
+        Ok(self.outcome(RunStatus::Running, Value::Null, Some(why.to_owned())))
+    }
+
     /// Cancels every node run and waits for their tasks, recording what
     /// they still send (it happened) until the last one is gone; with
     /// `keep`, a node run's end is not recorded: it stays in flight.

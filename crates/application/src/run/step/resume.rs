@@ -40,7 +40,7 @@ pub(crate) fn stop_under_way(state: &RunSnapshot, how: &Continue) -> Option<Stop
             node: node_id,
         }),
         Stopping::Pause => match how {
-            Continue::Recover => Stop::Paused("paused by a command".to_owned()),
+            Continue::Recover(_) => Stop::Paused("paused by a command".to_owned()),
             Continue::Resume(..) | Continue::Upgrade(..) | Continue::Fork => return None,
         },
     })
@@ -413,7 +413,7 @@ mod tests {
             ),
             (
                 Some(budget),
-                Continue::Recover,
+                Continue::Recover(None),
                 Some(Stop::Budget(Exceeded {
                     budget: "turns".into(),
                     limit: 2.0,
@@ -423,7 +423,7 @@ mod tests {
             ),
             (
                 Some(Stopping::Pause),
-                Continue::Recover,
+                Continue::Recover(None),
                 Some(Stop::Paused("paused by a command".into())),
             ),
             (Some(Stopping::Pause), resume(), None),

@@ -33,6 +33,7 @@ pub enum ShownStatus {
     Failed,
     Cancelled,
     Interrupted,
+    Queued,
 }
 
 /// A run's status in a list: as shown, or `corrupt` when its records
@@ -48,6 +49,7 @@ pub enum ListedStatus {
     Failed,
     Cancelled,
     Interrupted,
+    Queued,
     Corrupt,
 }
 

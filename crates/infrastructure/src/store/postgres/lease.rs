@@ -95,7 +95,7 @@ impl Drop for Held {
 impl Inner {
     /// Marks `run_id` as being taken here; `Locked` if this instance holds
     /// it or is taking it already.
-    fn reserve(&self, run_id: RunId) -> Result<(), StoreError> {
+    pub(super) fn reserve(&self, run_id: RunId) -> Result<(), StoreError> {
         let mut held = lock(&self.held);
         match held.get(&run_id) {
             // A lock whose lease was lost is still held here until it is
@@ -109,7 +109,7 @@ impl Inner {
     }
 
     /// Ends a reservation: the lock of `epoch`, or nothing.
-    fn settle(self: &Arc<Self>, run_id: RunId, epoch: Option<i64>) -> Option<RunLock> {
+    pub(super) fn settle(self: &Arc<Self>, run_id: RunId, epoch: Option<i64>) -> Option<RunLock> {
         let mut held = lock(&self.held);
         let Some(epoch) = epoch else {
             held.remove(&run_id);
@@ -134,7 +134,7 @@ impl Inner {
     }
 
     /// The lease term as the server's interval arithmetic takes it.
-    fn ttl_millis(&self) -> f64 {
+    pub(super) fn ttl_millis(&self) -> f64 {
         self.config.lease_ttl.as_secs_f64() * 1000.0
     }
 

@@ -5,11 +5,14 @@
 mod lease;
 mod log;
 mod presence;
+mod queue;
 mod schema;
 mod shared;
 mod store;
 mod whole;
 
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod tests;
 

@@ -237,6 +237,13 @@ impl RunStore for PgRunStore {
         .transpose()
     }
 
+    async fn queued(
+        &self,
+        run_id: RunId,
+    ) -> Result<Option<application::ports::Submission>, StoreError> {
+        self.submission(run_id).await
+    }
+
     async fn list_runs(&self) -> Result<Vec<RunId>, StoreError> {
         self.inner.list_runs().await
     }

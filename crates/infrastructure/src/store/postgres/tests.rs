@@ -13,7 +13,7 @@ use domain::RunId;
 use super::*;
 
 /// Settings for tests: followers poll often, leases are short.
-fn config() -> PgStoreConfig {
+pub(super) fn config() -> PgStoreConfig {
     PgStoreConfig {
         name: "test".into(),
         lease_ttl: Duration::from_secs(5),
@@ -101,7 +101,7 @@ fn server() -> Option<String> {
 /// A fresh database on the test server, as a URL; `None` (saying why) on a
 /// machine with no server, unless `AWR_REQUIRE_POSTGRES` says there must be
 /// one (CI), where its absence fails the test.
-async fn fresh_database() -> Option<String> {
+pub(super) async fn fresh_database() -> Option<String> {
     let base = server()?;
     let (client, connection) = tokio_postgres::connect(&base, NoTls).await.unwrap();
     tokio::spawn(connection);
@@ -212,7 +212,7 @@ async fn a_bad_url_and_an_absent_server_are_named_without_the_password() {
 }
 
 /// A store on `url` whose leases last `ttl`.
-async fn store_with(url: &str, ttl: Duration) -> PgRunStore {
+pub(super) async fn store_with(url: &str, ttl: Duration) -> PgRunStore {
     let config = PgStoreConfig {
         lease_ttl: ttl,
         ..config()
@@ -222,7 +222,7 @@ async fn store_with(url: &str, ttl: Duration) -> PgRunStore {
 
 /// Makes the lease of `run` expire now, as if its writer had stopped
 /// renewing it long ago.
-async fn expire(store: &PgRunStore, run: RunId) {
+pub(super) async fn expire(store: &PgRunStore, run: RunId) {
     let client = store.database().client().await.unwrap();
     let changed = client
         .execute(
@@ -236,7 +236,7 @@ async fn expire(store: &PgRunStore, run: RunId) {
 }
 
 /// The epochs the events of `run` were written under, by offset.
-async fn epochs(store: &PgRunStore, run: RunId) -> Vec<(i64, i64)> {
+pub(super) async fn epochs(store: &PgRunStore, run: RunId) -> Vec<(i64, i64)> {
     let client = store.database().client().await.unwrap();
     client
         .query(
