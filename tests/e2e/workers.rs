@@ -247,10 +247,27 @@ fn sigterm_drains_a_worker_its_runs_handed_over_unended() {
     epochs_never_go_back(&awr, &run);
 }
 
+/// The lines `child` prints on stderr, as they come.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("a piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
 /// Sends SIGTERM to `child`, as a service manager stopping it would.
 fn terminate(child: &Child) {
+    signal(child, rustix::process::Signal::TERM);
+}
+
+/// Sends `signal` to `child`.
+fn signal(child: &Child, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    rustix::process::kill_process(pid, signal).expect("signal the worker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,4 +335,58 @@ async fn a_server_with_a_queue_queues_what_it_is_asked_to_start() {
     assert_eq!(refused.status(), 400);
     let text = refused.text().await.unwrap();
     assert!(text.contains("--queue"), "{text}");
+}
+
+/// A worker stopped (SIGSTOP) past its lease is a zombie: another worker
+/// takes its run over, and once it runs again (SIGCONT) it learns it lost
+/// the run, stops it at once, and writes nothing more.
+#[test]
+fn a_stopped_worker_loses_its_run_and_writes_nothing_when_it_wakes() {
+    let Some(awr) = Awr::postgres() else {
+        return;
+    };
+    let (flow, gate) = gated_flow(&awr);
+    let run = submit(&awr, &[&flow]);
+    let lease = ["--lease", "1s"];
+    let spawn = |name: &str| {
+        let mut args = vec!["worker", "--name", name, "--poll", "50ms"];
+        args.extend_from_slice(&lease);
+        awr.command(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn awr worker")
+    };
+    let mut zombie = spawn("zombie");
+    wait_for(30, "the zombie to start the node", || {
+        !of_type(&events(&awr, &run), "node:started").is_empty()
+    });
+    signal(&zombie, rustix::process::Signal::STOP);
+    let mut heir = spawn("heir");
+    wait_for(30, "the heir to take the run over", || {
+        !of_type(&events(&awr, &run), "flow:resumed").is_empty()
+    });
+    let before = events(&awr, &run);
+    let lines = lines_of(&mut zombie);
+    signal(&zombie, rustix::process::Signal::CONT);
+    let mut said = Vec::new();
+    wait_for(30, "the zombie to learn it lost the run", || {
+        said.extend(lines.try_iter());
+        said.iter().any(|l| l.contains("lost to another worker"))
+    });
+    terminate(&zombie);
+    assert_eq!(wait_exit(&mut zombie, 30, "the zombie to exit"), 0);
+    // Nothing of the zombie's after the takeover: every event since is the heir's.
+    let after = events(&awr, &run);
+    assert_eq!(after[..before.len()], before[..]);
+
+    std::fs::write(&gate, "").expect("open the gate");
+    wait_for(30, "the run to complete", || completed(&awr, &run));
+    terminate(&heir);
+    assert_eq!(wait_exit(&mut heir, 30, "the heir to drain"), 0);
+    let log = events(&awr, &run);
+    let resumed = of_type(&log, "flow:resumed");
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["by"], "heir");
+    epochs_never_go_back(&awr, &run);
 }

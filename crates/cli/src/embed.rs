@@ -103,20 +103,31 @@ pub async fn open_store(storage: &Storage) -> Result<Arc<dyn RunStore>, OpenErro
     })
 }
 
-/// The queue on the store `storage` names (created if needed), with this
-/// process named `name` in the leases it takes (a worker's `--name`; by
-/// default `awr@HOST:PID`). PostgreSQL only, which workers on many
-/// machines share: any other storage is refused, naming what to use.
+/// How a process that claims runs holds them (`awr worker`'s flags).
+#[derive(Debug, Clone, Default)]
+pub struct Holder {
+    /// Its name in the leases it takes; by default `awr@HOST:PID`.
+    pub name: Option<String>,
+    /// How long a lease lasts unless renewed; by default 30 s.
+    pub lease: Option<std::time::Duration>,
+}
+
+/// The queue on the store `storage` names (created if needed), its leases
+/// held as `holder` says. PostgreSQL only, which workers on many machines
+/// share: any other storage is refused, naming what to use.
 pub async fn open_queue(
     storage: &Storage,
-    name: Option<&str>,
+    holder: &Holder,
 ) -> Result<Arc<dyn RunQueue>, OpenError> {
     let Storage::Postgres(url) = storage else {
         return Err(OpenError::NoQueue(storage.clone()));
     };
     let mut config = PgStoreConfig::default();
-    if let Some(name) = name {
-        config.name = name.to_owned();
+    if let Some(name) = &holder.name {
+        config.name = name.clone();
+    }
+    if let Some(lease) = holder.lease {
+        config.lease_ttl = lease;
     }
     Ok(Arc::new(PgRunStore::open_with(url, config).await?))
 }

@@ -44,6 +44,16 @@ pub fn parse_age(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value).map_err(|e| format!("`{value}`: {e} (e.g. 30d, 12h, 90min)"))
 }
 
+/// A lease term: a duration of at least a second (a shorter one would be
+/// spent renewing it) and at most a day.
+pub fn parse_lease(value: &str) -> Result<Duration, String> {
+    let lease = parse_age(value)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&lease) {
+        return Err(format!("`{value}`: a lease lasts from 1s to 24h"));
+    }
+    Ok(lease)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -133,6 +133,11 @@ enum Command {
         /// 500ms, 2s.
         #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = forms::parse_age)]
         poll: std::time::Duration,
+        /// How long a run stays leased to it unless renewed (heartbeats renew
+        /// it three times a term): how long a worker that hangs keeps its
+        /// runs from the others, e.g. 30s.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = forms::parse_lease)]
+        lease: std::time::Duration,
     },
     /// Check a workflow file without running it.
     Validate {
@@ -425,11 +430,13 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             concurrency,
             name,
             poll,
+            lease,
         } => {
             let args = terminal::queue::WorkerArgs {
                 concurrency: usize::from(concurrency),
                 name,
                 poll,
+                lease,
             };
             terminal::queue::worker(&storage, args).await
         }

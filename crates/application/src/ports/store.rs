@@ -37,6 +37,7 @@ use domain::snapshot::SnapshotDelta;
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use tokio_util::sync::CancellationToken;
 
 use super::run_query::{EventFilter, RunQuery, RunSummary, scan_events, scan_runs};
 
@@ -68,6 +69,13 @@ pub enum StoreError {
     /// it; the message names the run and says which.
     #[error("{0}")]
     Locked(String),
+    /// This writer held the run's lock and lost it: another writer took
+    /// the run over (this one was stopped or cut off past its lease). It
+    /// writes nothing more, and its run must stop at once
+    /// ([`RunLock::lost`] says so before a write finds out). The message
+    /// names the run.
+    #[error("{0}")]
+    LeaseLost(String),
     /// The medium failed. `cause` is the underlying error when there is
     /// one, so a caller can branch on its kind ([`StoreError::io_kind`]).
     /// Its text is in the message, since many print only the message; so it
@@ -149,6 +157,8 @@ pub struct RunLock {
     _held: Box<dyn Send + Sync>,
     /// Releases the run everywhere, for stores whose `Drop` cannot wait.
     release: Option<Release>,
+    /// Fired by the store when it learns the lock was lost.
+    lost: Option<CancellationToken>,
 }
 
 /// What [`RunLock::release`] awaits.
@@ -161,6 +171,7 @@ impl RunLock {
             run_id,
             _held: Box::new(held),
             release: None,
+            lost: None,
         }
     }
 
@@ -177,6 +188,25 @@ impl RunLock {
             run_id,
             _held: Box::new(held),
             release: Some(Box::new(release)),
+            lost: None,
+        }
+    }
+
+    /// The lock, with `lost` fired by the store when it learns another
+    /// writer took the run over (a heartbeat that finds the lease gone):
+    /// for stores whose locks can be lost.
+    pub fn losable(mut self, lost: CancellationToken) -> Self {
+        self.lost = Some(lost);
+        self
+    }
+
+    /// Completes when the store learns the lock was lost (never, for a
+    /// store whose locks cannot be): the run's writer stops at once, and
+    /// its agents with it, since nothing they do can be recorded.
+    pub async fn lost(&self) {
+        match &self.lost {
+            Some(lost) => lost.cancelled().await,
+            None => std::future::pending().await,
         }
     }
 

@@ -235,6 +235,7 @@ impl Driver {
                     self.apply(Input::Cancelled(reason), Asker::None).await?
                 }
                 () = self.cancel.handed_over() => return self.hand_over().await,
+                () = commands::lost(self.lock.as_ref()) => return Err(self.lost()),
                 () = commands::parent_paused(self.parent_pausing.as_ref()) => {
                     // Fired once: the pause that follows does not come back
                     // to the loop.

@@ -185,7 +185,7 @@ impl App {
         // is read back through the instance that wrote it.
         let (store, queue) = match config.queue {
             true => {
-                let queue = crate::wiring::queue(&config.storage, None).await?;
+                let queue = crate::wiring::queue(&config.storage, &Default::default()).await?;
                 (Arc::clone(&queue) as Arc<dyn RunStore>, Some(queue))
             }
             false => (crate::wiring::store(&config.storage).await?, None),

@@ -27,7 +27,7 @@ pub async fn submit(
     // Everything that can be wrong with the input is checked before the store is touched.
     let workflow = wiring::load_workflow(file)?;
     let input = parse_input(input, &workflow)?;
-    let queue = wiring::queue(storage, None).await?;
+    let queue = wiring::queue(storage, &Default::default()).await?;
     let (_, ids) = wiring::clock_and_ids();
     let request = SubmitRequest {
         workflow,
@@ -51,6 +51,8 @@ pub struct WorkerArgs {
     pub name: Option<String>,
     /// The wait between two looks at an empty queue.
     pub poll: Duration,
+    /// How long its leases last unless renewed.
+    pub lease: Duration,
 }
 
 /// `awr worker`: claims queued runs and runs whose writer is gone, and runs
@@ -62,7 +64,11 @@ pub async fn worker(storage: &Storage, args: WorkerArgs) -> Result<(), Failure> 
         None => default_name(),
     };
     let caller = Caller::new(name.clone()).map_err(|e| Failure::Input(anyhow!("--name: {e}")))?;
-    let queue = wiring::queue(storage, Some(&name)).await?;
+    let holder = awr_cli::embed::Holder {
+        name: Some(name.clone()),
+        lease: Some(args.lease),
+    };
+    let queue = wiring::queue(storage, &holder).await?;
     let store: Arc<dyn RunStore> = queue.clone();
     let runtimes = Arc::new(wiring::StockRuntimes::new(storage.clone(), store));
     let config = WorkerConfig {
@@ -118,6 +124,9 @@ impl WorkerObserver for Shown {
             Ended::Settled(status) => {
                 format!("run {run_id}: had ended ({})", status.as_str())
             }
+            Ended::Failed(application::ExecutorError::Store(
+                application::ports::StoreError::LeaseLost(e),
+            )) => format!("run {run_id}: lost to another worker, stopped: {e}"),
             Ended::Failed(e) => format!("run {run_id}: cannot run here: {e}"),
         };
         crate::note(&line);

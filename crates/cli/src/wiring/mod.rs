@@ -38,13 +38,13 @@ pub async fn store(storage: &Storage) -> Result<Arc<dyn RunStore>, Failure> {
         .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
-/// The queue on the store `storage` names, this process named `name` in
-/// the leases it takes; a storage that keeps no queue is bad input (exit 2).
+/// The queue on the store `storage` names, its leases held as `holder`
+/// says; a storage that keeps no queue is bad input (exit 2).
 pub async fn queue(
     storage: &Storage,
-    name: Option<&str>,
+    holder: &embed::Holder,
 ) -> Result<Arc<dyn application::ports::RunQueue>, Failure> {
-    embed::open_queue(storage, name)
+    embed::open_queue(storage, holder)
         .await
         .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }

@@ -3,13 +3,21 @@
 //! `step::command` and carried out by [`Driver::apply`](super::Driver):
 //! recorded, made durable and answered before it takes effect.
 
-use crate::ports::{Delivery, Listener};
+use crate::ports::{Delivery, Listener, RunLock};
 use crate::run::control::Cancel;
 
 /// Ends when the parent run pauses; never for a run with no parent.
 pub(super) async fn parent_paused(pausing: Option<&Cancel>) {
     match pausing {
         Some(pausing) => pausing.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes when the store learns this writer lost the run's lock.
+pub(super) async fn lost(lock: Option<&RunLock>) {
+    match lock {
+        Some(lock) => lock.lost().await,
         None => std::future::pending().await,
     }
 }

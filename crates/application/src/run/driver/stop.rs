@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::Driver;
 use super::apply::Asker;
+use crate::ports::StoreError;
 use crate::run::node_run::Msg;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
 use crate::run::step::stop::{self, Stop};
@@ -100,6 +101,17 @@ impl Driver {
         Ok(self.outcome(RunStatus::Running, Value::Null, Some(why.to_owned())))
     }
 
+    /// The store learned that another writer took the run over (a
+    /// heartbeat found the lease gone): the error the run stops with at
+    /// once. Its node runs are aborted by [`Self::record_system_failure`]
+    /// (their agents' process groups killed), and nothing is recorded.
+    pub(super) fn lost(&self) -> ExecutorError {
+        let run_id = self.state().run_id;
+        ExecutorError::Store(StoreError::LeaseLost(format!(
+            "run {run_id}: this writer's lease was lost (another writer took the run over); it stopped at once"
+        )))
+    }
+
     /// Cancels every node run and waits for their tasks, recording what
     /// they still send (it happened) until the last one is gone; with
     /// `keep`, a node run's end is not recorded: it stays in flight.
@@ -172,6 +184,11 @@ impl Driver {
     /// is left as a dead writer leaves it, for `awr resume` to continue.
     pub(super) async fn record_system_failure(&mut self, error: &ExecutorError) {
         self.tasks.abort_all();
+        if let ExecutorError::Store(StoreError::LeaseLost(_)) = error {
+            // Another writer has the run: nothing more is this one's to write.
+            tracing::warn!(run = %self.rec.state.run_id, "this writer lost the run to another; its node runs are stopped and nothing more is recorded here");
+            return;
+        }
         let state = self.state();
         if state.status.is_terminal() || state.last_offset == 0 {
             return;

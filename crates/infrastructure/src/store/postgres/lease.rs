@@ -40,6 +40,13 @@ impl Lease {
             held.remove(&self.run_id);
             lock(&self.inner.upto).remove(&self.run_id);
         }
+        let mut losses = lock(&self.inner.losses);
+        if losses
+            .get(&self.run_id)
+            .is_some_and(|(e, _)| *e == self.epoch)
+        {
+            losses.remove(&self.run_id);
+        }
         true
     }
 
@@ -116,6 +123,8 @@ impl Inner {
             return None;
         };
         held.insert(run_id, Hold::Held(epoch));
+        let lost = tokio_util::sync::CancellationToken::new();
+        lock(&self.losses).insert(run_id, (epoch, lost.clone()));
         let lease = Arc::new(Lease {
             inner: Arc::clone(self),
             run_id,
@@ -123,14 +132,18 @@ impl Inner {
             released: AtomicBool::new(false),
         });
         let release = Arc::clone(&lease);
-        Some(RunLock::with_release(run_id, Held(lease), move || {
-            async move {
-                if release.forget() {
-                    Lease::clear(Arc::clone(&release.inner), release.run_id, release.epoch).await;
+        Some(
+            RunLock::with_release(run_id, Held(lease), move || {
+                async move {
+                    if release.forget() {
+                        Lease::clear(Arc::clone(&release.inner), release.run_id, release.epoch)
+                            .await;
+                    }
                 }
-            }
-            .boxed()
-        }))
+                .boxed()
+            })
+            .losable(lost),
+        )
     }
 
     /// The lease term as the server's interval arithmetic takes it.
@@ -279,6 +292,10 @@ impl Inner {
         if held.get(&run_id) == Some(&Hold::Held(epoch)) {
             held.insert(run_id, Hold::Lost(epoch));
             tracing::warn!(run = %run_id, epoch, "this writer's lease was taken over");
+        }
+        drop(held);
+        if let Some((_, lost)) = lock(&self.losses).get(&run_id).filter(|(e, _)| *e == epoch) {
+            lost.cancel();
         }
     }
 }

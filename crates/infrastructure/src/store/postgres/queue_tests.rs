@@ -129,7 +129,10 @@ async fn a_run_whose_worker_is_gone_is_claimed_again_and_continued() {
     assert!(taken.started, "its log holds events: it is continued");
     // The zombie's next write is refused: the claim fenced it.
     let refused = dead.append(run, &[warning(run, 3)]).await;
-    assert!(matches!(refused, Err(StoreError::Locked(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost(_))),
+        "{refused:?}"
+    );
     heir.append(run, &[warning(run, 3)]).await.unwrap();
     drop(claim);
 }

@@ -59,6 +59,9 @@ pub(super) struct Inner {
     pub(super) presence: i32,
     /// The runs this instance leases, or is taking.
     pub(super) held: Mutex<HashMap<RunId, Hold>>,
+    /// What tells the lock of each run leased here, under its epoch, that
+    /// it was lost ([`application::ports::RunLock::lost`]).
+    pub(super) losses: Mutex<HashMap<RunId, (i64, tokio_util::sync::CancellationToken)>>,
     /// Wakes this instance's followers of a run.
     pub(super) notifies: Arc<Notifies>,
     /// Writes by this instance that commit without waiting for a sync
@@ -141,9 +144,9 @@ pub(super) fn pg_err(what: String, e: tokio_postgres::Error) -> StoreError {
     )
 }
 
-/// `Locked`, for a writer whose lease another took over.
+/// `LeaseLost`, for a writer whose lease another took over.
 pub(super) fn lease_lost(run_id: RunId) -> StoreError {
-    StoreError::Locked(format!(
+    StoreError::LeaseLost(format!(
         "run {run_id}: this writer's lease was lost (another writer took the run over); \
          it writes nothing more"
     ))

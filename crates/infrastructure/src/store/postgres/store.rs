@@ -76,6 +76,7 @@ impl PgRunStore {
                 owner,
                 presence,
                 held: Mutex::new(HashMap::new()),
+                losses: Mutex::new(HashMap::new()),
                 notifies,
                 appended: std::sync::atomic::AtomicU64::new(0),
                 synced: std::sync::atomic::AtomicU64::new(0),

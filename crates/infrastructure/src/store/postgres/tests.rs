@@ -250,14 +250,29 @@ pub(super) async fn epochs(store: &PgRunStore, run: RunId) -> Vec<(i64, i64)> {
         .collect()
 }
 
+/// `LeaseLost`, naming the run.
+pub(super) fn assert_lost<T: std::fmt::Debug>(
+    result: Result<T, application::ports::StoreError>,
+    run: RunId,
+    what: &str,
+) {
+    match result {
+        Err(application::ports::StoreError::LeaseLost(message)) => {
+            assert!(message.contains(&run.to_string()), "{what}: {message}");
+            assert!(message.contains("lease was lost"), "{what}: {message}");
+        }
+        other => panic!("{what}: expected LeaseLost, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_lost_its_lease_cannot_write_one_more_event() {
-    use application::testing::store_conformance::{assert_locked, run_with, snapshot, warning};
+    use application::testing::store_conformance::{run_with, snapshot, warning};
     let Some(url) = fresh_database().await else {
         return;
     };
     let zombie = store_with(&url, Duration::from_secs(60)).await;
-    let (run, _zombie_lock) = run_with(&zombie, 2).await;
+    let (run, zombie_lock) = run_with(&zombie, 2).await;
     // Alive but silent past its lease (a pause, a partition): taken over.
     expire(&zombie, run).await;
     let heir = store_with(&url, Duration::from_secs(60)).await;
@@ -265,10 +280,17 @@ async fn a_writer_that_lost_its_lease_cannot_write_one_more_event() {
     heir.append(run, &[warning(run, 3)]).await.unwrap();
 
     let refused = zombie.append(run, &[warning(run, 4)]).await;
-    assert_locked(refused, run, "the zombie's append");
-    let text = zombie.append(run, &[warning(run, 4)]).await.unwrap_err();
-    assert!(text.to_string().contains("lease was lost"), "{text}");
-    assert_locked(
+    assert_lost(refused, run, "the zombie's append");
+    // Its lock says so, for its writer to stop at once.
+    tokio::time::timeout(Duration::from_secs(10), zombie_lock.lost())
+        .await
+        .expect("the zombie's lock learns it was lost");
+    assert_lost(
+        zombie.append(run, &[warning(run, 4)]).await,
+        run,
+        "the zombie's second append",
+    );
+    assert_lost(
         zombie
             .save_snapshot(&snapshot(run, 3, domain::RunStatus::Failed))
             .await,
@@ -345,6 +367,26 @@ async fn heartbeats_keep_a_lease_past_its_term() {
     writer.append(run, &[warning(run, 2)]).await.unwrap();
 }
 
+/// A writer that writes nothing (an agent thinking for minutes) still
+/// learns that its run was taken over: its heartbeat finds the lease gone
+/// and its lock says so, for the run to stop its agents at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_that_finds_the_lease_taken_tells_the_lock() {
+    use application::testing::store_conformance::{PATIENCE, run_with};
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let zombie = store_with(&url, Duration::from_millis(300)).await;
+    let (run, lock) = run_with(&zombie, 1).await;
+    expire(&zombie, run).await;
+    let heir = store_with(&url, Duration::from_secs(60)).await;
+    let _taken = heir.lock(run).await.unwrap();
+    tokio::time::timeout(PATIENCE, lock.lost())
+        .await
+        .expect("the heartbeat tells the lock it was lost");
+    assert!(heir.has_writer(run).await.unwrap());
+}
+
 /// A database of schema version 3 (snapshots in the runs' rows) is brought
 /// to this one with every snapshot where the store now reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +437,7 @@ async fn a_lost_lock_keeps_a_second_lock_of_its_instance_out_until_dropped() {
     expire(&first, run).await;
     let heir = store_with(&url, Duration::from_secs(60)).await;
     heir.lock(run).await.unwrap().release().await;
-    assert_locked(
+    assert_lost(
         first.append(run, &[warning(run, 2)]).await,
         run,
         "the lost lock",
