@@ -35,29 +35,6 @@ const PASSES: usize = 5;
 /// Raw syncs per pass (their median is the pass's reference).
 const RAW_SYNCS: usize = 50;
 
-/// A chain of `n` mock agents named `chain<n>`, with its fixtures.
-fn chain(dir: &Path, n: usize) {
-    let name = format!("chain{n}");
-    let fixtures = dir.join("fixtures").join(&name);
-    std::fs::create_dir_all(&fixtures).expect("fixture dir");
-    let mut yaml = format!("name: {name}\nagents:\n  a: {{provider: mock}}\nnodes:\n");
-    for i in 0..n {
-        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
-        let body = json!({"calls": [{
-            "output": {"text": format!("answer {i}"), "sessionId": format!("s{i}"),
-                       "usage": {"inputTokens": 100, "outputTokens": 50}},
-            "events": [{"type": "agent:start", "sessionId": format!("s{i}")},
-                       {"type": "agent:text:delta", "content": "answer "},
-                       {"type": "agent:text:delta", "content": format!("{i}")}]}]});
-        std::fs::write(fixtures.join(format!("n{i}.json")), body.to_string()).expect("fixture");
-    }
-    yaml += "edges:\n";
-    for i in 1..n {
-        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
-    }
-    std::fs::write(dir.join(format!("{name}.yaml")), yaml).expect("workflow");
-}
-
 /// The wall time of one `awr run` of `chain<n>` on a fresh storage, in µs.
 fn run(awr: &Path, dir: &Path, n: usize) -> f64 {
     let storage = dir.join(format!("storage-{n}"));
@@ -132,7 +109,7 @@ fn main() {
         .unwrap_or_else(awr_tests::bench::release_awr);
     let dir = tempfile::tempdir().expect("tempdir");
     for n in LENGTHS {
-        chain(dir.path(), n);
+        awr_tests::bench::mock_chain(dir.path(), n);
     }
     let mut file = awr_tests::bench::append_file(&dir.path().join("raw.log"));
     let line = awr_tests::bench::raw_line();

@@ -3,34 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use domain::RuntimeEvent;
 use serde_json::Value;
 
-/// The `awr` binary, built once per test process.
-///
-/// The binary belongs to another package, so cargo does not hand its path to
-/// this test binary; it is built here (cargo has released its build lock by
-/// the time tests run) and found next to this test's own executable.
+/// The `awr` binary, built once per test process ([`awr_tests::awr_bin`]).
 pub fn awr_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "cli", "--bin", "awr"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build -p cli");
-        assert!(status.success(), "building awr failed");
-        let exe = std::env::current_exe().expect("current exe");
-        // target/<profile>/deps/e2e-<hash> -> target/<profile>/awr
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target profile dir");
-        profile_dir.join("awr")
-    })
+    awr_tests::awr_bin()
 }
 
 /// The example workflows, `examples/NAME.yaml` (relative to the

@@ -235,3 +235,31 @@ impl<S: RunStore> RunStore for Counting<S> {
         self.inner.import_run(run_id, events, snapshot).await
     }
 }
+
+/// A chain of `n` mock agents named `chain<n>` written in `dir`
+/// (`chain<n>.yaml`), with its fixtures (one file per node).
+///
+/// # Panics
+/// When a file cannot be written.
+#[allow(clippy::expect_used)]
+pub fn mock_chain(dir: &Path, n: usize) {
+    let name = format!("chain{n}");
+    let fixtures = dir.join("fixtures").join(&name);
+    std::fs::create_dir_all(&fixtures).expect("fixture dir");
+    let mut yaml = format!("name: {name}\nagents:\n  a: {{provider: mock}}\nnodes:\n");
+    for i in 0..n {
+        yaml += &format!("  - {{id: n{i}, agent: a}}\n");
+        let body = serde_json::json!({"calls": [{
+            "output": {"text": format!("answer {i}"), "sessionId": format!("s{i}"),
+                       "usage": {"inputTokens": 100, "outputTokens": 50}},
+            "events": [{"type": "agent:start", "sessionId": format!("s{i}")},
+                       {"type": "agent:text:delta", "content": "answer "},
+                       {"type": "agent:text:delta", "content": format!("{i}")}]}]});
+        std::fs::write(fixtures.join(format!("n{i}.json")), body.to_string()).expect("fixture");
+    }
+    yaml += "edges:\n";
+    for i in 1..n {
+        yaml += &format!("  - {{from: n{}, to: n{i}}}\n", i - 1);
+    }
+    std::fs::write(dir.join(format!("{name}.yaml")), yaml).expect("workflow");
+}

@@ -7,6 +7,42 @@ pub mod bench;
 pub mod fake_model;
 pub mod serve;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The `awr` binary, built once per test process.
+///
+/// The binary belongs to another package, so cargo does not hand its path to
+/// a test binary; it is built here (cargo has released its build lock by
+/// the time tests run) and found next to the test's own executable.
+///
+/// # Panics
+/// When it cannot be built.
+#[allow(clippy::expect_used)]
+pub fn awr_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root");
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "cli", "--bin", "awr"])
+            .current_dir(root)
+            .status()
+            .expect("cargo build -p cli");
+        assert!(status.success(), "building awr failed");
+        let exe = std::env::current_exe().expect("current exe");
+        // target/<profile>/deps/<test>-<hash> -> target/<profile>/awr
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target profile dir");
+        profile_dir.join("awr")
+    })
+}
+
 /// Says that the running test skipped its checks, why, and the command that
 /// runs it for real: `SKIPPED <test>: <reason>; run it with: <command>`.
 ///

@@ -104,6 +104,7 @@ fn test() -> anyhow::Result<()> {
         .env("AWR_REQUIRE_JQ", "1")
         .env("AWR_AGENT_CLIS", &clis)
         .env("AWR_TEST_POSTGRES", postgres.url())
+        .env("AWR_TEST_POSTGRES_RESTART", postgres.restart_command())
         .env("AWR_REQUIRE_POSTGRES", "1");
     run(command, "cargo test --workspace")?;
     drop(postgres);

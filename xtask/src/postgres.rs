@@ -107,6 +107,25 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// A shell command line that restarts the server with a fast shutdown
+    /// (`AWR_TEST_POSTGRES_RESTART`): the chaos test restarts it once under
+    /// its workers, and runs in a test binary of its own, so no other
+    /// test's connections are cut.
+    pub fn restart_command(&self) -> String {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.dir.join("data");
+        let owner = match self.owner {
+            Some(user) => format!("runuser -u {user} -- "),
+            None => String::new(),
+        };
+        format!(
+            "{owner}'{}' -D '{}' -m fast -w restart -l '{}'",
+            pg_ctl.display(),
+            data.display(),
+            self.dir.join("log").display()
+        )
+    }
+
     /// One of the server's programs, run as the cluster's owner.
     fn program(&self, name: &str) -> Command {
         let path = self.bin.join(name);
