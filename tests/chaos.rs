@@ -149,6 +149,16 @@ struct Worker {
     name: String,
 }
 
+impl Drop for Worker {
+    /// A failed assertion must not leave a worker running.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Worker {
     fn signal(&self, signal: rustix::process::Signal) {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();

@@ -34,6 +34,7 @@ mod queries;
 mod real_clis;
 mod recording_tamper;
 mod records;
+mod remote_commands;
 mod replay;
 mod resume_cli;
 mod resume_http;

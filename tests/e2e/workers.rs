@@ -14,7 +14,7 @@ use crate::util::{Awr, awr_bin, examples, gated};
 
 /// `awr worker --name NAME` in the background, running `concurrency` runs
 /// at once, looking at the queue often.
-fn worker_of(awr: &Awr, name: &str, concurrency: &str) -> Child {
+fn worker_of(awr: &Awr, name: &str, concurrency: &str) -> Worker {
     awr.command(&[
         "worker",
         "--name",
@@ -28,15 +28,48 @@ fn worker_of(awr: &Awr, name: &str, concurrency: &str) -> Child {
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn awr worker")
+    .into()
+}
+
+/// An `awr worker` process, killed if the test ends before it does (a
+/// failed assertion must not leave it running).
+pub(crate) struct Worker(Child);
+
+impl From<Child> for Worker {
+    fn from(child: Child) -> Self {
+        Self(child)
+    }
+}
+
+impl std::ops::Deref for Worker {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// [`worker_of`], two runs at once.
-fn worker(awr: &Awr, name: &str) -> Child {
+pub(crate) fn worker(awr: &Awr, name: &str) -> Worker {
     worker_of(awr, name, "2")
 }
 
 /// `awr submit ARGS`: the run id it printed.
-fn submit(awr: &Awr, args: &[&str]) -> String {
+pub(crate) fn submit(awr: &Awr, args: &[&str]) -> String {
     let mut all = vec!["submit"];
     all.extend_from_slice(args);
     let out = awr.run(&all);
@@ -47,12 +80,12 @@ fn submit(awr: &Awr, args: &[&str]) -> String {
 }
 
 /// The run's events, read from its rows.
-fn events(awr: &Awr, run: &str) -> Vec<Value> {
+pub(crate) fn events(awr: &Awr, run: &str) -> Vec<Value> {
     crate::pg::events(awr.postgres_url().expect("a PostgreSQL scratch"), run)
 }
 
 /// The events of `run` of type `kind`.
-fn of_type(events: &[Value], kind: &str) -> Vec<Value> {
+pub(crate) fn of_type(events: &[Value], kind: &str) -> Vec<Value> {
     events
         .iter()
         .filter(|e| e["type"] == kind)
@@ -61,14 +94,14 @@ fn of_type(events: &[Value], kind: &str) -> Vec<Value> {
 }
 
 /// Whether the run's log has ended with `flow:completed`.
-fn completed(awr: &Awr, run: &str) -> bool {
+pub(crate) fn completed(awr: &Awr, run: &str) -> bool {
     events(awr, run)
         .last()
         .is_some_and(|e| e["type"] == "flow:completed")
 }
 
 /// A workflow whose first node waits for the file `go` of the scratch.
-fn gated_flow(awr: &Awr) -> (String, std::path::PathBuf) {
+pub(crate) fn gated_flow(awr: &Awr) -> (String, std::path::PathBuf) {
     let gate = awr.dir.path().join("go");
     let flow = awr.write(
         "gated.yaml",
@@ -82,7 +115,7 @@ fn gated_flow(awr: &Awr) -> (String, std::path::PathBuf) {
 
 /// Every event of the run was written under an epoch no older than the
 /// one before it: nothing was written by a writer that had lost the run.
-fn epochs_never_go_back(awr: &Awr, run: &str) {
+pub(crate) fn epochs_never_go_back(awr: &Awr, run: &str) {
     let url = awr.postgres_url().expect("a PostgreSQL scratch");
     let stale = crate::pg::strings(
         url,
@@ -260,7 +293,7 @@ fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
 }
 
 /// Sends SIGTERM to `child`, as a service manager stopping it would.
-fn terminate(child: &Child) {
+pub(crate) fn terminate(child: &Child) {
     signal(child, rustix::process::Signal::TERM);
 }
 
@@ -351,11 +384,13 @@ fn a_stopped_worker_loses_its_run_and_writes_nothing_when_it_wakes() {
     let spawn = |name: &str| {
         let mut args = vec!["worker", "--name", name, "--poll", "50ms"];
         args.extend_from_slice(&lease);
-        awr.command(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn awr worker")
+        Worker::from(
+            awr.command(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn awr worker"),
+        )
     };
     let mut zombie = spawn("zombie");
     wait_for(30, "the zombie to start the node", || {

@@ -44,14 +44,15 @@ use adapters_agents::gemini::Gemini;
 use adapters_agents::mock::TurnReplay;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
-use application::ports::{Clock, IdGen, RunQueue, RunStore, StoreError, Tool};
+use application::ports::{Clock, ControlChannel, IdGen, RunQueue, RunStore, StoreError, Tool};
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::{
-    FileRunStore, PgOpenError, PgRunStore, PgStoreConfig, SqliteOpenError, SqliteRunStore,
+    FileRunStore, PgControlOn, PgOpenError, PgRunStore, PgStoreConfig, SqliteOpenError,
+    SqliteRunStore,
 };
 use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
@@ -267,9 +268,14 @@ pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
 }
 
 /// Where runs take commands from other processes: a socket per run under
-/// `control/` of the storage's files directory.
-pub fn control(storage: &Storage) -> Arc<UnixControl> {
-    Arc::new(UnixControl::new(storage.files().join("control")))
+/// `control/` of the storage's files directory; on PostgreSQL, the
+/// database, so a writer on any machine takes them.
+pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
+    match storage {
+        // A writer may be on any machine: commands go through the database.
+        Storage::Postgres(url) => Arc::new(PgControlOn::new(url.clone())),
+        _ => Arc::new(UnixControl::new(storage.files().join("control"))),
+    }
 }
 
 /// What runs keep beside the store (transcripts and the blobs they name,

@@ -310,6 +310,12 @@ pub enum EventKind {
         /// its attempts); a call redone after a crash keeps its number.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         instance_call: Option<u32>,
+        /// Why this invocation starts afresh rather than continuing its
+        /// node run's session: a takeover on a machine that does not have
+        /// the session (a CLI agent keeps it on the disk of the machine
+        /// that ran it). The new attempt starts from what is on record.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        restart: Option<String>,
     },
     /// The provider named the session of the invocation in progress
     /// (`agentSessions[nodeId]`, design §4.3): recorded the moment it is known.
@@ -327,7 +333,15 @@ pub enum EventKind {
     /// kernel gives it (`startTime`, clock ticks since boot), so that a
     /// later process can tell a leftover group from a reused pid and kill it.
     #[serde(rename = "process:started", rename_all = "camelCase")]
-    ProcessStarted { pid: u32, start_time: u64 },
+    ProcessStarted {
+        pid: u32,
+        start_time: u64,
+        /// The machine it runs on (its host name): only a writer on that
+        /// machine may kill the group, or continue a CLI agent's session,
+        /// which is on that machine's disk.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
+    },
     /// A streamed chunk of thinking.
     #[serde(rename = "agent:thinking:delta", rename_all = "camelCase")]
     AgentThinkingDelta {

@@ -588,6 +588,7 @@ mod tests {
                     call_index: Some(0),
                     instance: Some("0".into()),
                     instance_call: Some(0),
+                    restart: None,
                 },
             ),
             (Some("a"), EventKind::NodeCompleted { output: "x".into() }),

@@ -109,6 +109,16 @@ impl Processes for OsProcesses {
     fn kill_run(&self, run_id: domain::RunId) -> usize {
         kill_run(&run_id.to_string())
     }
+
+    fn host(&self) -> Option<String> {
+        static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| {
+            let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+            let name = name.trim();
+            (!name.is_empty()).then(|| name.to_owned())
+        })
+        .clone()
+    }
 }
 
 /// A running process group, killed (SIGKILL to every member) when dropped or

@@ -18,4 +18,12 @@ pub trait Processes: Send + Sync + 'static {
     /// die between starting a process and recording it). How many were
     /// found.
     fn kill_run(&self, run_id: RunId) -> usize;
+
+    /// This machine's name, recorded with each process group started
+    /// (`process:started`'s `host`): only a writer on the same machine
+    /// kills a group, or continues a CLI agent's session, on record.
+    /// `None` when it cannot be told, which matches any machine.
+    fn host(&self) -> Option<String> {
+        None
+    }
 }

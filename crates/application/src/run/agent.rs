@@ -178,6 +178,7 @@ async fn invoke(
         call_index: turn.call_index,
         instance: None,
         instance_call: None,
+        restart: turn.restart.clone(),
     };
     let ack = task.record(start).await.ok_or_else(run_over)?;
     let request = AgentRequest {
@@ -264,9 +265,11 @@ async fn invoke(
                     extra: take(&mut extra),
                 }
             }
-            AgentMessage::Process { pid, start_time } => {
-                EventKind::ProcessStarted { pid, start_time }
-            }
+            AgentMessage::Process { pid, start_time } => EventKind::ProcessStarted {
+                pid,
+                start_time,
+                host: task.ports.processes.as_ref().and_then(|p| p.host()),
+            },
             AgentMessage::ThinkingDelta {
                 content,
                 token_count,

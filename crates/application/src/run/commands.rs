@@ -97,6 +97,7 @@ mod tests {
             calls: 0,
             in_turn,
             processes: Vec::new(),
+            host: None,
             child: None,
             forked: false,
         };

@@ -218,6 +218,9 @@ pub(crate) struct Continuation {
     /// `session` is a forked run's parent's: the invocation goes on in a
     /// copy of it (`AgentRequest::fork_session`), never in it.
     pub fork: bool,
+    /// Why the invocation starts afresh rather than in its node run's
+    /// session (`agent:start`'s `restart`).
+    pub restart: Option<String>,
 }
 
 /// The most of a failed command's standard error quoted in `node:failed`.

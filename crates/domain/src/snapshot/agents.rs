@@ -25,12 +25,19 @@ impl RunSnapshot {
             EventKind::AgentSession { session_id, .. } => {
                 self.agent_session(event, session_id);
             }
-            EventKind::ProcessStarted { pid, start_time } => {
+            EventKind::ProcessStarted {
+                pid,
+                start_time,
+                host,
+            } => {
                 if let Some(run) = self.node_run_mut(event) {
                     run.processes.push(ProcessRef {
                         pid: *pid,
                         start_time: *start_time,
                     });
+                    if host.is_some() {
+                        run.host.clone_from(host);
+                    }
                 }
             }
             EventKind::AgentError { .. } => {

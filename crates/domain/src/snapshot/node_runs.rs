@@ -32,6 +32,7 @@ impl RunSnapshot {
                 call_index: None,
                 in_turn: false,
                 processes: Vec::new(),
+                host: None,
                 child: None,
                 forked: false,
                 ..run.clone()
@@ -78,6 +79,7 @@ impl RunSnapshot {
                     calls: 0,
                     in_turn: false,
                     processes: Vec::new(),
+                    host: None,
                     child: None,
                     forked: false,
                 },

@@ -73,6 +73,10 @@ pub struct NodeRunState {
     /// what a resume kills if the process that ran them died.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessRef>,
+    /// The machine its current attempt's processes ran on
+    /// (`process:started`'s `host`): where a CLI agent's session is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// The child run its current attempt started (`subflow:started`): what
     /// a resume continues, rather than starting another.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -140,6 +140,16 @@ impl Provider {
         )
     }
 
+    /// Whether the provider keeps an agent's session on the disk of the
+    /// machine that ran it (the CLIs): a writer on another machine cannot
+    /// continue it, and starts a new attempt instead.
+    pub fn keeps_session_on_disk(self) -> bool {
+        matches!(
+            self,
+            Provider::ClaudeCode | Provider::Codex | Provider::Gemini | Provider::Copilot
+        )
+    }
+
     /// Whether a node run copied into a fork (`flow:forked`) can go on in
     /// a copy of its session, leaving the parent's as it was: Claude Code
     /// forks it (`--resume ID --fork-session`); an HTTP agent's

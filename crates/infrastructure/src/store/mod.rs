@@ -22,7 +22,9 @@ use tokio::sync::Notify;
 
 pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
-pub use postgres::{PG_SCHEMA_VERSION, PgDatabase, PgOpenError, PgRunStore, PgStoreConfig};
+pub use postgres::{
+    PG_SCHEMA_VERSION, PgControl, PgControlOn, PgDatabase, PgOpenError, PgRunStore, PgStoreConfig,
+};
 pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreConfig};
 
 /// Events a follower reads per batch: large enough that catching up on a

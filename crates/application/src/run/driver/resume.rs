@@ -240,25 +240,29 @@ impl Driver {
             return Ok(None);
         };
         let (node, input) = (current.node_id.clone(), Arc::clone(&current.input));
-        let afresh = match resume::go_on(self.state(), &self.workflow, run, message) {
-            GoOn::Items => return Ok(None),
-            GoOn::Ends(end) => return self.node_ended(run, &node, end).await,
-            GoOn::Converse { redo_call, afresh } => match self.deliver(run, Some(message)).await? {
-                Some(mut next) => {
-                    if redo_call.is_some() {
-                        next.call_index = redo_call;
+        let here = self.ports.processes.as_ref().and_then(|p| p.host());
+        let afresh =
+            match resume::go_on(self.state(), &self.workflow, run, message, here.as_deref()) {
+                GoOn::Items => return Ok(None),
+                GoOn::Ends(end) => return self.node_ended(run, &node, end).await,
+                GoOn::Converse { redo_call, afresh } => {
+                    match self.deliver(run, Some(message)).await? {
+                        Some(mut next) => {
+                            if redo_call.is_some() {
+                                next.call_index = redo_call;
+                            }
+                            self.spawn_for(run, &node, input, Some(next)).await?;
+                            return Ok(None);
+                        }
+                        None => afresh,
                     }
+                }
+                GoOn::Child(next) => {
                     self.spawn_for(run, &node, input, Some(next)).await?;
                     return Ok(None);
                 }
-                None => afresh,
-            },
-            GoOn::Child(next) => {
-                self.spawn_for(run, &node, input, Some(next)).await?;
-                return Ok(None);
-            }
-            GoOn::Afresh(afresh) => afresh,
-        };
+                GoOn::Afresh(afresh) => afresh,
+            };
         if let Some(started) = afresh.started {
             self.rec
                 .emit((Some(node.clone()), Some(run)), started)
@@ -310,6 +314,12 @@ impl Driver {
         else {
             return;
         };
+        if let (Some(there), Some(here)) = (&state.host, processes.host())
+            && *there != here
+        {
+            tracing::info!(node_run = %run, host = %there, "the run's previous writer's processes are on another machine; left alone");
+            return;
+        }
         for p in &state.processes {
             if processes.kill_group(p.pid, p.start_time) {
                 tracing::info!(pid = p.pid, node_run = %run, "killed a process group the run's previous writer left");

@@ -124,13 +124,15 @@ pub(crate) struct Afresh {
 /// How node run `run`, found in flight, goes on, read off the state, so it
 /// is the same whichever process wrote the run before: an agent whose last
 /// invocation finished (and that no message waits for) ends with its result;
-/// an agent continues its conversation where it can; a `call_workflow` node
-/// run continues its child run; anything else starts a new attempt.
+/// an agent continues its conversation where it can (a CLI agent's session
+/// only on the machine `here` that has it); a `call_workflow` node run
+/// continues its child run; anything else starts a new attempt.
 pub(crate) fn go_on(
     state: &RunSnapshot,
     workflow: &WorkflowDef,
     run: NodeRunId,
     message: &str,
+    here: Option<&str>,
 ) -> GoOn {
     let Some(current) = state.node_runs.get(&run) else {
         return GoOn::Items;
@@ -170,6 +172,24 @@ pub(crate) fn go_on(
                 call_index: current.call_index,
                 ..Continuation::default()
             });
+            // A CLI agent's session is on the disk of the machine that ran
+            // it: elsewhere, a new attempt redoes its call from the record.
+            if let (Some((_, agent)), Some(there), Some(here)) = (agent, &current.host, here)
+                && agent.provider.keeps_session_on_disk()
+                && there != here
+            {
+                let restart = format!(
+                    "the session of node run {run} is on machine `{there}`, not on `{here}`: \
+                     a new attempt starts from what is on record"
+                );
+                let resume = Continuation {
+                    message: render_prompt(current.input.get("data").unwrap_or(&Value::Null)),
+                    call_index: current.call_index.filter(|_| current.in_turn),
+                    restart: Some(restart),
+                    ..Continuation::default()
+                };
+                return GoOn::Afresh(afresh(Some(resume)));
+            }
             // Copied into a fork in flight: it goes on in a copy of its
             // session where its provider makes one, else it restarts.
             let converses =
@@ -241,6 +261,7 @@ pub(crate) fn converse(
         call_index: None,
         child: None,
         fork: current.forked,
+        restart: None,
     };
     Some(Converse { next, http })
 }
@@ -545,7 +566,7 @@ mod tests {
                 false,
                 GoOn::Afresh(Afresh {
                     started: again(),
-                    resume: Some(redo),
+                    resume: Some(redo.clone()),
                 }),
             ),
             (
@@ -568,6 +589,48 @@ mod tests {
                     started: again(),
                     resume: None,
                 }),
+            ),
+            // A CLI agent whose session is on another machine starts again
+            // here, saying why; on this machine it converses.
+            (
+                "k",
+                json!({"inTurn": true, "callIndex": 4, "host": "there"}),
+                false,
+                GoOn::Afresh(Afresh {
+                    started: again(),
+                    resume: Some(Continuation {
+                        restart: Some(format!(
+                            "the session of node run {run} is on machine `there`, not on `here`: \
+                             a new attempt starts from what is on record"
+                        )),
+                        ..redo.clone()
+                    }),
+                }),
+            ),
+            (
+                "k",
+                json!({"inTurn": true, "callIndex": 4, "host": "here"}),
+                false,
+                GoOn::Converse {
+                    redo_call: Some(4),
+                    afresh: Afresh {
+                        started: again(),
+                        resume: Some(redo.clone()),
+                    },
+                },
+            ),
+            // A mock agent keeps no session on a disk.
+            (
+                "a",
+                json!({"inTurn": true, "callIndex": 4, "host": "there"}),
+                false,
+                GoOn::Converse {
+                    redo_call: Some(4),
+                    afresh: Afresh {
+                        started: again(),
+                        resume: Some(redo.clone()),
+                    },
+                },
             ),
             (
                 "sub",
@@ -608,11 +671,18 @@ mod tests {
                 });
             }
             let case = format!("{node} {said} waiting: {waiting}");
-            assert_eq!(go_on(&state, &workflow, run, "go on"), expected, "{case}");
+            assert_eq!(
+                go_on(&state, &workflow, run, "go on", Some("here")),
+                expected,
+                "{case}"
+            );
         }
         let nowhere = NodeRunId::new(uuid::Uuid::from_u128(1));
         let empty = RunSnapshot::new(RUN.parse().unwrap());
-        assert_eq!(go_on(&empty, &workflow, nowhere, "go on"), GoOn::Items);
+        assert_eq!(
+            go_on(&empty, &workflow, nowhere, "go on", Some("here")),
+            GoOn::Items
+        );
     }
 
     /// The table: the agent (`m`: mock, a CLI agent; `h`: HTTP), its session

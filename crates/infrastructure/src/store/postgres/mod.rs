@@ -2,6 +2,7 @@
 //! ([`PgDatabase`]), and the [`PgRunStore`] on it, whose leases the queue
 //! and the workers build on (`migrations/`).
 
+mod control;
 mod lease;
 mod log;
 mod presence;
@@ -23,6 +24,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
+pub use control::{PgControl, PgControlOn};
 pub use schema::PG_SCHEMA_VERSION;
 pub use shared::PgStoreConfig;
 pub use store::PgRunStore;

@@ -181,3 +181,95 @@ async fn a_worker_never_claims_back_a_lease_of_its_own_that_expired() {
         Some(run)
     );
 }
+
+mod commands {
+    use application::ports::{CommandReply, ControlChannel, ControlError};
+    use application::testing::store_conformance::run_with;
+    use domain::Caller;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::store::postgres::{PgControl, PgRunStore};
+
+    async fn commands_left(store: &PgRunStore) -> i64 {
+        let client = store.database().client().await.unwrap();
+        client
+            .query_one("SELECT count(*) FROM awr_commands", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_reaches_the_writer_through_the_database_and_its_answer_comes_back() {
+        let Some(url) = fresh_database().await else {
+            return;
+        };
+        let writer = store_with(&url, Duration::from_secs(60)).await;
+        let sender = store_with(&url, Duration::from_secs(60)).await;
+        let (run, _lock) = run_with(&writer, 1).await;
+        let mut listener = PgControl::new(&writer).listen(run).await.unwrap();
+        let answering = tokio::spawn(async move {
+            let delivery = listener.commands.recv().await.expect("a command");
+            let said = (delivery.raw.clone(), delivery.by.clone());
+            let reply = CommandReply {
+                accepted: true,
+                offset: 7,
+                error: None,
+            };
+            delivery.reply.send(reply, &SystemClock).await;
+            said
+        });
+        let pause = json!({"type": "pause"});
+        let ops = Caller::new("ops").unwrap();
+        let reply = PgControl::new(&sender)
+            .deliver(run, &pause, Some(ops.clone()))
+            .await
+            .unwrap();
+        assert_eq!((reply.accepted, reply.offset), (true, 7));
+        assert_eq!(answering.await.unwrap(), (pause, Some(ops)));
+        assert_eq!(
+            commands_left(&sender).await,
+            0,
+            "the answered command is gone"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_no_writer_took_is_withdrawn_when_the_writer_goes() {
+        let Some(url) = fresh_database().await else {
+            return;
+        };
+        let writer = store_with(&url, Duration::from_secs(60)).await;
+        let sender = store_with(&url, Duration::from_secs(60)).await;
+        let (run, lock) = run_with(&writer, 1).await;
+        let control = PgControl::new(&sender);
+        let cancel = json!({"type": "cancel"});
+        // A writer that takes no command, then ends.
+        let delivering = tokio::spawn({
+            let control = control.clone();
+            let cancel = cancel.clone();
+            async move { control.deliver(run, &cancel, None).await }
+        });
+        // Sent, and waiting for its answer.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while commands_left(&sender).await == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never sent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        lock.release().await;
+        let refused = delivering.await.unwrap();
+        assert!(
+            matches!(refused, Err(ControlError::NoWriter(r)) if r == run),
+            "{refused:?}"
+        );
+        assert_eq!(commands_left(&sender).await, 0, "the command was withdrawn");
+        // And with no writer at all, nothing is sent.
+        let nobody = control.deliver(run, &cancel, None).await;
+        assert!(
+            matches!(nobody, Err(ControlError::NoWriter(_))),
+            "{nobody:?}"
+        );
+        assert_eq!(commands_left(&sender).await, 0);
+    }
+}

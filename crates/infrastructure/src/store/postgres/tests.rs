@@ -139,6 +139,7 @@ async fn a_new_database_is_migrated_and_opening_it_again_changes_nothing() {
     assert_eq!(
         tables(&first).await,
         [
+            "awr_commands",
             "awr_definitions",
             "awr_events",
             "awr_runs",

@@ -1,0 +1,325 @@
+//! [`PgControl`]: commands to a run whose writer is another process, on
+//! this machine or another, through the database.
+//!
+//! The sender inserts the command (`awr_commands`) and waits for its reply;
+//! the writer's listener takes it, hands it to the run, and writes the
+//! answer the run gives once the command is recorded. A notification on
+//! `awr_log` wakes either side (a hint: each re-reads its rows), and a slow
+//! poll is the safety net. Exactly once: a command is taken by one writer
+//! (`FOR UPDATE SKIP LOCKED`); one that no writer took is withdrawn by its
+//! sender, who then records it itself under the run's lock, as with no
+//! writer at all; one a writer took and could not hand on is given back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use application::ports::{CommandReply, ControlChannel, ControlError, Delivery, Listener};
+use async_trait::async_trait;
+use domain::{Caller, RunId};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::PgRunStore;
+use super::shared::{CHANNEL, Inner};
+
+/// How long a sender waits for a live writer's answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+/// Commands over the PostgreSQL store's database.
+#[derive(Debug, Clone)]
+pub struct PgControl {
+    inner: Arc<Inner>,
+}
+
+impl PgControl {
+    /// Commands through `store`'s database, its session waking both sides.
+    pub fn new(store: &PgRunStore) -> Self {
+        Self {
+            inner: Arc::clone(&store.inner),
+        }
+    }
+}
+
+/// A failed statement, as the channel reports it.
+fn io(what: &str, e: impl std::fmt::Display) -> ControlError {
+    ControlError::Io(format!("PostgreSQL: cannot {what}: {e}"))
+}
+
+impl Inner {
+    /// Waits until the run is notified of, or `poll` passed.
+    async fn wait_on(&self, run_id: RunId, poll: Duration, check: impl AsyncFnOnce()) {
+        let notify = self.notifies.of(run_id);
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        check().await;
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+
+    /// Takes the oldest command of `run_id` no writer took yet.
+    async fn take_command(
+        &self,
+        run_id: RunId,
+    ) -> Result<Option<(i64, String, Option<String>)>, ControlError> {
+        let client = self.client().await.map_err(|e| io("connect", e))?;
+        let row = client
+            .query_opt(
+                "UPDATE awr_commands SET taken_at = now() WHERE id = ( \
+                   SELECT id FROM awr_commands WHERE run_id = $1 AND taken_at IS NULL \
+                   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING id, raw, sent_by",
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| io("take a command", e))?;
+        Ok(row.map(|row| (row.get(0), row.get(1), row.get(2))))
+    }
+
+    /// Writes the answer to command `id`, or gives it back (`None`: the
+    /// run took it from nobody, its writer ending).
+    async fn settle_command(
+        &self,
+        run_id: RunId,
+        id: i64,
+        reply: Option<&CommandReply>,
+    ) -> Result<(), ControlError> {
+        let client = self.client().await.map_err(|e| io("connect", e))?;
+        let (sql, text) = match reply {
+            Some(reply) => (
+                "WITH c AS (UPDATE awr_commands SET reply = $2 WHERE id = $1 RETURNING run_id) \
+                 SELECT pg_notify($3, c.run_id::text || ':r') FROM c",
+                serde_json::to_string(reply).map_err(|e| io("write a reply", e))?,
+            ),
+            None => (
+                "WITH c AS (UPDATE awr_commands SET taken_at = NULL WHERE id = $1 AND $2 = '' \
+                   RETURNING run_id) \
+                 SELECT pg_notify($3, c.run_id::text || ':r') FROM c",
+                String::new(),
+            ),
+        };
+        client
+            .query(sql, &[&id, &text, &CHANNEL])
+            .await
+            .map_err(|e| io(&format!("answer a command to run {run_id}"), e))?;
+        Ok(())
+    }
+}
+
+/// The writer's side: takes the run's commands one at a time and hands
+/// each to the run, until the run drops its listener.
+async fn serve(inner: Arc<Inner>, run_id: RunId, tx: mpsc::Sender<Delivery>) {
+    let poll = inner.config.follow_poll;
+    loop {
+        let mut taken = None;
+        inner
+            .wait_on(run_id, poll, async || {
+                taken = match inner.take_command(run_id).await {
+                    Ok(taken) => taken,
+                    Err(e) => {
+                        tracing::warn!(run = %run_id, error = %e, "cannot look for the run's commands");
+                        None
+                    }
+                };
+            })
+            .await;
+        let Some((id, raw, by)) = taken else {
+            if tx.is_closed() {
+                return;
+            }
+            continue;
+        };
+        let raw: Value = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
+        let by = by.and_then(|by| Caller::new(by).ok());
+        let (delivery, answer) = Delivery::new(raw, by);
+        let answered = match tx.send(delivery).await {
+            Ok(()) => answer.recv().await,
+            Err(_) => None,
+        };
+        let settled = match &answered {
+            Some((reply, _)) => inner.settle_command(run_id, id, Some(reply)).await,
+            None => inner.settle_command(run_id, id, None).await,
+        };
+        if let Err(e) = settled {
+            tracing::warn!(run = %run_id, command = id, error = %e, "cannot answer a command");
+        }
+        // The run goes on once its answer is passed on.
+        drop(answered);
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+/// Aborts the writer's listening task with its listener.
+struct Listening(tokio::task::AbortHandle);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[async_trait]
+impl ControlChannel for PgControl {
+    async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError> {
+        let (tx, rx) = mpsc::channel(16);
+        let task = tokio::spawn(serve(Arc::clone(&self.inner), run_id, tx));
+        Ok(Listener::new(rx, Listening(task.abort_handle())))
+    }
+
+    async fn deliver(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        by: Option<Caller>,
+    ) -> Result<CommandReply, ControlError> {
+        let inner = &self.inner;
+        let writer = |e| io(&format!("look up the writer of run {run_id}"), e);
+        if !inner.has_writer(run_id).await.map_err(writer)? {
+            return Err(ControlError::NoWriter(run_id));
+        }
+        let client = inner.client().await.map_err(|e| io("connect", e))?;
+        let text = serde_json::to_string(raw).map_err(|e| io("send a command", e))?;
+        let by = by.map(|by| by.as_str().to_owned());
+        let row = client
+            .query_one(
+                "WITH c AS (INSERT INTO awr_commands (run_id, raw, sent_by) VALUES ($1, $2, $3) \
+                   RETURNING id) \
+                 SELECT c.id, pg_notify($4, $1::text || ':c')::text FROM c",
+                &[&run_id.as_uuid(), &text, &by, &CHANNEL],
+            )
+            .await
+            .map_err(|e| io(&format!("send a command to run {run_id}"), e))?;
+        let id: i64 = row.get(0);
+        drop(client);
+        let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+        loop {
+            let mut state = Ok(None);
+            inner
+                .wait_on(run_id, Duration::from_millis(200), async || {
+                    state = self.state_of(id).await;
+                })
+                .await;
+            if let Some((reply, taken)) = state? {
+                if let Some(reply) = reply {
+                    self.forget(id).await;
+                    return serde_json::from_str(&reply).map_err(|e| {
+                        ControlError::Protocol(format!("a reply to run {run_id}: {e}"))
+                    });
+                }
+                let gone = !inner.has_writer(run_id).await.map_err(writer)?;
+                let late = tokio::time::Instant::now() >= deadline;
+                if (gone || late) && !taken && self.withdraw(id).await? {
+                    return match gone {
+                        true => Err(ControlError::NoWriter(run_id)),
+                        false => Err(ControlError::Io(format!(
+                            "run {run_id}: its writer took no command for {} s",
+                            ANSWER_WITHIN.as_secs()
+                        ))),
+                    };
+                }
+                if gone && taken {
+                    return Err(ControlError::Io(format!(
+                        "run {run_id}: its writer took the command and ended without answering; \
+                         whether it was recorded, the run's log says (awr events {run_id} --type command:received)"
+                    )));
+                }
+            } else {
+                return Err(ControlError::Protocol(format!(
+                    "run {run_id}: the command was removed before it was answered"
+                )));
+            }
+        }
+    }
+}
+
+impl PgControl {
+    /// The reply to command `id` and whether a writer took it; `None` when
+    /// the row is gone.
+    async fn state_of(&self, id: i64) -> Result<Option<(Option<String>, bool)>, ControlError> {
+        let client = self.inner.client().await.map_err(|e| io("connect", e))?;
+        let row = client
+            .query_opt(
+                "SELECT reply, taken_at IS NOT NULL FROM awr_commands WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|e| io("read a command's reply", e))?;
+        Ok(row.map(|row| (row.get(0), row.get(1))))
+    }
+
+    /// Takes back command `id` if no writer took it; says whether it did.
+    async fn withdraw(&self, id: i64) -> Result<bool, ControlError> {
+        let client = self.inner.client().await.map_err(|e| io("connect", e))?;
+        let n = client
+            .execute(
+                "DELETE FROM awr_commands WHERE id = $1 AND taken_at IS NULL",
+                &[&id],
+            )
+            .await
+            .map_err(|e| io("withdraw a command", e))?;
+        Ok(n == 1)
+    }
+
+    /// Removes command `id`, answered and read.
+    async fn forget(&self, id: i64) {
+        let removed = async {
+            let client = self.inner.client().await.map_err(|e| io("connect", e))?;
+            client
+                .execute("DELETE FROM awr_commands WHERE id = $1", &[&id])
+                .await
+                .map_err(|e| io("remove an answered command", e))
+        };
+        if let Err(e) = removed.await {
+            tracing::debug!(command = id, error = %e, "an answered command is left");
+        }
+    }
+}
+
+/// A [`PgControl`] over a store of its own, opened on first use: what a
+/// program wires before it knows whether it will send or take a command.
+#[derive(Debug)]
+pub struct PgControlOn {
+    url: String,
+    control: tokio::sync::OnceCell<PgControl>,
+}
+
+impl PgControlOn {
+    /// Commands through the database at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            control: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn get(&self) -> Result<&PgControl, ControlError> {
+        self.control
+            .get_or_try_init(async || {
+                let store = PgRunStore::open(&self.url)
+                    .await
+                    .map_err(|e| ControlError::Io(e.to_string()))?;
+                Ok(PgControl::new(&store))
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl ControlChannel for PgControlOn {
+    async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError> {
+        self.get().await?.listen(run_id).await
+    }
+
+    async fn deliver(
+        &self,
+        run_id: RunId,
+        raw: &Value,
+        by: Option<Caller>,
+    ) -> Result<CommandReply, ControlError> {
+        self.get().await?.deliver(run_id, raw, by).await
+    }
+}
