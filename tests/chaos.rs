@@ -315,6 +315,13 @@ fn eight_workers_run_a_thousand_runs_through_kills_a_restart_and_a_zombie() {
     }
     let took = started.elapsed();
     for worker in &workers {
+        // A process signalled before it listens for signals dies of it:
+        // each is told once it has said it works.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !worker.said().contains("claiming runs") {
+            assert!(Instant::now() < deadline, "{} never started", worker.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
         worker.signal(rustix::process::Signal::TERM);
     }
     for worker in &mut workers {

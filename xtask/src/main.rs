@@ -213,7 +213,31 @@ fn report() -> anyhow::Result<()> {
     report_resume()?;
     report_serve_followers()?;
     report_group_commit()?;
-    report_postgres()
+    report_postgres()?;
+    report_workers()
+}
+
+/// Prints the runs/s of 1, 2, 4 and 8 workers, the events per write
+/// transaction, and what a follower costs a run (see
+/// `tests/benches/workers.rs`); skipped when that bench has not run.
+fn report_workers() -> anyhow::Result<()> {
+    let Some((_, json)) = figures("workers")? else {
+        return Ok(());
+    };
+    for k in [1, 2, 4, 8] {
+        let figure = &json[format!("workers_{k}")];
+        let runs = figure["runs_per_s"].as_f64().unwrap_or(f64::NAN);
+        let per = figure["events_per_transaction"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        println!(
+            "workers: {k} worker(s): {runs:>7.1} runs/s, {per:.2} events per write transaction"
+        );
+    }
+    let follower = &json["follower"];
+    let ratio = follower["ratio"].as_f64().unwrap_or(f64::NAN);
+    println!("workers: a run followed by `awr events --follow`: {ratio:.2} x its time alone");
+    Ok(())
 }
 
 /// Prints a durable step on the PostgreSQL store as a ratio to one raw

@@ -273,9 +273,30 @@ pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
 pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
     match storage {
         // A writer may be on any machine: commands go through the database.
-        Storage::Postgres(url) => Arc::new(PgControlOn::new(url.clone())),
+        Storage::Postgres(url) => pg_control(url),
         _ => Arc::new(UnixControl::new(storage.files().join("control"))),
     }
+}
+
+/// The command channel through the database at `url` that the process's
+/// runs share while any of them holds it (a worker's, a server's runs),
+/// rather than each open connections and a session of its own. Held
+/// weakly: once nobody holds it, the next asks for a new one, so a channel
+/// never outlives the async runtime it was opened on.
+fn pg_control(url: &str) -> Arc<dyn ControlChannel> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError, Weak};
+    static CHANNELS: OnceLock<Mutex<HashMap<String, Weak<PgControlOn>>>> = OnceLock::new();
+    let mut channels = CHANNELS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(channel) = channels.get(url).and_then(Weak::upgrade) {
+        return channel;
+    }
+    let channel = Arc::new(PgControlOn::new(url));
+    channels.insert(url.to_owned(), Arc::downgrade(&channel));
+    channel
 }
 
 /// What runs keep beside the store (transcripts and the blobs they name,

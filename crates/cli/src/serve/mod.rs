@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use application::ports::{Clock, RunQueue, RunStore};
+use application::ports::{Clock, ControlChannel, RunQueue, RunStore};
 use domain::RunId;
 use tokio::sync::watch;
 
@@ -155,6 +155,8 @@ struct Inner {
     store: Arc<dyn RunStore>,
     /// The queue `POST /workflows` submits to (`--queue`), on that store.
     queue: Option<Arc<dyn RunQueue>>,
+    /// Held for the server's life: its runs share one command channel.
+    _commands: Arc<dyn ControlChannel>,
     /// The time of the store's runs, and what replays wait on.
     clock: Arc<dyn Clock>,
     /// One follower of each run with clients, fanned out to them.
@@ -194,6 +196,7 @@ impl App {
         let streams = Streams::new(config.limits);
         let (stopping, _) = watch::channel(false);
         Ok(Self(Arc::new(Inner {
+            _commands: crate::wiring::control(&config.storage),
             config,
             store,
             queue,

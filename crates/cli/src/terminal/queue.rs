@@ -64,6 +64,13 @@ pub async fn worker(storage: &Storage, args: WorkerArgs) -> Result<(), Failure> 
         None => default_name(),
     };
     let caller = Caller::new(name.clone()).map_err(|e| Failure::Input(anyhow!("--name: {e}")))?;
+    // Listening before anything else: a SIGTERM while it connects drains
+    // a worker that has claimed nothing yet, which then exits 0.
+    let drain = Cancel::new();
+    let _signals = crate::signals::notify_on_signal(
+        drain.clone(),
+        "draining: no new claims, every run handed over at its next safe point",
+    );
     let holder = awr_cli::embed::Holder {
         name: Some(name.clone()),
         lease: Some(args.lease),
@@ -77,11 +84,8 @@ pub async fn worker(storage: &Storage, args: WorkerArgs) -> Result<(), Failure> 
         idle_poll: args.poll.max(Duration::from_millis(10)),
     };
     let worker = Worker::new(queue, runtimes, config, Arc::new(Shown));
-    let drain = Cancel::new();
-    let _signals = crate::signals::notify_on_signal(
-        drain.clone(),
-        "draining: no new claims, every run handed over at its next safe point",
-    );
+    // Held for the worker's life: its runs share one command channel.
+    let _commands = wiring::control(storage);
     crate::note(&format!(
         "awr worker {name}: claiming runs from {storage} ({} at once)",
         args.concurrency.max(1)

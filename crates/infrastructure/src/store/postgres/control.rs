@@ -48,7 +48,7 @@ fn io(what: &str, e: impl std::fmt::Display) -> ControlError {
 impl Inner {
     /// Waits until the run is notified of, or `poll` passed.
     async fn wait_on(&self, run_id: RunId, poll: Duration, check: impl AsyncFnOnce()) {
-        let notify = self.notifies.of(run_id);
+        let notify = self.notifies.of_commands(run_id);
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();

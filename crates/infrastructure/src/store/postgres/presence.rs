@@ -96,13 +96,16 @@ async fn drive(
     while let Some(message) = messages.next().await {
         match message {
             Ok(AsyncMessage::Notification(note)) => {
-                let run = note
+                // `RUN:NEXT_OFFSET` for an append, `RUN:c` for a command
+                // sent, `RUN:r` for one answered or given back.
+                let (run, what) = note
                     .payload()
-                    .split(':')
-                    .next()
-                    .and_then(|r| r.parse().ok());
-                if let Some(run) = run {
-                    notifies.wake(run);
+                    .split_once(':')
+                    .unwrap_or((note.payload(), ""));
+                match (run.parse(), what) {
+                    (Ok(run), "c" | "r") => notifies.wake_commands(run),
+                    (Ok(run), _) => notifies.wake(run),
+                    (Err(_), _) => {}
                 }
             }
             Ok(_) => {}

@@ -91,30 +91,58 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The followers' wake-ups, by run: woken by this instance's appends and
-/// by the notifications of everyone's.
+/// The wake-ups of this instance's tasks that wait on a run: its
+/// followers (woken by appends, this instance's and everyone's
+/// notifications) and, apart, its command listeners and senders (woken by
+/// a command sent or answered), so an append never sends those to the
+/// database for nothing.
 #[derive(Debug, Default)]
-pub(super) struct Notifies(Mutex<HashMap<RunId, Arc<Notify>>>);
+pub(super) struct Notifies {
+    log: Mutex<HashMap<RunId, Arc<Notify>>>,
+    commands: Mutex<HashMap<RunId, Arc<Notify>>>,
+}
+
+/// The wake-up of `run_id` in `map`, made on first use; those nobody
+/// waits on any more are dropped once there are many.
+fn notify_of(map: &Mutex<HashMap<RunId, Arc<Notify>>>, run_id: RunId) -> Arc<Notify> {
+    let mut notifies = lock(map);
+    if notifies.len() >= 256 {
+        notifies.retain(|_, n| Arc::strong_count(n) > 1);
+    }
+    Arc::clone(notifies.entry(run_id).or_default())
+}
+
+fn wake_in(map: &Mutex<HashMap<RunId, Arc<Notify>>>, run_id: RunId) {
+    if let Some(n) = lock(map).get(&run_id) {
+        n.notify_waiters();
+    }
+}
 
 impl Notifies {
+    /// What wakes the followers of `run_id`.
     pub(super) fn of(&self, run_id: RunId) -> Arc<Notify> {
-        let mut notifies = lock(&self.0);
-        if notifies.len() >= 256 {
-            notifies.retain(|_, n| Arc::strong_count(n) > 1);
-        }
-        Arc::clone(notifies.entry(run_id).or_default())
+        notify_of(&self.log, run_id)
     }
 
     pub(super) fn wake(&self, run_id: RunId) {
-        if let Some(n) = lock(&self.0).get(&run_id) {
-            n.notify_waiters();
-        }
+        wake_in(&self.log, run_id);
     }
 
-    /// Wakes every follower: notifications may have been lost.
+    /// What wakes the command listener and senders of `run_id`.
+    pub(super) fn of_commands(&self, run_id: RunId) -> Arc<Notify> {
+        notify_of(&self.commands, run_id)
+    }
+
+    pub(super) fn wake_commands(&self, run_id: RunId) {
+        wake_in(&self.commands, run_id);
+    }
+
+    /// Wakes every waiting task: notifications may have been lost.
     pub(super) fn wake_all(&self) {
-        for n in lock(&self.0).values() {
-            n.notify_waiters();
+        for map in [&self.log, &self.commands] {
+            for n in lock(map).values() {
+                n.notify_waiters();
+            }
         }
     }
 }
