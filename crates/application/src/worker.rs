@@ -22,9 +22,13 @@ use domain::definition::Definition;
 use domain::{Caller, RunId, RunStatus, WorkflowDef};
 use tokio::task::JoinSet;
 
-use crate::ports::{Claim, RunQueue, RunStore};
+use crate::ports::{Claim, RunQueue, RunStore, StoreError};
 use crate::run::{Cancel, ExecutorError, RunOutcome, RunRequest};
 use crate::runtime::Runtime;
+
+/// How long a run that could not run where it was claimed waits before
+/// any worker claims it again.
+pub const FAILED_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Builds the runtime that runs one workflow definition: the composition
 /// root's, which knows the providers, tools and where files go.
@@ -116,7 +120,8 @@ impl Worker {
     pub async fn work(&self, drain: Cancel) -> WorkerReport {
         let mut report = WorkerReport::default();
         let mut running: JoinSet<(RunId, Ended)> = JoinSet::new();
-        let mut cancels: HashMap<RunId, Cancel> = HashMap::new();
+        // By task: a run deferred and claimed again has a task of its own.
+        let mut cancels: HashMap<tokio::task::Id, Cancel> = HashMap::new();
         let concurrency = self.config.concurrency.max(1);
         loop {
             if drain.is_cancelled() {
@@ -129,13 +134,16 @@ impl Worker {
                         let run_id = claim.lock.run_id();
                         self.observer.claimed(run_id, claim.started);
                         let cancel = Cancel::new();
-                        cancels.insert(run_id, cancel.clone());
                         let job = Job {
                             store: Arc::clone(&self.queue) as Arc<dyn RunStore>,
                             runtimes: Arc::clone(&self.runtimes),
                             name: self.config.name.clone(),
                         };
-                        running.spawn(async move { (run_id, job.run(claim, cancel).await) });
+                        let task = running.spawn({
+                            let cancel = cancel.clone();
+                            async move { (run_id, job.run(claim, cancel).await) }
+                        });
+                        cancels.insert(task.id(), cancel);
                         continue;
                     }
                     Ok(None) => {}
@@ -144,8 +152,8 @@ impl Worker {
             }
             tokio::select! {
                 () = drain.cancelled() => {}
-                Some(joined) = running.join_next(), if !running.is_empty() => {
-                    self.reap(joined, &mut cancels, &mut report);
+                Some(joined) = running.join_next_with_id(), if !running.is_empty() => {
+                    self.reap(joined, &mut cancels, &mut report).await;
                 }
                 () = tokio::time::sleep(self.config.idle_poll), if running.len() < concurrency => {}
             }
@@ -153,33 +161,47 @@ impl Worker {
         for cancel in cancels.values() {
             cancel.hand_over();
         }
-        while let Some(joined) = running.join_next().await {
-            self.reap(joined, &mut cancels, &mut report);
+        while let Some(joined) = running.join_next_with_id().await {
+            self.reap(joined, &mut cancels, &mut report).await;
         }
         report
     }
 
-    /// Notes how a run's task ended.
-    fn reap(
+    /// Notes how a run's task ended. A run that could not run here waits
+    /// [`FAILED_BACKOFF`] before any worker claims it again, rather than be
+    /// claimed again at once, here or elsewhere, for ever.
+    async fn reap(
         &self,
-        joined: Result<(RunId, Ended), tokio::task::JoinError>,
-        cancels: &mut HashMap<RunId, Cancel>,
+        joined: Result<(tokio::task::Id, (RunId, Ended)), tokio::task::JoinError>,
+        cancels: &mut HashMap<tokio::task::Id, Cancel>,
         report: &mut WorkerReport,
     ) {
         match joined {
-            Ok((run_id, ended)) => {
-                cancels.remove(&run_id);
+            Ok((task, (run_id, ended))) => {
+                cancels.remove(&task);
                 match &ended {
                     Ended::Ran(outcome) if outcome.status == RunStatus::Running => {
                         report.handed_over += 1;
                     }
-                    Ended::Failed(_) => report.failed += 1,
+                    // Another worker has it: nothing to hold back.
+                    Ended::Failed(ExecutorError::Store(StoreError::LeaseLost(_))) => {
+                        report.failed += 1;
+                    }
+                    Ended::Failed(_) => {
+                        report.failed += 1;
+                        if let Err(e) = self.queue.defer(run_id, FAILED_BACKOFF).await {
+                            tracing::warn!(run = %run_id, error = %e, "cannot hold a failing run back");
+                        }
+                    }
                     _ => {}
                 }
                 self.observer.ended(run_id, &ended);
             }
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => tracing::warn!(error = %e, "a run's task was cancelled"),
+            Err(e) => {
+                cancels.remove(&e.id());
+                tracing::warn!(error = %e, "a run's task was cancelled");
+            }
         }
     }
 }

@@ -68,4 +68,9 @@ pub trait RunQueue: RunStore {
 
     /// Claims the next claimable run, if any.
     async fn claim(&self) -> Result<Option<Claim>, StoreError>;
+
+    /// Keeps `run_id` from being claimed for `delay`: a run that could not
+    /// run where it was claimed (its definition does not load there, the
+    /// store failed) waits rather than be claimed again at once.
+    async fn defer(&self, run_id: RunId, delay: std::time::Duration) -> Result<(), StoreError>;
 }

@@ -46,20 +46,24 @@ fn io(what: &str, e: impl std::fmt::Display) -> ControlError {
 }
 
 impl Inner {
-    /// Waits until the run is notified of, or `poll` passed.
-    async fn wait_on(&self, run_id: RunId, poll: Duration, check: impl AsyncFnOnce()) {
+    /// Runs `check` and, unless it found what it looks for, waits until the
+    /// run's commands are notified of, or `poll` passed.
+    async fn wait_on(&self, run_id: RunId, poll: Duration, check: impl AsyncFnOnce() -> bool) {
         let notify = self.notifies.of_commands(run_id);
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        check().await;
+        if check().await {
+            return;
+        }
         tokio::select! {
             () = notified => {}
             () = tokio::time::sleep(poll) => {}
         }
     }
 
-    /// Takes the oldest command of `run_id` no writer took yet.
+    /// Takes the oldest command of `run_id` no writer took yet, noting the
+    /// lease epoch the run is written under now (this writer's).
     async fn take_command(
         &self,
         run_id: RunId,
@@ -67,7 +71,9 @@ impl Inner {
         let client = self.client().await.map_err(|e| io("connect", e))?;
         let row = client
             .query_opt(
-                "UPDATE awr_commands SET taken_at = now() WHERE id = ( \
+                "UPDATE awr_commands SET taken_at = now(), \
+                   taken_epoch = (SELECT lease_epoch FROM awr_runs WHERE run_id = $1) \
+                 WHERE id = ( \
                    SELECT id FROM awr_commands WHERE run_id = $1 AND taken_at IS NULL \
                    ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
                  RETURNING id, raw, sent_by",
@@ -78,8 +84,8 @@ impl Inner {
         Ok(row.map(|row| (row.get(0), row.get(1), row.get(2))))
     }
 
-    /// Writes the answer to command `id`, or gives it back (`None`: the
-    /// run took it from nobody, its writer ending).
+    /// Writes the answer to command `id` (`Some`), or gives it back to be
+    /// taken again (`None`: it never reached the run).
     async fn settle_command(
         &self,
         run_id: RunId,
@@ -94,9 +100,9 @@ impl Inner {
                 serde_json::to_string(reply).map_err(|e| io("write a reply", e))?,
             ),
             None => (
-                "WITH c AS (UPDATE awr_commands SET taken_at = NULL WHERE id = $1 AND $2 = '' \
-                   RETURNING run_id) \
-                 SELECT pg_notify($3, c.run_id::text || ':r') FROM c",
+                "WITH c AS (UPDATE awr_commands SET taken_at = NULL, taken_epoch = NULL \
+                   WHERE id = $1 AND $2 = '' RETURNING run_id) \
+                 SELECT pg_notify($3, c.run_id::text || ':c') FROM c",
                 String::new(),
             ),
         };
@@ -109,22 +115,29 @@ impl Inner {
 }
 
 /// The writer's side: takes the run's commands one at a time and hands
-/// each to the run, until the run drops its listener.
+/// each to the run, until the run drops its listener. It is never aborted
+/// between taking a command and settling it: it ends by itself once the
+/// listener is gone, so a command it took is answered or given back.
 async fn serve(inner: Arc<Inner>, run_id: RunId, tx: mpsc::Sender<Delivery>) {
     let poll = inner.config.follow_poll;
     loop {
         let mut taken = None;
-        inner
-            .wait_on(run_id, poll, async || {
-                taken = match inner.take_command(run_id).await {
-                    Ok(taken) => taken,
-                    Err(e) => {
-                        tracing::warn!(run = %run_id, error = %e, "cannot look for the run's commands");
-                        None
-                    }
-                };
-            })
-            .await;
+        let waited = inner.wait_on(run_id, poll, async || {
+            taken = match inner.take_command(run_id).await {
+                Ok(taken) => taken,
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "cannot look for the run's commands");
+                    None
+                }
+            };
+            taken.is_some()
+        });
+        tokio::select! {
+            () = waited => {}
+            // The run is gone: nothing was taken meanwhile (a take is
+            // settled below before the loop comes back here).
+            () = tx.closed() => {}
+        }
         let Some((id, raw, by)) = taken else {
             if tx.is_closed() {
                 return;
@@ -134,40 +147,49 @@ async fn serve(inner: Arc<Inner>, run_id: RunId, tx: mpsc::Sender<Delivery>) {
         let raw: Value = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
         let by = by.and_then(|by| Caller::new(by).ok());
         let (delivery, answer) = Delivery::new(raw, by);
-        let answered = match tx.send(delivery).await {
-            Ok(()) => answer.recv().await,
-            Err(_) => None,
-        };
-        let settled = match &answered {
-            Some((reply, _)) => inner.settle_command(run_id, id, Some(reply)).await,
-            None => inner.settle_command(run_id, id, None).await,
+        let settled = match tx.send(delivery).await {
+            // The run never had it: another writer may take it.
+            Err(_) => inner.settle_command(run_id, id, None).await,
+            Ok(()) => match answer.recv().await {
+                Some((reply, handover)) => {
+                    let settled = inner.settle_command(run_id, id, Some(&reply)).await;
+                    // The run goes on once its answer is passed on.
+                    drop(handover);
+                    settled
+                }
+                // The run had it and gave no answer (it ended, or failed
+                // while recording it): whether it is on record, only the
+                // log says. Left taken: its sender says so, never sends it
+                // again.
+                None => Ok(()),
+            },
         };
         if let Err(e) = settled {
             tracing::warn!(run = %run_id, command = id, error = %e, "cannot answer a command");
         }
-        // The run goes on once its answer is passed on.
-        drop(answered);
         if tx.is_closed() {
             return;
         }
     }
 }
 
-/// Aborts the writer's listening task with its listener.
-struct Listening(tokio::task::AbortHandle);
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// Where a command stands, as its sender reads it.
+struct Standing {
+    /// The writer's answer, once given.
+    reply: Option<String>,
+    /// The lease epoch of the writer that took it, once taken.
+    taken_epoch: Option<i64>,
+    /// The run's lease epoch now.
+    epoch: i64,
+    taken: bool,
 }
 
 #[async_trait]
 impl ControlChannel for PgControl {
     async fn listen(&self, run_id: RunId) -> Result<Listener, ControlError> {
         let (tx, rx) = mpsc::channel(16);
-        let task = tokio::spawn(serve(Arc::clone(&self.inner), run_id, tx));
-        Ok(Listener::new(rx, Listening(task.abort_handle())))
+        tokio::spawn(serve(Arc::clone(&self.inner), run_id, tx));
+        Ok(Listener::new(rx, ()))
     }
 
     async fn deliver(
@@ -195,60 +217,122 @@ impl ControlChannel for PgControl {
             .map_err(|e| io(&format!("send a command to run {run_id}"), e))?;
         let id: i64 = row.get(0);
         drop(client);
-        let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
-        loop {
-            let mut state = Ok(None);
-            inner
-                .wait_on(run_id, Duration::from_millis(200), async || {
-                    state = self.state_of(id).await;
-                })
-                .await;
-            if let Some((reply, taken)) = state? {
-                if let Some(reply) = reply {
-                    self.forget(id).await;
-                    return serde_json::from_str(&reply).map_err(|e| {
-                        ControlError::Protocol(format!("a reply to run {run_id}: {e}"))
-                    });
-                }
-                let gone = !inner.has_writer(run_id).await.map_err(writer)?;
-                let late = tokio::time::Instant::now() >= deadline;
-                if (gone || late) && !taken && self.withdraw(id).await? {
-                    return match gone {
-                        true => Err(ControlError::NoWriter(run_id)),
-                        false => Err(ControlError::Io(format!(
-                            "run {run_id}: its writer took no command for {} s",
-                            ANSWER_WITHIN.as_secs()
-                        ))),
-                    };
-                }
-                if gone && taken {
-                    return Err(ControlError::Io(format!(
-                        "run {run_id}: its writer took the command and ended without answering; \
-                         whether it was recorded, the run's log says (awr events {run_id} --type command:received)"
-                    )));
-                }
-            } else {
-                return Err(ControlError::Protocol(format!(
-                    "run {run_id}: the command was removed before it was answered"
-                )));
+        match self.answer(run_id, id).await {
+            Ok(Answered::Reply(reply)) => Ok(reply),
+            Ok(Answered::NotSent(e)) => Err(e),
+            Ok(Answered::Unknown(why)) => {
+                self.forget(id).await;
+                Err(unknown(run_id, why))
             }
+            // Not sent after all, if nobody took it; else it may be on
+            // record, and is never sent twice.
+            Err(e) => match self.withdraw(id).await {
+                Ok(true) => Err(e),
+                _ => {
+                    self.forget(id).await;
+                    Err(unknown(run_id, &e.to_string()))
+                }
+            },
         }
     }
 }
 
+/// How a command sent ended.
+enum Answered {
+    /// The writer's answer.
+    Reply(CommandReply),
+    /// Withdrawn before any writer took it: not on record.
+    NotSent(ControlError),
+    /// Taken by a writer that gave no answer, for this reason: it may be
+    /// on record.
+    Unknown(&'static str),
+}
+
+/// The error of a command a writer took and did not answer: it may be on
+/// record, so it is neither sent again nor recorded here.
+fn unknown(run_id: RunId, why: &str) -> ControlError {
+    ControlError::Io(format!(
+        "run {run_id}: {why}; whether the command was recorded, the run's log says \
+         (awr events {run_id} --type command:received)"
+    ))
+}
+
 impl PgControl {
-    /// The reply to command `id` and whether a writer took it; `None` when
-    /// the row is gone.
-    async fn state_of(&self, id: i64) -> Result<Option<(Option<String>, bool)>, ControlError> {
+    /// Waits for the answer to command `id`: `NoWriter` when no writer took
+    /// it and none is left (it is withdrawn, for the caller to record). An
+    /// error leaves the command where it stands.
+    async fn answer(&self, run_id: RunId, id: i64) -> Result<Answered, ControlError> {
+        let inner = &self.inner;
+        let writer = |e| io(&format!("look up the writer of run {run_id}"), e);
+        let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+        loop {
+            let mut standing = Ok(None);
+            inner
+                .wait_on(run_id, Duration::from_millis(200), async || {
+                    standing = self.standing(id).await;
+                    matches!(&standing, Ok(Some(s)) if s.reply.is_some())
+                })
+                .await;
+            let Some(standing) = standing? else {
+                return Err(ControlError::Protocol(format!(
+                    "run {run_id}: the command was removed before it was answered"
+                )));
+            };
+            if let Some(reply) = standing.reply {
+                self.forget(id).await;
+                return serde_json::from_str(&reply)
+                    .map(Answered::Reply)
+                    .map_err(|e| ControlError::Protocol(format!("a reply to run {run_id}: {e}")));
+            }
+            let late = tokio::time::Instant::now() >= deadline;
+            if standing.taken {
+                if standing.taken_epoch.is_some_and(|e| e != standing.epoch) {
+                    return Ok(Answered::Unknown(
+                        "the writer that took the command lost the run",
+                    ));
+                }
+                if !inner.has_writer(run_id).await.map_err(writer)? {
+                    return Ok(Answered::Unknown(
+                        "its writer took the command and ended without answering",
+                    ));
+                }
+                if late {
+                    return Ok(Answered::Unknown(
+                        "its writer took the command and gave no answer in time",
+                    ));
+                }
+                continue;
+            }
+            let gone = !inner.has_writer(run_id).await.map_err(writer)?;
+            if (gone || late) && self.withdraw(id).await? {
+                return Ok(Answered::NotSent(match gone {
+                    true => ControlError::NoWriter(run_id),
+                    false => ControlError::Io(format!(
+                        "run {run_id}: its writer took no command for {} s",
+                        ANSWER_WITHIN.as_secs()
+                    )),
+                }));
+            }
+        }
+    }
+
+    /// Where command `id` stands; `None` when its row is gone.
+    async fn standing(&self, id: i64) -> Result<Option<Standing>, ControlError> {
         let client = self.inner.client().await.map_err(|e| io("connect", e))?;
         let row = client
             .query_opt(
-                "SELECT reply, taken_at IS NOT NULL FROM awr_commands WHERE id = $1",
+                "SELECT c.reply, c.taken_at IS NOT NULL, c.taken_epoch, r.lease_epoch \
+                 FROM awr_commands AS c JOIN awr_runs AS r ON r.run_id = c.run_id WHERE c.id = $1",
                 &[&id],
             )
             .await
             .map_err(|e| io("read a command's reply", e))?;
-        Ok(row.map(|row| (row.get(0), row.get(1))))
+        Ok(row.map(|row| Standing {
+            reply: row.get(0),
+            taken: row.get(1),
+            taken_epoch: row.get(2),
+            epoch: row.get(3),
+        }))
     }
 
     /// Takes back command `id` if no writer took it; says whether it did.

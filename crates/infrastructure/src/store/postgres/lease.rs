@@ -100,6 +100,12 @@ impl Drop for Held {
 }
 
 impl Inner {
+    /// Clears the lease of `run_id` under `epoch` on the server, if it is
+    /// still this instance's: a claim that could not be used.
+    pub(super) async fn clear_lease(self: &Arc<Self>, run_id: RunId, epoch: i64) {
+        Lease::clear(Arc::clone(self), run_id, epoch).await;
+    }
+
     /// Marks `run_id` as being taken here; `Locked` if this instance holds
     /// it or is taking it already.
     pub(super) fn reserve(&self, run_id: RunId) -> Result<(), StoreError> {

@@ -78,9 +78,17 @@ impl RunQueue for PgRunStore {
         let epoch: i64 = row.get(1);
         let json: String = row.get(2);
         let next_offset: i64 = row.get(3);
-        // The epoch is the fencing token: durable before it is used.
-        inner.sync(&client, None).await?;
-        inner.reserve(run_id)?;
+        // The epoch is the fencing token: durable before it is used. A
+        // claim that cannot be used gives its lease back at once, rather
+        // than leave the run leased to nobody for a term.
+        let held = match inner.sync(&client, None).await {
+            Ok(()) => inner.reserve(run_id),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = held {
+            inner.clear_lease(run_id, epoch).await;
+            return Err(e);
+        }
         let lock = inner
             .settle(run_id, Some(epoch))
             .ok_or_else(|| StoreError::Locked(format!("run {run_id} is locked here")))?;
@@ -91,9 +99,35 @@ impl RunQueue for PgRunStore {
             started: next_offset > 1,
         }))
     }
+
+    async fn defer(&self, run_id: RunId, delay: std::time::Duration) -> Result<(), StoreError> {
+        self.defer_run(run_id, delay).await
+    }
 }
 
 impl PgRunStore {
+    pub(super) async fn defer_run(
+        &self,
+        run_id: RunId,
+        delay: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let client = self.inner.client().await?;
+        client
+            .execute(
+                &client
+                    .prepare_cached(
+                        "UPDATE awr_runs SET available_at = now() + $2 * interval '1 millisecond' \
+                         WHERE run_id = $1",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
+                &[&run_id.as_uuid(), &(delay.as_secs_f64() * 1000.0)],
+            )
+            .await
+            .map_err(|e| pg_err(format!("defer run {run_id}"), e))?;
+        Ok(())
+    }
+
     /// What `run_id` was submitted with, while no event of it is recorded.
     pub(super) async fn submission(&self, run_id: RunId) -> Result<Option<Submission>, StoreError> {
         let client = self.inner.client().await?;

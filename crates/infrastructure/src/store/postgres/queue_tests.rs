@@ -273,3 +273,70 @@ mod commands {
         assert_eq!(commands_left(&sender).await, 0);
     }
 }
+
+mod unanswered {
+    use application::ports::{ControlChannel, ControlError};
+    use application::testing::store_conformance::run_with;
+
+    use super::*;
+    use crate::store::postgres::PgControl;
+
+    /// A command the run took and never answered (its writer ended while
+    /// recording it) may be on record: its sender is told so, and it is
+    /// never sent again nor recorded by the sender.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_taken_and_not_answered_is_never_sent_twice() {
+        let Some(url) = fresh_database().await else {
+            return;
+        };
+        let writer = store_with(&url, Duration::from_secs(60)).await;
+        let sender = store_with(&url, Duration::from_secs(60)).await;
+        let (run, lock) = run_with(&writer, 1).await;
+        let mut listener = PgControl::new(&writer).listen(run).await.unwrap();
+        let delivering = tokio::spawn({
+            let control = PgControl::new(&sender);
+            async move { control.deliver(run, &json!({"type": "pause"}), None).await }
+        });
+        let delivery = listener.commands.recv().await.expect("the command");
+        drop(delivery);
+        lock.release().await;
+        let told = tokio::time::timeout(Duration::from_secs(30), delivering)
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        match told {
+            Err(ControlError::Io(message)) => {
+                assert!(message.contains("the run's log says"), "{message}");
+            }
+            other => panic!("expected the unknown outcome, got {other:?}"),
+        }
+        let client = sender.database().client().await.unwrap();
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM awr_commands", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0);
+    }
+
+    /// A run that could not run where it was claimed waits before any
+    /// worker claims it again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deferred_run_is_not_claimed_until_its_time() {
+        let Some(url) = fresh_database().await else {
+            return;
+        };
+        let queue = store_with(&url, Duration::from_secs(60)).await;
+        let run = submitted(&queue, 0).await;
+        let claim = queue.claim().await.unwrap().unwrap();
+        queue.defer(run, Duration::from_secs(600)).await.unwrap();
+        claim.lock.release().await;
+        let other = store_with(&url, Duration::from_secs(60)).await;
+        assert!(other.claim().await.unwrap().is_none());
+        queue.defer(run, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            other.claim().await.unwrap().map(|c| c.lock.run_id()),
+            Some(run)
+        );
+    }
+}
