@@ -50,24 +50,25 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use domain::workflow::Provider;
 use domain::{Caller, RunId, RunSnapshot, RuntimeEvent, WorkflowDef};
 use serde_json::Value;
 
 use crate::fork::ForkRequest;
 use crate::ports::{
-    AgentRequest, AgentStream, ChatModel, Clock, CommandReply, CommandRunner, ControlChannel,
-    EventStream, IdGen, Processes, QueryError, QueryFn, RunLock, RunObserver, RunStore, StoreError,
-    Tool, Transcripts,
+    ChatModel, Clock, CommandReply, CommandRunner, ControlChannel, EventStream, IdGen, Processes,
+    QueryFn, RunLock, RunObserver, RunStore, StoreError, Tool, Transcripts,
 };
 use crate::run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 use crate::tool_loop::ToolLoop;
 use crate::tools::ToolRouter;
+
+mod providers;
+
+pub use providers::Providers;
 
 /// Runs, resumes, follows and commands workflows over the ports it was
 /// built with. Cheap to clone; share one among the runs of a program.
@@ -572,48 +573,6 @@ impl RunObserver for Observers {
     fn on_event(&self, event: &RuntimeEvent) {
         for observer in &self.0 {
             observer.on_event(event);
-        }
-    }
-}
-
-/// Routes each agent call by the agent's `provider:` to the [`QueryFn`]
-/// that serves it: the one `QueryFn` the executor sees.
-#[derive(Clone, Default)]
-pub struct Providers {
-    served: HashMap<Provider, Arc<dyn QueryFn>>,
-}
-
-impl Providers {
-    /// No provider served yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Serves `provider` with `adapter`, replacing what served it before.
-    #[must_use]
-    pub fn with(mut self, provider: Provider, adapter: Arc<dyn QueryFn>) -> Self {
-        self.served.insert(provider, adapter);
-        self
-    }
-
-    /// Serves `provider: mock` with `adapter`.
-    #[must_use]
-    pub fn with_mock(self, adapter: Arc<dyn QueryFn>) -> Self {
-        self.with(Provider::Mock, adapter)
-    }
-}
-
-#[async_trait]
-impl QueryFn for Providers {
-    async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
-        let provider = request.agent.provider;
-        match self.served.get(&provider) {
-            Some(adapter) => adapter.query(request).await,
-            None => Err(QueryError::Config(format!(
-                "agent `{}`: provider `{}` is not configured in this program",
-                request.agent_name,
-                provider.as_str()
-            ))),
         }
     }
 }
