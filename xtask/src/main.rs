@@ -75,7 +75,22 @@ fn ci() -> anyhow::Result<()> {
     ])?;
     arch::tidy(&workspace_root())?;
     docs()?;
-    test()
+    disk_report();
+    let tested = test();
+    if tested.is_err() {
+        disk_report();
+    }
+    tested
+}
+
+/// Prints the free space where the build and the tests write: a suite
+/// that fails on a full disk says so in CI's log, not only in its errors.
+fn disk_report() {
+    let mut df = Command::new("df");
+    df.arg("-Ph").arg(workspace_root()).arg(std::env::temp_dir());
+    if let Err(e) = run(df, "df") {
+        eprintln!("xtask: cannot tell the free disk space: {e:#}");
+    }
 }
 
 /// The API documentation builds without a warning: a broken or private
