@@ -23,8 +23,12 @@ async fn every_example_runs_on_postgres_and_reads_back_through_the_commands() {
         assert_eq!(out.code, 0, "{example}: {}", out.stderr);
         mains.push((example, run_id_of(&out)));
     }
-    // Nothing went to a storage directory: the runs are in the database.
+    // Nothing went to a storage directory, nor beside it: the runs and
+    // their transcripts are in the database.
     assert!(!a.storage().exists());
+    let state = a.dir.path().join("state");
+    let on_disk: Vec<_> = walkdir(&state);
+    assert!(on_disk.is_empty(), "files on this machine: {on_disk:?}");
 
     let store = PgRunStore::open_existing(a.postgres_url().unwrap())
         .await
@@ -218,4 +222,21 @@ fn a_database_without_runs_is_read_as_such_and_left_alone() {
         None,
     );
     assert!(tables.is_empty(), "a read creates nothing: {tables:?}");
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walkdir(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -62,7 +62,8 @@ fn lines(
     async_stream::stream! {
         let mut read = first;
         let mut shown = 0u64;
-        let mut reported = 0usize;
+        // A later read may report a bad line again: each is shown once.
+        let mut reported = std::collections::HashSet::new();
         let mut last_read = false;
         loop {
             let already = shown;
@@ -71,10 +72,11 @@ fn lines(
                 shown = event.seq;
                 yield Ok(Line::Event(event));
             }
-            for problem in read.problems.iter().skip(reported) {
-                yield Ok(Line::Bad(problem.clone()));
+            for problem in std::mem::take(&mut read.problems) {
+                if reported.insert(problem.clone()) {
+                    yield Ok(Line::Bad(problem));
+                }
             }
-            reported = reported.max(read.problems.len());
             let Some(follow) = follow.as_ref() else {
                 return;
             };
@@ -85,7 +87,7 @@ fn lines(
             // Checked after the wait, then one more read: lines its last
             // writer wrote before it let go are shown.
             last_read = !follow.store.has_writer(run_id).await.unwrap_or(true);
-            read = match reader.read(run_id).await {
+            read = match reader.read_after(run_id, shown).await {
                 Ok(Some(read)) => read,
                 // Deleted meanwhile (`prune`): nothing more to show.
                 Ok(None) => return,
@@ -300,13 +302,22 @@ mod tests {
             self.0.lock().unwrap().problems.push(problem.into());
         }
 
+        /// Reads every line first, then, as a reader that reads from a
+        /// line on, those after the one asked for and every problem again.
         fn reader(&self) -> Arc<dyn TranscriptReader> {
-            let lines = self.0.clone();
+            let (lines, later) = (self.0.clone(), self.0.clone());
             let mut reader = MockTranscriptReader::new();
             reader.expect_read().returning(move |_| {
                 let lines = lines.lock().unwrap();
                 Ok(Some(TranscriptLines {
                     events: lines.events.clone(),
+                    problems: lines.problems.clone(),
+                }))
+            });
+            reader.expect_read_after().returning(move |_, after| {
+                let lines = later.lock().unwrap();
+                Ok(Some(TranscriptLines {
+                    events: lines.events.iter().filter(|e| e.seq > after).cloned().collect(),
                     problems: lines.problems.clone(),
                 }))
             });

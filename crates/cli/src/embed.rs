@@ -44,15 +44,20 @@ use adapters_agents::gemini::Gemini;
 use adapters_agents::mock::TurnReplay;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
-use application::ports::{Clock, ControlChannel, IdGen, RunQueue, RunStore, StoreError, Tool};
+use std::collections::HashMap;
+
+use application::ports::{
+    Clock, ControlChannel, IdGen, RunFiles, RunQueue, RunStore, StoreError, Tool, TranscriptReader,
+    Transcripts,
+};
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
 use infrastructure::store::{
-    FileRunStore, PgControlOn, PgOpenError, PgRunStore, PgStoreConfig, SqliteOpenError,
-    SqliteRunStore,
+    FileRunStore, PgControlOn, PgOpenError, PgRunStore, PgStoreConfig, PgTranscriptsOn,
+    SqliteOpenError, SqliteRunStore,
 };
 use infrastructure::tools::{HttpGet, ListDir, ReadFile, WriteFile};
 use infrastructure::transcript::JsonlTranscripts;
@@ -261,10 +266,56 @@ pub fn commands(project: &Path, keys: &KeyNames) -> Arc<ShellCommandRunner> {
     Arc::new(ShellCommandRunner::new(project).withholding(keys.clone()))
 }
 
-/// Transcript files under `transcripts/` of the storage's files directory
-/// (whatever the store: transcripts stay files).
-pub fn transcripts(storage: &Storage) -> Arc<JsonlTranscripts> {
-    Arc::new(JsonlTranscripts::new(storage.files()))
+/// Where runs' transcripts are written: files under `transcripts/` of
+/// the storage's files directory; on PostgreSQL, the database, so that no
+/// machine's disk holds a part of a run.
+pub fn transcripts(storage: &Storage) -> Arc<dyn Transcripts> {
+    match storage {
+        Storage::Postgres(url) => pg_transcripts(url),
+        _ => Arc::new(JsonlTranscripts::new(storage.files())),
+    }
+}
+
+/// What reads runs' transcripts back: the files or the database that
+/// [`transcripts`] writes to.
+pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
+    match storage {
+        Storage::Postgres(url) => pg_transcripts(url),
+        _ => Arc::new(JsonlTranscripts::new(storage.files())),
+    }
+}
+
+/// The transcripts in the database at `url` that the process shares while
+/// any part of it holds them (one pool of connections, not one per run),
+/// held weakly as [`pg_control`] is.
+fn pg_transcripts(url: &str) -> Arc<PgTranscriptsOn> {
+    static SHARED: Shared<PgTranscriptsOn> = Shared::new();
+    SHARED.get(url, |url| PgTranscriptsOn::new(url))
+}
+
+/// Objects per database URL that a process shares while any part of it
+/// holds one: once nobody does, the next asks for a new one, so none
+/// outlives the async runtime its connections were opened on.
+struct Shared<T>(std::sync::OnceLock<std::sync::Mutex<HashMap<String, std::sync::Weak<T>>>>);
+
+impl<T> Shared<T> {
+    const fn new() -> Self {
+        Self(std::sync::OnceLock::new())
+    }
+
+    fn get(&self, url: &str, make: impl FnOnce(&str) -> T) -> Arc<T> {
+        let mut shared = self
+            .0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = shared.get(url).and_then(std::sync::Weak::upgrade) {
+            return found;
+        }
+        let made = Arc::new(make(url));
+        shared.insert(url.to_owned(), Arc::downgrade(&made));
+        made
+    }
 }
 
 /// Where runs take commands from other processes: a socket per run under
@@ -280,29 +331,20 @@ pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
 
 /// The command channel through the database at `url` that the process's
 /// runs share while any of them holds it (a worker's, a server's runs),
-/// rather than each open connections and a session of its own. Held
-/// weakly: once nobody holds it, the next asks for a new one, so a channel
-/// never outlives the async runtime it was opened on.
+/// rather than each open connections and a session of its own ([`Shared`]).
 fn pg_control(url: &str) -> Arc<dyn ControlChannel> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, PoisonError, Weak};
-    static CHANNELS: OnceLock<Mutex<HashMap<String, Weak<PgControlOn>>>> = OnceLock::new();
-    let mut channels = CHANNELS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(channel) = channels.get(url).and_then(Weak::upgrade) {
-        return channel;
-    }
-    let channel = Arc::new(PgControlOn::new(url));
-    channels.insert(url.to_owned(), Arc::downgrade(&channel));
-    channel
+    static CHANNELS: Shared<PgControlOn> = Shared::new();
+    CHANNELS.get(url, |url| PgControlOn::new(url))
 }
 
 /// What runs keep beside the store (transcripts and the blobs they name,
-/// control sockets), in the storage's files directory.
-pub fn run_files(storage: &Storage) -> Arc<RunFilesDir> {
-    Arc::new(RunFilesDir::new(storage.files()))
+/// control sockets), in the storage's files directory; on PostgreSQL,
+/// their transcripts in the database.
+pub fn run_files(storage: &Storage) -> Arc<dyn RunFiles> {
+    match storage {
+        Storage::Postgres(url) => pg_transcripts(url),
+        _ => Arc::new(RunFilesDir::new(storage.files())),
+    }
 }
 
 /// This machine's processes, to kill what a dead writer of a run left behind.

@@ -157,4 +157,22 @@ pub trait TranscriptReader: Send + Sync + 'static {
     /// (each reported in [`TranscriptLines::problems`]); `Ok(None)` when
     /// the run has no transcript.
     async fn read(&self, run_id: RunId) -> Result<Option<TranscriptLines>, TranscriptError>;
+
+    /// The lines of the transcript of `run_id` whose `seq` is after
+    /// `after`, and the problems of the lines read (a reader may read, and
+    /// report, more than those): what a follower that has shown `after`
+    /// reads next. `Ok(None)` when the run has no transcript. By default,
+    /// [`TranscriptReader::read`] filtered; a reader that can read from a
+    /// line on does so.
+    async fn read_after(
+        &self,
+        run_id: RunId,
+        after: u64,
+    ) -> Result<Option<TranscriptLines>, TranscriptError> {
+        let mut read = self.read(run_id).await?;
+        if let Some(read) = &mut read {
+            read.events.retain(|e| e.seq > after);
+        }
+        Ok(read)
+    }
 }

@@ -62,7 +62,7 @@ pub fn control(storage: &Storage) -> Arc<dyn ControlChannel> {
     embed::control(storage)
 }
 
-/// What runs keep beside the store, in the storage's files directory.
+/// What runs keep beside the store: their transcripts and control sockets.
 pub fn run_files(storage: &Storage) -> Arc<dyn RunFiles> {
     embed::run_files(storage)
 }
@@ -95,15 +95,16 @@ pub fn clock_and_ids() -> (Arc<SystemClock>, Arc<RandomIds>) {
     (Arc::new(SystemClock), Arc::new(RandomIds))
 }
 
-/// Transcript files under `transcripts/` of the storage's files directory.
+/// Where runs' transcripts are written: files beside the store, or the
+/// PostgreSQL database.
 pub fn transcripts(storage: &Storage) -> Arc<dyn Transcripts> {
     embed::transcripts(storage)
 }
 
-/// The reader of the transcript files under the storage: what `awr
-/// transcript` and `awr serve` read back.
+/// The reader of the storage's transcripts: what `awr transcript` and
+/// `awr serve` read back.
 pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
-    embed::transcripts(storage)
+    embed::transcript_reader(storage)
 }
 
 /// Makes awr not dumpable, as ssh-agent does: its children (a shell, a CLI

@@ -24,6 +24,7 @@ pub use file::{FileRunStore, FileStoreConfig, SyncCounts, SyncPolicy};
 pub use memory::MemoryRunStore;
 pub use postgres::{
     PG_SCHEMA_VERSION, PgControl, PgControlOn, PgDatabase, PgOpenError, PgRunStore, PgStoreConfig,
+    PgTranscripts, PgTranscriptsOn,
 };
 pub use sqlite::{SCHEMA_VERSION, SqliteOpenError, SqliteRunStore, SqliteStoreConfig};
 

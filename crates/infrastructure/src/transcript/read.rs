@@ -22,7 +22,7 @@ use serde::de::IgnoredAny;
 use crate::fs::MAX_RECORD_LINE;
 
 use super::io_err;
-use crate::blobs::{BlobDir, BlobError, transcript_blob_dir};
+use crate::blobs::{BlobDir, BlobError, BlobSource, resolve_from, transcript_blob_dir};
 
 /// Bytes read per step when scanning a file backwards for its last line:
 /// most lines are a few hundred bytes, so one read usually suffices; a long
@@ -58,7 +58,12 @@ pub fn read_transcript_lines(path: impl AsRef<Path>) -> Result<TranscriptLines, 
     let path = path.as_ref();
     let file = crate::fs::open_regular(path).map_err(|e| TranscriptError::Io(e.to_string()))?;
     let mut reader = BufReader::new(file);
-    let mut checker = LineChecker::new(path);
+    let blobs = BlobDir::new(transcript_blob_dir(path), false);
+    let run = path
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .and_then(|stem| stem.parse().ok());
+    let mut checker = LineChecker::new(path.display().to_string(), &blobs, run, 1);
     let mut line = Vec::new();
     let mut number = 0usize;
     loop {
@@ -105,14 +110,16 @@ fn skip_rest_of_line(reader: &mut impl BufRead, path: &Path) -> Result<(), Trans
     }
 }
 
-/// Checks lines one by one: shape and `seq` series.
-struct LineChecker<'a> {
-    path: &'a Path,
-    /// The run's blob files: large values a line refers to.
-    blobs: BlobDir,
-    /// The run the file is named after (`<run-id>.jsonl`): a line of another
-    /// run is left out, so a file copied or mixed in is never shown as this
-    /// run's. `None` for a file not named so.
+/// Checks lines one by one: shape and `seq` series. Wherever the lines
+/// are kept (a file, a database's rows), they are judged alike.
+pub(crate) struct LineChecker<'a> {
+    /// Where the lines are (a file's path), naming each problem.
+    place: String,
+    /// The run's blobs: large values a line refers to.
+    blobs: &'a dyn BlobSource,
+    /// The run the lines are of (a file's is named `<run-id>.jsonl`): a
+    /// line of another run is left out, so lines copied or mixed in are
+    /// never shown as this run's. `None` for a file not named so.
     run: Option<RunId>,
     read: TranscriptLines,
     /// The `seq` the next line should have.
@@ -124,28 +131,33 @@ struct LineChecker<'a> {
 }
 
 impl<'a> LineChecker<'a> {
-    fn new(path: &'a Path) -> Self {
+    /// A checker of the lines of `run` at `place`, whose first line read
+    /// should have `seq` `next_seq`.
+    pub(crate) fn new(
+        place: String,
+        blobs: &'a dyn BlobSource,
+        run: Option<RunId>,
+        next_seq: u64,
+    ) -> Self {
         Self {
-            path,
-            blobs: BlobDir::new(transcript_blob_dir(path), false),
-            run: path
-                .file_stem()
-                .and_then(|stem| stem.to_str())
-                .and_then(|stem| stem.parse().ok()),
+            place,
+            blobs,
+            run,
             read: TranscriptLines::default(),
-            next_seq: 1,
+            next_seq,
             pending_torn: None,
             unknown: 0,
         }
     }
 
-    fn problem(&mut self, number: usize, what: impl std::fmt::Display) {
+    pub(crate) fn problem(&mut self, number: usize, what: impl std::fmt::Display) {
         self.read
             .problems
-            .push(format!("{}:{number}: {what}", self.path.display()));
+            .push(format!("{}:{number}: {what}", self.place));
     }
 
-    fn line(&mut self, number: usize, line: &[u8]) {
+    /// Judges line `number` (with or without its newline).
+    pub(crate) fn line(&mut self, number: usize, line: &[u8]) {
         if let Some((at, error)) = self.pending_torn.take() {
             self.problem(at, error);
         }
@@ -154,7 +166,7 @@ impl<'a> LineChecker<'a> {
         }
         // Large values are stored apart, in the run's blobs; a line that is
         // not JSON is judged below.
-        let resolved = match self.blobs.resolve(line) {
+        let resolved = match resolve_from(self.blobs, line) {
             Ok(resolved) => resolved,
             Err(BlobError::Json(_)) => Cow::Borrowed(line),
             Err(e) => return self.problem(number, e),
@@ -203,12 +215,12 @@ impl<'a> LineChecker<'a> {
         self.read.events.push(event);
     }
 
-    fn finish(self) -> TranscriptLines {
+    pub(crate) fn finish(self) -> TranscriptLines {
         if let Some((at, error)) = &self.pending_torn {
-            tracing::warn!(file = %self.path.display(), line = at, %error, "ignoring a torn last line of the transcript");
+            tracing::warn!(file = %self.place, line = at, %error, "ignoring a torn last line of the transcript");
         }
         if self.unknown > 0 {
-            tracing::warn!(file = %self.path.display(), lines = self.unknown, "transcript has lines of event types this version does not know; kept as they are");
+            tracing::warn!(file = %self.place, lines = self.unknown, "transcript has lines of event types this version does not know; kept as they are");
         }
         self.read
     }

@@ -10,12 +10,15 @@ mod queue;
 mod schema;
 mod shared;
 mod store;
+mod transcript;
 mod whole;
 
 #[cfg(test)]
 mod queue_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transcript_tests;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -28,6 +31,7 @@ pub use control::{PgControl, PgControlOn};
 pub use schema::PG_SCHEMA_VERSION;
 pub use shared::PgStoreConfig;
 pub use store::PgRunStore;
+pub use transcript::{PgTranscripts, PgTranscriptsOn};
 
 /// Connections a process keeps open to the database at most.
 const POOL_SIZE: usize = 16;

@@ -144,7 +144,9 @@ async fn a_new_database_is_migrated_and_opening_it_again_changes_nothing() {
             "awr_events",
             "awr_runs",
             "awr_schema",
-            "awr_snapshots"
+            "awr_snapshots",
+            "awr_transcript_blobs",
+            "awr_transcript_lines"
         ]
     );
     let again = PgDatabase::open(&url).await.unwrap();

@@ -1,0 +1,673 @@
+//! Transcripts in the database (schema v7): a run's exchange transcript as
+//! rows of `awr_transcript_lines`, each line exactly as a transcript file
+//! holds it, so a run written on any machine is read, followed, copied and
+//! removed with its store, and no machine's disk holds a part of it.
+//!
+//! Why it is shaped this way:
+//! - A line is a row keyed by its place (`line`), its `seq` beside it: a
+//!   line copied in from a damaged file keeps its place and bytes though
+//!   it has no `seq`, so `migrate` gives back every byte.
+//! - Appends commit without waiting for the server's sync, as the run's
+//!   own appends do; a transcript file is not synced either.
+//! - Two writers of one run (a recorder per process, a writer that lost
+//!   its lease) never repeat a place: the key refuses the second, which
+//!   reads where the transcript stands and numbers its line after it.
+//! - Large values stay in their line: PostgreSQL compresses and stores a
+//!   large value out of line itself. Lines copied in from a file keep the
+//!   references the file had, and the blobs they name go to
+//!   `awr_transcript_blobs`, read back when such a line is.
+//! - A follower reads from the line after the `seq` it has shown, through
+//!   an index, never the whole transcript again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use application::ports::{
+    RunFileSet, RunFiles, StoreError, Transcript, TranscriptError, TranscriptLines,
+    TranscriptReader, Transcripts,
+};
+use async_trait::async_trait;
+use domain::transcript::{ExchangeDraft, ExchangeEvent};
+use domain::{RunId, Timestamp};
+use tokio_postgres::error::SqlState;
+
+use super::shared::{pg_err, prepare_err};
+use super::{PgDatabase, PgOpenError};
+use crate::blobs::{HeldBlobs, referenced};
+use crate::transcript::LineChecker;
+
+/// Lines one statement of an import inserts at most, and bytes: a long
+/// transcript is copied in several, inside one transaction.
+const IMPORT_ROWS: usize = 1024;
+const IMPORT_BYTES: usize = 8 << 20;
+
+/// How often an append numbers its line again after another writer took
+/// its place, before it gives up.
+const APPEND_TRIES: usize = 8;
+
+/// The transcripts of the runs of one database: written, read, followed,
+/// and copied and removed as the runs' files ([`RunFiles`]).
+#[derive(Debug, Clone)]
+pub struct PgTranscripts {
+    pub(super) db: PgDatabase,
+}
+
+impl PgTranscripts {
+    /// The transcripts in `db`.
+    pub fn new(db: PgDatabase) -> Self {
+        Self { db }
+    }
+
+    /// The transcripts in the database at `url`, which must hold an awr
+    /// store already (its runs are made by the store, never here).
+    pub async fn open(url: &str) -> Result<Self, PgOpenError> {
+        Ok(Self::new(PgDatabase::open_existing(url).await?))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, String> {
+        self.db
+            .pool
+            .get()
+            .await
+            .map_err(|e| format!("cannot connect to PostgreSQL at {}: {e}", self.db.target))
+    }
+
+    /// Where the transcript of `run_id` is, naming its problems.
+    fn place(&self, run_id: RunId) -> String {
+        format!(
+            "the transcript of run {run_id} in PostgreSQL {}, line",
+            self.db.target
+        )
+    }
+
+    /// The lines of `run_id` after its line of `seq` `after` (all for 0),
+    /// judged as a file's are; `None` when the run has none.
+    async fn lines_after(
+        &self,
+        run_id: RunId,
+        after: u64,
+    ) -> Result<Option<TranscriptLines>, TranscriptError> {
+        let io = |what: String| TranscriptError::Io(what);
+        let client = self.client().await.map_err(io)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        // The row of place 0 says the transcript exists when no line is new.
+        let statement = client
+            .prepare_cached(
+                "SELECT line, body FROM awr_transcript_lines \
+                 WHERE run_id = $1 AND line > coalesce( \
+                   (SELECT max(line) FROM awr_transcript_lines WHERE run_id = $1 AND seq <= $2), 0) \
+                 UNION ALL \
+                 SELECT 0, NULL WHERE EXISTS (SELECT 1 FROM awr_transcript_lines WHERE run_id = $1) \
+                 ORDER BY 1",
+            )
+            .await
+            .map_err(|e| io(format!("PostgreSQL {}: {e}", self.db.target)))?;
+        let rows = client
+            .query(&statement, &[&run_id.as_uuid(), &after])
+            .await
+            .map_err(|e| {
+                io(format!(
+                    "PostgreSQL {}: cannot read the transcript of run {run_id}: {e}",
+                    self.db.target
+                ))
+            })?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let lines: Vec<(i64, Vec<u8>)> = rows
+            .iter()
+            .filter_map(|row| Some((row.get(0), row.get::<_, Option<Vec<u8>>>(1)?)))
+            .collect();
+        let blobs = self.blobs_named(&client, run_id, &lines).await?;
+        let mut checker = LineChecker::new(
+            self.place(run_id),
+            &blobs,
+            Some(run_id),
+            u64::try_from(after).unwrap_or(0) + 1,
+        );
+        let last = lines.len().saturating_sub(1);
+        for (i, (line, body)) in lines.iter().enumerate() {
+            let number = usize::try_from(*line).unwrap_or(usize::MAX);
+            if body.last() != Some(&b'\n') && i == last {
+                // Copied in from a file a crash left torn: as a file's
+                // reader does, the torn last line is not shown.
+                tracing::warn!(run = %run_id, line, "ignoring a torn last line of the transcript");
+                break;
+            }
+            checker.line(number, body);
+        }
+        Ok(Some(checker.finish()))
+    }
+
+    /// The blobs `lines` refer to (lines copied in from a file do).
+    async fn blobs_named(
+        &self,
+        client: &deadpool_postgres::Object,
+        run_id: RunId,
+        lines: &[(i64, Vec<u8>)],
+    ) -> Result<HeldBlobs, TranscriptError> {
+        let place = format!("PostgreSQL {}, run {run_id}", self.db.target);
+        let mut names: Vec<String> = lines
+            .iter()
+            .flat_map(|(_, body)| referenced(body))
+            .map(|hex| format!("sha256-{hex}"))
+            .collect();
+        if names.is_empty() {
+            return Ok(HeldBlobs::new(place, []));
+        }
+        names.sort();
+        names.dedup();
+        let blobs = fetch_blobs(client, run_id, &names)
+            .await
+            .map_err(|e| TranscriptError::Io(e.to_string()))?;
+        Ok(HeldBlobs::new(place, blobs))
+    }
+}
+
+/// The blobs of `run_id` among `names`.
+async fn fetch_blobs(
+    client: &deadpool_postgres::Object,
+    run_id: RunId,
+    names: &[String],
+) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    let rows = client
+        .query(
+            &client
+                .prepare_cached(
+                    "SELECT name, bytes FROM awr_transcript_blobs \
+                     WHERE run_id = $1 AND name = ANY($2)",
+                )
+                .await
+                .map_err(prepare_err)?,
+            &[&run_id.as_uuid(), &names],
+        )
+        .await
+        .map_err(|e| pg_err(format!("read the blobs of run {run_id}'s transcript"), e))?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+#[async_trait]
+impl Transcripts for PgTranscripts {
+    async fn open(
+        &self,
+        run_id: RunId,
+        parent_run_id: Option<RunId>,
+    ) -> Result<Arc<dyn Transcript>, TranscriptError> {
+        let recorder = PgTranscript {
+            db: self.db.clone(),
+            run_id,
+            parent_run_id,
+            next: tokio::sync::Mutex::new(Next { line: 1, seq: 1 }),
+            closed: AtomicBool::new(false),
+        };
+        let client = recorder.client().await?;
+        // A torn last line (copied in from a file) is cut, as a file's
+        // writer cuts it: a line after it would bury it mid-transcript.
+        client
+            .execute(
+                "DELETE FROM awr_transcript_lines WHERE run_id = $1 AND line = \
+                   (SELECT max(line) FROM awr_transcript_lines WHERE run_id = $1) \
+                 AND (length(body) = 0 OR get_byte(body, length(body) - 1) <> 10)",
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| recorder.error("open", e))?;
+        *recorder.next.lock().await = recorder.stands(&client).await?;
+        Ok(Arc::new(recorder))
+    }
+}
+
+#[async_trait]
+impl TranscriptReader for PgTranscripts {
+    async fn read(&self, run_id: RunId) -> Result<Option<TranscriptLines>, TranscriptError> {
+        self.lines_after(run_id, 0).await
+    }
+
+    async fn read_after(
+        &self,
+        run_id: RunId,
+        after: u64,
+    ) -> Result<Option<TranscriptLines>, TranscriptError> {
+        self.lines_after(run_id, after).await
+    }
+}
+
+/// Where the next line goes.
+#[derive(Debug, Clone, Copy)]
+struct Next {
+    line: i64,
+    seq: u64,
+}
+
+/// One run's transcript in the database, open for appending.
+#[derive(Debug)]
+struct PgTranscript {
+    db: PgDatabase,
+    run_id: RunId,
+    parent_run_id: Option<RunId>,
+    /// Held across an append, so this recorder's lines take their places
+    /// in `seq` order.
+    next: tokio::sync::Mutex<Next>,
+    closed: AtomicBool,
+}
+
+impl PgTranscript {
+    async fn client(&self) -> Result<deadpool_postgres::Object, TranscriptError> {
+        self.db.pool.get().await.map_err(|e| {
+            TranscriptError::Io(format!(
+                "cannot connect to PostgreSQL at {}: {e}",
+                self.db.target
+            ))
+        })
+    }
+
+    fn error(&self, what: &str, e: tokio_postgres::Error) -> TranscriptError {
+        TranscriptError::Io(format!(
+            "PostgreSQL {}: cannot {what} the transcript of run {}: {e}",
+            self.db.target, self.run_id
+        ))
+    }
+
+    /// Where the transcript stands: after its last line and its last `seq`.
+    async fn stands(&self, client: &deadpool_postgres::Object) -> Result<Next, TranscriptError> {
+        let statement = client
+            .prepare_cached(
+                "SELECT coalesce(max(line), 0), coalesce(max(seq), 0) \
+                 FROM awr_transcript_lines WHERE run_id = $1",
+            )
+            .await
+            .map_err(|e| self.error("read", e))?;
+        let row = client
+            .query_one(&statement, &[&self.run_id.as_uuid()])
+            .await
+            .map_err(|e| self.error("read", e))?;
+        let (line, seq): (i64, i64) = (row.get(0), row.get(1));
+        Ok(Next {
+            line: line + 1,
+            seq: u64::try_from(seq).unwrap_or(0) + 1,
+        })
+    }
+}
+
+#[async_trait]
+impl Transcript for PgTranscript {
+    async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
+        let mut next = self.next.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(TranscriptError::Closed(self.run_id));
+        }
+        let mut event = ExchangeEvent {
+            seq: next.seq,
+            run_id: self.run_id,
+            parent_run_id: self.parent_run_id,
+            child_run_id: draft.child_run_id,
+            kind: draft.kind,
+            path: draft.path,
+            iteration: draft.iteration,
+            timestamp: draft.timestamp,
+            payload: draft.payload,
+            extra: Default::default(),
+        };
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "INSERT INTO awr_transcript_lines (run_id, line, seq, body) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .await
+            .map_err(|e| self.error("append to", e))?;
+        let mut body = Vec::with_capacity(256);
+        for _ in 0..APPEND_TRIES {
+            event.seq = next.seq;
+            body.clear();
+            event.write_json(&mut body).map_err(|e| {
+                TranscriptError::Io(format!(
+                    "cannot serialize line {} of the transcript of run {}: {e}",
+                    event.seq, self.run_id
+                ))
+            })?;
+            body.push(b'\n');
+            let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+            let inserted = client
+                .execute(
+                    &statement,
+                    &[&self.run_id.as_uuid(), &next.line, &seq, &body],
+                )
+                .await;
+            match inserted {
+                Ok(_) => {
+                    next.line += 1;
+                    next.seq += 1;
+                    return Ok(event);
+                }
+                // Another writer of the run took the place: number the
+                // line after where the transcript stands now.
+                Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                    *next = self.stands(&client).await?;
+                }
+                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+                    return Err(TranscriptError::Io(format!(
+                        "PostgreSQL {}: run {} is not in the store (deleted?); its transcript \
+                         takes no more lines",
+                        self.db.target, self.run_id
+                    )));
+                }
+                Err(e) => return Err(self.error("append to", e)),
+            }
+        }
+        Err(TranscriptError::Io(format!(
+            "PostgreSQL {}: other writers kept taking the place of line {} of the transcript \
+             of run {}",
+            self.db.target, event.seq, self.run_id
+        )))
+    }
+
+    fn dropped(&self) -> u64 {
+        0
+    }
+
+    async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// Only the field an import numbers a line by.
+#[derive(serde::Deserialize)]
+struct SeqOnly {
+    seq: u64,
+}
+
+/// `transcript` cut into its lines, each with its newline (the last may
+/// have none: a file a crash left torn).
+fn split_lines(transcript: &[u8]) -> Vec<&[u8]> {
+    transcript
+        .split_inclusive(|b| *b == b'\n')
+        .collect::<Vec<_>>()
+}
+
+impl PgTranscripts {
+    async fn store_client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.client().await.map_err(StoreError::io_msg)
+    }
+}
+
+#[async_trait]
+impl RunFiles for PgTranscripts {
+    async fn export(&self, run_id: RunId) -> Result<Option<RunFileSet>, StoreError> {
+        let client = self.store_client().await?;
+        let rows = client
+            .query(
+                &client
+                    .prepare_cached(
+                        "SELECT body FROM awr_transcript_lines WHERE run_id = $1 ORDER BY line",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| pg_err(format!("read the transcript of run {run_id}"), e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut transcript = Vec::new();
+        for row in &rows {
+            transcript.extend_from_slice(row.get::<_, &[u8]>(0));
+        }
+        let names: Vec<String> = referenced(&transcript)
+            .into_iter()
+            .map(|hex| format!("sha256-{hex}"))
+            .collect();
+        let mut blobs = Vec::new();
+        if !names.is_empty() {
+            let found: std::collections::HashMap<String, Vec<u8>> =
+                fetch_blobs(&client, run_id, &names)
+                    .await?
+                    .into_iter()
+                    .collect();
+            for name in names {
+                let bytes = found.get(&name).cloned().ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "PostgreSQL {}: the transcript of run {run_id} names blob {name}, \
+                         which is missing",
+                        self.db.target
+                    ))
+                })?;
+                blobs.push((name, bytes));
+            }
+        }
+        Ok(Some(RunFileSet { transcript, blobs }))
+    }
+
+    async fn has_transcript(&self, run_id: RunId) -> Result<bool, StoreError> {
+        let client = self.store_client().await?;
+        let row = client
+            .query_one(
+                &client
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM awr_transcript_lines WHERE run_id = $1)",
+                    )
+                    .await
+                    .map_err(prepare_err)?,
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| pg_err(format!("look up the transcript of run {run_id}"), e))?;
+        Ok(row.get(0))
+    }
+
+    /// In one transaction, synced at commit: what the run had is replaced
+    /// whole, and a crash leaves the old transcript or the new one.
+    async fn import(&self, run_id: RunId, files: RunFileSet) -> Result<(), StoreError> {
+        for (name, _) in &files.blobs {
+            let hex = name.strip_prefix("sha256-").unwrap_or_default();
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(StoreError::Corrupt(format!(
+                    "blob name {name} of run {run_id}"
+                )));
+            }
+        }
+        let mut client = self.store_client().await?;
+        let sql = |what: &str| {
+            let what = format!("{what} of run {run_id}");
+            move |e| pg_err(what, e)
+        };
+        let tx = client
+            .transaction()
+            .await
+            .map_err(sql("begin copying in the transcript"))?;
+        let id = run_id.as_uuid();
+        tx.execute("SET LOCAL synchronous_commit = on", &[])
+            .await
+            .map_err(sql("copy in the transcript"))?;
+        tx.execute("DELETE FROM awr_transcript_lines WHERE run_id = $1", &[&id])
+            .await
+            .map_err(sql("replace the transcript"))?;
+        tx.execute("DELETE FROM awr_transcript_blobs WHERE run_id = $1", &[&id])
+            .await
+            .map_err(sql("replace the transcript's blobs"))?;
+        for (name, bytes) in &files.blobs {
+            tx.execute(
+                "INSERT INTO awr_transcript_blobs (run_id, name, bytes) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+                &[&id, name, bytes],
+            )
+            .await
+            .map_err(|e| missing_run(run_id, e, "copy in a blob of the transcript"))?;
+        }
+        let insert = tx
+            .prepare(
+                "INSERT INTO awr_transcript_lines (run_id, line, seq, body) \
+                 SELECT $1, u.l, u.s, u.b FROM unnest($2::int8[], $3::int8[], $4::bytea[]) \
+                 AS u(l, s, b)",
+            )
+            .await
+            .map_err(prepare_err)?;
+        let lines = split_lines(&files.transcript);
+        let mut batch = (Vec::new(), Vec::new(), Vec::<&[u8]>::new(), 0usize);
+        for (i, body) in lines.iter().enumerate() {
+            let seq = serde_json::from_slice::<SeqOnly>(body)
+                .ok()
+                .and_then(|line| i64::try_from(line.seq).ok());
+            batch.0.push(i64::try_from(i + 1).unwrap_or(i64::MAX));
+            batch.1.push(seq);
+            batch.2.push(body);
+            batch.3 += body.len();
+            if batch.0.len() >= IMPORT_ROWS || batch.3 >= IMPORT_BYTES || i + 1 == lines.len() {
+                tx.execute(&insert, &[&id, &batch.0, &batch.1, &batch.2])
+                    .await
+                    .map_err(|e| missing_run(run_id, e, "copy in the transcript"))?;
+                batch = (Vec::new(), Vec::new(), Vec::new(), 0);
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(sql("commit the copied transcript"))
+    }
+
+    async fn remove(&self, run_id: RunId) -> Result<(), StoreError> {
+        let mut client = self.store_client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg_err(format!("remove the transcript of run {run_id}"), e))?;
+        for table in ["awr_transcript_lines", "awr_transcript_blobs"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE run_id = $1"),
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| pg_err(format!("remove the transcript of run {run_id}"), e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| pg_err(format!("remove the transcript of run {run_id}"), e))
+    }
+
+    /// The runs with a transcript, each with when its run was last written:
+    /// a transcript goes with its run (`ON DELETE CASCADE`), so none is
+    /// ever left without one for `prune` to find.
+    async fn listed(&self) -> Result<Vec<(RunId, Timestamp)>, StoreError> {
+        let client = self.store_client().await?;
+        let rows = client
+            .query(
+                "SELECT r.run_id, coalesce(r.updated_at, r.created_at) FROM awr_runs r \
+                 WHERE EXISTS (SELECT 1 FROM awr_transcript_lines t WHERE t.run_id = r.run_id) \
+                    OR EXISTS (SELECT 1 FROM awr_transcript_blobs b WHERE b.run_id = r.run_id)",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_err("list the runs with a transcript".to_owned(), e))?;
+        let mut listed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: uuid::Uuid = row.get(0);
+            let at: chrono::DateTime<chrono::Utc> = row.get(1);
+            let run_id = RunId::new(id)
+                .map_err(|e| StoreError::Corrupt(format!("run id {id} in awr_runs: {e}")))?;
+            listed.push((run_id, Timestamp::from_millis(at.timestamp_millis())));
+        }
+        Ok(listed)
+    }
+}
+
+/// A failed copy, saying so when the run is not in the store (the key of
+/// the transcript's rows).
+fn missing_run(run_id: RunId, e: tokio_postgres::Error, what: &str) -> StoreError {
+    if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) {
+        return StoreError::NotFound(run_id);
+    }
+    pg_err(format!("{what} of run {run_id}"), e)
+}
+
+/// [`PgTranscripts`] on the database at a URL, opened when first used:
+/// what the composition root hands out before any connection is made.
+#[derive(Debug)]
+pub struct PgTranscriptsOn {
+    url: String,
+    transcripts: tokio::sync::OnceCell<PgTranscripts>,
+}
+
+impl PgTranscriptsOn {
+    /// Transcripts in the database at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            transcripts: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn get(&self) -> Result<&PgTranscripts, String> {
+        self.transcripts
+            .get_or_try_init(async || PgTranscripts::open(&self.url).await)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl Transcripts for PgTranscriptsOn {
+    async fn open(
+        &self,
+        run_id: RunId,
+        parent_run_id: Option<RunId>,
+    ) -> Result<Arc<dyn Transcript>, TranscriptError> {
+        let transcripts = self.get().await.map_err(TranscriptError::Io)?;
+        Transcripts::open(transcripts, run_id, parent_run_id).await
+    }
+}
+
+#[async_trait]
+impl TranscriptReader for PgTranscriptsOn {
+    async fn read(&self, run_id: RunId) -> Result<Option<TranscriptLines>, TranscriptError> {
+        let transcripts = self.get().await.map_err(TranscriptError::Io)?;
+        transcripts.lines_after(run_id, 0).await
+    }
+
+    async fn read_after(
+        &self,
+        run_id: RunId,
+        after: u64,
+    ) -> Result<Option<TranscriptLines>, TranscriptError> {
+        let transcripts = self.get().await.map_err(TranscriptError::Io)?;
+        transcripts.lines_after(run_id, after).await
+    }
+}
+
+#[async_trait]
+impl RunFiles for PgTranscriptsOn {
+    async fn export(&self, run_id: RunId) -> Result<Option<RunFileSet>, StoreError> {
+        self.get()
+            .await
+            .map_err(StoreError::io_msg)?
+            .export(run_id)
+            .await
+    }
+
+    async fn has_transcript(&self, run_id: RunId) -> Result<bool, StoreError> {
+        self.get()
+            .await
+            .map_err(StoreError::io_msg)?
+            .has_transcript(run_id)
+            .await
+    }
+
+    async fn import(&self, run_id: RunId, files: RunFileSet) -> Result<(), StoreError> {
+        self.get()
+            .await
+            .map_err(StoreError::io_msg)?
+            .import(run_id, files)
+            .await
+    }
+
+    async fn remove(&self, run_id: RunId) -> Result<(), StoreError> {
+        self.get()
+            .await
+            .map_err(StoreError::io_msg)?
+            .remove(run_id)
+            .await
+    }
+
+    async fn listed(&self) -> Result<Vec<(RunId, Timestamp)>, StoreError> {
+        self.get().await.map_err(StoreError::io_msg)?.listed().await
+    }
+}
