@@ -425,3 +425,26 @@ fn a_stopped_worker_loses_its_run_and_writes_nothing_when_it_wakes() {
     assert_eq!(resumed[0]["by"], "heir");
     epochs_never_go_back(&awr, &run);
 }
+
+/// `awr migrate` from PostgreSQL copies no queued run (a queue stays in
+/// its database), says so, exits 2, and leaves the run queued for the
+/// workers.
+#[test]
+fn a_queued_run_is_not_migrated_and_stays_queued() {
+    let Some(awr) = Awr::postgres() else {
+        return;
+    };
+    let run = submit(&awr, &["examples/summarize.yaml", "--input-text", "hi"]);
+    let url = awr.postgres_url().expect("a database").to_owned();
+    let to = awr.dir.path().join("copy");
+    let copied = awr.run(&["migrate", "--from", &url, "--to", &to.display().to_string()]);
+    assert_eq!(copied.code, 2, "{}", copied.stderr);
+    assert!(
+        copied.stderr.contains(&run) && copied.stderr.contains("queued"),
+        "{}",
+        copied.stderr
+    );
+    assert_eq!(awr.show_json(&run)["status"], "queued");
+    let _working = worker(&awr, "after-migrate");
+    wait_for(120, "the queued run to complete", || completed(&awr, &run));
+}

@@ -87,7 +87,9 @@ fn ci() -> anyhow::Result<()> {
 /// that fails on a full disk says so in CI's log, not only in its errors.
 fn disk_report() {
     let mut df = Command::new("df");
-    df.arg("-Ph").arg(workspace_root()).arg(std::env::temp_dir());
+    df.arg("-Ph")
+        .arg(workspace_root())
+        .arg(std::env::temp_dir());
     if let Err(e) = run(df, "df") {
         eprintln!("xtask: cannot tell the free disk space: {e:#}");
     }

@@ -92,6 +92,14 @@ async fn copy_run(
         Err(StoreError::NotFound(_)) => {}
         Err(e) => return Err(e),
     }
+    // A queued run is a submission, not a log: only its queue's database
+    // holds it, and locking it would keep it from the workers.
+    if from.queued(run_id).await?.is_some() {
+        return Ok(Migrated::Refused(format!(
+            "run {run_id} is queued and no worker has started it: a queue stays in its database; \
+             not copied (copy it once it has run, or submit it again there)"
+        )));
+    }
     let lock = match from.lock(run_id).await {
         Ok(lock) => lock,
         Err(StoreError::Locked(_)) => {

@@ -293,6 +293,10 @@ impl Transcript for RedactingTranscript {
         self.inner.append(draft).await
     }
 
+    async fn flush(&self) -> Result<(), TranscriptError> {
+        self.inner.flush().await
+    }
+
     fn dropped(&self) -> u64 {
         self.inner.dropped()
     }

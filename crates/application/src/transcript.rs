@@ -7,13 +7,19 @@ use std::time::Duration;
 
 use domain::RunId;
 use domain::transcript::{ExchangeEvent, ExchangeType};
-use futures::Stream;
 use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 
-use crate::ports::{Clock, RunStore, TranscriptError, TranscriptLines, TranscriptReader};
+use crate::ports::{
+    Clock, EventStream, RunStore, TranscriptError, TranscriptLines, TranscriptReader,
+};
 
-/// How often a follow looks for lines written by another process.
-pub const FOLLOW_POLL: Duration = Duration::from_millis(100);
+/// How often a follow looks for lines written by another process when
+/// nothing woke it: a writer appends the events its lines come from after
+/// it writes the lines, and the store's follow of the log (woken by
+/// `NOTIFY` on PostgreSQL) wakes the transcript's follow at once. This is
+/// the safety net beneath.
+pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 /// A line of a transcript as [`transcript_lines`] reads it.
 #[derive(Debug)]
@@ -60,6 +66,15 @@ fn lines(
     follow: Option<Follow>,
 ) -> impl Stream<Item = Result<Line, TranscriptError>> + Send + 'static {
     async_stream::stream! {
+        // The log's live events, only as a wake-up: none when the store
+        // cannot follow (the poll alone then).
+        let mut log = match follow.as_ref() {
+            Some(follow) => match follow.store.last_offset(run_id).await {
+                Ok(at) => follow.store.follow(run_id, at).await.ok(),
+                Err(_) => None,
+            },
+            None => None,
+        };
         let mut read = first;
         let mut shown = 0u64;
         // A later read may report a bad line again: each is shown once.
@@ -83,7 +98,7 @@ fn lines(
             if ended || last_read {
                 return;
             }
-            follow.clock.sleep(FOLLOW_POLL).await;
+            log = woken(log, follow.clock.as_ref()).await;
             // Checked after the wait, then one more read: lines its last
             // writer wrote before it let go are shown.
             last_read = !follow.store.has_writer(run_id).await.unwrap_or(true);
@@ -97,6 +112,26 @@ fn lines(
                 }
             };
         }
+    }
+}
+
+/// Waits until `log` has new events (taking all there are at once) or
+/// [`FOLLOW_POLL`] has passed; the log as it is left, `None` once it ended.
+async fn woken(log: Option<EventStream>, clock: &dyn Clock) -> Option<EventStream> {
+    let Some(mut log) = log else {
+        clock.sleep(FOLLOW_POLL).await;
+        return None;
+    };
+    tokio::select! {
+        () = clock.sleep(FOLLOW_POLL) => Some(log),
+        next = log.next() => match next {
+            Some(Ok(_)) => {
+                while let Some(Some(Ok(_))) = log.next().now_or_never() {}
+                Some(log)
+            }
+            // Ended (the run did) or failed: the poll alone from now on.
+            _ => None,
+        },
     }
 }
 
@@ -317,7 +352,12 @@ mod tests {
             reader.expect_read_after().returning(move |_, after| {
                 let lines = later.lock().unwrap();
                 Ok(Some(TranscriptLines {
-                    events: lines.events.iter().filter(|e| e.seq > after).cloned().collect(),
+                    events: lines
+                        .events
+                        .iter()
+                        .filter(|e| e.seq > after)
+                        .cloned()
+                        .collect(),
                     problems: lines.problems.clone(),
                 }))
             });
@@ -356,13 +396,55 @@ mod tests {
         assert_eq!(got, ["1", "2", "t.jsonl:2: not JSON"]);
     }
 
+    /// A store whose log of the run gets no new event: the follow polls.
+    fn quiet_log() -> MockRunStore {
+        let mut store = MockRunStore::new();
+        store.expect_last_offset().returning(|_| Ok(0));
+        store
+            .expect_follow()
+            .returning(|_, _| Ok(futures::stream::pending().boxed()));
+        store
+    }
+
+    /// An event appended to the run's log wakes the follow at once: the
+    /// line written before it is shown without waiting for the poll.
+    #[tokio::test(start_paused = true)]
+    async fn an_append_to_the_log_wakes_the_follow_before_its_poll() {
+        let transcript = Growing::default();
+        transcript.push(line(1, ExchangeType::RunStarted));
+        let (appended, log) = futures::channel::mpsc::unbounded();
+        let log = std::sync::Mutex::new(Some(log));
+        let mut store = MockRunStore::new();
+        store.expect_last_offset().returning(|_| Ok(1));
+        store.expect_follow().returning(move |_, after| {
+            assert_eq!(after, 1, "from where the log stands");
+            Ok(log.lock().unwrap().take().unwrap().boxed())
+        });
+        store.expect_has_writer().returning(|_| Ok(true));
+        let follow = Follow {
+            store: Arc::new(store),
+            clock: Arc::new(TokioClock::new()),
+        };
+        let mut lines = transcript_lines(transcript.reader(), run_id(), Some(follow))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(shown(lines.next().await.unwrap()), "1");
+        let start = tokio::time::Instant::now();
+        transcript.push(line(2, ExchangeType::StepStarted));
+        let event = crate::testing::store_conformance::warning(run_id(), 2);
+        appended.unbounded_send(Ok(event)).unwrap();
+        assert_eq!(shown(lines.next().await.unwrap()), "2");
+        assert!(start.elapsed() < FOLLOW_POLL, "{:?}", start.elapsed());
+    }
+
     /// A follow shows each line once as it comes, each bad line once, and
     /// ends at `run.completed`.
     #[tokio::test(start_paused = true)]
     async fn a_follow_shows_new_lines_once_until_the_run_completes() {
         let transcript = Growing::default();
         transcript.push(line(1, ExchangeType::RunStarted));
-        let mut store = MockRunStore::new();
+        let mut store = quiet_log();
         store.expect_has_writer().returning(|_| Ok(true));
         let follow = Follow {
             store: Arc::new(store),
@@ -389,7 +471,7 @@ mod tests {
         let transcript = Growing::default();
         transcript.push(line(1, ExchangeType::RunStarted));
         let writer = Arc::new(AtomicBool::new(true));
-        let mut store = MockRunStore::new();
+        let mut store = quiet_log();
         let probed = Arc::clone(&writer);
         store
             .expect_has_writer()

@@ -130,6 +130,16 @@ pub trait Transcript: Send + Sync {
     /// Appends one line (assigning its `seq`), then shows it to subscribers.
     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError>;
 
+    /// Writes the lines appended so far where the transcript keeps them,
+    /// if [`Transcript::append`] only took them: the runner flushes before
+    /// it appends the events those lines come from, so the log never holds
+    /// an event whose lines are missing. A transcript that writes each line
+    /// as it is appended (a file) has nothing to do; one that writes them
+    /// together (a database: one statement for many lines) does it here.
+    async fn flush(&self) -> Result<(), TranscriptError> {
+        Ok(())
+    }
+
     /// Events live subscribers have missed so far (all subscribers together).
     fn dropped(&self) -> u64;
 

@@ -108,6 +108,8 @@ impl Recorder {
     ) -> Result<(), ExecutorError> {
         if let Some(transcript) = &mut self.transcript {
             transcript.project(events, &self.workflow).await?;
+            // Their events are on record already.
+            transcript.flush().await?;
         }
         Ok(())
     }
@@ -283,6 +285,15 @@ impl Recorder {
         }
         if self.pending.is_empty() {
             return Ok(());
+        }
+        // The events' transcript lines first (see `emit`): a transcript
+        // that writes its lines together writes them now.
+        if let Some(transcript) = &self.transcript
+            && let Err(e) = transcript.flush().await
+        {
+            self.pending.clear();
+            self.reread().await;
+            return Err(e.into());
         }
         match self
             .ports

@@ -127,7 +127,17 @@ impl TranscriptWriter {
     }
 
     /// Ends the transcript.
+    /// Writes the lines taken so far ([`Transcript::flush`]).
+    pub async fn flush(&self) -> Result<(), TranscriptError> {
+        self.transcript.flush().await
+    }
+
+    /// Writes what is left, then ends the transcript: a line that cannot
+    /// be written now is logged, its event being on record already.
     pub async fn close(self) {
+        if let Err(e) = self.transcript.flush().await {
+            tracing::warn!(error = %e, "cannot write the last lines of the transcript");
+        }
         self.transcript.close().await;
     }
 

@@ -51,6 +51,7 @@ fn recording_transcripts(
                 extra: Default::default(),
             })
         });
+        t.expect_flush().returning(|| Ok(()));
         t.expect_dropped().returning(move || drops);
         t.expect_close().returning(|| ());
         Ok(Arc::new(t) as Arc<dyn Transcript>)

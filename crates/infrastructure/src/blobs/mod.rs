@@ -429,11 +429,7 @@ fn splice(source: &dyn BlobSource, doc: &[u8]) -> Result<Option<Vec<u8>>, BlobEr
 }
 
 /// Replaces the references inside `value`; whether there were any.
-fn resolve_value(
-    source: &dyn BlobSource,
-    value: &mut Value,
-    top: bool,
-) -> Result<bool, BlobError> {
+fn resolve_value(source: &dyn BlobSource, value: &mut Value, top: bool) -> Result<bool, BlobError> {
     match value {
         Value::Object(map) if !top && is_ref_shaped(map) => {
             *value = load(source, map)?;
@@ -500,7 +496,6 @@ fn read_checked(source: &dyn BlobSource, hex: &str, bytes: u64) -> Result<Vec<u8
     }
     Ok(content)
 }
-
 
 /// [`BlobError::BadReference`], showing the reference and what is wrong.
 fn bad_reference(shown: String, why: &str) -> BlobError {

@@ -44,8 +44,8 @@ pub use application::ports::TranscriptLines;
 pub use fanout::{
     DEFAULT_SUBSCRIBER_CAPACITY, SubscriberStats, TranscriptStats, TranscriptSubscriber,
 };
-pub use read::{read_transcript, read_transcript_lines};
 pub(crate) use read::LineChecker;
+pub use read::{read_transcript, read_transcript_lines};
 
 /// Mode of transcript files: private to their user (seed 000).
 const FILE_MODE: u32 = 0o600;

@@ -40,9 +40,13 @@ impl PgControl {
     }
 }
 
-/// A failed statement, as the channel reports it.
-fn io(what: &str, e: impl std::fmt::Display) -> ControlError {
-    ControlError::Io(format!("PostgreSQL: cannot {what}: {e}"))
+/// A failed statement, as the channel reports it, with its cause (a
+/// client error's says what the server said).
+fn io(what: &str, e: impl std::error::Error) -> ControlError {
+    match e.source() {
+        Some(cause) => ControlError::Io(format!("PostgreSQL: cannot {what}: {e}: {cause}")),
+        None => ControlError::Io(format!("PostgreSQL: cannot {what}: {e}")),
+    }
 }
 
 impl Inner {

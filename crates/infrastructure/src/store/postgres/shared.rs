@@ -164,12 +164,23 @@ pub(super) fn prepare_err(e: tokio_postgres::Error) -> StoreError {
     pg_err("prepare a statement".to_owned(), e)
 }
 
-/// A failed statement or connection, saying what was being done.
+/// A failed statement or connection, saying what was being done and, in
+/// the server's own words, what went wrong.
 pub(super) fn pg_err(what: String, e: tokio_postgres::Error) -> StoreError {
     StoreError::io(
         format!("PostgreSQL: cannot {what}"),
-        std::io::Error::other(e),
+        std::io::Error::other(said(&e)),
     )
+}
+
+/// `e` with its cause: a client error shows only its kind (`db error`),
+/// and its cause says what the server said (`ERROR: could not extend
+/// file …: No space left on device`).
+pub(super) fn said(e: &tokio_postgres::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
 }
 
 /// `LeaseLost`, for a writer whose lease another took over.

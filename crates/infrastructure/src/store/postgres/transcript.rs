@@ -20,7 +20,6 @@
 //!   an index, never the whole transcript again.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use application::ports::{
     RunFileSet, RunFiles, StoreError, Transcript, TranscriptError, TranscriptLines,
@@ -31,7 +30,7 @@ use domain::transcript::{ExchangeDraft, ExchangeEvent};
 use domain::{RunId, Timestamp};
 use tokio_postgres::error::SqlState;
 
-use super::shared::{pg_err, prepare_err};
+use super::shared::{pg_err, prepare_err, said};
 use super::{PgDatabase, PgOpenError};
 use crate::blobs::{HeldBlobs, referenced};
 use crate::transcript::LineChecker;
@@ -101,14 +100,15 @@ impl PgTranscripts {
                  ORDER BY 1",
             )
             .await
-            .map_err(|e| io(format!("PostgreSQL {}: {e}", self.db.target)))?;
+            .map_err(|e| io(format!("PostgreSQL {}: {}", self.db.target, said(&e))))?;
         let rows = client
             .query(&statement, &[&run_id.as_uuid(), &after])
             .await
             .map_err(|e| {
                 io(format!(
-                    "PostgreSQL {}: cannot read the transcript of run {run_id}: {e}",
-                    self.db.target
+                    "PostgreSQL {}: cannot read the transcript of run {run_id}: {}",
+                    self.db.target,
+                    said(&e)
                 ))
             })?;
         if rows.is_empty() {
@@ -197,8 +197,12 @@ impl Transcripts for PgTranscripts {
             db: self.db.clone(),
             run_id,
             parent_run_id,
-            next: tokio::sync::Mutex::new(Next { line: 1, seq: 1 }),
-            closed: AtomicBool::new(false),
+            taken: std::sync::Mutex::new(Taken {
+                next: Next { line: 1, seq: 1 },
+                lines: Vec::new(),
+                closed: false,
+            }),
+            flushing: tokio::sync::Mutex::new(()),
         };
         let client = recorder.client().await?;
         // A torn last line (copied in from a file) is cut, as a file's
@@ -212,7 +216,8 @@ impl Transcripts for PgTranscripts {
             )
             .await
             .map_err(|e| recorder.error("open", e))?;
-        *recorder.next.lock().await = recorder.stands(&client).await?;
+        let next = recorder.stands(&client).await?;
+        recorder.taken().next = next;
         Ok(Arc::new(recorder))
     }
 }
@@ -239,19 +244,46 @@ struct Next {
     seq: u64,
 }
 
-/// One run's transcript in the database, open for appending.
+impl Next {
+    /// Where the line after `n` lines from here goes.
+    fn after(self, n: usize) -> Self {
+        Self {
+            line: self.line + i64::try_from(n).unwrap_or(i64::MAX),
+            seq: self.seq + n as u64,
+        }
+    }
+}
+
+/// What a recorder has taken and not yet written.
+#[derive(Debug)]
+struct Taken {
+    next: Next,
+    /// The lines, numbered from where the transcript stood when the first
+    /// was taken.
+    lines: Vec<ExchangeEvent>,
+    closed: bool,
+}
+
+/// One run's transcript in the database, open for appending. Lines are
+/// taken by `append` and written together by `flush`, which the runner
+/// calls before it appends their events: one statement for all the lines
+/// of a step instead of a round trip each.
 #[derive(Debug)]
 struct PgTranscript {
     db: PgDatabase,
     run_id: RunId,
     parent_run_id: Option<RunId>,
-    /// Held across an append, so this recorder's lines take their places
-    /// in `seq` order.
-    next: tokio::sync::Mutex<Next>,
-    closed: AtomicBool,
+    /// A `std` mutex: held for no `.await`.
+    taken: std::sync::Mutex<Taken>,
+    /// Held across a flush, so flushes write in the order lines were taken.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl PgTranscript {
+    fn taken(&self) -> std::sync::MutexGuard<'_, Taken> {
+        super::shared::lock(&self.taken)
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, TranscriptError> {
         self.db.pool.get().await.map_err(|e| {
             TranscriptError::Io(format!(
@@ -263,8 +295,10 @@ impl PgTranscript {
 
     fn error(&self, what: &str, e: tokio_postgres::Error) -> TranscriptError {
         TranscriptError::Io(format!(
-            "PostgreSQL {}: cannot {what} the transcript of run {}: {e}",
-            self.db.target, self.run_id
+            "PostgreSQL {}: cannot {what} the transcript of run {}: {}",
+            self.db.target,
+            self.run_id,
+            said(&e)
         ))
     }
 
@@ -287,17 +321,72 @@ impl PgTranscript {
             seq: u64::try_from(seq).unwrap_or(0) + 1,
         })
     }
+
+    /// Writes `lines`, numbered from `from`, in one statement; `false` when
+    /// another writer of the run took one of their places.
+    async fn write(
+        &self,
+        client: &deadpool_postgres::Object,
+        from: Next,
+        lines: &mut [ExchangeEvent],
+    ) -> Result<bool, TranscriptError> {
+        let mut places = Vec::with_capacity(lines.len());
+        let mut seqs = Vec::with_capacity(lines.len());
+        let mut bodies = Vec::with_capacity(lines.len());
+        for (i, event) in lines.iter_mut().enumerate() {
+            event.seq = from.seq + i as u64;
+            let mut body = Vec::with_capacity(256);
+            event.write_json(&mut body).map_err(|e| {
+                TranscriptError::Io(format!(
+                    "cannot serialize line {} of the transcript of run {}: {e}",
+                    event.seq, self.run_id
+                ))
+            })?;
+            body.push(b'\n');
+            places.push(from.line + i as i64);
+            seqs.push(i64::try_from(event.seq).unwrap_or(i64::MAX));
+            bodies.push(body);
+        }
+        let statement = client
+            .prepare_cached(
+                "INSERT INTO awr_transcript_lines (run_id, line, seq, body) \
+                 SELECT $1, u.l, u.s, u.b FROM unnest($2::int8[], $3::int8[], $4::bytea[]) \
+                 AS u(l, s, b)",
+            )
+            .await
+            .map_err(|e| self.error("append to", e))?;
+        let inserted = client
+            .execute(
+                &statement,
+                &[&self.run_id.as_uuid(), &places, &seqs, &bodies],
+            )
+            .await;
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(false),
+            Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+                Err(TranscriptError::Io(format!(
+                    "PostgreSQL {}: run {} is not in the store (deleted?); its transcript \
+                     takes no more lines",
+                    self.db.target, self.run_id
+                )))
+            }
+            Err(e) => Err(self.error("append to", e)),
+        }
+    }
 }
 
 #[async_trait]
 impl Transcript for PgTranscript {
+    /// Takes the line, numbered after those taken before; it is written
+    /// by the next [`Transcript::flush`].
     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
-        let mut next = self.next.lock().await;
-        if self.closed.load(Ordering::Acquire) {
+        let mut taken = self.taken();
+        if taken.closed {
             return Err(TranscriptError::Closed(self.run_id));
         }
-        let mut event = ExchangeEvent {
-            seq: next.seq,
+        let event = ExchangeEvent {
+            seq: taken.next.seq + taken.lines.len() as u64,
             run_id: self.run_id,
             parent_run_id: self.parent_run_id,
             child_run_id: draft.child_run_id,
@@ -308,58 +397,55 @@ impl Transcript for PgTranscript {
             payload: draft.payload,
             extra: Default::default(),
         };
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(
-                "INSERT INTO awr_transcript_lines (run_id, line, seq, body) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .await
-            .map_err(|e| self.error("append to", e))?;
-        let mut body = Vec::with_capacity(256);
-        for _ in 0..APPEND_TRIES {
-            event.seq = next.seq;
-            body.clear();
-            event.write_json(&mut body).map_err(|e| {
-                TranscriptError::Io(format!(
-                    "cannot serialize line {} of the transcript of run {}: {e}",
-                    event.seq, self.run_id
-                ))
-            })?;
-            body.push(b'\n');
-            let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
-            let inserted = client
-                .execute(
-                    &statement,
-                    &[&self.run_id.as_uuid(), &next.line, &seq, &body],
-                )
-                .await;
-            match inserted {
-                Ok(_) => {
-                    next.line += 1;
-                    next.seq += 1;
-                    return Ok(event);
-                }
-                // Another writer of the run took the place: number the
-                // line after where the transcript stands now.
-                Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                    *next = self.stands(&client).await?;
-                }
-                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
-                    return Err(TranscriptError::Io(format!(
-                        "PostgreSQL {}: run {} is not in the store (deleted?); its transcript \
-                         takes no more lines",
-                        self.db.target, self.run_id
-                    )));
-                }
-                Err(e) => return Err(self.error("append to", e)),
-            }
+        taken.lines.push(event.clone());
+        Ok(event)
+    }
+
+    /// Writes the lines taken, in one statement. When another writer of
+    /// the run took their places meanwhile, they are numbered again after
+    /// its lines. Lines that cannot be written are dropped with the error:
+    /// their events are not appended either.
+    async fn flush(&self) -> Result<(), TranscriptError> {
+        let _turn = self.flushing.lock().await;
+        let (from, mut lines) = {
+            let mut taken = self.taken();
+            let lines = std::mem::take(&mut taken.lines);
+            let from = taken.next;
+            // Lines taken while these are written are numbered after them.
+            taken.next = from.after(lines.len());
+            (from, lines)
+        };
+        if lines.is_empty() {
+            return Ok(());
         }
-        Err(TranscriptError::Io(format!(
-            "PostgreSQL {}: other writers kept taking the place of line {} of the transcript \
-             of run {}",
-            self.db.target, event.seq, self.run_id
-        )))
+        let written = async {
+            let client = self.client().await?;
+            let mut at = from;
+            for _ in 0..APPEND_TRIES {
+                if self.write(&client, at, &mut lines).await? {
+                    return Ok(at);
+                }
+                at = self.stands(&client).await?;
+            }
+            Err(TranscriptError::Io(format!(
+                "PostgreSQL {}: other writers kept taking the places of the transcript lines \
+                 of run {}",
+                self.db.target, self.run_id
+            )))
+        };
+        let result = written.await;
+        // Where the lines taken meanwhile go: after these, or, when these
+        // were dropped, where these would have gone.
+        let next = match &result {
+            Ok(at) => at.after(lines.len()),
+            Err(_) => from,
+        };
+        let mut taken = self.taken();
+        for (i, line) in taken.lines.iter_mut().enumerate() {
+            line.seq = next.seq + i as u64;
+        }
+        taken.next = next;
+        result.map(|_| ())
     }
 
     fn dropped(&self) -> u64 {
@@ -367,7 +453,7 @@ impl Transcript for PgTranscript {
     }
 
     async fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        self.taken().closed = true;
     }
 }
 

@@ -55,8 +55,11 @@ async fn lines_are_numbered_read_back_and_followed_from_a_seq_on() {
         let line = writer.append(draft(text)).await.unwrap();
         assert_eq!(line.parent_run_id, Some(parent));
     }
-    // Another process, on the same database, reads what was written.
+    // Taken, not written, until the flush that comes before their events.
     let elsewhere = PgTranscripts::open(&url).await.unwrap();
+    assert!(elsewhere.read(run).await.unwrap().is_none());
+    writer.flush().await.unwrap();
+    // Another process, on the same database, reads what was written.
     let read = elsewhere.read(run).await.unwrap().unwrap();
     assert_eq!(
         texts(&read),
@@ -75,6 +78,10 @@ async fn lines_are_numbered_read_back_and_followed_from_a_seq_on() {
     assert!(writer.append(draft("late")).await.is_err());
     let again = transcripts.open(run, Some(parent)).await.unwrap();
     assert_eq!(again.append(draft("d")).await.unwrap().seq, 4);
+    again.flush().await.unwrap();
+    again.flush().await.unwrap();
+    let read = elsewhere.read_after(run, 3).await.unwrap().unwrap();
+    assert_eq!(texts(&read), [(4, "d".into())]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +98,11 @@ async fn two_writers_of_one_run_never_repeat_a_seq() {
         tokio::spawn(async move {
             for i in 0..20 {
                 writer.append(draft(&format!("{tag}{i}"))).await.unwrap();
+                if i % 3 == 2 {
+                    writer.flush().await.unwrap();
+                }
             }
+            writer.flush().await.unwrap();
         })
     };
     let (ja, jb) = (write(a, "a"), write(b, "b"));
@@ -114,7 +125,10 @@ async fn a_transcript_copied_in_and_out_keeps_every_byte_and_its_blobs() {
     let hex = {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(&big);
-        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     };
     let line = |seq: u64, payload: serde_json::Value| {
         let event = ExchangeEvent {
@@ -171,6 +185,7 @@ async fn a_transcript_copied_in_and_out_keeps_every_byte_and_its_blobs() {
     // A writer of the run cuts the torn tail and goes on after seq 3.
     let writer = transcripts.open(run, None).await.unwrap();
     assert_eq!(writer.append(draft("four")).await.unwrap().seq, 4);
+    writer.flush().await.unwrap();
 
     // A blob the lines name and the database lacks is an error, not a
     // transcript without it.
@@ -192,9 +207,7 @@ async fn a_transcript_copied_in_and_out_keeps_every_byte_and_its_blobs() {
     transcripts.import(run, files.clone()).await.unwrap();
     assert_eq!(transcripts.export(run).await.unwrap(), Some(files));
     // A transcript for a run the store lacks is refused.
-    let stray = transcripts
-        .import(new_run(), RunFileSet::default())
-        .await;
+    let stray = transcripts.import(new_run(), RunFileSet::default()).await;
     assert!(stray.is_ok(), "an empty copy writes nothing: {stray:?}");
     let stray = RunFileSet {
         transcript: line(1, json!({})).into_bytes(),
@@ -211,6 +224,7 @@ async fn a_transcript_goes_with_its_run_and_is_listed_while_there() {
     };
     let writer = transcripts.open(run, None).await.unwrap();
     writer.append(draft("a")).await.unwrap();
+    writer.flush().await.unwrap();
     let listed: Vec<RunId> = transcripts
         .listed()
         .await
@@ -223,11 +237,55 @@ async fn a_transcript_goes_with_its_run_and_is_listed_while_there() {
     transcripts.remove(run).await.unwrap();
     assert!(!transcripts.has_transcript(run).await.unwrap());
     writer.append(draft("b")).await.unwrap();
+    writer.flush().await.unwrap();
     assert!(transcripts.has_transcript(run).await.unwrap());
 
     store.delete_run(run).await.unwrap();
     assert!(transcripts.read(run).await.unwrap().is_none());
     assert!(transcripts.listed().await.unwrap().is_empty());
-    let after = writer.append(draft("c")).await.unwrap_err().to_string();
+    // A line of a run that is gone is refused when written, and dropped.
+    writer.append(draft("c")).await.unwrap();
+    let after = writer.flush().await.unwrap_err().to_string();
     assert!(after.contains(&run.to_string()), "{after}");
+    writer.flush().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_that_could_not_be_written_leave_no_gap() {
+    let Some((url, _store, transcripts, run)) = setup().await else {
+        return;
+    };
+    let writer = transcripts.open(run, None).await.unwrap();
+    writer.append(draft("a")).await.unwrap();
+    writer.flush().await.unwrap();
+    // The table refuses writes for a while (a database that fails).
+    let client = transcripts.db.pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON awr_transcript_lines \
+             FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .await
+        .unwrap();
+    writer.append(draft("lost")).await.unwrap();
+    let refused = writer.flush().await.unwrap_err().to_string();
+    assert!(refused.contains("refused"), "{refused}");
+    client
+        .batch_execute("DROP TRIGGER refuse ON awr_transcript_lines")
+        .await
+        .unwrap();
+    // The next line takes the place the dropped one would have had.
+    assert_eq!(writer.append(draft("b")).await.unwrap().seq, 2);
+    writer.flush().await.unwrap();
+    let read = PgTranscripts::open(&url)
+        .await
+        .unwrap()
+        .read(run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(texts(&read), [(1, "a".into()), (2, "b".into())]);
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
 }
