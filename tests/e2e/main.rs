@@ -44,6 +44,7 @@ mod serve_security;
 mod sqlite_storage;
 mod stopping;
 mod subflow;
+mod trace;
 mod transcript_cli;
 mod transcript_recorder;
 mod util;

@@ -43,6 +43,7 @@ pub mod secrets;
 pub mod testing;
 pub mod tool_loop;
 pub mod tools;
+pub mod trace;
 pub mod transcript;
 pub mod worker;
 

@@ -52,6 +52,21 @@ struct Cli {
     command: Command,
 }
 
+/// `awr trace ...`.
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Print a run's spans as a tree: the run, its node runs, their
+    /// provider calls and tools, with durations, tokens and cost.
+    Show {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// Print the spans that have ended as one OTLP/JSON request
+        /// (what `awr trace export` sends).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a workflow file; prints the final output on stdout and the run id on stderr.
@@ -180,6 +195,10 @@ enum Command {
         /// Run id (a unique prefix is enough).
         run: String,
     },
+    /// A run's OpenTelemetry trace, projected from its log and those of the
+    /// runs it called (docs/observability.md).
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Play a run's recorded events again, in order, at the pace they were
     /// recorded (audit playback: nothing is executed again).
     Replay {
@@ -420,6 +439,9 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             filter,
         } => terminal::inspect::events(&storage, &run, offset, follow, json, &filter, None).await,
         Command::Causal { run } => terminal::causal::causal(&storage, &run).await,
+        Command::Trace(TraceCommand::Show { run, json }) => {
+            terminal::trace::show(&storage, &run, json).await
+        }
         Command::Replay {
             run,
             speed,

@@ -25,6 +25,7 @@ pub mod pricing;
 pub mod recording;
 pub mod snapshot;
 pub mod time;
+pub mod trace;
 pub mod transcript;
 pub mod workflow;
 

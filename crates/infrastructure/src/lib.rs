@@ -33,6 +33,7 @@ pub mod blobs;
 pub mod clock;
 pub mod control;
 pub mod fs;
+pub mod otlp;
 pub mod run_files;
 pub mod store;
 pub mod tools;

@@ -13,5 +13,6 @@ pub mod query;
 pub mod queue;
 pub mod record;
 pub mod run;
+pub mod trace;
 pub mod transcript;
 pub mod verify;

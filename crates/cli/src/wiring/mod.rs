@@ -107,6 +107,17 @@ pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
     embed::transcript_reader(storage)
 }
 
+/// `spans` (those that have ended) as one OTLP/JSON request, from the
+/// service `OTEL_SERVICE_NAME` names (`awr` by default).
+pub fn otlp_json(spans: &[domain::trace::Span]) -> Result<String, Failure> {
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned());
+    let request = infrastructure::otlp::request(spans, &service);
+    infrastructure::otlp::json(&request).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+}
+
 /// Makes awr not dumpable, as ssh-agent does: its children (a shell, a CLI
 /// agent) then cannot read its keys from `/proc/<awr pid>/environ`, nor
 /// attach a debugger to it. A process with `CAP_SYS_PTRACE` (root, as a

@@ -11,6 +11,7 @@ mod schema;
 mod shared;
 mod store;
 mod transcript;
+mod transcript_files;
 mod whole;
 
 #[cfg(test)]

@@ -1,0 +1,115 @@
+//! `awr trace show`: a run's OpenTelemetry spans, projected from its log,
+//! as a tree and as OTLP/JSON, the same each time they are asked for.
+
+use serde_json::Value;
+
+use crate::util::Awr;
+
+/// The spans of an OTLP/JSON request.
+fn spans(json: &str) -> Vec<Value> {
+    let request: Value = serde_json::from_str(json).unwrap();
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn attribute<'a>(span: &'a Value, key: &str) -> &'a Value {
+    span["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kv| kv["key"] == key)
+        .map_or(&Value::Null, |kv| &kv["value"])
+}
+
+#[test]
+fn the_research_pipeline_is_one_trace_whose_calls_spent_what_the_log_says() {
+    let a = Awr::new();
+    let run = a.completed_run("examples/research-pipeline.yaml");
+    let json = a.run(&["trace", "show", &run, "--json"]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let all = spans(&json.stdout);
+
+    let roots: Vec<&Value> = all.iter().filter(|s| s["parentSpanId"] == "").collect();
+    assert_eq!(roots.len(), 1, "one root");
+    let root = roots[0];
+    assert_eq!(root["traceId"], run.replace('-', ""));
+    assert_eq!(
+        attribute(root, "gen_ai.operation.name")["stringValue"],
+        "invoke_workflow"
+    );
+    let agents: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("invoke_agent "))
+        .collect();
+    assert_eq!(agents.len(), 3, "three agent node runs");
+    assert!(agents.iter().all(|s| s["parentSpanId"] == root["spanId"]));
+    for agent in &agents {
+        assert_eq!(
+            attribute(agent, "gen_ai.provider.name")["stringValue"],
+            "awr.mock",
+            "from the run's definition"
+        );
+    }
+
+    // Each call's input tokens are its `agent:complete` usage.
+    let mut logged: Vec<u64> = a
+        .events(&run)
+        .iter()
+        .filter(|e| e["type"] == "agent:complete")
+        .map(|e| e["usage"]["inputTokens"].as_u64().unwrap())
+        .collect();
+    let mut chats: Vec<u64> = all
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("chat "))
+        .map(|s| {
+            assert!(
+                agents.iter().any(|a| a["spanId"] == s["parentSpanId"]),
+                "{s}"
+            );
+            attribute(s, "gen_ai.usage.input_tokens")["intValue"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    logged.sort();
+    chats.sort();
+    assert_eq!(chats, logged);
+    assert!(!chats.is_empty());
+
+    // The same spans, ids included, every time.
+    let again = a.run(&["trace", "show", &run, "--json"]);
+    assert_eq!(again.stdout, json.stdout);
+
+    let tree = a.run(&["trace", "show", &run]);
+    assert_eq!(tree.code, 0, "{}", tree.stderr);
+    let lines: Vec<&str> = tree.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("invoke_workflow research-pipeline"),
+        "{}",
+        tree.stdout
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("invoke_agent ")).count(),
+        3,
+        "{}",
+        tree.stdout
+    );
+}
+
+#[test]
+fn a_trace_of_no_run_is_bad_input() {
+    let a = Awr::new();
+    a.completed_run("examples/summarize.yaml");
+    let out = a.run(&["trace", "show", "00000000-0000-4000-8000-000000000000"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("00000000-0000-4000-8000-000000000000 not found"),
+        "{}",
+        out.stderr
+    );
+}
