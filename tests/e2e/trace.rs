@@ -1,6 +1,8 @@
 //! `awr trace show`: a run's OpenTelemetry spans, projected from its log,
 //! as a tree and as OTLP/JSON, the same each time they are asked for.
 
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
 use serde_json::Value;
 
 use crate::util::Awr;
@@ -112,4 +114,112 @@ fn a_trace_of_no_run_is_bad_input() {
         "{}",
         out.stderr
     );
+}
+
+/// An OTLP/HTTP receiver on 127.0.0.1: every request's body, decoded by
+/// OpenTelemetry's own protobuf schema.
+struct Receiver {
+    url: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = requests.clone();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let request = ExportTraceServiceRequest::decode(body.as_ref()).unwrap();
+                    kept.lock().unwrap().push(request);
+                    // An empty ExportTraceServiceResponse.
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url,
+            requests,
+            _runtime: runtime,
+        }
+    }
+
+    /// Every span received, in order.
+    fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.resource_spans.iter())
+            .flat_map(|r| r.scope_spans.iter())
+            .flat_map(|s| s.spans.iter().cloned())
+            .collect()
+    }
+}
+
+#[test]
+fn an_export_delivers_every_span_with_the_same_ids_each_time() {
+    let a = Awr::new();
+    let run = a.completed_run("examples/research-pipeline.yaml");
+    let shown = a.run(&["trace", "show", &run, "--json"]);
+    let expected = spans(&shown.stdout).len();
+
+    // Nobody listens: the export fails, says so, and can be done later.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let down = a.run(&["trace", "export", &run, "--endpoint", &closed]);
+    assert_eq!(down.code, 1, "{}", down.stderr);
+    assert!(down.stderr.contains("collector"), "{}", down.stderr);
+
+    let receiver = Receiver::start();
+    for _ in 0..2 {
+        let out = a.run(&["trace", "export", &run, "--endpoint", &receiver.url]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout.contains(&format!("{expected} spans")),
+            "{}",
+            out.stdout
+        );
+    }
+    let received = receiver.spans();
+    assert_eq!(received.len(), 2 * expected);
+    let (first, second) = received.split_at(expected);
+    let ids = |spans: &[opentelemetry_proto::tonic::trace::v1::Span]| {
+        spans
+            .iter()
+            .map(|s| {
+                (
+                    s.trace_id.clone(),
+                    s.span_id.clone(),
+                    s.parent_span_id.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(first), ids(second), "the same ids, byte for byte");
+    assert!(first.iter().any(|s| s.name.starts_with("chat ")));
+    let root = first.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
+    assert_eq!(hex(&root.trace_id), run.replace('-', ""));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

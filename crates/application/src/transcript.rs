@@ -125,10 +125,15 @@ async fn woken(log: Option<EventStream>, clock: &dyn Clock) -> Option<EventStrea
     tokio::select! {
         () = clock.sleep(FOLLOW_POLL) => Some(log),
         next = log.next() => match next {
-            Some(Ok(_)) => {
-                while let Some(Some(Ok(_))) = log.next().now_or_never() {}
-                Some(log)
-            }
+            Some(Ok(_)) => loop {
+                match log.next().now_or_never() {
+                    Some(Some(Ok(_))) => {}
+                    // Nothing more yet.
+                    None => break Some(log),
+                    // Ended or failed: never polled again.
+                    Some(_) => break None,
+                }
+            },
             // Ended (the run did) or failed: the poll alone from now on.
             _ => None,
         },

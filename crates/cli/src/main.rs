@@ -65,6 +65,23 @@ enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Send runs' spans to an OpenTelemetry collector over OTLP: those
+    /// that have ended, the same ids each time, so sending again after an
+    /// outage duplicates nothing a collector cannot tell.
+    Export {
+        /// Run ids (a unique prefix is enough).
+        #[arg(required = true)]
+        runs: Vec<String>,
+        /// Where the collector takes OTLP (default: the
+        /// `OTEL_EXPORTER_OTLP_*` variables, else localhost); an HTTP URL
+        /// without a path gets `/v1/traces`.
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// `grpc` or `http/protobuf` (default: the `OTEL_EXPORTER_OTLP_*`
+        /// variables, else `http/protobuf`).
+        #[arg(long)]
+        protocol: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -441,6 +458,13 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Causal { run } => terminal::causal::causal(&storage, &run).await,
         Command::Trace(TraceCommand::Show { run, json }) => {
             terminal::trace::show(&storage, &run, json).await
+        }
+        Command::Trace(TraceCommand::Export {
+            runs,
+            endpoint,
+            protocol,
+        }) => {
+            terminal::trace::export(&storage, &runs, endpoint.as_deref(), protocol.as_deref()).await
         }
         Command::Replay {
             run,

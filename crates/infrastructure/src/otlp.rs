@@ -1,17 +1,29 @@
-//! Spans as OTLP carries them (`domain::trace` → OpenTelemetry's own
-//! protobuf types, `opentelemetry-proto`): the request a collector gets,
-//! its protobuf bytes (OTLP over HTTP or gRPC) and its OTLP/JSON form.
+//! Spans as OTLP carries them (`domain::trace` → the OpenTelemetry SDK's
+//! `SpanData`): sent by the OTLP exporter (`opentelemetry-otlp`, gRPC or
+//! HTTP with protobuf), or turned into OTLP's own protobuf types
+//! (`opentelemetry-proto`) for their bytes and their OTLP/JSON form.
 //!
-//! Only translation happens here: what a span is, its ids and attributes,
-//! is decided by the projection, so every exporter sends the same spans.
+//! Only translation happens here, once, into `SpanData`: what a span is,
+//! its ids and attributes, is decided by the projection, so every way out
+//! sends the same spans.
+
+mod export;
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
 
 use domain::Timestamp;
 use domain::trace::{AttrValue, Attributes, Span, SpanKind, SpanStatus};
+use opentelemetry::trace::{self as otel, SpanContext, TraceFlags, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Status, span, status};
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use prost::Message;
+
+pub use export::{ExportError, Exporter};
 
 /// The instrumentation scope the spans are reported under.
 const SCOPE: &str = "awr";
@@ -19,37 +31,35 @@ const SCOPE: &str = "awr";
 /// `service.name` unless `OTEL_SERVICE_NAME` says otherwise.
 pub const DEFAULT_SERVICE: &str = "awr";
 
-/// One request holding the spans of `spans` that have ended (a span in
-/// progress is sent once it ends), from the service `service`.
-pub fn request(spans: &[Span], service: &str) -> ExportTraceServiceRequest {
-    let spans = spans
+/// The resource spans come from: the service `service`, this awr's version.
+pub fn resource(service: &str) -> Resource {
+    Resource::builder_empty()
+        .with_service_name(service.to_owned())
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The spans of `spans` that have ended, as the SDK hands spans to an
+/// exporter; a span in progress is sent once it ends.
+pub fn span_data(spans: &[Span]) -> Vec<SpanData> {
+    spans
         .iter()
-        .filter_map(|span| Some(to_proto(span, span.end?)))
-        .collect();
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![
-                    key_value("service.name", &AttrValue::Str(service.to_owned())),
-                    key_value(
-                        "service.version",
-                        &AttrValue::Str(env!("CARGO_PKG_VERSION").to_owned()),
-                    ),
-                ],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: SCOPE.to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    ..Default::default()
-                }),
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+        .filter_map(|span| Some(to_span_data(span, span.end?)))
+        .collect()
+}
+
+/// One request holding the spans of `spans` that have ended, from `resource`.
+pub fn request(spans: &[Span], resource: &Resource) -> ExportTraceServiceRequest {
+    let resource = ResourceAttributesWithSchema::from(resource);
+    let mut resource_spans = group_spans_by_resource_and_scope(span_data(spans), &resource);
+    // A resource keeps its attributes in a hash map: sorted, the same
+    // spans always make the same request.
+    for spans in &mut resource_spans {
+        if let Some(resource) = &mut spans.resource {
+            resource.attributes.sort_by(|a, b| a.key.cmp(&b.key));
+        }
     }
+    ExportTraceServiceRequest { resource_spans }
 }
 
 /// The request's protobuf bytes, as OTLP/HTTP (`application/x-protobuf`)
@@ -63,54 +73,71 @@ pub fn json(request: &ExportTraceServiceRequest) -> Result<String, serde_json::E
     serde_json::to_string(request)
 }
 
-fn nanos(t: Timestamp) -> u64 {
-    u64::try_from(t.as_millis())
-        .unwrap_or(0)
-        .saturating_mul(1_000_000)
+fn time(t: Timestamp) -> SystemTime {
+    let millis = u64::try_from(t.as_millis()).unwrap_or(0);
+    SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
 }
 
-fn to_proto(span: &Span, end: Timestamp) -> opentelemetry_proto::tonic::trace::v1::Span {
-    let status = match &span.status {
-        SpanStatus::Unset => None,
-        SpanStatus::Error(message) => Some(Status {
-            message: message.clone(),
-            code: status::StatusCode::Error as i32,
-        }),
-    };
-    opentelemetry_proto::tonic::trace::v1::Span {
-        trace_id: span.trace_id.0.to_vec(),
-        span_id: span.span_id.0.to_vec(),
-        parent_span_id: span.parent.map(|p| p.0.to_vec()).unwrap_or_default(),
-        name: span.name.clone(),
-        kind: match span.kind {
-            SpanKind::Internal => span::SpanKind::Internal,
-            SpanKind::Client => span::SpanKind::Client,
-        } as i32,
-        start_time_unix_nano: nanos(span.start),
-        end_time_unix_nano: nanos(end),
+fn context(trace: domain::trace::TraceId, span: domain::trace::SpanId) -> SpanContext {
+    SpanContext::new(
+        otel::TraceId::from_bytes(trace.0),
+        otel::SpanId::from_bytes(span.0),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    )
+}
+
+fn to_span_data(span: &Span, end: Timestamp) -> SpanData {
+    let mut events = SpanEvents::default();
+    events.events = span
+        .events
+        .iter()
+        .map(|event| {
+            otel::Event::new(
+                event.name.clone(),
+                time(event.time),
+                key_values(&event.attributes),
+                0,
+            )
+        })
+        .collect();
+    let mut links = SpanLinks::default();
+    links.links = span
+        .links
+        .iter()
+        .map(|link| {
+            otel::Link::new(
+                context(link.trace_id, link.span_id),
+                key_values(&link.attributes),
+                0,
+            )
+        })
+        .collect();
+    SpanData {
+        span_context: context(span.trace_id, span.span_id),
+        parent_span_id: span
+            .parent
+            .map_or(otel::SpanId::INVALID, |p| otel::SpanId::from_bytes(p.0)),
+        parent_span_is_remote: false,
+        span_kind: match span.kind {
+            SpanKind::Internal => otel::SpanKind::Internal,
+            SpanKind::Client => otel::SpanKind::Client,
+        },
+        name: Cow::Owned(span.name.clone()),
+        start_time: time(span.start),
+        end_time: time(end),
         attributes: key_values(&span.attributes),
-        events: span
-            .events
-            .iter()
-            .map(|event| span::Event {
-                time_unix_nano: nanos(event.time),
-                name: event.name.clone(),
-                attributes: key_values(&event.attributes),
-                ..Default::default()
-            })
-            .collect(),
-        links: span
-            .links
-            .iter()
-            .map(|link| span::Link {
-                trace_id: link.trace_id.0.to_vec(),
-                span_id: link.span_id.0.to_vec(),
-                attributes: key_values(&link.attributes),
-                ..Default::default()
-            })
-            .collect(),
-        status,
-        ..Default::default()
+        dropped_attributes_count: 0,
+        events,
+        links,
+        status: match &span.status {
+            SpanStatus::Unset => otel::Status::Unset,
+            SpanStatus::Error(message) => otel::Status::error(message.clone()),
+        },
+        instrumentation_scope: InstrumentationScope::builder(SCOPE)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
     }
 }
 
@@ -118,22 +145,16 @@ fn key_values(attributes: &Attributes) -> Vec<KeyValue> {
     attributes
         .0
         .iter()
-        .map(|(key, value)| key_value(key, value))
+        .map(|(key, value)| {
+            let key = key.clone();
+            match value {
+                AttrValue::Str(s) => KeyValue::new(key, s.clone()),
+                AttrValue::Int(n) => KeyValue::new(key, *n),
+                AttrValue::Float(x) => KeyValue::new(key, *x),
+                AttrValue::Bool(b) => KeyValue::new(key, *b),
+            }
+        })
         .collect()
-}
-
-fn key_value(key: &str, value: &AttrValue) -> KeyValue {
-    let value = match value {
-        AttrValue::Str(s) => any_value::Value::StringValue(s.clone()),
-        AttrValue::Int(n) => any_value::Value::IntValue(*n),
-        AttrValue::Float(x) => any_value::Value::DoubleValue(*x),
-        AttrValue::Bool(b) => any_value::Value::BoolValue(*b),
-    };
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
@@ -141,6 +162,8 @@ fn key_value(key: &str, value: &AttrValue) -> KeyValue {
 mod tests {
     use domain::RunId;
     use domain::trace::{SpanEvent, SpanLink, TraceId, root_span_id, span_id};
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    use opentelemetry_proto::tonic::trace::v1::{span, status};
     use serde_json::Value;
 
     use super::*;
@@ -187,7 +210,7 @@ mod tests {
     #[test]
     fn spans_reach_the_wire_as_projected() {
         let spans = spans();
-        let request = request(&spans, "team-awr");
+        let request = request(&spans, &resource("team-awr"));
         let bytes = protobuf(&request);
         let back = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(back, request);
@@ -212,15 +235,26 @@ mod tests {
             .and_then(|kv| kv.value.clone())
             .and_then(|v| v.value);
         assert_eq!(tokens, Some(any_value::Value::IntValue(42)));
-        let service = &resource.resource.as_ref().unwrap().attributes[0];
-        assert_eq!(service.key, "service.name");
+        let service = resource
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "service.name");
+        assert_eq!(
+            service
+                .and_then(|kv| kv.value.clone())
+                .and_then(|v| v.value),
+            Some(any_value::Value::StringValue("team-awr".into()))
+        );
     }
 
     /// OTLP/JSON: ids in hex, as the specification says.
     #[test]
     fn the_json_form_has_hex_ids() {
         let spans = spans();
-        let text = json(&request(&spans, DEFAULT_SERVICE)).unwrap();
+        let text = json(&request(&spans, &resource(DEFAULT_SERVICE))).unwrap();
         let value: Value = serde_json::from_str(&text).unwrap();
         let span = &value["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
         assert_eq!(span["traceId"], spans[0].trace_id.to_string());

@@ -128,6 +128,8 @@ pub trait Transcripts: Send + Sync + 'static {
 #[async_trait]
 pub trait Transcript: Send + Sync {
     /// Appends one line (assigning its `seq`), then shows it to subscribers.
+    /// A transcript that writes at [`Transcript::flush`] may number the
+    /// line again there, when another writer took its place meanwhile.
     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError>;
 
     /// Writes the lines appended so far where the transcript keeps them,

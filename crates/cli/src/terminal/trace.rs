@@ -27,6 +27,31 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     Ok(())
 }
 
+/// Sends the spans of each of `runs` that have ended, one request a run,
+/// saying how many went; a collector that does not take them is exit 1.
+pub async fn export(
+    storage: &Storage,
+    runs: &[String],
+    endpoint: Option<&str>,
+    protocol: Option<&str>,
+) -> Result<(), Failure> {
+    let exporter = wiring::otlp_exporter(endpoint, protocol)?;
+    let store = wiring::read_store(storage).await?;
+    let parse = |definition: &domain::definition::Definition| wiring::load_kept(definition).ok();
+    for run in runs {
+        let id = resolve_run(storage, run).await?;
+        let spans = application::trace::trace(store.as_ref(), id, &parse)
+            .await
+            .map_err(|e| Failure::Input(anyhow!("run {id}: {e}")))?;
+        let sent = exporter
+            .send(&spans)
+            .await
+            .map_err(|e| Failure::Run(anyhow!("run {id}: {e}")))?;
+        say(&format!("run {id}: {sent} spans exported"))?;
+    }
+    Ok(())
+}
+
 /// Tokens and cost of a span and everything under it.
 #[derive(Debug, Default, Clone, Copy)]
 struct Totals {

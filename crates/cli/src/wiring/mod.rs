@@ -107,15 +107,43 @@ pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
     embed::transcript_reader(storage)
 }
 
-/// `spans` (those that have ended) as one OTLP/JSON request, from the
-/// service `OTEL_SERVICE_NAME` names (`awr` by default).
-pub fn otlp_json(spans: &[domain::trace::Span]) -> Result<String, Failure> {
-    let service = std::env::var("OTEL_SERVICE_NAME")
+/// The service spans come from: `OTEL_SERVICE_NAME`, `awr` by default.
+fn otel_service() -> String {
+    std::env::var("OTEL_SERVICE_NAME")
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned());
-    let request = infrastructure::otlp::request(spans, &service);
+        .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned())
+}
+
+/// `spans` (those that have ended) as one OTLP/JSON request.
+pub fn otlp_json(spans: &[domain::trace::Span]) -> Result<String, Failure> {
+    let resource = infrastructure::otlp::resource(&otel_service());
+    let request = infrastructure::otlp::request(spans, &resource);
     infrastructure::otlp::json(&request).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
+}
+
+/// Sends spans to a collector over OTLP.
+pub struct OtlpExporter(infrastructure::otlp::Exporter);
+
+impl OtlpExporter {
+    /// Sends the spans of `spans` that have ended; how many went.
+    pub async fn send(&self, spans: &[domain::trace::Span]) -> Result<usize, anyhow::Error> {
+        let data = infrastructure::otlp::span_data(spans);
+        let count = data.len();
+        self.0.export(data).await?;
+        Ok(count)
+    }
+}
+
+/// An OTLP exporter to `endpoint` over `protocol`, each defaulting to what
+/// the `OTEL_EXPORTER_OTLP_*` variables say; a bad setting is exit 2.
+pub fn otlp_exporter(
+    endpoint: Option<&str>,
+    protocol: Option<&str>,
+) -> Result<OtlpExporter, Failure> {
+    infrastructure::otlp::Exporter::new(endpoint, protocol, &otel_service())
+        .map(OtlpExporter)
+        .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
 
 /// Makes awr not dumpable, as ssh-agent does: its children (a shell, a CLI

@@ -21,8 +21,12 @@ pub fn project(events: &[RuntimeEvent], input: &TraceInput) -> Projection {
     for event in events {
         fold.event(event);
     }
+    let dropped = fold.dropped;
     Projection {
-        spans: fold.spans,
+        spans: (fold.spans.into_iter().enumerate())
+            .filter(|(i, _)| !dropped.contains(i))
+            .map(|(_, span)| span)
+            .collect(),
         children: fold.children,
     }
 }
@@ -35,6 +39,25 @@ struct OpenNode {
     chat: Option<usize>,
     /// Its tool calls in progress, by call id.
     tools: HashMap<String, usize>,
+    /// Why its latest provider call failed (`agent:error`): what a retry's
+    /// earlier attempt failed of.
+    failure: Option<(String, String)>,
+    /// For the span that continues a node run after a resume, until the
+    /// node run records anything: the span it continues. A node run that
+    /// starts afresh then (a new attempt) links to that span instead.
+    resumed_from: Option<SpanId>,
+}
+
+impl OpenNode {
+    fn new(span: usize) -> Self {
+        Self {
+            span,
+            chat: None,
+            tools: HashMap::new(),
+            failure: None,
+            resumed_from: None,
+        }
+    }
 }
 
 struct Fold<'a> {
@@ -52,6 +75,9 @@ struct Fold<'a> {
     /// When the event before the current one was recorded: where spans an
     /// interruption cut short end.
     previous: Option<Timestamp>,
+    /// Spans left out of the projection: a continuation that a new attempt
+    /// replaced before anything happened in it.
+    dropped: std::collections::HashSet<usize>,
 }
 
 impl<'a> Fold<'a> {
@@ -69,6 +95,7 @@ impl<'a> Fold<'a> {
             open: HashMap::new(),
             last: HashMap::new(),
             previous: None,
+            dropped: std::collections::HashSet::new(),
         }
     }
 
@@ -130,6 +157,11 @@ impl<'a> Fold<'a> {
 
     fn event(&mut self, event: &RuntimeEvent) {
         let at = event.timestamp;
+        if !matches!(event.kind, EventKind::NodeStarted { .. })
+            && let Some(node) = event.node_run_id.and_then(|n| self.open.get_mut(&n))
+        {
+            node.resumed_from = None;
+        }
         match &event.kind {
             EventKind::FlowStarted { workflow, .. } => self.started(event, &workflow.name),
             EventKind::FlowForked {
@@ -214,8 +246,15 @@ impl<'a> Fold<'a> {
                     if let Some(n) = usage.cache_creation_input_tokens {
                         a.int("gen_ai.usage.cache_creation.input_tokens", n);
                     }
-                    if let Some(model) = model_usage.as_ref().and_then(|m| m.keys().next()) {
-                        a.text("gen_ai.response.model", model.clone());
+                    // The model that answered, when the session did not
+                    // say: the one that wrote the most.
+                    let main = model_usage.as_ref().and_then(|m| {
+                        m.iter()
+                            .max_by_key(|(_, usage)| usage.output_tokens)
+                            .map(|(model, _)| model.clone())
+                    });
+                    if let (Some(model), None) = (main, a.get("gen_ai.response.model")) {
+                        a.text("gen_ai.response.model", model);
                     }
                     if let Some(session) = session_id {
                         a.text("gen_ai.conversation.id", session.to_string());
@@ -238,9 +277,10 @@ impl<'a> Fold<'a> {
                 if let Some(chat) = self.chat_of(event) {
                     self.fail(chat, at, error_type, message);
                     self.close(chat, at);
-                    if let Some(node) = self.open_node(event) {
-                        node.chat = None;
-                    }
+                }
+                if let Some(node) = self.open_node(event) {
+                    node.chat = None;
+                    node.failure = Some((error_type.clone(), message.clone()));
                 }
             }
             EventKind::AgentToolUse {
@@ -366,14 +406,9 @@ impl<'a> Fold<'a> {
             );
             self.link(continued, span.span_id, "resumed_from");
             self.last.insert(node_run, id);
-            self.open.insert(
-                node_run,
-                OpenNode {
-                    span: continued,
-                    chat: None,
-                    tools: HashMap::new(),
-                },
-            );
+            let mut node = OpenNode::new(continued);
+            node.resumed_from = Some(span.span_id);
+            self.open.insert(node_run, node);
         }
     }
 
@@ -394,13 +429,30 @@ impl<'a> Fold<'a> {
         let (Some(node), Some(node_run)) = (&event.node_id, event.node_run_id) else {
             return;
         };
-        // A retry of a node run still open here (no end between attempts).
+        // A new attempt of a node run still open here (no end between
+        // attempts): the one before failed, and ended where the log last
+        // said something (not with the wait before the retry).
+        let mut resumed_from = None;
         if let Some(before) = self.open.remove(&node_run) {
-            let at = event.timestamp;
+            let at = self.previous.unwrap_or(event.timestamp);
             for span in before.chat.into_iter().chain(before.tools.into_values()) {
                 self.close(span, at);
             }
-            self.close(before.span, at);
+            match before.resumed_from {
+                // A continuation nothing happened in: this attempt is it.
+                Some(interrupted) => {
+                    self.dropped.insert(before.span);
+                    resumed_from = Some(interrupted);
+                    self.last.insert(node_run, interrupted);
+                }
+                None => {
+                    let (kind, message) = before.failure.unwrap_or_else(|| {
+                        ("retried".to_owned(), "the attempt was retried".to_owned())
+                    });
+                    self.fail(before.span, at, &kind, &message);
+                    self.close(before.span, at);
+                }
+            }
         }
         let facts = self.facts(Some(node));
         let mut attributes = Attributes::default();
@@ -435,20 +487,17 @@ impl<'a> Fold<'a> {
             event.timestamp,
             attributes,
         );
-        if attempt > 1
-            && let Some(previous) = self.last.get(&node_run).copied()
-        {
-            self.link(span, previous, "retry_of");
+        match resumed_from {
+            Some(interrupted) => self.link(span, interrupted, "resumed_from"),
+            None if attempt > 1 => {
+                if let Some(previous) = self.last.get(&node_run).copied() {
+                    self.link(span, previous, "retry_of");
+                }
+            }
+            None => {}
         }
         self.last.insert(node_run, id);
-        self.open.insert(
-            node_run,
-            OpenNode {
-                span,
-                chat: None,
-                tools: HashMap::new(),
-            },
-        );
+        self.open.insert(node_run, OpenNode::new(span));
     }
 
     fn node_ended(&mut self, event: &RuntimeEvent, error: Option<&String>) {
@@ -473,11 +522,11 @@ impl<'a> Fold<'a> {
             true => None,
             false => Some(self.orphan_span(event, node_run)),
         };
-        Some(self.open.entry(node_run).or_insert_with(|| OpenNode {
-            span: orphan.unwrap_or_default(),
-            chat: None,
-            tools: HashMap::new(),
-        }))
+        Some(
+            self.open
+                .entry(node_run)
+                .or_insert_with(|| OpenNode::new(orphan.unwrap_or_default())),
+        )
     }
 
     /// The span of a node run whose `node:started` this log does not hold.

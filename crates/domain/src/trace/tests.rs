@@ -277,7 +277,11 @@ fn a_retry_links_to_its_failed_attempt_and_failures_are_errors() {
         attempts[1].links[0].attributes.get("awr.link"),
         Some(&AttrValue::Str("retry_of".into()))
     );
-    assert_eq!(attempts[0].end, Some(attempts[1].start));
+    // The first attempt failed of its call's error, and ended with it,
+    // not with the wait before the retry.
+    let failed_at = log.events[3].timestamp;
+    assert_eq!(attempts[0].end, Some(failed_at));
+    assert_eq!(attempts[0].status, SpanStatus::Error("slow down".into()));
     let chat = named(&p, "chat")[0];
     assert_eq!(chat.status, SpanStatus::Error("slow down".into()));
     assert_eq!(
@@ -327,6 +331,42 @@ fn a_resume_ends_what_was_in_flight_where_the_log_stopped_and_links_its_continua
         resumed.attributes.get("awr.resumed.by"),
         Some(&AttrValue::Str("worker-2".into()))
     );
+}
+
+/// A node run that starts afresh after a resume (a new attempt) is one
+/// span linked to the part cut short, not an empty continuation and a retry.
+#[test]
+fn a_fresh_attempt_after_a_resume_continues_the_interrupted_span() {
+    let run = run_id(10);
+    let a = NodeRunId::new(Uuid::from_u128(101));
+    let mut log = Log::new(run);
+    log.started().node("plan", a, 1);
+    log.at(
+        None,
+        EventKind::FlowResumed {
+            message: None,
+            by: None,
+        },
+    );
+    log.node("plan", a, 2)
+        .call("plan", a, (1, 1))
+        .done("plan", a)
+        .completed();
+    let p = log.project();
+    let spans = named(&p, "invoke_agent plan");
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    assert_eq!(
+        spans[0].attributes.get("awr.interrupted"),
+        Some(&AttrValue::Bool(true))
+    );
+    assert_eq!(spans[1].links.len(), 1);
+    assert_eq!(spans[1].links[0].span_id, spans[0].span_id);
+    assert_eq!(
+        spans[1].links[0].attributes.get("awr.link"),
+        Some(&AttrValue::Str("resumed_from".into()))
+    );
+    assert_eq!(spans[1].status, SpanStatus::Unset);
+    assert!(p.spans.iter().all(|s| s.end.is_some()));
 }
 
 #[test]

@@ -27,8 +27,12 @@ impl Fold<'_> {
             event.timestamp,
             attributes,
         );
-        if let Some(node) = self.open_node(event) {
-            node.tools.insert(call.to_owned(), span);
+        let before = self
+            .open_node(event)
+            .and_then(|node| node.tools.insert(call.to_owned(), span));
+        // A call id used again: the call before it ends here.
+        if let Some(before) = before {
+            self.close(before, event.timestamp);
         }
     }
 

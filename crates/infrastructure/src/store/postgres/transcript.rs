@@ -9,9 +9,13 @@
 //!   it has no `seq`, so `migrate` gives back every byte.
 //! - Appends commit without waiting for the server's sync, as the run's
 //!   own appends do; a transcript file is not synced either.
-//! - Two writers of one run (a recorder per process, a writer that lost
-//!   its lease) never repeat a place: the key refuses the second, which
-//!   reads where the transcript stands and numbers its line after it.
+//! - Lines are fenced like the run's events: a recorder writes only under
+//!   the lease epoch the run had when it was opened (its writer's), in the
+//!   statement that inserts them, so a writer that lost the run (a pause,
+//!   a partition) writes no line the new writer's log does not hold.
+//! - Two recorders of one lease (a process's runs and their children)
+//!   never repeat a place: the key refuses the second, which reads where
+//!   the transcript stands and numbers its line after it.
 //! - Large values stay in their line: PostgreSQL compresses and stores a
 //!   large value out of line itself. Lines copied in from a file keep the
 //!   references the file had, and the blobs they name go to
@@ -89,7 +93,8 @@ impl PgTranscripts {
             .prepare_cached(
                 "SELECT line, body FROM awr_transcript_lines \
                  WHERE run_id = $1 AND line > coalesce( \
-                   (SELECT max(line) FROM awr_transcript_lines WHERE run_id = $1 AND seq <= $2), 0) \
+                   (SELECT line FROM awr_transcript_lines WHERE run_id = $1 AND seq <= $2 \
+                    ORDER BY seq DESC LIMIT 1), 0) \
                  UNION ALL \
                  SELECT 0, NULL WHERE EXISTS (SELECT 1 FROM awr_transcript_lines WHERE run_id = $1) \
                  ORDER BY 1",
@@ -198,6 +203,7 @@ impl Transcripts for PgTranscripts {
                 closed: false,
             }),
             flushing: tokio::sync::Mutex::new(()),
+            epoch: 0,
         };
         let client = recorder.client().await?;
         // A torn last line (copied in from a file) is cut, as a file's
@@ -213,6 +219,16 @@ impl Transcripts for PgTranscripts {
             .map_err(|e| recorder.error("open", e))?;
         let next = recorder.stands(&client).await?;
         recorder.taken().next = next;
+        // The epoch of its writer's lease, which the opener holds.
+        let row = client
+            .query_opt(
+                "SELECT lease_epoch FROM awr_runs WHERE run_id = $1",
+                &[&run_id.as_uuid()],
+            )
+            .await
+            .map_err(|e| recorder.error("open", e))?;
+        let mut recorder = recorder;
+        recorder.epoch = row.map_or(0, |row| row.get(0));
         Ok(Arc::new(recorder))
     }
 }
@@ -272,6 +288,8 @@ struct PgTranscript {
     taken: std::sync::Mutex<Taken>,
     /// Held across a flush, so flushes write in the order lines were taken.
     flushing: tokio::sync::Mutex<()>,
+    /// The lease epoch lines are written under (see the module's doc).
+    epoch: i64,
 }
 
 impl PgTranscript {
@@ -346,17 +364,24 @@ impl PgTranscript {
             .prepare_cached(
                 "INSERT INTO awr_transcript_lines (run_id, line, seq, body) \
                  SELECT $1, u.l, u.s, u.b FROM unnest($2::int8[], $3::int8[], $4::bytea[]) \
-                 AS u(l, s, b)",
+                 AS u(l, s, b) \
+                 WHERE EXISTS (SELECT 1 FROM awr_runs WHERE run_id = $1 AND lease_epoch = $5 \
+                   AND lease_owner IS NOT NULL AND lease_expires_at > now())",
             )
             .await
             .map_err(|e| self.error("append to", e))?;
         let inserted = client
             .execute(
                 &statement,
-                &[&self.run_id.as_uuid(), &places, &seqs, &bodies],
+                &[&self.run_id.as_uuid(), &places, &seqs, &bodies, &self.epoch],
             )
             .await;
         match inserted {
+            Ok(0) => Err(TranscriptError::Io(format!(
+                "PostgreSQL {}: run {}: this writer's lease was lost (another writer took \
+                 the run over); its transcript takes no more lines from it",
+                self.db.target, self.run_id
+            ))),
             Ok(_) => Ok(true),
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(false),
             Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {

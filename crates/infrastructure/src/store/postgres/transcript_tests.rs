@@ -26,14 +26,30 @@ fn draft(text: &str) -> ExchangeDraft {
     }
 }
 
-/// A store on a fresh database, its transcripts, and a run in it.
-async fn setup() -> Option<(String, PgRunStore, PgTranscripts, RunId)> {
+/// A store on a fresh database, its transcripts, and a run in it whose
+/// lease the store holds while the lock lives (a transcript's writer
+/// writes under its run's lease).
+struct Setup {
+    url: String,
+    store: PgRunStore,
+    transcripts: PgTranscripts,
+    run: RunId,
+    lock: Option<application::ports::RunLock>,
+}
+
+async fn setup() -> Option<Setup> {
     let url = fresh_database().await?;
     let store = store_with(&url, Duration::from_secs(60)).await;
     let transcripts = PgTranscripts::open(&url).await.unwrap();
     let run = new_run();
-    let _lock = store.create_run(run).await.unwrap();
-    Some((url, store, transcripts, run))
+    let lock = Some(store.create_run(run).await.unwrap());
+    Some(Setup {
+        url,
+        store,
+        transcripts,
+        run,
+        lock,
+    })
 }
 
 fn texts(lines: &application::ports::TranscriptLines) -> Vec<(u64, String)> {
@@ -46,7 +62,14 @@ fn texts(lines: &application::ports::TranscriptLines) -> Vec<(u64, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_are_numbered_read_back_and_followed_from_a_seq_on() {
-    let Some((url, _store, transcripts, run)) = setup().await else {
+    let Some(Setup {
+        url,
+        transcripts,
+        run,
+        store: _store,
+        lock: _lock,
+    }) = setup().await
+    else {
         return;
     };
     let parent = new_run();
@@ -86,7 +109,14 @@ async fn lines_are_numbered_read_back_and_followed_from_a_seq_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_of_one_run_never_repeat_a_seq() {
-    let Some((url, _store, transcripts, run)) = setup().await else {
+    let Some(Setup {
+        url,
+        transcripts,
+        run,
+        store: _store,
+        lock: _lock,
+    }) = setup().await
+    else {
         return;
     };
     let other = PgTranscripts::open(&url).await.unwrap();
@@ -116,7 +146,14 @@ async fn two_writers_of_one_run_never_repeat_a_seq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transcript_copied_in_and_out_keeps_every_byte_and_its_blobs() {
-    let Some((_url, store, transcripts, run)) = setup().await else {
+    let Some(Setup {
+        store,
+        transcripts,
+        run,
+        lock: _lock,
+        url: _,
+    }) = setup().await
+    else {
         return;
     };
     // As a file holds it: a good line, a line whose large value is a blob,
@@ -219,7 +256,14 @@ async fn a_transcript_copied_in_and_out_keeps_every_byte_and_its_blobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transcript_goes_with_its_run_and_is_listed_while_there() {
-    let Some((_url, store, transcripts, run)) = setup().await else {
+    let Some(Setup {
+        store,
+        transcripts,
+        run,
+        mut lock,
+        url: _,
+    }) = setup().await
+    else {
         return;
     };
     let writer = transcripts.open(run, None).await.unwrap();
@@ -240,6 +284,7 @@ async fn a_transcript_goes_with_its_run_and_is_listed_while_there() {
     writer.flush().await.unwrap();
     assert!(transcripts.has_transcript(run).await.unwrap());
 
+    drop(lock.take());
     store.delete_run(run).await.unwrap();
     assert!(transcripts.read(run).await.unwrap().is_none());
     assert!(transcripts.listed().await.unwrap().is_empty());
@@ -252,7 +297,14 @@ async fn a_transcript_goes_with_its_run_and_is_listed_while_there() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_that_could_not_be_written_leave_no_gap() {
-    let Some((url, _store, transcripts, run)) = setup().await else {
+    let Some(Setup {
+        url,
+        transcripts,
+        run,
+        store: _store,
+        lock: _lock,
+    }) = setup().await
+    else {
         return;
     };
     let writer = transcripts.open(run, None).await.unwrap();
@@ -288,4 +340,41 @@ async fn lines_that_could_not_be_written_leave_no_gap() {
         .unwrap();
     assert_eq!(texts(&read), [(1, "a".into()), (2, "b".into())]);
     assert!(read.problems.is_empty(), "{:?}", read.problems);
+}
+
+/// A writer that lost its run's lease writes no line, however it tries:
+/// the new writer's lines are the only ones after the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_lost_the_lease_writes_no_line() {
+    let Some(Setup {
+        url,
+        store,
+        transcripts,
+        run,
+        lock,
+    }) = setup().await
+    else {
+        return;
+    };
+    let zombie = transcripts.open(run, None).await.unwrap();
+    zombie.append(draft("before")).await.unwrap();
+    zombie.flush().await.unwrap();
+    super::tests::expire(&store, run).await;
+    let other = store_with(&url, Duration::from_secs(60)).await;
+    let _taken = other.lock(run).await.unwrap();
+    let writer = PgTranscripts::open(&url)
+        .await
+        .unwrap()
+        .open(run, None)
+        .await
+        .unwrap();
+    writer.append(draft("after")).await.unwrap();
+    writer.flush().await.unwrap();
+
+    zombie.append(draft("zombie")).await.unwrap();
+    let refused = zombie.flush().await.unwrap_err().to_string();
+    assert!(refused.contains("lease was lost"), "{refused}");
+    let read = transcripts.read(run).await.unwrap().unwrap();
+    assert_eq!(texts(&read), [(1, "before".into()), (2, "after".into())]);
+    drop(lock);
 }
