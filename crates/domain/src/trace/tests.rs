@@ -1,3 +1,6 @@
+//! The projection of logs into spans, on logs built event by event: each
+//! kind of span, its parent, its ids, its links and how it ends.
+
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
