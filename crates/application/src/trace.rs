@@ -38,8 +38,9 @@ pub async fn trace(
         let events = match whole_log(store, run).await {
             Ok(events) => events,
             // A child deleted since (pruned apart), or whose log is
-            // damaged: the trace goes on without it.
-            Err(e) if depth > 0 => {
+            // damaged: the trace goes on without it. Any other failure
+            // (the store unreachable) fails the trace, never shortens it.
+            Err(e @ (StoreError::NotFound(_) | StoreError::Corrupt(_))) if depth > 0 => {
                 tracing::warn!(run = %run, error = %e, "a called run is left out of the trace");
                 continue;
             }

@@ -278,7 +278,8 @@ impl<'a> Fold<'a> {
                     self.fail(chat, at, error_type, message);
                     self.close(chat, at);
                 }
-                if let Some(node) = self.open_node(event) {
+                // Only a node run in progress: an error of none opens no span.
+                if let Some(node) = event.node_run_id.and_then(|n| self.open.get_mut(&n)) {
                     node.chat = None;
                     node.failure = Some((error_type.clone(), message.clone()));
                 }
@@ -559,6 +560,8 @@ impl<'a> Fold<'a> {
         let Some(node) = self.open_node(event) else {
             return;
         };
+        // What an earlier call failed of is not why a later one would.
+        node.failure = None;
         let (previous, node) = (node.chat.take(), node.span);
         if let Some(previous) = previous {
             self.close(previous, at);

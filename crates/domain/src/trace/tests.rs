@@ -507,3 +507,19 @@ fn span_ids_depend_on_the_run_and_the_place_only() {
     assert_ne!(root_span_id(a), span_id(a, "1"));
     assert!(project(&[], &TraceInput::default()).spans.is_empty());
 }
+
+/// An agent error of no node run in progress opens no span.
+#[test]
+fn an_error_of_no_node_run_in_progress_opens_nothing() {
+    let mut log = Log::new(run_id(11));
+    log.started().at(
+        Some(("gone", NodeRunId::new(Uuid::from_u128(111)))),
+        EventKind::AgentError {
+            error_type: "network_error".into(),
+            message: "reset".into(),
+            details: None,
+        },
+    );
+    let p = log.project();
+    assert_eq!(p.spans.len(), 1, "{:#?}", p.spans);
+}

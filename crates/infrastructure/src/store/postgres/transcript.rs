@@ -13,9 +13,10 @@
 //!   the lease epoch the run had when it was opened (its writer's), in the
 //!   statement that inserts them, so a writer that lost the run (a pause,
 //!   a partition) writes no line the new writer's log does not hold.
-//! - Two recorders of one lease (a process's runs and their children)
-//!   never repeat a place: the key refuses the second, which reads where
-//!   the transcript stands and numbers its line after it.
+//! - Two recorders of one run under one lease (a run's transcript opened
+//!   twice in a process) never repeat a place: the key refuses the
+//!   second, which reads where the transcript stands and numbers its line
+//!   after it.
 //! - Large values stay in their line: PostgreSQL compresses and stores a
 //!   large value out of line itself. Lines copied in from a file keep the
 //!   references the file had, and the blobs they name go to
