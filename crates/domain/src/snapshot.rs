@@ -985,6 +985,49 @@ mod tests {
         assert_eq!(s.node_calls[&NodeId::new("review").unwrap()], 2);
     }
 
+    /// A call cut off by a crash is redone under its number by the next
+    /// attempt, even when the process that started that attempt died
+    /// before it began the call: the second attempt's start says which
+    /// call is owed, a third one's keeps it, and the call's start clears
+    /// it. A call that ended in an error is not redone: a retry makes the
+    /// node's next call.
+    #[test]
+    fn a_call_cut_off_is_owed_across_attempts_until_it_starts_again() {
+        let run = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        let line = |offset: u64, body: &str| {
+            format!(
+                r#"{{"id":"e{offset}","offset":{offset},"timestamp":"2026-01-01T00:00:00Z","runId":"{run}","nodeId":"a","nodeRunId":"0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e01",{body}}}"#
+            )
+        };
+        let start = r#""type":"agent:start","sessionId":"s","prompt":"p","callIndex":0,"instance":"0","instanceCall":0"#;
+        let lines = [
+            format!(
+                r#"{{"id":"e1","offset":1,"timestamp":"2026-01-01T00:00:00Z","runId":"{run}","type":"flow:started","workflow":{{"name":"w","hash":"sha256:00"}},"input":null,"nodes":["a"],"edges":[]}}"#
+            ),
+            line(2, r#""type":"node:started","input":null"#),
+            line(3, start),
+            line(4, r#""type":"node:started","input":null,"attempt":2"#),
+            line(5, r#""type":"node:started","input":null,"attempt":3"#),
+            line(6, start),
+            line(7, r#""type":"agent:error","errorType":"timeout","message":"m""#),
+            line(8, r#""type":"node:started","input":null,"attempt":4"#),
+        ];
+        let events: Vec<RuntimeEvent> = lines
+            .iter()
+            .map(|l| RuntimeEvent::from_json(l.as_bytes()).unwrap())
+            .collect();
+        let owed = |upto: usize| {
+            let s = RunSnapshot::fold(&events[..upto]).unwrap();
+            let r = s.node_runs.values().next().unwrap().clone();
+            (r.attempt, r.redo_call, r.calls)
+        };
+        assert_eq!(owed(3), (1, None, 1));
+        assert_eq!(owed(4), (2, Some(0), 1));
+        assert_eq!(owed(5), (3, Some(0), 1));
+        assert_eq!(owed(6), (3, None, 1));
+        assert_eq!(owed(8), (4, None, 1));
+    }
+
     proptest! {
         /// Folding in two halves equals folding at once: the snapshot of a
         /// prefix, brought up to date with the rest, is the snapshot of the whole.

@@ -94,6 +94,7 @@ mod tests {
             session_usage: None,
             call_index: None,
             first_call: None,
+            redo_call: None,
             calls: 0,
             in_turn,
             processes: Vec::new(),

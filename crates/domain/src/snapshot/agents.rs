@@ -108,6 +108,7 @@ impl RunSnapshot {
         if let Some(run) = self.node_run_mut(event) {
             run.in_turn = true;
             run.call_index = call_index;
+            run.redo_call = None;
             if let Some(k) = instance_call {
                 run.calls = run.calls.max(k.saturating_add(1));
             }

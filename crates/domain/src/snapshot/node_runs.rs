@@ -23,8 +23,14 @@ impl RunSnapshot {
     ) {
         let attempt = attempt.unwrap_or(1);
         if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
-            // A new attempt starts afresh: no session, no turn, no process.
+            // A new attempt starts afresh: no session, no turn, no process;
+            // a call the last one was cut off in is redone.
+            let redo_call = match run.in_turn {
+                true => run.call_index,
+                false => run.redo_call,
+            };
             *run = NodeRunState {
+                redo_call,
                 attempt,
                 result: None,
                 session: None,
@@ -77,6 +83,7 @@ impl RunSnapshot {
                     call_index: None,
                     first_call,
                     calls: 0,
+                    redo_call: None,
                     in_turn: false,
                     processes: Vec::new(),
                     host: None,

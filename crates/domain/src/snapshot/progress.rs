@@ -65,6 +65,12 @@ pub struct NodeRunState {
     /// its next call).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub calls: u32,
+    /// The provider call its previous attempt was in when that attempt
+    /// was cut off (a crash, a pause, a session on another machine): the
+    /// current attempt redoes it under its number, even if this attempt is
+    /// cut off again before it begins it. Cleared by its next `agent:start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redo_call: Option<u32>,
     /// An agent invocation began (`agent:start`) and has not ended: the
     /// node run takes messages (`send`/`reply`) only then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -71,8 +71,10 @@ pub(crate) fn skipped(workflow: &WorkflowDef, node: NodeId, reason: &str) -> Ste
 /// among the node's provider calls in the run (the mock provider serves
 /// its recorded call by it), its node run's position (`instance`) and its
 /// number among that node run's calls (`instanceCall`). A call redone after
-/// a crash comes with its index (`redone`), and is the last its node run
-/// started.
+/// a crash comes with its index (`redone`), or is the one an earlier
+/// attempt was cut off in (`redoCall` on record: the process that started
+/// this attempt died before it began the call), and is the last its node
+/// run started.
 pub(crate) fn numbered(
     state: &RunSnapshot,
     run: NodeRunId,
@@ -80,6 +82,7 @@ pub(crate) fn numbered(
     redone: Option<u32>,
 ) -> Ack {
     let current = state.node_runs.get(&run);
+    let redone = redone.or_else(|| current.and_then(|s| s.redo_call));
     let first = current.and_then(|s| s.first_call.filter(|_| s.calls == 0));
     let calls = || state.node_calls.get(node).copied().unwrap_or(0);
     let call_index = redone.or(first).unwrap_or_else(calls);
@@ -114,32 +117,37 @@ mod tests {
 
     use super::*;
 
-    /// The table: the node run's calls so far and its first call's index on
-    /// record, the index of a call redone; then the `callIndex` and the
-    /// `instanceCall` the `agent:start` gets. The node has made 5 calls.
+    /// The table: the node run's calls so far, its first call's index and
+    /// the call an earlier attempt was cut off in on record, the index of a
+    /// call redone; then the `callIndex` and the `instanceCall` the
+    /// `agent:start` gets. The node has made 5 calls.
     #[test]
     fn a_provider_call_is_numbered_among_its_nodes_and_its_node_runs_calls() {
         let run = NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0100));
         let node = NodeId::new("a").unwrap();
         let table = [
-            (0, None, None, (5, 0)),
-            (0, Some(2), None, (2, 0)),
-            (1, Some(2), None, (5, 1)),
-            (2, Some(2), Some(7), (7, 1)),
+            (0, None, None, None, (5, 0)),
+            (0, Some(2), None, None, (2, 0)),
+            (1, Some(2), None, None, (5, 1)),
+            (2, Some(2), None, Some(7), (7, 1)),
+            // A new attempt, cut off before it began the call to redo.
+            (1, Some(0), Some(0), None, (0, 0)),
+            (3, Some(0), Some(2), None, (2, 2)),
         ];
-        for (calls, first, redone, (index, k)) in table {
+        for (calls, first, redo, redone, (index, k)) in table {
             let mut state = RunSnapshot::new(
                 RunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0001)).unwrap(),
             );
             state.node_calls.insert(node.clone(), 5);
-            let r: NodeRunState = serde_json::from_value(
-                json!({"nodeId": "a", "calls": calls, "firstCall": first, "iteration": 3}),
-            )
+            let r: NodeRunState = serde_json::from_value(json!({
+                "nodeId": "a", "calls": calls, "firstCall": first, "redoCall": redo,
+                "iteration": 3
+            }))
             .unwrap();
             let instance = r.instance();
             state.node_runs.insert(run, r);
             let call = numbered(&state, run, &node, redone);
-            let case = format!("calls {calls}, first {first:?}, redone {redone:?}");
+            let case = format!("calls {calls}, first {first:?}, redo {redo:?}, redone {redone:?}");
             assert_eq!((call.call_index, call.instance_call), (index, k), "{case}");
             assert_eq!(call.instance, instance, "{case}");
         }
