@@ -297,6 +297,10 @@ impl Transcript for RedactingTranscript {
         self.inner.flush().await
     }
 
+    fn fence(&self, epoch: i64) {
+        self.inner.fence(epoch);
+    }
+
     fn dropped(&self) -> u64 {
         self.inner.dropped()
     }

@@ -159,6 +159,9 @@ pub struct RunLock {
     release: Option<Release>,
     /// Fired by the store when it learns the lock was lost.
     lost: Option<CancellationToken>,
+    /// The lease epoch it was taken under, for a store that fences writes
+    /// by it.
+    epoch: Option<i64>,
 }
 
 /// What [`RunLock::release`] awaits.
@@ -172,6 +175,7 @@ impl RunLock {
             _held: Box::new(held),
             release: None,
             lost: None,
+            epoch: None,
         }
     }
 
@@ -189,6 +193,7 @@ impl RunLock {
             _held: Box::new(held),
             release: Some(Box::new(release)),
             lost: None,
+            epoch: None,
         }
     }
 
@@ -198,6 +203,19 @@ impl RunLock {
     pub fn losable(mut self, lost: CancellationToken) -> Self {
         self.lost = Some(lost);
         self
+    }
+
+    /// The lock, taken under lease epoch `epoch`: for stores that fence
+    /// every write by the epoch of its writer's lease, so that what else
+    /// the writer opens (its transcript) writes under the same one.
+    pub fn fenced(mut self, epoch: i64) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The lease epoch the lock was taken under, if its store fences by one.
+    pub fn epoch(&self) -> Option<i64> {
+        self.epoch
     }
 
     /// Completes when the store learns the lock was lost (never, for a

@@ -142,6 +142,12 @@ pub trait Transcript: Send + Sync {
         Ok(())
     }
 
+    /// Its writer holds the run under lease epoch `epoch`
+    /// ([`crate::ports::RunLock::epoch`]): a transcript that fences its
+    /// writes by the lease writes only while that epoch holds, so a writer
+    /// that lost the run adds no line. Nothing to do for the others.
+    fn fence(&self, _epoch: i64) {}
+
     /// Events live subscribers have missed so far (all subscribers together).
     fn dropped(&self) -> u64;
 

@@ -90,7 +90,7 @@ impl Driver {
         cancel: Cancel,
         listen: bool,
     ) -> Result<Self, ExecutorError> {
-        let endpoints = Endpoints::open(&ports, lock.run_id(), parent, listen).await?;
+        let endpoints = Endpoints::open(&ports, lock.run_id(), lock.epoch(), parent, listen).await?;
         Ok(Self::with(ports, lock, workflow, state, cancel, endpoints))
     }
 

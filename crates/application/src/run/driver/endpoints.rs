@@ -18,19 +18,25 @@ pub(crate) struct Endpoints {
 }
 
 impl Endpoints {
-    /// Opens the transcript of `run_id` and, when `listen`, its command
-    /// endpoint (a run that cannot take commands still goes on).
+    /// Opens the transcript of `run_id`, fenced by the lease epoch its
+    /// writer's lock was taken under (`epoch`, for a store that has them),
+    /// and, when `listen`, its command endpoint (a run that cannot take
+    /// commands still goes on).
     pub(crate) async fn open(
         ports: &Ports,
         run_id: RunId,
+        epoch: Option<i64>,
         parent: Option<RunId>,
         listen: bool,
     ) -> Result<Self, ExecutorError> {
         let transcript = match &ports.transcripts {
-            Some(t) => Some(TranscriptWriter::new(
-                t.open(run_id, parent).await?,
-                Arc::clone(&ports.clock),
-            )),
+            Some(t) => {
+                let transcript = t.open(run_id, parent).await?;
+                if let Some(epoch) = epoch {
+                    transcript.fence(epoch);
+                }
+                Some(TranscriptWriter::new(transcript, Arc::clone(&ports.clock)))
+            }
             None => None,
         };
         let listener = match ports.control.as_ref().filter(|_| listen) {

@@ -51,7 +51,7 @@ impl Driver {
         how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        let run_id = lock.run_id();
+        let (run_id, epoch) = (lock.run_id(), lock.epoch());
         let (parent, parent_pausing) = Parent::split(parent);
         // The sweep starts at once on a blocking thread, so it runs beside
         // the fold on a runtime of one thread too (`awr resume`'s).
@@ -60,7 +60,7 @@ impl Driver {
         let aside = tokio::spawn({
             let ports = Arc::clone(&ports);
             async move {
-                let endpoints = Endpoints::open(&ports, run_id, parent, true).await;
+                let endpoints = Endpoints::open(&ports, run_id, epoch, parent, true).await;
                 if let Some(sweep) = sweep {
                     match sweep.await {
                         Ok(0) => {}

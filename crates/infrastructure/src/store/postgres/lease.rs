@@ -148,7 +148,8 @@ impl Inner {
                 }
                 .boxed()
             })
-            .losable(lost),
+            .losable(lost)
+            .fenced(epoch),
         )
     }
 

@@ -10,9 +10,11 @@
 //! - Appends commit without waiting for the server's sync, as the run's
 //!   own appends do; a transcript file is not synced either.
 //! - Lines are fenced like the run's events: a recorder writes only under
-//!   the lease epoch the run had when it was opened (its writer's), in the
-//!   statement that inserts them, so a writer that lost the run (a pause,
-//!   a partition) writes no line the new writer's log does not hold.
+//!   the lease epoch of its writer's lock ([`Transcript::fence`]; else the
+//!   one the run had when it was opened), in the statement that inserts
+//!   them, so a writer that lost the run (a pause, a partition), even
+//!   before it opened the transcript, writes no line the new writer's log
+//!   does not hold.
 //! - Two recorders of one run under one lease (a run's transcript opened
 //!   twice in a process) never repeat a place: the key refuses the
 //!   second, which reads where the transcript stands and numbers its line
@@ -25,6 +27,7 @@
 //!   an index, never the whole transcript again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use application::ports::{
     RunFileSet, RunFiles, StoreError, Transcript, TranscriptError, TranscriptLines,
@@ -204,7 +207,7 @@ impl Transcripts for PgTranscripts {
                 closed: false,
             }),
             flushing: tokio::sync::Mutex::new(()),
-            epoch: 0,
+            epoch: AtomicI64::new(0),
         };
         let client = recorder.client().await?;
         // A torn last line (copied in from a file) is cut, as a file's
@@ -228,8 +231,9 @@ impl Transcripts for PgTranscripts {
             )
             .await
             .map_err(|e| recorder.error("open", e))?;
-        let mut recorder = recorder;
-        recorder.epoch = row.map_or(0, |row| row.get(0));
+        recorder
+            .epoch
+            .store(row.map_or(0, |row| row.get(0)), Ordering::Relaxed);
         Ok(Arc::new(recorder))
     }
 }
@@ -290,7 +294,7 @@ struct PgTranscript {
     /// Held across a flush, so flushes write in the order lines were taken.
     flushing: tokio::sync::Mutex<()>,
     /// The lease epoch lines are written under (see the module's doc).
-    epoch: i64,
+    epoch: AtomicI64,
 }
 
 impl PgTranscript {
@@ -374,7 +378,13 @@ impl PgTranscript {
         let inserted = client
             .execute(
                 &statement,
-                &[&self.run_id.as_uuid(), &places, &seqs, &bodies, &self.epoch],
+                &[
+                    &self.run_id.as_uuid(),
+                    &places,
+                    &seqs,
+                    &bodies,
+                    &self.epoch.load(Ordering::Relaxed),
+                ],
             )
             .await;
         match inserted {
@@ -426,6 +436,10 @@ impl Transcript for PgTranscript {
     /// the run took their places meanwhile, they are numbered again after
     /// its lines. Lines that cannot be written are dropped with the error:
     /// their events are not appended either.
+    fn fence(&self, epoch: i64) {
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+
     async fn flush(&self) -> Result<(), TranscriptError> {
         let _turn = self.flushing.lock().await;
         let (from, mut lines) = {

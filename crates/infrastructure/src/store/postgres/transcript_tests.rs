@@ -378,3 +378,34 @@ async fn a_writer_that_lost_the_lease_writes_no_line() {
     assert_eq!(texts(&read), [(1, "before".into()), (2, "after".into())]);
     drop(lock);
 }
+
+/// A writer that lost the lease before it opened the transcript writes
+/// under the epoch of its own lock, not the new writer's the run has by
+/// then: its line is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_opened_after_the_lease_was_lost_writes_no_line() {
+    let Some(Setup {
+        url,
+        store,
+        transcripts,
+        run,
+        lock,
+    }) = setup().await
+    else {
+        return;
+    };
+    let epoch = lock.as_ref().and_then(|l| l.epoch()).expect("a fenced lock");
+    super::tests::expire(&store, run).await;
+    let other = store_with(&url, Duration::from_secs(60)).await;
+    let taken = other.lock(run).await.unwrap();
+    assert_eq!(taken.epoch(), Some(epoch + 1));
+
+    let zombie = transcripts.open(run, None).await.unwrap();
+    zombie.fence(epoch);
+    zombie.append(draft("zombie")).await.unwrap();
+    let refused = zombie.flush().await.unwrap_err().to_string();
+    assert!(refused.contains("lease was lost"), "{refused}");
+    let read = transcripts.read(run).await.unwrap();
+    assert!(read.as_ref().is_none_or(|r| r.events.is_empty()), "{read:?}");
+    drop(lock);
+}
