@@ -223,3 +223,148 @@ fn an_export_delivers_every_span_with_the_same_ids_each_time() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Every span of `spans`, by id, as bytes: what a collector stores.
+fn by_id(
+    spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
+) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    spans
+        .into_iter()
+        .map(|s| (s.span_id.clone(), s.encode_to_vec()))
+        .collect()
+}
+
+/// A run with the standard variables set exports its spans as it runs,
+/// its child run's among them, under the node run that called it; a later
+/// `awr trace export` of the run sends the same spans, byte for byte.
+#[test]
+fn a_run_exports_its_spans_live_and_a_later_export_sends_the_same() {
+    let a = Awr::new();
+    let live = Receiver::start();
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
+        &["run", "examples/market-brief.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let sent = live.spans();
+    assert!(!sent.is_empty(), "nothing was exported live");
+    let root = sent.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
+    assert_eq!(hex(&root.trace_id), run.replace('-', ""));
+    assert!(
+        sent.iter().any(|s| s.name == "invoke_workflow summarize"),
+        "the child run's spans are in the trace"
+    );
+    assert!(
+        sent.iter().all(|s| s.trace_id == root.trace_id),
+        "one trace"
+    );
+
+    let later = Receiver::start();
+    let out = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (sent, exported) = (by_id(sent), by_id(later.spans()));
+    assert_eq!(sent.len(), exported.len());
+    assert!(sent == exported, "a live span differs from its export");
+}
+
+/// A collector that is down fails no run; the spans it missed are on
+/// record, and `awr trace export` sends them once it is up.
+#[test]
+fn a_collector_that_is_down_fails_no_run_and_loses_nothing() {
+    let a = Awr::new();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &closed)],
+        &["run", "examples/summarize.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("not exported"), "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let later = Receiver::start();
+    let export = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    // The run, and a node run and a provider call per step.
+    assert_eq!(later.spans().len(), 5);
+}
+
+/// A collector that takes no request keeps the export's one span of queue
+/// full: the spans with no room are dropped, never waited for, and the
+/// run's log counts them before its end.
+#[test]
+fn spans_dropped_for_want_of_room_are_counted_in_the_log() {
+    let a = Awr::new();
+    // Connections wait in its backlog; nothing ever answers them.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &url),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "300"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "1"),
+        ],
+        &["run", "examples/summarize.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let events = a.events(&run);
+    let dropped: u64 = events
+        .iter()
+        .filter(|e| e["type"] == "warning")
+        .filter_map(|e| e["details"]["droppedSpans"].as_u64())
+        .sum();
+    // Five spans; room for one queued and one being sent at most.
+    assert!((3..=5).contains(&dropped), "{dropped} dropped: {events:?}");
+    assert_eq!(events.last().unwrap()["type"], "flow:completed");
+}
+
+/// A resumed run exports the spans that end after the resume, and none
+/// of those that ended before it (its previous writer sent them): its log
+/// cut after its first node run's end, then resumed with the variables
+/// set, sends the second node run's spans and the run's, each as a later
+/// export of the run has it.
+#[test]
+fn a_resumed_run_exports_what_ends_after_the_resume_only() {
+    let a = Awr::new();
+    let run = a.completed_run("examples/summarize.yaml");
+    let dir = a.run_dir(&run);
+    let log = std::fs::read_to_string(dir.join("events.ndjson")).unwrap();
+    let cut = log
+        .split_inclusive('\n')
+        .position(|line| line.contains("\"type\":\"node:completed\""))
+        .unwrap();
+    let prefix: String = log.split_inclusive('\n').take(cut + 1).collect();
+    std::fs::write(dir.join("events.ndjson"), prefix).unwrap();
+    for derived in ["events.idx", "snapshot.json"] {
+        let _ = std::fs::remove_file(dir.join(derived));
+    }
+
+    let live = Receiver::start();
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
+        &["resume", &run],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let later = Receiver::start();
+    let export = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
+    assert_eq!(export.code, 0, "{}", export.stderr);
+
+    let (sent, exported) = (by_id(live.spans()), by_id(later.spans()));
+    let names: Vec<String> = live.spans().into_iter().map(|s| s.name).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names.iter().all(|n| !n.contains("summarizer")), "{names:?}");
+    for (id, span) in &sent {
+        assert_eq!(
+            exported.get(id),
+            Some(span),
+            "a live span differs from its export"
+        );
+    }
+}

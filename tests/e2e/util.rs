@@ -171,6 +171,10 @@ impl Awr {
             .args(args)
             .current_dir(repo_root())
             .env_remove("AWR_STORAGE")
+            // Spans go where a test says, never to a collector of the
+            // machine's.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             // This machine's files of a PostgreSQL store (transcripts,
             // control sockets) stay in the scratch directory.
             .env("XDG_STATE_HOME", self.dir.path().join("state"))

@@ -27,11 +27,35 @@ pub fn awr_bin() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .expect("workspace root");
-        let status = Command::new(cargo)
+        let mut build = Command::new(cargo);
+        build
             .args(["build", "--quiet", "-p", "cli", "--bin", "awr"])
-            .current_dir(root)
-            .status()
-            .expect("cargo build -p cli");
+            .current_dir(root);
+        // What cargo sets for this test binary is not the build's
+        // environment: a build script that watches one of them (ring's
+        // watches CARGO_MANIFEST_DIR) would rebuild, and all that depends
+        // on it, on every run of the suite.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            let set_for_the_test = ["CARGO_PKG_", "CARGO_BIN_EXE_"]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_MANIFEST_LINKS",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                ]
+                .contains(&name.as_ref());
+            if set_for_the_test {
+                build.env_remove(name.as_ref());
+            }
+        }
+        let status = build.status().expect("cargo build -p cli");
         assert!(status.success(), "building awr failed");
         let exe = std::env::current_exe().expect("current exe");
         // target/<profile>/deps/<test>-<hash> -> target/<profile>/awr

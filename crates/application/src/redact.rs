@@ -15,6 +15,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use async_trait::async_trait;
 use domain::definition::Definition;
 use domain::snapshot::SnapshotDelta;
+use domain::trace::{AttrValue, Attributes, Span, SpanStatus};
 use domain::transcript::{ExchangeDraft, ExchangeEvent};
 use domain::{RunId, RunSnapshot, RuntimeEvent};
 use serde::Serialize;
@@ -23,7 +24,7 @@ use serde_json::Value;
 
 use crate::ports::{
     EventBatches, EventFilter, EventStream, RunLock, RunObserver, RunQuery, RunStore, RunSummary,
-    StoreError, Transcript, TranscriptError, Transcripts,
+    SpanSink, SpanSlot, StoreError, Transcript, TranscriptError, Transcripts,
 };
 
 /// What a secret value is replaced with.
@@ -307,6 +308,63 @@ impl Transcript for RedactingTranscript {
 
     async fn close(&self) {
         self.inner.close().await;
+    }
+}
+
+/// A [`SpanSink`] whose spans go out redacted: they are projected from
+/// the events as recorded, before the store redacts them.
+pub struct RedactingSpans {
+    inner: Arc<dyn SpanSink>,
+    redactor: Redactor,
+}
+
+impl RedactingSpans {
+    /// Hands spans to `inner`, redacted with `redactor`.
+    pub fn new(inner: Arc<dyn SpanSink>, redactor: Redactor) -> Self {
+        Self { inner, redactor }
+    }
+}
+
+impl SpanSink for RedactingSpans {
+    fn reserve(&self) -> Option<Box<dyn SpanSlot>> {
+        let inner = self.inner.reserve()?;
+        Some(Box::new(RedactingSlot {
+            inner,
+            redactor: self.redactor.clone(),
+        }))
+    }
+}
+
+struct RedactingSlot {
+    inner: Box<dyn SpanSlot>,
+    redactor: Redactor,
+}
+
+impl SpanSlot for RedactingSlot {
+    fn send(self: Box<Self>, mut span: Span) {
+        let redactor = &self.redactor;
+        let text = |s: &mut String| {
+            if let Cow::Owned(redacted) = redactor.text(s) {
+                *s = redacted;
+            }
+        };
+        let attributes = |a: &mut Attributes| {
+            for (_, value) in &mut a.0 {
+                if let AttrValue::Str(s) = value {
+                    text(s);
+                }
+            }
+        };
+        text(&mut span.name);
+        attributes(&mut span.attributes);
+        for event in &mut span.events {
+            text(&mut event.name);
+            attributes(&mut event.attributes);
+        }
+        if let SpanStatus::Error(message) = &mut span.status {
+            text(message);
+        }
+        self.inner.send(span);
     }
 }
 

@@ -60,7 +60,7 @@ use serde_json::Value;
 use crate::fork::ForkRequest;
 use crate::ports::{
     ChatModel, Clock, CommandReply, CommandRunner, ControlChannel, EventStream, IdGen, Processes,
-    QueryFn, RunLock, RunObserver, RunStore, StoreError, Tool, Transcripts,
+    QueryFn, RunLock, RunObserver, RunStore, SpanSink, StoreError, Tool, Transcripts,
 };
 use crate::run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 use crate::tool_loop::ToolLoop;
@@ -120,6 +120,7 @@ impl Runtime {
             workspace: PathBuf::from("."),
             observers: Vec::new(),
             transcripts: None,
+            spans: None,
             commands: None,
             control: None,
             processes: None,
@@ -434,6 +435,7 @@ pub struct RuntimeBuilder {
     workspace: PathBuf,
     observers: Vec<Arc<dyn RunObserver>>,
     transcripts: Option<Arc<dyn Transcripts>>,
+    spans: Option<Arc<dyn SpanSink>>,
     commands: Option<Arc<dyn CommandRunner>>,
     control: Option<Arc<dyn ControlChannel>>,
     processes: Option<Arc<dyn Processes>>,
@@ -487,6 +489,14 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn transcripts(mut self, transcripts: Arc<dyn Transcripts>) -> Self {
         self.transcripts = Some(transcripts);
+        self
+    }
+
+    /// Hands each run's spans to `sink` as they end (a live export; see
+    /// [`SpanSink`]).
+    #[must_use]
+    pub fn spans(mut self, sink: Arc<dyn SpanSink>) -> Self {
+        self.spans = Some(sink);
         self
     }
 
@@ -545,6 +555,9 @@ impl RuntimeBuilder {
         }
         if let Some(runner) = self.commands {
             executor = executor.with_commands(runner);
+        }
+        if let Some(sink) = self.spans {
+            executor = executor.with_spans(sink);
         }
         if let Some(control) = self.control {
             executor = executor.with_control(control);

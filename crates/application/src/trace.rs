@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use domain::definition::Definition;
-use domain::trace::{NodeFacts, Span, TraceId, TraceInput, project};
+use domain::trace::{NodeFacts, Span, SpanId, TraceId, TraceInput, project};
 use domain::{EventKind, NodeId, RunId, RuntimeEvent, WorkflowDef};
 
 use crate::ports::{RunStore, StoreError};
@@ -21,8 +21,9 @@ const MAX_DEPTH: usize = 64;
 pub type ParseDefinition<'a> = &'a (dyn Fn(&Definition) -> Option<Arc<WorkflowDef>> + Sync);
 
 /// The spans of `run` and of every run it called, in the order each run's
-/// events opened them, parents before children. `NotFound` when there is
-/// no such run.
+/// events opened them, parents before children; a child run's are in its
+/// root run's trace, under the span of the node run that called it, as a
+/// live export gives them. `NotFound` when there is no such run.
 pub async fn trace(
     store: &dyn RunStore,
     run: RunId,
@@ -30,7 +31,9 @@ pub async fn trace(
 ) -> Result<Vec<Span>, StoreError> {
     let mut spans = Vec::new();
     let mut seen = HashSet::new();
-    let mut pending = vec![(run, None, 0usize)];
+    let parent = parent_of(first_event(store, run).await?.as_ref());
+    let placed = placement(store, parent, run).await?;
+    let mut pending = vec![(run, placed, 0usize)];
     while let Some((run, parent, depth)) = pending.pop() {
         if !seen.insert(run) {
             continue;
@@ -66,8 +69,79 @@ pub async fn trace(
     Ok(spans)
 }
 
+/// Where the spans of `run`, called by `parent`, go: for a run that a
+/// `call_workflow` node started, under the span of the node run that
+/// called it, in its caller's trace (read from the logs of the runs above
+/// it); `None` for a run at the root of its trace, or one whose caller's
+/// log no longer says it called it.
+pub async fn placement(
+    store: &dyn RunStore,
+    parent: Option<RunId>,
+    run: RunId,
+) -> Result<Option<(TraceId, SpanId)>, StoreError> {
+    // The runs above it, nearest first.
+    let mut above: Vec<RunId> = Vec::new();
+    let mut next = parent;
+    while let Some(parent) = next {
+        if above.len() == MAX_DEPTH || above.contains(&parent) || parent == run {
+            break;
+        }
+        above.push(parent);
+        next = match first_event(store, parent).await {
+            Ok(first) => parent_of(first.as_ref()),
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+    }
+    // Down from the top: each run is placed by the one above it.
+    let mut placed = None;
+    let mut below = above.iter().rev().skip(1).chain(std::iter::once(&run));
+    for caller in above.iter().rev() {
+        let Some(&called) = below.next() else { break };
+        let events = match whole_log(store, *caller).await {
+            Ok(events) => events,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let input = TraceInput {
+            parent: placed,
+            nodes: BTreeMap::new(),
+        };
+        let projection = project(&events, &input);
+        let trace = projection
+            .spans
+            .first()
+            .map_or_else(|| TraceId::of_run(*caller), |s| s.trace_id);
+        let Some((_, under)) = projection.children.iter().find(|(c, _)| *c == called) else {
+            return Ok(None);
+        };
+        placed = Some((trace, *under));
+    }
+    Ok(placed)
+}
+
+/// The run that called the run whose first event is `first`.
+pub(crate) fn parent_of(first: Option<&RuntimeEvent>) -> Option<RunId> {
+    match first.map(|e| &e.kind) {
+        Some(EventKind::FlowStarted { parent_run_id, .. }) => *parent_run_id,
+        _ => None,
+    }
+}
+
+/// The first event of `run` (`None`: it has none yet).
+async fn first_event(store: &dyn RunStore, run: RunId) -> Result<Option<RuntimeEvent>, StoreError> {
+    let first = store.read(run, 0, 1).await?.into_iter().next();
+    if first.is_none() {
+        store.last_offset(run).await?;
+    }
+    Ok(first)
+}
+
 /// The whole log of `run`: a store returns it in batches.
-async fn whole_log(store: &dyn RunStore, run: RunId) -> Result<Vec<RuntimeEvent>, StoreError> {
+pub(crate) async fn whole_log(
+    store: &dyn RunStore,
+    run: RunId,
+) -> Result<Vec<RuntimeEvent>, StoreError> {
     let mut events: Vec<RuntimeEvent> = Vec::new();
     loop {
         let after = events.last().map_or(0, |e| e.offset.get());

@@ -47,14 +47,15 @@ use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
 use std::collections::HashMap;
 
 use application::ports::{
-    Clock, ControlChannel, IdGen, RunFiles, RunQueue, RunStore, StoreError, Tool, TranscriptReader,
-    Transcripts,
+    Clock, ControlChannel, IdGen, RunFiles, RunQueue, RunStore, SpanSink, StoreError, Tool,
+    TranscriptReader, Transcripts,
 };
 use application::secrets::KeyNames;
 use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
+use infrastructure::otlp::{Exporter, LiveExport, QueueSettings};
 use infrastructure::store::{
     FileRunStore, PgControlOn, PgOpenError, PgRunStore, PgStoreConfig, PgTranscriptsOn,
     SqliteOpenError, SqliteRunStore,
@@ -174,6 +175,49 @@ impl Default for Stock {
         }
     }
 }
+
+/// `service.name` of the spans awr exports: `OTEL_SERVICE_NAME`, else `awr`.
+pub fn otel_service() -> String {
+    std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned())
+}
+
+/// The live export of runs' spans, when the standard `OTEL_EXPORTER_OTLP_*`
+/// variables ask for one ([`infrastructure::otlp::wanted`]): one queue and
+/// one sending task for the process, started at first use (on the tokio
+/// runtime of the caller). A setting that cannot be used is warned about,
+/// and the run goes on: telemetry never stops a run.
+pub fn live_spans() -> Option<Arc<dyn SpanSink>> {
+    let live = LIVE_SPANS.get_or_init(|| {
+        if !infrastructure::otlp::wanted() {
+            return None;
+        }
+        let settings = QueueSettings::from_env().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "using the default span queue settings");
+            QueueSettings::default()
+        });
+        match Exporter::new(None, None, &otel_service()) {
+            Ok(exporter) => Some(LiveExport::start(exporter, settings)),
+            Err(e) => {
+                tracing::warn!(error = %e, "spans are not exported live; `awr trace export` sends them");
+                None
+            }
+        }
+    });
+    live.clone().map(|live| live as Arc<dyn SpanSink>)
+}
+
+/// Sends the spans the live export holds, waiting at most `within`: what
+/// a process does before it exits.
+pub async fn flush_spans(within: std::time::Duration) {
+    if let Some(Some(live)) = LIVE_SPANS.get() {
+        live.shutdown(within).await;
+    }
+}
+
+static LIVE_SPANS: std::sync::OnceLock<Option<Arc<LiveExport>>> = std::sync::OnceLock::new();
 
 /// The stock runtime over the store `storage` names (created if needed):
 /// [`stock`] with [`Stock::default`]. Swap any port on the builder.

@@ -363,7 +363,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let dispatched = runtime.block_on(async {
+        let result = dispatch(cli).await;
+        // What the live export holds goes out before the process ends.
+        awr_cli::embed::flush_spans(SPAN_FLUSH).await;
+        result
+    });
+    match dispatched {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             report(&failure);
@@ -371,6 +377,10 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// How long a process waits, before it exits, for the live export to send
+/// the spans it holds (they are on record either way).
+const SPAN_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The runtime a command runs on. A run is one writer and its node runs,
 /// which hand each event to each other: on one thread a hand-off is a

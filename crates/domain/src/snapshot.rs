@@ -1009,7 +1009,10 @@ mod tests {
             line(4, r#""type":"node:started","input":null,"attempt":2"#),
             line(5, r#""type":"node:started","input":null,"attempt":3"#),
             line(6, start),
-            line(7, r#""type":"agent:error","errorType":"timeout","message":"m""#),
+            line(
+                7,
+                r#""type":"agent:error","errorType":"timeout","message":"m""#,
+            ),
             line(8, r#""type":"node:started","input":null,"attempt":4"#),
         ];
         let events: Vec<RuntimeEvent> = lines

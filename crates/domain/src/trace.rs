@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{NodeId, RunId, Timestamp};
 
-pub use project::project;
+pub use project::{LiveTrace, project};
 
 /// A trace's id: the id of the run at its root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

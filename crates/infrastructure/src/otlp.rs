@@ -8,6 +8,7 @@
 //! sends the same spans.
 
 mod export;
+mod live;
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
@@ -24,6 +25,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use prost::Message;
 
 pub use export::{ExportError, Exporter};
+pub use live::{LiveExport, QueueSettings, wanted};
 
 /// The instrumentation scope the spans are reported under.
 const SCOPE: &str = "awr";

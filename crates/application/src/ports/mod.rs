@@ -17,6 +17,7 @@ mod queue;
 mod run_files;
 mod run_query;
 mod source;
+mod spans;
 mod store;
 mod tool;
 mod transcript;
@@ -53,6 +54,7 @@ pub use run_query::{EventFilter, RunCursor, RunQuery, RunSummary, scan_events, s
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use source::MockWorkflowSource;
 pub use source::{SourceError, WorkflowSource};
+pub use spans::{SpanSink, SpanSlot};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use store::MockRunStore;
 pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError, definition_at};

@@ -90,7 +90,15 @@ impl Driver {
         cancel: Cancel,
         listen: bool,
     ) -> Result<Self, ExecutorError> {
-        let endpoints = Endpoints::open(&ports, lock.run_id(), lock.epoch(), parent, listen).await?;
+        let endpoints = Endpoints::open(
+            &ports,
+            lock.run_id(),
+            lock.epoch(),
+            parent,
+            listen,
+            &workflow,
+        )
+        .await?;
         Ok(Self::with(ports, lock, workflow, state, cancel, endpoints))
     }
 
@@ -109,7 +117,8 @@ impl Driver {
             Arc::clone(&workflow),
             state,
             endpoints.transcript,
-        );
+        )
+        .with_live(endpoints.live);
         let (tx, rx) = mpsc::channel(CHANNEL);
         let budgeted = budget::budgeted(&workflow);
         Driver {

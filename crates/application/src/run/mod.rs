@@ -29,6 +29,7 @@ mod decide;
 mod deliver;
 mod dispatch;
 mod driver;
+mod live;
 mod node_run;
 mod recorder;
 mod routing;
@@ -50,7 +51,7 @@ use serde_json::Value;
 
 use crate::ports::{
     Clock, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn, RunLock,
-    RunObserver, RunStore, StoreError, TranscriptError, Transcripts,
+    RunObserver, RunStore, SpanSink, StoreError, TranscriptError, Transcripts,
 };
 
 /// What to run.
@@ -297,6 +298,7 @@ pub(crate) struct Ports {
     pub ids: Arc<dyn IdGen>,
     pub observer: Option<Arc<dyn RunObserver>>,
     pub transcripts: Option<Arc<dyn Transcripts>>,
+    pub spans: Option<Arc<dyn SpanSink>>,
     pub checkpoints: CheckpointPolicy,
 }
 
@@ -331,6 +333,7 @@ impl Executor {
                 ids,
                 observer: None,
                 transcripts: None,
+                spans: None,
                 checkpoints: CheckpointPolicy::default(),
             }),
         }
@@ -358,6 +361,12 @@ impl Executor {
     #[must_use]
     pub fn with_observer(self, observer: Arc<dyn RunObserver>) -> Self {
         self.with(|p| p.observer = Some(observer))
+    }
+
+    /// Hands each run's spans to `sink` as they end (a live export).
+    #[must_use]
+    pub fn with_spans(self, sink: Arc<dyn SpanSink>) -> Self {
+        self.with(|p| p.spans = Some(sink))
     }
 
     /// Runs `command` nodes with `runner` (without one, they fail).
@@ -604,6 +613,8 @@ mod edge_tests;
 mod fork_tests;
 #[cfg(test)]
 mod graph_tests;
+#[cfg(test)]
+mod live_tests;
 #[cfg(test)]
 mod memory_log;
 #[cfg(test)]

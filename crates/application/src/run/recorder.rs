@@ -26,6 +26,7 @@ use domain::{
 };
 use serde_json::json;
 
+use super::live::LiveSpans;
 use super::transcript::TranscriptWriter;
 use super::{ExecutorError, Ports};
 use crate::ports::StoreError;
@@ -51,6 +52,8 @@ pub(crate) struct Recorder {
     /// The run's state: `fold(events)`, changed only by [`Recorder::emit`].
     pub state: RunSnapshot,
     transcript: Option<TranscriptWriter>,
+    /// The live export of the run's spans, when there is one.
+    live: Option<LiveSpans>,
     /// Bytes of the last snapshot written (none yet: `None`).
     last_snapshot: Option<u64>,
     /// Bytes the store reported appending since the last snapshot.
@@ -126,6 +129,7 @@ impl Recorder {
             workflow,
             state,
             transcript,
+            live: None,
             last_snapshot: None,
             log_since_snapshot: 0,
             changes: Changes::default(),
@@ -141,6 +145,12 @@ impl Recorder {
         }
     }
 
+    /// The recorder, exporting the run's spans with `live`.
+    pub fn with_live(mut self, live: Option<LiveSpans>) -> Self {
+        self.live = live;
+        self
+    }
+
     /// The nodes touched since the last call (every node at first).
     pub fn take_touched(&mut self) -> BTreeSet<usize> {
         std::mem::take(&mut self.touched)
@@ -148,8 +158,22 @@ impl Recorder {
 
     /// Records one event: its transcript lines are written and it is
     /// folded into the state; it reaches the store (and the observer) with
-    /// the next [`Recorder::publish`].
-    pub async fn emit(
+    /// the next [`Recorder::publish`]. Before the run's last event, the
+    /// spans it will end get their room in the export queue, and a
+    /// `warning` records what the export dropped.
+    pub async fn emit(&mut self, ctx: Ctx, kind: EventKind) -> Result<Recorded, ExecutorError> {
+        if kind.is_terminal()
+            && let Some(live) = &mut self.live
+        {
+            live.before_end();
+            if let Some(warning) = live.report() {
+                self.emit_one(RUN_LEVEL, warning).await?;
+            }
+        }
+        self.emit_one(ctx, kind).await
+    }
+
+    async fn emit_one(
         &mut self,
         (node_id, node_run_id): Ctx,
         kind: EventKind,
@@ -181,6 +205,9 @@ impl Recorder {
         }
         self.state.apply(&event);
         self.changes.note(&event);
+        if let Some(live) = &mut self.live {
+            live.push(&event);
+        }
         if let EventKind::EdgeFired {
             to, reset_nodes, ..
         } = &event.kind
@@ -291,8 +318,7 @@ impl Recorder {
         if let Some(transcript) = &self.transcript
             && let Err(e) = transcript.flush().await
         {
-            self.pending.clear();
-            self.reread().await;
+            self.unrecorded().await;
             return Err(e.into());
         }
         match self
@@ -306,10 +332,12 @@ impl Recorder {
                 self.log_since_saved += bytes;
             }
             Err(e) => {
-                self.pending.clear();
-                self.reread().await;
+                self.unrecorded().await;
                 return Err(e.into());
             }
+        }
+        if let Some(live) = &mut self.live {
+            live.stored();
         }
         if let Some(observer) = &self.ports.observer {
             for event in &self.pending {
@@ -318,6 +346,17 @@ impl Recorder {
         }
         self.pending.clear();
         Ok(())
+    }
+
+    /// The pending events were not stored: they are dropped, and the state
+    /// is read back. The span projection holds them too, so no more spans
+    /// go out live (`awr trace export` sends what is on record).
+    async fn unrecorded(&mut self) {
+        self.pending.clear();
+        if self.live.take().is_some() {
+            tracing::warn!(run = %self.state.run_id, "events could not be stored; the run's spans are no longer exported live");
+        }
+        self.reread().await;
     }
 
     /// After a failed append: the state as the store has it.
@@ -357,8 +396,12 @@ impl Recorder {
     }
 
     /// Records, as a `warning`, events live transcript subscribers missed
-    /// since the last report: the audit trail shows a consumer saw less.
+    /// since the last report, and spans the live export dropped: the audit
+    /// trail shows a consumer saw less.
     async fn report_drops(&mut self) -> Result<(), ExecutorError> {
+        if let Some(warning) = self.live.as_mut().and_then(LiveSpans::report) {
+            self.emit(RUN_LEVEL, warning).await?;
+        }
         let dropped = self
             .transcript
             .as_ref()

@@ -107,17 +107,9 @@ pub fn transcript_reader(storage: &Storage) -> Arc<dyn TranscriptReader> {
     embed::transcript_reader(storage)
 }
 
-/// The service spans come from: `OTEL_SERVICE_NAME`, `awr` by default.
-fn otel_service() -> String {
-    std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned())
-}
-
 /// `spans` (those that have ended) as one OTLP/JSON request.
 pub fn otlp_json(spans: &[domain::trace::Span]) -> Result<String, Failure> {
-    let resource = infrastructure::otlp::resource(&otel_service());
+    let resource = infrastructure::otlp::resource(&embed::otel_service());
     let request = infrastructure::otlp::request(spans, &resource);
     infrastructure::otlp::json(&request).map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }
@@ -141,7 +133,7 @@ pub fn otlp_exporter(
     endpoint: Option<&str>,
     protocol: Option<&str>,
 ) -> Result<OtlpExporter, Failure> {
-    infrastructure::otlp::Exporter::new(endpoint, protocol, &otel_service())
+    infrastructure::otlp::Exporter::new(endpoint, protocol, &embed::otel_service())
         .map(OtlpExporter)
         .map_err(|e| Failure::Input(anyhow::anyhow!(e)))
 }

@@ -49,6 +49,9 @@ pub fn wire(
     if let Some(observer) = observer {
         builder = builder.observer(secrets.observer(observer));
     }
+    if let Some(live) = embed::live_spans() {
+        builder = builder.spans(secrets.spans(live));
+    }
     if let Some(dir) = replay {
         let (clock, ids) = super::clock_and_ids();
         builder = embed::replaying(builder, dir, secrets.keys(), clock, ids);

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
-use application::ports::{RunObserver, RunStore, Transcripts};
-use application::redact::{RedactingObserver, RedactingStore, RedactingTranscripts, Redactor};
+use application::ports::{RunObserver, RunStore, SpanSink, Transcripts};
+use application::redact::{
+    RedactingObserver, RedactingSpans, RedactingStore, RedactingTranscripts, Redactor,
+};
 use application::secrets::KeyNames;
 use domain::WorkflowDef;
 
@@ -49,6 +51,14 @@ impl Secrets {
             transcripts,
             self.redactor.clone(),
         ))
+    }
+
+    /// `sink`, given spans redacted.
+    pub fn spans(&self, sink: Arc<dyn SpanSink>) -> Arc<dyn SpanSink> {
+        if self.redactor.is_empty() {
+            return sink;
+        }
+        Arc::new(RedactingSpans::new(sink, self.redactor.clone()))
     }
 
     /// `observer`, shown redacted events.

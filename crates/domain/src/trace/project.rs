@@ -1,4 +1,5 @@
-//! The fold of a run's log into its spans ([`project`]).
+//! The fold of a run's log into its spans: all at once ([`project`]), or
+//! as the events come, each span once it has ended ([`LiveTrace`]).
 
 mod tools;
 
@@ -17,7 +18,7 @@ pub fn project(events: &[RuntimeEvent], input: &TraceInput) -> Projection {
     let Some(first) = events.first() else {
         return Projection::default();
     };
-    let mut fold = Fold::new(first.run_id, input);
+    let mut fold = Fold::new(first.run_id, input.clone());
     for event in events {
         fold.event(event);
     }
@@ -28,6 +29,54 @@ pub fn project(events: &[RuntimeEvent], input: &TraceInput) -> Projection {
             .map(|(_, span)| span)
             .collect(),
         children: fold.children,
+    }
+}
+
+/// A run's spans as its events are recorded, for a live export: each span
+/// once its end is on record, never changed after. The spans it gives
+/// over a whole log are the ended spans [`project`] gives of that log,
+/// field for field, so a live export and a later one agree.
+pub struct LiveTrace {
+    fold: Fold,
+}
+
+impl LiveTrace {
+    /// The trace of `run`, placed by `input`, before its first event.
+    pub fn new(run: RunId, input: TraceInput) -> Self {
+        Self {
+            fold: Fold::new(run, input),
+        }
+    }
+
+    /// Folds `event` (the run's next) in: the spans it ended, in the order
+    /// they were opened.
+    pub fn push(&mut self, event: &RuntimeEvent) -> Vec<Span> {
+        self.fold.event(event);
+        let mut ended = std::mem::take(&mut self.fold.ended);
+        ended.sort_unstable();
+        ended.dedup();
+        ended
+            .into_iter()
+            .filter(|i| !self.fold.dropped.contains(i))
+            .filter_map(|i| self.fold.spans.get(i).cloned())
+            .collect()
+    }
+
+    /// How many spans are open: those the run's end would end.
+    pub fn open(&self) -> usize {
+        (self.fold.spans.iter().enumerate())
+            .filter(|(i, span)| span.end.is_none() && !self.fold.dropped.contains(i))
+            .count()
+    }
+
+    /// The child runs called so far, each with the span its spans hang under.
+    pub fn children(&self) -> &[(RunId, SpanId)] {
+        &self.fold.children
+    }
+
+    /// The trace's id.
+    pub fn trace_id(&self) -> TraceId {
+        self.fold.trace
     }
 }
 
@@ -60,10 +109,10 @@ impl OpenNode {
     }
 }
 
-struct Fold<'a> {
+struct Fold {
     run: RunId,
     trace: TraceId,
-    input: &'a TraceInput,
+    input: TraceInput,
     spans: Vec<Span>,
     children: Vec<(RunId, SpanId)>,
     root: Option<usize>,
@@ -78,10 +127,12 @@ struct Fold<'a> {
     /// Spans left out of the projection: a continuation that a new attempt
     /// replaced before anything happened in it.
     dropped: std::collections::HashSet<usize>,
+    /// Spans ended since [`LiveTrace::push`] last took them.
+    ended: Vec<usize>,
 }
 
-impl<'a> Fold<'a> {
-    fn new(run: RunId, input: &'a TraceInput) -> Self {
+impl Fold {
+    fn new(run: RunId, input: TraceInput) -> Self {
         let trace = input
             .parent
             .map_or_else(|| TraceId::of_run(run), |(trace, _)| trace);
@@ -96,6 +147,7 @@ impl<'a> Fold<'a> {
             last: HashMap::new(),
             previous: None,
             dropped: std::collections::HashSet::new(),
+            ended: Vec::new(),
         }
     }
 
@@ -124,11 +176,12 @@ impl<'a> Fold<'a> {
         self.spans.len() - 1
     }
 
-    fn close(&mut self, span: usize, at: Timestamp) {
-        if let Some(span) = self.spans.get_mut(span)
+    fn close(&mut self, index: usize, at: Timestamp) {
+        if let Some(span) = self.spans.get_mut(index)
             && span.end.is_none()
         {
             span.end = Some(at.max(span.start));
+            self.ended.push(index);
         }
     }
 

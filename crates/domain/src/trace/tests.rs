@@ -132,9 +132,45 @@ impl Log {
         )
     }
 
+    /// The projection of the log, checked against the live one
+    /// ([`live_agrees`]): every test's log is a case of it.
     fn project(&self) -> Projection {
-        project(&self.events, &TraceInput::default())
+        let projection = project(&self.events, &TraceInput::default());
+        live_agrees(&self.events, &projection);
+        projection
     }
+}
+
+/// The spans a [`LiveTrace`] gives, event by event, are the ended spans of
+/// `projection`, each once and equal field for field, given as their end
+/// is folded.
+fn live_agrees(events: &[RuntimeEvent], projection: &Projection) {
+    let Some(first) = events.first() else {
+        return;
+    };
+    let mut live = LiveTrace::new(first.run_id, TraceInput::default());
+    let mut given: Vec<Span> = Vec::new();
+    for event in events {
+        for span in live.push(event) {
+            assert_eq!(span.end, Some(span.end.unwrap().max(span.start)));
+            assert!(
+                span.end.unwrap() <= event.timestamp.max(span.start),
+                "{span:?}"
+            );
+            given.push(span);
+        }
+    }
+    let mut ended: Vec<&Span> = projection
+        .spans
+        .iter()
+        .filter(|s| s.end.is_some())
+        .collect();
+    ended.sort_by_key(|s| s.span_id);
+    given.sort_by_key(|s| s.span_id);
+    assert_eq!(given.iter().collect::<Vec<_>>(), ended);
+    let open = projection.spans.iter().filter(|s| s.end.is_none()).count();
+    assert_eq!(live.open(), open);
+    assert_eq!(live.children(), projection.children.as_slice());
 }
 
 fn named<'a>(p: &'a Projection, name: &str) -> Vec<&'a Span> {

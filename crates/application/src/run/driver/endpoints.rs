@@ -1,33 +1,37 @@
-//! What a run's writer opens besides its log: the transcript and the
-//! command endpoint.
+//! What a run's writer opens besides its log: the transcript, the command
+//! endpoint and the live export of its spans.
 
 use std::sync::Arc;
 
-use domain::RunId;
+use domain::{RunId, WorkflowDef};
 
 use crate::ports::Listener;
+use crate::run::live::LiveSpans;
 use crate::run::transcript::TranscriptWriter;
 use crate::run::{ExecutorError, Ports};
 
-/// What a writer opens besides the log: the run's transcript and its
-/// command endpoint. Independent of the run's state, so a resume opens them
-/// while that state loads.
+/// What a writer opens besides the log: the run's transcript, its
+/// command endpoint and the live export of its spans. Independent of the
+/// run's state, so a resume opens them while that state loads.
 pub(crate) struct Endpoints {
     pub(super) transcript: Option<TranscriptWriter>,
     pub(super) listener: Option<Listener>,
+    pub(super) live: Option<LiveSpans>,
 }
 
 impl Endpoints {
     /// Opens the transcript of `run_id`, fenced by the lease epoch its
     /// writer's lock was taken under (`epoch`, for a store that has them),
     /// and, when `listen`, its command endpoint (a run that cannot take
-    /// commands still goes on).
+    /// commands still goes on), and the live export of the spans of
+    /// `workflow`'s run.
     pub(crate) async fn open(
         ports: &Ports,
         run_id: RunId,
         epoch: Option<i64>,
         parent: Option<RunId>,
         listen: bool,
+        workflow: &WorkflowDef,
     ) -> Result<Self, ExecutorError> {
         let transcript = match &ports.transcripts {
             Some(t) => {
@@ -50,9 +54,11 @@ impl Endpoints {
             },
             None => None,
         };
+        let live = LiveSpans::open(ports, run_id, parent, workflow).await;
         Ok(Self {
             transcript,
             listener,
+            live,
         })
     }
 }

@@ -58,9 +58,10 @@ impl Driver {
         let sweep = (ports.processes.clone())
             .map(|processes| tokio::task::spawn_blocking(move || processes.kill_run(run_id)));
         let aside = tokio::spawn({
-            let ports = Arc::clone(&ports);
+            let (ports, workflow) = (Arc::clone(&ports), Arc::clone(&workflow));
             async move {
-                let endpoints = Endpoints::open(&ports, run_id, epoch, parent, true).await;
+                let endpoints =
+                    Endpoints::open(&ports, run_id, epoch, parent, true, &workflow).await;
                 if let Some(sweep) = sweep {
                     match sweep.await {
                         Ok(0) => {}

@@ -5,7 +5,7 @@ use super::Fold;
 use crate::trace::{Attributes, SpanKind, span_id};
 use crate::{RuntimeEvent, Timestamp};
 
-impl Fold<'_> {
+impl Fold {
     pub(super) fn tool_started(&mut self, event: &RuntimeEvent, call: &str, tool: &str, by: &str) {
         let Some(node) = self.open_node(event) else {
             return;

@@ -394,7 +394,10 @@ async fn a_transcript_opened_after_the_lease_was_lost_writes_no_line() {
     else {
         return;
     };
-    let epoch = lock.as_ref().and_then(|l| l.epoch()).expect("a fenced lock");
+    let epoch = lock
+        .as_ref()
+        .and_then(|l| l.epoch())
+        .expect("a fenced lock");
     super::tests::expire(&store, run).await;
     let other = store_with(&url, Duration::from_secs(60)).await;
     let taken = other.lock(run).await.unwrap();
@@ -406,6 +409,9 @@ async fn a_transcript_opened_after_the_lease_was_lost_writes_no_line() {
     let refused = zombie.flush().await.unwrap_err().to_string();
     assert!(refused.contains("lease was lost"), "{refused}");
     let read = transcripts.read(run).await.unwrap();
-    assert!(read.as_ref().is_none_or(|r| r.events.is_empty()), "{read:?}");
+    assert!(
+        read.as_ref().is_none_or(|r| r.events.is_empty()),
+        "{read:?}"
+    );
     drop(lock);
 }

@@ -1,0 +1,279 @@
+//! The live export ([`LiveExport`]): spans that runs hand over as they end
+//! wait in one bounded queue, and one task sends them in batches over the
+//! OTLP exporter, as the OpenTelemetry SDK's batch span processor does,
+//! with its settings (`OTEL_BSP_*`).
+//!
+//! Why it is not the SDK's processor: a run reserves room for a span when
+//! the event that ends it is recorded and sends it once that event is
+//! stored, and counts the spans there was no room for in its own log
+//! (`application::ports::SpanSink`). A processor takes spans and drops
+//! them out of sight.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use application::ports::{SpanSink, SpanSlot};
+use domain::trace::Span;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::export::{ExportError, Exporter};
+
+/// How the queue and its batches are sized, and how long a span waits for
+/// others to go with it: `OTEL_BSP_MAX_QUEUE_SIZE` (2048),
+/// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), `OTEL_BSP_SCHEDULE_DELAY` (5000
+/// ms), the specification's variables and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// Spans the queue holds; one more is dropped.
+    pub max_queue: usize,
+    /// Spans sent in one request at most.
+    pub max_batch: usize,
+    /// How long the first span of a batch waits for more.
+    pub delay: Duration,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        Self {
+            max_queue: 2048,
+            max_batch: 512,
+            delay: Duration::from_millis(5000),
+        }
+    }
+}
+
+impl QueueSettings {
+    /// The settings the `OTEL_BSP_*` variables give; one that is not a
+    /// positive whole number names itself in the error.
+    pub fn from_env() -> Result<Self, ExportError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ExportError> {
+        let read = |name: &str, default: u64| -> Result<u64, ExportError> {
+            match var(name).filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ExportError::Build(format!("{name}={v}: expected a positive whole number"))
+                    }),
+            }
+        };
+        let defaults = Self::default();
+        let max_queue = read("OTEL_BSP_MAX_QUEUE_SIZE", defaults.max_queue as u64)?;
+        let max_batch = read("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", defaults.max_batch as u64)?;
+        let delay = read("OTEL_BSP_SCHEDULE_DELAY", 5000)?;
+        let max_queue = usize::try_from(max_queue).unwrap_or(usize::MAX);
+        Ok(Self {
+            max_queue,
+            // A batch larger than the queue is the queue.
+            max_batch: usize::try_from(max_batch)
+                .unwrap_or(usize::MAX)
+                .min(max_queue),
+            delay: Duration::from_millis(delay),
+        })
+    }
+}
+
+/// Whether the standard variables ask for spans to be exported: an OTLP
+/// endpoint is named (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), and neither `OTEL_SDK_DISABLED=true`
+/// nor `OTEL_TRACES_EXPORTER=none` turns it off.
+pub fn wanted() -> bool {
+    wanted_by(|name| std::env::var(name).ok())
+}
+
+fn wanted_by(var: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
+    let is =
+        |name: &str, value: &str| var(name).is_some_and(|v| v.trim().eq_ignore_ascii_case(value));
+    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        && !is("OTEL_SDK_DISABLED", "true")
+        && !is("OTEL_TRACES_EXPORTER", "none")
+}
+
+/// Spans queued by the runs of this process, sent by one task.
+#[derive(Debug)]
+pub struct LiveExport {
+    queue: mpsc::Sender<Span>,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl LiveExport {
+    /// Starts the task that sends the queued spans with `exporter` (on the
+    /// current tokio runtime).
+    pub fn start(exporter: Exporter, settings: QueueSettings) -> Arc<Self> {
+        let (queue, spans) = mpsc::channel(settings.max_queue.max(1));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(send_queued(spans, exporter, settings, stop.clone()));
+        Arc::new(Self {
+            queue,
+            stop,
+            task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// Sends what is queued, then stops; gives up after `within` (what is
+    /// left is on record: `awr trace export` sends it).
+    pub async fn shutdown(&self, within: Duration) {
+        self.stop.cancel();
+        let task = match self.task.lock() {
+            Ok(mut task) => task.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(task) = task
+            && tokio::time::timeout(within, task).await.is_err()
+        {
+            tracing::warn!(
+                within_ms = within.as_millis() as u64,
+                "the span export did not finish in time; `awr trace export` sends the runs' spans"
+            );
+        }
+    }
+}
+
+impl SpanSink for LiveExport {
+    fn reserve(&self) -> Option<Box<dyn SpanSlot>> {
+        if self.stop.is_cancelled() {
+            return None;
+        }
+        let permit = self.queue.clone().try_reserve_owned().ok()?;
+        Some(Box::new(Slot(permit)))
+    }
+}
+
+/// Room for one span in the queue.
+struct Slot(mpsc::OwnedPermit<Span>);
+
+impl SpanSlot for Slot {
+    fn send(self: Box<Self>, span: Span) {
+        self.0.send(span);
+    }
+}
+
+/// The task: batches of up to `max_batch` spans, each sent once it is
+/// full or its first span has waited `delay`; once stopped, what is queued.
+async fn send_queued(
+    mut spans: mpsc::Receiver<Span>,
+    exporter: Exporter,
+    settings: QueueSettings,
+    stop: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(settings.max_batch.min(64));
+    loop {
+        let first = tokio::select! {
+            biased;
+            span = spans.recv() => span,
+            () = stop.cancelled() => None,
+        };
+        let Some(first) = first else { break };
+        batch.push(first);
+        let deadline = tokio::time::Instant::now() + settings.delay;
+        while batch.len() < settings.max_batch {
+            tokio::select! {
+                biased;
+                span = spans.recv() => match span {
+                    Some(span) => batch.push(span),
+                    None => break,
+                },
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        send(&exporter, &mut batch).await;
+    }
+    while let Ok(span) = spans.try_recv() {
+        batch.push(span);
+        if batch.len() == settings.max_batch {
+            send(&exporter, &mut batch).await;
+        }
+    }
+    send(&exporter, &mut batch).await;
+}
+
+/// Sends `batch` and empties it; a failure is logged with the runs whose
+/// spans it held (their logs keep them for `awr trace export`).
+async fn send(exporter: &Exporter, batch: &mut Vec<Span>) {
+    if batch.is_empty() {
+        return;
+    }
+    let spans = std::mem::take(batch);
+    if let Err(e) = exporter.export(super::span_data(&spans)).await {
+        let runs: BTreeSet<String> = spans
+            .iter()
+            .map(|s| uuid::Uuid::from_bytes(s.trace_id.0).to_string())
+            .collect();
+        tracing::warn!(
+            spans = spans.len(),
+            runs = %runs.into_iter().collect::<Vec<_>>().join(" "),
+            error = %e,
+            "spans were not exported; `awr trace export RUN` sends them again"
+        );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn an_endpoint_turns_the_export_on_and_the_standard_switches_turn_it_off() {
+        assert!(!wanted_by(vars(&[])));
+        assert!(!wanted_by(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
+        let on = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        assert!(wanted_by(vars(&[on])));
+        assert!(wanted_by(vars(&[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://127.0.0.1:4318/v1/traces"
+        )])));
+        assert!(!wanted_by(vars(&[on, ("OTEL_SDK_DISABLED", "TRUE")])));
+        assert!(!wanted_by(vars(&[on, ("OTEL_TRACES_EXPORTER", "none")])));
+        assert!(wanted_by(vars(&[on, ("OTEL_TRACES_EXPORTER", "otlp")])));
+    }
+
+    #[test]
+    fn queue_settings_come_from_the_bsp_variables_and_a_bad_one_is_named() {
+        assert_eq!(
+            QueueSettings::from_vars(vars(&[])).unwrap(),
+            QueueSettings::default()
+        );
+        let set = QueueSettings::from_vars(vars(&[
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "10"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            set,
+            QueueSettings {
+                max_queue: 10,
+                max_batch: 10,
+                delay: Duration::from_millis(20)
+            }
+        );
+        for bad in ["0", "-1", "lots"] {
+            let e =
+                QueueSettings::from_vars(vars(&[("OTEL_BSP_MAX_QUEUE_SIZE", bad)])).unwrap_err();
+            assert!(e.to_string().contains("OTEL_BSP_MAX_QUEUE_SIZE"), "{e}");
+        }
+    }
+}
