@@ -160,6 +160,55 @@ impl Receiver {
         }
     }
 
+    /// An OTLP/gRPC receiver on 127.0.0.1: OpenTelemetry's generated
+    /// `TraceService` server, taking every request as a collector does.
+    fn start_grpc() -> Self {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+            TraceService, TraceServiceServer,
+        };
+
+        type Kept = std::sync::Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>;
+        struct Collector(Kept);
+
+        #[tonic::async_trait]
+        impl TraceService for Collector {
+            async fn export(
+                &self,
+                request: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+                self.0.lock().unwrap().push(request.into_inner());
+                Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+            }
+        }
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let requests: Kept = Default::default();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let incoming = futures::stream::unfold(listener, |listener| async move {
+            let accepted = listener.accept().await.map(|(stream, _)| stream);
+            Some((accepted, listener))
+        });
+        let service = TraceServiceServer::new(Collector(requests.clone()));
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        Self {
+            url,
+            requests,
+            _runtime: runtime,
+        }
+    }
+
     /// Every span received, in order.
     fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
         self.requests
@@ -367,4 +416,237 @@ fn a_resumed_run_exports_what_ends_after_the_resume_only() {
             "a live span differs from its export"
         );
     }
+}
+
+/// An integer attribute of a span as a collector decodes it.
+fn int_attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<i64> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .and_then(|v| match v {
+            Any::IntValue(n) => Some(*n),
+            _ => None,
+        })
+}
+
+/// The research pipeline, run with the variables set, delivers one trace:
+/// one root, three `invoke_agent` spans under it, each holding its `chat`
+/// spans, whose input tokens are the `agent:complete` usage on record.
+#[test]
+fn the_research_pipeline_run_live_delivers_one_trace_whose_calls_spent_what_the_log_says() {
+    let a = Awr::new();
+    let live = Receiver::start();
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
+        &["run", "examples/research-pipeline.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let spans = live.spans();
+    let roots: Vec<_> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "one root");
+    assert_eq!(hex(&roots[0].trace_id), run.replace('-', ""));
+    let agents: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("invoke_agent "))
+        .collect();
+    assert_eq!(agents.len(), 3);
+    assert!(agents.iter().all(|s| s.parent_span_id == roots[0].span_id));
+    let mut chats: Vec<i64> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .map(|s| {
+            assert!(
+                agents.iter().any(|a| a.span_id == s.parent_span_id),
+                "{s:?}"
+            );
+            int_attribute(s, "gen_ai.usage.input_tokens").unwrap()
+        })
+        .collect();
+    let mut logged: Vec<i64> = a
+        .events(&run)
+        .iter()
+        .filter(|e| e["type"] == "agent:complete")
+        .map(|e| e["usage"]["inputTokens"].as_i64().unwrap())
+        .collect();
+    chats.sort();
+    logged.sort();
+    assert!(!chats.is_empty());
+    assert_eq!(chats, logged);
+}
+
+/// OTLP over gRPC: an export to a gRPC collector delivers every span, as
+/// the HTTP one does, and a run with the variables set exports live over
+/// gRPC too.
+#[test]
+fn spans_go_over_grpc_as_over_http() {
+    let a = Awr::new();
+    let grpc = Receiver::start_grpc();
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc.url),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        &["run", "examples/summarize.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let live = grpc.spans();
+    assert_eq!(live.len(), 5, "{live:?}");
+
+    let again = Receiver::start_grpc();
+    let out = a.run(&[
+        "trace",
+        "export",
+        &run,
+        "--endpoint",
+        &again.url,
+        "--protocol",
+        "grpc",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let http = Receiver::start();
+    let out = a.run(&["trace", "export", &run, "--endpoint", &http.url]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (live, grpc, http) = (by_id(live), by_id(again.spans()), by_id(http.spans()));
+    assert!(live == grpc && grpc == http, "the same spans every way");
+}
+
+/// A text attribute of a span as a collector decodes it.
+fn text_attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .and_then(|v| match v {
+            Any::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+}
+
+/// Content is captured only when the conventions' variable says so, and
+/// what is captured is redacted as the record is: a key value in a
+/// prompt reaches no collector.
+#[test]
+fn captured_content_is_redacted_and_absent_unless_asked_for() {
+    const KEY: &str = "sk-ant-5c8d20e9f1b7";
+    let prompt = format!("- the key is {KEY}\n- Fact two (source B)");
+    for capture in [false, true] {
+        let a = Awr::new();
+        let live = Receiver::start();
+        let mut env = vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", live.url.as_str()),
+            ("ANTHROPIC_API_KEY", KEY),
+        ];
+        if capture {
+            env.push(("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true"));
+        }
+        let out = a.run_in(
+            &crate::util::repo_root(),
+            &env,
+            &[
+                "run",
+                "examples/summarize.yaml",
+                &format!("--input-text={prompt}"),
+            ],
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let spans = live.spans();
+        let everything = format!("{spans:?}");
+        assert!(!everything.contains(KEY), "a key value left in a span");
+        let chat = spans.iter().find(|s| s.name.starts_with("chat")).unwrap();
+        let sent = text_attribute(chat, "gen_ai.input.messages");
+        let answered = text_attribute(chat, "gen_ai.output.messages");
+        if capture {
+            let sent = sent.expect("the prompt is captured");
+            assert!(sent.contains("Fact two (source B)"), "{sent}");
+            assert!(sent.contains("[redacted]"), "{sent}");
+            assert!(answered.is_some());
+            // `awr trace show` captures the same, from the redacted log.
+            let run = crate::util::run_id_of(&out);
+            let shown = a.run_in(
+                &crate::util::repo_root(),
+                &[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")],
+                &["trace", "show", &run, "--json"],
+            );
+            assert!(
+                shown.stdout.contains("gen_ai.input.messages"),
+                "{}",
+                shown.stdout
+            );
+            assert!(!shown.stdout.contains(KEY));
+        } else {
+            assert_eq!(
+                (sent, answered),
+                (None, None),
+                "no content unless asked for"
+            );
+            assert!(!everything.contains("Fact two"), "{everything}");
+        }
+    }
+}
+
+/// `awr trace export --since T` sends what ended since then: with no run
+/// named, every run active since then; with a run, only its spans that
+/// ended since then.
+#[test]
+fn an_export_since_a_time_sends_what_ended_since_then() {
+    let a = Awr::new();
+    let first = a.completed_run("examples/summarize.yaml");
+    let second = a.completed_run("examples/summarize.yaml");
+    let receiver = Receiver::start();
+    let out = a.run(&[
+        "trace",
+        "export",
+        "--since",
+        "1h",
+        "--endpoint",
+        &receiver.url,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for run in [&first, &second] {
+        assert!(
+            out.stdout.contains(&format!("run {run}: 5 spans exported")),
+            "{}",
+            out.stdout
+        );
+    }
+    assert_eq!(receiver.spans().len(), 10);
+
+    let future = "2999-01-01T00:00:00Z";
+    let out = a.run(&[
+        "trace",
+        "export",
+        &first,
+        "--since",
+        future,
+        "--endpoint",
+        &receiver.url,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("0 spans exported"), "{}", out.stdout);
+    let none = a.run(&[
+        "trace",
+        "export",
+        "--since",
+        future,
+        "--endpoint",
+        &receiver.url,
+    ]);
+    assert_eq!(none.code, 0, "{}", none.stderr);
+    assert!(none.stdout.contains("no run was active"), "{}", none.stdout);
+    let neither = a.run(&["trace", "export", "--endpoint", &receiver.url]);
+    assert_eq!(
+        neither.code, 2,
+        "a run or --since is needed: {}",
+        neither.stderr
+    );
 }

@@ -333,6 +333,10 @@ impl SpanSink for RedactingSpans {
             redactor: self.redactor.clone(),
         }))
     }
+
+    fn captures_content(&self) -> bool {
+        self.inner.captures_content()
+    }
 }
 
 struct RedactingSlot {

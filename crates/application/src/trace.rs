@@ -23,11 +23,13 @@ pub type ParseDefinition<'a> = &'a (dyn Fn(&Definition) -> Option<Arc<WorkflowDe
 /// The spans of `run` and of every run it called, in the order each run's
 /// events opened them, parents before children; a child run's are in its
 /// root run's trace, under the span of the node run that called it, as a
-/// live export gives them. `NotFound` when there is no such run.
+/// live export gives them; with the content of calls when `capture_content`.
+/// `NotFound` when there is no such run.
 pub async fn trace(
     store: &dyn RunStore,
     run: RunId,
     parse: ParseDefinition<'_>,
+    capture_content: bool,
 ) -> Result<Vec<Span>, StoreError> {
     let mut spans = Vec::new();
     let mut seen = HashSet::new();
@@ -52,6 +54,7 @@ pub async fn trace(
         let input = TraceInput {
             parent,
             nodes: facts(store, &events, parse).await,
+            capture_content,
         };
         let projection = project(&events, &input);
         let trace = projection
@@ -106,6 +109,7 @@ pub async fn placement(
         let input = TraceInput {
             parent: placed,
             nodes: BTreeMap::new(),
+            capture_content: false,
         };
         let projection = project(&events, &input);
         let trace = projection
@@ -293,7 +297,7 @@ mod tests {
             let yaml = "name: w\nnodes:\n  - id: call\n    call_workflow: inner.yaml\n";
             Some(Arc::new(WorkflowDef::from_yaml(yaml).expect("a workflow")))
         };
-        let spans = trace(&store, root, &parse).await.unwrap();
+        let spans = trace(&store, root, &parse, false).await.unwrap();
         let roots: Vec<&Span> = spans
             .iter()
             .filter(|s| s.name.starts_with("invoke_workflow"))
@@ -309,7 +313,7 @@ mod tests {
             .expect("the node run that called the child");
         assert_eq!(roots[1].parent, Some(caller.span_id));
         assert_eq!(caller.name, "call_workflow call", "the definition's kind");
-        let missing = trace(&store, gone, &parse).await;
+        let missing = trace(&store, gone, &parse, false).await;
         assert!(
             matches!(missing, Err(StoreError::NotFound(_))),
             "{missing:?}"

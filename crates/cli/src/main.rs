@@ -69,9 +69,15 @@ enum TraceCommand {
     /// that have ended, the same ids each time, so sending again after an
     /// outage duplicates nothing a collector cannot tell.
     Export {
-        /// Run ids (a unique prefix is enough).
-        #[arg(required = true)]
+        /// Run ids (a unique prefix is enough); none: with --since, every
+        /// run active since then (its calls' runs with it).
+        #[arg(required_unless_present = "since")]
         runs: Vec<String>,
+        /// Only spans that ended at or after TIME: an RFC 3339 time, or a
+        /// duration ago (`90m`, `2h`): what a collector that was down for
+        /// that long missed.
+        #[arg(long, value_name = "TIME", value_parser = forms::Since::parse)]
+        since: Option<forms::Since>,
         /// Where the collector takes OTLP (default: the
         /// `OTEL_EXPORTER_OTLP_*` variables, else localhost); an HTTP URL
         /// without a path gets `/v1/traces`.
@@ -471,10 +477,15 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Trace(TraceCommand::Export {
             runs,
+            since,
             endpoint,
             protocol,
         }) => {
-            terminal::trace::export(&storage, &runs, endpoint.as_deref(), protocol.as_deref()).await
+            let to = terminal::trace::To {
+                endpoint: endpoint.as_deref(),
+                protocol: protocol.as_deref(),
+            };
+            terminal::trace::export(&storage, &runs, since, to).await
         }
         Command::Replay {
             run,

@@ -220,6 +220,10 @@ pub struct TraceInput {
     pub parent: Option<(TraceId, SpanId)>,
     /// What the definition says of each node, when it is known.
     pub nodes: std::collections::BTreeMap<NodeId, NodeFacts>,
+    /// Whether spans carry the content of calls: the messages a provider
+    /// call sent and got, a tool call's arguments and result. Off unless
+    /// asked for (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
+    pub capture_content: bool,
 }
 
 /// A run's spans, and the child runs it called, each with the span its

@@ -25,7 +25,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use prost::Message;
 
 pub use export::{ExportError, Exporter};
-pub use live::{LiveExport, QueueSettings, wanted};
+pub use live::{LiveExport, QueueSettings, captures_content, wanted};
 
 /// The instrumentation scope the spans are reported under.
 const SCOPE: &str = "awr";

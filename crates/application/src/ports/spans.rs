@@ -72,6 +72,12 @@ pub trait SpanSink: Send + Sync {
     /// Room for one span in the export queue, taken without waiting;
     /// `None` when the queue is full (the span is then dropped).
     fn reserve(&self) -> Option<Box<dyn SpanSlot>>;
+
+    /// Whether its spans carry the content of calls (prompts, answers, tool
+    /// arguments and results): off unless the sink was asked for it.
+    fn captures_content(&self) -> bool {
+        false
+    }
 }
 
 /// Room reserved for one span ([`SpanSink::reserve`]); dropped unused, it

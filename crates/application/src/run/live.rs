@@ -106,6 +106,7 @@ impl LiveSpans {
             let input = TraceInput {
                 parent: self.placed,
                 nodes,
+                capture_content: self.sink.captures_content(),
             };
             LiveTrace::new(self.run, input)
         });

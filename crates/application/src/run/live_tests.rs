@@ -114,7 +114,7 @@ async fn each_span_goes_out_once_after_its_end_is_stored_as_a_trace_of_the_log_g
         );
     }
     let mut sent: Vec<Span> = sent.into_iter().map(|(span, _)| span).collect();
-    let mut traced = crate::trace::trace(log.as_ref(), run, &|_| None)
+    let mut traced = crate::trace::trace(log.as_ref(), run, &|_| None, false)
         .await
         .unwrap();
     assert!(traced.iter().all(|s| s.end.is_some()));

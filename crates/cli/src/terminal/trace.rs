@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 
 use anyhow::anyhow;
+use application::ports::Clock as _;
 use domain::trace::{AttrValue, Span, SpanId, SpanStatus};
 
+use crate::forms::Since;
 use crate::storage::Storage;
 use crate::terminal::inspect::resolve_run;
 use crate::{Failure, say, wiring};
@@ -15,7 +17,8 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     let id = resolve_run(storage, run).await?;
     let store = wiring::read_store(storage).await?;
     let parse = |definition: &domain::definition::Definition| wiring::load_kept(definition).ok();
-    let spans = application::trace::trace(store.as_ref(), id, &parse)
+    let capture = wiring::captures_content();
+    let spans = application::trace::trace(store.as_ref(), id, &parse, capture)
         .await
         .map_err(|e| Failure::Input(anyhow!("run {id}: {e}")))?;
     if json {
@@ -27,22 +30,55 @@ pub async fn show(storage: &Storage, run: &str, json: bool) -> Result<(), Failur
     Ok(())
 }
 
-/// Sends the spans of each of `runs` that have ended, one request a run,
-/// saying how many went; a collector that does not take them is exit 1.
+/// Where `awr trace export` sends: `--endpoint` and `--protocol`.
+pub struct To<'a> {
+    pub endpoint: Option<&'a str>,
+    pub protocol: Option<&'a str>,
+}
+
+/// Sends the spans of each of `runs` that have ended (since `since`, when
+/// given), one request a run, saying how many went; with no run named,
+/// those of every run at the root of its trace that was active since
+/// `since`. A collector that does not take them is exit 1.
 pub async fn export(
     storage: &Storage,
     runs: &[String],
-    endpoint: Option<&str>,
-    protocol: Option<&str>,
+    since: Option<Since>,
+    to: To<'_>,
 ) -> Result<(), Failure> {
-    let exporter = wiring::otlp_exporter(endpoint, protocol)?;
+    let exporter = wiring::otlp_exporter(to.endpoint, to.protocol)?;
     let store = wiring::read_store(storage).await?;
     let parse = |definition: &domain::definition::Definition| wiring::load_kept(definition).ok();
+    let (clock, _) = wiring::clock_and_ids();
+    let since = since.map(|s| s.resolve(clock.now()));
+    let mut ids = Vec::with_capacity(runs.len());
     for run in runs {
-        let id = resolve_run(storage, run).await?;
-        let spans = application::trace::trace(store.as_ref(), id, &parse)
+        ids.push(resolve_run(storage, run).await?);
+    }
+    if let (true, Some(since)) = (runs.is_empty(), since) {
+        let all = store
+            .query_runs(&application::ports::RunQuery::default())
+            .await
+            .map_err(|e| Failure::Input(anyhow!(e)))?;
+        // A called run's spans go with its root's.
+        ids.extend(
+            all.iter()
+                .filter(|run| run.parent.is_none())
+                .filter(|run| run.updated_at.or(run.started_at) >= Some(since))
+                .map(|run| run.run_id),
+        );
+        if ids.is_empty() {
+            say("no run was active since then")?;
+        }
+    }
+    let capture = wiring::captures_content();
+    for id in ids {
+        let mut spans = application::trace::trace(store.as_ref(), id, &parse, capture)
             .await
             .map_err(|e| Failure::Input(anyhow!("run {id}: {e}")))?;
+        if let Some(since) = since {
+            spans.retain(|span| span.end.is_some_and(|end| end >= since));
+        }
         let sent = exporter
             .send(&spans)
             .await

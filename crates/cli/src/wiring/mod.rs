@@ -127,6 +127,12 @@ impl OtlpExporter {
     }
 }
 
+/// Whether spans carry the content of calls
+/// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
+pub fn captures_content() -> bool {
+    infrastructure::otlp::captures_content()
+}
+
 /// An OTLP exporter to `endpoint` over `protocol`, each defaulting to what
 /// the `OTEL_EXPORTER_OTLP_*` variables say; a bad setting is exit 2.
 pub fn otlp_exporter(

@@ -1,6 +1,7 @@
 //! The fold of a run's log into its spans: all at once ([`project`]), or
 //! as the events come, each span once it has ended ([`LiveTrace`]).
 
+mod content;
 mod tools;
 
 use std::collections::HashMap;
@@ -266,8 +267,11 @@ impl Fold {
             EventKind::NodeCompleted { .. } => self.node_ended(event, None),
             EventKind::NodeFailed { error, .. } => self.node_ended(event, Some(error)),
             EventKind::AgentStart {
-                session_id, model, ..
-            } => self.chat_started(event, session_id.to_string(), model.as_deref()),
+                session_id,
+                model,
+                prompt,
+                ..
+            } => self.chat_started(event, session_id.to_string(), model.as_deref(), prompt),
             EventKind::AgentSession {
                 session_id, model, ..
             } => {
@@ -281,6 +285,7 @@ impl Fold {
                 }
             }
             EventKind::AgentComplete {
+                result,
                 usage,
                 model_usage,
                 total_cost_usd,
@@ -289,8 +294,12 @@ impl Fold {
                 ..
             } => {
                 if let Some(chat) = self.chat_of(event) {
+                    let capture = self.input.capture_content;
                     let span = &mut self.spans[chat];
                     let a = &mut span.attributes;
+                    if capture {
+                        a.text("gen_ai.output.messages", content::output_messages(result));
+                    }
                     a.int("gen_ai.usage.input_tokens", usage.input_tokens);
                     a.int("gen_ai.usage.output_tokens", usage.output_tokens);
                     if let Some(n) = usage.cache_read_input_tokens {
@@ -340,11 +349,14 @@ impl Fold {
             EventKind::AgentToolUse {
                 tool_use_id: Some(id),
                 tool_name,
+                tool_input,
                 ..
-            } => self.tool_started(event, id, tool_name, "agent"),
+            } => self.tool_started(event, id, tool_name, "agent", tool_input),
             EventKind::AgentTool {
                 tool_use_id,
                 tool_name,
+                tool_input,
+                tool_output,
                 duration_ms,
                 error,
                 ..
@@ -352,15 +364,23 @@ impl Fold {
                 event,
                 tool_use_id.as_deref(),
                 tool_name,
+                (tool_input, tool_output),
                 *duration_ms,
                 error,
             ),
             EventKind::ToolStarted {
-                call_id, tool_name, ..
-            } => self.tool_started(event, call_id, tool_name, "awr"),
-            EventKind::ToolCompleted { call_id, .. } => self.tool_ended(event, call_id, None),
+                call_id,
+                tool_name,
+                tool_input,
+                ..
+            } => self.tool_started(event, call_id, tool_name, "awr", tool_input),
+            EventKind::ToolCompleted {
+                call_id,
+                tool_output,
+                ..
+            } => self.tool_ended(event, call_id, Ok(tool_output)),
             EventKind::ToolFailed { call_id, error, .. } => {
-                self.tool_ended(event, call_id, Some(error));
+                self.tool_ended(event, call_id, Err(error));
             }
             EventKind::SubflowStarted { child_run_id, .. } => {
                 let under = event
@@ -608,7 +628,13 @@ impl Fold {
         self.open.get(&event.node_run_id?)?.chat
     }
 
-    fn chat_started(&mut self, event: &RuntimeEvent, session: String, model: Option<&str>) {
+    fn chat_started(
+        &mut self,
+        event: &RuntimeEvent,
+        session: String,
+        model: Option<&str>,
+        prompt: &crate::event::Prompt,
+    ) {
         let at = event.timestamp;
         let Some(node) = self.open_node(event) else {
             return;
@@ -631,6 +657,9 @@ impl Fold {
         }
         attributes.text("gen_ai.conversation.id", session);
         attributes.int("awr.offset", event.offset.get());
+        if self.input.capture_content {
+            attributes.text("gen_ai.input.messages", content::input_messages(prompt));
+        }
         let name = match model {
             Some(model) => format!("chat {model}"),
             None => "chat".to_owned(),

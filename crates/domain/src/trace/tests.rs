@@ -260,6 +260,35 @@ fn a_run_is_a_root_span_over_its_node_runs_their_calls_and_tools() {
     // Content is not captured: no prompt, answer or tool data in any span.
     let shown = format!("{:?}", p.spans);
     assert!(!shown.contains("secret"), "{shown}");
+
+    // Captured, it is in the conventions' attributes, and the spans are
+    // otherwise the same.
+    let input = TraceInput {
+        capture_content: true,
+        ..TraceInput::default()
+    };
+    let captured = project(&log.events, &input);
+    let text = |span: &Span, key: &str| match span.attributes.get(key) {
+        Some(AttrValue::Str(s)) => s.clone(),
+        other => panic!("{key} of {}: {other:?}", span.name),
+    };
+    let chat = named(&captured, "chat m-1")[0];
+    let sent: Value = serde_json::from_str(&text(chat, "gen_ai.input.messages")).unwrap();
+    assert_eq!(
+        sent,
+        json!([{"role": "user", "parts": [{"type": "text", "content": "the secret prompt"}]}])
+    );
+    let answered: Value = serde_json::from_str(&text(chat, "gen_ai.output.messages")).unwrap();
+    assert_eq!(answered[0]["parts"][0]["content"], "the secret answer");
+    assert_eq!(answered[0]["role"], "assistant");
+    let tool = named(&captured, "execute_tool read_file")[0];
+    assert_eq!(
+        text(tool, "gen_ai.tool.call.arguments"),
+        r#"{"path":"secret.txt"}"#
+    );
+    assert_eq!(text(tool, "gen_ai.tool.call.result"), "the secret file");
+    let ids = |p: &Projection| p.spans.iter().map(|s| s.span_id).collect::<Vec<_>>();
+    assert_eq!(ids(&captured), ids(&p));
 }
 
 #[test]
@@ -432,6 +461,7 @@ fn a_fork_links_to_its_parent_and_a_child_run_hangs_under_its_caller() {
                     provider: None,
                 },
             )]),
+            capture_content: false,
         },
     );
     let caller = named(&p, "call_workflow call")[0];
@@ -445,6 +475,7 @@ fn a_fork_links_to_its_parent_and_a_child_run_hangs_under_its_caller() {
         &TraceInput {
             parent: Some((TraceId::of_run(parent), caller.span_id)),
             nodes: BTreeMap::new(),
+            capture_content: false,
         },
     );
     assert_eq!(q.spans[0].trace_id, TraceId::of_run(parent));

@@ -99,9 +99,27 @@ fn wanted_by(var: impl Fn(&str) -> Option<String>) -> bool {
         && !is("OTEL_TRACES_EXPORTER", "none")
 }
 
+/// Whether spans are to carry the content of calls, as the conventions'
+/// variable says: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` set
+/// to `true`, `SPAN_ONLY` or `SPAN_AND_EVENT` (any case). Off otherwise.
+pub fn captures_content() -> bool {
+    captures_content_by(|name| std::env::var(name).ok())
+}
+
+fn captures_content_by(var: impl Fn(&str) -> Option<String>) -> bool {
+    var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT").is_some_and(|v| {
+        let v = v.trim();
+        ["true", "span_only", "span_and_event"]
+            .iter()
+            .any(|on| v.eq_ignore_ascii_case(on))
+    })
+}
+
 /// Spans queued by the runs of this process, sent by one task.
 #[derive(Debug)]
 pub struct LiveExport {
+    /// Whether the runs' spans carry the content of calls.
+    capture_content: bool,
     queue: mpsc::Sender<Span>,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -115,6 +133,7 @@ impl LiveExport {
         let stop = CancellationToken::new();
         let task = tokio::spawn(send_queued(spans, exporter, settings, stop.clone()));
         Arc::new(Self {
+            capture_content: captures_content(),
             queue,
             stop,
             task: Mutex::new(Some(task)),
@@ -147,6 +166,10 @@ impl SpanSink for LiveExport {
         }
         let permit = self.queue.clone().try_reserve_owned().ok()?;
         Some(Box::new(Slot(permit)))
+    }
+
+    fn captures_content(&self) -> bool {
+        self.capture_content
     }
 }
 
@@ -248,6 +271,18 @@ mod tests {
         assert!(!wanted_by(vars(&[on, ("OTEL_SDK_DISABLED", "TRUE")])));
         assert!(!wanted_by(vars(&[on, ("OTEL_TRACES_EXPORTER", "none")])));
         assert!(wanted_by(vars(&[on, ("OTEL_TRACES_EXPORTER", "otlp")])));
+    }
+
+    #[test]
+    fn content_is_captured_only_when_the_conventions_variable_says_so() {
+        let var = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+        assert!(!captures_content_by(vars(&[])));
+        for on in ["true", "TRUE", "span_only", "SPAN_AND_EVENT"] {
+            assert!(captures_content_by(vars(&[(var, on)])), "{on}");
+        }
+        for off in ["false", "NO_CONTENT", "EVENT_ONLY", "yes please"] {
+            assert!(!captures_content_by(vars(&[(var, off)])), "{off}");
+        }
     }
 
     #[test]

@@ -1,12 +1,21 @@
 //! Tool calls: the spans of the tools awr runs and of those a CLI agent
 //! reports.
 
-use super::Fold;
+use serde_json::Value;
+
+use super::{Fold, content};
 use crate::trace::{Attributes, SpanKind, span_id};
 use crate::{RuntimeEvent, Timestamp};
 
 impl Fold {
-    pub(super) fn tool_started(&mut self, event: &RuntimeEvent, call: &str, tool: &str, by: &str) {
+    pub(super) fn tool_started(
+        &mut self,
+        event: &RuntimeEvent,
+        call: &str,
+        tool: &str,
+        by: &str,
+        input: &Value,
+    ) {
         let Some(node) = self.open_node(event) else {
             return;
         };
@@ -18,6 +27,9 @@ impl Fold {
         attributes.text("gen_ai.tool.call.id", call);
         attributes.text("awr.tool.run_by", by);
         attributes.int("awr.offset", event.offset.get());
+        if self.input.capture_content {
+            attributes.text("gen_ai.tool.call.arguments", content::text_of(input));
+        }
         let id = span_id(self.run, &event.offset.get().to_string());
         let span = self.open_span(
             id,
@@ -36,12 +48,22 @@ impl Fold {
         }
     }
 
-    pub(super) fn tool_ended(&mut self, event: &RuntimeEvent, call: &str, error: Option<&String>) {
+    /// Tool call `call` ended with its output, or failed with an error.
+    pub(super) fn tool_ended(
+        &mut self,
+        event: &RuntimeEvent,
+        call: &str,
+        outcome: Result<&Value, &String>,
+    ) {
         let Some(span) = self.open_node(event).and_then(|n| n.tools.remove(call)) else {
             return;
         };
-        if let Some(error) = error {
-            self.fail(span, event.timestamp, "tool_failed", error);
+        match outcome {
+            Ok(output) if self.input.capture_content => self.spans[span]
+                .attributes
+                .text("gen_ai.tool.call.result", content::text_of(output)),
+            Ok(_) => {}
+            Err(error) => self.fail(span, event.timestamp, "tool_failed", error),
         }
         self.close(span, event.timestamp);
     }
@@ -53,6 +75,7 @@ impl Fold {
         event: &RuntimeEvent,
         call: Option<&str>,
         tool: &str,
+        (input, output): (&Value, &Value),
         duration_ms: Option<u64>,
         error: &Option<String>,
     ) {
@@ -64,7 +87,7 @@ impl Fold {
             Some(call) if known => call.to_owned(),
             _ => {
                 let call = call.map_or_else(|| format!("@{}", event.offset.get()), str::to_owned);
-                self.tool_started(event, &call, tool, "agent");
+                self.tool_started(event, &call, tool, "agent", input);
                 let found = self
                     .open_node(event)
                     .and_then(|n| Some((n.tools.get(&call).copied()?, n.chat.unwrap_or(n.span))));
@@ -79,6 +102,10 @@ impl Fold {
                 call
             }
         };
-        self.tool_ended(event, &call, error.as_ref());
+        let outcome = match error {
+            Some(error) => Err(error),
+            None => Ok(output),
+        };
+        self.tool_ended(event, &call, outcome);
     }
 }
