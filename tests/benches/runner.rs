@@ -12,6 +12,9 @@
 //! therefore the *marginal* one, `(t200 - t20) / 180`, which those fixed
 //! costs cancel out of. `cargo xtask bench` prints it.
 //! Reference in the same run: `write` + `fdatasync` of a 300-byte line.
+//! The interleaved passes also time each policy with its spans exported
+//! live (OTLP/HTTP to a receiver on 127.0.0.1 that takes every request):
+//! what the live export adds to a step.
 
 #![allow(clippy::expect_used)] // a benchmark has no caller to hand an error to
 
@@ -323,13 +326,22 @@ fn interleaved(
     line: &[u8],
 ) -> serde_json::Value {
     let workflows = LENGTHS.map(|steps| Arc::new(chain("bench", "provider: mock", steps)));
+    let collector = Collector::start();
+    let url = collector.url.clone();
+    let live = infrastructure::otlp::LiveExport::start(
+        move || infrastructure::otlp::Exporter::new(Some(&url), Some("http/protobuf"), "awr-bench"),
+        Default::default(),
+    )
+    .expect("live export");
     let policies = [
-        ("stub_sync_step", SyncPolicy::StepBoundary),
-        ("stub_sync_never", SyncPolicy::Never),
+        ("stub_sync_step", SyncPolicy::StepBoundary, false),
+        ("stub_sync_never", SyncPolicy::Never, false),
+        ("stub_sync_step_exported", SyncPolicy::StepBoundary, true),
+        ("stub_sync_never_exported", SyncPolicy::Never, true),
     ];
     let runners: Vec<_> = policies
         .iter()
-        .map(|(name, sync)| {
+        .map(|(name, sync, exported)| {
             let store = store(dir, &format!("interleaved-{name}"), *sync);
             let runner = Executor::new(
                 store,
@@ -337,6 +349,10 @@ fn interleaved(
                 Arc::new(SystemClock),
                 Arc::new(RandomIds),
             );
+            let runner = match exported {
+                true => runner.with_spans(live.clone()),
+                false => runner,
+            };
             (*name, runner)
         })
         .collect();
@@ -394,6 +410,20 @@ fn interleaved(
             json!({ "per_step_us": step, "ratio": ratio }),
         );
     }
+    // What the live export adds: each pass's exported step over its plain
+    // one (`policies` above: 2 and 3 over 0 and 1).
+    for (plain, exported) in [(0, 2), (1, 3)] {
+        let added: Vec<f64> = (steps[exported].iter().zip(&steps[plain]))
+            .map(|(e, p)| e / p - 1.0)
+            .collect();
+        let added = median(&added) * 100.0;
+        let name = runners[exported].0;
+        println!("  {name:<28} adds {added:>5.1} % to a step");
+        out.insert(format!("{name}_added_percent"), json!(added));
+    }
+    rt.block_on(live.shutdown(std::time::Duration::from_secs(10)));
+    let received = collector.requests.load(Ordering::Relaxed);
+    println!("  export requests received      {received}");
     // `steps[1]`: sync off (`policies` above).
     let (floor, writes) = (median(&floors), median(&writes));
     let over = median(&steps[1]) / floor;
@@ -408,6 +438,49 @@ fn interleaved(
                 "snapshot_bytes_per_step": record.snapshot_per_step }),
     );
     serde_json::Value::Object(out)
+}
+
+/// An OTLP/HTTP collector on 127.0.0.1, on a thread of its own, that takes
+/// every request and counts those that carried something.
+struct Collector {
+    url: String,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Collector {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("collector runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&requests);
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    counted.fetch_add(usize::from(!body.is_empty()), Ordering::Relaxed);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url,
+            requests,
+            _runtime: runtime,
+        }
+    }
 }
 
 /// Independent branches run at the same time: three agents that each take

@@ -198,8 +198,9 @@ pub fn live_spans() -> Option<Arc<dyn SpanSink>> {
             tracing::warn!(error = %e, "using the default span queue settings");
             QueueSettings::default()
         });
-        match Exporter::new(None, None, &otel_service()) {
-            Ok(exporter) => Some(LiveExport::start(exporter, settings)),
+        let service = otel_service();
+        match LiveExport::start(move || Exporter::new(None, None, &service), settings) {
+            Ok(live) => Some(live),
             Err(e) => {
                 tracing::warn!(error = %e, "spans are not exported live; `awr trace export` sends them");
                 None
