@@ -142,6 +142,7 @@ fn bench_http(c: &mut Criterion) {
             call_index: 0,
             instance: "0".into(),
             instance_call: 0,
+            traceparent: None,
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {
             b.iter(|| {

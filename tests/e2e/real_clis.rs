@@ -408,6 +408,7 @@ async fn resume_session(
         call_index: 1,
         instance: "0".into(),
         instance_call: 1,
+        traceparent: None,
     };
     let out: Vec<_> = providers
         .query(request)

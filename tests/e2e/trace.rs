@@ -650,3 +650,67 @@ fn an_export_since_a_time_sends_what_ended_since_then() {
         neither.stderr
     );
 }
+
+/// A fake Claude Code that notes the trace context it was given, then
+/// answers (its stream-json lines).
+const NOTING_CLAUDE: &str = r#"#!/bin/sh
+echo "${TRACEPARENT:-none}" >> "$NOTED"
+echo '{"type":"system","subtype":"init","session_id":"s-1","model":"m"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s-1","num_turns":1,"duration_ms":5,"usage":{"input_tokens":10,"output_tokens":4}}'
+"#;
+
+/// A CLI agent of a run whose spans are exported gets its call's span as
+/// `TRACEPARENT`, so its own spans join the run's trace under the call;
+/// without the export it gets none.
+#[test]
+fn a_cli_agent_gets_its_calls_span_as_its_trace_parent() {
+    use std::os::unix::fs::PermissionsExt;
+    let a = Awr::new();
+    let dir = a.dir.path();
+    let cli = dir.join("claude");
+    std::fs::write(&cli, NOTING_CLAUDE).unwrap();
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let flow = dir.join("flow.yaml");
+    std::fs::write(
+        &flow,
+        format!(
+            "name: noted\nagents:\n  coder: {{provider: claude-code, executable: '{}'}}\nsteps: [{{id: plan, agent: coder}}, {{id: build, agent: coder}}]\n",
+            cli.display()
+        ),
+    )
+    .unwrap();
+    let noted = dir.join("noted");
+    let noted_str = noted.to_str().unwrap();
+    let live = Receiver::start();
+    let flow_str = flow.to_str().unwrap();
+    let out = a.run_in(
+        dir,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url),
+            ("NOTED", noted_str),
+        ],
+        &["run", flow_str],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let run = crate::util::run_id_of(&out);
+    let chats: Vec<String> = live
+        .spans()
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
+        .collect();
+    let given: Vec<String> = std::fs::read_to_string(&noted)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(given.len(), 2, "{given:?}");
+    assert_eq!(given, chats, "each call's own span");
+    assert!(given[0].contains(&run.replace('-', "")));
+
+    std::fs::remove_file(&noted).unwrap();
+    let out = a.run_in(dir, &[("NOTED", noted_str)], &["run", flow_str]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let given = std::fs::read_to_string(&noted).unwrap();
+    assert_eq!(given, "none\nnone\n", "no export, no trace context");
+}

@@ -563,6 +563,7 @@ mod tests {
             call_index: 0,
             instance: "0".into(),
             instance_call: 0,
+            traceparent: None,
         }
     }
 

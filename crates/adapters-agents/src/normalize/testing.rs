@@ -389,6 +389,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         call_index: 0,
         instance: "0".into(),
         instance_call: 0,
+        traceparent: None,
     }
 }
 

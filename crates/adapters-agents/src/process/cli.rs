@@ -83,6 +83,11 @@ impl CliCommand {
             env: {
                 let mut env = agent.env.clone();
                 env.extend(run_tags(&request.run_id.to_string()));
+                // The call's span, for a CLI whose OpenTelemetry SDK reads
+                // the trace context from its environment.
+                if let Some(traceparent) = &request.traceparent {
+                    env.insert("TRACEPARENT".to_owned(), traceparent.clone());
+                }
                 env
             },
             keys: KeyNames::default(),

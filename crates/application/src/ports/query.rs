@@ -63,6 +63,11 @@ pub struct AgentRequest {
     /// How many provider calls this node run made before (across its
     /// attempts), from the run's log.
     pub instance_call: u32,
+    /// The W3C trace context of this call's span (`00-TRACE-SPAN-01`),
+    /// when the run's spans are exported live: a CLI agent gets it as
+    /// `TRACEPARENT`, so spans of its own join the run's trace under the
+    /// call.
+    pub traceparent: Option<String>,
 }
 
 /// The end of a successful invocation.

@@ -197,6 +197,7 @@ async fn invoke(
         call_index: ack.call_index,
         instance: ack.instance,
         instance_call: ack.instance_call,
+        traceparent: ack.traceparent,
     };
     let started = task.ports.clock.now();
     let mut silence = Silence::new(task, agent);

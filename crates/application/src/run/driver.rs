@@ -416,6 +416,7 @@ impl Driver {
             return Ok(None);
         }
         let mut answer = Ack::default();
+        let starts = matches!(kind, EventKind::AgentStart { .. });
         if let EventKind::AgentStart {
             call_index,
             instance,
@@ -430,6 +431,9 @@ impl Driver {
             answer = call;
         }
         let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
+        if starts {
+            answer.traceparent = self.rec.traceparent(recorded.offset);
+        }
         if let Some(ack) = ack {
             self.rec.publish().await?;
             let _ = ack.send(answer);

@@ -144,6 +144,14 @@ impl LiveSpans {
         }
     }
 
+    /// The W3C trace context (`00-TRACE-SPAN-01`, sampled) of the span the
+    /// event at `offset` opened: ids as the projection gives them.
+    pub(crate) fn traceparent(&self, offset: domain::Offset) -> Option<String> {
+        let trace = self.trace.as_ref()?.trace_id();
+        let span = domain::trace::span_id(self.run, &offset.get().to_string());
+        Some(format!("00-{trace}-{span}-01"))
+    }
+
     /// The `warning` that records the drops since the last one, if any.
     pub(crate) fn report(&mut self) -> Option<EventKind> {
         if self.dropped <= self.reported {

@@ -32,6 +32,9 @@ pub(crate) struct Ack {
     pub instance: String,
     /// Its number among its node run's calls (`instanceCall`).
     pub instance_call: u32,
+    /// The trace context of the call's span, for an `agent:start` of a
+    /// run whose spans are exported live.
+    pub traceparent: Option<String>,
 }
 
 /// What a node run tells its run's recorder.

@@ -151,6 +151,12 @@ impl Recorder {
         self
     }
 
+    /// The W3C trace context of the span the event at `offset` opened (a
+    /// provider call's), when the run's spans are exported live.
+    pub fn traceparent(&self, offset: Offset) -> Option<String> {
+        self.live.as_ref()?.traceparent(offset)
+    }
+
     /// The nodes touched since the last call (every node at first).
     pub fn take_touched(&mut self) -> BTreeSet<usize> {
         std::mem::take(&mut self.touched)

@@ -100,6 +100,7 @@ pub(crate) fn numbered(
         call_index,
         instance,
         instance_call,
+        traceparent: None,
     }
 }
 
