@@ -48,18 +48,8 @@ struct Blocks {
 #[async_trait::async_trait]
 impl Transcript for Blocks {
     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
-        let event = ExchangeEvent {
-            seq: self.seq.fetch_add(1, Ordering::SeqCst),
-            run_id: self.run_id,
-            parent_run_id: self.parent_run_id,
-            child_run_id: draft.child_run_id,
-            kind: draft.kind,
-            path: draft.path,
-            iteration: draft.iteration,
-            timestamp: draft.timestamp,
-            payload: draft.payload,
-            extra: Default::default(),
-        };
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let event = draft.into_event(seq, self.run_id, self.parent_run_id);
         if event.kind == ExchangeType::MessageAssistant {
             let blocks: Vec<ContentBlock> = serde_json::from_value(event.payload["blocks"].clone())
                 .map_err(|e| TranscriptError::Io(format!("blocks: {e}")))?;

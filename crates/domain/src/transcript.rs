@@ -528,6 +528,31 @@ pub struct ExchangeDraft {
     pub payload: Value,
 }
 
+impl ExchangeDraft {
+    /// The line this draft becomes in the transcript of `run_id` (a child
+    /// of `parent_run_id`, if any), numbered `seq`: what every transcript
+    /// writer does with a draft it takes.
+    pub fn into_event(
+        self,
+        seq: u64,
+        run_id: RunId,
+        parent_run_id: Option<RunId>,
+    ) -> ExchangeEvent {
+        ExchangeEvent {
+            seq,
+            run_id,
+            parent_run_id,
+            child_run_id: self.child_run_id,
+            kind: self.kind,
+            path: self.path,
+            iteration: self.iteration,
+            timestamp: self.timestamp,
+            payload: self.payload,
+            extra: Default::default(),
+        }
+    }
+}
+
 /// Step payload (`run.*`, `step.*`).
 pub fn step_payload(name: &str, kind: &str, error: Option<&str>, result: Option<&Value>) -> Value {
     let mut p = serde_json::Map::new();

@@ -61,18 +61,8 @@ pub enum TranscriptError {
 /// #[async_trait::async_trait]
 /// impl Transcript for OneRun {
 ///     async fn append(&self, draft: ExchangeDraft) -> Result<ExchangeEvent, TranscriptError> {
-///         let line = ExchangeEvent {
-///             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
-///             run_id: self.run_id,
-///             parent_run_id: self.parent,
-///             child_run_id: draft.child_run_id,
-///             kind: draft.kind,
-///             path: draft.path,
-///             iteration: draft.iteration,
-///             timestamp: draft.timestamp,
-///             payload: draft.payload,
-///             extra: Default::default(),
-///         };
+///         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+///         let line = draft.into_event(seq, self.run_id, self.parent);
 ///         self.lines.lock().map_err(|e| TranscriptError::Io(e.to_string()))?.push(line.clone());
 ///         Ok(line)
 ///     }

@@ -376,18 +376,7 @@ impl JsonlTranscript {
                 self.path.display()
             )));
         }
-        let event = ExchangeEvent {
-            seq: state.next_seq,
-            run_id: self.run_id,
-            parent_run_id: self.parent_run_id,
-            child_run_id: draft.child_run_id,
-            kind: draft.kind,
-            path: draft.path,
-            iteration: draft.iteration,
-            timestamp: draft.timestamp,
-            payload: draft.payload,
-            extra: Default::default(),
-        };
+        let event = draft.into_event(state.next_seq, self.run_id, self.parent_run_id);
         state.buf.clear();
         event.write_json(&mut state.buf).map_err(|e| {
             TranscriptError::Io(format!(

@@ -416,18 +416,8 @@ impl Transcript for PgTranscript {
         if taken.closed {
             return Err(TranscriptError::Closed(self.run_id));
         }
-        let event = ExchangeEvent {
-            seq: taken.next.seq + taken.lines.len() as u64,
-            run_id: self.run_id,
-            parent_run_id: self.parent_run_id,
-            child_run_id: draft.child_run_id,
-            kind: draft.kind,
-            path: draft.path,
-            iteration: draft.iteration,
-            timestamp: draft.timestamp,
-            payload: draft.payload,
-            extra: Default::default(),
-        };
+        let seq = taken.next.seq + taken.lines.len() as u64;
+        let event = draft.into_event(seq, self.run_id, self.parent_run_id);
         taken.lines.push(event.clone());
         Ok(event)
     }
