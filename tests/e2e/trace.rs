@@ -714,3 +714,32 @@ fn a_cli_agent_gets_its_calls_span_as_its_trace_parent() {
     let given = std::fs::read_to_string(&noted).unwrap();
     assert_eq!(given, "none\nnone\n", "no export, no trace context");
 }
+
+/// A fork's first writer sends the spans of the log it was copied from
+/// (under the fork's ids, which no writer sent before): a live fork
+/// delivers every span a later export of it does.
+#[test]
+fn a_fork_exports_the_spans_of_its_copied_log_too() {
+    let a = Awr::new();
+    let run = a.completed_run("examples/summarize.yaml");
+    let events = a.events(&run);
+    let cut = events
+        .iter()
+        .find(|e| e["type"] == "node:completed")
+        .and_then(|e| e["offset"].as_u64())
+        .unwrap();
+    let live = Receiver::start();
+    let out = a.run_in(
+        &crate::util::repo_root(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
+        &["fork", &run, "--at", &cut.to_string()],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let fork = crate::util::run_id_of(&out);
+    let later = Receiver::start();
+    let export = a.run(&["trace", "export", &fork, "--endpoint", &later.url]);
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let (sent, exported) = (by_id(live.spans()), by_id(later.spans()));
+    assert_eq!(sent.len(), 5, "the copied node run's spans and the rest");
+    assert!(sent == exported, "a live span differs from its export");
+}

@@ -33,6 +33,9 @@ pub(crate) struct LiveSpans {
     held: Vec<(Box<dyn SpanSlot>, Span)>,
     /// Room reserved before the run's end for the spans it ends.
     prepaid: Vec<Box<dyn SpanSlot>>,
+    /// The run's end is being recorded: its spans have the room reserved
+    /// for them, and those without any were counted already.
+    ending: bool,
     /// Spans dropped for want of room.
     dropped: u64,
     /// Of those, how many a `warning` on record counts.
@@ -79,13 +82,29 @@ impl LiveSpans {
             facts: NodeFacts::of_workflow(workflow),
             held: Vec::new(),
             prepaid: Vec::new(),
+            ending: false,
             dropped: 0,
             reported: 0,
         };
+        // A fork's first writer: the log is the parent's, copied under
+        // this run's id, and no writer of this run sent its spans.
+        let fresh_fork = matches!(
+            log.last().map(|e| &e.kind),
+            Some(EventKind::FlowForked { .. })
+        );
         for event in &log {
-            // Ended before this writer: sent by the one before, or by
-            // `awr trace export`.
-            drop(live.fold(event));
+            let ended = live.fold(event);
+            if fresh_fork {
+                // On record already: they go at once.
+                for span in ended {
+                    match live.sink.reserve() {
+                        Some(slot) => slot.send(span),
+                        None => live.dropped += 1,
+                    }
+                }
+            }
+            // Otherwise ended before this writer: sent by the one before,
+            // or by `awr trace export`.
         }
         Some(live)
     }
@@ -117,8 +136,14 @@ impl LiveSpans {
     /// each with its room, or dropped.
     pub(crate) fn push(&mut self, event: &RuntimeEvent) {
         for span in self.fold(event) {
-            match self.prepaid.pop().or_else(|| self.sink.reserve()) {
+            let slot = match self.ending {
+                // Counted by `before_end` when it found no room.
+                true => self.prepaid.pop(),
+                false => self.sink.reserve(),
+            };
+            match slot {
                 Some(slot) => self.held.push((slot, span)),
+                None if self.ending => {}
                 None => self.dropped += 1,
             }
         }
@@ -128,6 +153,7 @@ impl LiveSpans {
     /// span still open), reserved now, so that the drops are on record
     /// before its last event.
     pub(crate) fn before_end(&mut self) {
+        self.ending = true;
         let open = self.trace.as_ref().map_or(0, LiveTrace::open);
         for _ in self.prepaid.len()..open {
             match self.sink.reserve() {

@@ -168,10 +168,14 @@ impl Recorder {
     /// spans it will end get their room in the export queue, and a
     /// `warning` records what the export dropped.
     pub async fn emit(&mut self, ctx: Ctx, kind: EventKind) -> Result<Recorded, ExecutorError> {
-        if kind.is_terminal()
+        let pauses = matches!(kind, EventKind::FlowPaused { .. });
+        if (kind.is_terminal() || pauses)
             && let Some(live) = &mut self.live
         {
-            live.before_end();
+            if !pauses {
+                live.before_end();
+            }
+            // Before the writer stops: the next one counts from nothing.
             if let Some(warning) = live.report() {
                 self.emit_one(RUN_LEVEL, warning).await?;
             }

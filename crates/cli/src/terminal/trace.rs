@@ -64,7 +64,12 @@ pub async fn export(
         ids.extend(
             all.iter()
                 .filter(|run| run.parent.is_none())
-                .filter(|run| run.updated_at.or(run.started_at) >= Some(since))
+                .filter(|run| {
+                    // One still running may have ended spans since, whatever
+                    // its record's last change of status says.
+                    run.updated_at.or(run.started_at) >= Some(since)
+                        || run.status == Some(domain::RunStatus::Running)
+                })
                 .map(|run| run.run_id),
         );
         if ids.is_empty() {
