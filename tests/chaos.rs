@@ -270,6 +270,7 @@ fn eight_workers_run_a_thousand_runs_through_kills_a_restart_and_a_zombie() {
     let mut restarted = false;
     let mut zombie: Option<(usize, Instant)> = None;
     let mut woken = None;
+    let mut woken_at: Option<Instant> = None;
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next_kill = started + Duration::from_secs(2);
     while completed() < RUNS as u64 {
@@ -286,11 +287,26 @@ fn eight_workers_run_a_thousand_runs_through_kills_a_restart_and_a_zombie() {
         {
             workers[at].signal(rustix::process::Signal::CONT);
             woken = Some(workers[at].name.clone());
+            woken_at = Some(Instant::now());
             zombie = None;
         }
-        if !restarted && elapsed > Duration::from_secs(7) {
-            restart_postgres();
-            restarted = true;
+        // The restart once the zombie has met the fence (or had 5 s to):
+        // restarted while it is stopped, its connections are gone when it
+        // wakes, and its first statement fails on them before any lease
+        // is checked.
+        if !restarted && let Some(name) = &woken {
+            let zombie_said = (workers.iter().chain(&retired))
+                .find(|w| &w.name == name)
+                .is_some_and(|w| {
+                    let said = w.said();
+                    said.contains("lease was taken over") || said.contains("lease was lost")
+                });
+            if zombie_said
+                || woken_at.is_some_and(|t: Instant| t.elapsed() > Duration::from_secs(5))
+            {
+                restart_postgres();
+                restarted = true;
+            }
         }
         if Instant::now() >= next_kill {
             next_kill += Duration::from_secs(2);
