@@ -1,7 +1,9 @@
 //! The fold of a run's log into its spans: all at once ([`project`]), or
 //! as the events come, each span once it has ended ([`LiveTrace`]).
 
+mod calls;
 mod content;
+mod live;
 mod tools;
 
 use std::collections::HashMap;
@@ -11,6 +13,8 @@ use super::{
     SpanStatus, TraceId, TraceInput, root_span_id, span_id,
 };
 use crate::{EventKind, NodeId, NodeRunId, RunId, RuntimeEvent, Timestamp};
+
+pub use live::LiveTrace;
 
 /// The spans of the run whose log is `events` (in offset order), placed
 /// in its trace by `input`. Spans whose ending the log does not hold yet
@@ -30,54 +34,6 @@ pub fn project(events: &[RuntimeEvent], input: &TraceInput) -> Projection {
             .map(|(_, span)| span)
             .collect(),
         children: fold.children,
-    }
-}
-
-/// A run's spans as its events are recorded, for a live export: each span
-/// once its end is on record, never changed after. The spans it gives
-/// over a whole log are the ended spans [`project`] gives of that log,
-/// field for field, so a live export and a later one agree.
-pub struct LiveTrace {
-    fold: Fold,
-}
-
-impl LiveTrace {
-    /// The trace of `run`, placed by `input`, before its first event.
-    pub fn new(run: RunId, input: TraceInput) -> Self {
-        Self {
-            fold: Fold::new(run, input),
-        }
-    }
-
-    /// Folds `event` (the run's next) in: the spans it ended, in the order
-    /// they were opened.
-    pub fn push(&mut self, event: &RuntimeEvent) -> Vec<Span> {
-        self.fold.event(event);
-        let mut ended = std::mem::take(&mut self.fold.ended);
-        ended.sort_unstable();
-        ended.dedup();
-        ended
-            .into_iter()
-            .filter(|i| !self.fold.dropped.contains(i))
-            .filter_map(|i| self.fold.spans.get(i).cloned())
-            .collect()
-    }
-
-    /// How many spans are open: those the run's end would end.
-    pub fn open(&self) -> usize {
-        (self.fold.spans.iter().enumerate())
-            .filter(|(i, span)| span.end.is_none() && !self.fold.dropped.contains(i))
-            .count()
-    }
-
-    /// The child runs called so far, each with the span its spans hang under.
-    pub fn children(&self) -> &[(RunId, SpanId)] {
-        &self.fold.children
-    }
-
-    /// The trace's id.
-    pub fn trace_id(&self) -> TraceId {
-        self.fold.trace
     }
 }
 
@@ -622,52 +578,5 @@ impl Fold {
             event.timestamp,
             attributes,
         )
-    }
-
-    fn chat_of(&self, event: &RuntimeEvent) -> Option<usize> {
-        self.open.get(&event.node_run_id?)?.chat
-    }
-
-    fn chat_started(
-        &mut self,
-        event: &RuntimeEvent,
-        session: String,
-        model: Option<&str>,
-        prompt: &crate::event::Prompt,
-    ) {
-        let at = event.timestamp;
-        let Some(node) = self.open_node(event) else {
-            return;
-        };
-        // What an earlier call failed of is not why a later one would.
-        node.failure = None;
-        let (previous, node) = (node.chat.take(), node.span);
-        if let Some(previous) = previous {
-            self.close(previous, at);
-        }
-        let parent = self.spans[node].span_id;
-        let facts = self.facts(event.node_id.as_ref());
-        let mut attributes = Attributes::default();
-        attributes.text("gen_ai.operation.name", "chat");
-        if let Some(provider) = &facts.provider {
-            attributes.text("gen_ai.provider.name", provider.clone());
-        }
-        if let Some(model) = model {
-            attributes.text("gen_ai.request.model", model);
-        }
-        attributes.text("gen_ai.conversation.id", session);
-        attributes.int("awr.offset", event.offset.get());
-        if self.input.capture_content {
-            attributes.text("gen_ai.input.messages", content::input_messages(prompt));
-        }
-        let name = match model {
-            Some(model) => format!("chat {model}"),
-            None => "chat".to_owned(),
-        };
-        let id = span_id(self.run, &event.offset.get().to_string());
-        let chat = self.open_span(id, Some(parent), name, SpanKind::Client, at, attributes);
-        if let Some(node) = self.open_node(event) {
-            node.chat = Some(chat);
-        }
     }
 }
