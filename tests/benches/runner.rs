@@ -326,10 +326,16 @@ fn interleaved(
     line: &[u8],
 ) -> serde_json::Value {
     let workflows = LENGTHS.map(|steps| Arc::new(chain("bench", "provider: mock", steps)));
-    let collector = Collector::start();
+    let collector = awr_tests::otlp::Receiver::http();
     let url = collector.url.clone();
     let live = infrastructure::otlp::LiveExport::start(
-        move || infrastructure::otlp::Exporter::new(Some(&url), Some("http/protobuf"), "awr-bench"),
+        move || {
+            let (url, http) = (Some(url.as_str()), Some("http/protobuf"));
+            Ok(infrastructure::otlp::Outlets {
+                spans: Some(infrastructure::otlp::Exporter::new(url, http, "awr-bench")?),
+                metrics: Some(infrastructure::otlp::Metrics::new(url, http, "awr-bench")?),
+            })
+        },
         Default::default(),
     )
     .expect("live export");
@@ -421,8 +427,18 @@ fn interleaved(
         println!("  {name:<28} adds {added:>5.1} % to a step");
         out.insert(format!("{name}_added_percent"), json!(added));
     }
+    // The export's work on the run's thread, against a durable step: what
+    // it adds with sync off (nothing but that work differs) over the
+    // durable step. The durable pair's own ratio is a difference of two
+    // steps that wait on the disk, and swings with it by more than that.
+    let added: Vec<f64> = (0..steps[1].len())
+        .map(|i| (steps[3][i] - steps[1][i]) / steps[0][i])
+        .collect();
+    let added = median(&added) * 100.0;
+    println!("  export's work on the run's thread {added:>5.1} % of a durable step");
+    out.insert("export_work_of_durable_step_percent".into(), json!(added));
     rt.block_on(live.shutdown(std::time::Duration::from_secs(10)));
-    let received = collector.requests.load(Ordering::Relaxed);
+    let received = collector.trace_requests();
     println!("  export requests received      {received}");
     // `steps[1]`: sync off (`policies` above).
     let (floor, writes) = (median(&floors), median(&writes));
@@ -438,49 +454,6 @@ fn interleaved(
                 "snapshot_bytes_per_step": record.snapshot_per_step }),
     );
     serde_json::Value::Object(out)
-}
-
-/// An OTLP/HTTP collector on 127.0.0.1, on a thread of its own, that takes
-/// every request and counts those that carried something.
-struct Collector {
-    url: String,
-    requests: Arc<std::sync::atomic::AtomicUsize>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Collector {
-    fn start() -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("collector runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = Arc::clone(&requests);
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: axum::body::Bytes| {
-                let counted = Arc::clone(&counted);
-                async move {
-                    counted.fetch_add(usize::from(!body.is_empty()), Ordering::Relaxed);
-                    (
-                        [("content-type", "application/x-protobuf")],
-                        Vec::<u8>::new(),
-                    )
-                }
-            }),
-        );
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        Self {
-            url,
-            requests,
-            _runtime: runtime,
-        }
-    }
 }
 
 /// Independent branches run at the same time: three agents that each take

@@ -1,9 +1,10 @@
 //! `awr trace show`: a run's OpenTelemetry spans, projected from its log,
 //! as a tree and as OTLP/JSON, the same each time they are asked for.
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message;
 use serde_json::Value;
+
+use awr_tests::otlp::Receiver;
+use prost::Message;
 
 use crate::util::Awr;
 
@@ -116,112 +117,6 @@ fn a_trace_of_no_run_is_bad_input() {
     );
 }
 
-/// An OTLP/HTTP receiver on 127.0.0.1: every request's body, decoded by
-/// OpenTelemetry's own protobuf schema.
-struct Receiver {
-    url: String,
-    requests: std::sync::Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Receiver {
-    fn start() -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = requests.clone();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: axum::body::Bytes| {
-                let kept = kept.clone();
-                async move {
-                    let request = ExportTraceServiceRequest::decode(body.as_ref()).unwrap();
-                    kept.lock().unwrap().push(request);
-                    // An empty ExportTraceServiceResponse.
-                    (
-                        [("content-type", "application/x-protobuf")],
-                        Vec::<u8>::new(),
-                    )
-                }
-            }),
-        );
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        Self {
-            url,
-            requests,
-            _runtime: runtime,
-        }
-    }
-
-    /// An OTLP/gRPC receiver on 127.0.0.1: OpenTelemetry's generated
-    /// `TraceService` server, taking every request as a collector does.
-    fn start_grpc() -> Self {
-        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-            TraceService, TraceServiceServer,
-        };
-
-        type Kept = std::sync::Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>;
-        struct Collector(Kept);
-
-        #[tonic::async_trait]
-        impl TraceService for Collector {
-            async fn export(
-                &self,
-                request: tonic::Request<ExportTraceServiceRequest>,
-            ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-                self.0.lock().unwrap().push(request.into_inner());
-                Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-            }
-        }
-
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let requests: Kept = Default::default();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let incoming = futures::stream::unfold(listener, |listener| async move {
-            let accepted = listener.accept().await.map(|(stream, _)| stream);
-            Some((accepted, listener))
-        });
-        let service = TraceServiceServer::new(Collector(requests.clone()));
-        runtime.spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming),
-        );
-        Self {
-            url,
-            requests,
-            _runtime: runtime,
-        }
-    }
-
-    /// Every span received, in order.
-    fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
-        self.requests
-            .lock()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r.resource_spans.iter())
-            .flat_map(|r| r.scope_spans.iter())
-            .flat_map(|s| s.spans.iter().cloned())
-            .collect()
-    }
-}
-
 #[test]
 fn an_export_delivers_every_span_with_the_same_ids_each_time() {
     let a = Awr::new();
@@ -238,7 +133,7 @@ fn an_export_delivers_every_span_with_the_same_ids_each_time() {
     assert_eq!(down.code, 1, "{}", down.stderr);
     assert!(down.stderr.contains("collector"), "{}", down.stderr);
 
-    let receiver = Receiver::start();
+    let receiver = Receiver::http();
     for _ in 0..2 {
         let out = a.run(&["trace", "export", &run, "--endpoint", &receiver.url]);
         assert_eq!(out.code, 0, "{}", out.stderr);
@@ -289,7 +184,7 @@ fn by_id(
 #[test]
 fn a_run_exports_its_spans_live_and_a_later_export_sends_the_same() {
     let a = Awr::new();
-    let live = Receiver::start();
+    let live = Receiver::http();
     let out = a.run_in(
         &crate::util::repo_root(),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
@@ -310,7 +205,7 @@ fn a_run_exports_its_spans_live_and_a_later_export_sends_the_same() {
         "one trace"
     );
 
-    let later = Receiver::start();
+    let later = Receiver::http();
     let out = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let (sent, exported) = (by_id(sent), by_id(later.spans()));
@@ -335,7 +230,7 @@ fn a_collector_that_is_down_fails_no_run_and_loses_nothing() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("not exported"), "{}", out.stderr);
     let run = crate::util::run_id_of(&out);
-    let later = Receiver::start();
+    let later = Receiver::http();
     let export = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
     assert_eq!(export.code, 0, "{}", export.stderr);
     // The run, and a node run and a provider call per step.
@@ -394,14 +289,14 @@ fn a_resumed_run_exports_what_ends_after_the_resume_only() {
         let _ = std::fs::remove_file(dir.join(derived));
     }
 
-    let live = Receiver::start();
+    let live = Receiver::http();
     let out = a.run_in(
         &crate::util::repo_root(),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
         &["resume", &run],
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let later = Receiver::start();
+    let later = Receiver::http();
     let export = a.run(&["trace", "export", &run, "--endpoint", &later.url]);
     assert_eq!(export.code, 0, "{}", export.stderr);
 
@@ -437,7 +332,7 @@ fn int_attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) 
 #[test]
 fn the_research_pipeline_run_live_delivers_one_trace_whose_calls_spent_what_the_log_says() {
     let a = Awr::new();
-    let live = Receiver::start();
+    let live = Receiver::http();
     let out = a.run_in(
         &crate::util::repo_root(),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
@@ -487,7 +382,7 @@ fn the_research_pipeline_run_live_delivers_one_trace_whose_calls_spent_what_the_
 #[test]
 fn spans_go_over_grpc_as_over_http() {
     let a = Awr::new();
-    let grpc = Receiver::start_grpc();
+    let grpc = Receiver::grpc();
     let out = a.run_in(
         &crate::util::repo_root(),
         &[
@@ -501,7 +396,7 @@ fn spans_go_over_grpc_as_over_http() {
     let live = grpc.spans();
     assert_eq!(live.len(), 5, "{live:?}");
 
-    let again = Receiver::start_grpc();
+    let again = Receiver::grpc();
     let out = a.run(&[
         "trace",
         "export",
@@ -512,7 +407,7 @@ fn spans_go_over_grpc_as_over_http() {
         "grpc",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let http = Receiver::start();
+    let http = Receiver::http();
     let out = a.run(&["trace", "export", &run, "--endpoint", &http.url]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let (live, grpc, http) = (by_id(live), by_id(again.spans()), by_id(http.spans()));
@@ -541,7 +436,7 @@ fn captured_content_is_redacted_and_absent_unless_asked_for() {
     let prompt = format!("- the key is {KEY}\n- Fact two (source B)");
     for capture in [false, true] {
         let a = Awr::new();
-        let live = Receiver::start();
+        let live = Receiver::http();
         let mut env = vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT", live.url.as_str()),
             ("ANTHROPIC_API_KEY", KEY),
@@ -602,7 +497,7 @@ fn an_export_since_a_time_sends_what_ended_since_then() {
     let a = Awr::new();
     let first = a.completed_run("examples/summarize.yaml");
     let second = a.completed_run("examples/summarize.yaml");
-    let receiver = Receiver::start();
+    let receiver = Receiver::http();
     let out = a.run(&[
         "trace",
         "export",
@@ -681,7 +576,7 @@ fn a_cli_agent_gets_its_calls_span_as_its_trace_parent() {
     .unwrap();
     let noted = dir.join("noted");
     let noted_str = noted.to_str().unwrap();
-    let live = Receiver::start();
+    let live = Receiver::http();
     let flow_str = flow.to_str().unwrap();
     let out = a.run_in(
         dir,
@@ -728,7 +623,7 @@ fn a_fork_exports_the_spans_of_its_copied_log_too() {
         .find(|e| e["type"] == "node:completed")
         .and_then(|e| e["offset"].as_u64())
         .unwrap();
-    let live = Receiver::start();
+    let live = Receiver::http();
     let out = a.run_in(
         &crate::util::repo_root(),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &live.url)],
@@ -736,7 +631,7 @@ fn a_fork_exports_the_spans_of_its_copied_log_too() {
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
     let fork = crate::util::run_id_of(&out);
-    let later = Receiver::start();
+    let later = Receiver::http();
     let export = a.run(&["trace", "export", &fork, "--endpoint", &later.url]);
     assert_eq!(export.code, 0, "{}", export.stderr);
     let (sent, exported) = (by_id(live.spans()), by_id(later.spans()));

@@ -175,6 +175,7 @@ impl Awr {
             // machine's.
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
             // This machine's files of a PostgreSQL store (transcripts,
             // control sockets) stay in the scratch directory.
             .env("XDG_STATE_HOME", self.dir.path().join("state"))

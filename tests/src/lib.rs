@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod fake_model;
+pub mod otlp;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

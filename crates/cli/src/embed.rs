@@ -55,7 +55,7 @@ use application::tools::ToolRouter;
 use application::{Runtime, RuntimeBuilder};
 use domain::workflow::Provider;
 use infrastructure::clock::{RandomIds, SystemClock};
-use infrastructure::otlp::{Exporter, LiveExport, QueueSettings};
+use infrastructure::otlp::{Exporter, LiveExport, Metrics, Outlets, QueueSettings};
 use infrastructure::store::{
     FileRunStore, PgControlOn, PgOpenError, PgRunStore, PgStoreConfig, PgTranscriptsOn,
     SqliteOpenError, SqliteRunStore,
@@ -184,14 +184,18 @@ pub fn otel_service() -> String {
         .unwrap_or_else(|| infrastructure::otlp::DEFAULT_SERVICE.to_owned())
 }
 
-/// The live export of runs' spans, when the standard `OTEL_EXPORTER_OTLP_*`
-/// variables ask for one ([`infrastructure::otlp::wanted`]): one queue and
-/// one sending task for the process, started at first use (on the tokio
-/// runtime of the caller). A setting that cannot be used is warned about,
+/// The live export of runs' spans and metrics, when the standard
+/// `OTEL_EXPORTER_OTLP_*` variables ask for either
+/// ([`infrastructure::otlp::wanted`], [`infrastructure::otlp::metrics_wanted`]):
+/// one queue and one sending thread for the process, started at first use. A setting that cannot be used is warned about,
 /// and the run goes on: telemetry never stops a run.
 pub fn live_spans() -> Option<Arc<dyn SpanSink>> {
     let live = LIVE_SPANS.get_or_init(|| {
-        if !infrastructure::otlp::wanted() {
+        let (spans, metrics) = (
+            infrastructure::otlp::wanted(),
+            infrastructure::otlp::metrics_wanted(),
+        );
+        if !spans && !metrics {
             return None;
         }
         let settings = QueueSettings::from_env().unwrap_or_else(|e| {
@@ -199,7 +203,21 @@ pub fn live_spans() -> Option<Arc<dyn SpanSink>> {
             QueueSettings::default()
         });
         let service = otel_service();
-        match LiveExport::start(move || Exporter::new(None, None, &service), settings) {
+        let make = move || {
+            Ok(Outlets {
+                spans: spans
+                    .then(|| Exporter::new(None, None, &service))
+                    .transpose()?,
+                metrics: metrics
+                    .then(|| Metrics::from_env(&service))
+                    .transpose()
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "metrics are not exported");
+                        None
+                    }),
+            })
+        };
+        match LiveExport::start(make, settings) {
             Ok(live) => Some(live),
             Err(e) => {
                 tracing::warn!(error = %e, "spans are not exported live; `awr trace export` sends them");

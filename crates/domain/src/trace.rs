@@ -16,6 +16,7 @@
 //! - Exporters (OTLP over gRPC or HTTP, a terminal tree) only translate
 //!   these spans; none decides what a span is.
 
+pub mod metrics;
 mod project;
 
 #[cfg(test)]
@@ -112,25 +113,33 @@ impl fmt::Display for AttrValue {
 }
 
 /// Attributes in the order they were set; a key set again replaces its value.
+/// Keys are the conventions' names, known when awr is built: a span costs
+/// no allocation per key.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Attributes(pub Vec<(String, AttrValue)>);
+pub struct Attributes(pub Vec<(&'static str, AttrValue)>);
 
 impl Attributes {
+    /// Room for the attributes of a span of any kind, set without growing
+    /// (a node run's or a call's hold about a dozen).
+    pub fn for_span() -> Self {
+        Self(Vec::with_capacity(16))
+    }
+
     /// Sets `key` to `value`.
-    pub fn set(&mut self, key: &str, value: AttrValue) {
-        match self.0.iter_mut().find(|(k, _)| k == key) {
+    pub fn set(&mut self, key: &'static str, value: AttrValue) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => *v = value,
-            None => self.0.push((key.to_owned(), value)),
+            None => self.0.push((key, value)),
         }
     }
 
     /// Sets `key` to the text `value`.
-    pub fn text(&mut self, key: &str, value: impl Into<String>) {
+    pub fn text(&mut self, key: &'static str, value: impl Into<String>) {
         self.set(key, AttrValue::Str(value.into()));
     }
 
     /// Sets `key` to the number `value` (saturated to `i64`).
-    pub fn int(&mut self, key: &str, value: u64) {
+    pub fn int(&mut self, key: &'static str, value: u64) {
         self.set(
             key,
             AttrValue::Int(i64::try_from(value).unwrap_or(i64::MAX)),
@@ -139,7 +148,7 @@ impl Attributes {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&AttrValue> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 }
 

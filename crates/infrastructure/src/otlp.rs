@@ -9,6 +9,7 @@
 
 mod export;
 mod live;
+mod metrics;
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
@@ -25,7 +26,8 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use prost::Message;
 
 pub use export::{ExportError, Exporter};
-pub use live::{LiveExport, QueueSettings, captures_content, wanted};
+pub use live::{LiveExport, Outlets, QueueSettings, captures_content, wanted};
+pub use metrics::{Metrics, metrics_wanted};
 
 /// The instrumentation scope the spans are reported under.
 const SCOPE: &str = "awr";
@@ -148,7 +150,7 @@ fn key_values(attributes: &Attributes) -> Vec<KeyValue> {
         .0
         .iter()
         .map(|(key, value)| {
-            let key = key.clone();
+            let key = *key;
             match value {
                 AttrValue::Str(s) => KeyValue::new(key, s.clone()),
                 AttrValue::Int(n) => KeyValue::new(key, *n),

@@ -83,6 +83,13 @@ pub trait SpanSink: Send + Sync {
 /// Room reserved for one span ([`SpanSink::reserve`]); dropped unused, it
 /// is given back.
 pub trait SpanSlot: Send {
-    /// Queues `span` for export.
+    /// Queues `span`, which ended just now, for export; it counts in the
+    /// metrics too (`domain::trace::metrics`).
     fn send(self: Box<Self>, span: Span);
+
+    /// Queues `span` of a fork's copied log for export: it ended in the
+    /// parent run, which counted it, so it is sent and not counted again.
+    fn send_copied(self: Box<Self>, span: Span) {
+        self.send(span);
+    }
 }

@@ -98,7 +98,7 @@ impl LiveSpans {
                 // On record already: they go at once.
                 for span in ended {
                     match live.sink.reserve() {
-                        Some(slot) => slot.send(span),
+                        Some(slot) => slot.send_copied(span),
                         None => live.dropped += 1,
                     }
                 }

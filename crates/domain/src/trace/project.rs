@@ -366,7 +366,7 @@ impl Fold {
         if self.root.is_some() {
             return;
         }
-        let mut attributes = Attributes::default();
+        let mut attributes = Attributes::for_span();
         attributes.text("gen_ai.operation.name", "invoke_workflow");
         attributes.text("gen_ai.workflow.name", workflow);
         attributes.text("awr.run.id", self.run.to_string());
@@ -485,20 +485,21 @@ impl Fold {
             }
         }
         let facts = self.facts(Some(node));
-        let mut attributes = Attributes::default();
+        let mut attributes = Attributes::for_span();
         let operation = match facts.kind.as_deref() {
             Some("agent") | None => "invoke_agent",
             Some(other) => other,
         };
+        let name = format!("{operation} {node}");
         if operation == "invoke_agent" {
             attributes.text("gen_ai.operation.name", "invoke_agent");
             attributes.text("gen_ai.agent.name", node.to_string());
         }
-        if let Some(provider) = &facts.provider {
-            attributes.text("gen_ai.provider.name", provider.clone());
+        if let Some(provider) = facts.provider {
+            attributes.text("gen_ai.provider.name", provider);
         }
-        if let Some(kind) = &facts.kind {
-            attributes.text("awr.node.kind", kind.clone());
+        if let Some(kind) = facts.kind {
+            attributes.text("awr.node.kind", kind);
         }
         attributes.text("awr.node.id", node.to_string());
         attributes.text("awr.node_run.id", node_run.to_string());
@@ -512,7 +513,7 @@ impl Fold {
         let span = self.open_span(
             id,
             parent,
-            format!("{operation} {node}"),
+            name,
             SpanKind::Internal,
             event.timestamp,
             attributes,

@@ -8,6 +8,9 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 /// The path OTLP/HTTP takes traces at, added to an endpoint given without one.
 const TRACES_PATH: &str = "/v1/traces";
 
+/// The path OTLP/HTTP takes metrics at.
+pub(super) const METRICS_PATH: &str = "/v1/metrics";
+
 /// Why spans could not be sent.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -43,16 +46,7 @@ impl Exporter {
         protocol: Option<&str>,
         service: &str,
     ) -> Result<Self, ExportError> {
-        let protocol = match protocol {
-            Some(p) => p.to_owned(),
-            None => [
-                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-            ]
-            .iter()
-            .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
-            .unwrap_or_else(|| "http/protobuf".to_owned()),
-        };
+        let protocol = protocol_of(protocol, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL");
         let build = |e: opentelemetry_otlp::ExporterBuildError| ExportError::Build(e.to_string());
         // reqwest is built without a default crypto provider (ring is
         // lighter to build than aws-lc); an earlier install is fine.
@@ -72,7 +66,7 @@ impl Exporter {
                     .with_http()
                     .with_protocol(Protocol::HttpBinary);
                 if let Some(endpoint) = endpoint {
-                    builder = builder.with_endpoint(http_endpoint(endpoint));
+                    builder = builder.with_endpoint(http_endpoint(endpoint, TRACES_PATH));
                 }
                 (builder.build().map_err(build)?, "http/protobuf")
             }
@@ -95,8 +89,47 @@ impl Exporter {
     }
 }
 
-/// `endpoint` with OTLP/HTTP's traces path when it names none.
-fn http_endpoint(endpoint: &str) -> String {
+/// The protocol `given`, else the one the signal's variable `signal`
+/// names, else `OTEL_EXPORTER_OTLP_PROTOCOL`'s, else `http/protobuf`, as
+/// the specification says.
+pub(super) fn protocol_of(given: Option<&str>, signal: &str) -> String {
+    match given {
+        Some(p) => p.to_owned(),
+        None => [signal, "OTEL_EXPORTER_OTLP_PROTOCOL"]
+            .iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| "http/protobuf".to_owned()),
+    }
+}
+
+/// Whether the variables `var` reads ask for a signal: an OTLP endpoint
+/// is named (the general one or the signal's, `endpoint`), and neither
+/// `OTEL_SDK_DISABLED=true` nor the signal's `exporter=none` turns it off.
+pub(super) fn signal_wanted(
+    var: impl Fn(&str) -> Option<String>,
+    endpoint: &str,
+    exporter: &str,
+) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
+    let is =
+        |name: &str, value: &str| var(name).is_some_and(|v| v.trim().eq_ignore_ascii_case(value));
+    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set(endpoint))
+        && !is("OTEL_SDK_DISABLED", "true")
+        && !is(exporter, "none")
+}
+
+/// The variables of `pairs`, as a test's environment.
+#[cfg(test)]
+pub(super) fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+/// `endpoint` with OTLP/HTTP's path of a signal (`path`) when it names none.
+pub(super) fn http_endpoint(endpoint: &str, path: &str) -> String {
     let trimmed = endpoint.trim_end_matches('/');
     let has_path = trimmed
         .split_once("://")
@@ -105,7 +138,7 @@ fn http_endpoint(endpoint: &str) -> String {
     if has_path {
         endpoint.to_owned()
     } else {
-        format!("{trimmed}{TRACES_PATH}")
+        format!("{trimmed}{path}")
     }
 }
 
@@ -117,15 +150,15 @@ mod tests {
     #[test]
     fn an_http_endpoint_without_a_path_gets_the_traces_path() {
         assert_eq!(
-            http_endpoint("http://127.0.0.1:4318"),
+            http_endpoint("http://127.0.0.1:4318", TRACES_PATH),
             "http://127.0.0.1:4318/v1/traces"
         );
         assert_eq!(
-            http_endpoint("http://127.0.0.1:4318/"),
+            http_endpoint("http://127.0.0.1:4318/", TRACES_PATH),
             "http://127.0.0.1:4318/v1/traces"
         );
         assert_eq!(
-            http_endpoint("http://collector/otlp/v1/traces"),
+            http_endpoint("http://collector/otlp/v1/traces", TRACES_PATH),
             "http://collector/otlp/v1/traces"
         );
     }

@@ -1,8 +1,9 @@
 //! The live export ([`LiveExport`]): spans that runs hand over as they end
 //! wait in one bounded queue, and one thread sends them in batches over the
 //! OTLP exporter, as the OpenTelemetry SDK's batch span processor does,
-//! with its settings (`OTEL_BSP_*`). A thread of its own, as the SDK's
-//! processor has: translating and encoding spans and the requests are off
+//! with its settings (`OTEL_BSP_*`), and counts them in the metrics it
+//! sends ([`Metrics`]). A thread of its own, as the SDK's processor has:
+//! translating and encoding spans, measuring them and the requests are off
 //! the runs' thread (`awr run` drives its run on one), so a run pays only
 //! for handing a span over.
 //!
@@ -21,7 +22,8 @@ use domain::trace::Span;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::export::{ExportError, Exporter};
+use super::export::{ExportError, Exporter, signal_wanted};
+use super::metrics::Metrics;
 
 /// How the queue and its batches are sized, and how long a span waits for
 /// others to go with it: `OTEL_BSP_MAX_QUEUE_SIZE` (2048),
@@ -93,12 +95,11 @@ pub fn wanted() -> bool {
 }
 
 fn wanted_by(var: impl Fn(&str) -> Option<String>) -> bool {
-    let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
-    let is =
-        |name: &str, value: &str| var(name).is_some_and(|v| v.trim().eq_ignore_ascii_case(value));
-    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-        && !is("OTEL_SDK_DISABLED", "true")
-        && !is("OTEL_TRACES_EXPORTER", "none")
+    signal_wanted(
+        var,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_TRACES_EXPORTER",
+    )
 }
 
 /// Whether spans are to carry the content of calls, as the conventions'
@@ -117,23 +118,50 @@ fn captures_content_by(var: impl Fn(&str) -> Option<String>) -> bool {
     })
 }
 
+/// Where the live export sends: spans, metrics, or both.
+#[derive(Debug, Default)]
+pub struct Outlets {
+    /// The spans' exporter; `None` when only metrics are wanted.
+    pub spans: Option<Exporter>,
+    /// The metrics; `None` when only spans are wanted.
+    pub metrics: Option<Metrics>,
+}
+
+impl From<Exporter> for Outlets {
+    fn from(spans: Exporter) -> Self {
+        Self {
+            spans: Some(spans),
+            metrics: None,
+        }
+    }
+}
+
+/// A span in the queue, and whether it counts in the metrics (a fork's
+/// copied spans were counted in their parent run).
+#[derive(Debug)]
+struct Ended {
+    span: Span,
+    counted: bool,
+}
+
 /// Spans queued by the runs of this process, sent by one task.
 #[derive(Debug)]
 pub struct LiveExport {
     /// Whether the runs' spans carry the content of calls.
     capture_content: bool,
-    queue: mpsc::Sender<Span>,
+    queue: mpsc::Sender<Ended>,
     stop: CancellationToken,
     /// Fired by the sending thread once it has sent what was queued.
     done: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl LiveExport {
-    /// Starts the thread that sends the queued spans with the exporter
-    /// `make` builds (there: a gRPC exporter belongs to the runtime it was
-    /// built on). Its error, or a thread that cannot start, is returned.
+    /// Starts the thread that sends the queued spans and their metrics
+    /// with the exporters `make` builds (there: a gRPC exporter belongs to
+    /// the runtime it was built on). Its error, or a thread that cannot
+    /// start, is returned.
     pub fn start(
-        make: impl FnOnce() -> Result<Exporter, ExportError> + Send + 'static,
+        make: impl FnOnce() -> Result<Outlets, ExportError> + Send + 'static,
         settings: QueueSettings,
     ) -> Result<Arc<Self>, ExportError> {
         let (queue, spans) = mpsc::channel(settings.max_queue.max(1));
@@ -154,15 +182,15 @@ impl LiveExport {
                         return;
                     }
                 };
-                let exporter = match runtime.block_on(async { make() }) {
-                    Ok(exporter) => exporter,
+                let outlets = match runtime.block_on(async { make() }) {
+                    Ok(outlets) => outlets,
                     Err(e) => {
                         let _ = built_tx.send(Err(e));
                         return;
                     }
                 };
                 let _ = built_tx.send(Ok(()));
-                runtime.block_on(send_queued(spans, exporter, settings, stopped));
+                runtime.block_on(send_queued(spans, outlets, settings, stopped));
                 let _ = done_tx.send(());
             })
             .map_err(|e| ExportError::Build(format!("cannot start the export thread: {e}")))?;
@@ -211,11 +239,21 @@ impl SpanSink for LiveExport {
 }
 
 /// Room for one span in the queue.
-struct Slot(mpsc::OwnedPermit<Span>);
+struct Slot(mpsc::OwnedPermit<Ended>);
 
 impl SpanSlot for Slot {
     fn send(self: Box<Self>, span: Span) {
-        self.0.send(span);
+        self.0.send(Ended {
+            span,
+            counted: true,
+        });
+    }
+
+    fn send_copied(self: Box<Self>, span: Span) {
+        self.0.send(Ended {
+            span,
+            counted: false,
+        });
     }
 }
 
@@ -226,31 +264,52 @@ impl SpanSlot for Slot {
 const LONGEST_WAIT: Duration = Duration::from_millis(200);
 
 /// The sending thread's loop: every `delay` (at most [`LONGEST_WAIT`]) what
-/// is queued goes out, in batches of up to `max_batch`; once stopped, what
-/// is left. The queue is read on a timer, never woken by a run: handing a
-/// span over costs a run no wake-up of this thread (a system call).
+/// is queued is counted and goes out, in batches of up to `max_batch`; the
+/// metrics every interval of theirs; once stopped, what is left of both.
+/// The queue is read on a timer, never woken by a run: handing a span over
+/// costs a run no wake-up of this thread (a system call).
 async fn send_queued(
-    mut spans: mpsc::Receiver<Span>,
-    exporter: Exporter,
+    mut spans: mpsc::Receiver<Ended>,
+    outlets: Outlets,
     settings: QueueSettings,
     stop: CancellationToken,
 ) {
     let tick = settings.delay.min(LONGEST_WAIT);
     let mut batch = Vec::with_capacity(settings.max_batch.min(64));
+    let mut metrics_due = outlets
+        .metrics
+        .as_ref()
+        .map(|m| tokio::time::Instant::now() + m.interval());
     loop {
         let stopping = tokio::select! {
             biased;
             () = stop.cancelled() => true,
             () = tokio::time::sleep(tick) => false,
         };
-        while let Ok(span) = spans.try_recv() {
-            batch.push(span);
-            if batch.len() >= settings.max_batch {
-                send(&exporter, &mut batch).await;
+        while let Ok(Ended { span, counted }) = spans.try_recv() {
+            if let (Some(metrics), true) = (&outlets.metrics, counted) {
+                metrics.record(&span);
+            }
+            if let Some(exporter) = &outlets.spans {
+                batch.push(span);
+                if batch.len() >= settings.max_batch {
+                    send(exporter, &mut batch).await;
+                }
             }
         }
-        send(&exporter, &mut batch).await;
+        if let Some(exporter) = &outlets.spans {
+            send(exporter, &mut batch).await;
+        }
+        if let (Some(metrics), Some(due)) = (&outlets.metrics, metrics_due.as_mut())
+            && (stopping || tokio::time::Instant::now() >= *due)
+        {
+            metrics.send().await;
+            *due = tokio::time::Instant::now() + metrics.interval();
+        }
         if stopping {
+            if let Some(metrics) = &outlets.metrics {
+                metrics.shutdown();
+            }
             return;
         }
     }
@@ -280,17 +339,8 @@ async fn send(exporter: &Exporter, batch: &mut Vec<Span>) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::collections::HashMap;
-
+    use super::super::export::vars;
     use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
 
     #[test]
     fn an_endpoint_turns_the_export_on_and_the_standard_switches_turn_it_off() {

@@ -27,11 +27,13 @@ impl Fold {
             self.close(previous, at);
         }
         let parent = self.spans[node].span_id;
-        let facts = self.facts(event.node_id.as_ref());
-        let mut attributes = Attributes::default();
+        let provider = (event.node_id.as_ref())
+            .and_then(|n| self.input.nodes.get(n))
+            .and_then(|facts| facts.provider.clone());
+        let mut attributes = Attributes::for_span();
         attributes.text("gen_ai.operation.name", "chat");
-        if let Some(provider) = &facts.provider {
-            attributes.text("gen_ai.provider.name", provider.clone());
+        if let Some(provider) = provider {
+            attributes.text("gen_ai.provider.name", provider);
         }
         if let Some(model) = model {
             attributes.text("gen_ai.request.model", model);

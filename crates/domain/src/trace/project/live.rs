@@ -1,7 +1,7 @@
 //! The fold fed one event at a time ([`LiveTrace`]), for a live export.
 
 use super::Fold;
-use crate::trace::{Span, SpanId, TraceId, TraceInput};
+use crate::trace::{Attributes, Span, SpanId, SpanStatus, TraceId, TraceInput};
 use crate::{RunId, RuntimeEvent};
 
 /// A run's spans as its events are recorded, for a live export: each span
@@ -22,16 +22,39 @@ impl LiveTrace {
 
     /// Folds `event` (the run's next) in: the spans it ended, in the order
     /// they were opened.
+    ///
+    /// An ended span is moved out, not copied: the fold never reads a span
+    /// once the event that ended it is folded, so what it keeps of a long
+    /// run is its open spans and a husk (ids and times) of each ended one.
     pub fn push(&mut self, event: &RuntimeEvent) -> Vec<Span> {
         self.fold.event(event);
         let mut ended = std::mem::take(&mut self.fold.ended);
         ended.sort_unstable();
         ended.dedup();
-        ended
-            .into_iter()
+        let spans = ended
+            .drain(..)
             .filter(|i| !self.fold.dropped.contains(i))
-            .filter_map(|i| self.fold.spans.get(i).cloned())
-            .collect()
+            .filter_map(|i| {
+                let span = self.fold.spans.get_mut(i)?;
+                let husk = Span {
+                    trace_id: span.trace_id,
+                    span_id: span.span_id,
+                    parent: span.parent,
+                    name: String::new(),
+                    kind: span.kind,
+                    start: span.start,
+                    end: span.end,
+                    attributes: Attributes::default(),
+                    status: SpanStatus::Unset,
+                    events: Vec::new(),
+                    links: Vec::new(),
+                };
+                Some(std::mem::replace(span, husk))
+            })
+            .collect();
+        // Its room kept for the next event's.
+        self.fold.ended = ended;
+        spans
     }
 
     /// How many spans are open: those the run's end would end.

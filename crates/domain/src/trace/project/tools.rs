@@ -21,7 +21,7 @@ impl Fold {
         };
         let under = node.chat.unwrap_or(node.span);
         let parent = self.spans[under].span_id;
-        let mut attributes = Attributes::default();
+        let mut attributes = Attributes::for_span();
         attributes.text("gen_ai.operation.name", "execute_tool");
         attributes.text("gen_ai.tool.name", tool);
         attributes.text("gen_ai.tool.call.id", call);
