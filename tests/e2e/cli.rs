@@ -649,3 +649,46 @@ fn events_has_a_header_as_runs_has() {
     let json = awr.run(&["events", &run, "--json"]);
     assert!(json.stdout.starts_with('{'), "no header in --json");
 }
+
+/// `mcp_servers:` is read and checked, and a grant of an MCP tool is
+/// refused at load, naming it, while no server is started for a run: a
+/// model never runs believing it has a tool it would not get.
+#[test]
+fn mcp_servers_are_checked_and_a_grant_of_their_tools_is_refused_until_they_run() {
+    let awr = Awr::new();
+    let declared = awr.write(
+        "declared.yaml",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything, args: [stdio]}\nagents:\n  a: {provider: openai, model: m, tools: [read_file]}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["validate", declared.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    let granted = awr.write(
+        "granted.yaml",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: openai, model: m, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
+    );
+    for command in ["validate", "run"] {
+        let out = awr.run(&[command, granted.to_str().unwrap()]);
+        assert_eq!(out.code, 2, "{command}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("granted.yaml")
+                && out.stderr.contains("agents.a.tools")
+                && out.stderr.contains("not given to agents yet"),
+            "{command}: {}",
+            out.stderr
+        );
+    }
+    assert!(awr.run_ids().is_empty(), "no run was started");
+
+    let undeclared = awr.write(
+        "undeclared.yaml",
+        "name: t\nagents:\n  a: {provider: openai, model: m, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["validate", undeclared.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no MCP server `everything`"),
+        "{}",
+        out.stderr
+    );
+}

@@ -423,6 +423,21 @@ pub fn mock_fixtures(top: &Path, workflow: &WorkflowDef) -> Vec<PathBuf> {
 /// otherwise just be a tool the model never sees.
 fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<(), LoadError> {
     for (name, agent) in &workflow.agents {
+        // Declared and checked, not yet started: a grant would give the
+        // model no tool while the file says it has one.
+        if let Some(grant) = agent.tools.iter().find(|g| g.mcp().is_some()) {
+            return Err(LoadError::Invalid {
+                file: file.to_path_buf(),
+                error: WorkflowError::Invalid {
+                    item: format!("agents.{name}.tools"),
+                    message: format!(
+                        "`{}`: tools of MCP servers are not given to agents yet (this version \
+                         checks `mcp_servers:` and its grants, and starts no server)",
+                        grant.name
+                    ),
+                },
+            });
+        }
         if !agent.provider.is_http() {
             continue;
         }

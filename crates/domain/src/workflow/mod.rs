@@ -13,6 +13,7 @@ mod duration;
 mod grant;
 mod graph;
 mod invalid;
+mod mcp;
 mod nodes;
 mod parse;
 mod provider;
@@ -23,6 +24,10 @@ mod workdir;
 pub use duration::Timeout;
 pub use grant::{NetTarget, ToolGrant};
 pub use graph::LoopBody;
+pub use mcp::{
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, MCP_PREFIX, McpGrant, McpServerDef,
+    McpTransport, mcp_tool_name,
+};
 pub use provider::Provider;
 pub use reach::HostReach;
 pub use workdir::{Workdir, workdir_outside};
@@ -65,6 +70,8 @@ pub struct WorkflowDef {
     /// Node runs in flight at once in one run (`max_concurrency:`, default
     /// [`WorkflowDef::DEFAULT_CONCURRENCY`]).
     pub max_concurrency: u32,
+    /// MCP servers whose tools its agents may be granted (`mcp_servers:`).
+    pub mcp_servers: BTreeMap<String, McpServerDef>,
     /// Incoming/outgoing edges per node, derived from `nodes` and `edges`.
     links: graph::Links,
 }

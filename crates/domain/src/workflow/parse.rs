@@ -123,6 +123,8 @@ struct RawWorkflow {
     budget: Option<RawBudget>,
     #[serde(default)]
     max_concurrency: Option<u32>,
+    #[serde(default, deserialize_with = "unique_keys")]
+    mcp_servers: BTreeMap<String, super::mcp::RawMcpServer>,
 }
 
 /// One element of `steps:`; ids stay strings here so a bad one is reported
@@ -224,6 +226,8 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         || raw.nodes.iter().flatten().any(|n| n.agent.is_some());
     check_agents(&raw.agents, runs_agents)?;
     check_pricing(&raw.pricing)?;
+    let mcp_servers = super::mcp::lower_servers(raw.mcp_servers)?;
+    super::mcp::check_grants(&raw.agents, &mcp_servers)?;
     let budget = raw
         .budget
         .map(|b| lower_budget("budget", "", b))
@@ -276,6 +280,7 @@ fn build(raw: RawWorkflow, src: &str) -> Result<WorkflowDef, WorkflowError> {
         text: src.into(),
         budget,
         max_concurrency,
+        mcp_servers,
     };
     check_graph(&def)?;
     Ok(def)
