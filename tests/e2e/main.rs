@@ -24,6 +24,7 @@ mod http_agents;
 mod interrupted;
 mod kept_fields;
 mod kill_anytime;
+mod mcp_client;
 mod metrics;
 mod migrate;
 mod openai_chat;

@@ -21,6 +21,7 @@ pub mod codex;
 pub mod copilot;
 pub mod gemini;
 mod http;
+pub mod mcp;
 pub mod mock;
 pub mod normalize;
 pub mod openai;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use application::ports::Processes;
 use application::secrets::KeyNames;
 use rustix::process::{Pid, Signal, kill_process_group};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::state_and_start;
 use super::sweep::{SPAWN_VAR, kill_run, kill_spawn, spawn_tag};
@@ -210,17 +210,69 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 /// Starts `command` in a process group of its own, stdin closed, stdout and
 /// stderr piped, its environment narrowed by `sandbox`.
-pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned> {
+pub fn spawn(command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned> {
+    let (mut child, group) = start(command, sandbox, Stdio::null())?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("the output pipes were not created"));
+    };
+    Ok(Spawned {
+        child,
+        stdout,
+        stderr,
+        group,
+    })
+}
+
+/// A child started by [`spawn_piped`], every pipe taken out: a program
+/// awr speaks to on its stdin and stdout (an MCP server).
+#[derive(Debug)]
+pub struct Piped {
+    /// The child, to wait on (it is killed too if dropped).
+    pub child: Child,
+    /// Its standard input.
+    pub stdin: ChildStdin,
+    /// Its standard output.
+    pub stdout: ChildStdout,
+    /// Its standard error.
+    pub stderr: ChildStderr,
+    /// Its process group, killed when this is dropped.
+    pub group: ProcessGroup,
+}
+
+/// [`spawn`], with stdin piped too.
+pub fn spawn_piped(command: Command, sandbox: &Sandbox) -> std::io::Result<Piped> {
+    let (mut child, group) = start(command, sandbox, Stdio::piped())?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(std::io::Error::other("the pipes were not created"));
+    };
+    Ok(Piped {
+        child,
+        stdin,
+        stdout,
+        stderr,
+        group,
+    })
+}
+
+/// Starts `command` in a group of its own, narrowed by `sandbox`, stdout
+/// and stderr piped, stdin as `stdin` says.
+fn start(
+    mut command: Command,
+    sandbox: &Sandbox,
+    stdin: Stdio,
+) -> std::io::Result<(Child, ProcessGroup)> {
     sandbox.apply(&mut command);
     let tag = spawn_tag();
     command
         .env(SPAWN_VAR, &tag)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = spawn_when_not_busy(&mut command)?;
+    let child = spawn_when_not_busy(&mut command)?;
     let raw = child.id();
     let group = ProcessGroup {
         pid: AtomicI32::new(raw.and_then(|id| i32::try_from(id).ok()).unwrap_or(0)),
@@ -228,18 +280,10 @@ pub fn spawn(mut command: Command, sandbox: &Sandbox) -> std::io::Result<Spawned
         tag,
         swept: AtomicBool::new(false),
     };
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(std::io::Error::other("the output pipes were not created"));
-    };
     if let Some(id) = group.id {
         tracing::debug!(pgid = id.pgid, start_ticks = ?id.start_ticks, "process group started");
     }
-    Ok(Spawned {
-        child,
-        stdout,
-        stderr,
-        group,
-    })
+    Ok((child, group))
 }
 
 /// How often a start that finds the executable busy is tried again.

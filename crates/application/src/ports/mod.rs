@@ -10,6 +10,7 @@ mod chat;
 mod clock;
 mod command;
 mod control;
+mod mcp;
 mod observer;
 mod process;
 mod query;
@@ -39,6 +40,7 @@ pub use control::MockControlChannel;
 pub use control::{
     Answer, CommandReply, ControlChannel, ControlError, Delivery, Handover, Listener, ReplyTo,
 };
+pub use mcp::{McpConnector, McpError, McpOutcome, McpSession, McpToolInfo};
 pub use observer::RunObserver;
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use process::MockProcesses;
