@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use adapters_agents::mcp::McpClients;
-use application::ports::{McpConnector, McpError};
+use application::ports::{McpConnector, McpError, McpSession};
 use application::secrets::KeyNames;
 use domain::RunId;
 use domain::workflow::{McpServerDef, McpTransport, Timeout};
@@ -44,8 +44,10 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A connector whose key variables include `CARGO_PKG_NAME`, which cargo
 /// sets for every test process: a variable the server must not see.
 fn clients() -> McpClients {
-    let project = tempfile::tempdir().unwrap().keep();
-    McpClients::new(project, KeyNames::new(["CARGO_PKG_NAME".to_owned()]))
+    McpClients::new(
+        std::env::temp_dir(),
+        KeyNames::new(["CARGO_PKG_NAME".to_owned()]),
+    )
 }
 
 fn text(output: &serde_json::Value) -> &str {
@@ -123,15 +125,11 @@ fn a_call_past_its_timeout_is_an_error_and_the_server_goes_on() {
 
 #[test]
 fn a_server_killed_mid_run_fails_that_call_and_is_started_again_once() {
-    let Some(def) = everything(&[], Duration::from_secs(30)) else {
+    let Some((def, run)) = tagged() else {
         return;
     };
-    let run: RunId = "00000000-0000-4000-8000-00000000c0de".parse().unwrap();
     runtime().block_on(async {
-        let session = clients()
-            .connect("everything", &def, Some(run))
-            .await
-            .unwrap();
+        let session = connect_tagged(&def, run).await;
         assert!(session.call("echo", json!({"message": "1"})).await.is_ok());
         // Everything the run started is tagged with it.
         let killed = kill_tagged(run);
@@ -215,4 +213,67 @@ fn kill_tagged(run: RunId) -> usize {
         }
     }
     killed
+}
+
+/// Two calls that find the server gone together start it again once: the
+/// second does not end the server the first started.
+#[test]
+fn calls_that_find_the_server_gone_together_restart_it_once() {
+    let Some((def, run)) = tagged() else {
+        return;
+    };
+    runtime().block_on(async {
+        let session = connect_tagged(&def, run).await;
+        assert!(session.call("echo", json!({"message": "1"})).await.is_ok());
+        assert!(kill_tagged(run) > 0);
+        let (a, b) = tokio::join!(
+            session.call("echo", json!({"message": "a"})),
+            session.call("echo", json!({"message": "b"}))
+        );
+        assert!(a.is_err() || b.is_err(), "{a:?} {b:?}");
+        let said = session
+            .call("echo", json!({"message": "after"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&said.output), "Echo: after");
+        session.close().await;
+    });
+}
+
+/// A session closed while a call waits starts nothing again, and leaves
+/// no process of its run behind.
+#[test]
+fn a_session_closed_during_a_call_leaves_nothing_running() {
+    let Some((def, run)) = tagged() else {
+        return;
+    };
+    runtime().block_on(async {
+        let session = connect_tagged(&def, run).await;
+        let slow = session.call(
+            "trigger-long-running-operation",
+            json!({"duration": 10, "steps": 5}),
+        );
+        let close = async {
+            // Once the call is on its way.
+            tokio::task::yield_now().await;
+            session.close().await;
+        };
+        let (slow, ()) = tokio::join!(slow, close);
+        assert!(slow.is_err(), "{slow:?}");
+        assert_eq!(kill_tagged(run), 0, "a server outlived its closed session");
+    });
+}
+
+/// `server-everything` and a run id of its own: the kills of a test reach
+/// no other test's processes.
+fn tagged() -> Option<(McpServerDef, RunId)> {
+    let def = everything(&[], Duration::from_secs(30))?;
+    Some((def, uuid::Uuid::new_v4().to_string().parse().unwrap()))
+}
+
+async fn connect_tagged(def: &McpServerDef, run: RunId) -> Box<dyn McpSession> {
+    clients()
+        .connect("everything", def, Some(run))
+        .await
+        .unwrap()
 }

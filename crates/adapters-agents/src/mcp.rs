@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use application::ports::{McpConnector, McpError, McpOutcome, McpSession, McpToolInfo};
@@ -72,8 +71,12 @@ impl McpConnector for McpClients {
         Ok(Box::new(Session {
             server,
             tools,
-            live: tokio::sync::Mutex::new(Some(live)),
-            restarted: AtomicBool::new(false),
+            state: tokio::sync::Mutex::new(State {
+                live: Some(live),
+                generation: 0,
+                restarted: false,
+                closed: false,
+            }),
         }))
     }
 }
@@ -164,14 +167,7 @@ impl Server {
                 };
                 let piped = group::spawn_piped(program, &sandbox)
                     .map_err(|e| self.start_error(format!("`{command}`: {e}")))?;
-                let name = self.name.clone();
-                let stderr = piped.stderr;
-                tokio::spawn(async move {
-                    let mut lines = tokio::io::BufReader::new(stderr).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        tracing::info!(target: "awr::mcp", server = %name, "{line}");
-                    }
-                });
+                tokio::spawn(log_stderr(self.name.clone(), piped.stderr));
                 let service = client
                     .serve((piped.stdout, piped.stdin))
                     .await
@@ -218,10 +214,20 @@ impl Server {
 struct Session {
     server: Server,
     tools: Vec<McpToolInfo>,
-    /// The connection; `None` once closed, or when a restart failed.
-    live: tokio::sync::Mutex<Option<Live>>,
+    state: tokio::sync::Mutex<State>,
+}
+
+/// A session's connection, and what became of it.
+struct State {
+    /// The connection; `None` once closed, or once gone for good.
+    live: Option<Live>,
+    /// Which connection `live` is: a call that saw an earlier one fail
+    /// does not end this one.
+    generation: u64,
     /// Whether the server was started again already (once at most).
-    restarted: AtomicBool,
+    restarted: bool,
+    /// Closed by its owner: never started again.
+    closed: bool,
 }
 
 #[async_trait]
@@ -232,13 +238,16 @@ impl McpSession for Session {
 
     async fn call(&self, tool: &str, arguments: Value) -> Result<McpOutcome, McpError> {
         let name = &self.server.name;
-        let peer = match self.live.lock().await.as_ref() {
-            Some(live) => live.service.peer().clone(),
-            None => {
-                return Err(McpError::Closed {
-                    server: name.clone(),
-                    reason: "it is not running".into(),
-                });
+        let (peer, generation) = {
+            let state = self.state.lock().await;
+            match (&state.live, state.closed) {
+                (Some(live), false) => (live.service.peer().clone(), state.generation),
+                _ => {
+                    return Err(McpError::Closed {
+                        server: name.clone(),
+                        reason: "it is not running".into(),
+                    });
+                }
             }
         };
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -280,7 +289,7 @@ impl McpSession for Session {
             // the SDK saw it close): started again for the next call.
             Err(e) => {
                 let reason = e.to_string();
-                self.restart().await;
+                self.restart(generation).await;
                 Err(McpError::Closed {
                     server: name.clone(),
                     reason,
@@ -290,7 +299,11 @@ impl McpSession for Session {
     }
 
     async fn close(&self) {
-        let live = self.live.lock().await.take();
+        let live = {
+            let mut state = self.state.lock().await;
+            state.closed = true;
+            state.live.take()
+        };
         if let Some(live) = live {
             stop(live).await;
         }
@@ -298,23 +311,56 @@ impl McpSession for Session {
 }
 
 impl Session {
-    /// Starts the server again, once in the session's life; after that,
-    /// a server that went stays gone.
-    async fn restart(&self) {
-        let mut live = self.live.lock().await;
-        if let Some(old) = live.take() {
+    /// Starts the server again after connection `generation` failed, once
+    /// in the session's life; after that, a server that went stays gone.
+    /// Nothing happens when the session was closed, or when another call
+    /// already dealt with that connection. Calls wait while it starts.
+    async fn restart(&self, generation: u64) {
+        let mut state = self.state.lock().await;
+        if state.closed || state.generation != generation {
+            return;
+        }
+        state.generation += 1;
+        if let Some(old) = state.live.take() {
             stop(old).await;
         }
-        if self.restarted.swap(true, Ordering::SeqCst) {
+        if std::mem::replace(&mut state.restarted, true) {
             tracing::warn!(server = %self.server.name, "MCP server closed again: not restarted");
             return;
         }
         match self.server.open().await {
             Ok((new, _)) => {
                 tracing::warn!(server = %self.server.name, "MCP server closed: started again");
-                *live = Some(new);
+                state.live = Some(new);
             }
             Err(e) => tracing::warn!(error = %e, "MCP server could not be started again"),
+        }
+    }
+}
+
+/// The longest stderr line logged whole; a longer one is logged in pieces.
+const STDERR_LINE: usize = 8 << 10;
+
+/// Logs `server`'s stderr a line at a time, read to its end whatever it
+/// holds (a line that is not UTF-8 is logged lossily, one too long in pieces),
+/// so that the server never writes into a closed pipe.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncReadExt;
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut reader)
+            .take(STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\n', '\r']);
+                tracing::info!(target: "awr::mcp", server = %server, "{text}");
+            }
         }
     }
 }

@@ -425,7 +425,11 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
     for (name, agent) in &workflow.agents {
         // Declared and checked, not yet started: a grant would give the
         // model no tool while the file says it has one.
-        if let Some(grant) = agent.tools.iter().find(|g| g.mcp().is_some()) {
+        let granted = agent.tools.iter().find(|g| {
+            g.mcp()
+                .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
+        });
+        if let Some(grant) = granted {
             return Err(LoadError::Invalid {
                 file: file.to_path_buf(),
                 error: WorkflowError::Invalid {

@@ -203,19 +203,28 @@ pub fn live_spans() -> Option<Arc<dyn SpanSink>> {
             QueueSettings::default()
         });
         let service = otel_service();
+        // Each on its own: one that cannot be set up leaves the other.
         let make = move || {
-            Ok(Outlets {
-                spans: spans
-                    .then(|| Exporter::new(None, None, &service))
-                    .transpose()?,
-                metrics: metrics
-                    .then(|| Metrics::from_env(&service))
-                    .transpose()
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "metrics are not exported");
-                        None
-                    }),
-            })
+            let spans = spans
+                .then(|| Exporter::new(None, None, &service))
+                .transpose()
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "spans are not exported live; `awr trace export` sends them");
+                    None
+                });
+            let metrics = metrics
+                .then(|| Metrics::from_env(&service))
+                .transpose()
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "metrics are not exported");
+                    None
+                });
+            match (&spans, &metrics) {
+                (None, None) => Err(infrastructure::otlp::ExportError::Build(
+                    "neither spans nor metrics can be exported".into(),
+                )),
+                _ => Ok(Outlets { spans, metrics }),
+            }
         };
         match LiveExport::start(make, settings) {
             Ok(live) => Some(live),

@@ -178,18 +178,22 @@ fn lower_server(item: &str, raw: RawMcpServer) -> Result<McpServerDef, WorkflowE
     })
 }
 
-/// A server's name: 1–32 characters of `[A-Za-z0-9-]` and single `_`s
-/// inside, so that `mcp__{server}__{tool}` tells where it ends.
-fn check_server_name(name: &str) -> Result<(), String> {
-    let fits = !name.is_empty()
+/// Whether `name` can name a server: 1–32 characters of `[A-Za-z0-9-]`
+/// and single `_`s inside, so that `mcp__{server}__{tool}` tells where it
+/// ends.
+fn is_server_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 32
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         && !name.contains("__")
         && !name.starts_with('_')
-        && !name.ends_with('_');
-    match fits {
+        && !name.ends_with('_')
+}
+
+fn check_server_name(name: &str) -> Result<(), String> {
+    match is_server_name(name) {
         true => Ok(()),
         false => Err(format!(
             "`{}`: a server's name is 1 to 32 letters, digits, `-` and single `_` inside",
@@ -225,10 +229,14 @@ impl<'a> McpGrant<'a> {
 }
 
 impl ToolGrant {
-    /// What it grants of an MCP server, when it names one (`server/tool`,
-    /// `server/*`); `None` for a built-in tool.
+    /// What it grants of an MCP server, when it is written as one
+    /// (`server/tool`, `server/*`, the server part a server's name); `None`
+    /// for a built-in tool or a CLI agent's own rule (`Read(src/**)`).
     pub fn mcp(&self) -> Option<McpGrant<'_>> {
         let (server, tool) = self.name.split_once('/')?;
+        if !is_server_name(server) {
+            return None;
+        }
         Some(match tool {
             "*" => McpGrant::All { server },
             tool => McpGrant::One { server, tool },
@@ -252,9 +260,11 @@ impl ToolGrant {
 
 /// The name a model sees for `tool` of `server`: `mcp__{server}__{tool}`,
 /// with each character outside `[A-Za-z0-9_-]` made `_`; when that changed
-/// the name or it is longer than 64 characters, cut to fit with `_` and 8
-/// hex digits of the tool's SHA-256 at the end, so two tools never share a
-/// name and the same tool always has the same one.
+/// the name, when it is longer than 64 characters, or when the tool's own
+/// name already ends as a mapped one does (`_` and 8 hex digits), cut to
+/// fit and ended with `_` and 8 hex digits of the tool's SHA-256. The same
+/// tool always has the same name; two tools of a server share one only if
+/// their names' hashes begin alike (a 1 in 4 billion chance a pair).
 pub fn mcp_tool_name(server: &str, tool: &str) -> String {
     let clean: String = tool
         .chars()
@@ -266,7 +276,7 @@ pub fn mcp_tool_name(server: &str, tool: &str) -> String {
         )
         .collect();
     let name = format!("{MCP_PREFIX}{server}__{clean}");
-    if clean == tool && name.len() <= MAX_TOOL_NAME {
+    if clean == tool && name.len() <= MAX_TOOL_NAME && !looks_mapped(tool) {
         return name;
     }
     let digest = Sha256::digest(tool.as_bytes());
@@ -277,15 +287,31 @@ pub fn mcp_tool_name(server: &str, tool: &str) -> String {
     format!("{stem}_{tag}")
 }
 
-/// Every MCP grant names a declared server.
+/// Whether `name` ends as a mapped name does: `_` and 8 hex digits.
+fn looks_mapped(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    bytes.len() >= 9
+        && bytes[bytes.len() - 9] == b'_'
+        && bytes[bytes.len() - 8..].iter().all(u8::is_ascii_hexdigit)
+}
+
+/// Every grant of an HTTP agent written as an MCP grant names a declared
+/// server, and so does every grant of a CLI agent that names one. A CLI
+/// agent's `tools:` are otherwise its own allow-list rules, passed to it as
+/// they are: `mcp__x__y` (Claude Code's name of a tool of its own MCP
+/// configuration) or `a/b` naming no declared server is one of them.
 pub(super) fn check_grants(
     agents: &BTreeMap<String, AgentDef>,
     servers: &BTreeMap<String, McpServerDef>,
 ) -> Result<(), WorkflowError> {
     for (name, agent) in agents {
+        let http = agent.provider.is_http();
         for grant in &agent.tools {
-            let Some(mcp) = grant.mcp() else {
-                if grant.name.starts_with(MCP_PREFIX) {
+            let mcp = grant
+                .mcp()
+                .filter(|m| http || servers.contains_key(m.server()));
+            let Some(mcp) = mcp else {
+                if http && grant.name.starts_with(MCP_PREFIX) {
                     return Err(invalid(
                         format!("agents.{name}.tools"),
                         format!(
@@ -434,6 +460,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cli_agents_own_rules_are_not_taken_for_mcp_grants() {
+        let src = "name: w\nmcp_servers: {fs: {command: x}}\nagents:\n  c:\n    provider: claude-code\n    tools: ['Read(src/**)', 'Bash(./build.sh)', mcp__own__tool, web/search, fs/read]\nsteps: [{agent: c}]\n";
+        let def = load(src).unwrap();
+        let tools = &def.agents["c"].tools;
+        assert_eq!(tools[0].mcp(), None);
+        assert_eq!(tools[1].mcp(), None);
+        assert_eq!(tools[2].mcp(), None);
+        // Written as a grant, but of no declared server: a rule of its own.
+        assert!(tools[3].mcp().is_some());
+        assert_eq!(
+            tools[4].mcp(),
+            Some(McpGrant::One {
+                server: "fs",
+                tool: "read"
+            })
+        );
+        // Of a declared server, it is checked as a grant.
+        let bad = src.replace("fs/read", "fs/");
+        assert!(load(&bad).unwrap_err().contains("name one tool of `fs`"));
+    }
+
+    #[test]
     fn a_tool_name_that_does_not_fit_the_apis_is_mapped_the_same_way_each_time() {
         assert_eq!(
             mcp_tool_name("time", "get_current_time"),
@@ -442,6 +490,10 @@ mod tests {
         let odd = mcp_tool_name("fs", "read file.v2");
         assert!(odd.starts_with("mcp__fs__read_file_v2_"), "{odd}");
         assert_ne!(odd, mcp_tool_name("fs", "read_file.v2"));
+        // A tool named as another's mapped name is mapped in turn.
+        let tag = odd.rsplit('_').next().unwrap();
+        let lookalike = format!("read_file_v2_{tag}");
+        assert_ne!(mcp_tool_name("fs", &lookalike), odd);
         let long = mcp_tool_name("server", &"t".repeat(100));
         assert_eq!(long.len(), 64);
         assert_eq!(long, mcp_tool_name("server", &"t".repeat(100)));

@@ -297,15 +297,27 @@ async fn send_queued(
                 }
             }
         }
-        if let Some(exporter) = &outlets.spans {
-            send(exporter, &mut batch).await;
-        }
-        if let (Some(metrics), Some(due)) = (&outlets.metrics, metrics_due.as_mut())
-            && (stopping || tokio::time::Instant::now() >= *due)
-        {
-            metrics.send().await;
-            *due = tokio::time::Instant::now() + metrics.interval();
-        }
+        let metrics = match (&outlets.metrics, metrics_due.as_mut()) {
+            (Some(metrics), Some(due)) if stopping || tokio::time::Instant::now() >= *due => {
+                *due = tokio::time::Instant::now() + metrics.interval();
+                Some(metrics)
+            }
+            _ => None,
+        };
+        // Side by side: a collector slow to take one does not hold the
+        // other back (at exit, both have the same time left).
+        tokio::join!(
+            async {
+                if let Some(exporter) = &outlets.spans {
+                    send(exporter, &mut batch).await;
+                }
+            },
+            async {
+                if let Some(metrics) = metrics {
+                    metrics.send().await;
+                }
+            }
+        );
         if stopping {
             if let Some(metrics) = &outlets.metrics {
                 metrics.shutdown();

@@ -23,9 +23,12 @@ impl LiveTrace {
     /// Folds `event` (the run's next) in: the spans it ended, in the order
     /// they were opened.
     ///
-    /// An ended span is moved out, not copied: the fold never reads a span
-    /// once the event that ended it is folded, so what it keeps of a long
-    /// run is its open spans and a husk (ids and times) of each ended one.
+    /// An ended span is moved out, not copied: in a log the runtime
+    /// writes, the fold never reads a span once the event that ended it is
+    /// folded, so what it keeps of a long run is its open spans and a husk
+    /// (ids and times) of each ended one. (A log with events after its end
+    /// may have `project` say more of the root than this gave; it never
+    /// fails either.)
     pub fn push(&mut self, event: &RuntimeEvent) -> Vec<Span> {
         self.fold.event(event);
         let mut ended = std::mem::take(&mut self.fold.ended);
