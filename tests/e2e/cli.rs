@@ -662,6 +662,18 @@ fn mcp_servers_are_checked_and_a_grant_of_their_tools_is_refused_until_they_run(
     );
     let out = awr.run(&["validate", declared.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    // A server runs in the project, or under it.
+    let outside = awr.write(
+        "outside.yaml",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything, cwd: /etc}\nagents:\n  a: {provider: openai, model: m, tools: [read_file]}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["validate", outside.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("mcp_servers.everything") && out.stderr.contains("cwd"),
+        "{}",
+        out.stderr
+    );
 
     let granted = awr.write(
         "granted.yaml",

@@ -517,6 +517,20 @@ impl WorkflowDef {
             }),
             _ => None,
         });
-        agents.chain(commands).collect()
+        // A server has no `allow_outside_project`: its program runs where
+        // the project is, or under it.
+        let servers =
+            self.mcp_servers
+                .iter()
+                .filter_map(|(name, server)| match &server.transport {
+                    McpTransport::Stdio { cwd: Some(cwd), .. } => Some(Workdir {
+                        owner: format!("mcp_servers.{name}"),
+                        field: "cwd",
+                        dir: cwd,
+                        allow_outside_project: false,
+                    }),
+                    _ => None,
+                });
+        agents.chain(commands).chain(servers).collect()
     }
 }
