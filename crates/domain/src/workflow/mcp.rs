@@ -153,10 +153,11 @@ fn lower_server(item: &str, raw: RawMcpServer) -> Result<McpServerDef, WorkflowE
                     format!("`url` `{url}`: give an http:// or https:// URL"),
                 ));
             }
-            McpTransport::Http {
-                url,
-                headers: raw.headers.unwrap_or_default(),
+            let headers = raw.headers.unwrap_or_default();
+            for (name, value) in &headers {
+                check_header(name, value).map_err(|e| invalid(item, e))?;
             }
+            McpTransport::Http { url, headers }
         }
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -176,6 +177,27 @@ fn lower_server(item: &str, raw: RawMcpServer) -> Result<McpServerDef, WorkflowE
         startup_timeout,
         tool_timeout,
     })
+}
+
+/// A header HTTP can carry: its name a token (RFC 9110's `tchar`s), its
+/// value visible ASCII, spaces and tabs (no line break to smuggle another).
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(tchar) {
+        return Err(format!(
+            "`headers`: `{}` is not a header name",
+            name.escape_debug()
+        ));
+    }
+    if !value
+        .chars()
+        .all(|c| c == ' ' || c == '\t' || c.is_ascii_graphic())
+    {
+        return Err(format!(
+            "`headers.{name}`: a value of visible ASCII, spaces and tabs only"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `name` can name a server: 1–32 characters of `[A-Za-z0-9-]`
@@ -419,6 +441,16 @@ mod tests {
                 "mcp_servers: {s: {url: 'ftp://h'}}\n",
                 "mcp_servers.s",
                 "http:// or https://",
+            ),
+            (
+                "mcp_servers: {s: {url: 'http://h/mcp', headers: {'a b': c}}}\n",
+                "mcp_servers.s",
+                "not a header name",
+            ),
+            (
+                "mcp_servers: {s: {url: 'http://h/mcp', headers: {X: \"a\\r\\nInjected: 1\"}}}\n",
+                "mcp_servers.s",
+                "`headers.X`: a value of visible ASCII",
             ),
             (
                 "mcp_servers: {s: {command: x, tool_timeout: 0}}\n",
