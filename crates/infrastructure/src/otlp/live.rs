@@ -127,15 +127,6 @@ pub struct Outlets {
     pub metrics: Option<Metrics>,
 }
 
-impl From<Exporter> for Outlets {
-    fn from(spans: Exporter) -> Self {
-        Self {
-            spans: Some(spans),
-            metrics: None,
-        }
-    }
-}
-
 /// A span in the queue, and whether it counts in the metrics (a fork's
 /// copied spans were counted in their parent run).
 #[derive(Debug)]
