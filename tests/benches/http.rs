@@ -143,6 +143,7 @@ fn bench_http(c: &mut Criterion) {
             instance: "0".into(),
             instance_call: 0,
             traceparent: None,
+            run_tools: Default::default(),
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {
             b.iter(|| {

@@ -582,7 +582,7 @@ fn storage_is_accepted_before_or_after_the_subcommand() {
 fn every_example_validates() {
     let awr = Awr::new();
     let mut files = Vec::new();
-    for dir in ["examples", "examples/cli"] {
+    for dir in ["examples", "examples/cli", "examples/mcp"] {
         for entry in std::fs::read_dir(repo_root().join(dir)).unwrap().flatten() {
             if entry.path().extension().is_some_and(|e| e == "yaml") {
                 files.push(entry.path());
@@ -654,7 +654,7 @@ fn events_has_a_header_as_runs_has() {
 /// refused at load, naming it, while no server is started for a run: a
 /// model never runs believing it has a tool it would not get.
 #[test]
-fn mcp_servers_are_checked_and_a_grant_of_their_tools_is_refused_until_they_run() {
+fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
     let awr = Awr::new();
     let declared = awr.write(
         "declared.yaml",
@@ -677,15 +677,22 @@ fn mcp_servers_are_checked_and_a_grant_of_their_tools_is_refused_until_they_run(
 
     let granted = awr.write(
         "granted.yaml",
-        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: openai, model: m, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: openai, model: m, tools: [everything/echo, everything/*]}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["validate", granted.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // Not yet to a CLI agent, which would be told of tools it lacks.
+    let cli = awr.write(
+        "cli.yaml",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: codex, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
     );
     for command in ["validate", "run"] {
-        let out = awr.run(&[command, granted.to_str().unwrap()]);
+        let out = awr.run(&[command, cli.to_str().unwrap()]);
         assert_eq!(out.code, 2, "{command}: {}", out.stderr);
         assert!(
-            out.stderr.contains("granted.yaml")
+            out.stderr.contains("cli.yaml")
                 && out.stderr.contains("agents.a.tools")
-                && out.stderr.contains("not given to agents yet"),
+                && out.stderr.contains("HTTP agents (openai, anthropic) only"),
             "{command}: {}",
             out.stderr
         );

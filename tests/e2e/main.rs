@@ -25,6 +25,7 @@ mod interrupted;
 mod kept_fields;
 mod kill_anytime;
 mod mcp_client;
+mod mcp_run;
 mod metrics;
 mod migrate;
 mod openai_chat;

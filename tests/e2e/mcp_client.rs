@@ -191,7 +191,7 @@ fn a_server_that_cannot_start_is_named() {
 
 /// Kills (SIGKILL) every process tagged with `run` (`AWR_RUN_ID`), as a
 /// crash or an operator would; how many.
-fn kill_tagged(run: RunId) -> usize {
+pub(crate) fn kill_tagged(run: RunId) -> usize {
     let tag = format!("AWR_RUN_ID={run}");
     let mut killed = 0;
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {

@@ -409,6 +409,7 @@ async fn resume_session(
         instance: "0".into(),
         instance_call: 1,
         traceparent: None,
+        run_tools: Default::default(),
     };
     let out: Vec<_> = providers
         .query(request)

@@ -28,6 +28,7 @@
 pub mod fork;
 pub mod inspect;
 pub mod load;
+pub mod mcp;
 pub mod migrate;
 pub mod ports;
 pub mod query;

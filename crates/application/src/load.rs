@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use domain::workflow::{NodeKind, Provider};
+use domain::workflow::{NodeKind, Provider, ToolGrant};
 use domain::{WorkflowDef, WorkflowError};
 
 use crate::ports::{SourceError, WorkflowSource};
@@ -423,33 +423,37 @@ pub fn mock_fixtures(top: &Path, workflow: &WorkflowDef) -> Vec<PathBuf> {
 /// otherwise just be a tool the model never sees.
 fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<(), LoadError> {
     for (name, agent) in &workflow.agents {
-        // Declared and checked, not yet started: a grant would give the
-        // model no tool while the file says it has one.
-        let granted = agent.tools.iter().find(|g| {
+        let mcp = |g: &&ToolGrant| {
             g.mcp()
                 .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
-        });
-        if let Some(grant) = granted {
-            return Err(LoadError::Invalid {
-                file: file.to_path_buf(),
-                error: WorkflowError::Invalid {
-                    item: format!("agents.{name}.tools"),
-                    message: format!(
-                        "`{}`: tools of MCP servers are not given to agents yet (this version \
-                         checks `mcp_servers:` and its grants, and starts no server)",
-                        grant.name
-                    ),
-                },
-            });
-        }
+        };
         if !agent.provider.is_http() {
+            // Started for HTTP agents only: a CLI agent would be told of
+            // tools it does not have.
+            if let Some(grant) = agent.tools.iter().find(mcp) {
+                return Err(LoadError::Invalid {
+                    file: file.to_path_buf(),
+                    error: WorkflowError::Invalid {
+                        item: format!("agents.{name}.tools"),
+                        message: format!(
+                            "`{}`: tools of MCP servers are given to HTTP agents (openai, \
+                             anthropic) only, not yet to {} agents",
+                            grant.name,
+                            agent.provider.as_str()
+                        ),
+                    },
+                });
+            }
             continue;
         }
-        if let Some(tool) = agent.tool_names().find(|t| !known.iter().any(|k| k == t)) {
+        let unknown = (agent.tools.iter())
+            .filter(|g| g.mcp().is_none())
+            .find(|g| !known.contains(&g.name));
+        if let Some(grant) = unknown {
             return Err(LoadError::UnknownTool {
                 file: file.to_path_buf(),
                 agent: name.clone(),
-                tool: tool.to_owned(),
+                tool: grant.name.clone(),
                 known: known.to_vec(),
             });
         }

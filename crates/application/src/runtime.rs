@@ -59,8 +59,9 @@ use serde_json::Value;
 
 use crate::fork::ForkRequest;
 use crate::ports::{
-    ChatModel, Clock, CommandReply, CommandRunner, ControlChannel, EventStream, IdGen, Processes,
-    QueryFn, RunLock, RunObserver, RunStore, SpanSink, StoreError, Tool, Transcripts,
+    ChatModel, Clock, CommandReply, CommandRunner, ControlChannel, EventStream, IdGen,
+    McpConnector, Processes, QueryFn, RunLock, RunObserver, RunStore, SpanSink, StoreError, Tool,
+    Transcripts,
 };
 use crate::run::{Cancel, CheckpointPolicy, Executor, ExecutorError, RunOutcome, RunRequest};
 use crate::tool_loop::ToolLoop;
@@ -121,6 +122,7 @@ impl Runtime {
             observers: Vec::new(),
             transcripts: None,
             spans: None,
+            mcp: None,
             commands: None,
             control: None,
             processes: None,
@@ -436,6 +438,7 @@ pub struct RuntimeBuilder {
     observers: Vec<Arc<dyn RunObserver>>,
     transcripts: Option<Arc<dyn Transcripts>>,
     spans: Option<Arc<dyn SpanSink>>,
+    mcp: Option<Arc<dyn McpConnector>>,
     commands: Option<Arc<dyn CommandRunner>>,
     control: Option<Arc<dyn ControlChannel>>,
     processes: Option<Arc<dyn Processes>>,
@@ -500,6 +503,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Starts the MCP servers a workflow declares (`mcp_servers:`) with
+    /// `connector`, so its HTTP agents can call their tools. Without one
+    /// no server is started and agents see no MCP tool, as in a replay.
+    #[must_use]
+    pub fn mcp(mut self, connector: Arc<dyn McpConnector>) -> Self {
+        self.mcp = Some(connector);
+        self
+    }
+
+    /// Starts no MCP server: what a replay, which serves their recorded
+    /// results, is built with.
+    #[must_use]
+    pub fn without_mcp(mut self) -> Self {
+        self.mcp = None;
+        self
+    }
+
     /// Runs `command` nodes with `runner` (without one they fail).
     #[must_use]
     pub fn commands(mut self, runner: Arc<dyn CommandRunner>) -> Self {
@@ -558,6 +578,9 @@ impl RuntimeBuilder {
         }
         if let Some(sink) = self.spans {
             executor = executor.with_spans(sink);
+        }
+        if let Some(connector) = self.mcp {
+            executor = executor.with_mcp(connector);
         }
         if let Some(control) = self.control {
             executor = executor.with_control(control);

@@ -106,9 +106,19 @@ impl ToolLoop {
 #[async_trait]
 impl QueryFn for ToolLoop {
     async fn query(&self, request: AgentRequest) -> Result<AgentStream, QueryError> {
+        // The run's own tools (its MCP servers') beside the runtime's.
+        let router = match request.run_tools.is_empty() {
+            true => Arc::clone(&self.router),
+            false => Arc::new(
+                (request.run_tools.0.iter())
+                    .fold(ToolRouter::clone(&self.router), |router, tool| {
+                        router.with(Arc::clone(tool))
+                    }),
+            ),
+        };
         let run = Conversation {
             model: Arc::clone(&self.model),
-            router: Arc::clone(&self.router),
+            router,
             context: ToolContext::new(match &request.agent.workdir {
                 Some(dir) => self.workspace.join(dir),
                 None => self.workspace.clone(),
@@ -564,6 +574,7 @@ mod tests {
             instance: "0".into(),
             instance_call: 0,
             traceparent: None,
+            run_tools: Default::default(),
         }
     }
 

@@ -37,12 +37,28 @@ impl ToolRouter {
     }
 
     /// What the model is told about the tools granted to an agent, in the
-    /// order granted; names that are not registered are skipped.
+    /// order granted (a grant of every tool of an MCP server, `server/*`,
+    /// gives its tools in name order); names that are not registered are
+    /// skipped, and a tool granted twice is told once.
     pub fn specs(&self, granted: &[ToolGrant]) -> Vec<ToolSpec> {
-        granted
-            .iter()
-            .filter_map(|grant| self.tools.get(&grant.name).map(|t| t.spec()))
-            .collect()
+        let mut specs: Vec<ToolSpec> = Vec::new();
+        for grant in granted {
+            let tools: Box<dyn Iterator<Item = &Arc<dyn Tool>>> = match grant.mcp() {
+                None => Box::new(self.tools.get(&grant.name).into_iter()),
+                Some(_) => Box::new(
+                    (self.tools.iter())
+                        .filter(|(name, _)| grant.grants(name))
+                        .map(|(_, tool)| tool),
+                ),
+            };
+            for tool in tools {
+                let spec = tool.spec();
+                if !specs.iter().any(|s| s.name == spec.name) {
+                    specs.push(spec);
+                }
+            }
+        }
+        specs
     }
 
     /// Names of every registered tool.
@@ -65,7 +81,7 @@ impl ToolRouter {
             .ok_or_else(|| ToolError::Unknown(name.to_owned()))?;
         let grant = granted
             .iter()
-            .find(|g| g.name == name)
+            .find(|g| g.grants(name))
             .ok_or_else(|| ToolError::NotGranted(name.to_owned()))?;
         let spec = tool.spec();
         validate(&input, &spec.input_schema).map_err(|e| ToolError::InvalidInput {

@@ -41,6 +41,7 @@ use adapters_agents::claude::ClaudeCode;
 use adapters_agents::codex::Codex;
 use adapters_agents::copilot::Copilot;
 use adapters_agents::gemini::Gemini;
+use adapters_agents::mcp::McpClients;
 use adapters_agents::mock::TurnReplay;
 use adapters_agents::openai::OpenAiChat;
 use adapters_agents::process::{OsProcesses, Shell, ShellCommandRunner};
@@ -288,7 +289,8 @@ pub fn stock(store: Arc<dyn RunStore>, storage: &Storage, stock: &Stock) -> Runt
         .transcripts(transcripts(storage))
         .commands(commands(&stock.project, keys))
         .control(control(storage))
-        .processes(processes());
+        .processes(processes())
+        .mcp(Arc::new(McpClients::new(&stock.project, keys.clone())));
     for tool in tools(keys) {
         builder = builder.tool(tool);
     }
@@ -298,7 +300,8 @@ pub fn stock(store: Arc<dyn RunStore>, storage: &Storage, stock: &Stock) -> Runt
 /// `builder` with every agent, whatever its provider, served from the
 /// recording in `dir` (`awr record-fixtures`): CLI and mock agents call by
 /// call, HTTP agents turn by turn through the tool loop on recorded tool
-/// results, every request checked. No provider is called, no tool runs.
+/// results, every request checked. No provider is called, no tool runs,
+/// no MCP server starts.
 pub fn replaying(
     mut builder: RuntimeBuilder,
     dir: &Path,
@@ -317,7 +320,7 @@ pub fn replaying(
     for provider in Provider::ALL {
         builder = builder.provider(provider, mock.clone());
     }
-    builder
+    builder.without_mcp()
 }
 
 /// The built-in tools an agent on an HTTP provider may be granted, `shell`

@@ -43,12 +43,15 @@ pub enum ErrorKind {
     Config,
     /// A recording refused or could not serve a call: `fixture_error`.
     Fixture,
+    /// An MCP server the agent is granted tools of did not start:
+    /// `mcp_server_error`.
+    McpServer,
     /// Any other type a provider reported, kept as it said it.
     Other(String),
 }
 
 /// Every named kind with its wire string.
-const NAMED: [(ErrorKind, &str); 14] = [
+const NAMED: [(ErrorKind, &str); 15] = [
     (ErrorKind::RateLimit, "rate_limit"),
     (ErrorKind::Network, "network_error"),
     (ErrorKind::Overloaded, "overloaded_error"),
@@ -63,6 +66,7 @@ const NAMED: [(ErrorKind, &str); 14] = [
     (ErrorKind::UnreadableOutput, "unreadable_output"),
     (ErrorKind::Config, "config_error"),
     (ErrorKind::Fixture, "fixture_error"),
+    (ErrorKind::McpServer, "mcp_server_error"),
 ];
 
 impl ErrorKind {

@@ -21,7 +21,10 @@
 //!   does not parse goes through as written; Anthropic and Gemini get the
 //!   parsed value, `{}` when it does not parse); once the tool result comes
 //!   back, `Tool said: <output>`. Lets a test make the model call any tool
-//!   with any, possibly invalid, arguments;
+//!   with any, possibly invalid, arguments. Several `CALLTOOL` lines are
+//!   called one a turn, in order (the next is the one after as many as
+//!   there are tool results since the prompt), then `Tool said: <output>`
+//!   of the last;
 //! - `TOOLTEST` → if the request offers a shell-like tool: one call of it
 //!   running `echo hi`; once the tool result comes back, the final text
 //!   `Tool said: <output>`;
@@ -111,6 +114,8 @@ pub(super) const TOOL_PREAMBLE: &str = "I will run a command.";
 struct Analysis {
     latest_text: String,
     tool_output: Option<String>,
+    /// Tool results since the newest user text.
+    results: usize,
     tools: Vec<(String, Value)>,
 }
 
@@ -137,17 +142,24 @@ pub(super) fn choose(api: Api, body: &Value, state: &State) -> Scenario {
     if latest.contains("CUTSTREAM") {
         return Scenario::CutStream;
     }
-    if let Some((name, raw)) = call_tool_line(latest)
-        && a.tools.iter().any(|(n, _)| n == name)
-    {
-        if let Some(out) = a.tool_output {
-            return tool_said(&out);
+    let lines = call_tool_lines(latest);
+    let offered = |name: &str| a.tools.iter().any(|(n, _)| n == name);
+    if lines.iter().any(|(name, _)| offered(name)) {
+        match lines.get(a.results) {
+            Some((name, raw)) if offered(name) => {
+                return Scenario::Tool {
+                    name: (*name).to_owned(),
+                    args: serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
+                    raw_args: Some((*raw).to_owned()),
+                };
+            }
+            None => {
+                if let Some(out) = a.tool_output {
+                    return tool_said(&out);
+                }
+            }
+            Some(_) => {}
         }
-        return Scenario::Tool {
-            name: name.to_owned(),
-            args: serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
-            raw_args: Some(raw.to_owned()),
-        };
     }
     let failing = latest.contains("TOOLFAIL");
     if (failing || latest.contains("TOOLTEST")) && !a.tools.is_empty() {
@@ -176,19 +188,24 @@ fn tool_said(output: &str) -> Scenario {
     Scenario::Text(format!("Tool said: {out}"))
 }
 
-/// The tool name and the raw argument text of a `CALLTOOL <name> <json>`
+/// The tool name and the raw argument text of each `CALLTOOL <name> <json>`
 /// line: the arguments are the rest of the line after the name, trimmed.
-fn call_tool_line(text: &str) -> Option<(&str, &str)> {
-    let (_, after) = text.split_once("CALLTOOL")?;
-    let line = after.lines().next().unwrap_or_default().trim();
-    let (name, raw) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-    (!name.is_empty()).then(|| (name, raw.trim()))
+fn call_tool_lines(text: &str) -> Vec<(&str, &str)> {
+    text.split("CALLTOOL")
+        .skip(1)
+        .filter_map(|after| {
+            let line = after.lines().next().unwrap_or_default().trim();
+            let (name, raw) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+            (!name.is_empty()).then(|| (name, raw.trim()))
+        })
+        .collect()
 }
 
 fn analyse(api: Api, body: &Value) -> Analysis {
     let mut a = Analysis {
         latest_text: String::new(),
         tool_output: None,
+        results: 0,
         tools: Vec::new(),
     };
     let tools = array(body, "tools");
@@ -200,6 +217,11 @@ fn analyse(api: Api, body: &Value) -> Analysis {
                     .filter(|m| role(m) == Some("user"))
                     .map(|m| &m["content"]),
             );
+            a.results = since_text(msgs, |m| role(m) == Some("user"), |m| &m["content"])
+                .iter()
+                .flat_map(|m| m["content"].as_array().into_iter().flatten())
+                .filter(|b| b["type"] == "tool_result")
+                .count();
             if let Some(last) = msgs.last().filter(|m| role(m) == Some("user")) {
                 for block in last["content"].as_array().into_iter().flatten() {
                     if block["type"] == "tool_result" {
@@ -226,6 +248,10 @@ fn analyse(api: Api, body: &Value) -> Analysis {
             };
             a.latest_text =
                 latest_user_text(items.iter().filter(is_user_message).map(|m| &m["content"]));
+            a.results = since_text(&items, |m| is_user_message(&m), |m| &m["content"])
+                .iter()
+                .filter(|it| it["type"].as_str().is_some_and(|t| t.ends_with("_output")))
+                .count();
             if let Some(last) = items.last() {
                 let kind = last["type"].as_str().unwrap_or_default();
                 if matches!(
@@ -258,6 +284,10 @@ fn analyse(api: Api, body: &Value) -> Analysis {
                     .filter(|m| role(m) == Some("user"))
                     .map(|m| &m["content"]),
             );
+            a.results = since_text(msgs, |m| role(m) == Some("user"), |m| &m["content"])
+                .iter()
+                .filter(|m| role(m) == Some("tool"))
+                .count();
             if let Some(last) = msgs.last().filter(|m| role(m) == Some("tool")) {
                 let c = &last["content"];
                 a.tool_output = Some(
@@ -279,6 +309,12 @@ fn analyse(api: Api, body: &Value) -> Analysis {
                 .iter()
                 .filter(|c| c["role"].as_str().unwrap_or("user") == "user");
             a.latest_text = latest_user_text(user.map(|c| &c["parts"]));
+            let is_user = |c: &Value| c["role"].as_str().unwrap_or("user") == "user";
+            a.results = since_text(contents, is_user, |c| &c["parts"])
+                .iter()
+                .flat_map(|c| c["parts"].as_array().into_iter().flatten())
+                .filter(|p| p.get("functionResponse").is_some())
+                .count();
             if let Some(last) = contents.last() {
                 for p in last["parts"].as_array().into_iter().flatten() {
                     if let Some(fr) = p.get("functionResponse") {
@@ -298,6 +334,19 @@ fn analyse(api: Api, body: &Value) -> Analysis {
         }
     }
     a
+}
+
+/// The items after the newest one from the user that holds text (by
+/// `is_user` and its content at `content`): what came since the prompt.
+fn since_text(
+    items: &[Value],
+    is_user: impl Fn(&Value) -> bool,
+    content: impl Fn(&Value) -> &Value,
+) -> &[Value] {
+    let newest = items
+        .iter()
+        .rposition(|m| is_user(m) && texts_of(content(m)).iter().any(|t| !t.trim().is_empty()));
+    newest.map_or(items, |at| &items[at + 1..])
 }
 
 fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
@@ -599,5 +648,37 @@ mod tests {
             choose(Api::Chat, &body("CALLTOOL")),
             Scenario::Text(PLAIN_TEXT.into())
         );
+    }
+
+    #[test]
+    fn several_calltool_lines_are_called_one_a_turn_in_order() {
+        let tools = json!([{"name": "a", "input_schema": {"type": "object"}},
+            {"name": "b", "input_schema": {"type": "object"}}]);
+        let prompt = "CALLTOOL a {\"n\": 1}\nCALLTOOL b {\"n\": 2}";
+        let mut messages = vec![json!({"role": "user", "content": prompt})];
+        let body = |messages: &[Value]| json!({"messages": messages, "tools": tools.clone()});
+        let call = |name: &str, n: u8| Scenario::Tool {
+            name: name.into(),
+            args: json!({"n": n}),
+            raw_args: Some(format!("{{\"n\": {n}}}")),
+        };
+        assert_eq!(choose(Api::Anthropic, &body(&messages)), call("a", 1));
+        for (id, said) in [("t1", "one"), ("t2", "two")] {
+            messages.push(json!({"role": "assistant",
+                "content": [{"type": "tool_use", "id": id, "name": "x", "input": {}}]}));
+            messages.push(json!({"role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": id, "content": said}]}));
+            if id == "t1" {
+                assert_eq!(choose(Api::Anthropic, &body(&messages)), call("b", 2));
+            }
+        }
+        assert_eq!(
+            choose(Api::Anthropic, &body(&messages)),
+            Scenario::Text("Tool said: two".into())
+        );
+        // A new prompt starts the count again.
+        messages.push(json!({"role": "assistant", "content": "Tool said: two"}));
+        messages.push(json!({"role": "user", "content": prompt}));
+        assert_eq!(choose(Api::Anthropic, &body(&messages)), call("a", 1));
     }
 }

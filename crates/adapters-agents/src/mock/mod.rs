@@ -235,6 +235,7 @@ mod tests {
             instance: "0".into(),
             instance_call: 0,
             traceparent: None,
+            run_tools: Default::default(),
         }
     }
 

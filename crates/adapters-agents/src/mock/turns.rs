@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use domain::ErrorKind;
 use domain::event::Usage;
 use domain::recording::{Mismatch, MismatchKind};
-use domain::workflow::ToolGrant;
+use domain::workflow::{MCP_PREFIX, ToolGrant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -76,16 +76,24 @@ pub(super) async fn replay(
         .into_iter()
         .map(ToolGrant::new)
         .collect();
-    let router = replay
-        .tools
-        .specs(&every)
-        .into_iter()
-        .fold(ToolRouter::new(), |router, spec| {
-            router.with(Arc::new(RecordedTool {
-                spec,
-                outcomes: Arc::clone(&tools),
-            }))
-        });
+    // Tools of MCP servers are not started in a replay: the recording
+    // names them, and holds their results.
+    let mut specs = replay.tools.specs(&every);
+    for (call, _) in outcomes_of(&tools) {
+        if call.name.starts_with(MCP_PREFIX) && !specs.iter().any(|s| s.name == call.name) {
+            specs.push(ToolSpec {
+                name: call.name,
+                description: String::new(),
+                input_schema: json!({"type": "object"}),
+            });
+        }
+    }
+    let router = specs.into_iter().fold(ToolRouter::new(), |router, spec| {
+        router.with(Arc::new(RecordedTool {
+            spec,
+            outcomes: Arc::clone(&tools),
+        }))
+    });
     let tool_loop = ToolLoop::new(
         Arc::new(model),
         Arc::new(router),
@@ -302,6 +310,14 @@ impl Tool for RecordedTool {
                 self.spec.name
             ))),
         }
+    }
+}
+
+/// The recorded calls not served yet.
+fn outcomes_of(outcomes: &Mutex<Vec<Option<Outcome>>>) -> Vec<Outcome> {
+    match outcomes.lock() {
+        Ok(outcomes) => outcomes.iter().flatten().cloned().collect(),
+        Err(_) => Vec::new(),
     }
 }
 

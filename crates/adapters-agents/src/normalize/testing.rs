@@ -390,6 +390,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         instance: "0".into(),
         instance_call: 0,
         traceparent: None,
+        run_tools: Default::default(),
     }
 }
 

@@ -62,7 +62,7 @@ pub use store::MockRunStore;
 pub use store::{EventBatches, EventStream, RunLock, RunStore, StoreError, definition_at};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use tool::MockTool;
-pub use tool::{Tool, ToolContext, ToolError, ToolSpec};
+pub use tool::{RunTools, Tool, ToolContext, ToolError, ToolSpec};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use transcript::{MockTranscript, MockTranscriptReader, MockTranscripts};
 pub use transcript::{Transcript, TranscriptError, TranscriptLines, TranscriptReader, Transcripts};

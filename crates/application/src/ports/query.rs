@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::ChatMessage;
+use super::{ChatMessage, RunTools};
 
 /// One invocation of one agent for one node execution.
 #[derive(Debug, Clone)]
@@ -68,6 +68,9 @@ pub struct AgentRequest {
     /// `TRACEPARENT`, so spans of its own join the run's trace under the
     /// call.
     pub traceparent: Option<String>,
+    /// Tools of the run the agent is granted besides the runtime's own
+    /// (those of MCP servers), for a provider whose tools the runtime runs.
+    pub run_tools: RunTools,
 }
 
 /// The end of a successful invocation.

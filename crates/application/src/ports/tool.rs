@@ -6,6 +6,7 @@
 //! checks the input against the schema before the tool sees it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use domain::RunId;
@@ -159,4 +160,25 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the tool on input already checked against its schema.
     async fn call(&self, input: Value, context: &ToolContext) -> Result<Value, ToolError>;
+}
+
+/// Tools of one run besides the runtime's own: those of the MCP servers
+/// the run's workflow declares, handed to the tool loop with each request
+/// of an agent granted them.
+#[derive(Clone, Default)]
+pub struct RunTools(pub Vec<Arc<dyn Tool>>);
+
+impl RunTools {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for RunTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|tool| tool.spec().name))
+            .finish()
+    }
 }

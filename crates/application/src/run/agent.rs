@@ -4,7 +4,7 @@
 use domain::event::{Extra, Prompt};
 use domain::output::parse_structured;
 use domain::workflow::AgentDef;
-use domain::{EventKind, SessionId, Timestamp};
+use domain::{ErrorKind, EventKind, SessionId, Timestamp};
 use std::mem::take;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::step::retry::Failure;
 use super::transcript::render_prompt;
-use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError};
+use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError, RunTools};
 
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
@@ -181,6 +181,20 @@ async fn invoke(
         restart: turn.restart.clone(),
     };
     let ack = task.record(start).await.ok_or_else(run_over)?;
+    let run_tools = match task.mcp.as_ref().filter(|_| agent.provider.is_http()) {
+        Some(servers) => match servers.tools(&agent.tools).await {
+            Ok(tools) => tools,
+            Err(e) => {
+                let error = QueryError::Agent {
+                    error_type: ErrorKind::McpServer,
+                    message: e.to_string(),
+                    details: None,
+                };
+                return failed(task, error).await;
+            }
+        },
+        None => RunTools::default(),
+    };
     let request = AgentRequest {
         run_id: task.run_id,
         workflow: task.workflow.name.clone(),
@@ -198,6 +212,7 @@ async fn invoke(
         instance: ack.instance,
         instance_call: ack.instance_call,
         traceparent: ack.traceparent,
+        run_tools,
     };
     let started = task.ports.clock.now();
     let mut silence = Silence::new(task, agent);

@@ -41,6 +41,7 @@ use super::recorder::{RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
 use super::step::{Input, budget, start};
 use super::{ExecutorError, Parent, Ports, RunOutcome, RunRequest};
+use crate::mcp::McpServers;
 use crate::ports::{Listener, RunLock};
 
 /// Messages from node runs waiting to be recorded. Bounded so that an agent
@@ -77,6 +78,9 @@ pub(crate) struct Driver {
     /// This process's right to write the run, held until the run ends
     /// (taken out only to be released at a hand-over).
     lock: Option<RunLock>,
+    /// The run's MCP servers, shared by its node runs, closed when this
+    /// writer lets go of the run.
+    mcp: Option<Arc<McpServers>>,
 }
 
 impl Driver {
@@ -138,6 +142,7 @@ impl Driver {
             parent_pausing: None,
             tail: Vec::new(),
             lock: Some(lock),
+            mcp: endpoints.mcp,
         }
     }
 
@@ -203,6 +208,11 @@ impl Driver {
     ) -> Result<RunOutcome, ExecutorError> {
         if let Err(error) = &result {
             self.record_system_failure(error).await;
+        }
+        // Nothing calls them any more: every node run has ended (or was
+        // left to a later writer, which starts its own).
+        if let Some(mcp) = &self.mcp {
+            mcp.close().await;
         }
         result
     }
@@ -329,6 +339,7 @@ impl Driver {
             tx: self.tx.clone(),
             cancel: cancel.clone(),
             pausing: self.pausing.clone(),
+            mcp: self.mcp.clone(),
         };
         // Boxed here, once: the node run's future is kilobytes (the agent's
         // stream state), and the spawn moves it through several frames.

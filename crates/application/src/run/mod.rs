@@ -52,8 +52,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::ports::{
-    Clock, CommandRunner, ControlChannel, ControlError, IdGen, Processes, QueryFn, RunLock,
-    RunObserver, RunStore, SpanSink, StoreError, TranscriptError, Transcripts,
+    Clock, CommandRunner, ControlChannel, ControlError, IdGen, McpConnector, Processes, QueryFn,
+    RunLock, RunObserver, RunStore, SpanSink, StoreError, TranscriptError, Transcripts,
 };
 
 /// What to run.
@@ -203,6 +203,9 @@ pub(crate) struct Ports {
     pub observer: Option<Arc<dyn RunObserver>>,
     pub transcripts: Option<Arc<dyn Transcripts>>,
     pub spans: Option<Arc<dyn SpanSink>>,
+    /// Starts the MCP servers runs declare; without one, none is started
+    /// (a replay, which serves their recorded results instead).
+    pub mcp: Option<Arc<dyn McpConnector>>,
     pub checkpoints: CheckpointPolicy,
 }
 
@@ -238,6 +241,7 @@ impl Executor {
                 observer: None,
                 transcripts: None,
                 spans: None,
+                mcp: None,
                 checkpoints: CheckpointPolicy::default(),
             }),
         }
@@ -284,6 +288,12 @@ impl Executor {
     #[must_use]
     pub fn with_control(self, control: Arc<dyn ControlChannel>) -> Self {
         self.with(|p| p.control = Some(control))
+    }
+
+    /// Starts the MCP servers a run's workflow declares with `connector`.
+    #[must_use]
+    pub fn with_mcp(self, connector: Arc<dyn McpConnector>) -> Self {
+        self.with(|p| p.mcp = Some(connector))
     }
 
     /// Kills the process groups a dead writer of a resumed run left behind.

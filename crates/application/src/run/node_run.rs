@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Ports;
 use super::control::Cancel;
 use super::step::retry::{Failure, Retry};
+use crate::mcp::McpServers;
 use crate::ports::{ChatMessage, CommandRequest};
 
 /// The recorder's answer to an event sent with an acknowledgement, once
@@ -131,6 +132,9 @@ pub(crate) struct NodeTask {
     /// The run is pausing: an agent stops at its next safe point, with no
     /// tool call in flight (see `agent::invoke`).
     pub pausing: Cancel,
+    /// The run's MCP servers, when its workflow declares any and the
+    /// runtime starts them.
+    pub mcp: Option<Arc<McpServers>>,
 }
 
 impl NodeTask {

@@ -1,10 +1,11 @@
 //! What a run's writer opens besides its log: the transcript, the command
-//! endpoint and the live export of its spans.
+//! endpoint, the live export of its spans and its MCP servers.
 
 use std::sync::Arc;
 
 use domain::{RunId, WorkflowDef};
 
+use crate::mcp::McpServers;
 use crate::ports::Listener;
 use crate::run::live::LiveSpans;
 use crate::run::transcript::TranscriptWriter;
@@ -17,6 +18,8 @@ pub(crate) struct Endpoints {
     pub(super) transcript: Option<TranscriptWriter>,
     pub(super) listener: Option<Listener>,
     pub(super) live: Option<LiveSpans>,
+    /// The MCP servers the workflow declares, started on first need.
+    pub(super) mcp: Option<Arc<McpServers>>,
 }
 
 impl Endpoints {
@@ -24,7 +27,7 @@ impl Endpoints {
     /// writer's lock was taken under (`epoch`, for a store that has them),
     /// and, when `listen`, its command endpoint (a run that cannot take
     /// commands still goes on), and the live export of the spans of
-    /// `workflow`'s run.
+    /// `workflow`'s run, and the MCP servers it declares (none started yet).
     pub(crate) async fn open(
         ports: &Ports,
         run_id: RunId,
@@ -55,10 +58,14 @@ impl Endpoints {
             None => None,
         };
         let live = LiveSpans::open(ports, run_id, parent, workflow).await;
+        let mcp = (ports.mcp.as_ref())
+            .and_then(|connector| McpServers::of(Arc::clone(connector), run_id, workflow))
+            .map(Arc::new);
         Ok(Self {
             transcript,
             listener,
             live,
+            mcp,
         })
     }
 }
