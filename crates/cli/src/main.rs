@@ -318,6 +318,19 @@ enum Command {
     /// Every request needs a token: the one given, the named ones of a
     /// tokens file, or one the server makes and prints (docs/security.md).
     Serve(serve::Flags),
+    /// Serve awr's MCP tools on stdin and stdout (docs/mcp.md): an agent
+    /// that starts `awr mcp` starts, waits for, reads and commands runs,
+    /// recorded as the local user. Runs it started and still writes are
+    /// paused when the client closes the connection.
+    Mcp {
+        /// Directory a workflow `path` of `start_run` must be inside.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        root: std::path::PathBuf,
+        /// Let a workflow a client sends inline run programs on this machine
+        /// (command nodes, the shell tool, CLI agents, ...).
+        #[arg(long)]
+        allow_inline_code: bool,
+    },
     /// Delete finished runs (completed, failed, cancelled) that ended longer
     /// ago than DURATION, with their child runs; prints each run deleted.
     Prune {
@@ -397,7 +410,9 @@ const SPAN_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
 /// once, so it keeps a thread per core.
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     match command {
-        Command::Serve(_) | Command::Worker { .. } => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve(_) | Command::Worker { .. } | Command::Mcp { .. } => {
+            tokio::runtime::Builder::new_multi_thread()
+        }
         _ => tokio::runtime::Builder::new_current_thread(),
     }
 }
@@ -549,6 +564,14 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Serve(flags) => {
             let (listen, config) = flags.settings(storage)?;
             serve::serve(listen, config).await
+        }
+        Command::Mcp {
+            root,
+            allow_inline_code,
+        } => {
+            let mut config = serve::Config::new(storage, root, serve::access::Access::Open);
+            config.allow_inline_code = allow_inline_code;
+            serve::mcp::stdio(serve::App::new(config).await?).await
         }
         Command::Prune {
             older_than,

@@ -66,6 +66,15 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// What the answer's body says: `{error, message, offset?}`.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorKind::of(self.status),
+            message: self.message.clone(),
+            offset: self.offset,
+        }
+    }
+
     /// The same error, saying where the refused command was recorded.
     #[must_use]
     pub fn recorded_at(mut self, offset: u64) -> Self {

@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{Extension, Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use domain::Caller;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -28,14 +29,14 @@ use crate::wiring::wired_for;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"at": 12, "input": "Sodium-ion batteries in 2026"}))]
-pub(super) struct ForkBody {
+pub(crate) struct ForkBody {
     /// The offset of the parent's last event the fork keeps: from 1,
     /// before the parent's terminal event.
     #[schema(minimum = 1)]
-    at: u64,
+    pub(crate) at: u64,
     /// The input of what runs after the fork point; absent or `null`: the
     /// parent's.
-    input: Option<Value>,
+    pub(crate) input: Option<Value>,
 }
 
 /// `POST /workflows/{id}/fork` with `{"at": N, "input"?: ...}`.
@@ -68,9 +69,27 @@ pub async fn fork(
     UrlPath(id): UrlPath<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    app.admit()?;
     let body: ForkBody = parse_body(&body)?;
-    let parent = resolve(&app, &id).await?;
+    let forked = fork_run(&app, caller.name, &id, body).await?;
+    let location = format!("/workflows/{}", forked.run_id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(forked),
+    )
+        .into_response())
+}
+
+/// Forks the run `id` names as `body` says, for `by`, and runs the fork
+/// here: what `POST /workflows/{id}/fork` and the MCP tool `fork` do.
+pub(crate) async fn fork_run(
+    app: &App,
+    by: Caller,
+    id: &str,
+    body: ForkBody,
+) -> Result<Forked, ApiError> {
+    app.admit()?;
+    let parent = resolve(app, id).await?;
     let store = Arc::clone(app.store());
     store.last_offset(parent).await.map_err(store_error)?;
     let (workflow, wired) = wired_for(app.storage(), parent, None, Some(store), None)
@@ -83,7 +102,7 @@ pub async fn fork(
         parent,
         at: body.at,
         input: body.input.filter(|i| !i.is_null()),
-        by: Some(caller.name),
+        by: Some(by),
     };
     let run_id = wired
         .runtime
@@ -106,7 +125,7 @@ pub async fn fork(
             Err(e) => tracing::warn!(run = %run_id, error = %e, "fork failed"),
         }
     });
-    let body = Forked {
+    Ok(Forked {
         forked_from: ForkPoint {
             offset: body.at,
             run_id: parent,
@@ -114,11 +133,5 @@ pub async fn fork(
         run_id,
         status: "running",
         urls: Urls::of(run_id),
-    };
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, format!("/workflows/{run_id}"))],
-        Json(body),
-    )
-        .into_response())
+    })
 }

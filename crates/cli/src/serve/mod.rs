@@ -34,6 +34,7 @@ mod fork;
 mod frame;
 pub mod guard;
 pub mod limits;
+pub mod mcp;
 mod openapi;
 mod retention;
 mod router;

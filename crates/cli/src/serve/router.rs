@@ -28,7 +28,11 @@ pub fn router(app: App) -> Router {
     use tower_http::timeout::TimeoutLayer;
 
     let page = routed(public_routes());
+    // awr's MCP server, for any token: each tool checks the scope its
+    // HTTP route needs.
+    let mcp = axum::routing::any_service(super::mcp::http_service(app.clone()));
     let api = routed(api_routes())
+        .route("/mcp", mcp)
         .fallback(not_found)
         .with_state(app.clone())
         .layer(axum::middleware::from_fn_with_state(

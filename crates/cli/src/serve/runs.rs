@@ -38,20 +38,20 @@ const MAX_LIMIT: usize = 1000;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"path": "examples/summarize.yaml", "input": "- fact one\n- fact two"}))]
-pub(super) struct StartBody {
+pub(crate) struct StartBody {
     /// A workflow file, under the server's root (`--root`).
-    path: Option<String>,
+    pub(crate) path: Option<String>,
     /// The workflow itself: its text (YAML or JSON), or a JSON object.
     /// It may not run programs or reach files of the server's machine
     /// unless the server was started with `--allow-inline-code`.
     #[schema(value_type = Option<WorkflowSource>)]
-    workflow: Option<Value>,
+    pub(crate) workflow: Option<Value>,
     /// The run's input; absent or `null`: the workflow's own `input`.
     /// Nested at most 100 levels deep.
-    input: Option<Value>,
+    pub(crate) input: Option<Value>,
     /// On a server started with `--queue`: claimed by workers before runs
     /// of a lower priority (default 0). Refused by any other server.
-    priority: Option<i32>,
+    pub(crate) priority: Option<i32>,
 }
 
 /// `POST /workflows`: loads the workflow as `awr run` does and starts it
@@ -85,8 +85,14 @@ pub async fn start(
     Extension(caller): Extension<Granted>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    app.admit()?;
     let body: StartBody = parse_body(&body)?;
+    Ok(created(start_run(&app, caller.name, body).await?))
+}
+
+/// Starts (or queues) the run `body` asks for, for `by`: what `POST
+/// /workflows` and the MCP tool `start_run` do.
+pub(crate) async fn start_run(app: &App, by: Caller, body: StartBody) -> Result<Started, ApiError> {
+    app.admit()?;
     let root = &app.config().root;
     let storage = storage_places(app.storage());
     let (file, draft) = match (body.path, body.workflow) {
@@ -124,14 +130,14 @@ pub async fn start(
             workflow,
             source: source_of(&file),
             input,
-            by: Some(caller.name),
+            by: Some(by),
             priority: body.priority.unwrap_or(0),
         };
         let ids = crate::wiring::clock_and_ids().1;
         let run_id = application::queue::submit(queue.as_ref(), ids.as_ref(), request)
             .await
             .map_err(|e| ApiError::internal(format!("cannot queue the run: {e}")))?;
-        return Ok(created(Started::queued(run_id)));
+        return Ok(Started::queued(run_id));
     }
     if body.priority.is_some() {
         return Err(ApiError::bad_request(
@@ -151,7 +157,7 @@ pub async fn start(
         .create()
         .await
         .map_err(|e| ApiError::internal(format!("cannot create the run: {e}")))?;
-    let request = request(workflow, input, &file, Some(caller.name));
+    let request = request(workflow, input, &file, Some(by));
     app.write(run_id, async move {
         match wired
             .runtime
@@ -169,7 +175,7 @@ pub async fn start(
             }
         }
     });
-    Ok(created(Started::new(run_id)))
+    Ok(Started::new(run_id))
 }
 
 /// `201`, with the new run's URL.
@@ -184,24 +190,24 @@ fn created(started: Started) -> Response {
 
 /// The query of `GET /workflows`. Each is read as text and checked here,
 /// so a bad value is a 400 naming it; the description says what is valid.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only runs with one of these statuses.
     #[param(value_type = Option<Vec<super::openapi::ShownStatus>>, style = Form, explode = false, min_items = 1)]
-    status: Option<String>,
+    pub(crate) status: Option<String>,
     /// Only runs of the workflow with this name.
-    workflow: Option<String>,
+    pub(crate) workflow: Option<String>,
     /// Only runs started then or later: an RFC 3339 time, or a duration
     /// ago (`2h`, `7d`).
     #[param(example = "2h")]
-    since: Option<String>,
+    pub(crate) since: Option<String>,
     /// Runs per page: 1 to 1000 (default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    limit: Option<String>,
+    pub(crate) limit: Option<String>,
     /// The `next` of the previous page: the runs after that one.
     #[param(value_type = Option<String>, format = Uuid)]
-    after: Option<String>,
+    pub(crate) after: Option<String>,
 }
 
 /// `GET /workflows?status=S&workflow=NAME&since=T&limit=N&after=ID`: newest
@@ -227,6 +233,12 @@ pub async fn list(
     State(app): State<App>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<RunList>, ApiError> {
+    Ok(Json(list_runs(&app, query).await?))
+}
+
+/// A page of runs as `query` selects them: what `GET /workflows` and the
+/// MCP tool `list_runs` answer.
+pub(crate) async fn list_runs(app: &App, query: ListQuery) -> Result<RunList, ApiError> {
     let limit = match query.limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(text) => match text.parse::<usize>() {
@@ -297,11 +309,11 @@ pub async fn list(
     } else {
         None
     };
-    Ok(Json(RunList {
+    Ok(RunList {
         counts,
         next,
         runs: listed.iter().map(Row::of).collect(),
-    }))
+    })
 }
 
 /// `GET /workflows/{id}`: the snapshot, as `awr show RUN --json` prints it.
@@ -326,15 +338,20 @@ pub async fn show(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, ApiError> {
-    let run_id = resolve(&app, &id).await?;
+    let body = show_run(&app, &id).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The run `id` names, as `awr show RUN --json` prints it: what `GET
+/// /workflows/{id}` and the MCP tool `get_run` answer.
+pub(crate) async fn show_run(app: &App, id: &str) -> Result<String, ApiError> {
+    let run_id = resolve(app, id).await?;
     app.store().last_offset(run_id).await.map_err(store_error)?;
     let view = run_view(app.store().as_ref(), run_id)
         .await
         .map_err(store_error)?;
-    let body = view
-        .to_json()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    view.to_json()
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// An executor's refusal or failure as an answer.
@@ -384,12 +401,24 @@ pub async fn command(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let raw: Value = parse_body(&body)?;
+    let accepted = command_run(&app, caller.name, &id, raw).await?;
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+/// Gives the run `id` names the command `raw`, from `by`: what `POST
+/// /workflows/{id}/commands` and the MCP command tools do.
+pub(crate) async fn command_run(
+    app: &App,
+    by: Caller,
+    id: &str,
+    raw: Value,
+) -> Result<Accepted, ApiError> {
     if !raw.is_object() {
         return Err(ApiError::bad_request(
             r#"the body must be a command: {"type": "pause" | "cancel" | "resume" | "send" | "reply", ...}"#,
         ));
     }
-    let run_id = resolve(&app, &id).await?;
+    let run_id = resolve(app, id).await?;
     let store = app.store();
     store.last_offset(run_id).await.map_err(store_error)?;
     let parsed = RuntimeCommand::parse(&raw);
@@ -403,13 +432,13 @@ pub async fn command(
         .await
         .map_err(store_error)?
     {
-        return resume(&app, run_id, message.clone(), caller.name).await;
+        return resume(app, run_id, message.clone(), by).await;
     }
-    let reply = deliver(app.storage(), run_id, &raw, Some(&caller.name))
+    let reply = deliver(app.storage(), run_id, &raw, Some(&by))
         .await
         .map_err(executor_error)?;
     match reply.error {
-        None => Ok((StatusCode::ACCEPTED, Json(Accepted::at(reply.offset))).into_response()),
+        None => Ok(Accepted::at(reply.offset)),
         Some(why) if parsed.is_err() => Err(ApiError::bad_request(why).recorded_at(reply.offset)),
         Some(why) => Err(ApiError::conflict(why).recorded_at(reply.offset)),
     }
@@ -426,7 +455,7 @@ async fn resume(
     run_id: RunId,
     message: Option<String>,
     by: Caller,
-) -> Result<Response, ApiError> {
+) -> Result<Accepted, ApiError> {
     app.admit()?;
     let store = std::sync::Arc::clone(app.store());
     let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store.clone()), None)
@@ -466,5 +495,5 @@ async fn resume(
             _ => return Err(ApiError::conflict(format!("run {run_id} was not resumed"))),
         },
     };
-    Ok((StatusCode::ACCEPTED, Json(Accepted::at(offset))).into_response())
+    Ok(Accepted::at(offset))
 }
