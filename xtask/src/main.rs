@@ -113,6 +113,7 @@ fn docs() -> anyhow::Result<()> {
 fn test() -> anyhow::Result<()> {
     needs::ensure()?;
     let clis = agent_clis()?;
+    let mcp_python = installed(".ci/install-mcp-python", "python3 with venv and pip")?;
     let postgres = postgres::Cluster::start(&std::env::temp_dir())?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
@@ -120,6 +121,7 @@ fn test() -> anyhow::Result<()> {
         .args(["test", "--workspace"])
         .env("AWR_REQUIRE_JQ", "1")
         .env("AWR_AGENT_CLIS", &clis)
+        .env("AWR_MCP_PYTHON", &mcp_python)
         .env("AWR_TEST_POSTGRES", postgres.url())
         .env("AWR_TEST_POSTGRES_RESTART", postgres.restart_command())
         .env("AWR_REQUIRE_POSTGRES", "1");
@@ -170,26 +172,33 @@ fn ui_tests() -> anyhow::Result<()> {
 /// Installs the pinned agent CLIs (a no-op when the cache holds them) and
 /// returns the directory of their executables.
 fn agent_clis() -> anyhow::Result<String> {
-    let script = workspace_root().join(".ci/install-agent-clis");
+    installed(".ci/install-agent-clis", "node and npm")
+}
+
+/// Runs the install script `script` (of the repository; a no-op when its
+/// cache holds what it installs, pinned) and returns the path it prints;
+/// `needs` says what it needs, for its failure.
+fn installed(script: &str, needs: &str) -> anyhow::Result<String> {
+    let script = workspace_root().join(script);
     let out = Command::new(&script)
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start {}", script.display()))?;
     if !out.status.success() {
         bail!(
-            "{} failed ({}); it needs node and npm",
+            "{} failed ({}); it needs {needs}",
             script.display(),
             out.status
         );
     }
-    let dir = String::from_utf8(out.stdout)
-        .context("the agent CLIs' directory is not UTF-8")?
+    let path = String::from_utf8(out.stdout)
+        .with_context(|| format!("{} printed a path that is not UTF-8", script.display()))?
         .trim()
         .to_owned();
-    if dir.is_empty() {
-        bail!("{} printed no directory", script.display());
+    if path.is_empty() {
+        bail!("{} printed no path", script.display());
     }
-    Ok(dir)
+    Ok(path)
 }
 
 /// The workspace root: the parent of this crate's directory.

@@ -11,6 +11,8 @@ use domain::event::KNOWN_TYPES;
 use domain::{EventKind, RunId, RunStatus};
 use futures::StreamExt;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +20,6 @@ use super::super::runs::show_run;
 use super::super::stream::{resolve, store_error};
 use super::super::{ApiError, App};
 use super::Refusal;
-use super::tools::{EventsArgs, TranscriptArgs, WaitArgs};
 
 /// The longest a `wait_run` waits: an HTTP answer must begin within the
 /// server's request timeout (60 s).
@@ -30,6 +31,49 @@ const MAX_PAGE: u32 = 1000;
 
 /// Runs listed as resources, newest first.
 const LISTED_RUNS: usize = 50;
+
+/// `wait_run`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct WaitArgs {
+    /// The run's id, or a unique prefix of it.
+    pub run_id: String,
+    /// How long to wait at most, in seconds: 0 to 50 (default 30). The
+    /// answer then says the run's status whatever it is; call again to
+    /// wait longer.
+    #[schemars(range(max = 50))]
+    pub timeout_seconds: Option<u32>,
+}
+
+/// `events_since`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct EventsArgs {
+    /// The run's id, or a unique prefix of it.
+    pub run_id: String,
+    /// The events after this offset (default 0: from the first); the
+    /// previous answer's `nextOffset` pages on.
+    pub offset: Option<u64>,
+    /// At most this many events, 1 to 1000 (default 100).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+    /// Only events of these types (`node:completed`, `tool:completed`, ...).
+    pub types: Option<Vec<String>>,
+}
+
+/// `transcript_since`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct TranscriptArgs {
+    /// The run's id, or a unique prefix of it.
+    pub run_id: String,
+    /// The lines after this `seq` (default 0: from the first); the previous
+    /// answer's `nextSeq` pages on.
+    pub seq: Option<u64>,
+    /// At most this many lines, 1 to 1000 (default 100).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+}
 
 /// Whether a run in `status` will change without being asked to: one that
 /// runs, or waits to be started.
@@ -57,11 +101,9 @@ pub(super) async fn wait(
     let store = app.store();
     // Followed from before the status is read: nothing it does after is missed.
     let from = store.last_offset(run_id).await.map_err(store_error)?;
-    let view = run_view(store.as_ref(), run_id)
-        .await
-        .map_err(store_error)?;
+    let status = shown(app, run_id).await?;
     let mut timed_out = false;
-    if unsettled(view.status) && within > 0 {
+    if unsettled(status) && within > 0 {
         let mut events = store.follow(run_id, from).await.map_err(store_error)?;
         let settled = async {
             while let Some(event) = events.next().await {
@@ -81,16 +123,14 @@ pub(super) async fn wait(
             _ = stopping.wait_for(|stop| *stop) => true,
         };
     }
-    let view = run_view(store.as_ref(), run_id)
-        .await
-        .map_err(store_error)?;
-    let last = view.snapshot.last_offset;
-    let done = matches!(view.status, ShownStatus::Recorded(s) if s.is_terminal());
+    let status = shown(app, run_id).await?;
+    let last = store.last_offset(run_id).await.map_err(store_error)?;
+    let done = matches!(status, ShownStatus::Recorded(s) if s.is_terminal());
     let mut answer = json!({
         "runId": run_id,
-        "status": view.status.as_str(),
+        "status": status.as_str(),
         "done": done,
-        "timedOut": timed_out && unsettled(view.status),
+        "timedOut": timed_out && unsettled(status),
         "lastOffset": last,
     });
     let ended = match done {
@@ -111,6 +151,18 @@ pub(super) async fn wait(
         }
     }
     Ok(answer)
+}
+
+/// The status of `run_id` as shown; `pending` for a run created that has
+/// recorded nothing yet (`start_run` answers before its first event).
+async fn shown(app: &App, run_id: RunId) -> Result<ShownStatus, Refusal> {
+    match run_view(app.store().as_ref(), run_id).await {
+        Ok(view) => Ok(view.status),
+        Err(application::ports::StoreError::NotFound(_)) => {
+            Ok(ShownStatus::Recorded(RunStatus::Pending))
+        }
+        Err(e) => Err(store_error(e).into()),
+    }
 }
 
 /// `events_since`: a page of the log after `offset`, of some types only.
@@ -144,9 +196,10 @@ pub(super) async fn events(app: &App, args: EventsArgs) -> Result<Value, Refusal
             serde_json::from_str::<Value>(&json).map_err(|e| ApiError::internal(e.to_string()))?,
         );
     }
-    let next = batch.last().map_or(after.max(0), |e| e.offset.get());
-    // A short page of a filtered read may leave matches after it.
-    let more = next < last && (batch.len() == limit as usize || !filter.is_empty());
+    let next = batch.last().map_or(after, |e| e.offset.get());
+    // A store may answer a short page, and only an empty one says nothing
+    // matches after it: with a filter, `more` may be true once for nothing.
+    let more = !batch.is_empty() && next < last;
     Ok(json!({"events": events, "nextOffset": next, "lastOffset": last, "more": more}))
 }
 

@@ -129,49 +129,6 @@ struct ListArgs {
     after: Option<String>,
 }
 
-/// `wait_run`'s arguments.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(super) struct WaitArgs {
-    /// The run's id, or a unique prefix of it.
-    pub run_id: String,
-    /// How long to wait at most, in seconds: 0 to 50 (default 30). The
-    /// answer then says the run's status whatever it is; call again to
-    /// wait longer.
-    #[schemars(range(max = 50))]
-    pub timeout_seconds: Option<u32>,
-}
-
-/// `events_since`'s arguments.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(super) struct EventsArgs {
-    /// The run's id, or a unique prefix of it.
-    pub run_id: String,
-    /// The events after this offset (default 0: from the first); the
-    /// previous answer's `nextOffset` pages on.
-    pub offset: Option<u64>,
-    /// At most this many events, 1 to 1000 (default 100).
-    #[schemars(range(min = 1, max = 1000))]
-    pub limit: Option<u32>,
-    /// Only events of these types (`node:completed`, `tool:completed`, ...).
-    pub types: Option<Vec<String>>,
-}
-
-/// `transcript_since`'s arguments.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(super) struct TranscriptArgs {
-    /// The run's id, or a unique prefix of it.
-    pub run_id: String,
-    /// The lines after this `seq` (default 0: from the first); the previous
-    /// answer's `nextSeq` pages on.
-    pub seq: Option<u64>,
-    /// At most this many lines, 1 to 1000 (default 100).
-    #[schemars(range(min = 1, max = 1000))]
-    pub limit: Option<u32>,
-}
-
 /// `send_message`'s and `reply`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -255,7 +212,7 @@ fn spec(name: Name) -> Tool {
             "Waits until the run ends, pauses or waits for an answer, or until \
              `timeoutSeconds` (at most 50) pass, and answers with its status then. \
              Never blocks longer: call it again to go on waiting.",
-            schema::<WaitArgs>(),
+            schema::<reads::WaitArgs>(),
             object(
                 &["runId", "status", "done", "timedOut", "lastOffset"],
                 json!({"runId": id(), "status": text(), "done": {"type": "boolean"},
@@ -266,7 +223,7 @@ fn spec(name: Name) -> Tool {
         Name::EventsSince => (
             "A page of a run's event log after an offset, oldest first, optionally of \
              some types only; `nextOffset` pages on.",
-            schema::<EventsArgs>(),
+            schema::<reads::EventsArgs>(),
             object(
                 &["events", "nextOffset", "lastOffset", "more"],
                 json!({"events": {"type": "array", "items": {"type": "object"}},
@@ -276,7 +233,7 @@ fn spec(name: Name) -> Tool {
         Name::TranscriptSince => (
             "A page of a run's exchange transcript after a `seq`, oldest first; \
              `nextSeq` pages on.",
-            schema::<TranscriptArgs>(),
+            schema::<reads::TranscriptArgs>(),
             object(
                 &["lines", "nextSeq", "more"],
                 json!({"lines": {"type": "array", "items": {"type": "object"}},
