@@ -144,6 +144,7 @@ fn bench_http(c: &mut Criterion) {
             instance_call: 0,
             traceparent: None,
             run_tools: Default::default(),
+            mcp_servers: Default::default(),
         };
         group.bench_function(format!("{name}/tool_loop"), |b| {
             b.iter(|| {

@@ -692,7 +692,9 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
         assert!(
             out.stderr.contains("cli.yaml")
                 && out.stderr.contains("agents.a.tools")
-                && out.stderr.contains("HTTP agents (openai, anthropic) only"),
+                && out
+                    .stderr
+                    .contains("HTTP agents (openai, anthropic) and Claude Code only"),
             "{command}: {}",
             out.stderr
         );

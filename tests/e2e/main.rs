@@ -24,6 +24,7 @@ mod http_agents;
 mod interrupted;
 mod kept_fields;
 mod kill_anytime;
+mod mcp_agents;
 mod mcp_client;
 mod mcp_inspector;
 mod mcp_python;

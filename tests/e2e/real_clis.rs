@@ -81,7 +81,7 @@ impl Scratch {
         self.path("storage")
     }
 
-    fn write(&self, rel: &str, body: &str) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, body: &str) -> PathBuf {
         let path = self.path(rel);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, body).expect("write");
@@ -410,6 +410,7 @@ async fn resume_session(
         instance_call: 1,
         traceparent: None,
         run_tools: Default::default(),
+        mcp_servers: Default::default(),
     };
     let out: Vec<_> = providers
         .query(request)

@@ -428,16 +428,17 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                 .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
         };
         if !agent.provider.is_http() {
-            // Started for HTTP agents only: a CLI agent would be told of
-            // tools it does not have.
-            if let Some(grant) = agent.tools.iter().find(mcp) {
+            // Given to HTTP agents and Claude Code only: another CLI agent
+            // would be told of tools it does not have.
+            let configured = agent.provider == Provider::ClaudeCode;
+            if let Some(grant) = agent.tools.iter().find(mcp).filter(|_| !configured) {
                 return Err(LoadError::Invalid {
                     file: file.to_path_buf(),
                     error: WorkflowError::Invalid {
                         item: format!("agents.{name}.tools"),
                         message: format!(
                             "`{}`: tools of MCP servers are given to HTTP agents (openai, \
-                             anthropic) only, not yet to {} agents",
+                             anthropic) and Claude Code only, not yet to {} agents",
                             grant.name,
                             agent.provider.as_str()
                         ),

@@ -575,6 +575,7 @@ mod tests {
             instance_call: 0,
             traceparent: None,
             run_tools: Default::default(),
+            mcp_servers: Default::default(),
         }
     }
 

@@ -24,7 +24,8 @@
 //!   with any, possibly invalid, arguments. Several `CALLTOOL` lines are
 //!   called one a turn, in order (the next is the one after as many as
 //!   there are tool results since the prompt), then `Tool said: <output>`
-//!   of the last;
+//!   of the last. `$LAST_UUID` in a line's arguments becomes the last UUID
+//!   the previous tool result holds (a run id a tool answered with);
 //! - `TOOLTEST` → if the request offers a shell-like tool: one call of it
 //!   running `echo hi`; once the tool result comes back, the final text
 //!   `Tool said: <output>`;
@@ -147,10 +148,15 @@ pub(super) fn choose(api: Api, body: &Value, state: &State) -> Scenario {
     if lines.iter().any(|(name, _)| offered(name)) {
         match lines.get(a.results) {
             Some((name, raw)) if offered(name) => {
+                // `$LAST_UUID`: the id the previous tool answered with.
+                let raw = match a.tool_output.as_deref().and_then(last_uuid) {
+                    Some(id) => raw.replace("$LAST_UUID", id),
+                    None => (*raw).to_owned(),
+                };
                 return Scenario::Tool {
                     name: (*name).to_owned(),
-                    args: serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
-                    raw_args: Some((*raw).to_owned()),
+                    args: serde_json::from_str(&raw).unwrap_or_else(|_| json!({})),
+                    raw_args: Some(raw),
                 };
             }
             None => {
@@ -334,6 +340,22 @@ fn analyse(api: Api, body: &Value) -> Analysis {
         }
     }
     a
+}
+
+/// The last UUID (8-4-4-4-12 hex digits) in `text`.
+fn last_uuid(text: &str) -> Option<&str> {
+    let is_uuid = |c: &str| {
+        c.len() == 36
+            && c.char_indices().all(|(i, ch)| match i {
+                8 | 13 | 18 | 23 => ch == '-',
+                _ => ch.is_ascii_hexdigit(),
+            })
+    };
+    (0..text.len().saturating_sub(35))
+        .rev()
+        .filter(|&at| text.is_char_boundary(at) && text.is_char_boundary(at + 36))
+        .map(|at| &text[at..at + 36])
+        .find(|c| is_uuid(c))
 }
 
 /// The items after the newest one from the user that holds text (by
@@ -680,5 +702,16 @@ mod tests {
         messages.push(json!({"role": "assistant", "content": "Tool said: two"}));
         messages.push(json!({"role": "user", "content": prompt}));
         assert_eq!(choose(Api::Anthropic, &body(&messages)), call("a", 1));
+    }
+
+    #[test]
+    fn last_uuid_takes_the_id_a_tool_answered_with() {
+        let id = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        assert_eq!(last_uuid(&format!("{{\"runId\":\"{id}\"}}")), Some(id));
+        assert_eq!(last_uuid("no id"), None);
+        assert_eq!(
+            last_uuid("é0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6fé"),
+            Some(id)
+        );
     }
 }

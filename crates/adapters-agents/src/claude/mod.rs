@@ -16,7 +16,11 @@ pub mod wire;
 
 pub use decode::ClaudeDecoder;
 
+use std::path::PathBuf;
+
 use application::ports::AgentRequest;
+use domain::workflow::{McpGrant, McpTransport, ToolGrant};
+use serde_json::{Value, json};
 
 use crate::process::{CliAgent, CliProgram, flag};
 
@@ -45,7 +49,12 @@ impl CliProgram for ClaudeDecoder {
         let tools = if agent.tools.is_empty() {
             DEFAULT_ALLOWED_TOOLS.join(",")
         } else {
-            agent.tool_names().collect::<Vec<_>>().join(",")
+            agent
+                .tools
+                .iter()
+                .map(allowed)
+                .collect::<Vec<_>>()
+                .join(",")
         };
         let mut args: Vec<String> = vec![
             "-p".into(),
@@ -74,9 +83,62 @@ impl CliProgram for ClaudeDecoder {
             // The id is on record before the CLI starts (design §4.3).
             args.extend(["--session-id".into(), session.to_string()]);
         }
+        if !request.mcp_servers.is_empty() {
+            // Its servers are the workflow's alone, not the user's.
+            args.extend([
+                "--mcp-config".into(),
+                mcp_config_path(request).display().to_string(),
+                "--strict-mcp-config".into(),
+            ]);
+        }
         args.extend(agent.args.iter().cloned());
         args
     }
+
+    fn files(request: &AgentRequest) -> Vec<(PathBuf, String)> {
+        match request.mcp_servers.is_empty() {
+            true => Vec::new(),
+            false => vec![(mcp_config_path(request), mcp_config(request))],
+        }
+    }
+}
+
+/// The rule of `--allowedTools` that allows `grant`: an MCP grant as Claude
+/// Code names the server's tools (`mcp__SERVER__TOOL`, every tool of a
+/// server `mcp__SERVER`), anything else as written.
+fn allowed(grant: &ToolGrant) -> String {
+    match grant.mcp() {
+        Some(McpGrant::One { server, tool }) => format!("mcp__{server}__{tool}"),
+        Some(McpGrant::All { server }) => format!("mcp__{server}"),
+        None => grant.name.clone(),
+    }
+}
+
+/// Where one invocation's MCP configuration is written: named by the node
+/// run and the call, so no two invocations share one.
+fn mcp_config_path(request: &AgentRequest) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "awr-claude-mcp-{}-{}.json",
+        request.node_run_id, request.call_index
+    ))
+}
+
+/// The agent's MCP servers as Claude Code's `--mcp-config` reads them.
+fn mcp_config(request: &AgentRequest) -> String {
+    let servers: serde_json::Map<String, Value> = (request.mcp_servers.iter())
+        .map(|(name, def)| {
+            let server = match &def.transport {
+                McpTransport::Stdio {
+                    command, args, env, ..
+                } => json!({"type": "stdio", "command": command, "args": args, "env": env}),
+                McpTransport::Http { url, headers } => {
+                    json!({"type": "http", "url": url, "headers": headers})
+                }
+            };
+            (name.clone(), server)
+        })
+        .collect();
+    json!({"mcpServers": servers}).to_string()
 }
 
 #[cfg(test)]
@@ -118,6 +180,49 @@ mod process_tests {
             .unwrap()
             .collect()
             .await
+    }
+
+    /// The agent's MCP servers reach it through a file of its own, with
+    /// the user's configuration shut out, and their granted tools allowed;
+    /// the file goes once the stream does.
+    #[tokio::test]
+    async fn mcp_servers_are_a_config_file_of_the_invocation() {
+        let (_dir, exe) = fake(
+            r#"echo "$@" > "$HERE/args"; cat "$(echo "$@" | sed 's/.*--mcp-config \([^ ]*\).*/\1/')" > "$HERE/config""#,
+        );
+        let mut request = request(exe.clone(), Some(5));
+        request.agent.tools = vec![
+            ToolGrant::new("awr/start_run"),
+            ToolGrant::new("fs/*"),
+            ToolGrant::new("Read"),
+        ];
+        let yaml = "name: m\nmcp_servers:\n  awr: {command: awr, args: [mcp], env: {A: b}}\n  fs: {url: 'http://127.0.0.1:9/mcp', headers: {X-Team: t}}\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        request.mcp_servers = domain::WorkflowDef::from_yaml(yaml).unwrap().mcp_servers;
+        let path = mcp_config_path(&request);
+        let args = ClaudeCode::command(&request).args.join(" ");
+        assert!(
+            args.contains(&format!(
+                "--mcp-config {} --strict-mcp-config",
+                path.display()
+            )),
+            "{args}"
+        );
+        assert!(
+            args.contains("--allowedTools mcp__awr__start_run,mcp__fs,Read"),
+            "{args}"
+        );
+        let _ = run(request).await;
+        let here = std::path::Path::new(&exe).parent().unwrap();
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(here.join("config")).unwrap()).unwrap();
+        assert_eq!(
+            config,
+            json!({"mcpServers": {
+                "awr": {"type": "stdio", "command": "awr", "args": ["mcp"], "env": {"A": "b"}},
+                "fs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "t"}},
+            }})
+        );
+        assert!(!path.exists(), "left behind: {}", path.display());
     }
 
     #[test]

@@ -391,6 +391,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         instance_call: 0,
         traceparent: None,
         run_tools: Default::default(),
+        mcp_servers: Default::default(),
     }
 }
 

@@ -127,6 +127,48 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
     fn ended(request: &AgentRequest, last: &mut Decoded) {
         let _ = (request, last);
     }
+
+    /// Files the CLI reads for this invocation alone (its MCP servers'
+    /// configuration, rendered from the workflow, never the user's own):
+    /// written before it starts, readable by this user alone, and removed
+    /// once its stream is dropped. By default none.
+    fn files(request: &AgentRequest) -> Vec<(PathBuf, String)> {
+        let _ = request;
+        Vec::new()
+    }
+}
+
+/// Files written for one invocation, removed when dropped (the stream
+/// ended, or was dropped early by a pause or a cancellation).
+struct Written(Vec<PathBuf>);
+
+impl Written {
+    /// Writes each of `files` anew (a file left at its path is replaced;
+    /// a link there is never followed), mode 0600.
+    fn write(files: Vec<(PathBuf, String)>) -> std::io::Result<Self> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut written = Self(Vec::with_capacity(files.len()));
+        for (path, text) in files {
+            let _ = std::fs::remove_file(&path);
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            written.0.push(path);
+            file.write_all(text.as_bytes())?;
+        }
+        Ok(written)
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// The [`QueryFn`] of a CLI provider: runs its [`CliProgram`] with the key
@@ -184,11 +226,21 @@ impl<P: CliProgram> QueryFn for CliAgent<P> {
                 });
             }
         }
+        let written = Written::write(P::files(&request)).map_err(|e| {
+            QueryError::Config(format!(
+                "cannot write the configuration of `{}`: {e}",
+                P::EXECUTABLE
+            ))
+        })?;
         let command = Self::command(&request).withholding(&self.keys);
         let stream = run_cli(command, P::default())?;
-        Ok(Box::pin(stream.map(move |item| match item {
-            Ok(AgentMessage::Completed(_)) | Err(_) => last_item::<P>(&request, item),
-            other => other,
+        Ok(Box::pin(stream.map(move |item| {
+            // Kept as long as the CLI may read them.
+            let _ = &written;
+            match item {
+                Ok(AgentMessage::Completed(_)) | Err(_) => last_item::<P>(&request, item),
+                other => other,
+            }
         })))
     }
 }

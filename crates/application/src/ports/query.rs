@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use domain::event::{ModelUsage, Usage};
-use domain::workflow::AgentDef;
+use domain::workflow::{AgentDef, McpServerDef};
 use domain::{ErrorKind, NodeId, NodeRunId, RunId, SessionId};
 use futures::stream::BoxStream;
 use serde_json::Value;
@@ -71,6 +71,9 @@ pub struct AgentRequest {
     /// Tools of the run the agent is granted besides the runtime's own
     /// (those of MCP servers), for a provider whose tools the runtime runs.
     pub run_tools: RunTools,
+    /// The MCP servers the agent is granted tools of, by name, for a CLI
+    /// agent, which starts them itself from its own configuration.
+    pub mcp_servers: BTreeMap<String, McpServerDef>,
 }
 
 /// The end of a successful invocation.

@@ -129,6 +129,17 @@ fn run_over() -> QueryError {
     }
 }
 
+/// The servers of `workflow` that `agent` is granted tools of.
+fn granted_servers(
+    workflow: &domain::WorkflowDef,
+    agent: &AgentDef,
+) -> std::collections::BTreeMap<String, domain::workflow::McpServerDef> {
+    (agent.tools.iter())
+        .filter_map(|grant| grant.mcp().map(|m| m.server()))
+        .filter_map(|name| Some((name.to_owned(), workflow.mcp_servers.get(name)?.clone())))
+        .collect()
+}
+
 /// The run paused: the node run stays in flight, nothing is recorded for it.
 fn paused() -> QueryError {
     QueryError::Agent {
@@ -213,6 +224,10 @@ async fn invoke(
         instance_call: ack.instance_call,
         traceparent: ack.traceparent,
         run_tools,
+        mcp_servers: match agent.provider.is_http() {
+            true => Default::default(),
+            false => granted_servers(&task.workflow, agent),
+        },
     };
     let started = task.ports.clock.now();
     let mut silence = Silence::new(task, agent);
