@@ -236,3 +236,172 @@ async fn a_server_killed_mid_call_is_an_error_result_and_the_run_goes_on() {
         "the restarted server outlived its run"
     );
 }
+
+/// A one-agent workflow on the fake model, granted `tools`, whose prompt
+/// makes the model call each of `calls` in turn, with `servers` declared.
+fn calling(server: &FakeModel, servers: &str, tools: &str, calls: &[&str]) -> String {
+    let prompt: String = calls.iter().map(|c| format!("  CALLTOOL {c}\n")).collect();
+    format!(
+        "name: calling\ninput: |\n{prompt}mcp_servers:\n{servers}\
+         agents:\n  a: {{provider: openai, model: m, base_url: {}/v1, tools: {tools}}}\n\
+         steps: [{{agent: a}}]\n",
+        server.base_url()
+    )
+}
+
+/// `(toolName, output or error)` of each router tool call, in order.
+fn tool_results(events: &[serde_json::Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool:completed" || e["type"] == "tool:failed")
+        .map(|e| {
+            let said = match e["type"].as_str() {
+                Some("tool:failed") => e["error"].as_str().unwrap().to_owned(),
+                _ => e["toolOutput"].to_string(),
+            };
+            (e["toolName"].as_str().unwrap().to_owned(), said)
+        })
+        .collect()
+}
+
+/// `server-filesystem`: a file in its roots is read; one outside them is
+/// an error result the model reads, and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filesystem_server_reads_inside_its_roots_and_refuses_outside() {
+    let Some(clis) = clis_dir() else {
+        return;
+    };
+    let awr = Awr::new();
+    let server = FakeModel::start().await.unwrap();
+    let shared = awr.dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("note.txt"), "the note").unwrap();
+    let servers = format!(
+        "  fs: {{command: {}, args: [{}]}}\n",
+        clis.join("mcp-server-filesystem").display(),
+        shared.display()
+    );
+    let outside = awr.write("outside.txt", "secret");
+    let yaml = calling(
+        &server,
+        &servers,
+        "[fs/read_text_file]",
+        &[
+            &format!(
+                "mcp__fs__read_text_file {{\"path\": \"{}\"}}",
+                shared.join("note.txt").display()
+            ),
+            &format!(
+                "mcp__fs__read_text_file {{\"path\": \"{}\"}}",
+                outside.display()
+            ),
+        ],
+    );
+    let flow = awr.write("fs.yaml", &yaml).display().to_string();
+    let out = tokio::task::block_in_place(|| awr.run(&["run", &flow]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let said = tool_results(&awr.events(&run_id_of(&out)));
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].1.contains("the note"), "{said:?}");
+    assert!(said[1].1.contains("Access denied"), "{said:?}");
+    assert!(!said[1].1.contains("secret"), "{said:?}");
+}
+
+/// `mcp-server-time` (Python): its structured answer is the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_server_answers_with_its_structured_content() {
+    let Some(python) = std::env::var_os("AWR_MCP_PYTHON").filter(|p| !p.is_empty()) else {
+        awr_tests::skipped("AWR_MCP_PYTHON is not set", "cargo xtask test");
+        return;
+    };
+    let bin = PathBuf::from(python).with_file_name("mcp-server-time");
+    let awr = Awr::new();
+    let server = FakeModel::start().await.unwrap();
+    let servers = format!(
+        "  time: {{command: {}, args: [--local-timezone, UTC]}}\n",
+        bin.display()
+    );
+    let yaml = calling(
+        &server,
+        &servers,
+        "[time/*]",
+        &["mcp__time__get_current_time {\"timezone\": \"UTC\"}"],
+    );
+    let flow = awr.write("time.yaml", &yaml).display().to_string();
+    let out = tokio::task::block_in_place(|| awr.run(&["run", &flow]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let events = awr.events(&run_id_of(&out));
+    let completed = of_type(&events, "tool:completed");
+    assert_eq!(completed[0]["toolOutput"]["timezone"], "UTC", "{events:?}");
+    assert!(completed[0]["toolOutput"]["datetime"].is_string());
+}
+
+/// A server over streamable HTTP, reached with a token from the
+/// environment: awr's own, on `awr serve`. The token is in no file of
+/// the run; a refusal of the server is an error result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_is_reached_with_a_token_from_the_environment() {
+    let awr = Awr::new();
+    let model = FakeModel::start().await.unwrap();
+    let token = "http-mcp-token-0123456789abcdef0123456";
+    let root = awr.dir.path().join("served");
+    std::fs::create_dir_all(&root).unwrap();
+    let served = awr_tests::serve::Served::start(
+        crate::util::awr_bin(),
+        awr.dir.path().join("served-storage"),
+        &root,
+        &["--token", token],
+    );
+    let servers = format!(
+        "  awr: {{url: {}/mcp, bearer_token_env: AWR_TEST_MCP_TOKEN}}\n",
+        served.base
+    );
+    let yaml = calling(
+        &model,
+        &servers,
+        "[awr/list_runs, awr/get_run]",
+        &[
+            "mcp__awr__list_runs {}",
+            "mcp__awr__get_run {\"runId\": \"ffffffff\"}",
+        ],
+    );
+    let flow = awr.write("http.yaml", &yaml).display().to_string();
+    let out = tokio::task::block_in_place(|| {
+        awr.run_in(
+            awr.dir.path(),
+            &[("AWR_TEST_MCP_TOKEN", token)],
+            &["run", &flow],
+        )
+    });
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let said = tool_results(&awr.events(&run_id_of(&out)));
+    assert!(said[0].1.contains("\"counts\""), "{said:?}");
+    assert!(said[1].1.contains("no run matches"), "{said:?}");
+    assert_nowhere(&awr.storage(), token);
+
+    // Without the variable, the server cannot be reached: the node fails, naming it.
+    let out = tokio::task::block_in_place(|| awr.run(&["run", &flow]));
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`AWR_TEST_MCP_TOKEN` is not set"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// No file under `dir` holds `secret`.
+fn assert_nowhere(dir: &Path, secret: &str) {
+    let mut files = vec![dir.to_path_buf()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(secret),
+                "{} holds the secret",
+                path.display()
+            );
+        }
+    }
+}

@@ -178,10 +178,24 @@ impl Server {
                     child: Some(piped.child),
                 })
             }
-            McpTransport::Http { url, headers } => {
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
                 // reqwest is built without a default crypto provider.
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 let mut custom = HashMap::new();
+                if let Some(var) = bearer_token_env {
+                    let token = std::env::var(var).map_err(|_| {
+                        self.start_error(format!("`bearer_token_env`: `{var}` is not set"))
+                    })?;
+                    let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                        .map_err(|_| {
+                            self.start_error(format!("`bearer_token_env`: `{var}` is not a token"))
+                        })?;
+                    custom.insert(reqwest::header::AUTHORIZATION, value);
+                }
                 for (name, value) in headers {
                     let header = (
                         reqwest::header::HeaderName::from_bytes(name.as_bytes()),

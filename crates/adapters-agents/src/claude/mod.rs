@@ -131,7 +131,19 @@ fn mcp_config(request: &AgentRequest) -> String {
                 McpTransport::Stdio {
                     command, args, env, ..
                 } => json!({"type": "stdio", "command": command, "args": args, "env": env}),
-                McpTransport::Http { url, headers } => {
+                McpTransport::Http {
+                    url,
+                    headers,
+                    bearer_token_env,
+                } => {
+                    let mut headers = headers.clone();
+                    // Read now, into a file of this invocation alone.
+                    if let Some(token) = bearer_token_env
+                        .as_ref()
+                        .and_then(|v| std::env::var(v).ok())
+                    {
+                        headers.insert("Authorization".into(), format!("Bearer {token}"));
+                    }
                     json!({"type": "http", "url": url, "headers": headers})
                 }
             };

@@ -66,8 +66,12 @@ pub enum McpTransport {
     Http {
         /// Its endpoint (`http://host:port/mcp`).
         url: String,
-        /// Headers sent with every request (an `Authorization`).
+        /// Headers sent with every request.
         headers: BTreeMap<String, String>,
+        /// The environment variable whose value is sent as `Authorization:
+        /// Bearer VALUE`, read when the server is reached: the token is in
+        /// no file a run keeps.
+        bearer_token_env: Option<String>,
     },
 }
 
@@ -87,6 +91,8 @@ pub(super) struct RawMcpServer {
     url: Option<String>,
     #[serde(default)]
     headers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    bearer_token_env: Option<String>,
     #[serde(default)]
     startup_timeout: Option<RawDuration>,
     #[serde(default)]
@@ -121,8 +127,16 @@ fn lower_server(item: &str, raw: RawMcpServer) -> Result<McpServerDef, WorkflowE
     let tool_timeout = timeout(raw.tool_timeout, "tool_timeout", DEFAULT_TOOL_TIMEOUT)?;
     let transport = match (raw.command, raw.url) {
         (Some(command), None) => {
-            if raw.headers.is_some() {
-                return Err(invalid(item, "`headers` goes with `url`, not `command`"));
+            for (key, given) in [
+                ("headers", raw.headers.is_some()),
+                ("bearer_token_env", raw.bearer_token_env.is_some()),
+            ] {
+                if given {
+                    return Err(invalid(
+                        item,
+                        format!("`{key}` goes with `url`, not `command`"),
+                    ));
+                }
             }
             if command.trim().is_empty() {
                 return Err(invalid(item, "`command` must not be empty"));
@@ -157,7 +171,31 @@ fn lower_server(item: &str, raw: RawMcpServer) -> Result<McpServerDef, WorkflowE
             for (name, value) in &headers {
                 check_header(name, value).map_err(|e| invalid(item, e))?;
             }
-            McpTransport::Http { url, headers }
+            if let Some(var) = &raw.bearer_token_env {
+                if !is_env_name(var) {
+                    return Err(invalid(
+                        item,
+                        format!(
+                            "`bearer_token_env`: `{}` is not the name of an environment variable (the token itself goes in no file)",
+                            var.chars().take(3).collect::<String>().escape_debug()
+                        ),
+                    ));
+                }
+                if headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+                {
+                    return Err(invalid(
+                        item,
+                        "`bearer_token_env` sends `Authorization`: give it or that header, not both",
+                    ));
+                }
+            }
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env: raw.bearer_token_env,
+            }
         }
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -198,6 +236,16 @@ fn check_header(name: &str, value: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether `name` can name an environment variable: a letter or `_`, then
+/// letters, digits and `_`.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Whether `name` can name a server: 1–32 characters of `[A-Za-z0-9-]`
@@ -400,7 +448,7 @@ mod tests {
         assert_eq!(everything.startup_timeout, Timeout(DEFAULT_STARTUP_TIMEOUT));
         assert!(matches!(
             &def.mcp_servers["remote"].transport,
-            McpTransport::Http { url, headers } if url == "http://127.0.0.1:3001/mcp" && headers.len() == 1
+            McpTransport::Http { url, headers, .. } if url == "http://127.0.0.1:3001/mcp" && headers.len() == 1
         ));
         let tools = &def.agents["a"].tools;
         assert_eq!(
@@ -466,6 +514,21 @@ mod tests {
                 "mcp_servers: {a__b: {command: x}}\n",
                 "mcp_servers.a__b",
                 "single `_`",
+            ),
+            (
+                "mcp_servers: {s: {url: 'http://h/mcp', bearer_token_env: 'sk-live-123'}}\n",
+                "mcp_servers.s",
+                "`bearer_token_env`: `sk-` is not the name of an environment variable",
+            ),
+            (
+                "mcp_servers: {s: {url: 'http://h/mcp', bearer_token_env: T, headers: {authorization: x}}}\n",
+                "mcp_servers.s",
+                "give it or that header, not both",
+            ),
+            (
+                "mcp_servers: {s: {command: x, bearer_token_env: T}}\n",
+                "mcp_servers.s",
+                "`bearer_token_env` goes with `url`",
             ),
         ];
         for (servers, item, message) in cases {
