@@ -405,3 +405,46 @@ fn assert_nowhere(dir: &Path, secret: &str) {
         }
     }
 }
+
+/// `awr validate --connect`: each server granted is started and each
+/// grant checked against what it lists; a missing tool or a server that
+/// does not start is named, exit 2.
+#[test]
+fn validate_connect_checks_grants_against_the_servers_tools() {
+    let Some(clis) = clis_dir() else {
+        return;
+    };
+    let awr = Awr::new();
+    let flow = |tools: &str, command: &str| {
+        let yaml = format!(
+            "name: v\nmcp_servers:\n  everything: {{command: {command}, args: [stdio]}}\n\
+             agents:\n  a: {{provider: openai, model: m, tools: {tools}}}\nsteps: [{{agent: a}}]\n"
+        );
+        awr.write("v.yaml", &yaml).display().to_string()
+    };
+    let server = clis.join("mcp-server-everything").display().to_string();
+    let good = flow("[everything/echo, everything/get-sum]", &server);
+    let out = awr.run(&["validate", "--connect", &good]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // Without --connect, nothing is started: a grant is not checked.
+    let bad = flow("[everything/echo, everything/nope]", &server);
+    assert_eq!(awr.run(&["validate", &bad]).code, 0);
+    let out = awr.run(&["validate", "--connect", &bad]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "agents.a.tools: `everything/nope`: server `everything` lists no tool `nope`"
+        ) && out.stderr.contains("get-sum"),
+        "{}",
+        out.stderr
+    );
+    let missing = flow("[everything/echo]", "awr-no-such-mcp-server");
+    let out = awr.run(&["validate", "--connect", &missing]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("mcp_servers.everything: MCP server `everything` did not start"),
+        "{}",
+        out.stderr
+    );
+}

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use domain::RunId;
-use domain::workflow::{McpServerDef, ToolGrant, WorkflowDef, mcp_tool_name};
+use domain::workflow::{McpGrant, McpServerDef, ToolGrant, WorkflowDef, mcp_tool_name};
 use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
@@ -128,6 +128,55 @@ impl McpServers {
             }
         }
     }
+}
+
+/// What `awr validate --connect` finds wrong with `workflow`'s servers: each
+/// server an agent is granted tools of is started (or reached), and each
+/// grant of one tool is checked against the tools it lists. One line per
+/// problem, naming the server or the agent and the grant; empty when all is
+/// well. Every server started is stopped before this returns.
+pub async fn check_connected(connector: &dyn McpConnector, workflow: &WorkflowDef) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut granted: Vec<&str> = (workflow.agents.values())
+        .flat_map(|agent| {
+            agent
+                .tools
+                .iter()
+                .filter_map(|g| g.mcp().map(|m| m.server()))
+        })
+        .filter(|server| workflow.mcp_servers.contains_key(*server))
+        .collect();
+    granted.sort_unstable();
+    granted.dedup();
+    for name in granted {
+        let Some(def) = workflow.mcp_servers.get(name) else {
+            continue;
+        };
+        let session = match connector.connect(name, def, None).await {
+            Ok(session) => session,
+            Err(e) => {
+                problems.push(format!("mcp_servers.{name}: {e}"));
+                continue;
+            }
+        };
+        let listed: Vec<&str> = session.tools().iter().map(|t| t.name.as_str()).collect();
+        for (agent_name, agent) in &workflow.agents {
+            for grant in &agent.tools {
+                if let Some(McpGrant::One { server, tool }) = grant.mcp()
+                    && server == name
+                    && !listed.contains(&tool)
+                {
+                    problems.push(format!(
+                        "agents.{agent_name}.tools: `{}`: server `{name}` lists no tool `{tool}` (it lists {})",
+                        grant.name,
+                        listed.join(", ")
+                    ));
+                }
+            }
+        }
+        session.close().await;
+    }
+    problems
 }
 
 /// One tool of a server, called under the name the model sees.

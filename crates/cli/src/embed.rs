@@ -290,11 +290,17 @@ pub fn stock(store: Arc<dyn RunStore>, storage: &Storage, stock: &Stock) -> Runt
         .commands(commands(&stock.project, keys))
         .control(control(storage))
         .processes(processes())
-        .mcp(Arc::new(McpClients::new(&stock.project, keys.clone())));
+        .mcp(Arc::new(mcp_clients(&stock.project, keys)));
     for tool in tools(keys) {
         builder = builder.tool(tool);
     }
     builder
+}
+
+/// The MCP client: stdio servers run in `project` (or under it), withheld
+/// `keys`.
+pub fn mcp_clients(project: &Path, keys: &KeyNames) -> McpClients {
+    McpClients::new(project, keys.clone())
 }
 
 /// `builder` with every agent, whatever its provider, served from the

@@ -184,6 +184,10 @@ enum Command {
     Validate {
         /// Workflow file (YAML or JSON).
         file: PathBuf,
+        /// Also start (or reach) each MCP server an agent is granted tools
+        /// of, and check every grant against the tools it lists.
+        #[arg(long)]
+        connect: bool,
     },
     /// List runs, newest first: id, workflow, status, started, duration.
     Runs(terminal::query::RunsArgs),
@@ -476,7 +480,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::VerifyDeterminism { recording, json } => {
             terminal::verify::verify(&recording, json).await
         }
-        Command::Validate { file } => terminal::run::validate(&file),
+        Command::Validate { file, connect } => terminal::run::validate(&file, connect).await,
         Command::Runs(args) => terminal::query::runs(&storage, &args).await,
         Command::Show { run, json } => terminal::inspect::show(&storage, &run, json).await,
         Command::Events {

@@ -13,14 +13,25 @@ use crate::signals::Signals;
 use crate::storage::Storage;
 use crate::{Failure, progress::Progress, wiring};
 
-/// `awr validate FILE`: the workflow loads as for a run, and every mock
-/// fixture file it would be served from parses (a run reads each only when
-/// its node runs).
-pub fn validate(file: &Path) -> Result<(), Failure> {
+/// `awr validate FILE [--connect]`: the workflow loads as for a run, and
+/// every mock fixture file it would be served from parses (a run reads each
+/// only when its node runs); with `connect`, its MCP servers answer and
+/// list every tool granted of them.
+pub async fn validate(file: &Path, connect: bool) -> Result<(), Failure> {
     let workflow = wiring::load_workflow(file)?;
     for fixture in application::load::mock_fixtures(file, &workflow) {
         wiring::files::fixture_calls(&fixture)
             .map_err(|e| Failure::Input(anyhow!("{}: {e}", file.display())))?;
+    }
+    if connect {
+        let connector = wiring::mcp_clients(&workflow);
+        let problems = application::mcp::check_connected(&connector, &workflow).await;
+        if !problems.is_empty() {
+            let lines: Vec<String> = (problems.iter())
+                .map(|p| format!("{}: {p}", file.display()))
+                .collect();
+            return Err(Failure::Input(anyhow!("{}", lines.join("\n"))));
+        }
     }
     crate::say(&format!(
         "{}: ok ({}, {}, {})",

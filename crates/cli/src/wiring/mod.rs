@@ -74,6 +74,13 @@ pub fn tools() -> ToolRouter {
         .fold(ToolRouter::new(), ToolRouter::with)
 }
 
+/// The MCP client runs use for `workflow`: servers run in the working
+/// directory, withheld the key variables the workflow's runs withhold.
+pub fn mcp_clients(workflow: &WorkflowDef) -> impl application::ports::McpConnector {
+    let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    embed::mcp_clients(&project, secrets::Secrets::of(workflow).keys())
+}
+
 /// Who acts through the command line: the local user, as
 /// `LOGIN@HOST` (the login of the effective uid, `uid-N` when it has no
 /// name), recorded in the events a command causes (`startedBy`, `by`).
