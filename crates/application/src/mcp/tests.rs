@@ -12,6 +12,8 @@ use crate::tools::ToolRouter;
 struct Fake {
     connects: Mutex<Vec<String>>,
     closes: Arc<AtomicUsize>,
+    /// Connections made for no run (a check, not a run).
+    untagged: AtomicUsize,
     /// Servers that fail to start.
     broken: Vec<&'static str>,
 }
@@ -29,7 +31,9 @@ impl McpConnector for Fake {
         _: &McpServerDef,
         run: Option<RunId>,
     ) -> Result<Box<dyn McpSession>, McpError> {
-        assert!(run.is_some(), "a run's server is tagged with the run");
+        if run.is_none() {
+            self.untagged.fetch_add(1, Ordering::SeqCst);
+        }
         self.connects.lock().unwrap().push(name.to_owned());
         if self.broken.contains(&name) {
             return Err(McpError::Start {
@@ -127,6 +131,11 @@ async fn a_server_starts_once_when_an_agent_granted_its_tools_needs_it() {
     let (a, b) = tokio::join!(servers.tools(&wanted), servers.tools(&wanted));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(*fake.connects.lock().unwrap(), ["s"], "started once");
+    assert_eq!(
+        fake.untagged.load(Ordering::SeqCst),
+        0,
+        "tagged with its run"
+    );
     // Every tool of the server: the router gives only what is granted.
     assert_eq!(names(&a), names(&b));
     assert_eq!(names(&a)[0], "mcp__s__echo");
@@ -257,4 +266,34 @@ fn schemas_become_object_schemas_without_their_dialect() {
 fn a_workflow_without_servers_has_none_to_start() {
     let connector: Arc<dyn McpConnector> = Arc::new(Fake::default());
     assert!(McpServers::of(connector, run(), &workflow(&[])).is_none());
+}
+
+#[tokio::test]
+async fn a_connected_check_names_each_missing_tool_and_each_server_down() {
+    let fake = Fake {
+        broken: vec!["down"],
+        ..Fake::default()
+    };
+    let yaml = "name: m\nmcp_servers:\n  up: {command: s}\n  down: {command: s}\n  idle: {command: s}\n\
+                agents:\n  a: {provider: openai, model: m, tools: [up/echo, up/nope, up/*]}\n  \
+                b: {provider: openai, model: m, tools: [down/echo]}\nsteps: [{agent: a}, {agent: b}]\n";
+    let workflow = WorkflowDef::from_yaml(yaml).unwrap();
+    let problems = check_connected(&fake, &workflow).await;
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].starts_with("mcp_servers.down: MCP server `down` did not start"));
+    assert!(
+        problems[1].starts_with("agents.a.tools: `up/nope`: server `up` lists no tool `nope`"),
+        "{problems:?}"
+    );
+    assert_eq!(
+        *fake.connects.lock().unwrap(),
+        ["down", "up"],
+        "no grant of `idle`"
+    );
+    assert_eq!(
+        fake.closes.load(Ordering::SeqCst),
+        1,
+        "each server started is stopped"
+    );
+    assert_eq!(fake.untagged.load(Ordering::SeqCst), 2, "of no run");
 }
