@@ -9,7 +9,7 @@
 //! The list is of what a workflow is allowed, so what a later version adds
 //! (a tool, a provider) is refused until it is judged here.
 
-use super::{NodeKind, Provider, WorkflowDef};
+use super::{McpTransport, NodeKind, Provider, WorkflowDef};
 
 /// One thing a workflow does on its host, and where it says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ const HARMLESS_TOOLS: [&str; 1] = ["http_get"];
 impl WorkflowDef {
     /// Everything this workflow itself (not the workflows it calls, which
     /// are files of the machine's own) does on its host, in the order
-    /// written: nodes first, then agents by name.
+    /// written: nodes first, then MCP servers and agents by name.
     pub fn host_reach(&self) -> Vec<HostReach> {
         let mut found = Vec::new();
         let mut add = |place: String, what: &str| {
@@ -48,6 +48,26 @@ impl WorkflowDef {
                     format!("node `{}`", node.id),
                     "a `command` node runs a program",
                 );
+            }
+        }
+        for (name, server) in &self.mcp_servers {
+            let place = format!("mcp_servers `{name}`");
+            match &server.transport {
+                McpTransport::Stdio { .. } => add(place, "an MCP server over stdio runs a program"),
+                McpTransport::Http {
+                    bearer_token_env, ..
+                } => {
+                    add(
+                        place.clone(),
+                        "an MCP server over HTTP reaches an address the workflow chooses",
+                    );
+                    if bearer_token_env.is_some() {
+                        add(
+                            place,
+                            "`bearer_token_env` chooses which of this machine's variables is sent",
+                        );
+                    }
+                }
             }
         }
         for (name, agent) in &self.agents {
@@ -161,5 +181,18 @@ steps:
             );
         }
         assert_eq!(found.len(), wanted.len(), "{found:#?}");
+    }
+
+    #[test]
+    fn an_mcp_server_reaches_the_host_whether_granted_or_not() {
+        let yaml = "name: w\nmcp_servers:\n  local: {command: x}\n  remote: {url: 'http://10.0.0.1/mcp', bearer_token_env: T}\nagents:\n  a: {provider: mock}\nsteps: [{agent: a}]\n";
+        assert_eq!(
+            reach(yaml),
+            [
+                "mcp_servers `local`: an MCP server over stdio runs a program",
+                "mcp_servers `remote`: an MCP server over HTTP reaches an address the workflow chooses",
+                "mcp_servers `remote`: `bearer_token_env` chooses which of this machine's variables is sent",
+            ]
+        );
     }
 }
