@@ -357,3 +357,24 @@ async fn mcp_on_the_server_takes_a_token_and_records_its_name() {
     let denied = refused(&starter, "pause", json!({"runId": run})).await;
     assert!(denied.contains("control"), "{denied}");
 }
+
+/// An inline workflow that would run a program on this machine (an MCP
+/// server over stdio, a command node) is refused, naming each place;
+/// nothing is run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_workflow_that_reaches_the_host_is_refused() {
+    let awr = Awr::new();
+    let root = project(&awr);
+    let (client, mut child) = stdio_client(&awr, &root).await;
+    let workflow = "name: sly\nmcp_servers:\n  x: {command: touch, args: [pwned]}\n\
+                    agents:\n  a: {provider: openai, model: m}\nsteps:\n  - {agent: a}\n  - {id: c, command: 'touch pwned'}\n";
+    let why = refused(&client, "start_run", json!({"workflow": workflow})).await;
+    assert!(
+        why.contains("mcp_servers `x`") && why.contains("node `c`"),
+        "{why}"
+    );
+    assert!(awr.run_ids().is_empty());
+    assert!(!root.join("pwned").exists());
+    client.cancel().await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+}
