@@ -700,6 +700,14 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
         );
     }
     assert!(awr.run_ids().is_empty(), "no run was started");
+    // Claude Code starts its servers where it runs: a `cwd` would be lost.
+    let moved = awr.write(
+        "moved.yaml",
+        "name: t\nmcp_servers:\n  s: {command: srv, cwd: tools}\nagents:\n  a: {provider: claude-code, tools: [s/x]}\nsteps: [{agent: a}]\n",
+    );
+    let out = awr.run(&["validate", moved.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("mcp_servers.s.cwd"), "{}", out.stderr);
 
     let undeclared = awr.write(
         "undeclared.yaml",

@@ -117,16 +117,15 @@ async fn claude_code_starts_a_workflow_through_awrs_mcp_server_and_waits_for_it(
     assert_eq!(child_log[0]["type"], "flow:started");
     assert!(child_log[0]["startedBy"].as_str().unwrap().contains('@'));
     assert_eq!(child_log.last().unwrap()["type"], "flow:completed");
-    // The agent's configuration was its own file, gone once it ended.
-    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    // The agent's configuration was a file of its own in this user's
+    // private directory, gone once it ended.
+    let private = adapters_agents::process::private_dir();
+    assert!(private.is_dir(), "{}", private.display());
+    let node_run = tools[0]["nodeRunId"].as_str().unwrap();
+    let left: Vec<_> = std::fs::read_dir(&private)
         .unwrap()
         .flatten()
-        .filter(|e| {
-            e.file_name().to_string_lossy().contains(&format!(
-                "awr-claude-mcp-{}",
-                tools[0]["nodeRunId"].as_str().unwrap()
-            ))
-        })
+        .filter(|e| e.file_name().to_string_lossy().contains(node_run))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }

@@ -5,9 +5,11 @@
 //! its pipes; an HTTP server is reached over streamable HTTP.
 //!
 //! A server's stderr goes to awr's log (which is redacted), a line at a
-//! time. A stdio server whose program exits is started again once: the
-//! call that found it gone fails (it may have had effects), the calls
-//! after it go to the new program.
+//! time. A server whose connection fails (a stdio program exits, an HTTP
+//! server drops the connection) is connected to again once: the call that
+//! found it gone fails (it may have had effects), the calls after it go to
+//! the new connection; after a second failure it stays gone for the run's
+//! writer (a resume connects afresh).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

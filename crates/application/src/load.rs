@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use domain::workflow::{NodeKind, Provider, ToolGrant};
+use domain::workflow::{McpTransport, NodeKind, Provider, ToolGrant};
 use domain::{WorkflowDef, WorkflowError};
 
 use crate::ports::{SourceError, WorkflowSource};
@@ -431,6 +431,27 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
             // Given to HTTP agents and Claude Code only: another CLI agent
             // would be told of tools it does not have.
             let configured = agent.provider == Provider::ClaudeCode;
+            // The CLI starts the server where it runs itself: a `cwd` would
+            // be lost.
+            let moved = (agent.tools.iter().filter(mcp))
+                .filter_map(|g| g.mcp().map(|m| m.server()))
+                .find(|server| {
+                    workflow.mcp_servers.get(*server).is_some_and(|def| {
+                        matches!(&def.transport, McpTransport::Stdio { cwd: Some(_), .. })
+                    })
+                });
+            if let (true, Some(server)) = (configured, moved) {
+                return Err(LoadError::Invalid {
+                    file: file.to_path_buf(),
+                    error: WorkflowError::Invalid {
+                        item: format!("mcp_servers.{server}.cwd"),
+                        message: format!(
+                            "a {} agent starts its MCP servers where it runs itself (agents.{name} is granted tools of `{server}`): give no `cwd`, or set the agent's `workdir`",
+                            agent.provider.as_str()
+                        ),
+                    },
+                });
+            }
             if let Some(grant) = agent.tools.iter().find(mcp).filter(|_| !configured) {
                 return Err(LoadError::Invalid {
                     file: file.to_path_buf(),

@@ -195,14 +195,38 @@ impl Tool for McpTool {
 
     async fn call(&self, input: Value, _: &ToolContext) -> Result<Value, ToolError> {
         match self.session.call(&self.tool, input).await {
-            Ok(outcome) if !outcome.is_error => Ok(outcome.output),
-            Ok(outcome) => Err(ToolError::Failed(match outcome.output {
+            Ok(outcome) if !outcome.is_error => Ok(capped(outcome.output)),
+            Ok(outcome) => Err(ToolError::Failed(match capped(outcome.output) {
                 Value::String(text) => text,
                 other => other.to_string(),
             })),
             Err(e) => Err(ToolError::Failed(e.to_string())),
         }
     }
+}
+
+/// The most of a result kept, in bytes of its JSON text: what a server
+/// answers is recorded and sent to the model again on every later turn.
+const MAX_RESULT: usize = 1 << 20;
+
+/// `output`, or, past [`MAX_RESULT`], its text cut there, saying so.
+fn capped(output: Value) -> Value {
+    let size = match &output {
+        Value::String(text) => text.len(),
+        other => other.to_string().len(),
+    };
+    if size <= MAX_RESULT {
+        return output;
+    }
+    let mut bytes = match output {
+        Value::String(text) => text.into_bytes(),
+        other => other.to_string().into_bytes(),
+    };
+    bytes.truncate(MAX_RESULT);
+    Value::String(format!(
+        "{}\n[cut at {MAX_RESULT} of {size} bytes]",
+        crate::tools::lossy_text(bytes, true)
+    ))
 }
 
 /// What the model is told about `info` of `server`: its mapped name, and

@@ -505,7 +505,9 @@ impl RuntimeBuilder {
 
     /// Starts the MCP servers a workflow declares (`mcp_servers:`) with
     /// `connector`, so its HTTP agents can call their tools. Without one
-    /// no server is started and agents see no MCP tool, as in a replay.
+    /// awr starts no server and HTTP agents see no MCP tool, as in a
+    /// replay (a CLI agent is still told of its servers, and starts them
+    /// itself).
     #[must_use]
     pub fn mcp(mut self, connector: Arc<dyn McpConnector>) -> Self {
         self.mcp = Some(connector);

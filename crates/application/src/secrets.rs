@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 
 use domain::WorkflowDef;
-use domain::workflow::{AgentDef, NodeKind, Provider};
+use domain::workflow::{AgentDef, McpTransport, NodeKind, Provider};
 
 /// Name endings that mark a key variable.
 pub const KEY_SUFFIXES: &[&str] = &["_API_KEY", "_TOKEN"];
@@ -146,6 +146,15 @@ fn collect(workflow: &WorkflowDef, names: &mut BTreeSet<String>) {
             .values()
             .filter_map(|a| a.api_key_env.clone()),
     );
+    // An MCP server's token is a key whatever its variable is called.
+    names.extend(
+        (workflow.mcp_servers.values()).filter_map(|server| match &server.transport {
+            McpTransport::Http {
+                bearer_token_env, ..
+            } => bearer_token_env.clone(),
+            McpTransport::Stdio { .. } => None,
+        }),
+    );
     for child in called(workflow) {
         collect(child, names);
     }
@@ -239,5 +248,15 @@ mod tests {
             keys.secret_values(vars, Some(&workflow)),
             ["mine-value", "tok", "sk-in-the-file"]
         );
+    }
+
+    #[test]
+    fn an_mcp_servers_token_variable_is_a_key_whatever_its_name() {
+        let yaml = "name: w\nmcp_servers:\n  gh: {url: 'https://h/mcp', bearer_token_env: GITHUB_PAT}\n\
+                    agents:\n  a: {provider: openai, model: m, tools: [gh/*]}\nsteps: [{agent: a}]\n";
+        let keys = KeyNames::of_workflow(&WorkflowDef::from_yaml(yaml).unwrap());
+        assert!(keys.is_key("GITHUB_PAT"));
+        let vars = [("GITHUB_PAT".to_owned(), "ghp-secret".to_owned())];
+        assert_eq!(keys.secret_values(vars, None), ["ghp-secret"]);
     }
 }

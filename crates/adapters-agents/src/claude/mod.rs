@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use application::ports::AgentRequest;
 use domain::workflow::{McpGrant, McpTransport, ToolGrant};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::process::{CliAgent, CliProgram, flag};
 
@@ -49,10 +49,8 @@ impl CliProgram for ClaudeDecoder {
         let tools = if agent.tools.is_empty() {
             DEFAULT_ALLOWED_TOOLS.join(",")
         } else {
-            agent
-                .tools
-                .iter()
-                .map(allowed)
+            (agent.tools.iter())
+                .map(|grant| allowed(grant, request))
                 .collect::<Vec<_>>()
                 .join(",")
         };
@@ -95,62 +93,66 @@ impl CliProgram for ClaudeDecoder {
         args
     }
 
-    fn files(request: &AgentRequest) -> Vec<(PathBuf, String)> {
+    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
         match request.mcp_servers.is_empty() {
-            true => Vec::new(),
-            false => vec![(mcp_config_path(request), mcp_config(request))],
+            true => Ok(Vec::new()),
+            false => Ok(vec![(mcp_config_path(request), mcp_config(request)?)]),
         }
     }
 }
 
-/// The rule of `--allowedTools` that allows `grant`: an MCP grant as Claude
-/// Code names the server's tools (`mcp__SERVER__TOOL`, every tool of a
-/// server `mcp__SERVER`), anything else as written.
-fn allowed(grant: &ToolGrant) -> String {
+/// The rule of `--allowedTools` that allows `grant`: a grant of a server
+/// the workflow declares as Claude Code names the server's tools
+/// (`mcp__SERVER__TOOL`, every tool of a server `mcp__SERVER`), anything
+/// else (the CLI's own rules, `Read(src/**)`) as written.
+fn allowed(grant: &ToolGrant, request: &AgentRequest) -> String {
+    let declared = |server: &str| request.mcp_servers.contains_key(server);
     match grant.mcp() {
-        Some(McpGrant::One { server, tool }) => format!("mcp__{server}__{tool}"),
-        Some(McpGrant::All { server }) => format!("mcp__{server}"),
-        None => grant.name.clone(),
+        Some(McpGrant::One { server, tool }) if declared(server) => {
+            format!("mcp__{server}__{tool}")
+        }
+        Some(McpGrant::All { server }) if declared(server) => format!("mcp__{server}"),
+        _ => grant.name.clone(),
     }
 }
 
 /// Where one invocation's MCP configuration is written: named by the node
 /// run and the call, so no two invocations share one.
 fn mcp_config_path(request: &AgentRequest) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "awr-claude-mcp-{}-{}.json",
+    crate::process::private_dir().join(format!(
+        "claude-mcp-{}-{}.json",
         request.node_run_id, request.call_index
     ))
 }
 
-/// The agent's MCP servers as Claude Code's `--mcp-config` reads them.
-fn mcp_config(request: &AgentRequest) -> String {
-    let servers: serde_json::Map<String, Value> = (request.mcp_servers.iter())
-        .map(|(name, def)| {
-            let server = match &def.transport {
-                McpTransport::Stdio {
-                    command, args, env, ..
-                } => json!({"type": "stdio", "command": command, "args": args, "env": env}),
-                McpTransport::Http {
-                    url,
-                    headers,
-                    bearer_token_env,
-                } => {
-                    let mut headers = headers.clone();
-                    // Read now, into a file of this invocation alone.
-                    if let Some(token) = bearer_token_env
-                        .as_ref()
-                        .and_then(|v| std::env::var(v).ok())
-                    {
-                        headers.insert("Authorization".into(), format!("Bearer {token}"));
-                    }
-                    json!({"type": "http", "url": url, "headers": headers})
+/// The agent's MCP servers as Claude Code's `--mcp-config` reads them;
+/// an error when a token variable is not set.
+fn mcp_config(request: &AgentRequest) -> Result<String, String> {
+    let mut servers = serde_json::Map::new();
+    for (name, def) in &request.mcp_servers {
+        let server = match &def.transport {
+            McpTransport::Stdio {
+                command, args, env, ..
+            } => json!({"type": "stdio", "command": command, "args": args, "env": env}),
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                let mut headers = headers.clone();
+                // Read now, into a file of this invocation alone.
+                if let Some(var) = bearer_token_env {
+                    let token = std::env::var(var).map_err(|_| {
+                        format!("MCP server `{name}`: `bearer_token_env`: `{var}` is not set")
+                    })?;
+                    headers.insert("Authorization".into(), format!("Bearer {token}"));
                 }
-            };
-            (name.clone(), server)
-        })
-        .collect();
-    json!({"mcpServers": servers}).to_string()
+                json!({"type": "http", "url": url, "headers": headers})
+            }
+        };
+        servers.insert(name.clone(), server);
+    }
+    Ok(json!({"mcpServers": servers}).to_string())
 }
 
 #[cfg(test)]
@@ -167,6 +169,7 @@ mod process_tests {
     use domain::SessionId;
     use domain::workflow::{Provider, Timeout};
     use futures::StreamExt;
+    use serde_json::Value;
 
     /// A fake `claude` running `body` in a directory of its own, `$HERE`.
     fn fake(body: &str) -> (tempfile::TempDir, String) {
@@ -235,6 +238,25 @@ mod process_tests {
             }})
         );
         assert!(!path.exists(), "left behind: {}", path.display());
+    }
+
+    /// A server's token variable that is not set fails the invocation,
+    /// naming it, before the CLI starts.
+    #[tokio::test]
+    async fn an_unset_token_variable_fails_the_invocation() {
+        let (_dir, exe) = fake("touch \"$HERE/ran\"");
+        let mut request = request(exe.clone(), Some(5));
+        request.agent.tools = vec![ToolGrant::new("s/*")];
+        let yaml = "name: m\nmcp_servers:\n  s: {url: 'http://127.0.0.1:9/mcp', bearer_token_env: AWR_TEST_UNSET_TOKEN_VAR}\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        request.mcp_servers = domain::WorkflowDef::from_yaml(yaml).unwrap().mcp_servers;
+        let Err(QueryError::Config(why)) = ClaudeCode::default().query(request).await else {
+            panic!("the invocation went on")
+        };
+        assert!(
+            why.contains("`AWR_TEST_UNSET_TOKEN_VAR` is not set"),
+            "{why}"
+        );
+        assert!(!std::path::Path::new(&exe).with_file_name("ran").exists());
     }
 
     #[test]

@@ -131,11 +131,41 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
     /// Files the CLI reads for this invocation alone (its MCP servers'
     /// configuration, rendered from the workflow, never the user's own):
     /// written before it starts, readable by this user alone, and removed
-    /// once its stream is dropped. By default none.
-    fn files(request: &AgentRequest) -> Vec<(PathBuf, String)> {
+    /// once its stream is dropped. By default none. An error (a variable
+    /// the configuration needs is not set) fails the invocation.
+    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
         let _ = request;
-        Vec::new()
+        Ok(Vec::new())
     }
+}
+
+/// The directory the files of invocations are written in: the temporary
+/// directory's `awr-UID`, this user's alone (mode 0700), so no other user
+/// can put a file where one is about to be written, nor read one.
+pub fn private_dir() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    std::env::temp_dir().join(format!("awr-{uid}"))
+}
+
+/// Creates [`private_dir`], or checks that the one there is this user's
+/// alone.
+fn ensure_private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = private_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => return Ok(dir),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    let uid = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's alone (mode 0700)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }
 
 /// Files written for one invocation, removed when dropped (the stream
@@ -143,12 +173,15 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
 struct Written(Vec<PathBuf>);
 
 impl Written {
-    /// Writes each of `files` anew (a file left at its path is replaced;
-    /// a link there is never followed), mode 0600.
+    /// Writes each of `files` anew, in [`private_dir`] (a file left at its
+    /// path is replaced; a link there is never followed), mode 0600.
     fn write(files: Vec<(PathBuf, String)>) -> std::io::Result<Self> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let mut written = Self(Vec::with_capacity(files.len()));
+        if !files.is_empty() {
+            ensure_private_dir()?;
+        }
         for (path, text) in files {
             let _ = std::fs::remove_file(&path);
             let mut file = std::fs::OpenOptions::new()
@@ -226,7 +259,8 @@ impl<P: CliProgram> QueryFn for CliAgent<P> {
                 });
             }
         }
-        let written = Written::write(P::files(&request)).map_err(|e| {
+        let files = P::files(&request).map_err(QueryError::Config)?;
+        let written = Written::write(files).map_err(|e| {
             QueryError::Config(format!(
                 "cannot write the configuration of `{}`: {e}",
                 P::EXECUTABLE

@@ -297,3 +297,20 @@ async fn a_connected_check_names_each_missing_tool_and_each_server_down() {
     );
     assert_eq!(fake.untagged.load(Ordering::SeqCst), 2, "of no run");
 }
+
+#[test]
+fn a_result_past_the_cap_is_cut_saying_so() {
+    let small = json!({"a": 1});
+    assert_eq!(capped(small.clone()), small);
+    let big = capped(json!({"text": "é".repeat(MAX_RESULT)}));
+    let text = big.as_str().unwrap();
+    assert!(text.len() < MAX_RESULT + 100, "{}", text.len());
+    assert!(
+        text.ends_with(&format!(
+            "[cut at {MAX_RESULT} of {} bytes]",
+            2 * MAX_RESULT + 11
+        )),
+        "{}",
+        &text[text.len() - 60..]
+    );
+}

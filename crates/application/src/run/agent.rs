@@ -193,7 +193,12 @@ async fn invoke(
     };
     let ack = task.record(start).await.ok_or_else(run_over)?;
     let run_tools = match task.mcp.as_ref().filter(|_| agent.provider.is_http()) {
-        Some(servers) => match servers.tools(&agent.tools).await {
+        // A pause does not wait for a server to start.
+        Some(servers) => match tokio::select! {
+            biased;
+            () = task.pausing.cancelled() => return Err(paused()),
+            tools = servers.tools(&agent.tools) => tools,
+        } {
             Ok(tools) => tools,
             Err(e) => {
                 let error = QueryError::Agent {

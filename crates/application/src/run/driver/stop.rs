@@ -94,6 +94,11 @@ impl Driver {
         }
         self.drain(true).await?;
         self.rec.finish().await?;
+        // Its MCP servers stopped first: the next writer starts its own,
+        // and finds no port or file still held by these.
+        if let Some(mcp) = &self.mcp {
+            mcp.close().await;
+        }
         // Free for the next writer everywhere before this one says it is.
         if let Some(lock) = self.lock.take() {
             lock.release().await;

@@ -220,7 +220,9 @@ pub fn http_service(app: App) -> StreamableHttpService<AwrMcp, NeverSessionManag
 /// closes them, then pauses the runs this process writes (`awr resume`
 /// continues them), as `awr serve` does at shutdown.
 pub async fn stdio(app: App) -> Result<(), Failure> {
-    let server = AwrMcp::new(app.clone(), crate::wiring::local_caller());
+    // As the command line records its user: `local` when it has no name.
+    let local = crate::wiring::local_caller().or_else(|| Caller::new("local").ok());
+    let server = AwrMcp::new(app.clone(), local);
     let served = match server.serve(rmcp::transport::stdio()).await {
         Ok(running) => running
             .waiting()

@@ -8,7 +8,7 @@ use application::inspect::{ShownStatus, run_view};
 use application::ports::EventFilter;
 use application::transcript::{Line, transcript_lines};
 use domain::event::KNOWN_TYPES;
-use domain::{EventKind, RunId, RunStatus};
+use domain::{Caller, EventKind, RunId, RunStatus};
 use futures::StreamExt;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
 use schemars::JsonSchema;
@@ -28,6 +28,11 @@ const MAX_WAIT: u32 = 50;
 /// Events or lines per page unless the caller says, and at most.
 const DEFAULT_PAGE: u32 = 100;
 const MAX_PAGE: u32 = 1000;
+
+/// The most a page of events or transcript lines holds, in bytes of JSON
+/// (past its first item), and the largest transcript read as a resource:
+/// an answer is held whole in memory, maybe three times over.
+const PAGE_BYTES: usize = 4 << 20;
 
 /// Runs listed as resources, newest first.
 const LISTED_RUNS: usize = 50;
@@ -84,10 +89,12 @@ fn unsettled(status: ShownStatus) -> bool {
     )
 }
 
-/// `wait_run`: the run's status once it settles (ends, pauses, or has no
-/// writer) or once the timeout passes, whichever comes first.
+/// `wait_run`: the run's status once it ends or pauses, or once the
+/// timeout passes, whichever comes first (a run whose writer died shows
+/// `interrupted` at once; one that dies while waited for, at the timeout).
 pub(super) async fn wait(
     app: &App,
+    by: &Caller,
     args: WaitArgs,
     cancelled: &CancellationToken,
 ) -> Result<Value, Refusal> {
@@ -97,6 +104,8 @@ pub(super) async fn wait(
             "wait_run: timeoutSeconds: {within} is more than {MAX_WAIT}; call again to wait longer"
         )));
     }
+    // A wait follows the run's log as a stream does, under the same caps.
+    let _slot = app.streams().take(by)?;
     let run_id = resolve(app, &args.run_id).await?;
     let store = app.store();
     // Followed from before the status is read: nothing it does after is missed.
@@ -188,18 +197,25 @@ pub(super) async fn events(app: &App, args: EventsArgs) -> Result<Value, Refusal
         .await
         .map_err(store_error)?;
     let mut events = Vec::with_capacity(batch.len());
+    let mut bytes = 0;
+    let mut next = after;
     for event in &batch {
         let json = event
             .to_json()
             .map_err(|e| ApiError::internal(e.to_string()))?;
+        bytes += json.len();
+        // A page is cut at its byte budget, after its first event.
+        if bytes > PAGE_BYTES && !events.is_empty() {
+            break;
+        }
         events.push(
             serde_json::from_str::<Value>(&json).map_err(|e| ApiError::internal(e.to_string()))?,
         );
+        next = event.offset.get();
     }
-    let next = batch.last().map_or(after, |e| e.offset.get());
     // A store may answer a short page, and only an empty one says nothing
     // matches after it: with a filter, `more` may be true once for nothing.
-    let more = !batch.is_empty() && next < last;
+    let more = !events.is_empty() && next < last;
     Ok(json!({"events": events, "nextOffset": next, "lastOffset": last, "more": more}))
 }
 
@@ -208,7 +224,7 @@ pub(super) async fn transcript(app: &App, args: TranscriptArgs) -> Result<Value,
     let limit = page(args.limit, "transcript_since")? as usize;
     let after = args.seq.unwrap_or(0);
     let run_id = resolve(app, &args.run_id).await?;
-    let (lines, more) = transcript_page(app, run_id, after, limit).await?;
+    let (lines, more) = transcript_page(app, run_id, after, limit, PAGE_BYTES).await?;
     let next = lines
         .last()
         .and_then(|l| l["seq"].as_u64())
@@ -216,13 +232,15 @@ pub(super) async fn transcript(app: &App, args: TranscriptArgs) -> Result<Value,
     Ok(json!({"lines": lines, "nextSeq": next, "more": more}))
 }
 
-/// Up to `limit` lines of the transcript of `run_id` after `after`, and
-/// whether more follow.
+/// Up to `limit` lines of the transcript of `run_id` after `after`, at
+/// most `budget` bytes of JSON of them after the first, and whether more
+/// follow.
 async fn transcript_page(
     app: &App,
     run_id: RunId,
     after: u64,
     limit: usize,
+    budget: usize,
 ) -> Result<(Vec<Value>, bool), Refusal> {
     let reader = crate::wiring::transcript_reader(app.storage());
     let Some(lines) = transcript_lines(reader, run_id, None)
@@ -233,15 +251,17 @@ async fn transcript_page(
     };
     let mut lines = std::pin::pin!(lines);
     let mut page = Vec::new();
+    let mut bytes = 0;
     while let Some(line) = lines.next().await {
         match line {
             Ok(Line::Event(event)) if event.seq > after => {
-                if page.len() == limit {
+                let value =
+                    serde_json::to_value(&event).map_err(|e| ApiError::internal(e.to_string()))?;
+                bytes += value.to_string().len();
+                if page.len() == limit || (bytes > budget && !page.is_empty()) {
                     return Ok((page, true));
                 }
-                page.push(
-                    serde_json::to_value(&event).map_err(|e| ApiError::internal(e.to_string()))?,
-                );
+                page.push(value);
             }
             Ok(Line::Event(_)) => {}
             Ok(Line::Bad(problem)) => {
@@ -322,7 +342,12 @@ pub(super) async fn read(app: &App, uri: &str) -> Result<ReadResourceResult, Ref
         "snapshot" => show_run(app, id).await?,
         "transcript" => {
             let run_id = resolve(app, id).await?;
-            let (lines, _) = transcript_page(app, run_id, 0, usize::MAX).await?;
+            let (lines, more) = transcript_page(app, run_id, 0, usize::MAX, PAGE_BYTES).await?;
+            if more {
+                return Err(Refusal::Input(format!(
+                    "the transcript of run {run_id} is larger than {PAGE_BYTES} bytes: read it a page at a time with transcript_since"
+                )));
+            }
             lines.iter().map(|l| format!("{l}\n")).collect()
         }
         _ => return Err(bad()),

@@ -12,10 +12,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::super::App;
 use super::super::access::Scope;
 use super::super::fork::{ForkBody, fork_run};
 use super::super::runs::{ListQuery, StartBody, command_run, list_runs, show_run, start_run};
+use super::super::{ApiError, App};
 use super::{Refusal, reads};
 
 /// Every tool, by name.
@@ -209,9 +209,9 @@ fn spec(name: Name) -> Tool {
             ),
         ),
         Name::WaitRun => (
-            "Waits until the run ends, pauses or waits for an answer, or until \
-             `timeoutSeconds` (at most 50) pass, and answers with its status then. \
-             Never blocks longer: call it again to go on waiting.",
+            "Waits until the run ends or pauses, or until `timeoutSeconds` (at most \
+             50) pass, and answers with its status then. Never blocks longer: call it \
+             again to go on waiting.",
             schema::<reads::WaitArgs>(),
             object(
                 &["runId", "status", "done", "timedOut", "lastOffset"],
@@ -347,7 +347,7 @@ fn parse<T: DeserializeOwned>(tool: Name, arguments: Value) -> Result<T, Refusal
 
 /// An answer as JSON.
 fn answer(value: impl serde::Serialize) -> Result<Value, Refusal> {
-    serde_json::to_value(value).map_err(|e| Refusal::Input(e.to_string()))
+    serde_json::to_value(value).map_err(|e| ApiError::internal(e.to_string()).into())
 }
 
 /// Runs `tool` with `arguments` for `by`; `cancelled` fires when the
@@ -373,7 +373,7 @@ pub(super) async fn call(
         Name::GetRun => {
             let args: RunArgs = parse(tool, arguments)?;
             let shown = show_run(app, &args.run_id).await?;
-            serde_json::from_str(&shown).map_err(|e| Refusal::Input(e.to_string()))
+            serde_json::from_str(&shown).map_err(|e| ApiError::internal(e.to_string()).into())
         }
         Name::ListRuns => {
             let args: ListArgs = parse(tool, arguments)?;
@@ -386,7 +386,7 @@ pub(super) async fn call(
             };
             answer(list_runs(app, query).await?)
         }
-        Name::WaitRun => reads::wait(app, parse(tool, arguments)?, cancelled).await,
+        Name::WaitRun => reads::wait(app, &by, parse(tool, arguments)?, cancelled).await,
         Name::EventsSince => reads::events(app, parse(tool, arguments)?).await,
         Name::TranscriptSince => reads::transcript(app, parse(tool, arguments)?).await,
         Name::SendMessage | Name::Reply => {
