@@ -1,3 +1,7 @@
+//! `McpServers` against a fake connector: when servers start, what a failed
+//! start does, how tools are named, granted and told, what a call gives
+//! back, and the grant check of `awr validate --connect`.
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
