@@ -448,3 +448,58 @@ fn validate_connect_checks_grants_against_the_servers_tools() {
         out.stderr
     );
 }
+
+/// `server-everything` over streamable HTTP. It listens on every
+/// interface, so it runs in a network namespace of its own with only the
+/// loopback up (`unshare -n`; the tests run as root), with the fake model
+/// and `awr run` beside it; both are stopped with the namespace's script.
+#[test]
+fn server_everything_over_streamable_http_in_a_network_of_its_own() {
+    let Some(clis) = clis_dir() else {
+        return;
+    };
+    let awr = Awr::new();
+    let yaml =
+        std::fs::read_to_string(crate::util::repo_root().join("examples/mcp/everything.yaml"))
+            .unwrap()
+            .replace(
+                "    command: mcp-server-everything\n    args: [stdio]\n",
+                "    url: http://127.0.0.1:3911/mcp\n",
+            );
+    assert!(
+        yaml.contains("3911"),
+        "the example's server is declared as expected"
+    );
+    let flow = awr.write("everything-http.yaml", &yaml);
+    let script = r#"
+        set -e
+        ip link set lo up
+        trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT
+        PORT=3911 "$1" streamableHttp > "$2/server.log" 2>&1 &
+        "$3" 127.0.0.1:8089 > "$2/model.log" 2>&1 &
+        for port in 3911 8089; do
+            for _ in $(seq 1 600); do
+                (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+                sleep 0.05
+            done
+        done
+        "$4" --storage "$2/storage" run "$5"
+    "#;
+    let out = std::process::Command::new("unshare")
+        .args(["--net", "bash", "-c", script, "bash"])
+        .arg(clis.join("mcp-server-everything"))
+        .arg(awr.dir.path())
+        .arg(env!("CARGO_BIN_EXE_fake-model"))
+        .arg(crate::util::awr_bin())
+        .arg(&flow)
+        .env_remove("AWR_STORAGE")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run unshare (util-linux)");
+    let out = Output::from(out);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), "Tool said: The sum of 2 and 3 is 5.");
+    let said = tool_results(&awr.events(&run_id_of(&out)));
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].1.contains("Echo: hello from awr"), "{said:?}");
+}
