@@ -21,7 +21,7 @@ const OTHER_KEYS: [(&str, &str); 3] = [
 ];
 
 /// Every file under `dir` that contains `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+pub(crate) fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use domain::Caller;
+use domain::{Caller, RuntimeCommand};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -400,23 +400,21 @@ pub(super) async fn call(
         }
         Name::Pause => {
             let args: RunArgs = parse(tool, arguments)?;
-            answer(command_run(app, by, &args.run_id, json!({"type": "pause"})).await?)
+            command(app, by, &args.run_id, RuntimeCommand::Pause).await
         }
         Name::Cancel => {
             let args: CancelArgs = parse(tool, arguments)?;
-            let mut raw = json!({"type": "cancel"});
-            if let Some(reason) = args.reason {
-                raw["reason"] = json!(reason);
-            }
-            answer(command_run(app, by, &args.run_id, raw).await?)
+            let cancel = RuntimeCommand::Cancel {
+                reason: args.reason,
+            };
+            command(app, by, &args.run_id, cancel).await
         }
         Name::Resume => {
             let args: ResumeArgs = parse(tool, arguments)?;
-            let mut raw = json!({"type": "resume"});
-            if let Some(message) = args.message {
-                raw["message"] = json!(message);
-            }
-            answer(command_run(app, by, &args.run_id, raw).await?)
+            let resume = RuntimeCommand::Resume {
+                message: args.message,
+            };
+            command(app, by, &args.run_id, resume).await
         }
         Name::Fork => {
             let args: ForkArgs = parse(tool, arguments)?;
@@ -427,4 +425,15 @@ pub(super) async fn call(
             answer(fork_run(app, by, &args.run_id, body).await?)
         }
     }
+}
+
+/// Gives the run `run_id` names `command`, as `POST …/commands` would.
+async fn command(
+    app: &App,
+    by: Caller,
+    run_id: &str,
+    command: RuntimeCommand,
+) -> Result<Value, Refusal> {
+    let raw = serde_json::to_value(&command).map_err(|e| ApiError::internal(e.to_string()))?;
+    answer(command_run(app, by, run_id, raw).await?)
 }
