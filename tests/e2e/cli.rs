@@ -681,10 +681,10 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
     );
     let out = awr.run(&["validate", granted.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    // Not yet to a CLI agent, which would be told of tools it lacks.
+    // Not to Gemini CLI, which would be told of tools it lacks.
     let cli = awr.write(
         "cli.yaml",
-        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: codex, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: gemini, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
     );
     for command in ["validate", "run"] {
         let out = awr.run(&[command, cli.to_str().unwrap()]);
@@ -694,7 +694,7 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
                 && out.stderr.contains("agents.a.tools")
                 && out
                     .stderr
-                    .contains("HTTP agents (openai, anthropic) and Claude Code only"),
+                    .contains("Claude Code, Codex and Copilot, not to gemini agents"),
             "{command}: {}",
             out.stderr
         );
@@ -708,6 +708,15 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
     let out = awr.run(&["validate", moved.to_str().unwrap()]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("mcp_servers.s.cwd"), "{}", out.stderr);
+    // So does Copilot; Codex takes the server's `cwd` along.
+    for (provider, code) in [("copilot", 2), ("codex", 0)] {
+        let yaml = format!(
+            "name: t\nmcp_servers:\n  s: {{command: srv, cwd: tools}}\nagents:\n  a: {{provider: {provider}, tools: [s/x]}}\nsteps: [{{agent: a}}]\n"
+        );
+        let file = awr.write(&format!("moved-{provider}.yaml"), &yaml);
+        let out = awr.run(&["validate", file.to_str().unwrap()]);
+        assert_eq!(out.code, code, "{provider}: {}", out.stderr);
+    }
 
     let undeclared = awr.write(
         "undeclared.yaml",

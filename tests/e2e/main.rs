@@ -26,6 +26,7 @@ mod kept_fields;
 mod kill_anytime;
 mod mcp_agents;
 mod mcp_client;
+mod mcp_conformance;
 mod mcp_inspector;
 mod mcp_python;
 mod mcp_run;

@@ -3,7 +3,8 @@
 //! server of its workflow (`mcp_servers:`, rendered into its own
 //! `--mcp-config`), starts a workflow with `start_run` and waits for it
 //! with `wait_run`. Both are then on record: the agent's tool calls in the
-//! parent run, and the child run it started.
+//! parent run, and the child run it started. Codex and Copilot call a
+//! granted tool of a workflow's server in their own configuration.
 
 use std::sync::Arc;
 
@@ -128,4 +129,132 @@ async fn claude_code_starts_a_workflow_through_awrs_mcp_server_and_waits_for_it(
         .filter(|e| e.file_name().to_string_lossy().contains(node_run))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Runs `cli` (offline, against the fake model) with `server-everything`
+/// declared and only its `echo` granted, prompted to call `tool` (the
+/// name the CLI offers `echo` under) and then `get-sum`, which it is not
+/// granted. Returns the run's `agent:tool` events and the fake model's
+/// requests.
+async fn granted_echo(
+    cli: Cli,
+    tool: &str,
+) -> Option<(Vec<Value>, Vec<awr_tests::fake_model::RecordedRequest>)> {
+    let bin = clis_dir()?;
+    let server = FakeModel::start().await.expect("fake model");
+    let scratch = Scratch::new();
+    let env = offline_env(&cli, &scratch, &server.base_url());
+    let q = |s: &str| serde_json::to_string(s).unwrap();
+    let mut yaml = format!(
+        "name: echo-{provider}\n\
+         input: |\n  CALLTOOL {tool} {{\"message\": \"hi from awr\"}}\n  CALLTOOL get-sum {{\"a\": 1, \"b\": 2}}\n\
+         mcp_servers:\n  ev:\n    command: {everything}\n    args: [stdio]\n\
+         agents:\n  coder:\n    provider: {provider}\n    executable: {exe}\n    model: {model}\n    \
+         timeout: 120s\n    tools: [ev/echo]\n    env:\n",
+        provider = cli.provider,
+        everything = q(&bin.join("mcp-server-everything").display().to_string()),
+        exe = q(&bin.join(cli.exe).display().to_string()),
+        model = q(cli.model),
+    );
+    for (k, v) in &env {
+        yaml.push_str(&format!("      {k}: {}\n", q(v)));
+    }
+    yaml.push_str("steps: [{agent: coder}]\n");
+    let flow = scratch.write("echo.yaml", &yaml).display().to_string();
+    let scratch = Arc::new(scratch);
+    let out = {
+        let scratch = Arc::clone(&scratch);
+        tokio::task::spawn_blocking(move || scratch.awr(180, &["run", &flow]))
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        out.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    let run = run_id_of(&out);
+    let log = read_json_lines(
+        &scratch
+            .storage()
+            .join("runs")
+            .join(&run)
+            .join("events.ndjson"),
+    );
+    let tools = of_type(&log, "agent:tool").into_iter().cloned().collect();
+    Some((tools, server.requests()))
+}
+
+/// Codex gets the workflow's server as a `-c mcp_servers.ev=…` override
+/// holding only the granted tool, calls it, and the call is on record as
+/// Codex emitted it (`mcp_tool_call`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_calls_a_granted_tool_of_a_workflow_mcp_server() {
+    // A model Codex has no metadata of: it offers every MCP tool in the
+    // request itself. For one it knows to support its tool search (gpt-5.5)
+    // it defers them behind `tool_search`, which the fake model does not
+    // call (docs/mcp.md).
+    let cli = Cli {
+        provider: "codex",
+        exe: "codex",
+        model: "gpt-5",
+        reports_usage: true,
+    };
+    let Some((tools, requests)) = granted_echo(cli, "mcp__ev__echo").await else {
+        return;
+    };
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["toolName"], "echo");
+    assert_eq!(tools[0]["toolInput"]["server"], "ev");
+    assert_eq!(tools[0]["toolInput"]["arguments"]["message"], "hi from awr");
+    let output = tools[0]["toolOutput"].to_string();
+    assert!(output.contains("Echo: hi from awr"), "{output}");
+    // The model was offered the server's granted tool alone.
+    let offered: Vec<Vec<String>> = (requests.iter())
+        .filter_map(|r| r.body["tools"].as_array())
+        .map(|tools| {
+            let ns = tools.iter().find(|t| t["name"] == "mcp__ev");
+            let inner = ns
+                .and_then(|ns| ns["tools"].as_array())
+                .into_iter()
+                .flatten();
+            inner
+                .map(|f| f["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    assert!(!offered.is_empty());
+    assert!(
+        offered.iter().all(|names| names == &["echo"]),
+        "{offered:?}"
+    );
+}
+
+/// Copilot gets the workflow's server in an `--additional-mcp-config` file
+/// offering only the granted tool, calls it, and the call is on record as
+/// Copilot emitted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilot_calls_a_granted_tool_of_a_workflow_mcp_server() {
+    let cli = Cli {
+        provider: "copilot",
+        exe: "copilot",
+        model: "gpt-5.5",
+        reports_usage: true,
+    };
+    let Some((tools, requests)) = granted_echo(cli, "ev-echo").await else {
+        return;
+    };
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["toolName"], "ev-echo");
+    let output = tools[0]["toolOutput"].to_string();
+    assert!(output.contains("Echo: hi from awr"), "{output}");
+    let offered: Vec<String> = (requests.iter())
+        .filter_map(|r| r.body["tools"].as_array())
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .filter(|name| name.starts_with("ev-"))
+        .map(str::to_owned)
+        .collect();
+    assert!(!offered.is_empty());
+    assert!(offered.iter().all(|name| name == "ev-echo"), "{offered:?}");
 }

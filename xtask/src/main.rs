@@ -114,6 +114,7 @@ fn test() -> anyhow::Result<()> {
     needs::ensure()?;
     let clis = agent_clis()?;
     let mcp_python = installed(".ci/install-mcp-python", "python3 with venv and pip")?;
+    let mcp_conformance = installed(".ci/install-mcp-conformance", "npm")?;
     let postgres = postgres::Cluster::start(&std::env::temp_dir())?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
@@ -122,6 +123,7 @@ fn test() -> anyhow::Result<()> {
         .env("AWR_REQUIRE_JQ", "1")
         .env("AWR_AGENT_CLIS", &clis)
         .env("AWR_MCP_PYTHON", &mcp_python)
+        .env("AWR_MCP_CONFORMANCE", &mcp_conformance)
         .env("AWR_TEST_POSTGRES", postgres.url())
         .env("AWR_TEST_POSTGRES_RESTART", postgres.restart_command())
         .env("AWR_REQUIRE_POSTGRES", "1");

@@ -428,12 +428,13 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                 .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
         };
         if !agent.provider.is_http() {
-            // Given to HTTP agents and Claude Code only: another CLI agent
-            // would be told of tools it does not have.
-            let configured = agent.provider == Provider::ClaudeCode;
-            // The CLI starts the server where it runs itself: a `cwd` would
-            // be lost.
+            // Not given to a CLI agent that cannot take them: it would be
+            // told of tools it does not have.
+            let configured = agent.provider.takes_mcp_servers();
+            // A CLI that starts the server where it runs itself would lose
+            // a `cwd`.
             let moved = (agent.tools.iter().filter(mcp))
+                .filter(|_| !agent.provider.mcp_server_cwd())
                 .filter_map(|g| g.mcp().map(|m| m.server()))
                 .find(|server| {
                     workflow.mcp_servers.get(*server).is_some_and(|def| {
@@ -459,7 +460,8 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                         item: format!("agents.{name}.tools"),
                         message: format!(
                             "`{}`: tools of MCP servers are given to HTTP agents (openai, \
-                             anthropic) and Claude Code only, not yet to {} agents",
+                             anthropic), Claude Code, Codex and Copilot, not to {} agents \
+                             (docs/mcp.md says why)",
                             grant.name,
                             agent.provider.as_str()
                         ),

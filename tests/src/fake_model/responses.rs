@@ -42,7 +42,7 @@ pub(super) fn respond(body: &Value, state: &scenario::State) -> Response {
             Output::Reasoning(REASONING.to_owned()),
             Output::Message(TOOL_PREAMBLE.to_owned()),
             Output::FunctionCall(
-                name.clone(),
+                namespaced(body, name),
                 raw_args.clone().unwrap_or_else(|| args.to_string()),
             ),
         ],
@@ -182,12 +182,35 @@ pub(super) fn respond(body: &Value, state: &scenario::State) -> Response {
     sse::stream(frames)
 }
 
+/// The namespace (when the request offered the tool in one) and the name
+/// of the tool the scenario calls as `name`.
+fn namespaced(body: &Value, name: &str) -> (Option<String>, String) {
+    let tools = body["tools"].as_array().into_iter().flatten();
+    for ns in tools.filter(|t| t["type"] == "namespace") {
+        let Some(prefix) = ns["name"].as_str() else {
+            continue;
+        };
+        let inner = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix("__"));
+        let offered = |tool: &str| {
+            let mut tools = ns["tools"].as_array().into_iter().flatten();
+            tools.any(|f| f["name"] == tool)
+        };
+        if let Some(tool) = inner.filter(|tool| offered(tool)) {
+            return (Some(prefix.to_owned()), tool.to_owned());
+        }
+    }
+    (None, name.to_owned())
+}
+
 /// One output item of the reply, before it is framed as events.
 enum Output {
     Reasoning(String),
     Message(String),
-    /// Tool name and its arguments as a JSON string (the wire carries a string).
-    FunctionCall(String, String),
+    /// Tool (its namespace, if any, and name) and its arguments as a JSON
+    /// string (the wire carries a string).
+    FunctionCall((Option<String>, String), String),
 }
 
 impl Output {
@@ -199,9 +222,15 @@ impl Output {
                 "text": text, "annotations": [], "logprobs": []}]}),
             Output::Reasoning(text) => json!({"id": sse::id("rs_"), "type": "reasoning",
                 "summary": [{"type": "summary_text", "text": text}], "encrypted_content": null}),
-            Output::FunctionCall(name, arguments) => json!({"id": sse::id("fc_"),
-                "type": "function_call", "status": "completed", "call_id": sse::id("call_"),
-                "name": name, "arguments": arguments}),
+            Output::FunctionCall((namespace, name), arguments) => {
+                let mut item = json!({"id": sse::id("fc_"), "type": "function_call",
+                    "status": "completed", "call_id": sse::id("call_"), "name": name,
+                    "arguments": arguments});
+                if let Some(namespace) = namespace {
+                    item["namespace"] = json!(namespace);
+                }
+                item
+            }
         }
     }
 }

@@ -21,7 +21,9 @@
 //!   does not parse goes through as written; Anthropic and Gemini get the
 //!   parsed value, `{}` when it does not parse); once the tool result comes
 //!   back, `Tool said: <output>`. Lets a test make the model call any tool
-//!   with any, possibly invalid, arguments. Several `CALLTOOL` lines are
+//!   with any, possibly invalid, arguments. A tool of a Responses
+//!   `namespace` (Codex's MCP servers) is named `NAMESPACE__TOOL` and called
+//!   as `TOOL` in that namespace. Several `CALLTOOL` lines are
 //!   called one a turn, in order (the next is the one after as many as
 //!   there are tool results since the prompt), then `Tool said: <output>`
 //!   of the last. `$LAST_UUID` in a line's arguments becomes the last UUID
@@ -271,6 +273,18 @@ fn analyse(api: Api, body: &Value) -> Analysis {
             for t in tools {
                 if t["type"] == "function" {
                     push_tool(&mut a.tools, &t["name"], &t["parameters"]);
+                } else if t["type"] == "namespace" {
+                    // Codex offers each MCP server's tools in a namespace
+                    // (`mcp__SERVER`): offered here as `NAMESPACE__TOOL`.
+                    for f in array(t, "tools") {
+                        if let (Some(ns), Some(name)) = (t["name"].as_str(), f["name"].as_str()) {
+                            push_tool(
+                                &mut a.tools,
+                                &json!(format!("{ns}__{name}")),
+                                &f["parameters"],
+                            );
+                        }
+                    }
                 } else if t["type"] != "local_shell" {
                     // Hosted tools (web_search, …) count as "tools offered"
                     // but are never picked: their names contain no "shell".

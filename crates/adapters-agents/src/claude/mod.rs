@@ -22,7 +22,7 @@ use application::ports::AgentRequest;
 use domain::workflow::{McpGrant, McpTransport, ToolGrant};
 use serde_json::json;
 
-use crate::process::{CliAgent, CliProgram, flag};
+use crate::process::{CliAgent, CliProgram, flag, mcp_config};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -116,13 +116,9 @@ fn allowed(grant: &ToolGrant, request: &AgentRequest) -> String {
     }
 }
 
-/// Where one invocation's MCP configuration is written: named by the node
-/// run and the call, so no two invocations share one.
+/// Where one invocation's MCP configuration is written.
 fn mcp_config_path(request: &AgentRequest) -> PathBuf {
-    crate::process::private_dir().join(format!(
-        "claude-mcp-{}-{}.json",
-        request.node_run_id, request.call_index
-    ))
+    mcp_config::config_path("claude", request)
 }
 
 /// The agent's MCP servers as Claude Code's `--mcp-config` reads them;
@@ -139,14 +135,8 @@ fn mcp_config(request: &AgentRequest) -> Result<String, String> {
                 headers,
                 bearer_token_env,
             } => {
-                let mut headers = headers.clone();
-                // Read now, into a file of this invocation alone.
-                if let Some(var) = bearer_token_env {
-                    let token = std::env::var(var).map_err(|_| {
-                        format!("MCP server `{name}`: `bearer_token_env`: `{var}` is not set")
-                    })?;
-                    headers.insert("Authorization".into(), format!("Bearer {token}"));
-                }
+                let headers =
+                    mcp_config::headers_with_token(name, headers, bearer_token_env.as_deref())?;
                 json!({"type": "http", "url": url, "headers": headers})
             }
         };

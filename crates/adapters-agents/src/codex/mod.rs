@@ -16,9 +16,12 @@ pub mod wire;
 
 pub use decode::{CodexDecoder, SHELL_TOOL};
 
-use application::ports::AgentRequest;
+use std::collections::BTreeMap;
 
-use crate::process::{CliAgent, CliProgram, flag, prompt_with_system};
+use application::ports::AgentRequest;
+use domain::workflow::{McpServerDef, McpTransport, Timeout};
+
+use crate::process::{CliAgent, CliProgram, flag, mcp_config, prompt_with_system};
 
 /// Runs agents on the Codex CLI.
 pub type Codex = CliAgent<CodexDecoder>;
@@ -28,6 +31,23 @@ impl CliProgram for CodexDecoder {
 
     /// A resumed thread's `turn.completed` usage is the thread's total.
     const REPORTS_SESSION_TOTALS: bool = true;
+
+    /// The variables the tokens of its HTTP MCP servers are read from,
+    /// which Codex reads itself: passed to it although they hold keys.
+    fn needed_keys(request: &AgentRequest) -> Result<Vec<String>, String> {
+        let mut vars = Vec::new();
+        for (name, def) in &request.mcp_servers {
+            if let McpTransport::Http {
+                bearer_token_env: Some(var),
+                ..
+            } = &def.transport
+            {
+                mcp_config::token(name, var)?;
+                vars.push(var.clone());
+            }
+        }
+        Ok(vars)
+    }
 
     /// Codex has no system prompt flag in `exec` mode, so the agent's
     /// system prompt leads the prompt text.
@@ -39,6 +59,15 @@ impl CliProgram for CodexDecoder {
         }
         args.extend(["--json".into(), "--skip-git-repo-check".into()]);
         args.extend(flag("--model", agent.model.as_ref()));
+        for (name, def) in &request.mcp_servers {
+            // One override a server, after the user's configuration: a
+            // server of the user's own under the same name is replaced, any
+            // other stays (Codex has no switch that leaves them out).
+            args.extend([
+                "-c".into(),
+                format!("mcp_servers.{name}={}", server(request, name, def)),
+            ]);
+        }
         args.extend(agent.args.iter().cloned());
         if let Some(thread) = &request.resume {
             args.push(thread.to_string());
@@ -46,6 +75,63 @@ impl CliProgram for CodexDecoder {
         args.push(prompt_with_system(request));
         args
     }
+}
+
+/// A server as Codex's `mcp_servers.NAME` reads it, a TOML inline table:
+/// only the tools the agent is granted (`enabled_tools`), the server's
+/// timeouts, and for an HTTP server the variable its token is read from
+/// (Codex reads it itself, so the token is never on the command line).
+fn server(request: &AgentRequest, name: &str, def: &McpServerDef) -> toml::Value {
+    let strings =
+        |items: &[String]| toml::Value::Array(items.iter().map(|s| s.as_str().into()).collect());
+    let table = |map: &BTreeMap<String, String>| {
+        toml::Value::Table(
+            map.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().into()))
+                .collect(),
+        )
+    };
+    let mut server = toml::Table::new();
+    match &def.transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            server.insert("command".into(), command.as_str().into());
+            server.insert("args".into(), strings(args));
+            server.insert("env".into(), table(env));
+            if let Some(cwd) = cwd {
+                server.insert("cwd".into(), cwd.as_str().into());
+            }
+        }
+        McpTransport::Http {
+            url,
+            headers,
+            bearer_token_env,
+        } => {
+            server.insert("url".into(), url.as_str().into());
+            server.insert("http_headers".into(), table(headers));
+            if let Some(var) = bearer_token_env {
+                server.insert("bearer_token_env_var".into(), var.as_str().into());
+            }
+        }
+    }
+    let seconds = |t: &Timeout| toml::Value::Float(t.0.as_secs_f64());
+    server.insert("startup_timeout_sec".into(), seconds(&def.startup_timeout));
+    server.insert("tool_timeout_sec".into(), seconds(&def.tool_timeout));
+    if let Some(tools) = mcp_config::granted_tools(request, name) {
+        server.insert(
+            "enabled_tools".into(),
+            tools
+                .into_iter()
+                .map(toml::Value::from)
+                .collect::<Vec<_>>()
+                .into(),
+        );
+    }
+    toml::Value::Table(server)
 }
 
 #[cfg(test)]
@@ -56,10 +142,10 @@ mod process_tests {
     use super::*;
     use crate::normalize::Decoded;
     use crate::normalize::testing::{agent_request, completed};
-    use application::ports::AgentMessage;
     use application::ports::QueryFn;
+    use application::ports::{AgentMessage, QueryError};
     use domain::SessionId;
-    use domain::workflow::Provider;
+    use domain::workflow::{Provider, ToolGrant};
     use futures::StreamExt;
     use std::path::Path;
 
@@ -123,6 +209,61 @@ mod process_tests {
             (usage.input_tokens, usage.output_tokens),
             (100, 25),
             "not the thread's 300/75"
+        );
+    }
+
+    /// Each server the agent is granted tools of is one `-c` override
+    /// before the prompt, holding only the granted tools; an HTTP server's
+    /// token variable is named, and passed to Codex, never its value.
+    #[test]
+    fn mcp_servers_are_config_overrides_with_the_granted_tools() {
+        let mut request = request("codex".into(), None);
+        request.agent.tools = ["ev/echo", "ev/get-sum", "web/*"]
+            .map(ToolGrant::new)
+            .to_vec();
+        let yaml = "name: m\nmcp_servers:\n  ev: {command: srv, args: [stdio], env: {A: b}, cwd: tools, tool_timeout: 5s}\n  web: {url: 'http://127.0.0.1:9/mcp', headers: {X-Team: t}, bearer_token_env: PATH, startup_timeout: 2500ms}\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        request.mcp_servers = domain::WorkflowDef::from_yaml(yaml).unwrap().mcp_servers;
+        let args = Codex::command(&request).args;
+        let overrides: Vec<toml::Table> = (args.windows(2))
+            .filter(|w| w[0] == "-c")
+            .map(|w| w[1].parse().unwrap())
+            .collect();
+        let ev = &overrides[0]["mcp_servers"]["ev"];
+        assert_eq!(ev["command"].as_str(), Some("srv"));
+        assert_eq!(ev["args"].as_array().unwrap().len(), 1);
+        assert_eq!(ev["env"]["A"].as_str(), Some("b"));
+        assert_eq!(ev["cwd"].as_str(), Some("tools"));
+        assert_eq!(ev["tool_timeout_sec"].as_float(), Some(5.0));
+        let enabled: Vec<_> = (ev["enabled_tools"].as_array().unwrap().iter())
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(enabled, ["echo", "get-sum"]);
+        let web = &overrides[1]["mcp_servers"]["web"];
+        assert_eq!(web["url"].as_str(), Some("http://127.0.0.1:9/mcp"));
+        assert_eq!(web["http_headers"]["X-Team"].as_str(), Some("t"));
+        assert_eq!(web["bearer_token_env_var"].as_str(), Some("PATH"));
+        assert_eq!(web["startup_timeout_sec"].as_float(), Some(2.5));
+        assert!(web.get("enabled_tools").is_none(), "every tool: {web}");
+        // The overrides come before the prompt, which is last.
+        assert!(args.last().unwrap().contains("Be brief."));
+        let token = std::env::var("PATH").unwrap();
+        assert!(!args.iter().any(|a| a.contains(&token)), "{args:?}");
+        assert_eq!(CodexDecoder::needed_keys(&request).unwrap(), ["PATH"]);
+    }
+
+    /// A token variable that is not set fails the invocation, naming it.
+    #[tokio::test]
+    async fn an_unset_token_variable_fails_the_invocation() {
+        let mut request = request("codex".into(), None);
+        request.agent.tools = vec![ToolGrant::new("s/*")];
+        let yaml = "name: m\nmcp_servers:\n  s: {url: 'http://127.0.0.1:9/mcp', bearer_token_env: AWR_TEST_UNSET_TOKEN_VAR}\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        request.mcp_servers = domain::WorkflowDef::from_yaml(yaml).unwrap().mcp_servers;
+        let Err(QueryError::Config(why)) = Codex::default().query(request).await else {
+            panic!("the invocation went on")
+        };
+        assert!(
+            why.contains("`AWR_TEST_UNSET_TOKEN_VAR` is not set"),
+            "{why}"
         );
     }
 }

@@ -20,10 +20,11 @@ use std::path::{Path, PathBuf};
 
 use application::ports::{AgentMessage, AgentRequest};
 use domain::event::{ModelUsage, Usage};
-use serde_json::Value;
+use domain::workflow::{McpGrant, McpTransport, ToolGrant};
+use serde_json::{Value, json};
 
 use crate::normalize::Decoded;
-use crate::process::{CliAgent, CliProgram, flag, print_args};
+use crate::process::{CliAgent, CliProgram, flag, mcp_config, print_args};
 
 /// Runs agents on the GitHub Copilot CLI.
 pub type Copilot = CliAgent<CopilotDecoder>;
@@ -106,9 +107,18 @@ impl CliProgram for CopilotDecoder {
         if agent.tools.is_empty() {
             args.push("--allow-all-tools".into());
         } else {
-            for tool in agent.tool_names() {
-                args.extend(["--allow-tool".into(), tool.to_owned()]);
+            for grant in &agent.tools {
+                args.extend(["--allow-tool".into(), allowed(grant, request)]);
             }
+        }
+        if !request.mcp_servers.is_empty() {
+            // Added to the user's own servers for this session alone: the
+            // CLI has no flag that leaves those out.
+            let config = mcp_config::config_path("copilot", request);
+            args.extend([
+                "--additional-mcp-config".into(),
+                format!("@{}", config.display()),
+            ]);
         }
         args.extend(flag("--model", agent.model.as_ref()));
         if let Some(session) = &request.resume {
@@ -126,6 +136,16 @@ impl CliProgram for CopilotDecoder {
         args
     }
 
+    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
+        match request.mcp_servers.is_empty() {
+            true => Ok(Vec::new()),
+            false => Ok(vec![(
+                mcp_config::config_path("copilot", request),
+                copilot_mcp_config(request)?,
+            )]),
+        }
+    }
+
     /// Reads the usage file into the result (the CLI has exited, so the
     /// file is whole) and removes it.
     fn ended(request: &AgentRequest, last: &mut Decoded) {
@@ -138,6 +158,55 @@ impl CliProgram for CopilotDecoder {
         }
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// The `--allow-tool` rule that allows `grant`: a tool of a server the
+/// workflow declares as Copilot names it (`SERVER(TOOL)`, every tool of a
+/// server `SERVER`), anything else as written.
+fn allowed(grant: &ToolGrant, request: &AgentRequest) -> String {
+    let declared = |server: &str| request.mcp_servers.contains_key(server);
+    match grant.mcp() {
+        Some(McpGrant::One { server, tool }) if declared(server) => format!("{server}({tool})"),
+        Some(McpGrant::All { server }) if declared(server) => server.to_owned(),
+        _ => grant.name.clone(),
+    }
+}
+
+/// The agent's MCP servers as `--additional-mcp-config` reads them: each
+/// offers the agent only the tools it is granted (`tools`), and a call may
+/// take the server's `tool_timeout` (`timeout`, in milliseconds). An error
+/// when a token variable is not set.
+fn copilot_mcp_config(request: &AgentRequest) -> Result<String, String> {
+    let mut servers = serde_json::Map::new();
+    for (name, def) in &request.mcp_servers {
+        let mut server = match &def.transport {
+            McpTransport::Stdio {
+                command, args, env, ..
+            } => json!({"type": "local", "command": command, "args": args, "env": env}),
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                let headers =
+                    mcp_config::headers_with_token(name, headers, bearer_token_env.as_deref())?;
+                json!({"type": "http", "url": url, "headers": headers})
+            }
+        };
+        server["tools"] = match mcp_config::granted_tools(request, name) {
+            Some(tools) => json!(tools),
+            None => json!(["*"]),
+        };
+        // The CLI takes 1 to 2^32 - 1 ms.
+        let millis = def
+            .tool_timeout
+            .0
+            .as_millis()
+            .clamp(1, u128::from(u32::MAX));
+        server["timeout"] = json!(u64::try_from(millis).unwrap_or(u64::from(u32::MAX)));
+        servers.insert(name.clone(), server);
+    }
+    Ok(json!({"mcpServers": servers}).to_string())
 }
 
 #[cfg(test)]
@@ -212,5 +281,49 @@ mod usage_tests {
             !args.iter().any(|a| a.starts_with("--session-id")),
             "{args:?}"
         );
+    }
+
+    /// The workflow's servers go in a file of the invocation's own, each
+    /// offering only the tools granted; grants of them are allowed by the
+    /// CLI's own rule names; a token is read into the file.
+    #[test]
+    fn mcp_servers_are_a_config_file_offering_the_granted_tools() {
+        let mut request = agent_request(domain::workflow::Provider::Copilot, None);
+        request.agent.tools = ["ev/echo", "ev/get-sum", "web/*", "shell(git)"]
+            .map(ToolGrant::new)
+            .to_vec();
+        // A variable every test process has stands in for a token's.
+        let token = std::env::var("PATH").unwrap();
+        let yaml = "name: m\nmcp_servers:\n  ev: {command: srv, args: [stdio], env: {A: b}, tool_timeout: 5s}\n  web: {url: 'http://127.0.0.1:9/mcp', headers: {X-Team: t}, bearer_token_env: PATH}\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        request.mcp_servers = domain::WorkflowDef::from_yaml(yaml).unwrap().mcp_servers;
+        let args = Copilot::command(&request).args.join(" ");
+        let path = mcp_config::config_path("copilot", &request);
+        assert!(
+            args.contains(&format!("--additional-mcp-config @{}", path.display())),
+            "{args}"
+        );
+        for rule in ["ev(echo)", "ev(get-sum)", "web", "shell(git)"] {
+            assert!(args.contains(&format!("--allow-tool {rule}")), "{args}");
+        }
+        assert!(!args.contains("--allow-all-tools"), "{args}");
+        let files = CopilotDecoder::files(&request).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, path);
+        let config: Value = serde_json::from_str(&files[0].1).unwrap();
+        assert_eq!(
+            config,
+            json!({"mcpServers": {
+                "ev": {"type": "local", "command": "srv", "args": ["stdio"], "env": {"A": "b"},
+                    "tools": ["echo", "get-sum"], "timeout": 5000},
+                "web": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+                    "headers": {"X-Team": "t", "Authorization": format!("Bearer {token}")},
+                    "tools": ["*"], "timeout": 60000},
+            }})
+        );
+        // No server: no file, no flag.
+        request.mcp_servers.clear();
+        assert!(CopilotDecoder::files(&request).unwrap().is_empty());
+        let args = Copilot::command(&request).args.join(" ");
+        assert!(!args.contains("--additional-mcp-config"), "{args}");
     }
 }

@@ -128,6 +128,15 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
         let _ = (request, last);
     }
 
+    /// Key variables of awr's environment the CLI reads for this
+    /// invocation (the tokens of MCP servers it reaches itself), passed to
+    /// it although keys are withheld. By default none. An error (such a
+    /// variable is not set) fails the invocation.
+    fn needed_keys(request: &AgentRequest) -> Result<Vec<String>, String> {
+        let _ = request;
+        Ok(Vec::new())
+    }
+
     /// Files the CLI reads for this invocation alone (its MCP servers'
     /// configuration, rendered from the workflow, never the user's own):
     /// written before it starts, readable by this user alone, and removed
@@ -266,7 +275,10 @@ impl<P: CliProgram> QueryFn for CliAgent<P> {
                 P::EXECUTABLE
             ))
         })?;
-        let command = Self::command(&request).withholding(&self.keys);
+        let mut command = Self::command(&request).withholding(&self.keys);
+        command
+            .needed_keys
+            .extend(P::needed_keys(&request).map_err(QueryError::Config)?);
         let stream = run_cli(command, P::default())?;
         Ok(Box::pin(stream.map(move |item| {
             // Kept as long as the CLI may read them.

@@ -18,6 +18,7 @@ pub mod capture;
 pub mod cli;
 pub mod command;
 pub mod group;
+pub(crate) mod mcp_config;
 pub mod script;
 pub mod shell;
 pub mod sweep;

@@ -1,0 +1,59 @@
+//! What the CLI agents that start MCP servers themselves (Claude Code,
+//! Codex, Copilot) share in rendering the workflow's servers into their own
+//! configuration: where an invocation's file goes, the headers an HTTP
+//! server is reached with, and which of a server's tools the agent is
+//! granted.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use application::ports::AgentRequest;
+use domain::workflow::McpGrant;
+
+/// Where one invocation's MCP configuration is written: in this user's
+/// private directory, named by the program, the node run and the call, so
+/// no two invocations share one.
+pub(crate) fn config_path(program: &str, request: &AgentRequest) -> PathBuf {
+    super::private_dir().join(format!(
+        "{program}-mcp-{}-{}.json",
+        request.node_run_id, request.call_index
+    ))
+}
+
+/// An HTTP server's headers, with `Authorization: Bearer TOKEN` when it
+/// names a `bearer_token_env`: read now, into a file of this invocation
+/// alone. An error names the server and the variable that is not set.
+pub(crate) fn headers_with_token(
+    server: &str,
+    headers: &BTreeMap<String, String>,
+    bearer_token_env: Option<&str>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut headers = headers.clone();
+    if let Some(var) = bearer_token_env {
+        headers.insert(
+            "Authorization".into(),
+            format!("Bearer {}", token(server, var)?),
+        );
+    }
+    Ok(headers)
+}
+
+/// The value of a server's `bearer_token_env` variable.
+pub(crate) fn token(server: &str, var: &str) -> Result<String, String> {
+    std::env::var(var)
+        .map_err(|_| format!("MCP server `{server}`: `bearer_token_env`: `{var}` is not set"))
+}
+
+/// The tools of `server` the agent is granted by name, or `None` when it is
+/// granted every tool (`server/*`).
+pub(crate) fn granted_tools<'a>(request: &'a AgentRequest, server: &str) -> Option<Vec<&'a str>> {
+    let mut tools = Vec::new();
+    for grant in &request.agent.tools {
+        match grant.mcp() {
+            Some(McpGrant::All { server: s }) if s == server => return None,
+            Some(McpGrant::One { server: s, tool }) if s == server => tools.push(tool),
+            _ => {}
+        }
+    }
+    Some(tools)
+}
