@@ -681,10 +681,10 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
     );
     let out = awr.run(&["validate", granted.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    // Not to Gemini CLI, which would be told of tools it lacks.
+    // Not to the mock, which calls no tool.
     let cli = awr.write(
         "cli.yaml",
-        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: gemini, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
+        "name: t\nmcp_servers:\n  everything: {command: mcp-server-everything}\nagents:\n  a: {provider: mock, tools: [everything/echo]}\nsteps: [{agent: a}]\n",
     );
     for command in ["validate", "run"] {
         let out = awr.run(&[command, cli.to_str().unwrap()]);
@@ -692,9 +692,7 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
         assert!(
             out.stderr.contains("cli.yaml")
                 && out.stderr.contains("agents.a.tools")
-                && out
-                    .stderr
-                    .contains("Claude Code, Codex and Copilot, not to gemini agents"),
+                && out.stderr.contains("a mock agent calls no tool"),
             "{command}: {}",
             out.stderr
         );
@@ -708,8 +706,8 @@ fn mcp_servers_are_checked_and_their_tools_granted_to_http_agents_only() {
     let out = awr.run(&["validate", moved.to_str().unwrap()]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("mcp_servers.s.cwd"), "{}", out.stderr);
-    // So does Copilot; Codex takes the server's `cwd` along.
-    for (provider, code) in [("copilot", 2), ("codex", 0)] {
+    // So does Copilot; Codex and Gemini CLI take the server's `cwd` along.
+    for (provider, code) in [("copilot", 2), ("codex", 0), ("gemini", 0)] {
         let yaml = format!(
             "name: t\nmcp_servers:\n  s: {{command: srv, cwd: tools}}\nagents:\n  a: {{provider: {provider}, tools: [s/x]}}\nsteps: [{{agent: a}}]\n"
         );

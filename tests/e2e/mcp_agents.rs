@@ -134,12 +134,16 @@ async fn claude_code_starts_a_workflow_through_awrs_mcp_server_and_waits_for_it(
 /// Runs `cli` (offline, against the fake model) with `server-everything`
 /// declared and only its `echo` granted, prompted to call `tool` (the
 /// name the CLI offers `echo` under) and then `get-sum`, which it is not
-/// granted. Returns the run's `agent:tool` events and the fake model's
-/// requests.
+/// granted. Returns the run's `agent:tool` events, the fake model's
+/// requests and the scratch directory the CLI's home is in.
 async fn granted_echo(
     cli: Cli,
     tool: &str,
-) -> Option<(Vec<Value>, Vec<awr_tests::fake_model::RecordedRequest>)> {
+) -> Option<(
+    Vec<Value>,
+    Vec<awr_tests::fake_model::RecordedRequest>,
+    Arc<Scratch>,
+)> {
     let bin = clis_dir()?;
     let server = FakeModel::start().await.expect("fake model");
     let scratch = Scratch::new();
@@ -182,7 +186,7 @@ async fn granted_echo(
             .join("events.ndjson"),
     );
     let tools = of_type(&log, "agent:tool").into_iter().cloned().collect();
-    Some((tools, server.requests()))
+    Some((tools, server.requests(), scratch))
 }
 
 /// Codex gets the workflow's server as a `-c mcp_servers.ev=…` override
@@ -200,7 +204,7 @@ async fn codex_calls_a_granted_tool_of_a_workflow_mcp_server() {
         model: "gpt-5",
         reports_usage: true,
     };
-    let Some((tools, requests)) = granted_echo(cli, "mcp__ev__echo").await else {
+    let Some((tools, requests, _)) = granted_echo(cli, "mcp__ev__echo").await else {
         return;
     };
     assert_eq!(tools.len(), 1, "{tools:?}");
@@ -241,7 +245,7 @@ async fn copilot_calls_a_granted_tool_of_a_workflow_mcp_server() {
         model: "gpt-5.5",
         reports_usage: true,
     };
-    let Some((tools, requests)) = granted_echo(cli, "ev-echo").await else {
+    let Some((tools, requests, _)) = granted_echo(cli, "ev-echo").await else {
         return;
     };
     assert_eq!(tools.len(), 1, "{tools:?}");
@@ -257,4 +261,53 @@ async fn copilot_calls_a_granted_tool_of_a_workflow_mcp_server() {
         .collect();
     assert!(!offered.is_empty());
     assert!(offered.iter().all(|name| name == "ev-echo"), "{offered:?}");
+}
+
+/// Gemini CLI gets the workflow's server in the settings of a home of the
+/// invocation's own, offering only the granted tool, calls it, and the call
+/// is on record as Gemini emitted it. The user's settings stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_calls_a_granted_tool_of_a_workflow_mcp_server() {
+    let cli = Cli {
+        provider: "gemini",
+        exe: "gemini",
+        model: "gemini-2.5-flash",
+        reports_usage: true,
+    };
+    let before = adapters_agents::process::private_dir();
+    let homes = |dir: &std::path::Path| -> Vec<String> {
+        (std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("gemini-home-"))
+            .collect()
+    };
+    let left_before = homes(&before);
+    let Some((tools, requests, scratch)) = granted_echo(cli, "mcp_ev_echo").await else {
+        return;
+    };
+    let settings = std::fs::read_to_string(scratch.path("home/.gemini/settings.json")).unwrap();
+    assert!(!settings.contains("mcpServers"), "{settings}");
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["toolName"], "mcp_ev_echo");
+    let output = tools[0]["toolOutput"].to_string();
+    assert!(output.contains("Echo: hi from awr"), "{output}");
+    let offered: Vec<String> = (requests.iter())
+        .filter_map(|r| r.body["tools"].as_array())
+        .flatten()
+        .filter_map(|t| t["functionDeclarations"].as_array())
+        .flatten()
+        .filter_map(|f| f["name"].as_str())
+        .filter(|name| name.starts_with("mcp_"))
+        .map(str::to_owned)
+        .collect();
+    assert!(!offered.is_empty());
+    assert!(
+        offered.iter().all(|name| name == "mcp_ev_echo"),
+        "{offered:?}"
+    );
+    // The invocation's home went with it.
+    let left: Vec<_> = (homes(&before).into_iter())
+        .filter(|h| !left_before.contains(h))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

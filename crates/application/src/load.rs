@@ -459,9 +459,8 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                     error: WorkflowError::Invalid {
                         item: format!("agents.{name}.tools"),
                         message: format!(
-                            "`{}`: tools of MCP servers are given to HTTP agents (openai, \
-                             anthropic), Claude Code, Codex and Copilot, not to {} agents \
-                             (docs/mcp.md says why)",
+                            "`{}`: a {} agent calls no tool, so it is given no tool of an \
+                             MCP server",
                             grant.name,
                             agent.provider.as_str()
                         ),

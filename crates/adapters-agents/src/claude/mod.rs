@@ -22,7 +22,7 @@ use application::ports::AgentRequest;
 use domain::workflow::{McpGrant, McpTransport, ToolGrant};
 use serde_json::json;
 
-use crate::process::{CliAgent, CliProgram, flag, mcp_config};
+use crate::process::{CliAgent, CliProgram, Prepared, flag, mcp_config};
 
 /// Tools Claude Code may use without asking when the agent lists none: the
 /// workflow author chose an autonomous agent, and `-p` mode cannot ask.
@@ -93,10 +93,13 @@ impl CliProgram for ClaudeDecoder {
         args
     }
 
-    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
+    fn files(request: &AgentRequest) -> Result<Vec<Prepared>, String> {
         match request.mcp_servers.is_empty() {
             true => Ok(Vec::new()),
-            false => Ok(vec![(mcp_config_path(request), mcp_config(request)?)]),
+            false => Ok(vec![Prepared::File(
+                mcp_config_path(request),
+                mcp_config(request)?,
+            )]),
         }
     }
 }

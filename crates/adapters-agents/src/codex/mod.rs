@@ -103,7 +103,7 @@ fn server(request: &AgentRequest, name: &str, def: &McpServerDef) -> toml::Value
             server.insert("args".into(), strings(args));
             server.insert("env".into(), table(env));
             if let Some(cwd) = cwd {
-                server.insert("cwd".into(), cwd.as_str().into());
+                server.insert("cwd".into(), mcp_config::absolute_cwd(cwd).into());
             }
         }
         McpTransport::Http {
@@ -232,7 +232,8 @@ mod process_tests {
         assert_eq!(ev["command"].as_str(), Some("srv"));
         assert_eq!(ev["args"].as_array().unwrap().len(), 1);
         assert_eq!(ev["env"]["A"].as_str(), Some("b"));
-        assert_eq!(ev["cwd"].as_str(), Some("tools"));
+        let cwd = std::env::current_dir().unwrap().join("tools");
+        assert_eq!(ev["cwd"].as_str(), Some(cwd.to_str().unwrap()));
         assert_eq!(ev["tool_timeout_sec"].as_float(), Some(5.0));
         let enabled: Vec<_> = (ev["enabled_tools"].as_array().unwrap().iter())
             .map(|t| t.as_str().unwrap())

@@ -24,7 +24,7 @@ use domain::workflow::{McpGrant, McpTransport, ToolGrant};
 use serde_json::{Value, json};
 
 use crate::normalize::Decoded;
-use crate::process::{CliAgent, CliProgram, flag, mcp_config, print_args};
+use crate::process::{CliAgent, CliProgram, Prepared, flag, mcp_config, print_args};
 
 /// Runs agents on the GitHub Copilot CLI.
 pub type Copilot = CliAgent<CopilotDecoder>;
@@ -136,10 +136,10 @@ impl CliProgram for CopilotDecoder {
         args
     }
 
-    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
+    fn files(request: &AgentRequest) -> Result<Vec<Prepared>, String> {
         match request.mcp_servers.is_empty() {
             true => Ok(Vec::new()),
-            false => Ok(vec![(
+            false => Ok(vec![Prepared::File(
                 mcp_config::config_path("copilot", request),
                 copilot_mcp_config(request)?,
             )]),
@@ -307,9 +307,11 @@ mod usage_tests {
         }
         assert!(!args.contains("--allow-all-tools"), "{args}");
         let files = CopilotDecoder::files(&request).unwrap();
-        assert_eq!(files.len(), 1);
-        assert_eq!(files[0].0, path);
-        let config: Value = serde_json::from_str(&files[0].1).unwrap();
+        let [Prepared::File(file, text)] = files.as_slice() else {
+            panic!("{files:?}")
+        };
+        assert_eq!(file, &path);
+        let config: Value = serde_json::from_str(text).unwrap();
         assert_eq!(
             config,
             json!({"mcpServers": {

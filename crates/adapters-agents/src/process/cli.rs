@@ -137,15 +137,35 @@ pub trait CliProgram: Decoder + Default + Send + 'static {
         Ok(Vec::new())
     }
 
-    /// Files the CLI reads for this invocation alone (its MCP servers'
-    /// configuration, rendered from the workflow, never the user's own):
-    /// written before it starts, readable by this user alone, and removed
-    /// once its stream is dropped. By default none. An error (a variable
-    /// the configuration needs is not set) fails the invocation.
-    fn files(request: &AgentRequest) -> Result<Vec<(PathBuf, String)>, String> {
+    /// What the CLI reads for this invocation alone (its MCP servers'
+    /// configuration, rendered from the workflow, never the user's own),
+    /// made in order before it starts, in [`private_dir`], and removed once
+    /// its stream is dropped. By default nothing. An error (a variable the
+    /// configuration needs is not set) fails the invocation.
+    fn files(request: &AgentRequest) -> Result<Vec<Prepared>, String> {
         let _ = request;
         Ok(Vec::new())
     }
+
+    /// Variables set for this invocation besides the agent's `env:` (and
+    /// over it), such as where the CLI finds what [`CliProgram::files`]
+    /// made. By default none.
+    fn env(request: &AgentRequest) -> Vec<(String, String)> {
+        let _ = request;
+        Vec::new()
+    }
+}
+
+/// One thing an invocation needs on disk, in [`private_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// A file holding this text, readable by this user alone (0600).
+    File(PathBuf, String),
+    /// A directory of this user's alone (0700), removed with all it holds.
+    Dir(PathBuf),
+    /// A symbolic link to the target: state of the CLI's own (its
+    /// sessions, its credentials) that the invocation shares, never copies.
+    Link(PathBuf, PathBuf),
 }
 
 /// The directory the files of invocations are written in: the temporary
@@ -177,29 +197,43 @@ fn ensure_private_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Files written for one invocation, removed when dropped (the stream
-/// ended, or was dropped early by a pause or a cancellation).
-struct Written(Vec<PathBuf>);
+/// What was made for one invocation, removed when dropped (the stream
+/// ended, or was dropped early by a pause or a cancellation), last first.
+struct Written(Vec<Prepared>);
 
 impl Written {
-    /// Writes each of `files` anew, in [`private_dir`] (a file left at its
-    /// path is replaced; a link there is never followed), mode 0600.
-    fn write(files: Vec<(PathBuf, String)>) -> std::io::Result<Self> {
+    /// Makes each of `entries` anew, in [`private_dir`]: whatever was left
+    /// at its path is replaced, and a link there is never followed.
+    fn write(entries: Vec<Prepared>) -> std::io::Result<Self> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut written = Self(Vec::with_capacity(files.len()));
-        if !files.is_empty() {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let mut written = Self(Vec::with_capacity(entries.len()));
+        if !entries.is_empty() {
             ensure_private_dir()?;
         }
-        for (path, text) in files {
-            let _ = std::fs::remove_file(&path);
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            written.0.push(path);
-            file.write_all(text.as_bytes())?;
+        for entry in entries {
+            match &entry {
+                Prepared::File(path, text) => {
+                    let _ = std::fs::remove_file(path);
+                    let mut file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(path)?;
+                    written.0.push(entry.clone());
+                    file.write_all(text.as_bytes())?;
+                }
+                Prepared::Dir(path) => {
+                    let _ = std::fs::remove_dir_all(path);
+                    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+                    written.0.push(entry);
+                }
+                Prepared::Link(path, target) => {
+                    let _ = std::fs::remove_file(path);
+                    std::os::unix::fs::symlink(target, path)?;
+                    written.0.push(entry);
+                }
+            }
         }
         Ok(written)
     }
@@ -207,8 +241,13 @@ impl Written {
 
 impl Drop for Written {
     fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
+        for entry in self.0.iter().rev() {
+            let _ = match entry {
+                Prepared::File(path, _) | Prepared::Link(path, _) => std::fs::remove_file(path),
+                // What the CLI added in it goes too; links in it are
+                // removed, never followed.
+                Prepared::Dir(path) => std::fs::remove_dir_all(path),
+            };
         }
     }
 }
@@ -237,7 +276,9 @@ impl<P> CliAgent<P> {
 impl<P: CliProgram> CliAgent<P> {
     /// The command line for one invocation.
     pub fn command(request: &AgentRequest) -> CliCommand {
-        CliCommand::for_agent(request, P::EXECUTABLE, P::args(request))
+        let mut command = CliCommand::for_agent(request, P::EXECUTABLE, P::args(request));
+        command.env.extend(P::env(request));
+        command
     }
 }
 

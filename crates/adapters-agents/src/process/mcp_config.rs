@@ -57,3 +57,10 @@ pub(crate) fn granted_tools<'a>(request: &'a AgentRequest, server: &str) -> Opti
     }
     Some(tools)
 }
+
+/// A stdio server's `cwd:` as an absolute path: the workflow gives it
+/// relative to the project directory, where awr runs, and a CLI would take
+/// it relative to where it runs itself.
+pub(crate) fn absolute_cwd(cwd: &str) -> String {
+    std::path::absolute(cwd).map_or_else(|_| cwd.to_owned(), |p| p.display().to_string())
+}

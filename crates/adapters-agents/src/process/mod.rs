@@ -25,7 +25,9 @@ pub mod sweep;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use cli::{CliAgent, CliCommand, CliProgram, private_dir, prompt_with_system, run_cli};
+pub use cli::{
+    CliAgent, CliCommand, CliProgram, Prepared, private_dir, prompt_with_system, run_cli,
+};
 pub(crate) use cli::{flag, print_args};
 pub use command::ShellCommandRunner;
 pub use group::{GroupId, OsProcesses, ProcessGroup, Sandbox, kill_leftover};

@@ -67,22 +67,20 @@ impl Provider {
 
     /// Whether an agent of this provider can be given the workflow's MCP
     /// servers (`mcp_servers:`): the HTTP agents through awr's own client,
-    /// Claude Code, Codex and Copilot through a configuration rendered for
-    /// the invocation. Gemini CLI takes servers only from settings files it
-    /// trusts (the user's, the project's, or root-owned system files), none
-    /// of which awr may write (docs/mcp.md).
+    /// the CLIs through a configuration rendered for the invocation. The
+    /// fixture-backed mock calls no tool.
     pub fn takes_mcp_servers(self) -> bool {
-        !matches!(self, Provider::Mock | Provider::Gemini)
+        self != Provider::Mock
     }
 
     /// Whether a stdio MCP server given to this provider's agents may have a
-    /// working directory of its own (`cwd:`): awr's client and Codex honour
-    /// one; Claude Code's and Copilot's configurations have no such key, so
-    /// the server would run where the agent does.
+    /// working directory of its own (`cwd:`): awr's client, Codex and Gemini
+    /// CLI honour one; Claude Code's and Copilot's configurations have no
+    /// such key, so the server would run where the agent does.
     pub fn mcp_server_cwd(self) -> bool {
         matches!(
             self,
-            Provider::OpenAi | Provider::Anthropic | Provider::Codex
+            Provider::OpenAi | Provider::Anthropic | Provider::Codex | Provider::Gemini
         )
     }
 
