@@ -175,7 +175,10 @@ async fn prune_selects_whole_finished_trees(sqlite: bool) {
     paused.offset = paused.offset.next();
     paused.node_id = None;
     paused.node_run_id = None;
-    paused.kind = EventKind::FlowPaused { reason: None };
+    paused.kind = EventKind::FlowPaused {
+        reason: None,
+        waiting: false,
+    };
     events.push(paused);
     let snapshot = RunSnapshot::fold(&events).unwrap();
     store

@@ -587,7 +587,11 @@ mod tests {
     }
 
     fn paused(offset: u64) -> RuntimeEvent {
-        event(offset, EventKind::FlowPaused { reason: None })
+        let paused = EventKind::FlowPaused {
+            reason: None,
+            waiting: false,
+        };
+        event(offset, paused)
     }
 
     fn completed(offset: u64) -> RuntimeEvent {

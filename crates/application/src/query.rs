@@ -7,7 +7,7 @@
 //! `running` from `interrupted` by its lock. So a page costs the index
 //! lookup plus one read per run listed, never a read of every run.
 
-use domain::{RunId, RunStatus, Timestamp};
+use domain::{RunId, RunSnapshot, RunStatus, Timestamp};
 
 use crate::inspect::{RunView, ShownStatus, run_view};
 use crate::ports::{RunCursor, RunQuery, RunStore, RunSummary, StoreError};
@@ -105,6 +105,7 @@ pub const STATUS_NAMES: &[&str] = &[
     "pending",
     "running",
     "paused",
+    "waiting",
     "completed",
     "failed",
     "cancelled",
@@ -185,6 +186,8 @@ pub struct StatusCounts {
     pub interrupted: u64,
     /// Stopped at a safe point; resumable.
     pub paused: u64,
+    /// Stopped until a person answers.
+    pub waiting: u64,
     /// Finished successfully.
     pub completed: u64,
     /// Finished with an error.
@@ -205,6 +208,7 @@ impl StatusCounts {
                 RunStatus::Pending => &mut self.pending,
                 RunStatus::Running => &mut self.running,
                 RunStatus::Paused => &mut self.paused,
+                RunStatus::Waiting => &mut self.waiting,
                 RunStatus::Completed => &mut self.completed,
                 RunStatus::Failed => &mut self.failed,
                 RunStatus::Cancelled => &mut self.cancelled,
@@ -280,4 +284,99 @@ pub async fn interrupted_runs(store: &dyn RunStore) -> Result<Interrupted, Store
     found.runs.sort_by_key(|r| r.run.run_id());
     found.unreadable.sort_by_key(Listed::run_id);
     Ok(found)
+}
+
+/// A question an `approval` node run asked and nobody has answered yet.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenQuestion {
+    /// The run.
+    pub run_id: RunId,
+    /// Its workflow's name.
+    pub workflow: String,
+    /// The run's status as recorded (`waiting` when nothing else runs).
+    pub status: RunStatus,
+    /// The node run that asks: what an answer names.
+    pub node_run_id: domain::NodeRunId,
+    /// Its node.
+    pub node_id: domain::NodeId,
+    /// What the person is shown.
+    pub prompt: String,
+    /// The schema an approval's data must meet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+    /// When its `on_timeout` applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+}
+
+/// The open questions of `state`, oldest node run first.
+pub fn questions_of(state: &RunSnapshot) -> Vec<OpenQuestion> {
+    let mut open: Vec<OpenQuestion> = (state.node_runs.iter())
+        .filter_map(|(run, current)| {
+            let question = current.approval.as_ref().filter(|q| q.answer.is_none())?;
+            Some(OpenQuestion {
+                run_id: state.run_id,
+                workflow: state.workflow.name.clone(),
+                status: state.status,
+                node_run_id: *run,
+                node_id: current.node_id.clone(),
+                prompt: question.prompt.clone(),
+                schema: question.schema.clone(),
+                deadline: question.deadline,
+            })
+        })
+        .collect();
+    let started = |q: &OpenQuestion| {
+        state
+            .node_runs
+            .get(&q.node_run_id)
+            .and_then(|r| r.started_at)
+    };
+    open.sort_by_key(|q| (started(q), q.node_run_id));
+    open
+}
+
+/// The open questions of every run that may have one (`running`, `paused`,
+/// `waiting`), newest run first; runs that cannot be read are returned
+/// apart, to be named.
+pub async fn open_questions(
+    store: &dyn RunStore,
+) -> Result<(Vec<OpenQuestion>, Vec<Listed>), StoreError> {
+    let filter = RunFilter {
+        statuses: [RunStatus::Running, RunStatus::Paused, RunStatus::Waiting]
+            .map(ShownStatus::Recorded)
+            .to_vec(),
+        ..RunFilter::default()
+    };
+    let mut open = Vec::new();
+    let mut unreadable = Vec::new();
+    for listed in find_runs(store, &filter).await? {
+        match &listed.view {
+            Ok(view) => open.extend(questions_of(&view.snapshot)),
+            Err(_) => unreadable.push(listed),
+        }
+    }
+    Ok((open, unreadable))
+}
+
+/// The runs `waiting` whose earliest open question's deadline is past at
+/// `now`: `awr recover` continues them, so that each `on_timeout` fires,
+/// once, where nothing was running when its deadline came.
+pub async fn overdue_runs(store: &dyn RunStore, now: Timestamp) -> Result<Vec<Listed>, StoreError> {
+    let filter = RunFilter {
+        statuses: vec![ShownStatus::Recorded(RunStatus::Waiting)],
+        ..RunFilter::default()
+    };
+    let mut overdue: Vec<Listed> = find_runs(store, &filter)
+        .await?
+        .into_iter()
+        .filter(|listed| {
+            listed.view.as_ref().is_ok_and(|view| {
+                crate::run::next_deadline(&view.snapshot).is_some_and(|at| at <= now)
+            })
+        })
+        .collect();
+    overdue.sort_by_key(Listed::run_id);
+    Ok(overdue)
 }

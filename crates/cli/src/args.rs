@@ -282,6 +282,39 @@ pub(crate) enum Command {
         /// The answer.
         message: String,
     },
+    /// Approve what an approval node run asks (docs/approvals.md); a run
+    /// that was waiting for it goes on in this process.
+    Approve {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// The node run (`nodeRunId`) that asks.
+        #[arg(long, value_name = "ID")]
+        node_run: String,
+        /// The answer's data, as JSON (checked against the approval's schema).
+        #[arg(long, value_name = "JSON")]
+        data: Option<String>,
+    },
+    /// Reject what an approval node run asks; a run that was waiting for it
+    /// goes on in this process.
+    Reject {
+        /// Run id (a unique prefix is enough).
+        run: String,
+        /// The node run (`nodeRunId`) that asks.
+        #[arg(long, value_name = "ID")]
+        node_run: String,
+        /// Why, for the record and the workflow.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// List the questions that wait for an answer: of every run, or of one.
+    Approvals {
+        /// Only this run's (a unique prefix is enough).
+        #[arg(long)]
+        run: Option<String>,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Pause a run: it stops where it is; `awr resume` continues it.
     Pause {
         /// Run id (a unique prefix is enough).

@@ -213,6 +213,19 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             terminal::control::command(&storage, &run, command).await
         }
+        Command::Approve {
+            run,
+            node_run,
+            data,
+        } => terminal::approvals::answer(&storage, &run, &node_run, Ok(data.as_deref())).await,
+        Command::Reject {
+            run,
+            node_run,
+            reason,
+        } => terminal::approvals::answer(&storage, &run, &node_run, Err(reason.as_deref())).await,
+        Command::Approvals { run, json } => {
+            terminal::approvals::list(&storage, run.as_deref(), json).await
+        }
         Command::Pause { run } => {
             terminal::control::command(&storage, &run, terminal::control::Command::Pause).await
         }

@@ -14,6 +14,9 @@ pub enum Failure {
     Cancelled(u8, anyhow::Error),
     /// The run was paused: it stopped where it was, to be resumed (exit 3).
     Paused(anyhow::Error),
+    /// The run waits for a person's answer (an `approval` node), holding
+    /// nothing: an answer continues it (exit 4).
+    Waiting(anyhow::Error),
     /// A recording's replay cannot run at all (`verify-determinism`: its
     /// workflow is gone or no longer loads): exit 3.
     Replay(anyhow::Error),
@@ -26,6 +29,7 @@ impl Failure {
         | Failure::Run(e)
         | Failure::Cancelled(_, e)
         | Failure::Paused(e)
+        | Failure::Waiting(e)
         | Failure::Replay(e)) = self;
         e
     }
@@ -38,6 +42,7 @@ impl Failure {
             Failure::Run(e) => Failure::Run(f(e)),
             Failure::Cancelled(code, e) => Failure::Cancelled(code, f(e)),
             Failure::Paused(e) => Failure::Paused(f(e)),
+            Failure::Waiting(e) => Failure::Waiting(f(e)),
             Failure::Replay(e) => Failure::Replay(f(e)),
         }
     }
@@ -48,6 +53,7 @@ impl Failure {
             Failure::Run(_) => 1,
             Failure::Cancelled(code, _) => *code,
             Failure::Paused(_) | Failure::Replay(_) => 3,
+            Failure::Waiting(_) => 4,
         }
     }
 }

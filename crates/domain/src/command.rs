@@ -5,8 +5,11 @@
 //! rejected, never queued and never guessed.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::Caller;
 use crate::ids::NodeRunId;
+use crate::time::Timestamp;
 
 /// A command to a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +37,25 @@ pub enum RuntimeCommand {
         /// The text.
         message: String,
     },
+    /// Approve what an `approval` node run asks, with `data` meeting its
+    /// schema.
+    #[serde(rename_all = "camelCase")]
+    Approve {
+        /// The node execution that asks.
+        node_run_id: NodeRunId,
+        /// The answer's data.
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        data: Value,
+    },
+    /// Reject what an `approval` node run asks.
+    #[serde(rename_all = "camelCase")]
+    Reject {
+        /// The node execution that asks.
+        node_run_id: NodeRunId,
+        /// Why, for the record and the workflow.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// Stop at the next safe point.
     Pause,
     /// Stop for good.
@@ -42,6 +64,25 @@ pub enum RuntimeCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+}
+
+/// An answer to an approval, as the command that gave it said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    /// Approve or reject.
+    pub approved: bool,
+    /// An approval's data.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub data: Value,
+    /// A rejection's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<crate::Caller>,
+    /// When the answer was accepted (its `command:received`).
+    pub at: Timestamp,
 }
 
 /// The default message of a resume without one (seed 001 §5.2).
@@ -84,6 +125,37 @@ impl RuntimeCommand {
     /// ```
     pub fn parse(raw: &serde_json::Value) -> Result<Self, CommandError> {
         serde_json::from_value(raw.clone()).map_err(|e| CommandError::Invalid(e.to_string()))
+    }
+
+    /// The answer this command gives an approval, if it is one, from `by`,
+    /// accepted at `at`.
+    pub fn answer(&self, by: Option<Caller>, at: Timestamp) -> Option<(NodeRunId, Answer)> {
+        let (node_run_id, approved, data, reason) = match self {
+            Self::Approve { node_run_id, data } => (node_run_id, true, data.clone(), None),
+            Self::Reject {
+                node_run_id,
+                reason,
+            } => (node_run_id, false, Value::Null, reason.clone()),
+            _ => return None,
+        };
+        let answer = Answer {
+            approved,
+            data,
+            reason,
+            by,
+            at,
+        };
+        Some((*node_run_id, answer))
+    }
+
+    /// The node run an approval answer is for.
+    pub fn approval_of(&self) -> Option<NodeRunId> {
+        match self {
+            Self::Approve { node_run_id, .. } | Self::Reject { node_run_id, .. } => {
+                Some(*node_run_id)
+            }
+            _ => None,
+        }
     }
 
     /// The inbox entry this command adds, if it is a message for a node run.

@@ -146,6 +146,10 @@ pub enum EventKind {
     FlowPaused {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Every node run in flight waits for a person: the run is
+        /// `waiting`, and an answer continues it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        waiting: bool,
     },
     /// A paused or interrupted run continues.
     #[serde(rename = "flow:resumed", rename_all = "camelCase")]
@@ -529,6 +533,39 @@ pub enum EventKind {
     SubflowCompleted {
         child_run_id: RunId,
         status: RunStatus,
+    },
+    /// An `approval` node run asks a person (docs/approvals.md): what the
+    /// person is shown, the schema an approval's data must meet, and the
+    /// deadline, after which `onTimeout` applies. Recorded once per node run.
+    #[serde(rename = "approval:requested", rename_all = "camelCase")]
+    ApprovalRequested {
+        #[serde(default)]
+        prompt: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline: Option<Timestamp>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_timeout: Option<String>,
+        /// Who may answer; empty, anyone who may command the run.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        approvers: Vec<String>,
+    },
+    /// The question of an `approval` node run is settled: `how` it was
+    /// (`answered`, `timed_out`), the answer, and who gave it. The node run
+    /// then ends with the answer as its output.
+    #[serde(rename = "approval:resolved", rename_all = "camelCase")]
+    ApprovalResolved {
+        #[serde(default)]
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        data: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<Caller>,
+        #[serde(default)]
+        how: String,
     },
     /// The runtime itself failed (storage, bug); the run is marked failed.
     #[serde(rename = "system:error", rename_all = "camelCase")]

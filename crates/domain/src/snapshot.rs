@@ -26,7 +26,7 @@ mod unknown;
 mod write;
 
 pub use delta::{Changes, DELTA_VERSION, DeltaError, EdgeRecord, NodeRecord, SnapshotDelta};
-pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Spent};
+pub use progress::{ForEachState, ForkedFrom, NodeRunState, ProcessRef, Question, Spent};
 pub use status::{EdgeStatus, NodeStatus, RunStatus};
 pub use stopping::Stopping;
 pub use text::JsonText;
@@ -309,7 +309,12 @@ impl RunSnapshot {
                         .or_insert(EdgeStatus::Pending);
                 }
             }
-            EventKind::FlowPaused { .. } => self.status = RunStatus::Paused,
+            EventKind::FlowPaused { waiting, .. } => {
+                self.status = match waiting {
+                    true => RunStatus::Waiting,
+                    false => RunStatus::Paused,
+                };
+            }
             EventKind::FlowResumed { .. } => {
                 self.status = RunStatus::Running;
                 self.failure = None;
@@ -463,14 +468,36 @@ impl RunSnapshot {
             EventKind::CommandReceived {
                 command,
                 accepted: true,
+                by,
                 ..
             } => {
-                let message = crate::command::RuntimeCommand::parse(command)
-                    .ok()
-                    .and_then(|c| c.inbox_entry());
-                if let Some(mut entry) = message {
+                let Ok(command) = crate::command::RuntimeCommand::parse(command) else {
+                    return;
+                };
+                if let Some(mut entry) = command.inbox_entry() {
                     entry.offset = event.offset.get();
                     self.inbox.push(entry);
+                }
+                if let Some((node_run, answer)) = command.answer(by.clone(), event.timestamp)
+                    && let Some(question) =
+                        (self.node_runs.get_mut(&node_run)).and_then(|run| run.approval.as_mut())
+                {
+                    question.answer = Some(answer);
+                }
+            }
+            EventKind::ApprovalRequested {
+                prompt,
+                schema,
+                deadline,
+                ..
+            } => {
+                if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
+                    run.approval = Some(Box::new(Question {
+                        prompt: prompt.clone(),
+                        schema: schema.clone(),
+                        deadline: *deadline,
+                        answer: None,
+                    }));
                 }
             }
             _ => {}

@@ -271,6 +271,10 @@ impl NodeFacts {
                         kind: Some("call_workflow".into()),
                         provider: None,
                     },
+                    NodeKind::Approval(_) => NodeFacts {
+                        kind: Some("approval".into()),
+                        provider: None,
+                    },
                 };
                 (node.id.clone(), facts)
             })

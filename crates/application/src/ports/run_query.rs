@@ -111,6 +111,7 @@ impl RunSummary {
                 self.parent = *parent_run_id;
                 RunStatus::Running
             }
+            EventKind::FlowPaused { waiting: true, .. } => RunStatus::Waiting,
             EventKind::FlowPaused { .. } => RunStatus::Paused,
             EventKind::FlowResumed { .. } => RunStatus::Running,
             EventKind::FlowCompleted { .. } => RunStatus::Completed,

@@ -8,15 +8,17 @@
 //! queued for a node run that will not read it, never guessed.
 
 use domain::workflow::NodeKind;
-use domain::{RunSnapshot, RunStatus, RuntimeCommand, WorkflowDef};
+use domain::{Caller, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
 use serde_json::Value;
 
-/// The verdict on one raw command: the command, or why it is refused.
+/// The verdict on one raw command from `by`: the command, or why it is
+/// refused.
 pub(crate) fn judge(
     state: &RunSnapshot,
     workflow: &WorkflowDef,
     raw: &Value,
     live: bool,
+    by: Option<&Caller>,
 ) -> Result<RuntimeCommand, String> {
     let command = RuntimeCommand::parse(raw).map_err(|e| e.to_string())?;
     if state.status.is_terminal() {
@@ -47,8 +49,23 @@ pub(crate) fn judge(
                 ));
             }
         }
-        RuntimeCommand::Pause if state.status == RunStatus::Paused => {
-            return Err("the run is paused already".to_owned());
+        RuntimeCommand::Approve { node_run_id, data } => {
+            answerable(state, workflow, *node_run_id, by)?;
+            let schema = (state.node_runs.get(node_run_id))
+                .and_then(|run| workflow.node(&run.node_id))
+                .and_then(|node| match &node.kind {
+                    NodeKind::Approval(def) => def.schema.clone(),
+                    _ => None,
+                });
+            if let Some(schema) = schema {
+                domain::workflow::check_answer(&schema, data)?;
+            }
+        }
+        RuntimeCommand::Reject { node_run_id, .. } => {
+            answerable(state, workflow, *node_run_id, by)?;
+        }
+        RuntimeCommand::Pause if state.status.is_stopped() => {
+            return Err(format!("the run is {} already", state.status.as_str()));
         }
         RuntimeCommand::Resume { .. } if live => {
             return Err("the run is running; there is nothing to resume".to_owned());
@@ -61,12 +78,53 @@ pub(crate) fn judge(
     Ok(command)
 }
 
+/// Whether `by` may answer the question of node run `run`: it must be an
+/// approval's, in flight, asked and not yet answered (an answer is taken
+/// once), and `by` one of its `approvers` when it names any.
+fn answerable(
+    state: &RunSnapshot,
+    workflow: &WorkflowDef,
+    run: NodeRunId,
+    by: Option<&Caller>,
+) -> Result<(), String> {
+    let Some(current) = state.node_runs.get(&run) else {
+        return Err(format!(
+            "no node run {run} is in flight in this run: it is answered already, or was never asked"
+        ));
+    };
+    let Some(NodeKind::Approval(def)) = workflow.node(&current.node_id).map(|n| &n.kind) else {
+        return Err(format!(
+            "node run {run} (node `{}`) is not an approval: it asks nothing",
+            current.node_id
+        ));
+    };
+    let Some(question) = &current.approval else {
+        return Err(format!("node run {run} has not asked its question yet"));
+    };
+    if question.answer.is_some() {
+        return Err(format!(
+            "node run {run} is answered already: an answer is taken once"
+        ));
+    }
+    if !def.approvers.is_empty() {
+        let who = by.map(Caller::as_str);
+        if !who.is_some_and(|who| def.approvers.iter().any(|a| a == who)) {
+            return Err(format!(
+                "{} may not answer node run {run}: its approvers are {}",
+                who.map_or_else(|| "an unnamed caller".to_owned(), |w| format!("`{w}`")),
+                def.approvers.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use domain::snapshot::NodeRunState;
-    use domain::{NodeId, NodeRunId, RunId};
+    use domain::{NodeId, RunId, RunStatus};
     use serde_json::json;
 
     const RUN: &str = "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
@@ -101,6 +159,7 @@ mod tests {
             host: None,
             child: None,
             forked: false,
+            approval: None,
         };
         state
             .node_runs
@@ -112,16 +171,16 @@ mod tests {
     fn messages_need_a_node_run_in_flight_and_in_a_turn() {
         let wf = workflow();
         let send = json!({"type": "send", "nodeRunId": NODE_RUN, "message": "hi"});
-        assert!(judge(&state(true), &wf, &send, true).is_ok());
-        let between = judge(&state(false), &wf, &send, true).unwrap_err();
+        assert!(judge(&state(true), &wf, &send, true, None).is_ok());
+        let between = judge(&state(false), &wf, &send, true, None).unwrap_err();
         assert!(between.contains("not in a turn"), "{between}");
         // With no writer, the message waits in the inbox for the resume.
-        assert!(judge(&state(false), &wf, &send, false).is_ok());
+        assert!(judge(&state(false), &wf, &send, false, None).is_ok());
         let other = json!({"type": "reply", "nodeRunId": RUN, "message": "hi"});
-        let error = judge(&state(true), &wf, &other, true).unwrap_err();
+        let error = judge(&state(true), &wf, &other, true, None).unwrap_err();
         assert!(error.contains("no node run"), "{error}");
         let missing = json!({"type": "send", "message": "hi"});
-        let error = judge(&state(true), &wf, &missing, true).unwrap_err();
+        let error = judge(&state(true), &wf, &missing, true, None).unwrap_err();
         assert!(error.contains("nodeRunId"), "{error}");
     }
 
@@ -130,13 +189,13 @@ mod tests {
         let wf = workflow();
         let mut ended = state(true);
         ended.status = RunStatus::Completed;
-        let error = judge(&ended, &wf, &json!({"type": "cancel"}), false).unwrap_err();
+        let error = judge(&ended, &wf, &json!({"type": "cancel"}), false, None).unwrap_err();
         assert!(error.contains("completed"), "{error}");
         let mut paused = state(false);
         paused.status = RunStatus::Paused;
-        assert!(judge(&paused, &wf, &json!({"type": "pause"}), false).is_err());
-        assert!(judge(&paused, &wf, &json!({"type": "cancel"}), false).is_ok());
-        assert!(judge(&state(true), &wf, &json!({"type": "resume"}), true).is_err());
-        assert!(judge(&state(true), &wf, &json!("garbage"), true).is_err());
+        assert!(judge(&paused, &wf, &json!({"type": "pause"}), false, None).is_err());
+        assert!(judge(&paused, &wf, &json!({"type": "cancel"}), false, None).is_ok());
+        assert!(judge(&state(true), &wf, &json!({"type": "resume"}), true, None).is_err());
+        assert!(judge(&state(true), &wf, &json!("garbage"), true, None).is_err());
     }
 }

@@ -26,6 +26,8 @@ pub(crate) async fn run(mut task: NodeTask) {
                 },
             }
         }
+        // Asked and answered by the driver (`step::approval`): no task.
+        NodeKind::Approval(_) => return,
         NodeKind::Command(_) => {
             let cancel = task.cancel.clone();
             tokio::select! {

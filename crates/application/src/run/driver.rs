@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
 mod apply;
+mod approvals;
 mod commands;
 mod endpoints;
 mod resume;
@@ -81,6 +82,9 @@ pub(crate) struct Driver {
     /// The run's MCP servers, shared by its node runs, closed when this
     /// writer lets go of the run.
     mcp: Option<Arc<McpServers>>,
+    /// Approval node runs started (or found in flight by a resume) whose
+    /// question is yet to be asked, if it has not been.
+    to_ask: Vec<NodeRunId>,
 }
 
 impl Driver {
@@ -143,6 +147,7 @@ impl Driver {
             tail: Vec::new(),
             lock: Some(lock),
             mcp: endpoints.mcp,
+            to_ask: Vec::new(),
         }
     }
 
@@ -228,16 +233,26 @@ impl Driver {
                 Some(Next::Stop(stop)) => return self.stop(stop).await,
                 None => {}
             }
+            match self.settle_approvals().await? {
+                approvals::Settled::Stop(stop) => return self.stop(stop).await,
+                // A node run ended: decide again.
+                approvals::Settled::Moved => continue,
+                approvals::Settled::Still => {}
+            }
+            if self.running.is_empty() && self.waits_for_people() {
+                return self.stop(Stop::Waiting).await;
+            }
             let now = self.ports.clock.now();
             if let Some(stop) = self.apply(Input::Tick { now }, Asker::None).await? {
                 return self.stop(stop).await;
             }
-            let deadline =
-                budget::next_deadline(self.state(), &self.workflow, &self.budgeted).map(|at| {
-                    self.ports
-                        .clock
-                        .sleep(Duration::from_millis(at.millis_since(now)))
-                });
+            let next = budget::next_deadline(self.state(), &self.workflow, &self.budgeted);
+            let asked = approvals::next_deadline(self.state());
+            let deadline = next.into_iter().chain(asked).min().map(|at| {
+                self.ports
+                    .clock
+                    .sleep(Duration::from_millis(at.millis_since(now)))
+            });
             let deadline = async {
                 match deadline {
                     Some(wait) => wait.await,
@@ -268,7 +283,7 @@ impl Driver {
                     self.apply(command, Asker::Sender(delivery.reply)).await?
                 }
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
-                // The budget check at the top of the loop sees the deadline.
+                // The checks at the top of the loop see the deadline.
                 () = deadline => None,
             };
             if let Some(stop) = stop {
@@ -326,6 +341,11 @@ impl Driver {
         input: Arc<Value>,
         resume: Option<Continuation>,
     ) -> Result<(), ExecutorError> {
+        if let domain::workflow::NodeKind::Approval(_) = def.kind {
+            // No task: the loop asks its question.
+            self.to_ask.push(run);
+            return Ok(());
+        }
         self.rec.publish().await?;
         let cancel = self.cancel.child();
         let task = NodeTask {

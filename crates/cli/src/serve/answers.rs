@@ -179,10 +179,15 @@ pub struct Counts {
     pub queued: Option<u64>,
     /// Being written by a process.
     pub running: u64,
+    /// Stopped until a person answers (docs/approvals.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub waiting: Option<u64>,
 }
 
 impl From<StatusCounts> for Counts {
-    /// `pending`, `queued` and `corrupt` are left out when there are none.
+    /// `pending`, `queued`, `waiting` and `corrupt` are left out when there
+    /// are none.
     fn from(counts: StatusCounts) -> Self {
         let some = |n: u64| (n > 0).then_some(n);
         Self {
@@ -195,6 +200,7 @@ impl From<StatusCounts> for Counts {
             pending: some(counts.pending),
             queued: some(counts.queued),
             running: counts.running,
+            waiting: some(counts.waiting),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
-use application::ports::StoreError;
+use application::ports::{Clock, StoreError};
 use application::{ExecutorError, query};
 use domain::RunId;
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use crate::{Failure, wiring};
 /// An executor error as the CLI reports it, naming the run once: refusals,
 /// a held lock and an unknown run are bad input (exit 2), anything else a
 /// runtime failure (exit 1).
-fn failure(run_id: RunId, error: ExecutorError) -> Failure {
+pub(crate) fn failure(run_id: RunId, error: ExecutorError) -> Failure {
     // Records that cannot be read are a storage error (exit 2), as for the
     // reading commands: the run did not fail, it could not be continued.
     let input = matches!(
@@ -75,7 +75,7 @@ pub async fn upgrade(
 }
 
 /// Continues `run_id`: resumed with `message` (`Some`), or recovered.
-async fn go_on(
+pub(crate) async fn go_on(
     storage: &Storage,
     run_id: RunId,
     given: Option<&Path>,
@@ -115,11 +115,37 @@ pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
         0 => Ok(()),
         n => Err(Failure::Input(anyhow!("{n} run(s) cannot be read"))),
     };
-    if found.runs.is_empty() {
-        crate::note("no interrupted run");
+    let (clock, _) = wiring::clock_and_ids();
+    let now = clock.now();
+    let overdue = query::overdue_runs(store.as_ref(), now)
+        .await
+        .context("cannot list the runs")
+        .map_err(Failure::Input)?;
+    if found.runs.is_empty() && overdue.is_empty() {
+        crate::note("no interrupted run, and no waiting run past a deadline");
         return unreadable();
     }
     let mut failed = 0usize;
+    // Waiting runs whose deadline passed while nothing ran: continued, so
+    // each `on_timeout` fires (docs/approvals.md).
+    for waiting in &overdue {
+        let run_id = waiting.run_id();
+        if !all {
+            let view = waiting.view.as_ref().ok();
+            let name = view.map_or("?", |v| v.snapshot.workflow.name.as_str());
+            crate::say(&format!("{run_id}  {name}  waiting, past a deadline"))?;
+            continue;
+        }
+        match go_on(storage, run_id, None, None).await {
+            Ok(()) => {}
+            Err(Failure::Waiting(_)) => crate::note(&format!("run {run_id} is waiting")),
+            Err(Failure::Paused(_)) => crate::note(&format!("run {run_id} is paused")),
+            Err(e) => {
+                crate::report(&e.map(|e| crate::about_run(run_id, e)));
+                failed += 1;
+            }
+        }
+    }
     for interrupted in &found.runs {
         let run_id = interrupted.run.run_id();
         if !all {
@@ -136,6 +162,7 @@ pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
             Ok(()) => {}
             // A pause its dead writer had begun, finished: what was asked.
             Err(Failure::Paused(_)) => crate::note(&format!("run {run_id} is paused")),
+            Err(Failure::Waiting(_)) => crate::note(&format!("run {run_id} is waiting")),
             Err(e) => {
                 crate::report(&e.map(|e| crate::about_run(run_id, e)));
                 failed += 1;

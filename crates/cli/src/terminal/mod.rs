@@ -3,6 +3,7 @@
 //! composition root, and presenting the answer. `awr serve` (`serve/`) is
 //! the other front end over the same services; neither uses the other.
 
+pub mod approvals;
 pub mod causal;
 pub mod control;
 pub mod fork;

@@ -243,6 +243,10 @@ impl Wired {
                 "run {run_id} paused ({}); continue it with `awr resume {run_id}`",
                 why("no reason given")
             ))),
+            RunStatus::Waiting => Err(Failure::Waiting(anyhow!(
+                "run {run_id} is waiting for an answer: see `awr approvals --run {run_id}`, \
+                 then `awr approve {run_id} --node-run ID` or `awr reject {run_id} --node-run ID`"
+            ))),
             _ => Err(Failure::Run(anyhow!(
                 "run {run_id} failed: {}",
                 why("unknown error")

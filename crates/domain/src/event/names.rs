@@ -40,6 +40,8 @@ pub const KNOWN_TYPES: &[&str] = &[
     "warning",
     "subflow:started",
     "subflow:completed",
+    "approval:requested",
+    "approval:resolved",
     "system:error",
 ];
 
@@ -82,6 +84,8 @@ impl EventKind {
             EventKind::Warning { .. } => "warning",
             EventKind::SubflowStarted { .. } => "subflow:started",
             EventKind::SubflowCompleted { .. } => "subflow:completed",
+            EventKind::ApprovalRequested { .. } => "approval:requested",
+            EventKind::ApprovalResolved { .. } => "approval:resolved",
             EventKind::SystemError { .. } => "system:error",
             EventKind::Unknown { type_name, .. } => type_name,
         }

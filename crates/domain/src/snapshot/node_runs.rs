@@ -89,6 +89,7 @@ impl RunSnapshot {
                     host: None,
                     child: None,
                     forked: false,
+                    approval: None,
                 },
             );
         }

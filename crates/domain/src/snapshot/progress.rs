@@ -93,6 +93,28 @@ pub struct NodeRunState {
     /// `agent:start` or attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forked: bool,
+    /// An `approval` node run's question, once asked
+    /// (`approval:requested`), and its answer once one is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Box<Question>>,
+}
+
+/// The question an `approval` node run asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Question {
+    /// What the person is shown.
+    #[serde(default)]
+    pub prompt: String,
+    /// The schema an approval's data must meet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// When `onTimeout` applies, if ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// The answer accepted (`command:received`), not yet resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::command::Answer>,
 }
 
 impl NodeRunState {

@@ -12,6 +12,9 @@ pub enum RunStatus {
     Running,
     /// Stopped at a safe point; resumable.
     Paused,
+    /// Stopped because every node run in flight waits for a person (an
+    /// `approval` node); an answer, or a deadline passing, continues it.
+    Waiting,
     /// Finished successfully.
     Completed,
     /// Finished with an error.
@@ -22,10 +25,11 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         Self::Pending,
         Self::Running,
         Self::Paused,
+        Self::Waiting,
         Self::Completed,
         Self::Failed,
         Self::Cancelled,
@@ -36,12 +40,18 @@ impl RunStatus {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
 
+    /// Whether the run stopped to be continued (`paused`, `waiting`).
+    pub fn is_stopped(self) -> bool {
+        matches!(self, Self::Paused | Self::Waiting)
+    }
+
     /// Lower-case name, as serialized.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
             Self::Paused => "paused",
+            Self::Waiting => "waiting",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",

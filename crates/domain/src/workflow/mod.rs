@@ -9,6 +9,7 @@
 //! `steps:` (a list) is sugar for a chain and is lowered to nodes and edges here.
 
 mod agents;
+mod approval;
 mod duration;
 mod grant;
 mod graph;
@@ -21,6 +22,7 @@ mod reach;
 mod syntax;
 mod workdir;
 
+pub use approval::{ApprovalDef, OnTimeout, Template, check_answer};
 pub use duration::Timeout;
 pub use grant::{NetTarget, ToolGrant};
 pub use graph::LoopBody;
@@ -349,6 +351,9 @@ pub enum NodeKind {
     },
     /// Runs a shell command; its output data is `{exit_code, stdout, stderr}`.
     Command(CommandDef),
+    /// Waits for a person's answer (docs/approvals.md); its output data is
+    /// the answer.
+    Approval(ApprovalDef),
     /// Runs another workflow as a child run of its own; its output becomes
     /// this node's output.
     CallWorkflow {
@@ -370,6 +375,7 @@ impl PartialEq for NodeKind {
                 a == b
             }
             (Self::Command(a), Self::Command(b)) => a == b,
+            (Self::Approval(a), Self::Approval(b)) => a == b,
             _ => false,
         }
     }
@@ -476,7 +482,7 @@ impl WorkflowDef {
                 .agents
                 .get_key_value(agent)
                 .map(|(k, v)| (k.as_str(), v)),
-            NodeKind::CallWorkflow { .. } | NodeKind::Command(_) => None,
+            NodeKind::CallWorkflow { .. } | NodeKind::Command(_) | NodeKind::Approval(_) => None,
         }
     }
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
 
 use super::agents::check_workdir;
+use super::approval::{RawApproval, lower_approval};
 use super::duration::RawDuration;
 use super::invalid::{invalid, list};
 use super::{
@@ -150,11 +151,20 @@ pub(super) struct NodeKeys {
     pub agent: Option<String>,
     pub call_workflow: Option<String>,
     pub command: Option<Shorthand<RawCommand>>,
+    pub approval: Option<Shorthand<RawApproval>>,
     pub input: Option<String>,
     pub for_each: Option<Shorthand<RawForEach>>,
     pub join: Option<Join>,
     pub retry: Option<RawRetry>,
     pub budget: Option<RawBudget>,
+}
+
+impl FromText for RawApproval {
+    const EXPECTING: &'static str = "an approval: a prompt, or `{prompt, schema?, timeout?, on_timeout?: reject|approve|fail, approvers?: [NAME]}`";
+
+    fn from_text(prompt: String) -> Self {
+        RawApproval::prompt(prompt)
+    }
 }
 
 /// Collects nodes, checking each against the agents and the ids seen so far.
@@ -189,13 +199,14 @@ impl<'a> NodeSet<'a> {
             agent,
             call_workflow,
             command,
+            approval,
             input,
             for_each,
             join,
             retry,
             budget,
         } = keys;
-        let kind = kind(&item, agent, call_workflow, command)?;
+        let kind = kind(&item, agent, call_workflow, command, approval)?;
         if let NodeKind::Agent { agent } = &kind
             && !self.agents.contains_key(agent)
         {
@@ -255,10 +266,16 @@ impl<'a> NodeSet<'a> {
     /// (the previous pass of a loop).
     pub fn check_references(&self) -> Result<(), WorkflowError> {
         for (node, item) in self.nodes.iter().zip(&self.items) {
+            let prompt = match &node.kind {
+                NodeKind::Approval(approval) => approval.prompt.expressions().collect(),
+                _ => Vec::new(),
+            };
             let read = [
                 ("for_each", node.for_each.as_ref().map(|f| &f.items)),
                 ("input", node.input.as_ref()),
-            ];
+            ]
+            .into_iter()
+            .chain(prompt.into_iter().map(|e| ("approval.prompt", Some(e))));
             for (key, expression) in read {
                 if let Some(unknown) = expression
                     .iter()
@@ -279,28 +296,37 @@ impl<'a> NodeSet<'a> {
     }
 }
 
-/// What a step or node runs: exactly one of `agent`, `command` and `call_workflow`.
+/// What a step or node runs: exactly one of `agent`, `command`,
+/// `call_workflow` and `approval`.
 fn kind(
     item: &str,
     agent: Option<String>,
     call_workflow: Option<String>,
     command: Option<Shorthand<RawCommand>>,
+    approval: Option<Shorthand<RawApproval>>,
 ) -> Result<NodeKind, WorkflowError> {
-    match (agent, call_workflow, command) {
-        (Some(agent), None, None) => Ok(NodeKind::Agent { agent }),
-        (None, Some(workflow), None) if !workflow.trim().is_empty() => Ok(NodeKind::CallWorkflow {
-            workflow,
-            resolved: None,
-        }),
-        (None, Some(_), None) => Err(invalid(item, "`call_workflow` must name a workflow file")),
-        (None, None, Some(Shorthand(raw))) => lower_command(item, raw).map(NodeKind::Command),
-        (None, None, None) => Err(invalid(
+    match (agent, call_workflow, command, approval) {
+        (Some(agent), None, None, None) => Ok(NodeKind::Agent { agent }),
+        (None, Some(workflow), None, None) if !workflow.trim().is_empty() => {
+            Ok(NodeKind::CallWorkflow {
+                workflow,
+                resolved: None,
+            })
+        }
+        (None, Some(_), None, None) => {
+            Err(invalid(item, "`call_workflow` must name a workflow file"))
+        }
+        (None, None, Some(Shorthand(raw)), None) => lower_command(item, raw).map(NodeKind::Command),
+        (None, None, None, Some(Shorthand(raw))) => {
+            lower_approval(item, raw).map(NodeKind::Approval)
+        }
+        (None, None, None, None) => Err(invalid(
             item,
-            "missing `agent` (or `command`, `call_workflow`): what does this step do?",
+            "missing `agent` (or `command`, `call_workflow`, `approval`): what does this step do?",
         )),
         _ => Err(invalid(
             item,
-            "give only one of `agent`, `command` and `call_workflow`: a node does one thing",
+            "give only one of `agent`, `command`, `call_workflow` and `approval`: a node does one thing",
         )),
     }
 }
@@ -321,6 +347,9 @@ fn unsupported(kind: &NodeKind, key: &str) -> Option<&'static str> {
         ),
         (NodeKind::CallWorkflow { .. }, "for_each") => Some(
             "is not supported on a `call_workflow` node; give the child workflow a `for_each` node instead",
+        ),
+        (NodeKind::Approval(_), "retry" | "budget") => Some(
+            "has no effect on an `approval` node: it calls nothing; bound its wait with `approval.timeout`",
         ),
         (NodeKind::CallWorkflow { .. }, "retry" | "budget") => Some(
             "is not supported on a `call_workflow` node; set it on the child workflow's nodes or at its top level",
@@ -568,7 +597,7 @@ mod tests {
         );
         check_err(
             &graph("{id: x, agent: a, command: make}"),
-            "nodes[0] (id `x`): give only one of `agent`, `command` and `call_workflow`",
+            "nodes[0] (id `x`): give only one of `agent`, `command`, `call_workflow` and `approval`",
         );
         check_err(
             &graph("{id: x, call_workflow: c.yaml, command: make}"),

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::agents::{check_agents, check_pricing};
+use super::approval::RawApproval;
 use super::invalid::{invalid, list};
 use super::nodes::{
     NodeKeys, NodeSet, RawBudget, RawCommand, RawForEach, RawRetry, Shorthand, concurrency,
@@ -132,7 +133,7 @@ struct RawWorkflow {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a step: `{agent: NAME}`, `{id: ID, command: SCRIPT}` or `{id: ID, call_workflow: FILE}`"
+    expecting = "a step: `{agent: NAME}`, `{id: ID, command: SCRIPT}`, `{id: ID, call_workflow: FILE}` or `{id: ID, approval: PROMPT}`"
 )]
 struct RawStep {
     #[serde(default)]
@@ -143,6 +144,8 @@ struct RawStep {
     command: Option<Box<Shorthand<RawCommand>>>,
     #[serde(default)]
     call_workflow: Option<String>,
+    #[serde(default)]
+    approval: Option<Box<Shorthand<RawApproval>>>,
     #[serde(default)]
     input: Option<String>,
     #[serde(default)]
@@ -157,7 +160,7 @@ struct RawStep {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a node: `{id: ID, agent: NAME}`, `{id: ID, command: SCRIPT}` or `{id: ID, call_workflow: FILE}`"
+    expecting = "a node: `{id: ID, agent: NAME}`, `{id: ID, command: SCRIPT}`, `{id: ID, call_workflow: FILE}` or `{id: ID, approval: PROMPT}`"
 )]
 struct RawNode {
     id: String,
@@ -167,6 +170,8 @@ struct RawNode {
     command: Option<Box<Shorthand<RawCommand>>>,
     #[serde(default)]
     call_workflow: Option<String>,
+    #[serde(default)]
+    approval: Option<Box<Shorthand<RawApproval>>>,
     #[serde(default)]
     input: Option<String>,
     #[serde(default)]
@@ -302,6 +307,8 @@ fn lower_steps(
             (None, None) => {
                 let what = if step.command.is_some() {
                     "command"
+                } else if step.approval.is_some() {
+                    "approval"
                 } else {
                     "call_workflow"
                 };
@@ -312,6 +319,7 @@ fn lower_steps(
             agent: step.agent,
             call_workflow: step.call_workflow,
             command: step.command.map(|b| *b),
+            approval: step.approval.map(|b| *b),
             input: step.input,
             for_each: step.for_each.map(|b| *b),
             join: None,
@@ -351,6 +359,7 @@ fn lower_graph(
             agent: node.agent,
             call_workflow: node.call_workflow,
             command: node.command.map(|b| *b),
+            approval: node.approval.map(|b| *b),
             input: node.input,
             for_each: node.for_each.map(|b| *b),
             join: node.join,
@@ -593,7 +602,7 @@ mod tests {
         );
         check_err(
             &wf("steps: [{agent: a}, {id: x}]\n"),
-            "steps[1]: missing `agent` (or `command`, `call_workflow`)",
+            "steps[1]: missing `agent` (or `command`, `call_workflow`, `approval`)",
         );
         check_err(
             &wf("nodes: [{id: x, agent: a}]\nedges: [{from: x, to: x, max_iterations: -1}]\n"),
@@ -1415,7 +1424,7 @@ edges:
         let both = "name: p\nagents:\n  a: {provider: mock}\nnodes: [{id: x, agent: a, call_workflow: c.yaml}]\n";
         let err = WorkflowDef::from_yaml(both).unwrap_err().to_string();
         assert!(
-            err.contains("give only one of `agent`, `command` and `call_workflow`"),
+            err.contains("give only one of `agent`, `command`, `call_workflow` and `approval`"),
             "{err}"
         );
         let no_id = "name: p\nagents:\n  a: {provider: mock}\nsteps: [{call_workflow: c.yaml}]\n";

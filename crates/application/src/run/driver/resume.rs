@@ -262,6 +262,10 @@ impl Driver {
                     self.spawn_for(run, &node, input, Some(next)).await?;
                     return Ok(None);
                 }
+                GoOn::Ask => {
+                    self.to_ask.push(run);
+                    return Ok(None);
+                }
                 GoOn::Afresh(afresh) => afresh,
             };
         if let Some(started) = afresh.started {
@@ -337,7 +341,7 @@ impl Driver {
         raw: serde_json::Value,
         by: Option<Caller>,
     ) -> Result<CommandReply, ExecutorError> {
-        let verdict = commands::judge(self.state(), &self.workflow, &raw, false);
+        let verdict = commands::judge(self.state(), &self.workflow, &raw, false, by.as_ref());
         let error = verdict.as_ref().err().cloned();
         let received = EventKind::CommandReceived {
             command: raw,

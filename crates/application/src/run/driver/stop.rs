@@ -28,6 +28,7 @@ impl Driver {
                 Ok(outcome) => return Ok(outcome),
                 Err(cancelled) => cancelled,
             },
+            Stop::Waiting => return self.wait_for_people().await,
             stop => stop,
         };
         if let Some((ctx, kind)) = stop::announce(self.state(), &stop) {

@@ -31,12 +31,14 @@ pub(crate) fn received(
     by: Option<Caller>,
     child: bool,
 ) -> Received {
-    let verdict = commands::judge(state, workflow, &raw, true).and_then(|command| match command {
+    let verdict = commands::judge(state, workflow, &raw, true, by.as_ref()).and_then(|command| {
+        match command {
         RuntimeCommand::Pause if child => Err(
             "this run is a child run (`call_workflow`): pause its parent run, which pauses it too"
                 .to_owned(),
         ),
         other => Ok(other),
+    }
     });
     let error = verdict.as_ref().err().cloned();
     let stop = match verdict {

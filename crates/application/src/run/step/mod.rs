@@ -36,6 +36,7 @@ use smallvec::{SmallVec, smallvec};
 use crate::run::node_run::NodeEnd;
 use crate::run::recorder::{Ctx, RUN_LEVEL};
 
+pub(crate) mod approval;
 pub(crate) mod budget;
 pub(crate) mod command;
 pub(crate) mod ended;

@@ -22,7 +22,7 @@ pub(crate) fn stopped_at_once(state: &RunSnapshot, workflow: &WorkflowDef) -> Ve
             let pauses_itself = workflow.node(&r.node_id).is_some_and(|n| {
                 matches!(
                     n.kind,
-                    NodeKind::Agent { .. } | NodeKind::CallWorkflow { .. }
+                    NodeKind::Agent { .. } | NodeKind::CallWorkflow { .. } | NodeKind::Approval(_)
                 )
             });
             !pauses_itself
@@ -41,6 +41,7 @@ pub(crate) fn paused(reason: String, cancelled: Option<Stop>) -> Result<(Ctx, Ev
             RUN_LEVEL,
             EventKind::FlowPaused {
                 reason: Some(reason),
+                waiting: false,
             },
         )),
     }
@@ -91,7 +92,8 @@ mod tests {
         assert_eq!(
             kind,
             EventKind::FlowPaused {
-                reason: Some("lunch".into())
+                reason: Some("lunch".into()),
+                waiting: false,
             }
         );
         let cancel = Stop::Cancelled("interrupted".into());

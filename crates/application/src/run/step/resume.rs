@@ -108,6 +108,9 @@ pub(crate) enum GoOn {
     },
     /// Its child run goes on, under the same attempt.
     Child(Continuation),
+    /// An approval: it asks its question unless it has, and waits for the
+    /// answer (`step::approval`).
+    Ask,
     /// A new attempt ([`Afresh`]).
     Afresh(Afresh),
 }
@@ -208,6 +211,7 @@ pub(crate) fn go_on(
             ..Continuation::default()
         }),
         NodeKind::CallWorkflow { .. } | NodeKind::Command(_) => GoOn::Afresh(afresh(None)),
+        NodeKind::Approval(_) => GoOn::Ask,
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) enum Stop {
     Cancelled(String),
     /// The run was paused (a `pause` command): it stops where it is.
     Paused(String),
+    /// Everything in flight waits for a person: the run stops `waiting`.
+    Waiting,
 }
 
 /// The stop a failure of `node` (on `for_each` item `item`) makes, when
@@ -72,19 +74,30 @@ pub(crate) fn closing(state: &RunSnapshot, stop: &Stop) -> Vec<(Ctx, EventKind)>
         Stop::Failed { error, .. } => format!("{CLOSED} because the run failed: {error}"),
         Stop::Budget(e) => format!("{CLOSED}: the {} budget ran out", e.budget),
         Stop::Cancelled(reason) => format!("{CLOSED}: {reason}"),
-        Stop::Paused(_) => String::new(),
+        Stop::Paused(_) | Stop::Waiting => String::new(),
     };
-    state
-        .node_runs
-        .iter()
-        .map(|(run, r)| {
-            let failed = EventKind::NodeFailed {
-                error: why.clone(),
-                continued: false,
+    let mut events = Vec::with_capacity(state.node_runs.len());
+    for (run, r) in &state.node_runs {
+        let ctx: Ctx = (Some(r.node_id.clone()), Some(*run));
+        // A question still open is withdrawn, on record, before its node
+        // run ends.
+        if r.approval.as_ref().is_some_and(|q| q.answer.is_none()) {
+            let withdrawn = EventKind::ApprovalResolved {
+                approved: false,
+                data: serde_json::Value::Null,
+                reason: Some(why.clone()),
+                by: None,
+                how: "cancelled".to_owned(),
             };
-            ((Some(r.node_id.clone()), Some(*run)), failed)
-        })
-        .collect()
+            events.push((ctx.clone(), withdrawn));
+        }
+        let failed = EventKind::NodeFailed {
+            error: why.clone(),
+            continued: false,
+        };
+        events.push((ctx, failed));
+    }
+    events
 }
 
 /// The run's end after `duration_ms`: `flow:failed` for a failure or a
@@ -112,6 +125,13 @@ pub(crate) fn terminal(stop: Stop, duration_ms: u64) -> (Ctx, EventKind, RunStat
                 duration_ms,
             };
             (RunStatus::Failed, error, kind)
+        }
+        Stop::Waiting => {
+            let reason = "waiting for a person".to_owned();
+            let kind = EventKind::FlowCancelled {
+                reason: Some(reason.clone()),
+            };
+            (RunStatus::Cancelled, reason, kind)
         }
         Stop::Cancelled(reason) | Stop::Paused(reason) => (
             RunStatus::Cancelled,

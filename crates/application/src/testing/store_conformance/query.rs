@@ -58,7 +58,14 @@ fn status_event(run: RunId, offset: u64, status: RunStatus, minute: i64) -> Runt
             duration_ms: 1,
         },
         RunStatus::Cancelled => EventKind::FlowCancelled { reason: None },
-        RunStatus::Paused => EventKind::FlowPaused { reason: None },
+        RunStatus::Paused => EventKind::FlowPaused {
+            reason: None,
+            waiting: false,
+        },
+        RunStatus::Waiting => EventKind::FlowPaused {
+            reason: None,
+            waiting: true,
+        },
         _ => EventKind::FlowResumed {
             message: None,
             by: None,

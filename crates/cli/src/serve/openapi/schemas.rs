@@ -29,6 +29,7 @@ pub enum ShownStatus {
     Pending,
     Running,
     Paused,
+    Waiting,
     Completed,
     Failed,
     Cancelled,
@@ -45,6 +46,7 @@ pub enum ListedStatus {
     Pending,
     Running,
     Paused,
+    Waiting,
     Completed,
     Failed,
     Cancelled,
@@ -92,6 +94,28 @@ pub enum CommandBody {
         node_run_id: String,
         /// The text.
         message: String,
+    },
+    /// Approve what an `approval` node run asks (docs/approvals.md); a
+    /// run that was waiting for it goes on in the server's process.
+    #[serde(rename_all = "camelCase")]
+    Approve {
+        /// The node run that asks.
+        #[schema(format = Uuid)]
+        node_run_id: String,
+        /// The answer's data, checked against the approval's schema.
+        #[schema(nullable = false)]
+        data: Option<Value>,
+    },
+    /// Reject what an `approval` node run asks; a run that was waiting for
+    /// it goes on in the server's process.
+    #[serde(rename_all = "camelCase")]
+    Reject {
+        /// The node run that asks.
+        #[schema(format = Uuid)]
+        node_run_id: String,
+        /// Why, for the record and the workflow.
+        #[schema(nullable = false)]
+        reason: Option<String>,
     },
     /// The answer to a question one node run's agent asked.
     #[serde(rename_all = "camelCase")]

@@ -18,7 +18,7 @@ use super::super::row::{offset_param, row_event};
 use super::{Inner, READ_BUDGET, lock, sql_err};
 
 /// The statuses as the `runs` table spells them.
-const STATUSES: [RunStatus; 6] = RunStatus::ALL;
+const STATUSES: [RunStatus; 7] = RunStatus::ALL;
 
 /// The statement and parameters selecting the runs of `query`.
 pub(super) fn runs_sql(query: &RunQuery) -> (String, Vec<Value>) {

@@ -1,0 +1,107 @@
+//! The driver's side of `approval` node runs (`step::approval` decides):
+//! it asks each new question, ends the node runs whose question is
+//! settled, and stops the run `waiting` when nothing else is left to do.
+
+use domain::{EventKind, NodeRunId, Timestamp};
+use serde_json::Value;
+
+use super::Driver;
+use crate::run::node_run::NodeEnd;
+use crate::run::recorder::RUN_LEVEL;
+use crate::run::step::approval;
+use crate::run::step::stop::Stop;
+use crate::run::{ExecutorError, RunOutcome};
+
+pub(super) use crate::run::step::approval::next_deadline;
+
+/// What settling the run's questions led to.
+pub(super) enum Settled {
+    /// Nothing changed.
+    Still,
+    /// A node run ended: the scheduler may have something to start.
+    Moved,
+    /// The run stops.
+    Stop(Stop),
+}
+
+impl Driver {
+    /// Asks the questions not yet asked, then ends each node run whose
+    /// question is answered or past its deadline, in the order
+    /// [`approval::due`] gives.
+    pub(super) async fn settle_approvals(&mut self) -> Result<Settled, ExecutorError> {
+        let now = self.ports.clock.now();
+        let mut moved = false;
+        for run in std::mem::take(&mut self.to_ask) {
+            if let Some(stop) = self.ask(run, now).await? {
+                return Ok(Settled::Stop(stop));
+            }
+            moved |= !self.state().node_runs.contains_key(&run);
+        }
+        if self
+            .state()
+            .node_runs
+            .values()
+            .all(|r| r.approval.is_none())
+        {
+            return Ok(if moved {
+                Settled::Moved
+            } else {
+                Settled::Still
+            });
+        }
+        for settled in approval::due(self.state(), &self.workflow, now) {
+            let ctx = (Some(settled.node.clone()), Some(settled.run));
+            self.rec.emit(ctx, settled.resolved).await?;
+            if let Some(stop) = self
+                .node_ended(settled.run, &settled.node, settled.end)
+                .await?
+            {
+                return Ok(Settled::Stop(stop));
+            }
+            moved = true;
+        }
+        Ok(if moved {
+            Settled::Moved
+        } else {
+            Settled::Still
+        })
+    }
+
+    /// Asks approval node run `run`'s question at `now` unless it has: a
+    /// prompt that cannot be rendered fails the node run.
+    async fn ask(&mut self, run: NodeRunId, now: Timestamp) -> Result<Option<Stop>, ExecutorError> {
+        let Some(node) = self.state().node_runs.get(&run).map(|r| r.node_id.clone()) else {
+            return Ok(None);
+        };
+        match approval::question(self.state(), &self.workflow, run, now) {
+            None => Ok(None),
+            Some(Ok(requested)) => {
+                self.rec.emit((Some(node), Some(run)), requested).await?;
+                // On record before anyone can answer it.
+                self.rec.checkpoint().await?;
+                Ok(None)
+            }
+            Some(Err(error)) => self.node_ended(run, &node, NodeEnd::failed(error)).await,
+        }
+    }
+
+    /// Whether the run has nothing left but people to wait for.
+    pub(super) fn waits_for_people(&self) -> bool {
+        self.to_ask.is_empty() && approval::only_people(self.state(), &self.workflow)
+    }
+
+    /// Stops the run `waiting` ([`Stop::Waiting`]): `flow:paused` with
+    /// `waiting`, and the final snapshot. Nothing runs; an answer, or a
+    /// deadline passing, continues it through the resume path.
+    pub(super) async fn wait_for_people(&mut self) -> Result<RunOutcome, ExecutorError> {
+        let reason = "waiting for a person to answer".to_owned();
+        let paused = EventKind::FlowPaused {
+            reason: Some(reason.clone()),
+            waiting: true,
+        };
+        self.rec.emit(RUN_LEVEL, paused).await?;
+        self.rec.finish().await?;
+        let status = domain::RunStatus::Waiting;
+        Ok(self.outcome(status, Value::Null, Some(reason)))
+    }
+}
