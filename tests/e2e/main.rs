@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod anthropic_chat;
+mod approvals;
 mod cancel;
 mod causal;
 mod cli;

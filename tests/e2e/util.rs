@@ -12,14 +12,23 @@ pub fn awr_bin() -> &'static Path {
     awr_tests::awr_bin()
 }
 
-/// The example workflows, `examples/NAME.yaml` (relative to the
-/// repository root), in name order.
+/// The examples that wait for a person to answer (docs/approvals.md):
+/// they do not run to their end on their own, and `tests/e2e/approvals.rs`
+/// answers them.
+pub const WAITING_EXAMPLES: [&str; 1] = ["approval.yaml"];
+
+/// The example workflows that run to their end on their own,
+/// `examples/NAME.yaml` (relative to the repository root), in name order.
 pub fn examples() -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
         .expect("the examples directory")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| WAITING_EXAMPLES.iter().any(|w| n == *w))
+        })
         .filter_map(|p| Some(format!("examples/{}", p.file_name()?.to_string_lossy())))
         .collect();
     found.sort();

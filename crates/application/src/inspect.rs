@@ -290,6 +290,9 @@ pub enum FollowEnd {
     Ended,
     /// Nothing writes the run and it is paused: resuming it continues it.
     Paused,
+    /// Nothing writes the run and it waits for a person's answer, which
+    /// continues it (docs/approvals.md).
+    Waiting,
     /// Nothing writes the run and its log does not end: the process that
     /// ran it died. Resuming it continues it.
     Interrupted,
@@ -431,6 +434,7 @@ async fn unwritten_end(
     let state = current_snapshot(store, run_id).await?;
     Ok(Some(match state.status {
         RunStatus::Paused => FollowEnd::Paused,
+        RunStatus::Waiting => FollowEnd::Waiting,
         status if status.is_terminal() => FollowEnd::Ended,
         _ => FollowEnd::Interrupted,
     }))

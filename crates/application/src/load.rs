@@ -312,11 +312,28 @@ impl Loader<'_> {
                 return Err(LoadError::TooDeep { file, node, callee });
             }
             let loaded = self.load(&callee, key).map_err(|e| LoadError::Child {
-                file,
-                node,
+                file: file.clone(),
+                node: node.clone(),
                 callee: callee.clone(),
                 source: Box::new(e),
             })?;
+            // A child run that stops waiting would be taken for a failure by
+            // its parent: not supported yet (docs/approvals.md).
+            if let Some(asks) =
+                (loaded.nodes.iter()).find(|n| matches!(n.kind, NodeKind::Approval(_)))
+            {
+                return Err(LoadError::Invalid {
+                    file,
+                    error: WorkflowError::Invalid {
+                        item: format!("node `{node}`"),
+                        message: format!(
+                            "calls `{}`, whose node `{}` is an approval: an approval in a called workflow is not supported yet",
+                            callee.display(),
+                            asks.id
+                        ),
+                    },
+                });
+            }
             *resolved = Some(loaded);
         }
         Ok(())

@@ -198,4 +198,58 @@ mod tests {
         assert!(judge(&state(true), &wf, &json!({"type": "resume"}), true, None).is_err());
         assert!(judge(&state(true), &wf, &json!("garbage"), true, None).is_err());
     }
+
+    /// An answer names an approval's node run that asked and has no answer
+    /// yet, comes from one of its approvers, and meets its schema.
+    #[test]
+    fn an_answer_is_taken_once_from_an_approver_and_must_meet_the_schema() {
+        let wf = WorkflowDef::from_yaml(
+            "name: w\nnodes:\n  - {id: write, command: 'true'}\n  - id: ok\n    approval: {prompt: Go?, approvers: [alice], schema: {type: object, required: [n]}}\n",
+        )
+        .unwrap();
+        let mut state = state(false);
+        let mut run: NodeRunState = serde_json::from_value(json!({"nodeId": "ok"})).unwrap();
+        let ok_run = "2b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f";
+        let alice = Caller::new("alice").unwrap();
+        let bob = Caller::new("bob").unwrap();
+        let approve = json!({"type": "approve", "nodeRunId": ok_run, "data": {"n": 1}});
+        state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
+        let early = judge(&state, &wf, &approve, true, Some(&alice)).unwrap_err();
+        assert!(early.contains("has not asked"), "{early}");
+        run.approval = Some(Box::new(domain::snapshot::Question {
+            prompt: "Go?".into(),
+            schema: None,
+            deadline: None,
+            answer: None,
+        }));
+        state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
+        assert!(judge(&state, &wf, &approve, true, Some(&alice)).is_ok());
+        let stranger = judge(&state, &wf, &approve, true, Some(&bob)).unwrap_err();
+        assert!(
+            stranger.contains("`bob` may not answer") && stranger.contains("alice"),
+            "{stranger}"
+        );
+        let bad = json!({"type": "approve", "nodeRunId": ok_run, "data": {}});
+        let bad = judge(&state, &wf, &bad, true, Some(&alice)).unwrap_err();
+        assert!(bad.contains("schema"), "{bad}");
+        // A rejection carries no data to check.
+        let reject = json!({"type": "reject", "nodeRunId": ok_run});
+        assert!(judge(&state, &wf, &reject, false, Some(&alice)).is_ok());
+        // Answered: a second answer is refused.
+        let (_, answer) = RuntimeCommand::parse(&reject)
+            .unwrap()
+            .answer(Some(alice.clone()), domain::Timestamp::from_millis(0))
+            .unwrap();
+        run.approval.as_mut().unwrap().answer = Some(answer);
+        state.node_runs.insert(ok_run.parse().unwrap(), run);
+        let twice = judge(&state, &wf, &approve, true, Some(&alice)).unwrap_err();
+        assert!(twice.contains("answered already"), "{twice}");
+        // Not an approval's node run; not in flight.
+        let agent = json!({"type": "approve", "nodeRunId": NODE_RUN});
+        let not = judge(&state, &wf, &agent, true, Some(&alice)).unwrap_err();
+        assert!(not.contains("not an approval"), "{not}");
+        let gone = json!({"type": "reject", "nodeRunId": RUN});
+        let gone = judge(&state, &wf, &gone, true, Some(&alice)).unwrap_err();
+        assert!(gone.contains("no node run"), "{gone}");
+    }
 }

@@ -415,7 +415,7 @@ pub(crate) async fn command_run(
 ) -> Result<Accepted, ApiError> {
     if !raw.is_object() {
         return Err(ApiError::bad_request(
-            r#"the body must be a command: {"type": "pause" | "cancel" | "resume" | "send" | "reply", ...}"#,
+            r#"the body must be a command: {"type": "pause" | "cancel" | "resume" | "send" | "reply" | "approve" | "reject", ...}"#,
         ));
     }
     let run_id = resolve(app, id).await?;
@@ -437,6 +437,16 @@ pub(crate) async fn command_run(
     let reply = deliver(app.storage(), run_id, &raw, Some(&by))
         .await
         .map_err(executor_error)?;
+    let answers = parsed.as_ref().is_ok_and(|c| c.approval_of().is_some());
+    if reply.error.is_none() && answers {
+        // A run that waited for this answer goes on in this process.
+        let state = application::inspect::current_snapshot(store.as_ref(), run_id)
+            .await
+            .map_err(store_error)?;
+        if state.status == domain::RunStatus::Waiting {
+            resume(app, run_id, None, by).await?;
+        }
+    }
     match reply.error {
         None => Ok(Accepted::at(reply.offset)),
         Some(why) if parsed.is_err() => Err(ApiError::bad_request(why).recorded_at(reply.offset)),

@@ -249,6 +249,7 @@ fn report_end(id: RunId, end: FollowEnd) {
     let why = match end {
         FollowEnd::Ended => return,
         FollowEnd::Paused => "is paused",
+        FollowEnd::Waiting => "is waiting for an answer (awr approvals)",
         FollowEnd::Interrupted => {
             "was interrupted: no process is writing it and its log does not end"
         }

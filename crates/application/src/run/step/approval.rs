@@ -197,3 +197,177 @@ pub(crate) fn only_people(state: &RunSnapshot, workflow: &WorkflowDef) -> bool {
     }
     asked
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use domain::snapshot::NodeRunState;
+    use domain::{Caller, RunId, RunStatus, RuntimeCommand};
+
+    use super::*;
+
+    fn workflow() -> WorkflowDef {
+        WorkflowDef::from_yaml(
+            "name: w\n\
+             nodes:\n\
+             - {id: draft, command: 'true'}\n\
+             - {id: ok, approval: {prompt: 'Ship {{ input.title }} ({{ outputs.draft.n }})?', timeout: 10s, on_timeout: fail}}\n\
+             - {id: soft, approval: {prompt: 'Soft?', timeout: 10s, on_timeout: approve}}\n\
+             - {id: free, approval: 'Whenever'}\n\
+             edges: [{from: draft, to: ok}, {from: draft, to: soft}, {from: draft, to: free}]\n",
+        )
+        .unwrap()
+    }
+
+    fn node_run(n: u128) -> NodeRunId {
+        NodeRunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0200 + n))
+    }
+
+    /// A running run in which `draft` finished with `{n: 7}` and node runs
+    /// 1 (`ok`), 2 (`soft`) and 3 (`free`) are in flight, their input
+    /// `{title: "v2"}`.
+    fn state() -> RunSnapshot {
+        let run = RunId::new(uuid::Uuid::from_u128(0x4000_8000_0000_0000_0002)).unwrap();
+        let mut state = RunSnapshot::new(run);
+        state.status = RunStatus::Running;
+        state.outputs.insert(
+            NodeId::new("draft").unwrap(),
+            domain::JsonText::from_value(&json!({"data": {"n": 7}, "metadata": {}})),
+        );
+        for (n, name) in [(1, "ok"), (2, "soft"), (3, "free")] {
+            let r: NodeRunState = serde_json::from_value(json!({
+                "nodeId": name, "attempt": 1, "input": {"data": {"title": "v2"}, "metadata": {}}
+            }))
+            .unwrap();
+            state.node_runs.insert(node_run(n), r);
+        }
+        state
+    }
+
+    /// Folds `question`'s `approval:requested` into node run `n` of `state`.
+    fn ask(state: &mut RunSnapshot, wf: &WorkflowDef, n: u128, now: i64) {
+        let asked = question(state, wf, node_run(n), Timestamp::from_millis(now))
+            .unwrap()
+            .unwrap();
+        let EventKind::ApprovalRequested {
+            prompt,
+            schema,
+            deadline,
+            ..
+        } = asked
+        else {
+            panic!("{asked:?}")
+        };
+        let question = domain::snapshot::Question {
+            prompt,
+            schema,
+            deadline,
+            answer: None,
+        };
+        state.node_runs.get_mut(&node_run(n)).unwrap().approval = Some(Box::new(question));
+    }
+
+    #[test]
+    fn a_question_renders_its_prompt_once_with_its_deadline() {
+        let wf = workflow();
+        let mut state = state();
+        let asked = question(&state, &wf, node_run(1), Timestamp::from_millis(1_000))
+            .unwrap()
+            .unwrap();
+        let EventKind::ApprovalRequested {
+            prompt,
+            deadline,
+            on_timeout,
+            ..
+        } = &asked
+        else {
+            panic!("{asked:?}")
+        };
+        assert_eq!(prompt, "Ship v2 (7)?");
+        assert_eq!(*deadline, Some(Timestamp::from_millis(11_000)));
+        assert_eq!(on_timeout.as_deref(), Some("fail"));
+        ask(&mut state, &wf, 1, 1_000);
+        // Asked once: a resume asks nothing again.
+        assert!(question(&state, &wf, node_run(1), Timestamp::from_millis(5_000)).is_none());
+        // Without a timeout there is no deadline.
+        let free = question(&state, &wf, node_run(3), Timestamp::from_millis(0))
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            free,
+            EventKind::ApprovalRequested {
+                deadline: None,
+                on_timeout: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn answers_and_deadlines_settle_in_time_order_each_as_its_on_timeout_says() {
+        let wf = workflow();
+        let mut state = state();
+        for n in 1..=3 {
+            ask(&mut state, &wf, n, 1_000);
+        }
+        assert_eq!(next_deadline(&state), Some(Timestamp::from_millis(11_000)));
+        assert!(due(&state, &wf, Timestamp::from_millis(10_999)).is_empty());
+        assert!(only_people(&state, &wf));
+        // `free` is answered at 2 s; at 11 s the deadlines of the others pass.
+        let alice = Caller::new("alice").unwrap();
+        let reject = RuntimeCommand::Reject {
+            node_run_id: node_run(3),
+            reason: Some("not yet".into()),
+        };
+        let (run, answer) = reject
+            .answer(Some(alice.clone()), Timestamp::from_millis(2_000))
+            .unwrap();
+        state
+            .node_runs
+            .get_mut(&run)
+            .unwrap()
+            .approval
+            .as_mut()
+            .unwrap()
+            .answer = Some(answer);
+        let settled = due(&state, &wf, Timestamp::from_millis(11_000));
+        let order: Vec<_> = settled.iter().map(|s| s.node.as_str()).collect();
+        assert_eq!(order, ["free", "ok", "soft"]);
+        assert!(
+            matches!(&settled[0].resolved, EventKind::ApprovalResolved { approved: false, how, by: Some(by), .. } if how == "answered" && *by == alice)
+        );
+        assert_eq!(settled[0].end.data["reason"], "not yet");
+        assert_eq!(settled[0].end.data["by"], "alice");
+        // on_timeout: fail fails the node; approve completes it approved.
+        assert!(
+            settled[1]
+                .end
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("timed out")
+        );
+        assert!(
+            matches!(&settled[1].resolved, EventKind::ApprovalResolved { how, .. } if how == "timed_out")
+        );
+        assert_eq!(settled[2].end.data["approved"], true);
+        assert!(settled[2].end.error.is_none());
+    }
+
+    #[test]
+    fn only_people_means_every_node_run_in_flight_waits_for_an_answer() {
+        let wf = workflow();
+        let mut state = state();
+        // Asked nothing yet: nothing waits for a person.
+        assert!(!only_people(&state, &wf));
+        for n in 1..=3 {
+            ask(&mut state, &wf, n, 0);
+        }
+        assert!(only_people(&state, &wf));
+        // A command running beside them: the run is not waiting.
+        let draft: NodeRunState =
+            serde_json::from_value(json!({"nodeId": "draft", "attempt": 1})).unwrap();
+        state.node_runs.insert(node_run(9), draft);
+        assert!(!only_people(&state, &wf));
+    }
+}

@@ -399,3 +399,56 @@ async fn the_ui_is_served_from_the_binary() {
             .starts_with("text/javascript")
     );
 }
+
+/// An approval answered over HTTP (`approve`, `reject` commands): a run
+/// that waits for it goes on in the server's process; a second answer is
+/// refused (409) and recorded.
+#[tokio::test]
+async fn an_approval_is_answered_over_http_and_its_waiting_run_goes_on() {
+    let s = server();
+    let workflow = "name: gate\nnodes:\n  - {id: ask, approval: 'Ship?'}\n";
+    let body = serde_json::json!({"workflow": workflow}).to_string();
+    let response = s.post("/workflows", body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let mut shown = json_body(s.get(&location).await).await;
+    for _ in 0..500 {
+        if shown["status"] == "waiting" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        shown = json_body(s.get(&location).await).await;
+    }
+    assert_eq!(shown["status"], "waiting", "{shown}");
+    let node_run = (shown["nodeRuns"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap())
+    .clone();
+    let answer = serde_json::json!({"type": "approve", "nodeRunId": node_run, "data": {"ok": 1}});
+    let response = s
+        .post(&format!("{location}/commands"), answer.to_string())
+        .await;
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut shown = json_body(s.get(&location).await).await;
+    for _ in 0..500 {
+        if shown["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        shown = json_body(s.get(&location).await).await;
+    }
+    assert_eq!(shown["status"], "completed", "{shown}");
+    assert_eq!(shown["outputs"]["ask"]["data"]["data"]["ok"], 1);
+    let again = serde_json::json!({"type": "reject", "nodeRunId": node_run});
+    let message = error(
+        s.post(&format!("{location}/commands"), again.to_string())
+            .await,
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
+    assert!(message.contains("has ended"), "{message}");
+}
