@@ -93,7 +93,7 @@ fn awrs_mcp_server_passes_the_conformance_suite_but_for_the_reference_fixtures()
     }
     let listed = checks(&out, "tools-list");
     let listed = listed.iter().find(|c| c["id"] == "tools-list").unwrap();
-    assert_eq!(listed["details"]["toolCount"], 12, "{listed}");
+    assert_eq!(listed["details"]["toolCount"], 15, "{listed}");
     // The rebinding check's refusal came from awr's Host check.
     let rebinding = checks(&out, "dns-rebinding-protection");
     let rejected = rebinding

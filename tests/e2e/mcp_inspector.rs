@@ -48,7 +48,7 @@ fn the_inspector_lists_and_calls_awrs_tools_over_stdio_and_http() {
     let stdio = [bin, "--storage", storage, "mcp", "--root", root_arg];
     let tools = inspect(&clis, &stdio, &["--method", "tools/list"]);
     let tools = tools["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 12, "{tools:?}");
+    assert_eq!(tools.len(), 15, "{tools:?}");
     assert!(
         tools
             .iter()

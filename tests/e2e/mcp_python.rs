@@ -44,7 +44,7 @@ fn the_python_sdk_starts_waits_reads_pauses_and_resumes_runs_through_awr_mcp() {
     assert_eq!(said["server"], "awr");
     assert_eq!(
         said["tools"].as_array().unwrap().len(),
-        12,
+        15,
         "{}",
         said["tools"]
     );

@@ -378,3 +378,73 @@ async fn an_inline_workflow_that_reaches_the_host_is_refused() {
     client.cancel().await.unwrap();
     assert!(child.wait().await.unwrap().success());
 }
+
+/// An agent answers approvals through awr's MCP server: `list_approvals`
+/// shows the question, `approve` and `reject` answer it, an answer is
+/// taken once, and a run that waited goes on in the server's process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_lists_and_answers_approvals() {
+    let awr = Awr::new();
+    let root = project(&awr);
+    std::fs::write(
+        root.join("gate.yaml"),
+        "name: gate\nnodes:\n  - id: ask\n    approval: {prompt: 'Ship {{ input }}?', schema: {type: object, required: [n]}}\n",
+    )
+    .unwrap();
+    let (client, mut child) = stdio_client(&awr, &root).await;
+    let started = ok(
+        &client,
+        "start_run",
+        json!({"path": "gate.yaml", "input": "v2"}),
+    )
+    .await;
+    let run = started["runId"].as_str().unwrap().to_owned();
+    let waited = settled(&client, &run).await;
+    assert_eq!(waited["status"], "waiting", "{waited}");
+
+    let listed = ok(&client, "list_approvals", json!({"runId": run})).await;
+    let question = &listed["approvals"][0];
+    assert_eq!(question["prompt"], "Ship v2?");
+    assert_eq!(question["status"], "waiting");
+    let node_run = question["nodeRunId"].as_str().unwrap().to_owned();
+    let everywhere = ok(&client, "list_approvals", json!({})).await;
+    assert_eq!(everywhere["approvals"].as_array().unwrap().len(), 1);
+
+    let bad = refused(
+        &client,
+        "approve",
+        json!({"runId": run, "nodeRunId": node_run, "data": {}}),
+    )
+    .await;
+    assert!(bad.contains("schema"), "{bad}");
+    let answered = ok(
+        &client,
+        "approve",
+        json!({"runId": run, "nodeRunId": node_run, "data": {"n": 1}}),
+    )
+    .await;
+    assert_eq!(answered["accepted"], true);
+    let done = settled(&client, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let twice = refused(
+        &client,
+        "reject",
+        json!({"runId": run, "nodeRunId": node_run}),
+    )
+    .await;
+    assert!(twice.contains("has ended"), "{twice}");
+
+    // On record: the answer, by the local user, as the MCP caller.
+    let events = awr.events(&run);
+    let resolved = crate::util::of_type(&events, "approval:resolved");
+    assert_eq!(resolved.len(), 1);
+    assert!(
+        resolved[0]["by"].as_str().unwrap().contains('@'),
+        "{resolved:?}"
+    );
+    assert_eq!(resolved[0]["data"]["n"], 1);
+    let listed = ok(&client, "list_approvals", json!({})).await;
+    assert!(listed["approvals"].as_array().unwrap().is_empty());
+    drop(client);
+    child.wait().await.unwrap();
+}

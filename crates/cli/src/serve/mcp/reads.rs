@@ -360,3 +360,25 @@ pub(super) async fn read(app: &App, uri: &str) -> Result<ReadResourceResult, Ref
         ResourceContents::text(text, uri.to_owned()).with_mime_type(mime),
     ]))
 }
+
+/// `list_approvals`: the open questions of run `run` (an id or a prefix),
+/// or of every run that may have one.
+pub(super) async fn approvals(app: &App, run: Option<String>) -> Result<Value, Refusal> {
+    let store = app.store();
+    let open = match run {
+        Some(run) => {
+            let run_id = resolve(app, &run).await?;
+            let state = application::inspect::current_snapshot(store.as_ref(), run_id)
+                .await
+                .map_err(store_error)?;
+            application::query::questions_of(&state)
+        }
+        None => {
+            let (open, _unreadable) = application::query::open_questions(store.as_ref())
+                .await
+                .map_err(store_error)?;
+            open
+        }
+    };
+    Ok(json!({ "approvals": open }))
+}

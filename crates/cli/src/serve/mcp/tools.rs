@@ -33,10 +33,13 @@ pub(super) enum Name {
     Cancel,
     Resume,
     Fork,
+    ListApprovals,
+    Approve,
+    Reject,
 }
 
 impl Name {
-    const ALL: [Name; 12] = [
+    const ALL: [Name; 15] = [
         Name::StartRun,
         Name::GetRun,
         Name::ListRuns,
@@ -49,6 +52,9 @@ impl Name {
         Name::Cancel,
         Name::Resume,
         Name::Fork,
+        Name::ListApprovals,
+        Name::Approve,
+        Name::Reject,
     ];
 
     pub(super) fn as_str(self) -> &'static str {
@@ -65,6 +71,9 @@ impl Name {
             Name::Cancel => "cancel",
             Name::Resume => "resume",
             Name::Fork => "fork",
+            Name::ListApprovals => "list_approvals",
+            Name::Approve => "approve",
+            Name::Reject => "reject",
         }
     }
 
@@ -80,7 +89,9 @@ impl Name {
             | Name::ListRuns
             | Name::WaitRun
             | Name::EventsSince
-            | Name::TranscriptSince => Scope::Read,
+            | Name::TranscriptSince
+            | Name::ListApprovals => Scope::Read,
+            Name::Approve | Name::Reject => Scope::Control,
             Name::SendMessage
             | Name::Reply
             | Name::Pause
@@ -174,6 +185,38 @@ struct ForkArgs {
     at: u64,
     /// The input of what runs after the fork point; absent: the run's.
     input: Option<Value>,
+}
+
+/// `list_approvals`'s arguments.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ApprovalsArgs {
+    /// Only this run's (its id, or a unique prefix of it); absent: every run's.
+    run_id: Option<String>,
+}
+
+/// `approve`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ApproveArgs {
+    /// The run's id, or a unique prefix of it.
+    run_id: String,
+    /// The approval node run that asks, as `list_approvals` names it.
+    node_run_id: String,
+    /// The answer's data, which must meet the approval's schema.
+    data: Option<Value>,
+}
+
+/// `reject`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RejectArgs {
+    /// The run's id, or a unique prefix of it.
+    run_id: String,
+    /// The approval node run that asks, as `list_approvals` names it.
+    node_run_id: String,
+    /// Why, for the record and the workflow.
+    reason: Option<String>,
 }
 
 /// Every tool, as `tools/list` tells them.
@@ -273,6 +316,29 @@ fn spec(name: Name) -> Tool {
                 &["runId", "status", "forkedFrom"],
                 json!({"runId": id(), "status": text(), "forkedFrom": {"type": "object"}}),
             ),
+        ),
+        Name::ListApprovals => (
+            "The questions approval nodes asked that wait for a person's answer: \
+             each with its run, its node run (what `approve` and `reject` name), \
+             the prompt, the schema of an approval's data, and the deadline.",
+            schema::<ApprovalsArgs>(),
+            object(
+                &["approvals"],
+                json!({"approvals": {"type": "array", "items": {"type": "object",
+                    "required": ["runId", "nodeRunId", "nodeId", "prompt", "status"]}}}),
+            ),
+        ),
+        Name::Approve => (
+            "Approves what an approval node run asks, with data meeting its schema; \
+             a run that waited for it goes on. An answer is taken once.",
+            schema::<ApproveArgs>(),
+            accepted(),
+        ),
+        Name::Reject => (
+            "Rejects what an approval node run asks, with a reason; a run that \
+             waited for it goes on. An answer is taken once.",
+            schema::<RejectArgs>(),
+            accepted(),
         ),
     };
     let reads = name.scope() == Scope::Read;
@@ -415,6 +481,25 @@ pub(super) async fn call(
                 message: args.message,
             };
             command(app, by, &args.run_id, resume).await
+        }
+        Name::ListApprovals => {
+            reads::approvals(app, parse::<ApprovalsArgs>(tool, arguments)?.run_id).await
+        }
+        Name::Approve => {
+            let args: ApproveArgs = parse(tool, arguments)?;
+            let mut raw = json!({"type": "approve", "nodeRunId": args.node_run_id});
+            if let Some(data) = args.data {
+                raw["data"] = data;
+            }
+            answer(command_run(app, by, &args.run_id, raw).await?)
+        }
+        Name::Reject => {
+            let args: RejectArgs = parse(tool, arguments)?;
+            let mut raw = json!({"type": "reject", "nodeRunId": args.node_run_id});
+            if let Some(reason) = args.reason {
+                raw["reason"] = json!(reason);
+            }
+            answer(command_run(app, by, &args.run_id, raw).await?)
         }
         Name::Fork => {
             let args: ForkArgs = parse(tool, arguments)?;
