@@ -346,3 +346,43 @@ fn the_approval_example_is_rejected_once_then_approved_and_published() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains("published"), "{}", out.stdout);
 }
+
+/// `awr serve` watches the deadlines of the runs waiting in its store: a
+/// run that waits past one is continued in the server's process, and the
+/// question settled once, as its `on_timeout` says.
+#[test]
+fn a_server_settles_the_deadline_of_a_run_waiting_in_its_store() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "served.yaml",
+        "name: served\n\
+         nodes:\n\
+         - id: ask\n  approval: {prompt: 'Ship?', timeout: 1s, on_timeout: approve}\n\
+         - {id: shipped, command: 'echo shipped'}\n\
+         edges: [{from: ask, to: shipped, when: 'output.approved'}]\n",
+    );
+    let out = awr.run(&["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    let run = run_id_of(&out);
+    let root = awr.dir.path().to_path_buf();
+    let _server = awr_tests::serve::Served::start(
+        crate::util::awr_bin(),
+        awr.storage(),
+        &root,
+        &["--token", "deadline-token-0123456789abcdef0123"],
+    );
+    crate::cancel::wait_for(60, "the server to settle the deadline", || {
+        status(&awr, &run) == "completed"
+    });
+    let events = awr.events(&run);
+    let resolved = of_type(&events, "approval:resolved");
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert_eq!(resolved[0]["how"], "timed_out");
+    let resumed = of_type(&events, "flow:resumed");
+    assert_eq!(resumed.len(), 1);
+    assert!(
+        resumed[0].get("by").is_none(),
+        "the runtime's own: {resumed:?}"
+    );
+    assert_eq!(awr.show_json(&run)["nodeStatus"]["shipped"], "done");
+}

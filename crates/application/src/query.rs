@@ -380,3 +380,17 @@ pub async fn overdue_runs(store: &dyn RunStore, now: Timestamp) -> Result<Vec<Li
     overdue.sort_by_key(Listed::run_id);
     Ok(overdue)
 }
+
+/// The nearest deadline of an open question of a run `waiting`: when a
+/// server watching its store next has one to settle.
+pub async fn next_waiting_deadline(store: &dyn RunStore) -> Result<Option<Timestamp>, StoreError> {
+    let filter = RunFilter {
+        statuses: vec![ShownStatus::Recorded(RunStatus::Waiting)],
+        ..RunFilter::default()
+    };
+    let runs = find_runs(store, &filter).await?;
+    Ok((runs.iter())
+        .filter_map(|listed| listed.view.as_ref().ok())
+        .filter_map(|view| crate::run::next_deadline(&view.snapshot))
+        .min())
+}

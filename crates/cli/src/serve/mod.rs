@@ -8,6 +8,7 @@
 //!   their recorded pace; [`frame`] encodes what a stream sends;
 //!   [`transcript`] streams a run's transcript;
 //! - [`retention`]: `--retention`, pruning finished runs periodically;
+//! - [`deadlines`]: the deadlines of the runs waiting for a person;
 //! - [`guard`]: Host, Origin and content-type checks, so no web page can
 //!   drive the server; [`access`] and [`auth`]: the bearer tokens, each
 //!   naming its caller and its scopes; [`limits`]: the caps on streams;
@@ -28,6 +29,7 @@ pub mod access;
 mod answers;
 mod auth;
 mod causal;
+mod deadlines;
 mod error;
 mod flags;
 mod fork;
@@ -246,6 +248,11 @@ impl App {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether this process writes `run_id` now.
+    fn writes(&self, run_id: RunId) -> bool {
+        self.writing().contains_key(&run_id)
+    }
+
     /// Refuses (503) a request that would start writing a run once the
     /// shutdown has begun: its run would be cut off as the process exits.
     fn admit(&self) -> Result<(), ApiError> {
@@ -368,6 +375,7 @@ pub async fn serve(listen: Listen, mut config: Config) -> Result<(), Failure> {
     let http = http_runtime()
         .map_err(|e| Failure::Run(anyhow!("cannot start the server's runtime: {e}")))?;
     let _pruner = listen.retention.map(|age| retention::spawn(&app, age));
+    let _deadlines = deadlines::spawn(&app);
     let scheme = if tls.is_some() { "https" } else { "http" };
     crate::note(&format!("awr: listening on {scheme}://{bound}"));
     // The page's address, to open in a browser: a token the server made is

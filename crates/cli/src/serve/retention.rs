@@ -46,6 +46,13 @@ pub fn spawn(app: &App, age: Duration) -> AbortOnDrop {
 /// A task aborted when this is dropped.
 pub struct AbortOnDrop(JoinHandle<()>);
 
+impl AbortOnDrop {
+    /// Aborts `task` when dropped.
+    pub fn new(task: JoinHandle<()>) -> Self {
+        Self(task)
+    }
+}
+
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();

@@ -458,6 +458,25 @@ pub(crate) async fn command_run(
 /// which has recorded the pause, to let go of the run.
 const PAUSED_WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Continues `run_id` in this process, as `awr recover` would (by nobody:
+/// the runtime itself, at a deadline), and waits for it to stop.
+pub(crate) async fn recover(app: &App, run_id: RunId) -> Result<(), ApiError> {
+    app.admit()?;
+    let store = std::sync::Arc::clone(app.store());
+    let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store), None)
+        .await
+        .map_err(|e| ApiError::internal(format!("{:#}", e.error())))?;
+    let (done, ended) = tokio::sync::oneshot::channel();
+    app.write(run_id, async move {
+        let outcome = wired.runtime.recover(run_id, workflow, Cancel::new()).await;
+        let _ = done.send(outcome);
+    });
+    match ended.await {
+        Ok(Err(e)) => Err(executor_error(e)),
+        _ => Ok(()),
+    }
+}
+
 /// Continues `run_id` in this process, as `awr resume` would; answers once
 /// its `flow:resumed` is on record (or why it was refused).
 async fn resume(
