@@ -27,6 +27,9 @@ pub fn spawn(app: &App) -> AbortOnDrop {
     let app = app.clone();
     let (clock, _) = crate::wiring::clock_and_ids();
     AbortOnDrop::new(tokio::spawn(async move {
+        // Runs that could not be continued (their definition is gone, say):
+        // named once, then left to `awr recover`, which says why.
+        let mut given_up = std::collections::HashSet::new();
         loop {
             let now = clock.now();
             let store = std::sync::Arc::clone(app.store());
@@ -34,20 +37,24 @@ pub fn spawn(app: &App) -> AbortOnDrop {
                 Ok(overdue) => {
                     for listed in overdue {
                         let run_id = listed.run_id();
-                        if app.writes(run_id) {
+                        if app.writes(run_id) || given_up.contains(&run_id) {
                             continue;
                         }
                         tracing::info!(run = %run_id, "a deadline of a waiting run passed: continuing it");
                         if let Err(e) = super::runs::recover(&app, run_id).await {
-                            tracing::warn!(run = %run_id, error = ?e, "cannot continue a waiting run past its deadline");
+                            tracing::warn!(run = %run_id, error = ?e, "cannot continue a waiting run past its deadline; `awr recover` will say why");
+                            given_up.insert(run_id);
                         }
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot list the waiting runs"),
             }
+            let now = clock.now();
             let next = match query::next_waiting_deadline(store.as_ref()).await {
-                Ok(Some(at)) => Duration::from_millis(at.millis_since(clock.now())),
-                Ok(None) | Err(_) => LOOK_AT_LEAST,
+                // Past, once every run past one was continued: only runs
+                // given up on are left past theirs.
+                Ok(Some(at)) if at > now => Duration::from_millis(at.millis_since(now)),
+                Ok(_) | Err(_) => LOOK_AT_LEAST,
             };
             tokio::time::sleep(next.clamp(LOOK_AT_MOST, LOOK_AT_LEAST)).await;
         }
