@@ -114,6 +114,29 @@ fn a_fan_out_of_two_approvals_waits_and_is_answered_in_any_order_once_each() {
     assert_eq!(outputs["legal"]["data"]["data"]["ticket"], 42);
     let by = outputs["legal"]["data"]["by"].as_str().unwrap();
     assert!(by.contains('@'), "the local user: {by}");
+    // The transcript holds each question and its answer, in order.
+    let out = awr.run(&["transcript", &run, "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<Value> = (out.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["type"].as_str().unwrap().starts_with("approval."))
+        .collect();
+    let kinds: Vec<(&str, &str)> = (lines.iter())
+        .map(|l| (l["type"].as_str().unwrap(), l["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds.len(), 4, "{lines:?}");
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|(t, _)| *t == "approval.requested")
+            .count(),
+        2
+    );
+    assert_eq!(kinds[3], ("approval.resolved", "legal"));
+    assert_eq!(lines[3]["payload"]["data"]["ticket"], 42);
+    assert_eq!(lines[3]["payload"]["how"], "answered");
+    let asked = lines.iter().find(|l| l["path"] == "legal").unwrap();
+    assert_eq!(asked["payload"]["prompt"], "Legal: go\n");
     // `awr events --type` shows the two resolutions.
     let out = awr.run(&["events", &run, "--type", "approval:resolved"]);
     assert_eq!(

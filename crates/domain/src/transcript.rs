@@ -48,6 +48,10 @@ pub enum ExchangeType {
     ToolCall,
     /// A tool invocation ended.
     ToolResult,
+    /// An approval node asked a person (docs/approvals.md).
+    ApprovalRequested,
+    /// The person answered, or the question was settled without them.
+    ApprovalResolved,
     /// A type this version does not know.
     Unknown(String),
 }
@@ -66,6 +70,8 @@ impl ExchangeType {
             Self::MessageAssistant => "message.assistant",
             Self::ToolCall => "tool.call",
             Self::ToolResult => "tool.result",
+            Self::ApprovalRequested => "approval.requested",
+            Self::ApprovalResolved => "approval.resolved",
             Self::Unknown(other) => other,
         }
     }
@@ -83,6 +89,8 @@ impl ExchangeType {
             "message.assistant" => Self::MessageAssistant,
             "tool.call" => Self::ToolCall,
             "tool.result" => Self::ToolResult,
+            "approval.requested" => Self::ApprovalRequested,
+            "approval.resolved" => Self::ApprovalResolved,
             other => Self::Unknown(other.to_owned()),
         }
     }

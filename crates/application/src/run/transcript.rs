@@ -19,7 +19,7 @@ use domain::transcript::{
 };
 use domain::workflow::NodeKind;
 use domain::{EventKind, NodeRunId, RunId, RunSnapshot, RuntimeEvent, Timestamp, WorkflowDef};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::ports::{Clock, Transcript, TranscriptError};
 
@@ -70,6 +70,7 @@ fn step_kind(wf: &WorkflowDef, event: &RuntimeEvent, state: &RunSnapshot) -> &'s
         _ if is_items => "for_each",
         Some(NodeKind::CallWorkflow { .. }) => "call_workflow",
         Some(NodeKind::Command(_)) => "command",
+        Some(NodeKind::Approval(_)) => "approval",
         _ => "agent",
     }
 }
@@ -239,6 +240,36 @@ impl TranscriptWriter {
                     Some(*child_run_id),
                 )
                 .await
+            }
+            EventKind::ApprovalRequested {
+                prompt,
+                schema,
+                deadline,
+                ..
+            } => {
+                // The question, as the person was shown it.
+                let mut payload = json!({"prompt": prompt});
+                if let Some(schema) = schema {
+                    payload["schema"] = schema.clone();
+                }
+                if let Some(deadline) = deadline {
+                    payload["deadline"] = json!(deadline);
+                }
+                self.line(ExchangeType::ApprovalRequested, here(), payload, None)
+                    .await
+            }
+            EventKind::ApprovalResolved {
+                approved,
+                data,
+                reason,
+                by,
+                how,
+            } => {
+                // The person's answer, or why there was none.
+                let payload = json!({"approved": approved, "data": data, "reason": reason,
+                    "by": by, "how": how});
+                self.line(ExchangeType::ApprovalResolved, here(), payload, None)
+                    .await
             }
             EventKind::AgentStart { prompt, .. } => self.agent_started(event, state, prompt).await,
             _ => self.collect_reply(event, state).await,

@@ -117,6 +117,22 @@ fn summary(event: &ExchangeEvent) -> String {
                     .unwrap_or(&Value::Null)
             )
         ),
+        ExchangeType::ApprovalRequested => flat(&p["prompt"]),
+        ExchangeType::ApprovalResolved => {
+            let verdict = match p["approved"].as_bool() {
+                Some(true) => "approved",
+                _ => "rejected",
+            };
+            let by = p["by"].as_str().unwrap_or("nobody");
+            let mut s = format!("{verdict} by {by} ({})", p["how"].as_str().unwrap_or("?"));
+            if let Some(reason) = p["reason"].as_str() {
+                s.push_str(&format!(": {}", flat(&Value::from(reason))));
+            }
+            if !p["data"].is_null() {
+                s.push_str(&format!(" {}", flat(&p["data"])));
+            }
+            s
+        }
         ExchangeType::Unknown(_) => format!("(unknown type) {}", flat(p)),
         _ => {
             let mut s = format!(
