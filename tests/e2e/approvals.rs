@@ -409,3 +409,25 @@ fn a_server_settles_the_deadline_of_a_run_waiting_in_its_store() {
     );
     assert_eq!(awr.show_json(&run)["nodeStatus"]["shipped"], "done");
 }
+
+/// A question waiting for a person holds no slot of `max_concurrency`: the
+/// branch beside it runs, and only then does the run stop waiting.
+#[test]
+fn a_waiting_question_holds_no_slot_and_the_other_branch_runs() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "slots.yaml",
+        "name: slots\n\
+         max_concurrency: 1\n\
+         nodes:\n\
+         - {id: ask, approval: 'Go?'}\n\
+         - {id: work, command: 'echo worked'}\n",
+    );
+    let out = awr.run_within(60, &["run", flow.to_str().unwrap()]);
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    let run = run_id_of(&out);
+    assert_eq!(awr.show_json(&run)["nodeStatus"]["work"], "done");
+    let ask = asking(&awr, &run, "ask");
+    let out = awr.run_within(60, &["reject", &run, "--node-run", &ask]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

@@ -510,6 +510,16 @@ fn check_next(run_id: RunId, last: u64, event: &RuntimeEvent) -> Result<(), Stor
     Ok(())
 }
 
+/// Whether run `run_id` is `waiting` with no process writing it: an answer
+/// recorded for it waits for someone to continue it (docs/approvals.md).
+/// False once a process holds it, even before it records `flow:resumed`.
+pub async fn waits_unwritten(store: &dyn RunStore, run_id: RunId) -> Result<bool, StoreError> {
+    if store.has_writer(run_id).await? {
+        return Ok(false);
+    }
+    Ok(current_snapshot(store, run_id).await?.status == RunStatus::Waiting)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

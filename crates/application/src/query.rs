@@ -360,9 +360,10 @@ pub async fn open_questions(
     Ok((open, unreadable))
 }
 
-/// The runs `waiting` whose earliest open question's deadline is past at
-/// `now`: `awr recover` continues them, so that each `on_timeout` fires,
-/// once, where nothing was running when its deadline came.
+/// The runs `waiting` with a question to settle at `now`: one past its
+/// deadline, or one answered whose run was not continued (the process that
+/// recorded the answer died first). `awr recover` continues them, so that
+/// each `on_timeout` fires, once, and no answer stays unacted on.
 pub async fn overdue_runs(store: &dyn RunStore, now: Timestamp) -> Result<Vec<Listed>, StoreError> {
     let filter = RunFilter {
         statuses: vec![ShownStatus::Recorded(RunStatus::Waiting)],
@@ -372,25 +373,30 @@ pub async fn overdue_runs(store: &dyn RunStore, now: Timestamp) -> Result<Vec<Li
         .await?
         .into_iter()
         .filter(|listed| {
-            listed.view.as_ref().is_ok_and(|view| {
-                crate::run::next_deadline(&view.snapshot).is_some_and(|at| at <= now)
-            })
+            listed
+                .view
+                .as_ref()
+                .is_ok_and(|view| crate::run::due_at(&view.snapshot).is_some_and(|at| at <= now))
         })
         .collect();
     overdue.sort_by_key(Listed::run_id);
     Ok(overdue)
 }
 
-/// The nearest deadline of an open question of a run `waiting`: when a
-/// server watching its store next has one to settle.
-pub async fn next_waiting_deadline(store: &dyn RunStore) -> Result<Option<Timestamp>, StoreError> {
+/// Every run `waiting` with a question to settle some time (see
+/// [`overdue_runs`]), with the offset of its last event and when that is:
+/// what a server watching its store acts on, and sleeps until.
+pub async fn waiting_due(store: &dyn RunStore) -> Result<Vec<(RunId, u64, Timestamp)>, StoreError> {
     let filter = RunFilter {
         statuses: vec![ShownStatus::Recorded(RunStatus::Waiting)],
         ..RunFilter::default()
     };
     let runs = find_runs(store, &filter).await?;
     Ok((runs.iter())
-        .filter_map(|listed| listed.view.as_ref().ok())
-        .filter_map(|view| crate::run::next_deadline(&view.snapshot))
-        .min())
+        .filter_map(|listed| {
+            let view = listed.view.as_ref().ok()?;
+            let at = crate::run::due_at(&view.snapshot)?;
+            Some((listed.run_id(), view.snapshot.last_offset, at))
+        })
+        .collect())
 }

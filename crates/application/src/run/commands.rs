@@ -8,17 +8,18 @@
 //! queued for a node run that will not read it, never guessed.
 
 use domain::workflow::NodeKind;
-use domain::{Caller, NodeRunId, RunSnapshot, RuntimeCommand, WorkflowDef};
+use domain::{Caller, NodeRunId, RunSnapshot, RuntimeCommand, Timestamp, WorkflowDef};
 use serde_json::Value;
 
-/// The verdict on one raw command from `by`: the command, or why it is
-/// refused.
+/// The verdict on one raw command from `by`, arriving at `now`: the
+/// command, or why it is refused.
 pub(crate) fn judge(
     state: &RunSnapshot,
     workflow: &WorkflowDef,
     raw: &Value,
     live: bool,
     by: Option<&Caller>,
+    now: Timestamp,
 ) -> Result<RuntimeCommand, String> {
     let command = RuntimeCommand::parse(raw).map_err(|e| e.to_string())?;
     if state.status.is_terminal() {
@@ -50,7 +51,7 @@ pub(crate) fn judge(
             }
         }
         RuntimeCommand::Approve { node_run_id, data } => {
-            answerable(state, workflow, *node_run_id, by)?;
+            answerable(state, workflow, *node_run_id, by, now)?;
             let schema = (state.node_runs.get(node_run_id))
                 .and_then(|run| workflow.node(&run.node_id))
                 .and_then(|node| match &node.kind {
@@ -62,7 +63,7 @@ pub(crate) fn judge(
             }
         }
         RuntimeCommand::Reject { node_run_id, .. } => {
-            answerable(state, workflow, *node_run_id, by)?;
+            answerable(state, workflow, *node_run_id, by, now)?;
         }
         RuntimeCommand::Pause if state.status.is_stopped() => {
             return Err(format!("the run is {} already", state.status.as_str()));
@@ -78,14 +79,17 @@ pub(crate) fn judge(
     Ok(command)
 }
 
-/// Whether `by` may answer the question of node run `run`: it must be an
-/// approval's, in flight, asked and not yet answered (an answer is taken
-/// once), and `by` one of its `approvers` when it names any.
+/// Whether `by` may answer the question of node run `run` at `now`: it
+/// must be an approval's, in flight, asked, not yet answered (an answer is
+/// taken once) and not past its deadline (which settles it as its
+/// `on_timeout` says, whichever process loads the run first), and `by`
+/// one of its `approvers` when it names any.
 fn answerable(
     state: &RunSnapshot,
     workflow: &WorkflowDef,
     run: NodeRunId,
     by: Option<&Caller>,
+    now: Timestamp,
 ) -> Result<(), String> {
     let Some(current) = state.node_runs.get(&run) else {
         return Err(format!(
@@ -104,6 +108,11 @@ fn answerable(
     if question.answer.is_some() {
         return Err(format!(
             "node run {run} is answered already: an answer is taken once"
+        ));
+    }
+    if let Some(deadline) = question.deadline.filter(|d| *d <= now) {
+        return Err(format!(
+            "node run {run}'s deadline passed at {deadline}: it is settled as its `on_timeout` says"
         ));
     }
     if !def.approvers.is_empty() {
@@ -171,16 +180,60 @@ mod tests {
     fn messages_need_a_node_run_in_flight_and_in_a_turn() {
         let wf = workflow();
         let send = json!({"type": "send", "nodeRunId": NODE_RUN, "message": "hi"});
-        assert!(judge(&state(true), &wf, &send, true, None).is_ok());
-        let between = judge(&state(false), &wf, &send, true, None).unwrap_err();
+        assert!(
+            judge(
+                &state(true),
+                &wf,
+                &send,
+                true,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_ok()
+        );
+        let between = judge(
+            &state(false),
+            &wf,
+            &send,
+            true,
+            None,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(between.contains("not in a turn"), "{between}");
         // With no writer, the message waits in the inbox for the resume.
-        assert!(judge(&state(false), &wf, &send, false, None).is_ok());
+        assert!(
+            judge(
+                &state(false),
+                &wf,
+                &send,
+                false,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_ok()
+        );
         let other = json!({"type": "reply", "nodeRunId": RUN, "message": "hi"});
-        let error = judge(&state(true), &wf, &other, true, None).unwrap_err();
+        let error = judge(
+            &state(true),
+            &wf,
+            &other,
+            true,
+            None,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(error.contains("no node run"), "{error}");
         let missing = json!({"type": "send", "message": "hi"});
-        let error = judge(&state(true), &wf, &missing, true, None).unwrap_err();
+        let error = judge(
+            &state(true),
+            &wf,
+            &missing,
+            true,
+            None,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(error.contains("nodeRunId"), "{error}");
     }
 
@@ -189,14 +242,62 @@ mod tests {
         let wf = workflow();
         let mut ended = state(true);
         ended.status = RunStatus::Completed;
-        let error = judge(&ended, &wf, &json!({"type": "cancel"}), false, None).unwrap_err();
+        let error = judge(
+            &ended,
+            &wf,
+            &json!({"type": "cancel"}),
+            false,
+            None,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(error.contains("completed"), "{error}");
         let mut paused = state(false);
         paused.status = RunStatus::Paused;
-        assert!(judge(&paused, &wf, &json!({"type": "pause"}), false, None).is_err());
-        assert!(judge(&paused, &wf, &json!({"type": "cancel"}), false, None).is_ok());
-        assert!(judge(&state(true), &wf, &json!({"type": "resume"}), true, None).is_err());
-        assert!(judge(&state(true), &wf, &json!("garbage"), true, None).is_err());
+        assert!(
+            judge(
+                &paused,
+                &wf,
+                &json!({"type": "pause"}),
+                false,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_err()
+        );
+        assert!(
+            judge(
+                &paused,
+                &wf,
+                &json!({"type": "cancel"}),
+                false,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_ok()
+        );
+        assert!(
+            judge(
+                &state(true),
+                &wf,
+                &json!({"type": "resume"}),
+                true,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_err()
+        );
+        assert!(
+            judge(
+                &state(true),
+                &wf,
+                &json!("garbage"),
+                true,
+                None,
+                Timestamp::from_millis(1_000)
+            )
+            .is_err()
+        );
     }
 
     /// An answer names an approval's node run that asked and has no answer
@@ -214,7 +315,15 @@ mod tests {
         let bob = Caller::new("bob").unwrap();
         let approve = json!({"type": "approve", "nodeRunId": ok_run, "data": {"n": 1}});
         state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
-        let early = judge(&state, &wf, &approve, true, Some(&alice)).unwrap_err();
+        let early = judge(
+            &state,
+            &wf,
+            &approve,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(early.contains("has not asked"), "{early}");
         run.approval = Some(Box::new(domain::snapshot::Question {
             prompt: "Go?".into(),
@@ -223,18 +332,70 @@ mod tests {
             answer: None,
         }));
         state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
-        assert!(judge(&state, &wf, &approve, true, Some(&alice)).is_ok());
-        let stranger = judge(&state, &wf, &approve, true, Some(&bob)).unwrap_err();
+        assert!(
+            judge(
+                &state,
+                &wf,
+                &approve,
+                true,
+                Some(&alice),
+                Timestamp::from_millis(1_000)
+            )
+            .is_ok()
+        );
+        let stranger = judge(
+            &state,
+            &wf,
+            &approve,
+            true,
+            Some(&bob),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(
             stranger.contains("`bob` may not answer") && stranger.contains("alice"),
             "{stranger}"
         );
         let bad = json!({"type": "approve", "nodeRunId": ok_run, "data": {}});
-        let bad = judge(&state, &wf, &bad, true, Some(&alice)).unwrap_err();
+        let bad = judge(
+            &state,
+            &wf,
+            &bad,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(bad.contains("schema"), "{bad}");
+        // Past its deadline, a question takes no answer: the deadline
+        // settles it, whichever process loads the run first.
+        run.approval.as_mut().unwrap().deadline = Some(domain::Timestamp::from_millis(500));
+        state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
+        let late = judge(
+            &state,
+            &wf,
+            &approve,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
+        assert!(late.contains("deadline passed"), "{late}");
+        run.approval.as_mut().unwrap().deadline = None;
+        state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
         // A rejection carries no data to check.
         let reject = json!({"type": "reject", "nodeRunId": ok_run});
-        assert!(judge(&state, &wf, &reject, false, Some(&alice)).is_ok());
+        assert!(
+            judge(
+                &state,
+                &wf,
+                &reject,
+                false,
+                Some(&alice),
+                Timestamp::from_millis(1_000)
+            )
+            .is_ok()
+        );
         // Answered: a second answer is refused.
         let (_, answer) = RuntimeCommand::parse(&reject)
             .unwrap()
@@ -242,14 +403,38 @@ mod tests {
             .unwrap();
         run.approval.as_mut().unwrap().answer = Some(answer);
         state.node_runs.insert(ok_run.parse().unwrap(), run);
-        let twice = judge(&state, &wf, &approve, true, Some(&alice)).unwrap_err();
+        let twice = judge(
+            &state,
+            &wf,
+            &approve,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(twice.contains("answered already"), "{twice}");
         // Not an approval's node run; not in flight.
         let agent = json!({"type": "approve", "nodeRunId": NODE_RUN});
-        let not = judge(&state, &wf, &agent, true, Some(&alice)).unwrap_err();
+        let not = judge(
+            &state,
+            &wf,
+            &agent,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(not.contains("not an approval"), "{not}");
         let gone = json!({"type": "reject", "nodeRunId": RUN});
-        let gone = judge(&state, &wf, &gone, true, Some(&alice)).unwrap_err();
+        let gone = judge(
+            &state,
+            &wf,
+            &gone,
+            true,
+            Some(&alice),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap_err();
         assert!(gone.contains("no node run"), "{gone}");
     }
 }

@@ -35,13 +35,21 @@ pub(crate) enum Action {
     Complete { output: Value },
 }
 
-/// Node runs executing (a `for_each` node's own run only waits for its items).
+/// Node runs executing: a `for_each` node's own run only waits for its
+/// items, and a question waiting for a person (an `approval` node run)
+/// holds no slot, so the branches that do not wait go on.
 pub(crate) fn busy(state: &RunSnapshot) -> usize {
     state
         .node_runs
         .values()
         .filter(|r| r.item.is_some() || !state.for_each.contains_key(&r.node_id))
+        .filter(|r| !asks(r))
         .count()
+}
+
+/// Whether node run `r` is an open question, waiting for a person.
+fn asks(r: &domain::snapshot::NodeRunState) -> bool {
+    r.approval.as_ref().is_some_and(|q| q.answer.is_none())
 }
 
 /// What [`decide`] found.
@@ -79,12 +87,12 @@ pub(crate) fn decide(
         let Some(node) = wf.node(node_id) else {
             continue;
         };
-        let running = state
-            .node_runs
-            .values()
-            .filter(|r| &r.node_id == node_id && r.item.is_some())
-            .count();
-        if progress.is_done() && running == 0 {
+        let items =
+            (state.node_runs.values()).filter(|r| &r.node_id == node_id && r.item.is_some());
+        let (in_flight, running) = items.fold((0, 0), |(all, executing), r| {
+            (all + 1, executing + usize::from(!asks(r)))
+        });
+        if progress.is_done() && in_flight == 0 {
             actions.push(Action::FinishItems {
                 node: node_id.clone(),
             });

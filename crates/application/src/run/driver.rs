@@ -247,7 +247,7 @@ impl Driver {
                 return self.stop(stop).await;
             }
             let next = budget::next_deadline(self.state(), &self.workflow, &self.budgeted);
-            let asked = approvals::next_deadline(self.state());
+            let asked = approvals::next_deadline(self.state(), &self.workflow);
             let deadline = next.into_iter().chain(asked).min().map(|at| {
                 self.ports
                     .clock
@@ -279,7 +279,8 @@ impl Driver {
                 Some(msg) = self.rx.recv() => self.handle_queued(msg).await?,
                 Some(delivery) = commands::next(&mut self.listener) => {
                     let child = self.parent_pausing.is_some();
-                    let command = Input::Command { raw: delivery.raw, by: delivery.by, child };
+                    let at = self.ports.clock.now();
+                    let command = Input::Command { raw: delivery.raw, by: delivery.by, child, at };
                     self.apply(command, Asker::Sender(delivery.reply)).await?
                 }
                 Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,

@@ -39,7 +39,7 @@ mod subflow;
 mod transcript;
 
 pub(crate) use continuing::{Continue, resumable};
-pub(crate) use step::approval::next_deadline;
+pub(crate) use step::approval::due_at;
 
 pub use checkpoints::CheckpointPolicy;
 pub use control::Cancel;

@@ -1,7 +1,9 @@
 //! `awr serve` watches the deadlines of the runs waiting in its store
 //! (docs/approvals.md): a run that is `waiting` past the deadline of one of
-//! its questions is continued in the server's process, as `awr recover`
-//! would, which settles the question as its `on_timeout` says, once.
+//! its questions, or with an answer on record that nothing acted on (its
+//! answerer's process died before continuing it), is continued in the
+//! server's process, as `awr recover` would, which settles the question,
+//! once.
 //!
 //! The deadline is on record, not in a timer: this only decides when the
 //! server looks. It looks at the nearest deadline of the runs waiting, and
@@ -27,36 +29,34 @@ pub fn spawn(app: &App) -> AbortOnDrop {
     let app = app.clone();
     let (clock, _) = crate::wiring::clock_and_ids();
     AbortOnDrop::new(tokio::spawn(async move {
-        // Runs that could not be continued (their definition is gone, say):
-        // named once, then left to `awr recover`, which says why.
+        // Runs whose definition cannot be read, at the offset they were
+        // found at: named once, then left to `awr recover`, which says why,
+        // until they change.
         let mut given_up = std::collections::HashSet::new();
         loop {
-            let now = clock.now();
             let store = std::sync::Arc::clone(app.store());
-            match query::overdue_runs(store.as_ref(), now).await {
-                Ok(overdue) => {
-                    for listed in overdue {
-                        let run_id = listed.run_id();
-                        if app.writes(run_id) || given_up.contains(&run_id) {
+            let mut next = LOOK_AT_LEAST;
+            match query::waiting_due(store.as_ref()).await {
+                Ok(waiting) => {
+                    let now = clock.now();
+                    for (run_id, offset, at) in waiting {
+                        if app.writes(run_id) || given_up.contains(&(run_id, offset)) {
                             continue;
                         }
-                        tracing::info!(run = %run_id, "a deadline of a waiting run passed: continuing it");
+                        if at > now {
+                            next = next.min(Duration::from_millis(at.millis_since(now)));
+                            continue;
+                        }
+                        tracing::info!(run = %run_id, "a waiting run has a question to settle: continuing it");
                         if let Err(e) = super::runs::recover(&app, run_id).await {
-                            tracing::warn!(run = %run_id, error = ?e, "cannot continue a waiting run past its deadline; `awr recover` will say why");
-                            given_up.insert(run_id);
+                            tracing::warn!(run = %run_id, error = ?e, "cannot continue a waiting run; `awr recover` will say why");
+                            given_up.insert((run_id, offset));
                         }
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot list the waiting runs"),
             }
-            let now = clock.now();
-            let next = match query::next_waiting_deadline(store.as_ref()).await {
-                // Past, once every run past one was continued: only runs
-                // given up on are left past theirs.
-                Ok(Some(at)) if at > now => Duration::from_millis(at.millis_since(now)),
-                Ok(_) | Err(_) => LOOK_AT_LEAST,
-            };
-            tokio::time::sleep(next.clamp(LOOK_AT_MOST, LOOK_AT_LEAST)).await;
+            tokio::time::sleep(next.max(LOOK_AT_MOST)).await;
         }
     }))
 }

@@ -272,9 +272,18 @@ impl App {
         let mut writing = self.writing();
         let task = self.0.runs.spawn(async move {
             run.await;
-            app.writing().remove(&run_id);
+            // Its own entry only: a task that lost the run's lock to
+            // another of this server's ends first, and must not hide it.
+            let mut writing = app.writing();
+            if writing
+                .get(&run_id)
+                .is_some_and(|t| t.id() == tokio::task::id())
+            {
+                writing.remove(&run_id);
+            }
         });
-        if !task.is_finished() {
+        let writes = writing.get(&run_id).is_some_and(|t| !t.is_finished());
+        if !task.is_finished() && !writes {
             writing.insert(run_id, task);
         }
     }

@@ -443,8 +443,17 @@ pub(crate) async fn command_run(
         let state = application::inspect::current_snapshot(store.as_ref(), run_id)
             .await
             .map_err(store_error)?;
-        if state.status == domain::RunStatus::Waiting {
-            resume(app, run_id, None, by).await?;
+        if state.status == domain::RunStatus::Waiting
+            && let Err(e) = resume(app, run_id, None, by).await
+        {
+            // Another answer's process continued it first: this answer is
+            // on record, and its writer settles it.
+            let stranded = application::inspect::waits_unwritten(store.as_ref(), run_id)
+                .await
+                .map_err(store_error)?;
+            if stranded {
+                return Err(e);
+            }
         }
     }
     match reply.error {
@@ -458,23 +467,22 @@ pub(crate) async fn command_run(
 /// which has recorded the pause, to let go of the run.
 const PAUSED_WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Continues `run_id` in this process, as `awr recover` would (by nobody:
-/// the runtime itself, at a deadline), and waits for it to stop.
+/// Starts continuing `run_id` in this process, as `awr recover` would (by
+/// nobody: the runtime itself, at a deadline), without waiting for it: the
+/// run may go on for hours. An error: its definition cannot be read.
 pub(crate) async fn recover(app: &App, run_id: RunId) -> Result<(), ApiError> {
     app.admit()?;
     let store = std::sync::Arc::clone(app.store());
     let (workflow, wired) = wired_for(app.storage(), run_id, None, Some(store), None)
         .await
         .map_err(|e| ApiError::internal(format!("{:#}", e.error())))?;
-    let (done, ended) = tokio::sync::oneshot::channel();
     app.write(run_id, async move {
-        let outcome = wired.runtime.recover(run_id, workflow, Cancel::new()).await;
-        let _ = done.send(outcome);
+        // Another process continuing it first (`Locked`) is no failure.
+        if let Err(e) = wired.runtime.recover(run_id, workflow, Cancel::new()).await {
+            tracing::info!(run = %run_id, error = %e, "a waiting run past a deadline was not continued here");
+        }
     });
-    match ended.await {
-        Ok(Err(e)) => Err(executor_error(e)),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// Continues `run_id` in this process, as `awr resume` would; answers once

@@ -64,11 +64,24 @@ pub async fn answer(
     let state = application::inspect::current_snapshot(store.as_ref(), run_id)
         .await
         .map_err(|e| Failure::Input(crate::about_run(run_id, e.into())))?;
-    match state.status {
-        // Nothing runs it: it goes on here.
-        RunStatus::Waiting => go_on(storage, run_id, None, Some(None)).await,
+    if state.status != RunStatus::Waiting {
         // Its writer resolves the answer; a paused run, once resumed.
-        _ => Ok(()),
+        return Ok(());
+    }
+    // Nothing runs it: it goes on here, unless another answer's process
+    // took it first (this answer is on record, and that writer settles it).
+    match go_on(storage, run_id, None, Some(None)).await {
+        Ok(()) => Ok(()),
+        Err(failure @ Failure::Input(_)) => {
+            match application::inspect::waits_unwritten(store.as_ref(), run_id).await {
+                Ok(false) => {
+                    crate::note(&format!("run {run_id} goes on in another process"));
+                    Ok(())
+                }
+                _ => Err(failure),
+            }
+        }
+        Err(other) => Err(other),
     }
 }
 

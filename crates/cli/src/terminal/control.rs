@@ -133,7 +133,7 @@ pub async fn recover(storage: &Storage, all: bool) -> Result<(), Failure> {
         if !all {
             let view = waiting.view.as_ref().ok();
             let name = view.map_or("?", |v| v.snapshot.workflow.name.as_str());
-            crate::say(&format!("{run_id}  {name}  waiting, past a deadline"))?;
+            crate::say(&format!("{run_id}  {name}  waiting, a question to settle"))?;
             continue;
         }
         match go_on(storage, run_id, None, None).await {

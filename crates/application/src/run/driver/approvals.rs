@@ -35,7 +35,9 @@ impl Driver {
             if let Some(stop) = self.ask(run, now).await? {
                 return Ok(Settled::Stop(stop));
             }
-            moved |= !self.state().node_runs.contains_key(&run);
+            // A question asked holds no slot (`decide::busy`): a node that
+            // found none may start now.
+            moved = true;
         }
         if self
             .state()

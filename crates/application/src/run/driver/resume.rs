@@ -341,7 +341,8 @@ impl Driver {
         raw: serde_json::Value,
         by: Option<Caller>,
     ) -> Result<CommandReply, ExecutorError> {
-        let verdict = commands::judge(self.state(), &self.workflow, &raw, false, by.as_ref());
+        let now = self.ports.clock.now();
+        let verdict = commands::judge(self.state(), &self.workflow, &raw, false, by.as_ref(), now);
         let error = verdict.as_ref().err().cloned();
         let received = EventKind::CommandReceived {
             command: raw,

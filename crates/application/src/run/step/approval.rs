@@ -164,12 +164,29 @@ fn success(data: Value) -> NodeEnd {
     }
 }
 
-/// The earliest deadline of a question still open.
-pub(crate) fn next_deadline(state: &RunSnapshot) -> Option<Timestamp> {
-    (state.node_runs.values())
-        .filter_map(|r| r.approval.as_ref())
+/// The earliest deadline of a question still open in an approval node run
+/// (the workflow's: a node that is no approval any more, after an upgrade,
+/// settles nothing).
+pub(crate) fn next_deadline(state: &RunSnapshot, workflow: &WorkflowDef) -> Option<Timestamp> {
+    (state.node_runs.iter())
+        .filter(|(run, _)| is_approval(state, workflow, **run))
+        .filter_map(|(_, r)| r.approval.as_ref())
         .filter(|q| q.answer.is_none())
         .filter_map(|q| q.deadline)
+        .min()
+}
+
+/// When the state next has a question to settle, read off the state alone
+/// (for a run no process writes): at once for one answered and not yet
+/// resolved (its answer was recorded, and the process that was to continue
+/// the run did not), else at the earliest deadline.
+pub(crate) fn due_at(state: &RunSnapshot) -> Option<Timestamp> {
+    (state.node_runs.values())
+        .filter_map(|r| r.approval.as_ref())
+        .filter_map(|q| match &q.answer {
+            Some(answer) => Some(answer.at),
+            None => q.deadline,
+        })
         .min()
 }
 
@@ -310,7 +327,11 @@ mod tests {
         for n in 1..=3 {
             ask(&mut state, &wf, n, 1_000);
         }
-        assert_eq!(next_deadline(&state), Some(Timestamp::from_millis(11_000)));
+        assert_eq!(
+            next_deadline(&state, &wf),
+            Some(Timestamp::from_millis(11_000))
+        );
+        assert_eq!(due_at(&state), Some(Timestamp::from_millis(11_000)));
         assert!(due(&state, &wf, Timestamp::from_millis(10_999)).is_empty());
         assert!(only_people(&state, &wf));
         // `free` is answered at 2 s; at 11 s the deadlines of the others pass.

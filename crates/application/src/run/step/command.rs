@@ -3,7 +3,7 @@
 //! as `command:received` (accepted, or with why not) before it takes
 //! effect, and an accepted `pause` or `cancel` stops the run.
 
-use domain::{Caller, EventKind, RunSnapshot, RuntimeCommand, WorkflowDef};
+use domain::{Caller, EventKind, RunSnapshot, RuntimeCommand, Timestamp, WorkflowDef};
 use serde_json::Value;
 
 use super::stop::Stop;
@@ -30,16 +30,18 @@ pub(crate) fn received(
     raw: Value,
     by: Option<Caller>,
     child: bool,
+    now: Timestamp,
 ) -> Received {
-    let verdict = commands::judge(state, workflow, &raw, true, by.as_ref()).and_then(|command| {
-        match command {
+    let verdict =
+        commands::judge(state, workflow, &raw, true, by.as_ref(), now).and_then(|command| {
+            match command {
         RuntimeCommand::Pause if child => Err(
             "this run is a child run (`call_workflow`): pause its parent run, which pauses it too"
                 .to_owned(),
         ),
         other => Ok(other),
     }
-    });
+        });
     let error = verdict.as_ref().err().cloned();
     let stop = match verdict {
         Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
@@ -157,6 +159,7 @@ mod tests {
                 raw.clone(),
                 Some(alice.clone()),
                 child,
+                Timestamp::from_millis(0),
             );
             let EventKind::CommandReceived {
                 command,
@@ -182,7 +185,14 @@ mod tests {
     fn an_ended_run_refuses_even_a_cancel() {
         let mut ended = running();
         ended.status = RunStatus::Completed;
-        let got = received(&ended, &workflow(), json!({"type": "cancel"}), None, false);
+        let got = received(
+            &ended,
+            &workflow(),
+            json!({"type": "cancel"}),
+            None,
+            false,
+            Timestamp::from_millis(0),
+        );
         assert_eq!(got.stop, None);
         assert!(got.error.unwrap().contains("completed"));
     }

@@ -99,12 +99,13 @@ pub(crate) enum Input {
     Ended { node: NodeId, data: Value },
     /// An attempt of node run `run` failed.
     AttemptFailed { run: NodeRunId, failure: Failure },
-    /// A command `raw` from `by` reached the run's writer; `child`: the run
-    /// is a child run, which pauses only with its parent.
+    /// A command `raw` from `by` reached the run's writer at `at`;
+    /// `child`: the run is a child run, which pauses only with its parent.
     Command {
         raw: Value,
         by: Option<Caller>,
         child: bool,
+        at: Timestamp,
     },
     /// This process cancelled the run (a signal, the library's `Cancel`).
     Cancelled(String),
@@ -222,8 +223,8 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
         Input::AttemptFailed { run, failure } => Step::effects(
             retry::attempt_failed(state, given.workflow, run, &failure).map(Effect::Retry),
         ),
-        Input::Command { raw, by, child } => {
-            let received = command::received(state, given.workflow, raw, by, child);
+        Input::Command { raw, by, child, at } => {
+            let received = command::received(state, given.workflow, raw, by, child, at);
             let mut effects = smallvec![
                 Effect::Checkpoint,
                 Effect::Reply {

@@ -255,6 +255,7 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                 raw: json!({"type": "pause"}),
                 by: None,
                 child: false,
+                at: Timestamp::from_millis(0),
             },
             received(),
             vec![
@@ -273,6 +274,7 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                 raw: json!({"type": "pause"}),
                 by: None,
                 child: true,
+                at: Timestamp::from_millis(0),
             },
             received(),
             vec![
