@@ -26,7 +26,9 @@ use crate::ids::{NodeId, NodeRunId, Offset, RunId, SessionId};
 use crate::snapshot::status::RunStatus;
 use crate::time::Timestamp;
 
+mod payload;
 mod usage;
+pub use payload::{Prompt, WorkflowRef};
 pub use usage::{ModelUsage, Usage};
 
 /// One event of a run's log.
@@ -65,30 +67,6 @@ pub struct RuntimeEvent {
 /// awr maps it. Empty, and not written, when the line held nothing more.
 /// `docs/events.md` says which events carry it.
 pub type Extra = Map<String, Value>;
-
-/// The definition a run executes: its name and the hash of its source.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkflowRef {
-    /// `name:` of the workflow file.
-    #[serde(default)]
-    pub name: String,
-    /// `sha256:<hex>` of the file's bytes.
-    #[serde(default)]
-    pub hash: String,
-    /// Fields this version does not know (a newer writer's), kept whole.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-/// The prompt given to an agent: plain text or a list of provider messages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Prompt {
-    /// A single user prompt.
-    Text(String),
-    /// A list of messages in the provider's own shape.
-    Messages(Vec<Value>),
-}
 
 /// Declares [`EventKind`] and, from the same text, `ByName`: the same
 /// variants read by a variant's name given apart from its fields (serde's
