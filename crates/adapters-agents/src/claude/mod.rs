@@ -19,7 +19,7 @@ pub use decode::ClaudeDecoder;
 use std::path::PathBuf;
 
 use application::ports::AgentRequest;
-use domain::workflow::{McpGrant, McpTransport, ToolGrant};
+use domain::workflow::{McpGrant, ToolGrant};
 use serde_json::json;
 
 use crate::process::{CliAgent, CliProgram, Prepared, flag, mcp_config};
@@ -127,23 +127,15 @@ fn mcp_config_path(request: &AgentRequest) -> PathBuf {
 /// The agent's MCP servers as Claude Code's `--mcp-config` reads them;
 /// an error when a token variable is not set.
 fn mcp_config(request: &AgentRequest) -> Result<String, String> {
+    let dialect = mcp_config::Dialect {
+        stdio: Some("stdio"),
+        http: Some("http"),
+        url: "url",
+        cwd: false,
+    };
     let mut servers = serde_json::Map::new();
     for (name, def) in &request.mcp_servers {
-        let server = match &def.transport {
-            McpTransport::Stdio {
-                command, args, env, ..
-            } => json!({"type": "stdio", "command": command, "args": args, "env": env}),
-            McpTransport::Http {
-                url,
-                headers,
-                bearer_token_env,
-            } => {
-                let headers =
-                    mcp_config::headers_with_token(name, headers, bearer_token_env.as_deref())?;
-                json!({"type": "http", "url": url, "headers": headers})
-            }
-        };
-        servers.insert(name.clone(), server);
+        servers.insert(name.clone(), mcp_config::json_server(name, def, &dialect)?);
     }
     Ok(json!({"mcpServers": servers}).to_string())
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use application::ports::{AgentMessage, AgentRequest};
 use domain::event::{ModelUsage, Usage};
-use domain::workflow::{McpGrant, McpTransport, ToolGrant};
+use domain::workflow::{McpGrant, ToolGrant};
 use serde_json::{Value, json};
 
 use crate::normalize::Decoded;
@@ -177,22 +177,15 @@ fn allowed(grant: &ToolGrant, request: &AgentRequest) -> String {
 /// take the server's `tool_timeout` (`timeout`, in milliseconds). An error
 /// when a token variable is not set.
 fn copilot_mcp_config(request: &AgentRequest) -> Result<String, String> {
+    let dialect = mcp_config::Dialect {
+        stdio: Some("local"),
+        http: Some("http"),
+        url: "url",
+        cwd: false,
+    };
     let mut servers = serde_json::Map::new();
     for (name, def) in &request.mcp_servers {
-        let mut server = match &def.transport {
-            McpTransport::Stdio {
-                command, args, env, ..
-            } => json!({"type": "local", "command": command, "args": args, "env": env}),
-            McpTransport::Http {
-                url,
-                headers,
-                bearer_token_env,
-            } => {
-                let headers =
-                    mcp_config::headers_with_token(name, headers, bearer_token_env.as_deref())?;
-                json!({"type": "http", "url": url, "headers": headers})
-            }
-        };
+        let mut server = mcp_config::json_server(name, def, &dialect)?;
         server["tools"] = match mcp_config::granted_tools(request, name) {
             Some(tools) => json!(tools),
             None => json!(["*"]),

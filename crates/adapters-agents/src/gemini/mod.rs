@@ -18,7 +18,6 @@ pub use decode::GeminiDecoder;
 use std::path::{Path, PathBuf};
 
 use application::ports::AgentRequest;
-use domain::workflow::McpTransport;
 use serde_json::{Value, json};
 
 use crate::process::{CliAgent, CliProgram, Prepared, flag, mcp_config, print_args};
@@ -152,31 +151,15 @@ fn user_settings(path: &Path) -> Result<Value, String> {
 /// call taking at most the server's `tool_timeout` (`timeout`, in
 /// milliseconds). An error when a token variable is not set.
 fn servers(request: &AgentRequest) -> Result<Value, String> {
+    let dialect = mcp_config::Dialect {
+        stdio: None,
+        http: None,
+        url: "httpUrl",
+        cwd: true,
+    };
     let mut servers = serde_json::Map::new();
     for (name, def) in &request.mcp_servers {
-        let mut server = match &def.transport {
-            McpTransport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                let mut server = json!({"command": command, "args": args, "env": env});
-                if let Some(cwd) = cwd {
-                    server["cwd"] = json!(mcp_config::absolute_cwd(cwd));
-                }
-                server
-            }
-            McpTransport::Http {
-                url,
-                headers,
-                bearer_token_env,
-            } => {
-                let headers =
-                    mcp_config::headers_with_token(name, headers, bearer_token_env.as_deref())?;
-                json!({"httpUrl": url, "headers": headers})
-            }
-        };
+        let mut server = mcp_config::json_server(name, def, &dialect)?;
         if let Some(tools) = mcp_config::granted_tools(request, name) {
             server["includeTools"] = json!(tools);
         }

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use application::ports::AgentRequest;
-use domain::workflow::McpGrant;
+use domain::workflow::{McpGrant, McpServerDef, McpTransport};
+use serde_json::{Value, json};
 
 /// Where one invocation's MCP configuration is written: in this user's
 /// private directory, named by the program, the node run and the call, so
@@ -63,4 +64,52 @@ pub(crate) fn granted_tools<'a>(request: &'a AgentRequest, server: &str) -> Opti
 /// it relative to where it runs itself.
 pub(crate) fn absolute_cwd(cwd: &str) -> String {
     std::path::absolute(cwd).map_or_else(|_| cwd.to_owned(), |p| p.display().to_string())
+}
+
+/// How one CLI's JSON configuration spells a server (Claude Code's
+/// `--mcp-config`, Copilot's `--additional-mcp-config`, Gemini's settings).
+pub(crate) struct Dialect {
+    /// The `type` of a stdio server, if it takes one.
+    pub stdio: Option<&'static str>,
+    /// The `type` of an HTTP server, if it takes one.
+    pub http: Option<&'static str>,
+    /// The key of an HTTP server's address.
+    pub url: &'static str,
+    /// Whether a stdio server's `cwd` is written (absolute).
+    pub cwd: bool,
+}
+
+/// Server `name` as `dialect` spells it, with its token read into its
+/// headers; an error when the token's variable is not set.
+pub(crate) fn json_server(
+    name: &str,
+    def: &McpServerDef,
+    dialect: &Dialect,
+) -> Result<Value, String> {
+    let (kind, mut server) = match &def.transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut server = json!({"command": command, "args": args, "env": env});
+            if let Some(cwd) = cwd.as_deref().filter(|_| dialect.cwd) {
+                server["cwd"] = json!(absolute_cwd(cwd));
+            }
+            (dialect.stdio, server)
+        }
+        McpTransport::Http {
+            url,
+            headers,
+            bearer_token_env,
+        } => {
+            let headers = headers_with_token(name, headers, bearer_token_env.as_deref())?;
+            (dialect.http, json!({dialect.url: url, "headers": headers}))
+        }
+    };
+    if let Some(kind) = kind {
+        server["type"] = json!(kind);
+    }
+    Ok(server)
 }
