@@ -18,8 +18,9 @@ use crate::{Failure, say, wiring};
 /// The flags of `awr runs`.
 #[derive(Debug, clap::Args)]
 pub struct RunsArgs {
-    /// Only runs with this status: pending, running, paused, completed,
-    /// failed, cancelled or interrupted (several: comma-separated).
+    /// Only runs with this status: pending, queued, running, paused,
+    /// waiting, completed, failed, cancelled or interrupted (several:
+    /// comma-separated).
     #[arg(long, value_name = "STATUS[,STATUS]", value_delimiter = ',', value_parser = status_arg)]
     status: Vec<ShownStatus>,
     /// Only runs of the workflow with this name.

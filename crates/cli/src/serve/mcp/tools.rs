@@ -128,7 +128,7 @@ struct RunArgs {
 #[serde(deny_unknown_fields)]
 struct ListArgs {
     /// Only runs with one of these statuses (`running`, `completed`, `failed`,
-    /// `cancelled`, `paused`, `interrupted`, `pending`, `queued`).
+    /// `cancelled`, `paused`, `waiting`, `interrupted`, `pending`, `queued`).
     status: Option<Vec<String>>,
     /// Only runs of the workflow with this name.
     workflow: Option<String>,
