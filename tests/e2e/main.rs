@@ -53,6 +53,7 @@ mod serve_security;
 mod sqlite_storage;
 mod stopping;
 mod subflow;
+mod tool_approvals;
 mod trace;
 mod transcript_cli;
 mod transcript_recorder;

@@ -405,6 +405,7 @@ async fn resume_session(
         session_id: None,
         session_usage: Default::default(),
         history: Vec::new(),
+        approved_call: None,
         call_index: 1,
         instance: "0".into(),
         instance_call: 1,

@@ -445,6 +445,20 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                 .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
         };
         if !agent.provider.is_http() {
+            // A CLI agent runs its tools itself: awr cannot hold its calls.
+            if let Some(grant) = agent.tools.iter().find(|g| g.requires_approval.is_some()) {
+                return Err(LoadError::Invalid {
+                    file: file.to_path_buf(),
+                    error: WorkflowError::Invalid {
+                        item: format!("agents.{name}.tools"),
+                        message: format!(
+                            "`{}`: `requires_approval` is honoured for agents whose tools awr runs                              (openai, anthropic); a {} agent runs its own",
+                            grant.name,
+                            agent.provider.as_str()
+                        ),
+                    },
+                });
+            }
             // Not given to a CLI agent that cannot take them: it would be
             // told of tools it does not have.
             let configured = agent.provider.takes_mcp_servers();

@@ -286,7 +286,8 @@ pub async fn interrupted_runs(store: &dyn RunStore) -> Result<Interrupted, Store
     Ok(found)
 }
 
-/// A question an `approval` node run asked and nobody has answered yet.
+/// A question an `approval` node run (or an agent's tool call) asked and
+/// nobody has answered yet.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenQuestion {
@@ -308,6 +309,9 @@ pub struct OpenQuestion {
     /// When its `on_timeout` applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
+    /// The tool call asked about, when an agent's call waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<domain::event::AskedCall>,
 }
 
 /// The open questions of `state`, oldest node run first.
@@ -324,6 +328,7 @@ pub fn questions_of(state: &RunSnapshot) -> Vec<OpenQuestion> {
                 prompt: question.prompt.clone(),
                 schema: question.schema.clone(),
                 deadline: question.deadline,
+                tool: question.tool.clone(),
             })
         })
         .collect();

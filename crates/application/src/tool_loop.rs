@@ -290,11 +290,70 @@ impl Conversation {
                 model: model_name.clone(),
             });
             let mut messages = request.history.clone();
-            messages.push(ChatMessage::User(request.prompt.clone()));
+            // A turn left open (calls that waited for a person) is finished
+            // first; otherwise the prompt is the next thing said.
+            let mut pending = open_turn(&mut messages);
+            // An empty prompt after a history says nothing: the invocation
+            // only finishes the model's turn.
+            if messages.is_empty() || !request.prompt.is_empty() {
+                let prompt = ChatMessage::User(request.prompt.clone());
+                match &mut pending {
+                    Some(open) => open.then = Some(prompt),
+                    None => messages.push(prompt),
+                }
+            }
+            let mut approved = request.approved_call.clone();
             let mut usage = Usage::default();
             let mut reported_model = None;
             let mut turns = 0u32;
             loop {
+                if let Some(mut open) = pending.take() {
+                    let mut extras = std::mem::take(&mut open.extras).into_iter();
+                    let calls = std::mem::take(&mut open.calls);
+                    for (at, call) in calls.iter().enumerate() {
+                        let extra = extras.next().unwrap_or_default();
+                        if approved.as_deref() != Some(call.id.as_str()) && asks(&agent.tools, call) {
+                            let rest = calls[at..].to_vec();
+                            let extras = std::iter::once(extra).chain(extras).collect();
+                            yield Ok(AgentMessage::ApprovalNeeded { calls: rest, extras });
+                            return;
+                        }
+                        approved = None;
+                        if !extra.is_empty() {
+                            yield Ok(AgentMessage::Extra(extra));
+                        }
+                        yield Ok(AgentMessage::ToolStarted {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            input: call.input.clone(),
+                        });
+                        let started = self.clock.now();
+                        let output = self
+                            .router
+                            .call(&call.name, call.input.clone(), &agent.tools, &self.context)
+                            .await
+                            .map_err(|e| e.to_string());
+                        let duration_ms = self.clock.now().millis_since(started);
+                        open.results.push(ToolResult::of(call, &output));
+                        yield Ok(AgentMessage::ToolFinished {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            output,
+                            duration_ms,
+                        });
+                    }
+                    // Results in the order of the turn's calls.
+                    let order: Vec<&str> = (open.blocks.iter())
+                        .filter_map(|b| match b {
+                            ChatBlock::ToolCall(call) => Some(call.id.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    open.results.sort_by_key(|r| order.iter().position(|id| *id == r.call_id));
+                    messages.push(ChatMessage::Assistant(open.blocks));
+                    messages.push(ChatMessage::ToolResults(open.results));
+                    messages.extend(open.then);
+                }
                 if let Some(max) = agent.max_turns.filter(|max| turns >= *max) {
                     yield Err(QueryError::Agent {
                         error_type: "error_max_turns".into(),
@@ -408,39 +467,21 @@ impl Conversation {
                     }));
                     return;
                 }
-                let mut results = Vec::with_capacity(turn.calls.len());
-                let mut call_extras = std::mem::take(&mut turn.call_extras).into_iter();
-                for call in &turn.calls {
-                    // The call's own fields, then (on the first) the turn's end's.
-                    let mut extra = call_extras.next().unwrap_or_default();
+                // The turn's first call carries the turn end's fields too.
+                let mut extras = std::mem::take(&mut turn.call_extras);
+                extras.resize_with(turn.calls.len(), Extra::default);
+                if let Some(first) = extras.first_mut() {
                     for (pointer, value) in std::mem::take(&mut end_extra) {
-                        extra.entry(pointer).or_insert(value);
+                        first.entry(pointer).or_insert(value);
                     }
-                    if !extra.is_empty() {
-                        yield Ok(AgentMessage::Extra(extra));
-                    }
-                    yield Ok(AgentMessage::ToolStarted {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        input: call.input.clone(),
-                    });
-                    let started = self.clock.now();
-                    let output = self
-                        .router
-                        .call(&call.name, call.input.clone(), &agent.tools, &self.context)
-                        .await
-                        .map_err(|e| e.to_string());
-                    let duration_ms = self.clock.now().millis_since(started);
-                    results.push(ToolResult::of(call, &output));
-                    yield Ok(AgentMessage::ToolFinished {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        output,
-                        duration_ms,
-                    });
                 }
-                messages.push(ChatMessage::Assistant(turn.blocks));
-                messages.push(ChatMessage::ToolResults(results));
+                pending = Some(OpenTurn {
+                    calls: std::mem::take(&mut turn.calls),
+                    blocks: turn.blocks,
+                    results: Vec::new(),
+                    extras,
+                    then: None,
+                });
             }
         })
     }
@@ -449,6 +490,68 @@ impl Conversation {
     fn random(&self) -> f64 {
         (self.ids.uuid().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// A model turn whose calls are still to run: the latest, or one that
+/// waited for a person (its calls without a result, read from the record).
+struct OpenTurn {
+    /// The calls to run, in order.
+    calls: Vec<ToolCall>,
+    /// The turn as the model gave it.
+    blocks: Vec<ChatBlock>,
+    /// The results it has already.
+    results: Vec<ToolResult>,
+    /// What the model sent with each call that awr does not map.
+    extras: Vec<Extra>,
+    /// What is said after its results (a prompt that came with it).
+    then: Option<ChatMessage>,
+}
+
+/// The turn `messages` end with when some of its calls have no result
+/// (they waited for a person): taken off, to be finished.
+fn open_turn(messages: &mut Vec<ChatMessage>) -> Option<OpenTurn> {
+    let results = match messages.last() {
+        Some(ChatMessage::ToolResults(_)) => match messages.pop() {
+            Some(ChatMessage::ToolResults(results)) => results,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let calls: Vec<ToolCall> = match messages.last() {
+        Some(ChatMessage::Assistant(blocks)) => (blocks.iter())
+            .filter_map(|b| match b {
+                ChatBlock::ToolCall(call) if !results.iter().any(|r| r.call_id == call.id) => {
+                    Some(call.clone())
+                }
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if calls.is_empty() {
+        if !results.is_empty() {
+            messages.push(ChatMessage::ToolResults(results));
+        }
+        return None;
+    }
+    let Some(ChatMessage::Assistant(blocks)) = messages.pop() else {
+        return None;
+    };
+    Some(OpenTurn {
+        extras: vec![Extra::default(); calls.len()],
+        calls,
+        blocks,
+        results,
+        then: None,
+    })
+}
+
+/// Whether `call` waits for a person: its grant says `requires_approval`
+/// of these arguments.
+fn asks(grants: &[domain::workflow::ToolGrant], call: &ToolCall) -> bool {
+    (grants.iter())
+        .find(|grant| grant.grants(&call.name))
+        .is_some_and(|grant| grant.asks(&call.input))
 }
 
 /// The node's failure after the last attempt.
@@ -570,6 +673,7 @@ mod tests {
             session_id: None,
             session_usage: Default::default(),
             history: Vec::new(),
+            approved_call: None,
             call_index: 0,
             instance: "0".into(),
             instance_call: 0,
@@ -705,6 +809,100 @@ mod tests {
             ("hi", false)
         );
         assert!(results[1].is_error && results[2].is_error);
+    }
+
+    /// An agent whose `echo` calls with the text "ask" wait for a person.
+    fn gated() -> AgentDef {
+        let mut agent = agent();
+        agent.tools = domain::WorkflowDef::from_yaml(
+            "name: w\nagents:\n  a:\n    provider: openai\n    model: m\n    \
+             tools: [{name: echo, requires_approval: 'args.text == \"ask\"'}]\nsteps: [{agent: a}]\n",
+        )
+        .unwrap()
+        .agents["a"]
+            .tools
+            .clone();
+        agent
+    }
+
+    #[tokio::test]
+    async fn a_gated_call_ends_the_invocation_with_the_calls_that_wait() {
+        let (model, seen) = scripted(vec![Ok(vec![
+            text("Let me check."),
+            call("c1", json!({"text": "free"})),
+            call("c2", json!({"text": "ask"})),
+            call("c3", json!({"text": "after"})),
+            end(StopReason::ToolUse, 10, 5),
+        ])]);
+        let out = run(&tool_loop(model), gated()).await;
+        let ran: Vec<_> = (out.iter())
+            .filter_map(|m| match m {
+                Ok(AgentMessage::ToolFinished { call_id, .. }) => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        // The call before the gated one ran; it and those after it wait.
+        assert_eq!(ran, ["c1"]);
+        let Some(Ok(AgentMessage::ApprovalNeeded { calls, extras })) = out.last() else {
+            panic!("{out:?}");
+        };
+        let ids: Vec<_> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!((ids, extras.len()), (vec!["c2", "c3"], 2));
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "the model was asked nothing more"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_open_turn_runs_its_calls_then_asks_the_model() {
+        let (model, seen) = scripted(vec![Ok(vec![text("done"), end(StopReason::EndTurn, 1, 1)])]);
+        let tool_loop = tool_loop(model);
+        let calls = ["c1", "c2", "c3"].map(|id| ToolCall {
+            id: id.into(),
+            name: "echo".into(),
+            input: json!({"text": if id == "c3" { "ask" } else { id }}),
+        });
+        let mut request = request(gated());
+        request.prompt = String::new();
+        request.history = vec![
+            ChatMessage::User("do it".into()),
+            ChatMessage::Assistant(calls.iter().cloned().map(ChatBlock::ToolCall).collect()),
+            ChatMessage::ToolResults(vec![ToolResult {
+                call_id: "c1".into(),
+                name: "echo".into(),
+                content: "c1".into(),
+                is_error: false,
+            }]),
+        ];
+        let mut approved = request.clone();
+        let out: Vec<_> = tool_loop.query(request).await.unwrap().collect().await;
+        // c2 runs; c3 asks, as nobody approved it.
+        assert!(
+            matches!(out.last(), Some(Ok(AgentMessage::ApprovalNeeded { calls, .. })) if calls[0].id == "c3"),
+            "{out:?}"
+        );
+        let result = |id: &str| ToolResult {
+            call_id: id.into(),
+            name: "echo".into(),
+            content: id.into(),
+            is_error: false,
+        };
+        approved.history[2] = ChatMessage::ToolResults(vec![result("c1"), result("c2")]);
+        approved.approved_call = Some("c3".into());
+        let out: Vec<_> = tool_loop.query(approved).await.unwrap().collect().await;
+        assert_eq!(completed(&out).text, "done");
+        let seen = seen.lock().unwrap();
+        // No user message was added; the results are in the calls' order.
+        let messages = &seen[0].messages;
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        let ChatMessage::ToolResults(results) = &messages[2] else {
+            panic!("{messages:?}");
+        };
+        let ids: Vec<_> = results.iter().map(|r| r.call_id.as_str()).collect();
+        assert_eq!(ids, ["c1", "c2", "c3"]);
+        assert_eq!(results[2].content, "ask");
     }
 
     #[tokio::test]

@@ -25,6 +25,10 @@ pub const VARIABLES: [&str; 3] = ["output", "outputs", "input"];
 /// (`item` and `index` are bound only under `for_each`).
 pub const INPUT_VARIABLES: [&str; 5] = ["input", "outputs", "loops", "item", "index"];
 
+/// What a tool grant's `requires_approval:` condition reads: the
+/// arguments the model called the tool with.
+pub const TOOL_VARIABLES: [&str; 1] = ["args"];
+
 /// Longest condition accepted, in bytes. Conditions are one-liners; the bound
 /// keeps parsing cheap and every error position small.
 pub const MAX_LEN: usize = 4096;
@@ -116,6 +120,18 @@ impl Condition {
         // Reading no variable, it has one value, known now: a condition
         // that can only fail is refused with the workflow (`awr validate`),
         // not when its edge is decided mid-run.
+        if condition.0.variables.is_empty() {
+            condition
+                .evaluate(&Map::new())
+                .map_err(|e| ConditionError::Compile(e.to_string()))?;
+        }
+        Ok(condition)
+    }
+
+    /// [`Self::compile`] for a tool grant's `requires_approval:`, which
+    /// reads [`TOOL_VARIABLES`].
+    pub fn compile_over_args(src: &str) -> Result<Condition, ConditionError> {
+        let condition = Self::compile_reading(src, &TOOL_VARIABLES)?;
         if condition.0.variables.is_empty() {
             condition
                 .evaluate(&Map::new())

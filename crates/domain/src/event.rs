@@ -28,7 +28,7 @@ use crate::time::Timestamp;
 
 mod payload;
 mod usage;
-pub use payload::{Prompt, WorkflowRef};
+pub use payload::{AskedCall, Prompt, WorkflowRef};
 pub use usage::{ModelUsage, Usage};
 
 /// One event of a run's log.
@@ -515,6 +515,9 @@ pub enum EventKind {
     /// An `approval` node run asks a person (docs/approvals.md): what the
     /// person is shown, the schema an approval's data must meet, and the
     /// deadline, after which `onTimeout` applies. Recorded once per node run.
+    /// An agent node run asks it too, for each call of a tool granted with
+    /// `requires_approval` (`tool`): its model's turn waits, with the calls
+    /// after that one (`laterCalls`), which run once it is answered.
     #[serde(rename = "approval:requested", rename_all = "camelCase")]
     ApprovalRequested {
         #[serde(default)]
@@ -528,6 +531,12 @@ pub enum EventKind {
         /// Who may answer; empty, anyone who may command the run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         approvers: Vec<String>,
+        /// The tool call asked about, when it is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<AskedCall>,
+        /// The calls of the same model turn after it, not yet run.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        later_calls: Vec<AskedCall>,
     },
     /// The question of an `approval` node run is settled: `how` it was
     /// (`answered`, `timed_out`), the answer, and who gave it. The node run

@@ -489,6 +489,7 @@ impl RunSnapshot {
                 prompt,
                 schema,
                 deadline,
+                tool,
                 ..
             } => {
                 if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id)) {
@@ -497,7 +498,17 @@ impl RunSnapshot {
                         schema: schema.clone(),
                         deadline: *deadline,
                         answer: None,
+                        tool: tool.clone(),
                     }));
+                }
+            }
+            // A tool call's question is over: its node run goes on. (An
+            // approval node's run ends with its question, which it keeps.)
+            EventKind::ApprovalResolved { .. } => {
+                if let Some(run) = event.node_run_id.and_then(|id| self.node_runs.get_mut(&id))
+                    && run.approval.as_ref().is_some_and(|q| q.tool.is_some())
+                {
+                    run.approval = None;
                 }
             }
             _ => {}

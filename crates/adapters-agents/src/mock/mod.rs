@@ -231,6 +231,7 @@ mod tests {
             session_id: None,
             session_usage: Default::default(),
             history: Vec::new(),
+            approved_call: None,
             call_index: 0,
             instance: "0".into(),
             instance_call: 0,

@@ -386,6 +386,7 @@ pub(crate) fn agent_request(provider: Provider, executable: Option<String>) -> A
         session_id: None,
         session_usage: Default::default(),
         history: Vec::new(),
+        approved_call: None,
         call_index: 0,
         instance: "0".into(),
         instance_call: 0,

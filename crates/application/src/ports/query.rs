@@ -50,6 +50,11 @@ pub struct AgentRequest {
     /// session instead); `prompt` is the next user message. Empty for a
     /// new conversation.
     pub history: Vec<ChatMessage>,
+    /// When `history` ends with a model turn whose calls have not all got
+    /// a result (they waited for a person: `requires_approval`), those
+    /// calls run before the model is asked again, and this one, which a
+    /// person approved, runs without asking. `prompt` is then empty.
+    pub approved_call: Option<String>,
     /// How many provider calls this node made earlier in the run (its
     /// earlier node runs and attempts), counted from the run's log, so it is
     /// the same in any process that continues the run: the mock provider
@@ -216,6 +221,16 @@ pub enum AgentMessage {
         message: String,
         /// Raw data.
         details: Option<Value>,
+    },
+    /// The model's turn asked for `calls[0]`, of a tool granted with
+    /// `requires_approval`: the turn waits for a person, with the calls
+    /// after it (HTTP agents). Nothing follows; the invocation that comes
+    /// after the answer runs them ([`AgentRequest::approved_call`]).
+    ApprovalNeeded {
+        /// The call asked about, then the turn's calls after it.
+        calls: Vec<super::ToolCall>,
+        /// What the model sent with each of them that awr does not map.
+        extras: Vec<domain::event::Extra>,
     },
     /// The invocation succeeded; nothing follows.
     Completed(AgentResult),

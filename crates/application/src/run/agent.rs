@@ -224,6 +224,7 @@ async fn invoke(
         session_id: new_session,
         session_usage: turn.session_usage,
         history: turn.history,
+        approved_call: turn.approved_call,
         call_index: ack.call_index,
         instance: ack.instance,
         instance_call: ack.instance_call,
@@ -422,6 +423,20 @@ async fn invoke(
                 attempt,
                 retry_after_ms,
             },
+            AgentMessage::ApprovalNeeded { calls, mut extras } => {
+                // The turn waits for a person, holding nothing: the node
+                // run's task ends here, and the answer continues it.
+                if let Some(first) = extras.first_mut() {
+                    for (pointer, value) in take(&mut extra) {
+                        first.entry(pointer).or_insert(value);
+                    }
+                }
+                let question =
+                    super::step::approval::tool_question(call.agent_name, &calls, extras);
+                let Some(asked) = question else { continue };
+                task.send(asked).await;
+                return Ok(None);
+            }
             AgentMessage::Completed(result) => {
                 let elapsed = task.ports.clock.now().millis_since(started);
                 let ended = (result, take(&mut extra));

@@ -80,7 +80,7 @@ pub(crate) fn judge(
 }
 
 /// Whether `by` may answer the question of node run `run` at `now`: it
-/// must be an approval's, in flight, asked, not yet answered (an answer is
+/// must be an approval's (or an agent's waiting tool call's), in flight, asked, not yet answered (an answer is
 /// taken once) and not past its deadline (which settles it as its
 /// `on_timeout` says, whichever process loads the run first), and `by`
 /// one of its `approvers` when it names any.
@@ -96,11 +96,26 @@ fn answerable(
             "no node run {run} is in flight in this run: it is answered already, or was never asked"
         ));
     };
-    let Some(NodeKind::Approval(def)) = workflow.node(&current.node_id).map(|n| &n.kind) else {
-        return Err(format!(
-            "node run {run} (node `{}`) is not an approval: it asks nothing",
-            current.node_id
-        ));
+    let def = match workflow.node(&current.node_id).map(|n| &n.kind) {
+        Some(NodeKind::Approval(def)) => Some(def),
+        // An agent's tool call waits for a person (`requires_approval:`).
+        Some(NodeKind::Agent { .. })
+            if current.approval.as_ref().is_some_and(|q| q.tool.is_some()) =>
+        {
+            None
+        }
+        Some(NodeKind::Agent { .. }) => {
+            return Err(format!(
+                "node run {run} (node `{}`) waits for no approval: its agent asked none",
+                current.node_id
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "node run {run} (node `{}`) is not an approval: it asks nothing",
+                current.node_id
+            ));
+        }
     };
     let Some(question) = &current.approval else {
         return Err(format!("node run {run} has not asked its question yet"));
@@ -115,7 +130,7 @@ fn answerable(
             "node run {run}'s deadline passed at {deadline}: it is settled as its `on_timeout` says"
         ));
     }
-    if !def.approvers.is_empty() {
+    if let Some(def) = def.filter(|d| !d.approvers.is_empty()) {
         let who = by.map(Caller::as_str);
         if !who.is_some_and(|who| def.approvers.iter().any(|a| a == who)) {
             return Err(format!(
@@ -330,6 +345,7 @@ mod tests {
             schema: None,
             deadline: None,
             answer: None,
+            tool: None,
         }));
         state.node_runs.insert(ok_run.parse().unwrap(), run.clone());
         assert!(

@@ -462,9 +462,16 @@ impl Driver {
             *instance_call = Some(call.instance_call);
             answer = call;
         }
+        let asks = matches!(kind, EventKind::ApprovalRequested { .. });
         let recorded = self.rec.emit((Some(node.clone()), Some(run)), kind).await?;
         if starts {
             answer.traceparent = self.rec.traceparent(recorded.offset);
+        }
+        if asks {
+            // A tool call waits for a person: the node run's task ends, and
+            // the question is on record before anyone can answer it.
+            self.running.remove(&run);
+            self.rec.checkpoint().await?;
         }
         if let Some(ack) = ack {
             self.rec.publish().await?;

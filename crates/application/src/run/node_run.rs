@@ -208,8 +208,11 @@ pub(crate) struct Continuation {
     pub session_usage: Usage,
     /// The conversation so far (HTTP agents).
     pub history: Vec<ChatMessage>,
-    /// The next user message.
+    /// The next user message; empty when the invocation only finishes
+    /// the model's open turn (its calls that waited for a person).
     pub message: String,
+    /// The call of that open turn a person approved (HTTP agents).
+    pub approved_call: Option<String>,
     /// Offsets of the inbox messages it delivers.
     pub inbox: Vec<u64>,
     /// Those messages' texts (also in `message`): what a node run that

@@ -245,10 +245,17 @@ impl TranscriptWriter {
                 prompt,
                 schema,
                 deadline,
+                tool,
                 ..
             } => {
-                // The question, as the person was shown it.
+                // The question, as the person was shown it; a tool call's
+                // after the model's turn that asked for it.
                 let mut payload = json!({"prompt": prompt});
+                if let Some(tool) = tool {
+                    self.flush_reply(event, state).await?;
+                    payload["tool"] = json!({"callId": tool.call_id,
+                        "toolName": tool.tool_name, "toolInput": tool.tool_input});
+                }
                 if let Some(schema) = schema {
                     payload["schema"] = schema.clone();
                 }
@@ -298,22 +305,10 @@ impl TranscriptWriter {
             return Ok(());
         }
         let here = place(event, state);
-        let so_far = self
-            .replies
-            .get_mut(&run_id)
-            .map(|r| std::mem::take(&mut r.blocks))
-            .unwrap_or_default();
-        if !so_far.is_empty() {
-            let assistant = message_payload("assistant", &so_far);
-            self.line(
-                ExchangeType::MessageAssistant,
-                here.clone(),
-                assistant,
-                None,
-            )
-            .await?;
-        }
+        self.flush_reply(event, state).await?;
         let text = match prompt {
+            // It only finishes the model's turn: nothing is said.
+            Prompt::Text(text) if text.is_empty() => return Ok(()),
             Prompt::Text(text) => text.clone(),
             Prompt::Messages(messages) => serde_json::to_string_pretty(messages)
                 .unwrap_or_else(|_| Value::from(messages.clone()).to_string()),
@@ -325,6 +320,30 @@ impl TranscriptWriter {
         }];
         let user = message_payload("user", &told);
         self.line(ExchangeType::MessageUser, here, user, None).await
+    }
+
+    /// The reply of `event`'s node run collected so far, as an assistant
+    /// message.
+    async fn flush_reply(
+        &mut self,
+        event: &RuntimeEvent,
+        state: &RunSnapshot,
+    ) -> Result<(), TranscriptError> {
+        let Some(run_id) = event.node_run_id else {
+            return Ok(());
+        };
+        let so_far = self
+            .replies
+            .get_mut(&run_id)
+            .map(|r| std::mem::take(&mut r.blocks))
+            .unwrap_or_default();
+        if so_far.is_empty() {
+            return Ok(());
+        }
+        let assistant = message_payload("assistant", &so_far);
+        let here = place(event, state);
+        self.line(ExchangeType::MessageAssistant, here, assistant, None)
+            .await
     }
 
     /// `step.started`, and the user message of an agent (again on a retry).

@@ -1,5 +1,6 @@
 //! Values that events carry besides plain JSON: which workflow a run
-//! executes, and what an agent was asked.
+//! executes, what an agent was asked, and a tool call a person is asked
+//! about.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -26,4 +27,22 @@ pub enum Prompt {
     Text(String),
     /// A list of messages in the provider's own shape.
     Messages(Vec<Value>),
+}
+
+/// A tool call an HTTP agent's model asked for, as `approval:requested`
+/// records it when the call waits for a person (`requires_approval:`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskedCall {
+    /// The model's id of the call.
+    pub call_id: String,
+    /// The tool, as the model named it.
+    pub tool_name: String,
+    /// The arguments it gave.
+    #[serde(default)]
+    pub tool_input: Value,
+    /// What the model sent with the call that awr does not map
+    /// ([`Extra`](super::Extra)).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
 }

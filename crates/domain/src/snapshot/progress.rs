@@ -93,8 +93,9 @@ pub struct NodeRunState {
     /// `agent:start` or attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forked: bool,
-    /// An `approval` node run's question, once asked
-    /// (`approval:requested`), and its answer once one is accepted.
+    /// The question an `approval` node run, or a tool call of an agent
+    /// node run, asked (`approval:requested`), and its answer once one is
+    /// accepted; cleared when it is resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Box<Question>>,
 }
@@ -115,6 +116,10 @@ pub struct Question {
     /// The answer accepted (`command:received`), not yet resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::command::Answer>,
+    /// The tool call asked about, when an agent's call waits
+    /// (`requires_approval:`) rather than an `approval` node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<crate::event::AskedCall>,
 }
 
 impl NodeRunState {

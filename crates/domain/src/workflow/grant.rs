@@ -2,6 +2,10 @@
 //! (`shell`), or a mapping that grants it with settings of that grant only
 //! (`{name: http_get, allow: [wiki.internal, 10.0.0.0/8]}`).
 //!
+//! A grant may also say that a call of the tool waits for a person
+//! (`requires_approval: true`, or a CEL condition over the call's `args`):
+//! see docs/approvals.md.
+//!
 //! A grant is a small struct rather than a name with special cases, so a
 //! later per-grant key is one field more. It is written back as a bare name
 //! when it has no settings, so a plain grant reads and serializes as it
@@ -18,6 +22,9 @@ use ipnet::IpNet;
 use serde::de::{self, Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::condition::Condition;
 
 /// One entry of an agent's `tools:`: the tool it may call and the settings
 /// of that grant.
@@ -29,6 +36,62 @@ pub struct ToolGrant {
     /// (it refuses loopback, private and other internal addresses unless
     /// an entry here admits them).
     pub allow: Vec<NetTarget>,
+    /// Whether a call waits for a person's approval before it runs.
+    pub requires_approval: Option<ApprovalGate>,
+}
+
+/// When a granted tool's call waits for a person (`requires_approval:`).
+#[derive(Debug, Clone)]
+pub enum ApprovalGate {
+    /// Every call (`true`).
+    Always,
+    /// The calls whose arguments make this CEL condition (over `args`) true.
+    When(Condition),
+}
+
+impl ApprovalGate {
+    /// Whether a call with arguments `args` waits. A condition that fails
+    /// on them asks too: when in doubt, a person decides.
+    pub fn applies(&self, args: &Value) -> bool {
+        match self {
+            Self::Always => true,
+            Self::When(condition) => {
+                let vars = Map::from_iter([("args".to_owned(), args.clone())]);
+                condition.evaluate(&vars).unwrap_or(true)
+            }
+        }
+    }
+
+    fn source(&self) -> Option<&str> {
+        match self {
+            Self::Always => None,
+            Self::When(condition) => Some(condition.source()),
+        }
+    }
+}
+
+/// Two gates are the same when they were written the same.
+impl PartialEq for ApprovalGate {
+    fn eq(&self, other: &Self) -> bool {
+        self.source() == other.source()
+    }
+}
+
+impl Eq for ApprovalGate {}
+
+impl core::hash::Hash for ApprovalGate {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.source().hash(state);
+    }
+}
+
+impl Serialize for ApprovalGate {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Always => s.serialize_bool(true),
+            Self::When(condition) => s.serialize_str(condition.source()),
+        }
+    }
 }
 
 impl ToolGrant {
@@ -41,7 +104,15 @@ impl ToolGrant {
         Self {
             name: name.into(),
             allow: Vec::new(),
+            requires_approval: None,
         }
+    }
+
+    /// Whether a call of this tool with arguments `args` waits for a person.
+    pub fn asks(&self, args: &Value) -> bool {
+        self.requires_approval
+            .as_ref()
+            .is_some_and(|g| g.applies(args))
     }
 
     /// Also admits `targets` (`allow:`).
@@ -66,12 +137,17 @@ impl From<String> for ToolGrant {
 
 impl Serialize for ToolGrant {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.allow.is_empty() {
+        if self.allow.is_empty() && self.requires_approval.is_none() {
             return s.serialize_str(&self.name);
         }
-        let mut map = s.serialize_map(Some(2))?;
+        let mut map = s.serialize_map(None)?;
         map.serialize_entry("name", &self.name)?;
-        map.serialize_entry("allow", &self.allow)?;
+        if !self.allow.is_empty() {
+            map.serialize_entry("allow", &self.allow)?;
+        }
+        if let Some(gate) = &self.requires_approval {
+            map.serialize_entry("requires_approval", gate)?;
+        }
         map.end()
     }
 }
@@ -84,6 +160,16 @@ struct RawGrant {
     name: String,
     #[serde(default)]
     allow: Option<Vec<NetTarget>>,
+    #[serde(default)]
+    requires_approval: Option<RawGate>,
+}
+
+/// `requires_approval:` as written: a bool or a CEL condition.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawGate {
+    Bool(bool),
+    When(String),
 }
 
 impl<'de> Deserialize<'de> for ToolGrant {
@@ -92,7 +178,9 @@ impl<'de> Deserialize<'de> for ToolGrant {
         impl<'de> Visitor<'de> for Either {
             type Value = ToolGrant;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a tool name, or a mapping `{name: TOOL, allow?: [HOST, ...]}`")
+                f.write_str(
+                    "a tool name, or a mapping `{name: TOOL, allow?: [HOST, ...], requires_approval?: BOOL|CEL}`",
+                )
             }
             fn visit_str<E: de::Error>(self, name: &str) -> Result<ToolGrant, E> {
                 Ok(ToolGrant::new(name))
@@ -110,9 +198,18 @@ impl<'de> Deserialize<'de> for ToolGrant {
                         raw.name
                     )));
                 }
+                let requires_approval = match raw.requires_approval {
+                    None | Some(RawGate::Bool(false)) => None,
+                    Some(RawGate::Bool(true)) => Some(ApprovalGate::Always),
+                    Some(RawGate::When(src)) => Some(ApprovalGate::When(
+                        Condition::compile_over_args(&src)
+                            .map_err(|e| de::Error::custom(format!("`requires_approval`: {e}")))?,
+                    )),
+                };
                 Ok(ToolGrant {
                     name: raw.name,
                     allow: raw.allow.unwrap_or_default(),
+                    requires_approval,
                 })
             }
         }
@@ -339,8 +436,16 @@ mod tests {
     fn bad_grants_are_refused_naming_the_field_and_place() {
         let cases = [
             (
-                "[{name: http_get, requires_approval: true}]",
-                "agents.a.tools[0]: unknown field `requires_approval`, expected `name` or `allow`",
+                "[{name: http_get, needs_ok: true}]",
+                "agents.a.tools[0]: unknown field `needs_ok`, expected one of `name`, `allow`, `requires_approval`",
+            ),
+            (
+                "[{name: shell, requires_approval: 'args.command.contains('}]",
+                "agents.a.tools[0]: `requires_approval`: ",
+            ),
+            (
+                "[{name: shell, requires_approval: 'input.x == 1'}]",
+                "agents.a.tools[0]: `requires_approval`: ",
             ),
             (
                 "[{name: http_get, allow: [10.0.0.0/33]}]",
@@ -380,6 +485,29 @@ mod tests {
         assert!(
             err.contains("agents.a.tools[0].allow[0]: `10.0.0.0/99` is not a CIDR range"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn requires_approval_is_a_bool_or_a_condition_over_the_arguments() {
+        let def = WorkflowDef::from_yaml(&flow(
+            "[{name: shell, requires_approval: true}, \
+             {name: read_file, requires_approval: 'args.path.startsWith(\"/etc\")'}, \
+             {name: write_file, requires_approval: false}]",
+        ))
+        .unwrap();
+        let tools = &def.agents["a"].tools;
+        assert!(tools[0].asks(&serde_json::json!({"command": "ls"})));
+        assert!(tools[1].asks(&serde_json::json!({"path": "/etc/passwd"})));
+        assert!(!tools[1].asks(&serde_json::json!({"path": "notes.md"})));
+        // Arguments the condition cannot read: a person decides.
+        assert!(tools[1].asks(&serde_json::json!({"file": 3})));
+        assert!(!tools[2].asks(&serde_json::json!({})));
+        assert_eq!(
+            serde_json::to_value(tools).unwrap(),
+            serde_json::json!([{"name": "shell", "requires_approval": true},
+                {"name": "read_file", "requires_approval": "args.path.startsWith(\"/etc\")"},
+                "write_file"])
         );
     }
 

@@ -2,11 +2,14 @@
 //! it asks each new question, ends the node runs whose question is
 //! settled, and stops the run `waiting` when nothing else is left to do.
 
-use domain::{EventKind, NodeRunId, Timestamp};
+use std::sync::Arc;
+
+use domain::{EventKind, NodeId, NodeRunId, Timestamp};
 use serde_json::Value;
 
 use super::Driver;
-use crate::run::node_run::NodeEnd;
+use crate::run::conversation;
+use crate::run::node_run::{Continuation, NodeEnd};
 use crate::run::recorder::RUN_LEVEL;
 use crate::run::step::approval;
 use crate::run::step::stop::Stop;
@@ -59,10 +62,13 @@ impl Driver {
         for settled in approval::due(self.state(), &self.workflow, now) {
             let ctx = (Some(settled.node.clone()), Some(settled.run));
             self.rec.emit(ctx, settled.resolved).await?;
-            if let Some(stop) = self
-                .node_ended(settled.run, &settled.node, settled.end)
-                .await?
-            {
+            let Some(end) = settled.end else {
+                // A tool call answered: the agent finishes its turn.
+                self.finish_turn(settled.run, &settled.node).await?;
+                moved = true;
+                continue;
+            };
+            if let Some(stop) = self.node_ended(settled.run, &settled.node, end).await? {
                 return Ok(Settled::Stop(stop));
             }
             moved = true;
@@ -90,6 +96,24 @@ impl Driver {
             }
             Some(Err(error)) => self.node_ended(run, &node, NodeEnd::failed(error)).await,
         }
+    }
+
+    /// Starts the invocation that finishes node run `run`'s open model
+    /// turn, now that the call it waited on is answered: its conversation
+    /// is read back from the record, as after a crash.
+    async fn finish_turn(&mut self, run: NodeRunId, node: &NodeId) -> Result<(), ExecutorError> {
+        let Some(current) = self.state().node_runs.get(&run) else {
+            return Ok(());
+        };
+        let (session, input) = (current.session.clone(), Arc::clone(&current.input));
+        let rebuilt = conversation::rebuild(&self.events().await?, run);
+        let next = Continuation {
+            session,
+            history: rebuilt.messages,
+            approved_call: rebuilt.approved,
+            ..Continuation::default()
+        };
+        self.spawn_for(run, node, input, Some(next)).await
     }
 
     /// Whether the run has nothing left but people to wait for.

@@ -279,7 +279,7 @@ impl Driver {
 
     /// Starts the task of node run `run` of `node` (in the workflow: see
     /// [`resume::go_on`]).
-    async fn spawn_for(
+    pub(super) async fn spawn_for(
         &mut self,
         run: NodeRunId,
         node: &NodeId,
@@ -394,7 +394,20 @@ impl Driver {
         };
         let mut next = converse.next;
         if converse.http {
-            next.history = conversation::rebuild(&self.events().await?, run);
+            let rebuilt = conversation::rebuild(&self.events().await?, run);
+            if rebuilt.open {
+                // The model's turn is not over: its waiting calls run first,
+                // and the messages wait for the turn's end.
+                return Ok(Some(Continuation {
+                    session: next.session,
+                    history: rebuilt.messages,
+                    approved_call: rebuilt.approved,
+                    call_index: next.call_index,
+                    fork: next.fork,
+                    ..Continuation::default()
+                }));
+            }
+            next.history = rebuilt.messages;
         }
         if next.history.is_empty() && (converse.http || next.session.is_none()) {
             return Ok(None);

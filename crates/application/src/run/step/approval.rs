@@ -11,10 +11,12 @@
 //! for the next one to resolve, and a deadline that passed while no
 //! process ran fires at the next load, once.
 
+use domain::event::AskedCall;
 use domain::workflow::{ApprovalDef, NodeKind, OnTimeout};
 use domain::{EventKind, NodeId, NodeRunId, RunSnapshot, Timestamp, WorkflowDef};
 use serde_json::{Value, json};
 
+use crate::ports::ToolCall;
 use crate::run::node_run::NodeEnd;
 use crate::run::routing::{Reads, input_vars};
 
@@ -69,16 +71,51 @@ pub(crate) fn question(
         deadline,
         on_timeout: def.timeout.map(|_| def.on_timeout.as_str().to_owned()),
         approvers: def.approvers.clone(),
+        tool: None,
+        later_calls: Vec::new(),
     }))
 }
 
-/// A question settled: its `approval:resolved`, and how its node run ends.
+/// The question an agent's model turn asks when its call `calls[0]` is of
+/// a tool granted with `requires_approval`: the call, and the turn's
+/// calls after it, which wait with it.
+pub(crate) fn tool_question(
+    agent: &str,
+    calls: &[ToolCall],
+    extras: Vec<domain::event::Extra>,
+) -> Option<EventKind> {
+    let mut extras = extras.into_iter();
+    let mut asked = |call: &ToolCall| AskedCall {
+        call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        tool_input: call.input.clone(),
+        extra: extras.next().unwrap_or_default(),
+    };
+    let (first, later) = calls.split_first()?;
+    let prompt = format!(
+        "Agent `{agent}` asks to call `{}` with {}",
+        first.name, first.input
+    );
+    Some(EventKind::ApprovalRequested {
+        prompt,
+        schema: None,
+        deadline: None,
+        on_timeout: None,
+        approvers: Vec::new(),
+        tool: Some(asked(first)),
+        later_calls: later.iter().map(&mut asked).collect(),
+    })
+}
+
+/// A question settled: its `approval:resolved`, and how its node run ends
+/// (an approval node's), or `None`: its agent goes on with the tool call
+/// answered.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settled {
     pub run: NodeRunId,
     pub node: NodeId,
     pub resolved: EventKind,
-    pub end: NodeEnd,
+    pub end: Option<NodeEnd>,
 }
 
 /// The questions settled at `now`, in the order they are to be recorded
@@ -88,19 +125,28 @@ pub(crate) struct Settled {
 pub(crate) fn due(state: &RunSnapshot, workflow: &WorkflowDef, now: Timestamp) -> Vec<Settled> {
     let mut due: Vec<(Timestamp, Settled)> = Vec::new();
     for (run, current) in &state.node_runs {
-        let (Some(question), Some(def)) = (&current.approval, approval(state, workflow, *run))
-        else {
+        let Some(question) = &current.approval else {
             continue;
         };
         let node = current.node_id.clone();
+        if question.tool.is_some() {
+            // A tool call's question ends nothing: its agent goes on.
+            if let Some(answer) = &question.answer {
+                let settled = Settled {
+                    run: *run,
+                    node,
+                    resolved: resolved(answer),
+                    end: None,
+                };
+                due.push((answer.at, settled));
+            }
+            continue;
+        }
+        let Some(def) = approval(state, workflow, *run) else {
+            continue;
+        };
         if let Some(answer) = &question.answer {
-            let resolved = EventKind::ApprovalResolved {
-                approved: answer.approved,
-                data: answer.data.clone(),
-                reason: answer.reason.clone(),
-                by: answer.by.clone(),
-                how: "answered".to_owned(),
-            };
+            let resolved = resolved(answer);
             let data = json!({
                 "approved": answer.approved,
                 "data": answer.data,
@@ -108,7 +154,7 @@ pub(crate) fn due(state: &RunSnapshot, workflow: &WorkflowDef, now: Timestamp) -
                 "by": answer.by,
                 "at": answer.at,
             });
-            let end = success(data);
+            let end = Some(success(data));
             due.push((
                 answer.at,
                 Settled {
@@ -132,7 +178,7 @@ pub(crate) fn due(state: &RunSnapshot, workflow: &WorkflowDef, now: Timestamp) -
             by: None,
             how: "timed_out".to_owned(),
         };
-        let end = match def.on_timeout {
+        let end = Some(match def.on_timeout {
             OnTimeout::Fail => NodeEnd::failed(format!("approval timed out: {reason}")),
             OnTimeout::Approve | OnTimeout::Reject => success(json!({
                 "approved": approved,
@@ -141,7 +187,7 @@ pub(crate) fn due(state: &RunSnapshot, workflow: &WorkflowDef, now: Timestamp) -
                 "by": null,
                 "at": deadline,
             })),
-        };
+        });
         due.push((
             deadline,
             Settled {
@@ -154,6 +200,17 @@ pub(crate) fn due(state: &RunSnapshot, workflow: &WorkflowDef, now: Timestamp) -
     }
     due.sort_by(|(a, x), (b, y)| a.cmp(b).then(x.run.cmp(&y.run)));
     due.into_iter().map(|(_, settled)| settled).collect()
+}
+
+/// The `approval:resolved` of an accepted answer.
+fn resolved(answer: &domain::command::Answer) -> EventKind {
+    EventKind::ApprovalResolved {
+        approved: answer.approved,
+        data: answer.data.clone(),
+        reason: answer.reason.clone(),
+        by: answer.by.clone(),
+        how: "answered".to_owned(),
+    }
 }
 
 fn success(data: Value) -> NodeEnd {
@@ -198,12 +255,9 @@ pub(crate) fn due_at(state: &RunSnapshot) -> Option<Timestamp> {
 pub(crate) fn only_people(state: &RunSnapshot, workflow: &WorkflowDef) -> bool {
     let mut asked = false;
     for (run, current) in &state.node_runs {
-        if current
-            .approval
-            .as_ref()
-            .is_some_and(|q| q.answer.is_none())
-            && is_approval(state, workflow, *run)
-        {
+        if current.approval.as_ref().is_some_and(|q| {
+            q.answer.is_none() && (q.tool.is_some() || is_approval(state, workflow, *run))
+        }) {
             asked = true;
             continue;
         }
@@ -280,6 +334,7 @@ mod tests {
             schema,
             deadline,
             answer: None,
+            tool: None,
         };
         state.node_runs.get_mut(&node_run(n)).unwrap().approval = Some(Box::new(question));
     }
@@ -357,12 +412,14 @@ mod tests {
         assert!(
             matches!(&settled[0].resolved, EventKind::ApprovalResolved { approved: false, how, by: Some(by), .. } if how == "answered" && *by == alice)
         );
-        assert_eq!(settled[0].end.data["reason"], "not yet");
-        assert_eq!(settled[0].end.data["by"], "alice");
+        assert_eq!(settled[0].end.as_ref().unwrap().data["reason"], "not yet");
+        assert_eq!(settled[0].end.as_ref().unwrap().data["by"], "alice");
         // on_timeout: fail fails the node; approve completes it approved.
         assert!(
             settled[1]
                 .end
+                .as_ref()
+                .unwrap()
                 .error
                 .as_deref()
                 .unwrap()
@@ -371,8 +428,8 @@ mod tests {
         assert!(
             matches!(&settled[1].resolved, EventKind::ApprovalResolved { how, .. } if how == "timed_out")
         );
-        assert_eq!(settled[2].end.data["approved"], true);
-        assert!(settled[2].end.error.is_none());
+        assert_eq!(settled[2].end.as_ref().unwrap().data["approved"], true);
+        assert!(settled[2].end.as_ref().unwrap().error.is_none());
     }
 
     #[test]

@@ -108,8 +108,9 @@ pub(crate) enum GoOn {
     },
     /// Its child run goes on, under the same attempt.
     Child(Continuation),
-    /// An approval: it asks its question unless it has, and waits for the
-    /// answer (`step::approval`).
+    /// An approval, or an agent whose tool call waits for a person: it
+    /// asks its question unless it has, and waits for the answer
+    /// (`step::approval`).
     Ask,
     /// A new attempt ([`Afresh`]).
     Afresh(Afresh),
@@ -143,6 +144,10 @@ pub(crate) fn go_on(
     let node = &current.node_id;
     if current.item.is_none() && state.for_each.contains_key(node) {
         return GoOn::Items;
+    }
+    if current.approval.as_ref().is_some_and(|q| q.tool.is_some()) {
+        // Its agent's turn waits for a person: nothing runs until the answer.
+        return GoOn::Ask;
     }
     let Some(def) = workflow.node(node) else {
         return GoOn::Ends(NodeEnd::failed(format!(
@@ -260,6 +265,7 @@ pub(crate) fn converse(
         session_usage: current.session_usage.clone().unwrap_or_default(),
         history: Vec::new(),
         message,
+        approved_call: None,
         inbox: waiting.iter().map(|e| e.offset).collect(),
         notes: waiting.iter().map(|e| e.message.clone()).collect(),
         call_index: None,
