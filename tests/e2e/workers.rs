@@ -2,7 +2,8 @@
 //! prints its id at once, `awr runs` lists it `queued`, `awr worker` runs
 //! it; a worker killed mid-run has its run taken over by another through
 //! the resume path (`flow:resumed` naming the new worker), and a worker
-//! told SIGTERM hands its runs over unended and exits 0.
+//! told SIGTERM hands its runs over unended and exits 0; a run waiting for
+//! a person is claimed again once a deadline of it passes.
 
 use std::process::{Child, Stdio};
 
@@ -196,6 +197,41 @@ fn submitted_runs_are_queued_until_a_worker_runs_them_to_their_end() {
     }
     let listed = awr.run(&["runs", "--status", "queued"]);
     assert_eq!(listed.stdout.trim().lines().count(), 1, "{}", listed.stdout);
+}
+
+#[test]
+fn a_worker_claims_a_waiting_run_once_its_deadline_passes_and_settles_it_once() {
+    let Some(awr) = Awr::postgres() else {
+        return;
+    };
+    let flow = awr.write(
+        "deadline.yaml",
+        "name: deadline\n\
+         nodes:\n\
+         - {id: ask, approval: {prompt: 'Ship?', timeout: 2s, on_timeout: approve}}\n\
+         - {id: ship, command: 'echo shipped'}\n\
+         edges: [{from: ask, to: ship, when: 'output.approved'}]\n",
+    );
+    let run = submit(&awr, &[flow.to_str().unwrap()]);
+    let mut working = worker(&awr, "w");
+    wait_for(30, "the run to wait", || {
+        awr.show_json(&run)["status"] == "waiting"
+    });
+    // Nothing runs it while it waits; the worker claims it again once the
+    // deadline has passed, with no server watching.
+    wait_for(30, "the deadline to fire", || completed(&awr, &run));
+    terminate(&working);
+    assert_eq!(wait_exit(&mut working, 30, "the worker to drain"), 0);
+    let log = events(&awr, &run);
+    let resolved = of_type(&log, "approval:resolved");
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert_eq!(resolved[0]["how"], "timed_out");
+    assert_eq!(resolved[0]["approved"], true);
+    assert_eq!(of_type(&log, "approval:requested").len(), 1, "asked once");
+    let resumed = of_type(&log, "flow:resumed");
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["by"], "w");
+    epochs_never_go_back(&awr, &run);
 }
 
 #[test]

@@ -231,6 +231,21 @@ impl RunSnapshot {
         }
     }
 
+    /// When the run next has a question to settle, read off the state
+    /// alone (for a run no process writes): at once for one answered and
+    /// not yet resolved (its answer was recorded, and the process that was
+    /// to continue the run did not), else at the earliest deadline. A
+    /// store keeps it with a `waiting` run, so a worker claims the run then.
+    pub fn question_due_at(&self) -> Option<Timestamp> {
+        (self.node_runs.values())
+            .filter_map(|r| r.approval.as_ref())
+            .filter_map(|q| match &q.answer {
+                Some(answer) => Some(answer.at),
+                None => q.deadline,
+            })
+            .min()
+    }
+
     /// Parses `snapshot.json` of `run_id`; a snapshot that does not name its
     /// run (`runId` is optional in seed 001) is taken to be that run's.
     pub fn from_json(bytes: &[u8], run_id: RunId) -> Result<Self, serde_json::Error> {

@@ -37,6 +37,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("ui/run.js"),
     ),
     (
+        "approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("ui/approvals.js"),
+    ),
+    (
         "model.js",
         "text/javascript; charset=utf-8",
         include_str!("ui/model.js"),

@@ -233,18 +233,10 @@ pub(crate) fn next_deadline(state: &RunSnapshot, workflow: &WorkflowDef) -> Opti
         .min()
 }
 
-/// When the state next has a question to settle, read off the state alone
-/// (for a run no process writes): at once for one answered and not yet
-/// resolved (its answer was recorded, and the process that was to continue
-/// the run did not), else at the earliest deadline.
+/// When the state next has a question to settle
+/// ([`RunSnapshot::question_due_at`]).
 pub(crate) fn due_at(state: &RunSnapshot) -> Option<Timestamp> {
-    (state.node_runs.values())
-        .filter_map(|r| r.approval.as_ref())
-        .filter_map(|q| match &q.answer {
-            Some(answer) => Some(answer.at),
-            None => q.deadline,
-        })
-        .min()
+    state.question_due_at()
 }
 
 /// Whether everything in flight waits for a person: at least one question

@@ -3,7 +3,7 @@
 
 import { ListView } from './list.js';
 import { RunView } from './run.js';
-import { $, api, notice } from './util.js';
+import { $, notice, send } from './util.js';
 
 // ---------------------------------------------------------------- commands
 
@@ -11,14 +11,7 @@ let view = null;
 let list = null;
 
 async function command(runId, body) {
-  try {
-    const answer = await api(`/workflows/${encodeURIComponent(runId)}/commands`, { json: body });
-    notice(`${body.type} accepted (offset ${answer?.offset ?? '?'})`);
-    return true;
-  } catch (error) {
-    notice(`${body.type} refused: ${error.message}`, true);
-    return false;
-  }
+  return (await send(runId, body)).ok;
 }
 
 function wireCommands() {

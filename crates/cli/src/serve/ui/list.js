@@ -5,7 +5,7 @@ import { $, api, fmtTime, h, notice } from './util.js';
 
 // ---------------------------------------------------------------- run list
 
-const STATUSES = ['running', 'paused', 'interrupted', 'completed', 'failed', 'cancelled'];
+const STATUSES = ['running', 'waiting', 'paused', 'interrupted', 'completed', 'failed', 'cancelled'];
 
 export class ListView {
   constructor() {

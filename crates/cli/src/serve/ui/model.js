@@ -70,6 +70,8 @@ class NodeRun {
     this.parent = null;
     this.children = [];
     this.version = 0;
+    /** The open question (`approval:requested`) until it is resolved. */
+    this.question = null;
   }
 
   /** The text streamed so far, every block joined. */
@@ -105,6 +107,8 @@ export class RunModel {
     /** Node runs started so far by node id (not counting items). */
     this.passes = new Map();
     this.commands = [];
+    /** Bumped when a question is asked or resolved. */
+    this.questionsVersion = 0;
     this.warnings = [];
     this.events = 0;
     /** Events received again (offset at or below one already folded): not folded twice. */
@@ -137,6 +141,11 @@ export class RunModel {
     if (handler) handler(this, event, at);
     else if (event.nodeRunId) this.note(event, at);
     return true;
+  }
+
+  /** Node runs whose question waits for an answer, oldest question first. */
+  get questions() {
+    return [...this.nodeRuns.values()].filter((nr) => nr.question).sort((a, b) => a.question.offset - b.question.offset);
   }
 
   /** Keys changed since the last call; the set is emptied. */
@@ -260,8 +269,37 @@ const HANDLERS = {
     run.input = e.input;
     run.nodes = Array.isArray(e.nodes) ? e.nodes : [];
   },
-  'flow:paused'(run) {
-    run.status = 'paused';
+  'flow:paused'(run, e) {
+    // Stopped with nothing left but people to answer.
+    run.status = e.waiting ? 'waiting' : 'paused';
+  },
+  'approval:requested'(run, e, at) {
+    const nr = run.nodeRun(e, at);
+    if (!nr) return;
+    nr.question = {
+      offset: e.offset,
+      at,
+      prompt: e.prompt ?? '',
+      schema: e.schema ?? null,
+      deadline: ms(e.deadline),
+      onTimeout: e.onTimeout ?? null,
+      approvers: Array.isArray(e.approvers) ? e.approvers : [],
+      tool: e.tool ?? null,
+    };
+    nr.blocks.push({ kind: 'note', type: 'approval:requested', text: nr.question.prompt, at, version: 1 });
+    run.questionsVersion += 1;
+    run.touch(nr);
+  },
+  'approval:resolved'(run, e, at) {
+    const nr = run.nodeRun(e, at);
+    if (!nr) return;
+    nr.question = null;
+    const who = e.by ? ` by ${e.by}` : '';
+    const why = e.reason ? `: ${e.reason}` : '';
+    const how = e.how === 'answered' ? '' : ` (${e.how})`;
+    nr.blocks.push({ kind: 'note', type: 'approval:resolved', text: `${e.approved ? 'approved' : 'rejected'}${who}${how}${why}`, at, version: 1 });
+    run.questionsVersion += 1;
+    run.touch(nr);
   },
   'flow:resumed'(run) {
     run.status = 'running';

@@ -7,8 +7,9 @@
 
 import { Timeline } from './model.js';
 import { renderCounts } from './list.js';
-import { $, api, fmtCost, fmtDuration, fmtTime, fmtTokens, h, notice, url } from './util.js';
+import { $, api, fmtCost, fmtDuration, fmtTime, fmtTokens, h, notice, send, url } from './util.js';
 import { drawBlock, label, lastText, lazyJson, tokenTitle } from './blocks.js';
+import { drawQuestions } from './approvals.js';
 
 // ---------------------------------------------------------------- run view
 
@@ -409,6 +410,10 @@ export class RunView {
     $('cancel').disabled = root.ended;
     this.drawFacts(now);
     this.drawCommands();
+    if (this.questionsVersion !== root.questionsVersion) {
+      this.questionsVersion = root.questionsVersion;
+      drawQuestions(this.timeline, send);
+    }
   }
 
   /** The commands the run (and its child runs) received, accepted or refused, oldest first. */

@@ -70,6 +70,18 @@ export async function api(path, options = {}) {
   return body;
 }
 
+/** Sends a command and says what became of it: `{ok, offset}` or `{ok: false, error}`. */
+export async function send(runId, body) {
+  try {
+    const answer = await api(`/workflows/${encodeURIComponent(runId)}/commands`, { json: body });
+    notice(`${body.type} accepted (offset ${answer?.offset ?? '?'})`);
+    return { ok: true, offset: answer?.offset };
+  } catch (error) {
+    notice(`${body.type} refused: ${error.message}`, true);
+    return { ok: false, error: error.message };
+  }
+}
+
 // ---------------------------------------------------------------- helpers
 
 export const $ = (id) => document.getElementById(id);

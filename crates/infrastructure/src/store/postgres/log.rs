@@ -3,7 +3,7 @@
 
 use application::ports::StoreError;
 use chrono::{DateTime, Utc};
-use domain::{RunId, RunSnapshot, RuntimeEvent, Timestamp};
+use domain::{RunId, RunSnapshot, RunStatus, RuntimeEvent, Timestamp};
 use tokio_postgres::error::SqlState;
 
 use super::super::check_continuation;
@@ -281,7 +281,7 @@ impl Inner {
                     .prepare_cached(
                         "WITH fence AS ( \
                    UPDATE awr_runs SET status = coalesce($6, status), workflow = $7, \
-                     started_at = $8, updated_at = $9 \
+                     started_at = $8, updated_at = $9, due_at = $10 \
                    WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
                      AND lease_expires_at > now() \
                    RETURNING run_id) \
@@ -302,6 +302,7 @@ impl Inner {
                     &row.workflow,
                     &row.started_at,
                     &row.updated_at,
+                    &row.due_at,
                 ],
             )
             .await
@@ -376,6 +377,8 @@ pub(super) struct SnapshotRow {
     pub workflow: String,
     pub started_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// A `waiting` run's next question to settle ([`RunSnapshot::question_due_at`]).
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 impl SnapshotRow {
@@ -395,6 +398,10 @@ impl SnapshotRow {
             workflow: snapshot.workflow.name.clone(),
             started_at: at(snapshot.started_at),
             updated_at: at(snapshot.updated_at),
+            due_at: match snapshot.status {
+                RunStatus::Waiting => at(snapshot.question_due_at()),
+                _ => None,
+            },
         })
     }
 }

@@ -13,13 +13,16 @@ use super::shared::{pg_err, prepare_err};
 
 /// Picks the next claimable run and leases it to `$1` (owner) with
 /// presence `$2` for `$3` milliseconds. Claimable: submitted, not ended
-/// nor paused as far as its row says, and leased to nobody who is still
-/// there. Never one whose lease is this instance's own (`$1`): a lease it
+/// nor paused as far as its row says (a `waiting` one only once a
+/// question of it is due: an answer nothing acted on, or a deadline
+/// passed), and leased to nobody who is still there. Never one whose lease is this instance's own (`$1`): a lease it
 /// let expire is another worker's to take, or a second lock here would
 /// write under the first's epoch.
 const CLAIM: &str = "WITH c AS ( \
        SELECT run_id FROM awr_runs AS r \
-       WHERE r.submission IS NOT NULL AND r.status IN ('queued', 'pending', 'running') \
+       WHERE r.submission IS NOT NULL \
+         AND (r.status IN ('queued', 'pending', 'running') \
+           OR (r.status = 'waiting' AND r.due_at <= now())) \
          AND r.available_at <= now() \
          AND r.lease_owner IS DISTINCT FROM $1 \
          AND (r.lease_owner IS NULL OR NOT coalesce(awr_leased(r), false)) \

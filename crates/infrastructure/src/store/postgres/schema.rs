@@ -18,6 +18,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_queue.sql"),
     include_str!("migrations/0006_commands.sql"),
     include_str!("migrations/0007_transcripts.sql"),
+    include_str!("migrations/0008_waiting.sql"),
 ];
 
 /// The schema version this build writes and reads.
