@@ -19,6 +19,17 @@ pub(crate) fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// What `found` gives once it gives something, waited for (as [`wait_for`])
+/// at most `secs`.
+pub(crate) fn wait_for_value<T>(secs: u64, what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let mut value = None;
+    wait_for(secs, what, || {
+        value = found();
+        value.is_some()
+    });
+    value.expect("found")
+}
+
 /// True once `pid` no longer runs (absent, or a zombie nobody reaped yet).
 pub(crate) fn gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

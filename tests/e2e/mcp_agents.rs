@@ -311,3 +311,123 @@ async fn gemini_calls_a_granted_tool_of_a_workflow_mcp_server() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Runs the real Claude Code (offline, against the fake model) granted
+/// `Bash` with `requires_approval`, its model asking to run a command
+/// that writes outside its directory (which Claude Code asks about), and
+/// answers the question awr puts with `answer` (`approve` or `reject`)
+/// while the run waits live. Returns the run's events and what the command
+/// wrote, if it ran.
+async fn claude_asks(answer: &[&str]) -> (Vec<Value>, Option<String>) {
+    let bin = clis_dir().expect("the agent CLIs");
+    let server = FakeModel::start().await.expect("fake model");
+    let scratch = Scratch::new();
+    let cli = Cli {
+        provider: "claude-code",
+        exe: "claude",
+        model: "claude-sonnet-4-5",
+        reports_usage: true,
+    };
+    let env = offline_env(&cli, &scratch, &server.base_url());
+    let written = scratch.path("outside.txt");
+    let command = format!("echo approved > {}; echo done", written.display());
+    let call = serde_json::json!({"command": command, "description": "write"});
+    let q = |s: &str| serde_json::to_string(s).unwrap();
+    let mut yaml = format!(
+        "name: consent\n\
+         input: {input}\n\
+         agents:\n  coder:\n    provider: claude-code\n    executable: {exe}\n    model: {model}\n    \
+         timeout: 180s\n    tools: [Read, {{name: Bash, requires_approval: true}}]\n    env:\n",
+        input = q(&format!("CALLTOOL Bash {call}")),
+        exe = q(&bin.join("claude").display().to_string()),
+        model = q(cli.model),
+    );
+    for (k, v) in &env {
+        yaml.push_str(&format!("      {k}: {}\n", q(v)));
+    }
+    yaml.push_str("steps: [{id: code, agent: coder}]\n");
+    let flow = scratch.write("consent.yaml", &yaml).display().to_string();
+    let scratch = Arc::new(scratch);
+    let running = {
+        let scratch = Arc::clone(&scratch);
+        tokio::task::spawn_blocking(move || scratch.awr(240, &["run", &flow]))
+    };
+    let runs = scratch.storage().join("runs");
+    let events = |run: &str| read_json_lines(&runs.join(run).join("events.ndjson"));
+    let (run, asked) = tokio::task::block_in_place(|| {
+        let run = crate::cancel::wait_for_value(180, "the run to start", || {
+            (std::fs::read_dir(&runs).ok()?)
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|name| !name.starts_with('.'))
+        });
+        let asked = crate::cancel::wait_for_value(180, "Claude Code to ask", || {
+            let log = events(&run);
+            of_type(&log, "approval:requested")
+                .first()
+                .map(|e| (*e).clone())
+        });
+        (run, asked)
+    });
+    assert_eq!(asked["tool"]["toolName"], "Bash", "{asked}");
+    assert_eq!(asked["tool"]["toolInput"]["command"], command.as_str());
+    assert!(!written.exists(), "nothing ran before the answer");
+    let node_run = asked["nodeRunId"].as_str().unwrap().to_owned();
+    let mut args = vec![answer[0], &run, "--node-run", &node_run];
+    args.extend_from_slice(&answer[1..]);
+    let answered = {
+        let scratch = Arc::clone(&scratch);
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            scratch.awr(60, &args)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(answered.code, 0, "{}", answered.stderr);
+    let out = running.await.unwrap();
+    assert_eq!(
+        out.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    (events(&run), std::fs::read_to_string(&written).ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_own_permission_request_becomes_an_awr_approval_and_runs_once_approved() {
+    if clis_dir().is_none() {
+        return;
+    }
+    let (log, written) = claude_asks(&["approve"]).await;
+    let ask = (of_type(&log, "command:received").into_iter())
+        .find(|c| c["command"]["type"] == "ask")
+        .expect("the permission prompt's ask");
+    assert_eq!(ask["accepted"], true, "{ask}");
+    let resolved = of_type(&log, "approval:resolved");
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["approved"], true);
+    assert_eq!(written.as_deref(), Some("approved\n"), "{log:#?}");
+    let ran = of_type(&log, "agent:tool");
+    assert_eq!(ran[0]["toolName"], "Bash", "{log:?}");
+    assert_eq!(log.last().unwrap()["type"], "flow:completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_reaches_claude_code_with_the_reason_and_nothing_runs() {
+    if clis_dir().is_none() {
+        return;
+    }
+    let (log, written) = claude_asks(&["reject", "--reason", "not on this box"]).await;
+    assert_eq!(written, None, "the rejected command did not run");
+    let resolved = of_type(&log, "approval:resolved");
+    assert_eq!(resolved[0]["approved"], false);
+    // Claude Code got the person's reason as the call's error, and said so.
+    let ran = of_type(&log, "agent:tool");
+    let error = ran[0]["toolOutput"].to_string() + &ran[0]["error"].to_string();
+    assert!(error.contains("not on this box"), "{ran:?}");
+    let said = of_type(&log, "agent:complete")[0]["result"].to_string();
+    assert!(said.contains("not on this box"), "{said}");
+    assert_eq!(log.last().unwrap()["type"], "flow:completed");
+}

@@ -30,6 +30,7 @@ pub mod inspect;
 pub mod load;
 pub mod mcp;
 pub mod migrate;
+pub mod permission;
 pub mod ports;
 pub mod query;
 pub mod queue;

@@ -445,17 +445,29 @@ fn check_tools(file: &Path, workflow: &WorkflowDef, known: &[String]) -> Result<
                 .is_some_and(|m| workflow.mcp_servers.contains_key(m.server()))
         };
         if !agent.provider.is_http() {
-            // A CLI agent runs its tools itself: awr cannot hold its calls.
-            if let Some(grant) = agent.tools.iter().find(|g| g.requires_approval.is_some()) {
+            // A CLI agent runs its tools itself: awr holds a call only of
+            // one that asks before it (Claude Code's permission prompt), and
+            // only of a tool it names whole (not a rule like `Bash(git *)`).
+            let asks = agent.provider == Provider::ClaudeCode;
+            let gated = (agent.tools.iter())
+                .find(|g| g.requires_approval.is_some() && (!asks || g.name.contains('(')));
+            if let Some(grant) = gated {
+                let message = match asks {
+                    true => format!(
+                        "`{}`: `requires_approval` takes a tool's name (`Bash`, `server/tool`), not a rule with a pattern",
+                        grant.name
+                    ),
+                    false => format!(
+                        "`{}`: `requires_approval` is honoured for agents whose tools awr runs (openai, anthropic) or that ask before a call (claude-code); a {} agent runs its own unasked",
+                        grant.name,
+                        agent.provider.as_str()
+                    ),
+                };
                 return Err(LoadError::Invalid {
                     file: file.to_path_buf(),
                     error: WorkflowError::Invalid {
                         item: format!("agents.{name}.tools"),
-                        message: format!(
-                            "`{}`: `requires_approval` is honoured for agents whose tools awr runs                              (openai, anthropic); a {} agent runs its own",
-                            grant.name,
-                            agent.provider.as_str()
-                        ),
+                        message,
                     },
                 });
             }

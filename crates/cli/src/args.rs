@@ -345,6 +345,17 @@ pub(crate) enum Command {
         /// (command nodes, the shell tool, CLI agents, ...).
         #[arg(long)]
         allow_inline_code: bool,
+        /// Serve only awr's permission prompt for node run `--node-run` of
+        /// run `--run`: what awr gives a Claude Code agent whose grants ask a
+        /// person (`requires_approval`).
+        #[arg(long, requires_all = ["run", "node_run"], conflicts_with = "allow_inline_code")]
+        permission_prompt: bool,
+        /// The run (`--permission-prompt`).
+        #[arg(long, value_name = "RUN", requires = "permission_prompt")]
+        run: Option<String>,
+        /// The node run (`--permission-prompt`).
+        #[arg(long, value_name = "ID", requires = "permission_prompt")]
+        node_run: Option<String>,
     },
     /// Delete finished runs (completed, failed, cancelled) that ended longer
     /// ago than DURATION, with their child runs; prints each run deleted.

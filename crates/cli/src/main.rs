@@ -242,10 +242,19 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Mcp {
             root,
             allow_inline_code,
+            permission_prompt,
+            run,
+            node_run,
         } => {
             let mut config = serve::Config::new(storage, root, serve::access::Access::Open);
             config.allow_inline_code = allow_inline_code;
-            serve::mcp::stdio(serve::App::new(config).await?).await
+            let app = serve::App::new(config).await?;
+            match (permission_prompt, run, node_run) {
+                (true, Some(run), Some(node_run)) => {
+                    serve::mcp::permission_prompt(app, &run, &node_run).await
+                }
+                _ => serve::mcp::stdio(app).await,
+            }
         }
         Command::Prune {
             older_than,

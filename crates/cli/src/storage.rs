@@ -113,6 +113,23 @@ pub fn without_password(url: &str) -> String {
     }
 }
 
+impl Storage {
+    /// The `--storage` value that names this storage from any directory
+    /// (a path made absolute), as given: a PostgreSQL URL keeps its
+    /// password, so this is for a child process's environment, never for
+    /// showing.
+    pub fn value(&self) -> String {
+        let absolute = |path: &std::path::Path| {
+            std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+        };
+        match self {
+            Self::Files(dir) => absolute(dir).display().to_string(),
+            Self::Sqlite(db) => format!("sqlite:{}", absolute(db).display()),
+            Self::Postgres(url) => url.clone(),
+        }
+    }
+}
+
 impl fmt::Display for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -56,6 +56,16 @@ pub enum RuntimeCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A CLI agent's own tool call waits for a person (Claude Code asks
+    /// through awr's permission prompt tool): the node run asks, as for a
+    /// tool granted with `requires_approval`, while its agent waits.
+    #[serde(rename_all = "camelCase")]
+    Ask {
+        /// The node execution whose agent asks.
+        node_run_id: NodeRunId,
+        /// The call it asks about.
+        tool: crate::event::AskedCall,
+    },
     /// Stop at the next safe point.
     Pause,
     /// Stop for good.

@@ -18,7 +18,7 @@ pub use decode::ClaudeDecoder;
 
 use std::path::PathBuf;
 
-use application::ports::AgentRequest;
+use application::ports::{AgentRequest, PERMISSION_SERVER, PERMISSION_TOOL};
 use domain::workflow::{McpGrant, ToolGrant};
 use serde_json::json;
 
@@ -46,10 +46,13 @@ impl CliProgram for ClaudeDecoder {
     fn args(request: &AgentRequest) -> Vec<String> {
         let agent = &request.agent;
         let system_prompt = Some(&agent.system_prompt).filter(|p| !p.is_empty());
+        // A grant that asks a person is not allowed up front: Claude Code
+        // asks awr's permission prompt before each call of it.
         let tools = if agent.tools.is_empty() {
             DEFAULT_ALLOWED_TOOLS.join(",")
         } else {
             (agent.tools.iter())
+                .filter(|grant| grant.requires_approval.is_none())
                 .map(|grant| allowed(grant, request))
                 .collect::<Vec<_>>()
                 .join(",")
@@ -64,7 +67,15 @@ impl CliProgram for ClaudeDecoder {
         args.extend(flag("--model", agent.model.as_ref()));
         args.extend(flag("--append-system-prompt", system_prompt));
         args.extend(flag("--max-turns", agent.max_turns));
-        args.extend(["--allowedTools".into(), tools]);
+        if !tools.is_empty() {
+            args.extend(["--allowedTools".into(), tools]);
+        }
+        if request.mcp_servers.contains_key(PERMISSION_SERVER) {
+            args.extend([
+                "--permission-prompt-tool".into(),
+                format!("mcp__{PERMISSION_SERVER}__{PERMISSION_TOOL}"),
+            ]);
+        }
         if let Some(session) = &request.resume {
             args.extend(["--resume".into(), session.to_string()]);
             if let Some(copy) = request.session_id.as_ref().filter(|_| request.fork_session) {

@@ -47,7 +47,10 @@ pub use process::MockProcesses;
 pub use process::Processes;
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use query::MockQueryFn;
-pub use query::{AgentMessage, AgentRequest, AgentResult, AgentStream, QueryError, QueryFn};
+pub use query::{
+    AgentMessage, AgentRequest, AgentResult, AgentStream, PERMISSION_SERVER, PERMISSION_TOOL,
+    QueryError, QueryFn,
+};
 pub use queue::{Claim, RunQueue, Submission};
 #[cfg(all(any(test, feature = "testing"), not(doctest)))]
 pub use run_files::MockRunFiles;

@@ -14,6 +14,15 @@ use std::collections::BTreeMap;
 
 use super::{ChatMessage, RunTools};
 
+/// The name under which a CLI agent is given awr's permission prompt
+/// among its MCP servers (`AgentRequest::mcp_servers`), when its grants ask
+/// a person: Claude Code asks its tool [`PERMISSION_TOOL`]
+/// (`--permission-prompt-tool`) before a call it may not make unasked.
+pub const PERMISSION_SERVER: &str = "awr-approvals";
+
+/// The permission prompt's one tool.
+pub const PERMISSION_TOOL: &str = "permission_prompt";
+
 /// One invocation of one agent for one node execution.
 #[derive(Debug, Clone)]
 pub struct AgentRequest {

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::step::retry::Failure;
 use super::transcript::render_prompt;
-use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError, RunTools};
+use crate::ports::{
+    AgentMessage, AgentRequest, AgentResult, PERMISSION_SERVER, QueryError, RunTools,
+};
 
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
@@ -140,6 +142,25 @@ fn granted_servers(
         .collect()
 }
 
+/// awr's permission prompt for this node run, when `agent` (a CLI agent)
+/// has a grant that asks a person: the server the runtime was given,
+/// told which run and node run it answers for.
+fn permission_prompt(task: &NodeTask, agent: &AgentDef) -> Option<domain::workflow::McpServerDef> {
+    if !agent.tools.iter().any(|g| g.requires_approval.is_some()) {
+        return None;
+    }
+    let mut server = task.ports.permission_prompt.clone()?;
+    if let domain::workflow::McpTransport::Stdio { args, .. } = &mut server.transport {
+        args.extend([
+            "--run".to_owned(),
+            task.run_id.to_string(),
+            "--node-run".to_owned(),
+            task.run.to_string(),
+        ]);
+    }
+    Some(server)
+}
+
 /// The run paused: the node run stays in flight, nothing is recorded for it.
 fn paused() -> QueryError {
     QueryError::Agent {
@@ -232,7 +253,13 @@ async fn invoke(
         run_tools,
         mcp_servers: match agent.provider.is_http() {
             true => Default::default(),
-            false => granted_servers(&task.workflow, agent),
+            false => {
+                let mut servers = granted_servers(&task.workflow, agent);
+                if let Some(prompt) = permission_prompt(task, agent) {
+                    servers.insert(PERMISSION_SERVER.to_owned(), prompt);
+                }
+                servers
+            }
         },
     };
     let started = task.ports.clock.now();

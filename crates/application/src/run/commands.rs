@@ -8,6 +8,8 @@
 //! queued for a node run that will not read it, never guessed.
 
 use domain::workflow::NodeKind;
+
+use crate::run::step::approval::{Permission, permission};
 use domain::{Caller, NodeRunId, RunSnapshot, RuntimeCommand, Timestamp, WorkflowDef};
 use serde_json::Value;
 
@@ -64,6 +66,31 @@ pub(crate) fn judge(
         }
         RuntimeCommand::Reject { node_run_id, .. } => {
             answerable(state, workflow, *node_run_id, by, now)?;
+        }
+        RuntimeCommand::Ask { node_run_id, tool } => {
+            if !live {
+                return Err("no process runs the run: its agents ask nothing".to_owned());
+            }
+            let Some(run) = state.node_runs.get(node_run_id) else {
+                return Err(format!(
+                    "no node run {node_run_id} is in flight in this run"
+                ));
+            };
+            if !run.in_turn {
+                return Err(format!(
+                    "node run {node_run_id} is not in a turn: its agent asks nothing"
+                ));
+            }
+            if run.approval.is_some() {
+                return Err(format!(
+                    "node run {node_run_id} waits for an answer already"
+                ));
+            }
+            // Accepted when granted: a person is asked only when its grant
+            // asks for these arguments (the step puts the question).
+            if let Permission::Deny(why) = permission(workflow, &run.node_id, tool) {
+                return Err(why);
+            }
         }
         RuntimeCommand::Pause if state.status.is_stopped() => {
             return Err(format!("the run is {} already", state.status.as_str()));

@@ -25,7 +25,7 @@ mod checkpoints;
 mod commands;
 mod continuing;
 mod control;
-mod conversation;
+pub(crate) mod conversation;
 mod decide;
 mod deliver;
 mod dispatch;
@@ -48,6 +48,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use domain::command::DEFAULT_RESUME_MESSAGE;
+use domain::workflow::McpServerDef;
 use domain::{Caller, EventKind, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -207,6 +208,9 @@ pub(crate) struct Ports {
     /// Starts the MCP servers runs declare; without one, none is started
     /// (a replay, which serves their recorded results instead).
     pub mcp: Option<Arc<dyn McpConnector>>,
+    /// How a CLI agent reaches awr's permission prompt (`awr mcp
+    /// --permission-prompt`), given to one whose grants ask a person.
+    pub permission_prompt: Option<McpServerDef>,
     pub checkpoints: CheckpointPolicy,
 }
 
@@ -243,6 +247,7 @@ impl Executor {
                 transcripts: None,
                 spans: None,
                 mcp: None,
+                permission_prompt: None,
                 checkpoints: CheckpointPolicy::default(),
             }),
         }
@@ -295,6 +300,14 @@ impl Executor {
     #[must_use]
     pub fn with_mcp(self, connector: Arc<dyn McpConnector>) -> Self {
         self.with(|p| p.mcp = Some(connector))
+    }
+
+    /// Gives a CLI agent whose grants ask a person (`requires_approval`)
+    /// awr's permission prompt: `server` started with `--run RUN
+    /// --node-run ID` added (see [`crate::ports::PERMISSION_SERVER`]).
+    #[must_use]
+    pub fn with_permission_prompt(self, server: McpServerDef) -> Self {
+        self.with(|p| p.permission_prompt = Some(server))
     }
 
     /// Kills the process groups a dead writer of a resumed run left behind.

@@ -30,6 +30,7 @@ pub struct RuntimeBuilder {
     transcripts: Option<Arc<dyn Transcripts>>,
     spans: Option<Arc<dyn SpanSink>>,
     mcp: Option<Arc<dyn McpConnector>>,
+    permission_prompt: Option<domain::workflow::McpServerDef>,
     commands: Option<Arc<dyn CommandRunner>>,
     control: Option<Arc<dyn ControlChannel>>,
     processes: Option<Arc<dyn Processes>>,
@@ -55,6 +56,7 @@ impl RuntimeBuilder {
             transcripts: None,
             spans: None,
             mcp: None,
+            permission_prompt: None,
             commands: None,
             control: None,
             processes: None,
@@ -130,6 +132,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Gives CLI agents whose grants ask a person (`requires_approval`)
+    /// awr's permission prompt, started as `server` (`awr mcp
+    /// --permission-prompt` on this storage).
+    #[must_use]
+    pub fn permission_prompt(mut self, server: domain::workflow::McpServerDef) -> Self {
+        self.permission_prompt = Some(server);
+        self
+    }
+
     /// Starts no MCP server: what a replay, which serves their recorded
     /// results, is built with.
     #[must_use]
@@ -199,6 +210,9 @@ impl RuntimeBuilder {
         }
         if let Some(connector) = self.mcp {
             executor = executor.with_mcp(connector);
+        }
+        if let Some(server) = self.permission_prompt {
+            executor = executor.with_permission_prompt(server);
         }
         if let Some(control) = self.control {
             executor = executor.with_control(control);

@@ -8,6 +8,7 @@ use anyhow::anyhow;
 use application::ports::{CommandReply, RunObserver, RunStore};
 use application::{ExecutorError, RunRequest, Runtime};
 use awr_cli::embed::{self, Stock};
+use domain::workflow::{McpServerDef, McpTransport, Timeout};
 use domain::{Caller, EventKind, RunId, WorkflowDef};
 use serde_json::Value;
 
@@ -55,11 +56,32 @@ pub fn wire(
     if let Some(dir) = replay {
         let (clock, ids) = super::clock_and_ids();
         builder = embed::replaying(builder, dir, secrets.keys(), clock, ids);
+    } else if let Some(server) = permission_prompt(storage) {
+        builder = builder.permission_prompt(server);
     }
     RunWiring {
         runtime: builder.build(),
         secrets,
     }
+}
+
+/// This program as awr's permission prompt on `storage` (`awr mcp
+/// --permission-prompt`), for Claude Code agents whose grants ask a
+/// person. The storage goes in its environment, not on a command line.
+/// `None` when this program cannot say where it is.
+fn permission_prompt(storage: &Storage) -> Option<McpServerDef> {
+    let exe = std::env::current_exe().ok()?;
+    Some(McpServerDef {
+        transport: McpTransport::Stdio {
+            command: exe.display().to_string(),
+            args: vec!["mcp".to_owned(), "--permission-prompt".to_owned()],
+            env: [("AWR_STORAGE".to_owned(), storage.value())].into(),
+            cwd: None,
+        },
+        startup_timeout: Timeout(std::time::Duration::from_secs(30)),
+        // A person may take days: the agent's own timeout bounds the wait.
+        tool_timeout: Timeout(std::time::Duration::from_secs(365 * 24 * 3600)),
+    })
 }
 
 /// What to run: `workflow`, read from `file`, on `input`, started by `by`.

@@ -63,8 +63,12 @@ impl Driver {
             let ctx = (Some(settled.node.clone()), Some(settled.run));
             self.rec.emit(ctx, settled.resolved).await?;
             let Some(end) = settled.end else {
-                // A tool call answered: the agent finishes its turn.
-                self.finish_turn(settled.run, &settled.node).await?;
+                // A tool call answered: a CLI agent, still running, hears
+                // it from the record (its permission prompt waits on it);
+                // an HTTP agent's turn is finished by a new invocation.
+                if !self.running.contains_key(&settled.run) {
+                    self.finish_turn(settled.run, &settled.node).await?;
+                }
                 moved = true;
                 continue;
             };

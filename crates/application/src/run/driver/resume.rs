@@ -22,6 +22,7 @@ use crate::run::control::Cancel;
 use crate::run::conversation;
 use crate::run::node_run::Continuation;
 use crate::run::recorder::RUN_LEVEL;
+use crate::run::step::approval;
 use crate::run::step::resume::{self, GoOn, LastStep};
 use crate::run::step::{Input, stop};
 use crate::run::{Continue, Parent, Ports, RunOutcome, resumable};
@@ -241,6 +242,12 @@ impl Driver {
             return Ok(None);
         };
         let (node, input) = (current.node_id.clone(), Arc::clone(&current.input));
+        if let Some(abandoned) = approval::abandoned(self.state(), &self.workflow, run) {
+            // Its CLI agent asked, and is gone: the question with it.
+            self.rec
+                .emit((Some(node.clone()), Some(run)), abandoned)
+                .await?;
+        }
         let here = self.ports.processes.as_ref().and_then(|p| p.host());
         let afresh =
             match resume::go_on(self.state(), &self.workflow, run, message, here.as_deref()) {

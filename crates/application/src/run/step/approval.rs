@@ -76,6 +76,36 @@ pub(crate) fn question(
     }))
 }
 
+/// What a CLI agent's own request to use a tool comes to (Claude Code's
+/// permission prompt, [`permission`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Permission {
+    /// It may: granted, and its grant does not ask for these arguments.
+    Allow,
+    /// It may not, and why (not granted to the agent).
+    Deny(String),
+    /// A person decides: granted with `requires_approval` that applies.
+    Ask,
+}
+
+/// Whether the agent of node `node` may call `tool` as it asks, by the
+/// agent's grants.
+pub(crate) fn permission(workflow: &WorkflowDef, node: &NodeId, tool: &AskedCall) -> Permission {
+    let Some((name, agent)) = workflow.node(node).and_then(|n| workflow.agent_of(n)) else {
+        return Permission::Deny(format!("node `{node}` runs no agent"));
+    };
+    let Some(grant) = agent.tools.iter().find(|g| g.grants(&tool.tool_name)) else {
+        return Permission::Deny(format!(
+            "`{}` is not granted to agent `{name}`",
+            tool.tool_name
+        ));
+    };
+    match grant.asks(&tool.tool_input) {
+        true => Permission::Ask,
+        false => Permission::Allow,
+    }
+}
+
 /// The question an agent's model turn asks when its call `calls[0]` is of
 /// a tool granted with `requires_approval`: the call, and the turn's
 /// calls after it, which wait with it.
@@ -92,19 +122,52 @@ pub(crate) fn tool_question(
         extra: extras.next().unwrap_or_default(),
     };
     let (first, later) = calls.split_first()?;
+    let first = asked(first);
+    let later = later.iter().map(&mut asked).collect();
+    Some(asking(agent, first, later))
+}
+
+/// The end of the open question of node run `run` found by a resume when
+/// a CLI agent asked it (its permission prompt): that agent's process is
+/// gone, and its session, continued, asks again if it still wants the call.
+pub(crate) fn abandoned(
+    state: &RunSnapshot,
+    workflow: &WorkflowDef,
+    run: NodeRunId,
+) -> Option<EventKind> {
+    let current = state.node_runs.get(&run)?;
+    current.approval.as_ref().filter(|q| q.tool.is_some())?;
+    let (_, agent) = workflow
+        .node(&current.node_id)
+        .and_then(|n| workflow.agent_of(n))?;
+    if agent.provider.is_http() {
+        return None;
+    }
+    Some(EventKind::ApprovalResolved {
+        approved: false,
+        data: Value::Null,
+        reason: Some("the agent that asked stopped before an answer".to_owned()),
+        by: None,
+        how: "cancelled".to_owned(),
+    })
+}
+
+/// `approval:requested` for tool call `first` of agent `agent`, with the
+/// calls of its turn that wait after it.
+pub(crate) fn asking(agent: &str, first: AskedCall, later: Vec<AskedCall>) -> EventKind {
     let prompt = format!(
         "Agent `{agent}` asks to call `{}` with {}",
-        first.name, first.input
+        first.tool_name, first.tool_input
     );
-    Some(EventKind::ApprovalRequested {
+    EventKind::ApprovalRequested {
         prompt,
         schema: None,
         deadline: None,
         on_timeout: None,
         approvers: Vec::new(),
-        tool: Some(asked(first)),
-        later_calls: later.iter().map(&mut asked).collect(),
-    })
+        tool: Some(first),
+        later_calls: later,
+    }
 }
 
 /// A question settled: its `approval:resolved`, and how its node run ends

@@ -3,7 +3,9 @@
 //! as `command:received` (accepted, or with why not) before it takes
 //! effect, and an accepted `pause` or `cancel` stops the run.
 
-use domain::{Caller, EventKind, RunSnapshot, RuntimeCommand, Timestamp, WorkflowDef};
+use domain::{
+    Caller, EventKind, NodeId, NodeRunId, RunSnapshot, RuntimeCommand, Timestamp, WorkflowDef,
+};
 use serde_json::Value;
 
 use super::stop::Stop;
@@ -18,6 +20,10 @@ pub(crate) struct Received {
     pub error: Option<String>,
     /// The stop it asks for, once recorded.
     pub stop: Option<Stop>,
+    /// The question an accepted `ask` puts (its node run's
+    /// `approval:requested`), recorded right after it; none when the
+    /// call's grant does not ask for its arguments (it may go ahead).
+    pub asks: Option<(NodeId, NodeRunId, EventKind)>,
 }
 
 /// The live writer's verdict on the raw command `raw` sent by `by`
@@ -43,6 +49,20 @@ pub(crate) fn received(
     }
         });
     let error = verdict.as_ref().err().cloned();
+    let asks = match &verdict {
+        Ok(RuntimeCommand::Ask { node_run_id, tool }) => (state.node_runs.get(node_run_id))
+            .and_then(|run| {
+                let ask = super::approval::permission(workflow, &run.node_id, tool);
+                if ask != super::approval::Permission::Ask {
+                    return None;
+                }
+                let node = workflow.node(&run.node_id)?;
+                let (agent, _) = workflow.agent_of(node)?;
+                let asked = super::approval::asking(agent, tool.clone(), Vec::new());
+                Some((run.node_id.clone(), *node_run_id, asked))
+            }),
+        _ => None,
+    };
     let stop = match verdict {
         Ok(RuntimeCommand::Pause) => Some(Stop::Paused("paused by a command".to_owned())),
         Ok(RuntimeCommand::Cancel { reason }) => Some(Stop::Cancelled(
@@ -56,7 +76,12 @@ pub(crate) fn received(
         error: error.clone(),
         by,
     };
-    Received { event, error, stop }
+    Received {
+        event,
+        error,
+        stop,
+        asks,
+    }
 }
 
 /// A cancellation from this process (a signal, the library's `Cancel`),

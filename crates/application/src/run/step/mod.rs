@@ -233,10 +233,11 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
                 },
             ];
             effects.extend(received.stop.map(Effect::Stop));
-            Step {
-                events: smallvec![(RUN_LEVEL, received.event)],
-                effects,
+            let mut events = smallvec![(RUN_LEVEL, received.event)];
+            if let Some((node, run, asked)) = received.asks {
+                events.push(((Some(node), Some(run)), asked));
             }
+            Step { events, effects }
         }
         Input::Cancelled(reason) => {
             let (received, stop) = command::cancelled_here(reason);

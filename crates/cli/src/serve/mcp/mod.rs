@@ -10,8 +10,11 @@
 //! Tool arguments are untrusted: each is parsed against its schema and a
 //! bad one is an error result naming the field.
 
+mod permission;
 mod reads;
 mod tools;
+
+pub use permission::stdio as permission_prompt;
 
 use std::borrow::Cow;
 use std::sync::Arc;
