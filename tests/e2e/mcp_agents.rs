@@ -353,13 +353,14 @@ async fn claude_asks(answer: &[&str]) -> (Vec<Value>, Option<String>) {
         tokio::task::spawn_blocking(move || scratch.awr(240, &["run", &flow]))
     };
     let runs = scratch.storage().join("runs");
-    let events = |run: &str| read_json_lines(&runs.join(run).join("events.ndjson"));
+    let log_of = |run: &str| runs.join(run).join("events.ndjson");
+    let events = |run: &str| read_json_lines(&log_of(run));
     let (run, asked) = tokio::task::block_in_place(|| {
         let run = crate::cancel::wait_for_value(180, "the run to start", || {
             (std::fs::read_dir(&runs).ok()?)
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .find(|name| !name.starts_with('.'))
+                .find(|name| !name.starts_with('.') && log_of(name).exists())
         });
         let asked = crate::cancel::wait_for_value(180, "Claude Code to ask", || {
             let log = events(&run);

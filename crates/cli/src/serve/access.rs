@@ -23,10 +23,14 @@ pub enum Scope {
     Control,
     /// Start runs (`POST /workflows`).
     Start,
+    /// Answer what runs ask (the `approve` and `reject` commands), and no
+    /// other command: a reviewer who may not pause or cancel. `control`
+    /// includes it.
+    Approve,
 }
 
 impl Scope {
-    const ALL: [Scope; 3] = [Scope::Read, Scope::Control, Scope::Start];
+    const ALL: [Scope; 4] = [Scope::Read, Scope::Control, Scope::Start, Scope::Approve];
 
     /// Its name in a tokens file and in a refusal.
     pub fn as_str(self) -> &'static str {
@@ -34,6 +38,7 @@ impl Scope {
             Scope::Read => "read",
             Scope::Control => "control",
             Scope::Start => "start",
+            Scope::Approve => "approve",
         }
     }
 
@@ -42,6 +47,7 @@ impl Scope {
             Scope::Read => 1,
             Scope::Control => 2,
             Scope::Start => 4,
+            Scope::Approve => 8,
         }
     }
 }
@@ -58,11 +64,15 @@ pub struct Scopes(u8);
 
 impl Scopes {
     /// Every scope: the server's single token, or no token at all.
-    pub const ALL: Scopes = Scopes(7);
+    pub const ALL: Scopes = Scopes(15);
 
-    /// Whether `scope` is in the set.
+    /// Whether `scope` is in the set (`approve` is, with `control`).
     pub fn allow(self, scope: Scope) -> bool {
-        self.0 & scope.bit() != 0
+        let bits = match scope {
+            Scope::Approve => Scope::Approve.bit() | Scope::Control.bit(),
+            other => other.bit(),
+        };
+        self.0 & bits != 0
     }
 
     fn with(self, scope: Scope) -> Scopes {
@@ -279,7 +289,7 @@ fn parse_line(fields: &[&str]) -> anyhow::Result<Token> {
     for scope in scopes.split(',') {
         let known = Scope::ALL.iter().find(|s| s.as_str() == scope);
         let Some(scope) = known else {
-            bail!("`{scope}` is not a scope (read, control, start)");
+            bail!("`{scope}` is not a scope (read, control, start, approve)");
         };
         set = set.with(*scope);
     }
@@ -330,6 +340,13 @@ mod tests {
         assert!(!bot.scopes.allow(Scope::Read));
         assert!(!bot.scopes.allow(Scope::Control));
         assert_eq!(access.check(Some("nope")).unwrap_err(), Refusal::Wrong);
+        // `approve` alone answers questions; `control` includes it.
+        let reviewer = Access::Tokens(parse_tokens(&format!("rev approve {A}")).unwrap());
+        let reviewer = reviewer.check(Some(A)).unwrap();
+        assert!(reviewer.scopes.allow(Scope::Approve));
+        assert!(!reviewer.scopes.allow(Scope::Control));
+        assert!(alice.scopes.allow(Scope::Approve));
+        assert!(!bot.scopes.allow(Scope::Approve));
         assert_eq!(access.check(None).unwrap_err(), Refusal::Missing);
         // The hash is what matches: a secret given as its own hash is not the token.
         assert_eq!(

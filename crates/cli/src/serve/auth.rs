@@ -63,6 +63,28 @@ pub async fn require(scope: Scope, request: Request, next: Next) -> Response {
     }
 }
 
+/// The layer of the commands route: a caller with `approve` (which
+/// `control` includes) gets through, to answer what a run asks; the
+/// handler refuses it any other command ([`control_needed`]).
+pub async fn require_answering(request: Request, next: Next) -> Response {
+    match request.extensions().get::<Granted>() {
+        Some(granted) if granted.scopes.allow(Scope::Approve) => next.run(request).await,
+        Some(granted) => control_needed(granted).into_response(),
+        None => ApiError::internal("no caller was checked for this route").into_response(),
+    }
+}
+
+/// 403 for a caller without `control`.
+pub fn control_needed(granted: &Granted) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "the token of `{}` lacks the `control` scope this needs (`approve` answers approvals only)",
+            granted.name
+        ),
+    )
+}
+
 /// The token of an `Authorization: Bearer TOKEN` header.
 fn bearer(request: &Request) -> Option<String> {
     let value = request

@@ -84,7 +84,7 @@ pub(super) fn api_routes() -> Vec<(&'static str, MethodRouter<App>)> {
         ),
         (
             "/workflows/{id}/commands",
-            scoped(Scope::Control, post(runs::command)),
+            post(runs::command).route_layer(axum::middleware::from_fn(auth::require_answering)),
         ),
         (
             "/workflows/{id}/fork",

@@ -377,7 +377,8 @@ fn executor_error(e: ExecutorError) -> ApiError {
     tag = "runs",
     operation_id = "commandRun",
     summary = "Give a run a command",
-    description = "`pause`, `cancel`, `resume`, `send` or `reply`, as the CLI's commands: to \
+    description = "`pause`, `cancel`, `resume`, `send`, `reply`, `approve` or `reject` (which \
+        the `approve` scope may send too), as the CLI's commands: to \
         the process writing the run, or recorded by the server when none does. A `resume` \
         of a paused or interrupted run continues it in the server's process. A command the \
         run refuses is recorded all the same and answered 409 (400 when it is not a command \
@@ -392,7 +393,7 @@ fn executor_error(e: ExecutorError) -> ApiError {
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
-    security(("bearer" = ["control"])),
+    security(("bearer" = ["control"]), ("bearer" = ["approve"])),
 )]
 pub async fn command(
     State(app): State<App>,
@@ -401,6 +402,11 @@ pub async fn command(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let raw: Value = parse_body(&body)?;
+    // `approve` answers questions and commands nothing else.
+    let answers = RuntimeCommand::parse(&raw).is_ok_and(|c| c.approval_of().is_some());
+    if !answers && !caller.scopes.allow(super::access::Scope::Control) {
+        return Err(super::auth::control_needed(&caller));
+    }
     let accepted = command_run(&app, caller.name, &id, raw).await?;
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }

@@ -91,7 +91,7 @@ impl Name {
             | Name::EventsSince
             | Name::TranscriptSince
             | Name::ListApprovals => Scope::Read,
-            Name::Approve | Name::Reject => Scope::Control,
+            Name::Approve | Name::Reject => Scope::Approve,
             Name::SendMessage
             | Name::Reply
             | Name::Pause

@@ -194,6 +194,63 @@ fn team(root: &std::path::Path) -> Server {
     configured(Access::Tokens(tokens), move |config| config.root = root)
 }
 
+/// A token of the `approve` scope alone answers what a run asks, recorded
+/// under its name, and may give no other command.
+#[tokio::test]
+async fn an_approve_token_answers_questions_and_commands_nothing_else() {
+    const REVIEWER: &str = "v0000000000000000000000000000000000000000";
+    let root = waiting_root();
+    let tokens = parse_tokens(&format!(
+        "starter start,read {STARTER}\nreviewer approve,read {REVIEWER}\n"
+    ))
+    .unwrap();
+    let dir = root.path().to_path_buf();
+    let s = configured(Access::Tokens(tokens), move |config| config.root = dir);
+    let started = s
+        .request(post_as(STARTER, "/workflows", r#"{"path": "wait.yaml"}"#))
+        .await;
+    assert_eq!(started.status(), StatusCode::CREATED);
+    let id = json_body(started).await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let commands = format!("/workflows/{id}/commands");
+    for command in [r#"{"type": "pause"}"#, r#"{"type": "cancel"}"#, "{}"] {
+        let message = error(
+            s.request(post_as(REVIEWER, &commands, command)).await,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        )
+        .await;
+        assert!(
+            message.contains("`reviewer`") && message.contains("`control`"),
+            "{command}: {message}"
+        );
+    }
+    // An answer gets through to the run, which judges it: nothing asks
+    // here, so it is refused (409), on record under the reviewer's name.
+    let answer = r#"{"type": "approve", "nodeRunId": "6f1c2a9e-0d3b-4c5a-8e7f-1a2b3c4d5e6f"}"#;
+    let refused = s.request(post_as(REVIEWER, &commands, answer)).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let offset = json_body(refused).await["offset"].as_u64().unwrap();
+    let mut events = Reader::of(
+        s.request(with_token(
+            REVIEWER,
+            Request::get(format!("/workflows/{id}/events")),
+        ))
+        .await,
+    );
+    let received = loop {
+        let line = events.line().await.unwrap();
+        if line["offset"] == offset {
+            break line;
+        }
+    };
+    assert_eq!(received["type"], "command:received");
+    assert_eq!(received["by"], "reviewer", "{received}");
+    assert_eq!(received["accepted"], false);
+}
+
 fn with_token(token: &str, request: axum::http::request::Builder) -> Request<Body> {
     request
         .header("authorization", format!("Bearer {token}"))
