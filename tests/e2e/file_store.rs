@@ -179,11 +179,25 @@ async fn a_writer_that_dies_leaves_its_run_unlocked() {
 }
 
 #[tokio::test]
+async fn a_short_run_keeps_no_index_and_a_long_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = written_run(dir.path(), 200).await;
+    let long = written_run(dir.path(), 300).await;
+    let store = open(dir.path());
+    assert!(!idx_path(&store, short).exists());
+    assert!(idx_path(&store, long).exists());
+    // Both read whole, the short one by a scan of its log.
+    assert_eq!(all(&store, short).await, (1..=200).collect::<Vec<_>>());
+    assert_eq!(all(&store, long).await, (1..=300).collect::<Vec<_>>());
+}
+
+#[tokio::test]
 async fn files_are_private_to_their_user() {
     let dir = tempfile::tempdir().unwrap();
+    // Long enough to keep an `events.idx`, which its writer leaves on close.
+    let run = written_run(dir.path(), 300).await;
     let store = open(dir.path());
-    let (run, _lock) = run_with(&store, 2).await;
-    store.flush(run).await.unwrap();
+    let _lock = store.lock(run).await.unwrap();
     store
         .save_snapshot(&snapshot(run, 2, RunStatus::Running))
         .await

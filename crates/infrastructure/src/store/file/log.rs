@@ -36,6 +36,10 @@ const SCAN_CHUNK: usize = 1 << 20;
 /// re-derive the same way.
 const IDX_BATCH: usize = 1024;
 
+/// The fewest events a log has before its writer keeps `events.idx`: a
+/// short run's log is scanned faster than an extra file is created.
+const IDX_MIN_EVENTS: usize = 256;
+
 /// Bytes one read batch may span (at least one line is always read): bounds
 /// a reader's memory whatever `limit` it asks for.
 const MAX_BATCH_BYTES: u64 = 64 << 20;
@@ -144,6 +148,9 @@ pub(super) struct LogState {
     buf: Vec<u8>,
     /// `events.idx`, open for positioned writes; writers only.
     idx_file: Option<File>,
+    /// Where a writer creates `events.idx` once the log is long enough to
+    /// need one ([`IDX_MIN_EVENTS`]); a short run makes no such file.
+    idx_path: Option<PathBuf>,
     /// How many leading entries of `index` are already in `events.idx`.
     idx_persisted: usize,
     /// Set when a failed write left bytes that could not be cut off: further
@@ -168,7 +175,7 @@ impl LogState {
     pub(super) fn created(file: File, paths: &RunPaths) -> Result<Self, StoreError> {
         let mut state = Self::blank(file, true);
         state.trusted = true;
-        state.open_idx_for_writing(paths)?;
+        state.idx_path = Some(paths.idx.clone());
         Ok(state)
     }
 
@@ -181,6 +188,7 @@ impl LogState {
             trusted: false,
             buf: Vec::new(),
             idx_file: None,
+            idx_path: None,
             idx_persisted: 0,
             broken: None,
         }
@@ -246,7 +254,14 @@ impl LogState {
                 .set_len(self.end)
                 .map_err(|e| io_err("truncate", &paths.log, e))?;
         }
-        self.open_idx_for_writing(paths)
+        match paths.idx.exists() {
+            // Entries beyond what was verified go now, before any is added.
+            true => self.open_idx_for_writing(paths),
+            false => {
+                self.idx_path = Some(paths.idx.clone());
+                Ok(())
+            }
+        }
     }
 
     fn open_idx_for_writing(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
@@ -426,12 +441,12 @@ impl LogState {
     /// failure is logged, not returned: the index is derived data and the
     /// next open re-derives what is missing.
     pub(super) fn persist_index(&mut self, paths: &RunPaths) {
+        if self.idx_persisted >= self.index.len() || !self.idx_open() {
+            return;
+        }
         let Some(idx) = &self.idx_file else {
             return;
         };
-        if self.idx_persisted >= self.index.len() {
-            return;
-        }
         self.buf.clear();
         index::encode(&self.index[self.idx_persisted..], &mut self.buf);
         let at = (self.idx_persisted * index::ENTRY_BYTES) as u64;
@@ -439,6 +454,38 @@ impl LogState {
             Ok(()) => self.idx_persisted = self.index.len(),
             Err(e) => {
                 tracing::warn!(file = %paths.idx.display(), error = %e, "cannot write the offset index");
+            }
+        }
+    }
+
+    /// Whether `events.idx` is open for writing, creating it once the log
+    /// holds [`IDX_MIN_EVENTS`]: a shorter log is scanned faster than an
+    /// extra file is created.
+    fn idx_open(&mut self) -> bool {
+        if self.idx_file.is_some() {
+            return true;
+        }
+        if self.index.len() < IDX_MIN_EVENTS {
+            return false;
+        }
+        let Some(path) = self.idx_path.take() else {
+            return false;
+        };
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE);
+        match crate::fs::open_regular_with(options, &path) {
+            Ok(file) => {
+                self.idx_file = Some(file);
+                self.idx_persisted = 0;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot create the offset index");
+                false
             }
         }
     }
@@ -550,8 +597,9 @@ fn corrupt(paths: &RunPaths, line: u64, what: impl std::fmt::Display) -> StoreEr
 impl Drop for LogState {
     /// Leaves the index complete for the next reader of this run.
     fn drop(&mut self) {
-        if let Some(idx) = &self.idx_file
-            && self.idx_persisted < self.index.len()
+        if self.idx_persisted < self.index.len()
+            && self.idx_open()
+            && let Some(idx) = &self.idx_file
         {
             let mut buf = Vec::new();
             index::encode(&self.index[self.idx_persisted..], &mut buf);

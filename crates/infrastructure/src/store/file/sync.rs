@@ -10,8 +10,10 @@
 //! What one sync is, measured on ext4 (see `docs/performance.md`, Store):
 //! - a batch of one run whose directory entries are already durable:
 //!   `fdatasync` of its log, which waits for nothing but that file;
-//! - anything more (several runs, or a new run whose directory entries must
-//!   reach the disk too): one `syncfs` of the storage's filesystem, which
+//! - a batch of one new run: `fdatasync` of its log, then `fsync` of its
+//!   directory and of `runs/`, which name it (the log's sync commits the
+//!   journal that holds their new entries, so theirs find little to do);
+//! - several runs: one `syncfs` of the storage's filesystem, which
 //!   costs one to two `fdatasync`s with up to 10 dirty files and ~6 with
 //!   100, where `fdatasync` per file costs one each. Its price: it also writes back
 //!   whatever else is dirty on that filesystem. Should it fail (or not
@@ -34,15 +36,23 @@ use super::{RunHandle, lock};
 /// Syncs a store issued, by kind: what tests and benchmarks count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncCounts {
-    /// `fdatasync` or `fsync` of one file or directory.
+    /// `fdatasync` of a run's log.
     pub fdatasync: u64,
     /// `syncfs` of the storage's filesystem.
     pub syncfs: u64,
+    /// `fsync` of a directory that names a new run (its own, and `runs/`).
+    pub dirs: u64,
 }
 
 impl SyncCounts {
-    /// Syncs of either kind.
+    /// Syncs of any kind.
     pub fn total(&self) -> u64 {
+        self.fdatasync + self.syncfs + self.dirs
+    }
+
+    /// Syncs of logs, one by one or by the filesystem: what the step
+    /// boundaries cost, besides the directories of new runs.
+    pub fn logs(&self) -> u64 {
         self.fdatasync + self.syncfs
     }
 }
@@ -57,6 +67,7 @@ pub(super) struct GroupSync {
     done: Notify,
     fdatasyncs: AtomicU64,
     syncfs: AtomicU64,
+    dir_syncs: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -168,6 +179,7 @@ impl GroupSync {
             done: Notify::new(),
             fdatasyncs: AtomicU64::new(0),
             syncfs: AtomicU64::new(0),
+            dir_syncs: AtomicU64::new(0),
         }
     }
 
@@ -175,6 +187,7 @@ impl GroupSync {
         SyncCounts {
             fdatasync: self.fdatasyncs.load(Ordering::Relaxed),
             syncfs: self.syncfs.load(Ordering::Relaxed),
+            dirs: self.dir_syncs.load(Ordering::Relaxed),
         }
     }
 
@@ -275,6 +288,11 @@ impl GroupSync {
         match members {
             [] => Vec::new(),
             [one] if !one.dirs => vec![self.fdatasync(&one.file, &one.handle.paths.log)],
+            // A lone new run (a short run's first step): its log, then the
+            // two directories that name it, each of which the log's sync
+            // has mostly committed already. A `syncfs` would write back
+            // whatever else is dirty on the filesystem too.
+            [one] => vec![self.sync_alone(one)],
             _ => match self.sync_filesystem() {
                 Ok(()) => members.iter().map(|_| Ok(())).collect(),
                 Err(e) => {
@@ -292,14 +310,16 @@ impl GroupSync {
         rustix::fs::syncfs(&dir).map_err(|e| io_err("syncfs", &self.runs_dir, e.into()))
     }
 
-    /// The fallback: the run's log, then the directories that name it.
+    /// A lone new run's sync, and the fallback of a failed `syncfs`: the
+    /// run's log, then the directories that name it.
     fn sync_alone(&self, member: &Member) -> Result<(), StoreError> {
         let paths = &member.handle.paths;
         self.fdatasync(&member.file, &paths.log)?;
         if member.dirs {
             for dir in [&paths.dir, &paths.runs_dir] {
                 let file = File::open(dir).map_err(|e| io_err("open", dir, e))?;
-                self.fdatasync(&file, dir)?;
+                self.dir_syncs.fetch_add(1, Ordering::Relaxed);
+                file.sync_all().map_err(|e| io_err("sync", dir, e))?;
             }
         }
         Ok(())
