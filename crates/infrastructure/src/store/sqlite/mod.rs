@@ -19,10 +19,13 @@
 //!   transaction), one reads, so readers and followers never wait behind a
 //!   writer's sync (WAL readers see the last commit without blocking).
 //! - Sync policy as in the file store: [`SyncPolicy::StepBoundary`] commits
-//!   with `synchronous=NORMAL` (no sync per append) and `flush` commits a
-//!   marker row with `synchronous=FULL`, which syncs the WAL and so every
-//!   commit before it. Flushes share syncs (group commit): one waiting
-//!   while another syncs finds its appends covered and returns.
+//!   with `synchronous=NORMAL` (no sync per append) and `flush` syncs the
+//!   WAL file (`fdatasync` of `<db>-wal`), which makes every commit before
+//!   it durable, as `synchronous=FULL` would at a commit, without one more
+//!   commit. Snapshots are not counted as commits to sync: a flush or a
+//!   release after one alone syncs nothing. Flushes share syncs (group
+//!   commit): one waiting while another syncs finds its appends covered
+//!   and returns.
 //!   [`SyncPolicy::Always`] is `synchronous=FULL` (a sync per commit),
 //!   [`SyncPolicy::Never`] is `synchronous=OFF`.
 //! - Followers poll for other processes' appends, as in the file store.
@@ -421,7 +424,8 @@ impl RunStore for SqliteRunStore {
         })
         .and_then(|_| tx.commit())
         .map_err(|e| sql_err(path, &format!("save the snapshot of run {run_id}"), e))?;
-        inner.committed.fetch_add(1, Ordering::AcqRel);
+        // Not counted as a commit to sync: the snapshot is derived from the
+        // log, so no flush or release syncs for it (design §4.2).
         Ok(json.len() as u64)
     }
 
@@ -460,7 +464,6 @@ impl RunStore for SqliteRunStore {
                 e,
             )
         })?;
-        inner.committed.fetch_add(1, Ordering::AcqRel);
         Ok(Some(json.len() as u64))
     }
 
