@@ -16,6 +16,9 @@
 //!   drift apart.
 //! - `bench`: every criterion benchmark, then the derived per-step figures
 //!   (`bench-report` prints those again from the last results).
+//!   `bench --peers [--runs N] [--rounds R]`: instead, awr beside entelix
+//!   and LangGraph on the same chain of agents, round by round
+//!   (`src/peers.rs`).
 //! - `fuzz-api`: schemathesis against a live `awr serve`, from its OpenAPI
 //!   description (`src/fuzz_api.rs`); `.ci/run` runs it after `ci`.
 //! - `consumer`: only the step of `test` that builds and runs
@@ -34,6 +37,7 @@ mod arch;
 mod consumer;
 mod fuzz_api;
 mod needs;
+mod peers;
 mod postgres;
 #[cfg(test)]
 mod tidy;
@@ -45,11 +49,17 @@ fn main() -> ExitCode {
         "test" => test(),
         "tidy" => arch::tidy(&workspace_root()),
         "consumer" => target_dir().and_then(|target| consumer::run(&workspace_root(), target)),
+        "bench" if std::env::args().any(|a| a == "--peers") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            target_dir().and_then(|target| peers::run(&workspace_root(), target, &args))
+        }
         "bench" => bench(),
         "bench-report" => report(),
         "fuzz-api" => fuzz_api::fuzz_api(),
         _ => {
-            eprintln!("usage: cargo xtask <test|ci|tidy|bench|bench-report|fuzz-api|consumer>");
+            eprintln!(
+                "usage: cargo xtask <test|ci|tidy|bench [--peers]|bench-report|fuzz-api|consumer>"
+            );
             return ExitCode::from(2);
         }
     };
