@@ -136,7 +136,8 @@ fn recover_names_an_interrupted_run_it_cannot_read_and_exits_2() {
     let text = std::fs::read_to_string(&log).unwrap();
     let kept = text.trim_end().rsplit_once('\n').unwrap().0;
     std::fs::write(&log, format!("{kept}\n{{\"bogus\":1}}\n")).unwrap();
-    std::fs::remove_file(run_dir.join("snapshot.json")).unwrap();
+    // No snapshot either (a short run may have none before its end).
+    let _ = std::fs::remove_file(run_dir.join("snapshot.json"));
 
     for args in [&["recover"][..], &["recover", "--all"]] {
         let out = awr.run_within(30, args);

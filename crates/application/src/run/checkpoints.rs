@@ -17,8 +17,9 @@
 /// the state gained, see [`domain::snapshot::SnapshotDelta`]) are due on
 /// the same rule with `delta_percent`, so the tail a load folds after the
 /// snapshot and its deltas is at most that share of the snapshot's size
-/// (or the floor), plus one step. The first (after `flow:started`) and the
-/// final snapshot are always written.
+/// (or the floor), plus one step. A new run starts as if from an empty
+/// snapshot (its first is due once the log reaches the floor); the final
+/// snapshot is always written, and the first after a resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     /// Log growth since the last snapshot, in percent of that snapshot's

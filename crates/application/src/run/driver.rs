@@ -151,7 +151,8 @@ impl Driver {
         }
     }
 
-    /// Starts a new run: `flow:started`, the first snapshot, then the loop.
+    /// Starts a new run: `flow:started`, durable, then the loop (its first
+    /// snapshot when the checkpoint policy asks for one).
     pub async fn start(
         ports: Arc<Ports>,
         lock: RunLock,
@@ -198,6 +199,7 @@ impl Driver {
                 edges: workflow.edges.iter().map(|e| e.id.clone()).collect(),
                 started_by: request.started_by,
             };
+            driver.rec.new_run();
             driver.rec.emit(RUN_LEVEL, started).await?;
             driver.rec.checkpoint().await?;
             driver.drive().await

@@ -151,6 +151,14 @@ impl Recorder {
         self
     }
 
+    /// A new run: the store holds no state of it yet, and needs none
+    /// before the policy asks for one (its log is the truth, design §5.1):
+    /// a short run writes one snapshot, its final one, not one at its start
+    /// as well.
+    pub fn new_run(&mut self) {
+        self.last_snapshot = Some(0);
+    }
+
     /// The W3C trace context of the span the event at `offset` opened (a
     /// provider call's), when the run's spans are exported live.
     pub fn traceparent(&self, offset: Offset) -> Option<String> {

@@ -99,6 +99,16 @@ impl Inner {
             .ok_or_else(|| {
                 StoreError::Conflict(format!("run {run_id}: offset {first} is out of range"))
             })?;
+        // The status an event of the batch sets (`flow:started`, a pause, the
+        // end), in the row at once: queries need no snapshot to see it.
+        let mut summary = application::ports::RunSummary::unreadable(run_id);
+        let changed = events
+            .iter()
+            .fold(false, |changed, e| summary.apply(e) || changed);
+        let status = summary
+            .status
+            .filter(|_| changed)
+            .map(|s| s.as_str().to_owned());
         let client = self.client().await?;
         // Counted before it is sent: a flush after it must sync, whether
         // or not this future lives to see the answer.
@@ -109,7 +119,7 @@ impl Inner {
                 &client
                     .prepare_cached(
                         "WITH fence AS ( \
-                   UPDATE awr_runs SET next_offset = $5 \
+                   UPDATE awr_runs SET next_offset = $5, status = coalesce($10, status) \
                    WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3 \
                      AND next_offset = $4 AND lease_expires_at > now() \
                    RETURNING run_id), \
@@ -134,6 +144,7 @@ impl Inner {
                     &rows.kinds,
                     &rows.bodies,
                     &CHANNEL,
+                    &status,
                 ],
             )
             .await;
