@@ -102,9 +102,10 @@ impl Inner {
         // The status an event of the batch sets (`flow:started`, a pause, the
         // end), in the row at once: queries need no snapshot to see it.
         let mut summary = application::ports::RunSummary::unreadable(run_id);
-        let changed = events
-            .iter()
-            .fold(false, |changed, e| summary.apply(e) || changed);
+        let mut changed = false;
+        for event in events {
+            changed |= summary.apply(event);
+        }
         let status = summary
             .status
             .filter(|_| changed)
