@@ -152,7 +152,7 @@ async fn granted_echo(
     let mut yaml = format!(
         "name: echo-{provider}\n\
          input: |\n  CALLTOOL {tool} {{\"message\": \"hi from awr\"}}\n  CALLTOOL get-sum {{\"a\": 1, \"b\": 2}}\n\
-         mcp_servers:\n  ev:\n    command: {everything}\n    args: [stdio]\n\
+         mcp_servers:\n  ev:\n    command: {everything}\n    args: [stdio]\n    startup_timeout: 120s\n\
          agents:\n  coder:\n    provider: {provider}\n    executable: {exe}\n    model: {model}\n    \
          timeout: 120s\n    tools: [ev/echo]\n    env:\n",
         provider = cli.provider,
@@ -207,7 +207,10 @@ async fn codex_calls_a_granted_tool_of_a_workflow_mcp_server() {
     let Some((tools, requests, _)) = granted_echo(cli, "mcp__ev__echo").await else {
         return;
     };
-    assert_eq!(tools.len(), 1, "{tools:?}");
+    let offered: Vec<String> = (requests.iter())
+        .map(|r| r.body["tools"].to_string())
+        .collect();
+    assert_eq!(tools.len(), 1, "{tools:?}; tools offered: {offered:?}");
     assert_eq!(tools[0]["toolName"], "echo");
     assert_eq!(tools[0]["toolInput"]["server"], "ev");
     assert_eq!(tools[0]["toolInput"]["arguments"]["message"], "hi from awr");
