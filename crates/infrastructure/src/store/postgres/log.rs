@@ -99,8 +99,11 @@ impl Inner {
             .ok_or_else(|| {
                 StoreError::Conflict(format!("run {run_id}: offset {first} is out of range"))
             })?;
-        // The status an event of the batch sets (`flow:started`, a pause, the
-        // end), in the row at once: queries need no snapshot to see it.
+        // A run that starts (or goes on) is `running` in its row at once:
+        // queries need no snapshot to see it. A stop (an end, a pause, a
+        // wait) reaches the row with the final snapshot only: a row still
+        // `running` when its writer died before that snapshot is what lets
+        // a worker claim the run and settle it (`worker.rs`).
         let mut summary = application::ports::RunSummary::unreadable(run_id);
         let mut changed = false;
         for event in events {
@@ -108,7 +111,7 @@ impl Inner {
         }
         let status = summary
             .status
-            .filter(|_| changed)
+            .filter(|s| changed && *s == domain::RunStatus::Running)
             .map(|s| s.as_str().to_owned());
         let client = self.client().await?;
         // Counted before it is sent: a flush after it must sync, whether
