@@ -12,12 +12,12 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+mod servers;
+
 use super::node_run::{Continuation, NodeEnd, NodeTask};
 use super::step::retry::Failure;
 use super::transcript::render_prompt;
-use crate::ports::{
-    AgentMessage, AgentRequest, AgentResult, PERMISSION_SERVER, QueryError, RunTools,
-};
+use crate::ports::{AgentMessage, AgentRequest, AgentResult, QueryError, RunTools};
 
 /// Runs the agent of `task` until it succeeds, fails for good, or runs out
 /// of attempts; messages accepted for the node run during a turn are
@@ -131,36 +131,6 @@ fn run_over() -> QueryError {
     }
 }
 
-/// The servers of `workflow` that `agent` is granted tools of.
-fn granted_servers(
-    workflow: &domain::WorkflowDef,
-    agent: &AgentDef,
-) -> std::collections::BTreeMap<String, domain::workflow::McpServerDef> {
-    (agent.tools.iter())
-        .filter_map(|grant| grant.mcp().map(|m| m.server()))
-        .filter_map(|name| Some((name.to_owned(), workflow.mcp_servers.get(name)?.clone())))
-        .collect()
-}
-
-/// awr's permission prompt for this node run, when `agent` (a CLI agent)
-/// has a grant that asks a person: the server the runtime was given,
-/// told which run and node run it answers for.
-fn permission_prompt(task: &NodeTask, agent: &AgentDef) -> Option<domain::workflow::McpServerDef> {
-    if !agent.tools.iter().any(|g| g.requires_approval.is_some()) {
-        return None;
-    }
-    let mut server = task.ports.permission_prompt.clone()?;
-    if let domain::workflow::McpTransport::Stdio { args, .. } = &mut server.transport {
-        args.extend([
-            "--run".to_owned(),
-            task.run_id.to_string(),
-            "--node-run".to_owned(),
-            task.run.to_string(),
-        ]);
-    }
-    Some(server)
-}
-
 /// The run paused: the node run stays in flight, nothing is recorded for it.
 fn paused() -> QueryError {
     QueryError::Agent {
@@ -253,13 +223,7 @@ async fn invoke(
         run_tools,
         mcp_servers: match agent.provider.is_http() {
             true => Default::default(),
-            false => {
-                let mut servers = granted_servers(&task.workflow, agent);
-                if let Some(prompt) = permission_prompt(task, agent) {
-                    servers.insert(PERMISSION_SERVER.to_owned(), prompt);
-                }
-                servers
-            }
+            false => servers::of_cli_agent(task, agent),
         },
     };
     let started = task.ports.clock.now();

@@ -15,6 +15,8 @@ use application::ports::StoreError;
 use domain::{RunId, RuntimeEvent};
 use serde::de::IgnoredAny;
 
+mod index_file;
+
 use super::index;
 use crate::blobs::BlobDir;
 use crate::fs::{FileReadError, MAX_RECORD_LINE};
@@ -35,10 +37,6 @@ const SCAN_CHUNK: usize = 1 << 20;
 /// the persisted part, and a crash loses nothing the next open cannot
 /// re-derive the same way.
 const IDX_BATCH: usize = 1024;
-
-/// The fewest events a log has before its writer keeps `events.idx`: a
-/// short run's log is scanned faster than an extra file is created.
-const IDX_MIN_EVENTS: usize = 256;
 
 /// Bytes one read batch may span (at least one line is always read): bounds
 /// a reader's memory whatever `limit` it asks for.
@@ -264,21 +262,6 @@ impl LogState {
         }
     }
 
-    fn open_idx_for_writing(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
-        let mut options = OpenOptions::new();
-        options
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE);
-        let idx = crate::fs::open_regular_with(options, &paths.idx).map_err(StoreError::from)?;
-        // Drop whatever the index holds beyond what was verified.
-        idx.set_len((self.idx_persisted * index::ENTRY_BYTES) as u64)
-            .map_err(|e| io_err("truncate", &paths.idx, e))?;
-        self.idx_file = Some(idx);
-        Ok(())
-    }
-
     /// Indexes complete lines after `end` (written before we opened, or by
     /// another process since). A final complete line that is not JSON is the
     /// remains of a crash and stays unindexed while it is last. Returns the
@@ -437,59 +420,6 @@ impl LogState {
         Ok((last, encoded))
     }
 
-    /// Writes the index entries not yet in `events.idx` (writers only). A
-    /// failure is logged, not returned: the index is derived data and the
-    /// next open re-derives what is missing.
-    pub(super) fn persist_index(&mut self, paths: &RunPaths) {
-        if self.idx_persisted >= self.index.len() || !self.idx_open() {
-            return;
-        }
-        let Some(idx) = &self.idx_file else {
-            return;
-        };
-        self.buf.clear();
-        index::encode(&self.index[self.idx_persisted..], &mut self.buf);
-        let at = (self.idx_persisted * index::ENTRY_BYTES) as u64;
-        match idx.write_all_at(&self.buf, at) {
-            Ok(()) => self.idx_persisted = self.index.len(),
-            Err(e) => {
-                tracing::warn!(file = %paths.idx.display(), error = %e, "cannot write the offset index");
-            }
-        }
-    }
-
-    /// Whether `events.idx` is open for writing, creating it once the log
-    /// holds [`IDX_MIN_EVENTS`]: a shorter log is scanned faster than an
-    /// extra file is created.
-    fn idx_open(&mut self) -> bool {
-        if self.idx_file.is_some() {
-            return true;
-        }
-        if self.index.len() < IDX_MIN_EVENTS {
-            return false;
-        }
-        let Some(path) = self.idx_path.take() else {
-            return false;
-        };
-        let mut options = OpenOptions::new();
-        options
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE);
-        match crate::fs::open_regular_with(options, &path) {
-            Ok(file) => {
-                self.idx_file = Some(file);
-                self.idx_persisted = 0;
-                true
-            }
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "cannot create the offset index");
-                false
-            }
-        }
-    }
-
     /// Where the lines after `after` (at most `limit`) are; `None` when there
     /// are none. Readers first index what another process appended.
     pub(super) fn plan_read(
@@ -591,20 +521,6 @@ fn corrupt(paths: &RunPaths, line: u64, what: impl std::fmt::Display) -> StoreEr
     StoreError::BadEvent {
         offset: line,
         detail: format!("{} line {line}: {what}", paths.log.display()),
-    }
-}
-
-impl Drop for LogState {
-    /// Leaves the index complete for the next reader of this run.
-    fn drop(&mut self) {
-        if self.idx_persisted < self.index.len()
-            && self.idx_open()
-            && let Some(idx) = &self.idx_file
-        {
-            let mut buf = Vec::new();
-            index::encode(&self.index[self.idx_persisted..], &mut buf);
-            let _ = idx.write_all_at(&buf, (self.idx_persisted * index::ENTRY_BYTES) as u64);
-        }
     }
 }
 
