@@ -225,8 +225,14 @@ pub fn http_service(app: App) -> StreamableHttpService<AwrMcp, NeverSessionManag
 pub async fn stdio(app: App) -> Result<(), Failure> {
     // As the command line records its user: `local` when it has no name.
     let local = crate::wiring::local_caller().or_else(|| Caller::new("local").ok());
-    let server = AwrMcp::new(app.clone(), local);
-    let served = match server.serve(rmcp::transport::stdio()).await {
+    let served = on_stdio(AwrMcp::new(app.clone(), local)).await;
+    app.shut_down().await;
+    served
+}
+
+/// Serves `handler` on stdin and stdout until the client closes them.
+async fn on_stdio(handler: impl ServerHandler) -> Result<(), Failure> {
+    let served = match handler.serve(rmcp::transport::stdio()).await {
         Ok(running) => running
             .waiting()
             .await
@@ -235,6 +241,5 @@ pub async fn stdio(app: App) -> Result<(), Failure> {
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
         Err(e) => Err(e.to_string()),
     };
-    app.shut_down().await;
     served.map_err(|e| Failure::Run(anyhow::anyhow!("the MCP connection failed: {e}")))
 }

@@ -22,7 +22,7 @@ use rmcp::model::{
     Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -164,14 +164,5 @@ pub async fn stdio(app: App, run: &str, node_run: &str) -> Result<(), Failure> {
         run_id,
         node_run,
     };
-    let served = match prompt.serve(rmcp::transport::stdio()).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    };
-    served.map_err(|e| Failure::Run(anyhow::anyhow!("the MCP connection failed: {e}")))
+    super::on_stdio(prompt).await
 }
