@@ -3,10 +3,12 @@
 //! and `awr serve` streams them (`?replay=SPEED`); both pace them here. A
 //! replay only reads the log: nothing is executed again, nothing written.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use domain::Timestamp;
-use tokio::time::Instant;
+
+use crate::ports::Clock;
 
 /// The longest wait between two events of a replay, by default: a run that
 /// sat paused for a day replays its resume a few seconds later.
@@ -15,24 +17,34 @@ pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// When to show each event of a replay: as long after the previous one as
 /// it was recorded after it, divided by the speed, and at most `max_wait`.
 /// Waits are counted from the first event's showing, not from the end of
-/// the previous wait, so a slow reader does not make a replay drift. The
-/// schedule is kept on the monotonic clock its waits run on, never on the
-/// wall clock: a clock stepped mid-replay cannot shorten or stretch a wait.
-#[derive(Clone, Debug)]
+/// the previous wait, so a slow reader does not make a replay drift.
+#[derive(Clone)]
 pub struct Pace {
+    clock: Arc<dyn Clock>,
     speed: f64,
     max_wait: Duration,
     /// When the first event was shown, and the last timestamp seen.
-    started: Option<(Instant, Timestamp)>,
+    started: Option<(Timestamp, Timestamp)>,
     /// How long after `started` the next event is due.
     due: Duration,
 }
 
+impl std::fmt::Debug for Pace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pace")
+            .field("speed", &self.speed)
+            .field("max_wait", &self.max_wait)
+            .field("due", &self.due)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Pace {
-    /// `speed` times the recorded pace (see [`parse_speed`]); no wait
-    /// longer than `max_wait`.
-    pub fn new(speed: f64, max_wait: Duration) -> Self {
+    /// `speed` times the recorded pace on `clock` (see [`parse_speed`]);
+    /// no wait longer than `max_wait`.
+    pub fn new(clock: Arc<dyn Clock>, speed: f64, max_wait: Duration) -> Self {
         Self {
+            clock,
             speed,
             max_wait,
             started: None,
@@ -42,10 +54,10 @@ impl Pace {
 
     /// Waits until the event recorded at `at` is due. A timestamp earlier
     /// than the previous one (a clock set back) is due at once, and no
-    /// wait is longer than the event's own gap.
+    /// wait is longer than the event's own gap, whatever the clock does.
     pub async fn wait(&mut self, at: Timestamp) {
         let Some((origin, last)) = self.started.as_mut() else {
-            self.started = Some((Instant::now(), at));
+            self.started = Some((self.clock.now(), at));
             return;
         };
         // A gap too long for a `Duration` at a tiny speed is capped too.
@@ -54,9 +66,10 @@ impl Pace {
             .min(self.max_wait);
         *last = at;
         self.due = self.due.saturating_add(gap);
-        let wait = self.due.saturating_sub(origin.elapsed()).min(gap);
+        let elapsed = Duration::from_millis(self.clock.now().millis_since(*origin));
+        let wait = self.due.saturating_sub(elapsed).min(gap);
         if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+            self.clock.sleep(wait).await;
         }
     }
 }
@@ -83,14 +96,17 @@ pub fn parse_max_wait(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
+    use crate::testing::TokioClock;
 
     fn at(millis: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + millis)
     }
 
     fn pace(speed: f64, max_wait: Duration) -> Pace {
-        Pace::new(speed, max_wait)
+        Pace::new(Arc::new(TokioClock::new()), speed, max_wait)
     }
 
     /// Each event is shown its recorded gap after the previous one,

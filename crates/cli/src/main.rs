@@ -171,7 +171,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             filter,
         } => {
-            let pace = application::replay::Pace::new(speed, max_wait);
+            let pace = application::replay::Pace::new(wiring::clock_and_ids().0, speed, max_wait);
             terminal::inspect::replay(&storage, &run, offset, json, &filter, pace).await
         }
         Command::Resume {

@@ -233,6 +233,14 @@ impl App {
         &self.0.clock
     }
 
+    /// The state with its time read from `clock`: a test's paused clock,
+    /// so what is timed and what is waited agree. `None` once shared.
+    #[cfg(test)]
+    fn with_clock(mut self, clock: Arc<dyn Clock>) -> Option<Self> {
+        Arc::get_mut(&mut self.0)?.clock = clock;
+        Some(self)
+    }
+
     fn hub(&self) -> &Hub {
         &self.0.hub
     }

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use application::inspect::{LogRead, read_log, run_view};
+use application::ports::Clock;
 use application::ports::{RunStore, StoreError};
 use application::query::{Unresolved, find_run};
 use application::replay::{MAX_WAIT, Pace, parse_speed};
@@ -227,13 +228,13 @@ pub struct StreamQuery {
 
 impl StreamQuery {
     /// The pace of `?replay=SPEED`, if asked for.
-    fn pace(&self) -> Result<Option<Pace>, ApiError> {
+    fn pace(&self, clock: &Arc<dyn Clock>) -> Result<Option<Pace>, ApiError> {
         let Some(speed) = &self.replay else {
             return Ok(None);
         };
         let speed =
             parse_speed(speed).map_err(|e| ApiError::bad_request(format!("replay: {e}")))?;
-        Ok(Some(Pace::new(speed, MAX_WAIT)))
+        Ok(Some(Pace::new(Arc::clone(clock), speed, MAX_WAIT)))
     }
 }
 
@@ -519,7 +520,7 @@ pub async fn ndjson(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let pace = query.pace()?;
+    let pace = query.pace(app.clock())?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let slot = app.streams().take(&caller.name)?;
     let frames = match opening {
@@ -583,7 +584,7 @@ pub async fn sse(
     Query(query): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let pace = query.pace()?;
+    let pace = query.pace(app.clock())?;
     let (run_id, opening) = open(&app, &id, &query, &headers).await?;
     let Opening::Stream { after, last } = opening else {
         return Ok(StatusCode::NO_CONTENT.into_response());

@@ -288,7 +288,13 @@ async fn a_shutdown_ends_open_streams_with_their_frame() {
 /// goes on live to the end; a speed that is not above 0 is refused.
 #[tokio::test(start_paused = true)]
 async fn a_replay_plays_the_log_at_its_recorded_pace_then_goes_live() {
-    let s = server();
+    // Timed on tokio's paused clock, as its waits are: the wall clock
+    // would run on while the test waits for nothing.
+    let mut s = server();
+    s.app = s
+        .app
+        .with_clock(Arc::new(application::testing::TokioClock::new()))
+        .unwrap();
     let run = s.run().await;
     for k in 2..=4 {
         run.append_at(warning(k), Some(1 + (k as i64 - 1) * 1000))
