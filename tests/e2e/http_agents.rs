@@ -151,10 +151,7 @@ async fn an_agent_runs_echo_hi_through_the_shell_tool_on_each_provider() {
             "{node:?}"
         );
 
-        let snapshot: Value = serde_json::from_slice(
-            &std::fs::read(s.awr.run_dir(&run).join("snapshot.json")).unwrap(),
-        )
-        .unwrap();
+        let snapshot = s.awr.state(&run);
         let session = snapshot["agentSessions"]["operator"].as_str().unwrap();
         let start = of_type(&events, "agent:start");
         assert_eq!(start[0]["sessionId"], session);

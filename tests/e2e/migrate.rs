@@ -93,6 +93,13 @@ fn there_and_back(a: &Awr, target: &str) {
         "a value over 64 KiB went to a blob: {:?}",
         before.keys().collect::<Vec<_>>()
     );
+    // A run that stopped leaves no replaced snapshot behind, whether or
+    // not its stop saved one.
+    assert!(
+        !before.keys().any(|p| p.ends_with("snapshot.json.tmp")),
+        "{:?}",
+        before.keys().collect::<Vec<_>>()
+    );
     let transcripts = files(&source.join("transcripts"));
     assert!(transcripts.len() >= 4, "a parent, its child and two more");
 
@@ -204,7 +211,9 @@ async fn a_stale_copy_and_a_log_cut_short_are_refused() {
     let source = a.storage().display().to_string();
     let db = a.dir.path().join("copy.db");
     let sqlite = format!("sqlite:{}", db.display());
-    // The triage run's last event cut off: its snapshot is ahead of its log.
+    // The triage run's last event cut off: its snapshot (saved as a longer
+    // run's would be) is ahead of its log.
+    a.save_snapshot(&cut);
     let log = a.run_dir(&cut).join("events.ndjson");
     let text = std::fs::read_to_string(&log).unwrap();
     let kept = text.trim_end().rsplit_once('\n').unwrap().0;

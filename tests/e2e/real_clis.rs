@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use awr_tests::fake_model::FakeModel;
-use domain::{EventKind, RuntimeEvent};
+use domain::{EventKind, RunSnapshot, RuntimeEvent};
 use serde_json::Value;
 
 use crate::util::{Output, awr_bin, run_id_of};
@@ -289,20 +289,19 @@ async fn run_cli(cli: Cli) {
     let run = run_id_of(&out);
     let run_dir = scratch.storage().join("runs").join(&run);
 
-    let snapshot: Value = serde_json::from_str(
-        &std::fs::read_to_string(run_dir.join("snapshot.json")).expect("snapshot"),
-    )
-    .expect("snapshot json");
-    let session = snapshot["agentSessions"]["coder"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{}: no session for coder in {snapshot}", cli.provider));
-    assert!(!session.is_empty(), "{}: empty session id", cli.provider);
-
     let events: Vec<RuntimeEvent> = std::fs::read_to_string(run_dir.join("events.ndjson"))
         .expect("events")
         .lines()
         .map(|l| RuntimeEvent::from_json(l.as_bytes()).expect("event"))
         .collect();
+    // The run's state: the fold of its log (a run this short saves no snapshot).
+    let state = RunSnapshot::fold(&events).expect("a foldable log");
+    let session = state
+        .agent_sessions
+        .iter()
+        .find_map(|(node, session)| (node.as_str() == "coder").then(|| session.as_str()))
+        .unwrap_or_else(|| panic!("{}: no session for coder", cli.provider));
+    assert!(!session.is_empty(), "{}: empty session id", cli.provider);
     let usage = events
         .iter()
         .find_map(|e| match &e.kind {

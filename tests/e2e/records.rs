@@ -247,16 +247,14 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
     let awr = Awr::new();
     let a = awr.completed_run("examples/research-pipeline.yaml");
     let b = awr.completed_run("examples/research-pipeline.yaml");
-    std::fs::copy(
-        awr.run_dir(&a).join("snapshot.json"),
-        awr.run_dir(&b).join("snapshot.json"),
-    )
-    .unwrap();
+    std::fs::copy(awr.save_snapshot(&a), awr.run_dir(&b).join("snapshot.json")).unwrap();
     assert_exit(&awr.run(&["show", &b]), 2, &a);
 
-    // A log truncated below the snapshot's lastOffset.
+    // A log truncated below the snapshot's lastOffset (a run this short
+    // saves none of its own: one is saved as a longer run's would be).
     let awr = Awr::new();
     let run = awr.completed_run("examples/research-pipeline.yaml");
+    awr.save_snapshot(&run);
     let log = awr.run_dir(&run).join("events.ndjson");
     let lines = lines_of(&log);
     std::fs::write(&log, lines[..lines.len() / 2].join("\n") + "\n").unwrap();
@@ -284,7 +282,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
     // A snapshot whose status the event at its lastOffset contradicts.
     let awr = Awr::new();
     let run = awr.completed_run("examples/research-pipeline.yaml");
-    let path = awr.run_dir(&run).join("snapshot.json");
+    let path = awr.save_snapshot(&run);
     let mut snapshot: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     snapshot["status"] = "failed".into();
     std::fs::write(&path, snapshot.to_string()).unwrap();
@@ -293,7 +291,7 @@ fn a_snapshot_the_log_contradicts_is_never_reported_as_the_state() {
     // A stale snapshot is caught up from the log.
     let awr = Awr::new();
     let run = awr.completed_run("examples/research-pipeline.yaml");
-    let path = awr.run_dir(&run).join("snapshot.json");
+    let path = awr.save_snapshot(&run);
     let mut snapshot: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     snapshot["status"] = "running".into();
     snapshot["lastOffset"] = 1.into();
@@ -410,10 +408,12 @@ fn run_files_that_are_not_regular_files_are_errors_not_hangs() {
         } else {
             awr.run_dir(&run).join(file)
         };
-        // A short run keeps no `events.idx`: the FIFO then stands where a
-        // reader looks for one.
+        // A short run keeps no `events.idx` and no `snapshot.json`: the
+        // FIFO then stands where a reader looks for one.
         match std::fs::remove_file(&path) {
-            Err(e) if file == "events.idx" && e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e)
+                if ["events.idx", "snapshot.json"].contains(&file)
+                    && e.kind() == std::io::ErrorKind::NotFound => {}
             other => other.unwrap(),
         }
         fifo(&path);

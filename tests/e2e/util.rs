@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use domain::RuntimeEvent;
+use domain::{RunSnapshot, RuntimeEvent};
 use serde_json::Value;
 
 /// The `awr` binary, built once per test process ([`awr_tests::awr_bin`]).
@@ -338,6 +338,22 @@ impl Awr {
             .lines()
             .map(|l| RuntimeEvent::from_json(l.as_bytes()).expect("an event line"))
             .collect()
+    }
+
+    /// The run's state: the fold of its log, as its `snapshot.json` would
+    /// hold it (a short run on the file store saves none: readers fold).
+    pub fn state(&self, run: &str) -> Value {
+        let state = RunSnapshot::fold(&self.runtime_events(run)).expect("a foldable log");
+        serde_json::from_slice(&state.to_json_vec().expect("a snapshot's JSON")).expect("JSON")
+    }
+
+    /// Saves the run's state as its `snapshot.json`, as a writer whose
+    /// amortized rule asked for one would, and returns the file's path: for
+    /// tests of what readers make of a saved snapshot.
+    pub fn save_snapshot(&self, run: &str) -> PathBuf {
+        let path = self.run_dir(run).join("snapshot.json");
+        std::fs::write(&path, self.state(run).to_string()).expect("write snapshot.json");
+        path
     }
 
     /// `awr show RUN --json`, parsed; fails the test unless it exits 0.

@@ -202,6 +202,10 @@ impl RunStore for RedactingStore {
         self.inner.save_snapshot_delta(&delta).await
     }
 
+    fn needs_final_snapshot(&self) -> bool {
+        self.inner.needs_final_snapshot()
+    }
+
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         self.inner.load_snapshot(run_id).await
     }

@@ -366,6 +366,16 @@ pub trait RunStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether a run that stops leaves a snapshot even when the amortized
+    /// rule ([`crate::CheckpointPolicy`]) asks for none: yes (the default)
+    /// for a store whose rows take a run's status and deadlines from its
+    /// snapshots. A store that reads them from the log says no, and a
+    /// short run then writes no snapshot at all: its readers fold the tail,
+    /// which the rule keeps short.
+    fn needs_final_snapshot(&self) -> bool {
+        true
+    }
+
     /// The last saved snapshot, if any, with the deltas saved after it applied.
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError>;
 

@@ -82,6 +82,33 @@ fn small() -> Agent {
     }
 }
 
+/// A run's stop leaves a snapshot where the store keeps status from
+/// snapshots; elsewhere only when the rule asks for one then: a short run
+/// saves none (its readers fold its log), and one whose last step grew the
+/// log past the rule's floor saves it at its terminal event.
+#[tokio::test]
+async fn a_stop_leaves_a_snapshot_only_where_needed_or_due() {
+    let saved = |ops: &[String]| ops.iter().filter(|op| *op == "save_snapshot").count();
+    let (t, events, ops) = run_chain_on(MemoryLog::default(), 3, small()).await;
+    assert_eq!(saved(&ops), 1, "{ops:?}");
+    assert_eq!(t.saved_at, vec![events.len() as u64]);
+
+    let folds = || MemoryLog {
+        folds_status: true,
+        ..MemoryLog::default()
+    };
+    let (t, _, ops) = run_chain_on(folds(), 3, small()).await;
+    assert_eq!(saved(&ops), 0, "{ops:?}");
+    assert_eq!(t.snapshots, 0);
+
+    let last_is_large = Agent {
+        large: |step| step == 2,
+        text_len: 40 * 1024,
+    };
+    let (t, events, _) = run_chain_on(folds(), 3, last_is_large).await;
+    assert_eq!(t.saved_at, vec![events.len() as u64], "due at the stop");
+}
+
 #[tokio::test]
 async fn a_10000_step_run_writes_less_than_three_times_its_log() {
     let (t, events) = run_chain(10_000, small()).await;

@@ -18,8 +18,11 @@
 /// the same rule with `delta_percent`, so the tail a load folds after the
 /// snapshot and its deltas is at most that share of the snapshot's size
 /// (or the floor), plus one step. A new run starts as if from an empty
-/// snapshot (its first is due once the log reaches the floor); the final
-/// snapshot is always written, and the first after a resume.
+/// snapshot (its first is due once the log reaches the floor). The first
+/// after a resume is always written; so is the final one where the store
+/// needs it ([`crate::ports::RunStore::needs_final_snapshot`]), and
+/// elsewhere only when the rule asks for it then, so a short run on the
+/// file store makes no snapshot file at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     /// Log growth since the last snapshot, in percent of that snapshot's

@@ -67,6 +67,7 @@ pub(super) fn rig(
         Ok(0)
     });
     store.expect_flush().returning(|_| Ok(()));
+    store.expect_needs_final_snapshot().return_const(true);
     store.expect_save_snapshot().returning(|_| Ok(0));
     let executor = Executor::new(
         Arc::new(store),

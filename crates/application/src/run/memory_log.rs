@@ -60,6 +60,9 @@ pub(super) struct MemoryLog {
     pub forgets_snapshots: bool,
     /// Deltas are declined, as by a store that keeps none.
     pub declines_deltas: bool,
+    /// Reads a run's status from its log, as the file store does: a run's
+    /// stop owes it no snapshot.
+    pub folds_status: bool,
 }
 
 impl MemoryLog {
@@ -86,6 +89,9 @@ impl RunStore for MemoryLog {
     }
     async fn has_writer(&self, _: RunId) -> Result<bool, StoreError> {
         Ok(false)
+    }
+    fn needs_final_snapshot(&self) -> bool {
+        !self.folds_status
     }
     async fn append(&self, _: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let mut buf = Vec::new();

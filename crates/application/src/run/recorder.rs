@@ -395,6 +395,16 @@ impl Recorder {
         }
     }
 
+    /// Whether the run's stop leaves a snapshot: always where the store
+    /// needs one, and otherwise as at any step boundary, when the rule asks
+    /// (so a short run creates no snapshot file: a reader folds its log).
+    fn final_snapshot_due(&self) -> bool {
+        self.ports.store.needs_final_snapshot()
+            || self
+                .last_snapshot
+                .is_none_or(|bytes| self.ports.checkpoints.due(self.log_since_snapshot, bytes))
+    }
+
     /// Step boundary, made durable now: [`Recorder::boundary`], then
     /// [`Recorder::publish`].
     pub async fn checkpoint(&mut self) -> Result<(), ExecutorError> {
@@ -447,7 +457,9 @@ impl Recorder {
         self.boundary = false;
         self.write_pending().await?;
         self.ports.store.flush(run_id).await?;
-        if let Err(e) = self.ports.store.save_snapshot(&self.state).await {
+        if self.final_snapshot_due()
+            && let Err(e) = self.ports.store.save_snapshot(&self.state).await
+        {
             tracing::warn!(run = %run_id, error = %e, "cannot save the final snapshot; the event log holds the outcome");
         }
         if let Some(transcript) = self.transcript.take() {

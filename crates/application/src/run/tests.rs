@@ -89,6 +89,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
         Ok(batch.iter().map(json_len).sum())
     });
     store.expect_flush().returning(|_| Ok(()));
+    store.expect_needs_final_snapshot().return_const(true);
     // After a failed append the recorder reads the stored state back.
     store.expect_load_snapshot().returning(|_| Ok(None));
     let log = Arc::clone(&events);

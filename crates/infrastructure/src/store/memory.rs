@@ -244,6 +244,11 @@ impl RunStore for MemoryRunStore {
         Ok(Some(len))
     }
 
+    /// No: a run's status is read from its log.
+    fn needs_final_snapshot(&self) -> bool {
+        false
+    }
+
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         let run = self.run(run_id)?;
         let state = run.state();

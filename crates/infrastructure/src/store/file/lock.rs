@@ -81,6 +81,7 @@ impl Drop for Held {
         if let Some(log) = log {
             handle.sync_on_release(&log);
         }
+        handle.release_snapshot();
         drop(slot.take());
     }
 }
@@ -171,8 +172,10 @@ const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How long a locker waits out probes ([`probe`]) holding the shared lock:
 /// each holds it for microseconds, so this bound is only reached when probes
-/// keep arriving back to back.
-const PROBE_PATIENCE: Duration = Duration::from_millis(100);
+/// keep arriving back to back. Seconds, not milliseconds: on a loaded
+/// machine a prober can be descheduled while it holds the shared lock, and
+/// a writer is told apart at once anyway (its lock refuses the shared one).
+const PROBE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Pause between attempts while probes hold the shared lock.
 const PROBE_RETRY: Duration = Duration::from_micros(200);

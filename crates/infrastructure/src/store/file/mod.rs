@@ -371,6 +371,11 @@ impl RunHandle {
         lock(&self.log).as_ref().is_some_and(LogState::is_writable)
     }
 
+    /// Lets go of the snapshot's temporary file (see `snapshot::release`).
+    fn release_snapshot(&self) {
+        snapshot::release(self);
+    }
+
     /// What a writer that releases the run leaves durable: everything it
     /// appended, as a `flush` would have made it (after the release, this
     /// store's `flush` has nothing of its own to sync). Blocking, and only
@@ -535,6 +540,13 @@ impl RunStore for FileRunStore {
         let handle = self.inner.handle(delta.run_id)?;
         let _held = handle.writer.held(&handle.paths)?;
         append_delta(&handle, delta).map(Some)
+    }
+
+    /// No: a run's status is read from its log (a short run's whole log,
+    /// which the amortized rule keeps short), so a short run makes no
+    /// snapshot file.
+    fn needs_final_snapshot(&self) -> bool {
+        false
     }
 
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {

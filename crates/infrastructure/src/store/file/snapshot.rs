@@ -114,6 +114,21 @@ pub(super) fn write_snapshot(
     Ok(encoded)
 }
 
+/// When the writer lets go of the run: the old snapshot that the last
+/// exchange swapped into the temporary name goes, as it does when a
+/// snapshot of a run at rest is written (a run that stops with no final
+/// snapshot, because none was due, writes none). Only where this store
+/// wrote a snapshot: a short run pays no syscall for it.
+pub(super) fn release(handle: &RunHandle) {
+    if handle.snapshot_len.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let _turn = lock(&handle.snapshot_lock);
+    if let Err(e) = remove_if_there(&handle.paths.snapshot_tmp) {
+        tracing::warn!(run = %handle.paths.run_id, error = %e, "cannot remove the replaced snapshot");
+    }
+}
+
 /// The run's deltas file as its writer holds it.
 ///
 /// Held open for the run and emptied in place by each snapshot: removing

@@ -53,10 +53,14 @@ impl Inner {
         let mut last = 0;
         let mut first_at = None;
         let mut buf = Vec::with_capacity(256);
+        // The row's columns come from the log, which a run that saved no
+        // snapshot (a short one on the file store) has alone.
+        let mut state = RunSnapshot::new(run_id);
         while let Some(batch) = events.next().await {
             let batch = batch?;
             last = check_continuation(run_id, last, &batch)?;
             for event in &batch {
+                state.apply(event);
                 first_at.get_or_insert(event.timestamp);
                 rows.push(run_id, event, &mut buf)?;
             }
@@ -76,21 +80,23 @@ impl Inner {
         let tx = client.transaction().await.map_err(|e| pg_err(what(), e))?;
         let next = i64::try_from(last + 1).unwrap_or(i64::MAX);
         let created_at = at(first_at).unwrap_or_else(chrono::Utc::now);
-        let s = snapshot.as_ref();
+        let columns = SnapshotRow::of(&state)?;
+        let c = &columns;
         let inserted = tx
             .execute(
                 "INSERT INTO awr_runs (run_id, created_at, status, next_offset, \
-                 workflow, started_at, updated_at) \
-                 VALUES ($1, $2, coalesce($3, 'pending'), $4, $5, $6, $7) \
+                 workflow, started_at, updated_at, due_at) \
+                 VALUES ($1, $2, coalesce($3, 'pending'), $4, $5, $6, $7, $8) \
                  ON CONFLICT (run_id) DO NOTHING",
                 &[
                     &run_id.as_uuid(),
                     &created_at,
-                    &s.and_then(|s| s.status.clone()),
+                    &c.status,
                     &next,
-                    &s.map(|s| s.workflow.as_str()),
-                    &s.and_then(|s| s.started_at),
-                    &s.and_then(|s| s.updated_at),
+                    &(!c.workflow.is_empty()).then_some(c.workflow.as_str()),
+                    &c.started_at,
+                    &c.updated_at,
+                    &c.due_at,
                 ],
             )
             .await
@@ -98,7 +104,7 @@ impl Inner {
         if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
-        if let Some(s) = s {
+        if let Some(s) = &snapshot {
             tx.execute(
                 "INSERT INTO awr_snapshots (run_id, body, last_offset) VALUES ($1, $2, $3)",
                 &[&run_id.as_uuid(), &s.json, &s.offset],

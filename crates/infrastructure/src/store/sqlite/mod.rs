@@ -467,6 +467,11 @@ impl RunStore for SqliteRunStore {
         Ok(Some(json.len() as u64))
     }
 
+    /// No: the `runs` row follows the log (see `query::index_run`).
+    fn needs_final_snapshot(&self) -> bool {
+        false
+    }
+
     async fn load_snapshot(&self, run_id: RunId) -> Result<Option<RunSnapshot>, StoreError> {
         let inner = &self.inner;
         let conn = lock(&inner.reader);

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use application::ports::{EventBatches, StoreError};
-use domain::{RunId, RunSnapshot};
+use application::ports::{EventBatches, RunSummary, StoreError};
+use domain::{RunId, RunSnapshot, RunStatus};
 use futures::StreamExt;
 use rusqlite::{TransactionBehavior, params};
 
@@ -22,36 +22,17 @@ struct Row {
     kind: String,
     node_id: Option<String>,
     json: String,
+    ts: i64,
 }
 
-/// The snapshot's row and the `runs` columns copied from it.
-pub(super) struct SnapshotRow {
-    pub json: String,
-    pub status: Option<String>,
-    pub workflow: String,
-    pub started_at: Option<i64>,
-    pub updated_at: Option<i64>,
-}
-
-impl SnapshotRow {
-    /// `snapshot` as `save_snapshot` stores it.
-    pub(super) fn of(snapshot: &RunSnapshot) -> Result<Self, StoreError> {
-        let json = snapshot.to_json_string().map_err(|e| {
-            StoreError::io(
-                format!("cannot serialize the snapshot of run {}", snapshot.run_id),
-                e.into(),
-            )
-        })?;
-        Ok(Self {
-            json,
-            status: serde_json::to_value(snapshot.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned)),
-            workflow: snapshot.workflow.name.clone(),
-            started_at: snapshot.started_at.map(|t| t.as_millis()),
-            updated_at: snapshot.updated_at.map(|t| t.as_millis()),
-        })
-    }
+/// A snapshot's JSON, as `save_snapshot` stores it.
+fn snapshot_json(snapshot: &RunSnapshot) -> Result<String, StoreError> {
+    snapshot.to_json_string().map_err(|e| {
+        StoreError::io(
+            format!("cannot serialize the snapshot of run {}", snapshot.run_id),
+            e.into(),
+        )
+    })
 }
 
 impl Inner {
@@ -104,17 +85,22 @@ impl Inner {
         let mut last = 0;
         let mut first_at = None;
         let mut buf = Vec::with_capacity(256);
+        // The `runs` row as appends would have left it: from the log, which
+        // a run that saved no snapshot (a short one) has alone.
+        let mut summary = RunSummary::unreadable(run_id);
         while let Some(batch) = events.next().await {
             let batch = batch?;
             last = check_continuation(run_id, last, &batch)?;
             for event in &batch {
                 let json = event_json(run_id, event, &mut buf)?.to_owned();
                 first_at.get_or_insert(event.timestamp.as_millis());
+                summary.apply(event);
                 rows.push(Row {
                     offset: offset_param(event.offset.get()),
                     kind: event.kind.type_name().to_owned(),
                     node_id: event.node_id.as_ref().map(|n| n.as_str().to_owned()),
                     json,
+                    ts: event.timestamp.as_millis(),
                 });
             }
         }
@@ -125,12 +111,14 @@ impl Inner {
                     s.run_id
                 )));
             }
-            Some(s) => Some(SnapshotRow::of(&s)?),
+            Some(s) => Some(snapshot_json(&s)?),
             None => None,
         };
         let created_at = first_at.unwrap_or_else(now_millis);
         let inner = Arc::clone(self);
-        off_the_runtime(move || inner.insert_whole(run_id, created_at, &rows, snapshot.as_ref()))
+        off_the_runtime(move || {
+            inner.insert_whole(run_id, created_at, &rows, &summary, snapshot.as_deref())
+        })
     }
 
     fn insert_whole(
@@ -138,7 +126,8 @@ impl Inner {
         run_id: RunId,
         created_at: i64,
         rows: &[Row],
-        snapshot: Option<&SnapshotRow>,
+        summary: &RunSummary,
+        snapshot: Option<&str>,
     ) -> Result<(), StoreError> {
         let path = &self.path;
         let id = run_id.to_string();
@@ -160,28 +149,41 @@ impl Inner {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (run_id, \"offset\", type, node_id, json) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(|e| sql_err(path, &what, e))?;
             for row in rows {
                 insert
-                    .execute(params![id, row.offset, row.kind, row.node_id, row.json])
+                    .execute(params![
+                        id,
+                        row.offset,
+                        row.kind,
+                        row.node_id,
+                        row.json,
+                        row.ts
+                    ])
                     .map_err(|e| sql_err(path, &what, e))?;
             }
         }
+        tx.execute(
+            "UPDATE runs SET status = ?2, workflow = ?3, started_at = ?4, \
+             parent_run_id = ?5, updated_at = ?6 WHERE run_id = ?1",
+            params![
+                id,
+                summary.status.map(RunStatus::as_str),
+                summary.workflow,
+                summary.started_at.map(|t| t.as_millis()),
+                summary.parent.map(|p| p.to_string()),
+                summary.updated_at.map(|t| t.as_millis()),
+            ],
+        )
+        .map_err(|e| sql_err(path, &what, e))?;
         if let Some(s) = snapshot {
             tx.execute(
                 "INSERT INTO snapshots (run_id, json) VALUES (?1, ?2)",
-                params![id, s.json],
+                params![id, s],
             )
-            .and_then(|_| {
-                tx.execute(
-                    "UPDATE runs SET status = ?2, workflow = ?3, started_at = ?4, \
-                     updated_at = ?5 WHERE run_id = ?1",
-                    params![id, s.status, s.workflow, s.started_at, s.updated_at],
-                )
-            })
             .map_err(|e| sql_err(path, &what, e))?;
         }
         tx.commit().map_err(|e| sql_err(path, &what, e))?;
