@@ -313,7 +313,7 @@ fn a_database_on_a_read_only_medium_is_read() {
     let names = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(
         names, 4,
-        "awr.db, its -files and -locks, ro: nothing left beside"
+        "awr.db, its -files and -writers, ro: nothing left beside"
     );
 }
 

@@ -53,7 +53,7 @@ fn this_process() -> Option<&'static [u8]> {
 }
 
 /// A record's text.
-pub(super) fn record(pid: u32, ticks: u64, namespace: u64) -> String {
+pub(in crate::store) fn record(pid: u32, ticks: u64, namespace: u64) -> String {
     format!("{pid}:{ticks}:{namespace}\n")
 }
 
@@ -61,7 +61,7 @@ pub(super) fn record(pid: u32, ticks: u64, namespace: u64) -> String {
 /// a pid names a process only in its own namespace, so a writer recorded
 /// in another (a container sharing the storage) cannot be looked up, and
 /// its lock stays the only evidence.
-pub(super) fn pid_namespace() -> Option<u64> {
+pub(in crate::store) fn pid_namespace() -> Option<u64> {
     static NAMESPACE: OnceLock<Option<u64>> = OnceLock::new();
     *NAMESPACE.get_or_init(|| {
         use std::os::unix::fs::MetadataExt;
@@ -82,13 +82,24 @@ pub(in crate::store) fn write_record(file: &File) {
     }
 }
 
+/// This process's record, for a store that keeps it elsewhere than in a
+/// lock file (the SQLite store's `runs.writer`).
+pub(in crate::store) fn this_record() -> Option<&'static str> {
+    this_process().and_then(|bytes| std::str::from_utf8(bytes).ok())
+}
+
 /// The record in the lock file `file`.
 pub(in crate::store) fn read_record(file: &File) -> Record {
     let mut buf = [0u8; MAX_RECORD];
     let Ok(len) = file.read_at(&mut buf, 0) else {
         return Record::Unknown;
     };
-    match parse(&buf[..len]) {
+    judge(&buf[..len])
+}
+
+/// What the record `bytes` says of its writer.
+pub(in crate::store) fn judge(bytes: &[u8]) -> Record {
+    match parse(bytes) {
         Some((pid, ticks, namespace)) if Some(namespace) == pid_namespace() => Record::Writer {
             pid,
             alive: lives(pid, ticks),

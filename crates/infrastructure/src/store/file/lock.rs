@@ -162,13 +162,13 @@ pub(in crate::store) fn probe_file(path: &Path, run_id: RunId) -> Result<bool, S
 /// How long a probe that finds the lock held under a dead writer's record
 /// waits for a new writer's record before it says no writer: a writer
 /// writes its record right after it takes the lock, in the same call.
-const RECORD_PATIENCE: Duration = Duration::from_millis(50);
+pub(in crate::store) const RECORD_PATIENCE: Duration = Duration::from_millis(50);
 
 /// How long a locker waits for the lock of a dead writer to be let go by
 /// the process that inherited it (a child in the instant between its fork
 /// and its exec, which closes the descriptor): milliseconds, even on a
 /// loaded machine; a process that keeps it longer is reported.
-const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
+pub(in crate::store) const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How long a locker waits out probes ([`probe`]) holding the shared lock:
 /// each holds it for microseconds, so this bound is only reached when probes
@@ -178,7 +178,7 @@ const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
 const PROBE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Pause between attempts while probes hold the shared lock.
-const PROBE_RETRY: Duration = Duration::from_micros(200);
+pub(in crate::store) const PROBE_RETRY: Duration = Duration::from_micros(200);
 
 /// Opens (creating it, 0600, if needed) and locks the lock file `path` of
 /// `run_id`, and records this process as its writer (see `holder`): shared

@@ -34,7 +34,7 @@
 
 mod definitions;
 mod follow;
-mod holder;
+pub(super) mod holder;
 mod index;
 pub(super) mod lock;
 mod log;

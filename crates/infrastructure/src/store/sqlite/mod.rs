@@ -5,16 +5,17 @@
 //! <db>              runs, events (one row per event), snapshots (one per
 //!                   run) and the deltas saved since each
 //! <db>-wal, -shm    SQLite's write-ahead log
-//! <db>-locks/<id>   empty; `flock`ed by the run's one writer
+//! <db>-writers      one byte a run (its `lock_slot`), locked by its one writer
 //! ```
 //!
 //! Why it is shaped this way:
 //! - An event row holds the event's JSON exactly as the file store writes
 //!   its line (large values inline: SQLite keeps them in overflow pages), so
 //!   both stores hold the same bytes and copying between them is lossless.
-//! - One writer per run is a `flock` on a lock file per run beside the
-//!   database, as in the file store, rather than a lease row: the kernel
-//!   releases it when the writer dies, where a lease would wait to expire.
+//! - One writer per run is a lock on the run's byte of one lock file beside
+//!   the database (see `writers`), rather than a lease row: the kernel
+//!   releases it when the writer dies, where a lease would wait to expire;
+//!   and rather than a file per run, which a new run would pay an inode for.
 //! - Each instance has two connections: one writes (every append is one
 //!   transaction), one reads, so readers and followers never wait behind a
 //!   writer's sync (WAL readers see the last commit without blocking).
@@ -37,13 +38,14 @@ mod query;
 mod rows;
 mod schema;
 mod whole;
+mod writers;
 
 pub use errors::SqliteOpenError;
 
 use errors::{io_err, sql_err};
 
 use self::connect::{connection, read_only_connection};
-use self::rows::{exists, now_millis};
+use self::rows::exists;
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, OpenOptions};
@@ -64,7 +66,6 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::Notify;
 
 pub use self::schema::SCHEMA_VERSION;
-use super::file::lock::probe_file;
 use super::file::sync::off_the_runtime;
 use super::{LogSource, SyncPolicy, follow_log};
 
@@ -111,15 +112,16 @@ pub struct SqliteRunStore {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    locks_dir: PathBuf,
+    /// The lock file of the database's writers.
+    writers: Arc<writers::Writers>,
     config: SqliteStoreConfig,
     /// Appends, snapshots and syncs. A `std` mutex: held for one
     /// transaction, never across an `.await`.
     writer: Mutex<Connection>,
     /// Reads and follows.
     reader: Mutex<Connection>,
-    /// The locked files of the runs this instance holds.
-    held: Mutex<HashMap<RunId, super::file::lock::LockedFile>>,
+    /// The runs this instance holds, by their locked bytes.
+    held: Mutex<HashMap<RunId, writers::SlotLock>>,
     /// Wakes this instance's followers of a run after its appends.
     notifies: Mutex<HashMap<RunId, Arc<Notify>>>,
     /// Commits by this instance, and how many of them are synced.
@@ -230,11 +232,9 @@ impl SqliteRunStore {
         // Beside the real file, symlinks resolved: a process that names the
         // database through another path must find the same locks.
         let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        let mut locks_dir = real.into_os_string();
-        locks_dir.push("-locks");
         Self {
             inner: Arc::new(Inner {
-                locks_dir: PathBuf::from(locks_dir),
+                writers: Arc::new(writers::Writers::beside(&real)),
                 path,
                 config,
                 writer: Mutex::new(writer),
@@ -254,8 +254,7 @@ impl SqliteRunStore {
 }
 
 /// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
-/// instance left unsynced (as a flush would) and closes the lock file,
-/// which releases the `flock`.
+/// instance left unsynced (as a flush would) and releases the run's byte.
 struct Held {
     inner: Arc<Inner>,
     run_id: RunId,
@@ -307,20 +306,7 @@ impl RunStore for SqliteRunStore {
         if exists(&lock(&inner.reader), &inner.path, run_id)? {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
-        // Locked before the row exists: nobody else writes it first.
-        let run_lock = inner.take_lock(run_id)?;
-        let inserted = lock(&inner.writer)
-            .execute(
-                "INSERT INTO runs (run_id, created_at, status) VALUES (?1, ?2, 'pending') \
-                 ON CONFLICT (run_id) DO NOTHING",
-                params![run_id.to_string(), now_millis()],
-            )
-            .map_err(|e| sql_err(&inner.path, &format!("create run {run_id}"), e))?;
-        if inserted == 0 {
-            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
-        }
-        inner.committed.fetch_add(1, Ordering::AcqRel);
-        Ok(run_lock)
+        inner.create(run_id)
     }
 
     async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
@@ -329,8 +315,7 @@ impl RunStore for SqliteRunStore {
     }
 
     async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
-        self.inner.require(&lock(&self.inner.reader), run_id)?;
-        probe_file(&self.inner.lock_file(run_id), run_id)
+        self.inner.has_writer(run_id)
     }
 
     /// Inline: a commit without a sync takes microseconds, less than a hop

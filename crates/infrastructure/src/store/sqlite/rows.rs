@@ -2,22 +2,25 @@
 //! lock, appends in one transaction each, syncs shared by flushes, and
 //! reads, each on the connection the store keeps for it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use application::ports::{RunLock, StoreError};
 use domain::{RunId, RuntimeEvent};
-use rusqlite::{Connection, TransactionBehavior, params};
-use std::fs::DirBuilder;
-use std::os::unix::fs::DirBuilderExt;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use tokio::sync::Notify;
 
-use super::super::file::lock::lock_path;
+use super::super::file::holder::{self, Record};
+use super::super::file::lock::{ORPHAN_PATIENCE, PROBE_RETRY, RECORD_PATIENCE};
 use super::super::row::{event_json, offset_param, row_event};
-use super::super::{check_continuation, locked_here, not_locked};
-use super::{DIR_MODE, Held, Inner, READ_BUDGET, io_err, lock, sql_err};
+use super::super::{
+    check_continuation, locked_by_leftover, locked_elsewhere, locked_here, not_locked,
+};
+use super::writers::SlotLock;
+use super::{Held, Inner, READ_BUDGET, lock, sql_err};
 
 /// Whether `run_id` is a run of the database.
 pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {
@@ -39,8 +42,118 @@ impl Inner {
         }
     }
 
-    pub(super) fn lock_file(&self, run_id: RunId) -> PathBuf {
-        self.locks_dir.join(run_id.to_string())
+    /// The run's byte of the writers' lock file (see `writers`).
+    pub(super) fn slot(&self, conn: &Connection, run_id: RunId) -> Result<i64, StoreError> {
+        let slot: Option<Option<i64>> = conn
+            .prepare_cached("SELECT lock_slot FROM runs WHERE run_id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row([run_id.to_string()], |row| row.get(0))
+                    .optional()
+            })
+            .map_err(|e| sql_err(&self.path, &format!("look up the lock of run {run_id}"), e))?;
+        match slot {
+            None => Err(StoreError::NotFound(run_id)),
+            Some(None) => Err(StoreError::Corrupt(format!(
+                "{}: run {run_id} has no lock_slot",
+                self.path.display()
+            ))),
+            Some(Some(slot)) => Ok(slot),
+        }
+    }
+
+    /// What the record of the run's last writer says of it.
+    fn holder(&self, run_id: RunId) -> Record {
+        let record: Option<Option<String>> = lock(&self.reader)
+            .prepare_cached("SELECT writer FROM runs WHERE run_id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row([run_id.to_string()], |row| row.get(0))
+                    .optional()
+            })
+            .unwrap_or_default();
+        record
+            .flatten()
+            .map_or(Record::Unknown, |text| holder::judge(text.as_bytes()))
+    }
+
+    /// Whether a writer holds the run: this instance, or another whose
+    /// lock is on the run's byte and whose record does not name a dead
+    /// process. A record naming a dead one while the byte is held is given
+    /// [`RECORD_PATIENCE`] to be replaced by a new writer's.
+    pub(super) fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
+        if lock(&self.held).contains_key(&run_id) {
+            return Ok(true);
+        }
+        let slot = self.slot(&lock(&self.reader), run_id)?;
+        let deadline = Instant::now() + RECORD_PATIENCE;
+        loop {
+            let held = self.writers.held_elsewhere(slot).map_err(|e| {
+                StoreError::io(
+                    format!(
+                        "cannot probe the lock of run {run_id} ({})",
+                        self.writers.path().display()
+                    ),
+                    e.into(),
+                )
+            })?;
+            if !held {
+                return Ok(false);
+            }
+            match self.holder(run_id) {
+                Record::Writer { alive: false, .. } => {}
+                Record::Unknown | Record::Writer { alive: true, .. } => return Ok(true),
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(PROBE_RETRY);
+        }
+    }
+
+    /// Locks the run's byte for this instance: refused at once when a
+    /// writer holds it, waited out (at most [`ORPHAN_PATIENCE`]) when the
+    /// record names a dead writer (a process it started still holds it).
+    fn lock_slot(&self, run_id: RunId, slot: i64) -> Result<(), StoreError> {
+        let started = Instant::now();
+        loop {
+            let locked = self.writers.try_lock(slot).map_err(|e| {
+                StoreError::io(
+                    format!(
+                        "cannot lock run {run_id} ({})",
+                        self.writers.path().display()
+                    ),
+                    e.into(),
+                )
+            })?;
+            if locked {
+                return Ok(());
+            }
+            match self.holder(run_id) {
+                Record::Writer { pid, alive: false } if started.elapsed() >= ORPHAN_PATIENCE => {
+                    tracing::warn!(run = %run_id, writer = pid, "the dead writer's lock is still held; giving up");
+                    return Err(locked_by_leftover(run_id, pid));
+                }
+                Record::Writer { alive: false, .. } => {}
+                Record::Unknown | Record::Writer { alive: true, .. } => {
+                    return Err(locked_elsewhere(run_id));
+                }
+            }
+            std::thread::sleep(PROBE_RETRY);
+        }
+    }
+
+    /// Records this process as the run's writer; a failure leaves the lock
+    /// as the only evidence (safe), and is logged.
+    fn record_writer(&self, run_id: RunId) {
+        let Some(record) = holder::this_record() else {
+            return;
+        };
+        let written = lock(&self.writer).execute(
+            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
+            params![run_id.to_string(), record],
+        );
+        if let Err(e) = written {
+            tracing::debug!(run = %run_id, error = %e, "cannot record the writer of a run");
+        }
     }
 
     pub(super) fn notify(&self, run_id: RunId) -> Arc<Notify> {
@@ -57,19 +170,66 @@ impl Inner {
         }
     }
 
-    /// Takes the run's lock file for this instance.
-    pub(super) fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
+    /// Creates the run locked by this instance: its row, given the next
+    /// byte of the writers' file and this process's record, is committed
+    /// only once that byte is locked, so nobody else writes the run first.
+    pub(super) fn create(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
+        let path = &self.path;
+        let what = || format!("create run {run_id}");
+        // The writer connection first, as appends take them.
+        let mut conn = lock(&self.writer);
         let mut held = lock(&self.held);
         if held.contains_key(&run_id) {
             return Err(locked_here(run_id));
         }
-        DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(&self.locks_dir)
-            .map_err(|e| io_err("create", &self.locks_dir, e))?;
-        let file = lock_path(&self.lock_file(run_id), run_id)?;
-        held.insert(run_id, file);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(path, "begin a run's creation", e))?;
+        let slot: Option<i64> = tx
+            .query_row(
+                "INSERT INTO runs (run_id, created_at, status, lock_slot, writer) \
+                 VALUES (?1, ?2, 'pending', \
+                         (SELECT coalesce(max(lock_slot), 0) + 1 FROM runs), ?3) \
+                 ON CONFLICT (run_id) DO NOTHING RETURNING lock_slot",
+                params![run_id.to_string(), now_millis(), holder::this_record()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| sql_err(path, &what(), e))?;
+        let Some(slot) = slot else {
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+        };
+        // A byte no run had: refused only where a process still holds the
+        // byte of a deleted run (rolled back, so the next run goes past it).
+        self.lock_slot(run_id, slot)?;
+        let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
+        tx.commit().map_err(|e| sql_err(path, &what(), e))?;
+        held.insert(run_id, slot_lock);
+        self.committed.fetch_add(1, Ordering::AcqRel);
+        drop((held, conn));
+        Ok(RunLock::new(
+            run_id,
+            Held {
+                inner: Arc::clone(self),
+                run_id,
+            },
+        ))
+    }
+
+    /// Takes the lock of the run (which exists) for this instance.
+    pub(super) fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
+        let slot = self.slot(&lock(&self.reader), run_id)?;
+        {
+            // Held while locking: the instance's own lock never refuses it,
+            // so two lockers here are told apart by this map alone.
+            let mut held = lock(&self.held);
+            if held.contains_key(&run_id) {
+                return Err(locked_here(run_id));
+            }
+            self.lock_slot(run_id, slot)?;
+            held.insert(run_id, SlotLock::new(Arc::clone(&self.writers), slot));
+        }
+        self.record_writer(run_id);
         Ok(RunLock::new(
             run_id,
             Held {

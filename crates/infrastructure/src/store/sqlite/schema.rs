@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_snapshot_deltas.sql"),
     include_str!("migrations/0004_definitions.sql"),
     include_str!("migrations/0005_lean_indexes.sql"),
+    include_str!("migrations/0006_writer_slots.sql"),
 ];
 
 /// The schema version this build writes and reads.

@@ -112,6 +112,51 @@ async fn a_database_named_through_a_symlink_shares_its_locks() {
     );
 }
 
+/// A run's byte held while its record names a dead writer is held by a
+/// process that writer started (between its fork and its exec), not by a
+/// writer: the probe says no writer, and a locker waits for that process
+/// to let go, then says who. A record naming a live writer is refused at
+/// once. A new run makes no file: the writers' one lock file holds them all.
+#[tokio::test]
+async fn a_dead_writers_byte_is_no_writer_and_a_live_ones_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let (holder, other) = (
+        SqliteRunStore::open(&db).unwrap(),
+        SqliteRunStore::open(&db).unwrap(),
+    );
+    let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let _held = holder.create_run(run).await.unwrap();
+    assert!(other.has_writer(run).await.unwrap());
+    assert!(matches!(other.lock(run).await, Err(StoreError::Locked(_))));
+
+    let namespace = crate::store::file::holder::pid_namespace().unwrap();
+    let dead = crate::store::file::holder::record(u32::MAX - 1, 1, namespace);
+    lock(&holder.inner.writer)
+        .execute(
+            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
+            params![run.to_string(), dead],
+        )
+        .unwrap();
+    assert!(
+        !other.has_writer(run).await.unwrap(),
+        "a dead writer's byte"
+    );
+    let started = std::time::Instant::now();
+    match other.lock(run).await {
+        Err(StoreError::Locked(why)) => assert!(why.contains("is dead"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() >= crate::store::file::lock::ORPHAN_PATIENCE);
+
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| !name.starts_with("runs.db-wal") && !name.starts_with("runs.db-shm"))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
 #[test]
 fn opening_applies_the_migrations_once_and_sets_the_version() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,8 +36,7 @@ fn snapshot_json(snapshot: &RunSnapshot) -> Result<String, StoreError> {
 }
 
 impl Inner {
-    /// Deletes the run in one transaction, holding its lock meanwhile,
-    /// then its lock file.
+    /// Deletes the run in one transaction, holding its lock meanwhile.
     pub(super) fn delete_whole(self: &Arc<Self>, run_id: RunId) -> Result<(), StoreError> {
         self.require(&lock(&self.reader), run_id)?;
         let run_lock = self.take_lock(run_id)?;
@@ -61,12 +60,6 @@ impl Inner {
             off_the_runtime(|| self.sync())?;
         }
         drop(run_lock);
-        match std::fs::remove_file(self.lock_file(run_id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::warn!(run = %run_id, error = %e, "cannot remove a deleted run's lock file");
-            }
-            _ => {}
-        }
         self.wake(run_id);
         Ok(())
     }
@@ -138,7 +131,8 @@ impl Inner {
             .map_err(|e| sql_err(path, "begin an import", e))?;
         let inserted = tx
             .execute(
-                "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
+                "INSERT INTO runs (run_id, created_at, lock_slot) \
+                 VALUES (?1, ?2, (SELECT coalesce(max(lock_slot), 0) + 1 FROM runs)) \
                  ON CONFLICT (run_id) DO NOTHING",
                 params![id, created_at],
             )
