@@ -83,7 +83,8 @@ fn main() {
         "file" => (
             "awr-file",
             "file store, SyncPolicy::StepBoundary: each step's events fdatasync'd \
-             (a new run's first step: one syncfs) before the next step starts",
+             before the next step starts (a new run's first sync: its directory \
+             and the runs directory fsync'd too)",
             Arc::new(
                 FileRunStore::open_with(dir.path().join("runs"), FileStoreConfig::default())
                     .expect("file store"),
@@ -91,8 +92,9 @@ fn main() {
         ),
         "sqlite" => (
             "awr-sqlite",
-            "SQLite store, SyncPolicy::StepBoundary: each step boundary one commit \
-             with WAL + synchronous=FULL before the next step starts",
+            "SQLite store, SyncPolicy::StepBoundary: appends commit without a sync \
+             (WAL, synchronous=NORMAL); each step boundary fdatasyncs the WAL before \
+             the next step starts",
             Arc::new(SqliteRunStore::open(dir.path().join("runs.db")).expect("sqlite store")),
         ),
         "memory" => (
