@@ -205,9 +205,11 @@ async fn files_are_private_to_their_user() {
     let mode = |p: PathBuf| fs::metadata(&p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(dir.path().join("runs")), 0o700);
     assert_eq!(mode(store.run_dir(run)), 0o700);
-    for name in ["events.ndjson", "events.idx", "snapshot.json", "lock"] {
+    for name in ["events.ndjson", "events.idx", "snapshot.json"] {
         assert_eq!(mode(store.run_dir(run).join(name)), 0o600, "{name}");
     }
+    // The writer locks the log itself: no lock file beside it.
+    assert!(!store.run_dir(run).join("lock").exists());
     assert!(!store.run_dir(run).join("snapshot.json.tmp").exists());
 }
 

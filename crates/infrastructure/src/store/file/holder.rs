@@ -1,5 +1,6 @@
-//! Who holds a run's lock: the record a writer leaves in the lock file, and
-//! whether that writer still lives.
+//! Who holds a run's lock: the record a writer leaves on the file it locks
+//! (an extended attribute of the run's log, `user.awr.writer`; on SQLite,
+//! the run's row), and whether that writer still lives.
 //!
 //! A `flock` belongs to an open file description, and a child process
 //! shares its parent's descriptions from its fork (or `posix_spawn`'s
@@ -7,19 +8,20 @@
 //! that instant leaves its run's lock held by a process that is not a
 //! writer, for as long as that process takes to exec (or for good, if it
 //! never does). So a held lock alone is not proof of a live writer: each
-//! writer writes `<pid>:<start ticks>` into the lock file as soon as it
+//! writer records `<pid>:<start ticks>:<pid namespace>` as soon as it
 //! holds the lock, and a lock held while its record names a process that is
 //! gone (or a pid since reused, told apart by its start time) is held by
 //! such a leftover copy, not by a writer. `/proc` answers, as it does for
 //! the processes a dead writer left (`process::sweep` in `adapters-agents`).
 //!
-//! A record that is empty (the lock file of an awr from before records, or
-//! of a writer in the microseconds between its lock and its record) or
-//! unreadable leaves the lock as the only evidence, as before.
+//! A record that is missing (a filesystem without extended attributes, an
+//! older awr, a writer in the microseconds between its lock and its record)
+//! or unreadable leaves the lock as the only evidence.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
+
+use rustix::fs::XattrFlags;
 
 /// Bytes of a record read at most: `u32:u64:u64\n` is 52 at most.
 const MAX_RECORD: usize = 64;
@@ -69,17 +71,28 @@ pub(in crate::store) fn pid_namespace() -> Option<u64> {
     })
 }
 
-/// Writes this process's record into `file`, the lock file it has just
-/// locked. A failure (a full disk) leaves an empty record, which readers
-/// take as no evidence beyond the lock: safe, and logged.
+/// The extended attribute that holds the record, on the file whose lock
+/// the writer holds (a run's log): the record needs no file of its own.
+const RECORD_ATTR: &str = "user.awr.writer";
+
+/// Writes this process's record onto `file`, the file it has just locked.
+/// A failure (a filesystem without extended attributes, a full disk)
+/// leaves no record, which readers take as no evidence beyond the lock:
+/// safe, and logged.
 pub(in crate::store) fn write_record(file: &File) {
     let Some(record) = this_process() else {
         return;
     };
-    let written = file.set_len(0).and_then(|()| file.write_all_at(record, 0));
-    if let Err(e) = written {
-        tracing::debug!(error = %e, "cannot record the writer in a run's lock file");
+    if let Err(e) = rustix::fs::fsetxattr(file, RECORD_ATTR, record, XattrFlags::empty()) {
+        tracing::debug!(error = %std::io::Error::from(e), "cannot record the writer of a run");
     }
+}
+
+/// Sets the record of the file at `path` to `text`, as a writer would.
+#[cfg(test)]
+pub(in crate::store) fn set_record(path: &std::path::Path, text: &str) {
+    rustix::fs::setxattr(path, RECORD_ATTR, text.as_bytes(), XattrFlags::empty())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 /// This process's record, for a store that keeps it elsewhere than in a
@@ -88,13 +101,13 @@ pub(in crate::store) fn this_record() -> Option<&'static str> {
     this_process().and_then(|bytes| std::str::from_utf8(bytes).ok())
 }
 
-/// The record in the lock file `file`.
+/// The record on the locked file `file`.
 pub(in crate::store) fn read_record(file: &File) -> Record {
     let mut buf = [0u8; MAX_RECORD];
-    let Ok(len) = file.read_at(&mut buf, 0) else {
-        return Record::Unknown;
-    };
-    judge(&buf[..len])
+    match rustix::fs::fgetxattr(file, RECORD_ATTR, &mut buf[..]) {
+        Ok(len) => judge(&buf[..len]),
+        Err(_) => Record::Unknown,
+    }
 }
 
 /// What the record `bytes` says of its writer.
@@ -146,12 +159,13 @@ mod tests {
     #[test]
     fn a_record_names_this_process_alive_and_a_reaped_one_dead() {
         let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.ndjson");
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(dir.path().join("lock"))
+            .open(&path)
             .unwrap();
         assert_eq!(read_record(&file), Record::Unknown, "empty");
         write_record(&file);
@@ -168,16 +182,12 @@ mod tests {
         let pid = child.id();
         let (_, ticks) = state_and_start(pid).unwrap_or(('R', 0));
         child.wait().unwrap();
-        file.set_len(0).unwrap();
         let namespace = pid_namespace().unwrap();
-        file.write_all_at(record(pid, ticks, namespace).as_bytes(), 0)
-            .unwrap();
+        set_record(&path, &record(pid, ticks, namespace));
         assert_eq!(read_record(&file), Record::Writer { pid, alive: false });
         // Another start time under a live pid: another process.
         let (_, mine) = state_and_start(me).unwrap();
-        file.set_len(0).unwrap();
-        file.write_all_at(record(me, mine + 1, namespace).as_bytes(), 0)
-            .unwrap();
+        set_record(&path, &record(me, mine + 1, namespace));
         assert_eq!(
             read_record(&file),
             Record::Writer {
@@ -187,14 +197,11 @@ mod tests {
         );
         // This process, recorded in another pid namespace: not to be looked
         // up here, so the lock alone speaks.
-        file.set_len(0).unwrap();
-        file.write_all_at(record(me, mine, namespace + 1).as_bytes(), 0)
-            .unwrap();
+        set_record(&path, &record(me, mine, namespace + 1));
         assert_eq!(read_record(&file), Record::Unknown);
         // Half a record (a write in progress) says nothing.
-        file.set_len(0).unwrap();
         let whole = record(me, mine, namespace);
-        file.write_all_at(whole.trim_end().as_bytes(), 0).unwrap();
+        set_record(&path, whole.trim_end());
         assert_eq!(read_record(&file), Record::Unknown);
     }
 }

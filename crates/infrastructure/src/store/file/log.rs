@@ -66,8 +66,6 @@ pub(super) struct RunPaths {
     /// `snapshot-deltas.ndjson`: the deltas saved since `snapshot.json`,
     /// one a line, never synced (the snapshot is not).
     pub deltas: PathBuf,
-    /// `lock`: `flock`ed by the run's one writer (see `super::lock`).
-    pub lock: PathBuf,
     /// `blobs/`: large values of the log and transcript (see [`crate::blobs`]).
     pub blobs: BlobDir,
     /// `snapshot-blobs/`: large strings of the snapshot, never synced (the
@@ -86,7 +84,6 @@ impl RunPaths {
             snapshot: dir.join("snapshot.json"),
             snapshot_tmp: dir.join("snapshot.json.tmp"),
             deltas: dir.join("snapshot-deltas.ndjson"),
-            lock: dir.join("lock"),
             snapshot_blobs: BlobDir::new(dir.join("snapshot-blobs"), false)
                 .sharing_from(&BlobDir::new(dir.join("blobs"), true))
                 .strings_only(),

@@ -6,7 +6,6 @@
 //! <root>/runs/<run-id>/snapshot.json   the state to resume from, replaced by rename
 //! <root>/runs/<run-id>/blobs/          values over 64 KiB, stored once (see `crate::blobs`)
 //! <root>/runs/<run-id>/snapshot-blobs/ the snapshot's values over 64 KiB (links to `blobs/` when there)
-//! <root>/runs/<run-id>/lock            empty; `flock`ed by the run's one writer (see `lock`)
 //! ```
 //!
 //! Why it is shaped this way:
@@ -437,7 +436,6 @@ impl RunStore for FileRunStore {
                 }
                 _ => io_err("create", &paths.dir, e),
             })?;
-        // Locked before its log exists: nobody else writes it first.
         let handle = {
             let mut handles = lock(&inner.handles);
             Inner::evict_idle(&mut handles);
@@ -447,7 +445,8 @@ impl RunStore for FileRunStore {
                     .or_insert_with(|| Arc::new(inner.new_handle(run_id))),
             )
         };
-        let run_lock = self::lock::take(Arc::clone(&handle))?;
+        // The log, then its lock: for that instant the run has no events,
+        // so no reader shows it, and no other process knows its id yet.
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -455,6 +454,7 @@ impl RunStore for FileRunStore {
             .mode(FILE_MODE)
             .open(&paths.log)
             .map_err(|e| io_err("create", &paths.log, e))?;
+        let run_lock = self::lock::take(Arc::clone(&handle))?;
         let state = LogState::created(file, &paths)?;
         handle.sync.dir_unsynced.store(true, Ordering::Release);
         let mut slot = lock(&handle.log);

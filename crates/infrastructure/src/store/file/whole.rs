@@ -160,8 +160,8 @@ fn staging_in_use(staging: &Path) -> bool {
     let Ok(run_id) = run.parse::<RunId>() else {
         return false;
     };
-    let lock_file = staging.join("runs").join(run).join("lock");
-    super::lock::probe_file(&lock_file, run_id).unwrap_or(true)
+    let log = staging.join("runs").join(run).join("events.ndjson");
+    super::lock::probe_file(&log, run_id).unwrap_or(true)
 }
 
 fn read_dir_names(dir: &Path) -> Vec<String> {
