@@ -85,6 +85,9 @@ pub(in crate::store) fn write_record(file: &File) {
     };
     if let Err(e) = rustix::fs::fsetxattr(file, RECORD_ATTR, record, XattrFlags::empty()) {
         tracing::debug!(error = %std::io::Error::from(e), "cannot record the writer of a run");
+        // Not the last writer's record either: it would name a process
+        // that is gone while this one holds the run.
+        let _ = rustix::fs::fremovexattr(file, RECORD_ATTR);
     }
 }
 

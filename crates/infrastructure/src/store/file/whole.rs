@@ -103,8 +103,9 @@ impl FileRunStore {
         // The log, its blobs and directory entries (a new run's first flush
         // syncs the file system, snapshot included).
         stage.flush(run_id).await?;
-        drop(run_lock);
         let staged = stage.run_dir(run_id);
+        // Still locked while it moves: a sweep by another process takes a
+        // staged run whose lock nobody holds for a crash's leftover.
         match renameat_with(CWD, &staged, CWD, &target, RenameFlags::NOREPLACE) {
             Ok(()) => {}
             Err(Errno::EXIST | Errno::NOTEMPTY) => {
@@ -112,6 +113,7 @@ impl FileRunStore {
             }
             Err(e) => return Err(io_err("move into place", &target, io::Error::from(e))),
         }
+        drop(run_lock);
         if inner.config.sync != SyncPolicy::Never {
             sync_dir(&inner.runs_dir)?;
         }
@@ -144,18 +146,22 @@ impl FileRunStore {
     }
 }
 
-/// Whether an importer still writes the staged run in `staging`: its run's
-/// lock is held, or it has not created a run yet.
+/// Whether an importer still writes the staged run in `staging`: it is
+/// young (an importer may be between creating the run's directory, its log
+/// and its lock), or its run's lock is held.
 fn staging_in_use(staging: &Path) -> bool {
+    // Old enough, with no lock held, it was left by a crash.
+    let young = fs::metadata(staging)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < crate::blobs::STALE_TEMP_AGE);
+    if young {
+        return true;
+    }
     let runs = read_dir_names(&staging.join("runs"));
     let Some(run) = runs.first() else {
-        // No run yet: an importer may be about to create it. Old enough,
-        // it was left by a crash.
-        return fs::metadata(staging)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_none_or(|age| age < crate::blobs::STALE_TEMP_AGE);
+        return false;
     };
     let Ok(run_id) = run.parse::<RunId>() else {
         return false;
@@ -202,9 +208,10 @@ mod tests {
     use super::*;
 
     /// What a crash between the rename and the removal leaves (a tombstone),
-    /// and an import that died before its rename (a staging directory whose
-    /// run nobody locks), are invisible to readers and swept by the next
-    /// deletion; a staging directory whose importer is alive is left alone.
+    /// and an import that died before its rename (a staging directory an
+    /// hour old whose run nobody locks), are invisible to readers and swept
+    /// by the next deletion; a staging directory whose importer is alive,
+    /// or that is younger, is left alone.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn crash_leftovers_are_invisible_and_swept() {
         let dir = tempfile::tempdir().unwrap();
@@ -218,6 +225,16 @@ mod tests {
         let crashed = dir.path().join(format!("{STAGING_PREFIX}crashed"));
         let crashed_store = FileRunStore::open(&crashed).unwrap();
         drop(run_with(&crashed_store, 2).await.1);
+        // Old enough to be a crash's: a young one may be an importer's
+        // between creating its run and locking it.
+        let young_crash = dir.path().join(format!("{STAGING_PREFIX}young"));
+        let young_store = FileRunStore::open(&young_crash).unwrap();
+        drop(run_with(&young_store, 2).await.1);
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        fs::File::open(&crashed)
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap();
         let live = dir.path().join(format!("{STAGING_PREFIX}live"));
         let live_store = FileRunStore::open(&live).unwrap();
         let (_, live_lock) = run_with(&live_store, 2).await;
@@ -229,6 +246,7 @@ mod tests {
         assert!(!tombstone.exists(), "tombstone swept");
         assert!(!crashed.exists(), "crashed staging swept");
         assert!(live.exists(), "a live import is left alone");
+        assert!(young_crash.exists(), "a young one is left alone");
         assert_eq!(read_dir_names(&runs), Vec::<String>::new());
         drop(live_lock);
     }

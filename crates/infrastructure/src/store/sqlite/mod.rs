@@ -269,7 +269,8 @@ impl Drop for Held {
         }
         // The writer connection first, as `append` takes them: no write of
         // this run is in flight when the lock goes.
-        let _writer = lock(&self.inner.writer);
+        let writer = lock(&self.inner.writer);
+        self.inner.clear_writer(&writer, self.run_id);
         lock(&self.inner.held).remove(&self.run_id);
     }
 }

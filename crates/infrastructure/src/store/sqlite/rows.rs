@@ -22,6 +22,18 @@ use super::super::{
 use super::writers::SlotLock;
 use super::{Held, Inner, READ_BUDGET, lock, sql_err};
 
+/// The next lock slot, given out in `conn`'s transaction: slots only grow,
+/// so a deleted run's byte (which a process it started may still hold for
+/// a moment) is never a new run's.
+pub(super) fn next_slot(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.query_row(
+        "UPDATE writer_slots SET last = last + 1 WHERE id = 1 RETURNING last",
+        [],
+        |row| row.get(0),
+    )
+    .map_err(|e| sql_err(path, "give out a lock slot", e))
+}
+
 /// Whether `run_id` is a run of the database.
 pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bool, StoreError> {
     conn.prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
@@ -92,7 +104,7 @@ impl Inner {
                         "cannot probe the lock of run {run_id} ({})",
                         self.writers.path().display()
                     ),
-                    e.into(),
+                    e,
                 )
             })?;
             if !held {
@@ -121,7 +133,7 @@ impl Inner {
                         "cannot lock run {run_id} ({})",
                         self.writers.path().display()
                     ),
-                    e.into(),
+                    e,
                 )
             })?;
             if locked {
@@ -141,6 +153,21 @@ impl Inner {
         }
     }
 
+    /// Clears the run's writer record as its writer lets go (on `conn`,
+    /// the writer connection it holds): a record outlives its writer only
+    /// when the writer dies holding the run, which is what a record naming
+    /// a dead process is taken to mean. Not a commit to sync: the record is
+    /// evidence for the living, not part of the run.
+    pub(super) fn clear_writer(&self, conn: &Connection, run_id: RunId) {
+        let cleared = conn.execute(
+            "UPDATE runs SET writer = NULL WHERE run_id = ?1 AND writer IS NOT NULL",
+            [run_id.to_string()],
+        );
+        if let Err(e) = cleared {
+            tracing::warn!(run = %run_id, error = %e, "cannot clear the writer record of a released run");
+        }
+    }
+
     /// Records this process as the run's writer; a failure leaves the lock
     /// as the only evidence (safe), and is logged.
     fn record_writer(&self, run_id: RunId) {
@@ -152,7 +179,7 @@ impl Inner {
             params![run_id.to_string(), record],
         );
         if let Err(e) = written {
-            tracing::debug!(run = %run_id, error = %e, "cannot record the writer of a run");
+            tracing::warn!(run = %run_id, error = %e, "cannot record the writer of a run");
         }
     }
 
@@ -185,22 +212,23 @@ impl Inner {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| sql_err(path, "begin a run's creation", e))?;
-        let slot: Option<i64> = tx
-            .query_row(
+        let slot = next_slot(&tx, path)?;
+        let inserted = tx
+            .execute(
                 "INSERT INTO runs (run_id, created_at, status, lock_slot, writer) \
-                 VALUES (?1, ?2, 'pending', \
-                         (SELECT coalesce(max(lock_slot), 0) + 1 FROM runs), ?3) \
-                 ON CONFLICT (run_id) DO NOTHING RETURNING lock_slot",
-                params![run_id.to_string(), now_millis(), holder::this_record()],
-                |row| row.get(0),
+                 VALUES (?1, ?2, 'pending', ?3, ?4) ON CONFLICT (run_id) DO NOTHING",
+                params![
+                    run_id.to_string(),
+                    now_millis(),
+                    slot,
+                    holder::this_record()
+                ],
             )
-            .optional()
             .map_err(|e| sql_err(path, &what(), e))?;
-        let Some(slot) = slot else {
+        if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
-        };
-        // A byte no run had: refused only where a process still holds the
-        // byte of a deleted run (rolled back, so the next run goes past it).
+        }
+        // A byte never given out before (slots only grow): nobody holds it.
         self.lock_slot(run_id, slot)?;
         let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
         tx.commit().map_err(|e| sql_err(path, &what(), e))?;

@@ -129,12 +129,12 @@ impl Inner {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| sql_err(path, "begin an import", e))?;
+        let slot = super::rows::next_slot(&tx, path)?;
         let inserted = tx
             .execute(
-                "INSERT INTO runs (run_id, created_at, lock_slot) \
-                 VALUES (?1, ?2, (SELECT coalesce(max(lock_slot), 0) + 1 FROM runs)) \
+                "INSERT INTO runs (run_id, created_at, lock_slot) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (run_id) DO NOTHING",
-                params![id, created_at],
+                params![id, created_at, slot],
             )
             .map_err(|e| sql_err(path, &what, e))?;
         if inserted == 0 {

@@ -17,6 +17,7 @@
 //! descriptor between its fork and its exec, not by a writer.
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -52,10 +53,12 @@ impl Writers {
     }
 
     /// The file, opened (and created, 0600) now if it is not yet; `None`
-    /// when it cannot be: no writer has made it (a read-only store).
-    fn file(&self) -> Option<&File> {
+    /// when it does not exist and cannot be made (a read-only store before
+    /// any writer made it): then nobody holds a run. Any other failure (a
+    /// file this user may not read) is an error, never "no writer".
+    fn file(&self) -> io::Result<Option<&File>> {
         if let Some(file) = self.file.get() {
-            return Some(file);
+            return Ok(Some(file));
         }
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(true).mode(FILE_MODE);
@@ -64,24 +67,22 @@ impl Writers {
         match opened {
             Ok(file) => {
                 let _ = self.file.set(file);
-                self.file.get()
+                Ok(self.file.get())
             }
-            Err(e) => {
-                tracing::debug!(file = %self.path.display(), error = %e, "no writers' lock file");
-                None
-            }
+            Err(crate::fs::FileReadError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Locks byte `slot` without waiting: `false` when another open file
     /// holds it. This store's own locks never refuse it: the caller keeps
     /// track of those.
-    pub(super) fn try_lock(&self, slot: i64) -> Result<bool, Errno> {
-        let file = self.file().ok_or(Errno::EROFS)?;
+    pub(super) fn try_lock(&self, slot: i64) -> io::Result<bool> {
+        let file = self.file()?.ok_or_else(|| io::Error::from(Errno::EROFS))?;
         match fcntl(file, FcntlArg::F_OFD_SETLK(&range(libc::F_WRLCK, slot))) {
             Ok(_) => Ok(true),
             Err(Errno::EAGAIN | Errno::EACCES) => Ok(false),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -97,8 +98,8 @@ impl Writers {
     }
 
     /// Whether an open file other than this store's holds byte `slot`.
-    pub(super) fn held_elsewhere(&self, slot: i64) -> Result<bool, Errno> {
-        let Some(file) = self.file() else {
+    pub(super) fn held_elsewhere(&self, slot: i64) -> io::Result<bool> {
+        let Some(file) = self.file()? else {
             return Ok(false);
         };
         let mut probe = range(libc::F_WRLCK, slot);
