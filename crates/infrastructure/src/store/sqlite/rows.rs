@@ -99,13 +99,7 @@ impl Inner {
         let deadline = Instant::now() + RECORD_PATIENCE;
         loop {
             let held = self.writers.held_elsewhere(slot).map_err(|e| {
-                StoreError::io(
-                    format!(
-                        "cannot probe the lock of run {run_id} ({})",
-                        self.writers.path().display()
-                    ),
-                    e,
-                )
+                self.writers_err(&format!("cannot probe the lock of run {run_id}"), e)
             })?;
             if !held {
                 return Ok(false);
@@ -121,21 +115,21 @@ impl Inner {
         }
     }
 
+    /// An error of the writers' lock file: `what` failed, naming the file.
+    fn writers_err(&self, what: &str, e: std::io::Error) -> StoreError {
+        StoreError::io(format!("{what} ({})", self.writers.path().display()), e)
+    }
+
     /// Locks the run's byte for this instance: refused at once when a
     /// writer holds it, waited out (at most [`ORPHAN_PATIENCE`]) when the
     /// record names a dead writer (a process it started still holds it).
     fn lock_slot(&self, run_id: RunId, slot: i64) -> Result<(), StoreError> {
         let started = Instant::now();
         loop {
-            let locked = self.writers.try_lock(slot).map_err(|e| {
-                StoreError::io(
-                    format!(
-                        "cannot lock run {run_id} ({})",
-                        self.writers.path().display()
-                    ),
-                    e,
-                )
-            })?;
+            let locked = self
+                .writers
+                .try_lock(slot)
+                .map_err(|e| self.writers_err(&format!("cannot lock run {run_id}"), e))?;
             if locked {
                 return Ok(());
             }

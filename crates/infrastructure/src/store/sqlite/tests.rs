@@ -157,6 +157,17 @@ async fn a_dead_writers_byte_is_no_writer_and_a_live_ones_is() {
     assert_eq!(names.len(), 2, "{names:?}");
 }
 
+/// The `column` of run `run`'s row.
+fn cell<T: rusqlite::types::FromSql>(store: &SqliteRunStore, column: &str, run: RunId) -> T {
+    lock(&store.inner.reader)
+        .query_row(
+            &format!("SELECT {column} FROM runs WHERE run_id = ?1"),
+            [run.to_string()],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
 /// Lock slots only grow: a deleted run's byte, still held by a process
 /// its writer left, is never a new run's. A released run keeps no writer
 /// record (only a writer that died holding it leaves one).
@@ -165,35 +176,19 @@ async fn slots_only_grow_and_a_release_clears_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("runs.db");
     let store = SqliteRunStore::open(&db).unwrap();
-    let slot_of = |run: RunId| -> Option<i64> {
-        lock(&store.inner.reader)
-            .query_row(
-                "SELECT lock_slot FROM runs WHERE run_id = ?1",
-                [run.to_string()],
-                |row| row.get(0),
-            )
-            .ok()
-    };
-    let record_of = |run: RunId| -> Option<String> {
-        lock(&store.inner.reader)
-            .query_row(
-                "SELECT writer FROM runs WHERE run_id = ?1",
-                [run.to_string()],
-                |row| row.get(0),
-            )
-            .unwrap()
-    };
+    let slot_of = |run| cell::<i64>(&store, "lock_slot", run);
+    let record_of = |run| cell::<Option<String>>(&store, "writer", run);
     let (first, held) = run_with(&store, 1).await;
     assert!(record_of(first).is_some(), "its writer is on record");
     drop(held);
     assert_eq!(record_of(first), None, "released");
-    let first_slot = slot_of(first).unwrap();
+    let first_slot = slot_of(first);
     store.delete_run(first).await.unwrap();
     // A process the deleted run's writer started still holds its byte.
     let leftover = writers::Writers::beside(&std::fs::canonicalize(&db).unwrap());
     assert!(leftover.try_lock(first_slot).unwrap());
     let (second, _held) = run_with(&store, 1).await;
-    assert!(slot_of(second).unwrap() > first_slot);
+    assert!(slot_of(second) > first_slot);
 }
 
 #[test]
