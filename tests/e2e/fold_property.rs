@@ -1,6 +1,7 @@
 //! The fold property over real runs: for random workflows (chains, branches,
 //! loops, failures, `continue_on_error`) run by the real runner on the real
-//! memory store, every snapshot the runner saved, and every state a delta
+//! memory store (weighing events as the file store does, so snapshots and
+//! deltas are due), every snapshot the runner saved, and every state a delta
 //! brought it to, equals the fold of the events before it, and the final
 //! state equals the fold of the whole log.
 
@@ -238,7 +239,7 @@ proptest! {
         let Ok(workflow) = WorkflowDef::from_yaml(&src) else { return Ok(()) };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let store = Arc::new(Recording { inner: MemoryRunStore::new(), saved: Mutex::new(Vec::new()), deltas: Default::default() });
+            let store = Arc::new(Recording { inner: MemoryRunStore::measuring(), saved: Mutex::new(Vec::new()), deltas: Default::default() });
             let outcomes = (0..case.nodes).map(|i| (format!("n{i}"), case.outcomes[i].clone())).collect();
             let query = Arc::new(Scripted { outcomes, calls: Mutex::new(HashMap::new()) });
             // Deltas at nearly every step, a snapshot now and then.

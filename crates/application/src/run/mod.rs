@@ -392,7 +392,17 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
-        driver::Driver::start(Arc::clone(&self.ports), lock, None, request, cancel).await
+        // Boxed, as at every entry point: a run's future is over 10 KB, and
+        // the caller's frame (a `block_on`, a spawned task) would otherwise
+        // carry and move it.
+        Box::pin(driver::Driver::start(
+            Arc::clone(&self.ports),
+            lock,
+            None,
+            request,
+            cancel,
+        ))
+        .await
     }
 
     /// Continues a run that stopped (paused, or interrupted by the death
@@ -458,7 +468,15 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let how = Continue::Recover(Some(by));
-        driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
+        Box::pin(driver::Driver::resume(
+            Arc::clone(&self.ports),
+            lock,
+            None,
+            workflow,
+            how,
+            cancel,
+        ))
+        .await
     }
 
     /// Starts `request` as the run whose `lock` a claim took: a queued run
@@ -469,7 +487,14 @@ impl Executor {
         request: RunRequest,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        driver::Driver::start(Arc::clone(&self.ports), lock, None, request, cancel).await
+        Box::pin(driver::Driver::start(
+            Arc::clone(&self.ports),
+            lock,
+            None,
+            request,
+            cancel,
+        ))
+        .await
     }
 
     pub(crate) async fn continue_run(
@@ -480,7 +505,15 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
-        driver::Driver::resume(Arc::clone(&self.ports), lock, None, workflow, how, cancel).await
+        Box::pin(driver::Driver::resume(
+            Arc::clone(&self.ports),
+            lock,
+            None,
+            workflow,
+            how,
+            cancel,
+        ))
+        .await
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of

@@ -18,6 +18,13 @@ use tokio::sync::Notify;
 use super::{LogSource, check_continuation, follow_log, locked_here, not_locked};
 
 /// Runs, logs and snapshots held in memory; lost when dropped.
+///
+/// Events are kept as values, never encoded: an append reports 0 bytes
+/// (see [`RunStore::append`]), so the amortized rule never asks for a
+/// snapshot and a state read folds the log in memory. A store made by
+/// [`MemoryRunStore::measuring`] weighs each event as the file store's JSON
+/// line instead, so snapshots and deltas fall where the file store's would:
+/// what tests of that cadence need.
 #[derive(Debug, Default)]
 pub struct MemoryRunStore {
     /// A `std` mutex, not a Tokio one: it is held only to look up or insert
@@ -25,6 +32,8 @@ pub struct MemoryRunStore {
     runs: Mutex<HashMap<RunId, Arc<MemRun>>>,
     /// Workflow definitions by hash.
     definitions: Mutex<HashMap<String, Definition>>,
+    /// Whether appends weigh events as JSON lines.
+    measuring: bool,
 }
 
 /// One run.
@@ -40,7 +49,8 @@ struct MemRun {
 #[derive(Debug, Default)]
 struct MemState {
     events: Vec<RuntimeEvent>,
-    /// Reused buffer for measuring events as the file store's JSON lines.
+    /// Reused buffer for measuring events as the file store's JSON lines
+    /// (a measuring store's).
     buf: Vec<u8>,
     snapshot: Option<RunSnapshot>,
     /// Deltas saved since the snapshot, as JSON, as the file store keeps them.
@@ -77,6 +87,29 @@ impl MemRun {
         }
         Ok(state)
     }
+}
+
+/// The bytes `events` take as JSON lines, serialized into `buf`.
+fn json_lines_bytes(
+    run_id: RunId,
+    events: &[RuntimeEvent],
+    buf: &mut Vec<u8>,
+) -> Result<u64, StoreError> {
+    let mut bytes = 0;
+    for event in events {
+        buf.clear();
+        event.write_json(buf).map_err(|e| {
+            StoreError::io(
+                format!(
+                    "cannot serialize event {} (offset {}) of run {run_id}",
+                    event.id, event.offset
+                ),
+                e.into(),
+            )
+        })?;
+        bytes += buf.len() as u64 + 1;
+    }
+    Ok(bytes)
 }
 
 /// Locks `run` for a new [`RunLock`].
@@ -130,6 +163,16 @@ impl MemoryRunStore {
         Self::default()
     }
 
+    /// An empty store whose appends report the bytes the file store would
+    /// write (each event serialized to count them), so the snapshot cadence
+    /// is the file store's.
+    pub fn measuring() -> Self {
+        Self {
+            measuring: true,
+            ..Self::default()
+        }
+    }
+
     fn run(&self, run_id: RunId) -> Result<Arc<MemRun>, StoreError> {
         lock(&self.runs)
             .get(&run_id)
@@ -163,27 +206,19 @@ impl RunStore for MemoryRunStore {
         Ok(self.run(run_id)?.state().locked)
     }
 
-    /// Returns the bytes the events take as JSON lines, as the file store
-    /// writes them: the measure the recorder weighs snapshots against.
+    /// Returns 0, encoding nothing; a [`MemoryRunStore::measuring`] store
+    /// returns the bytes the events take as JSON lines, as the file store
+    /// writes them.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let run = self.run(run_id)?;
         let bytes = {
             let mut state = run.writable(run_id)?;
             check_continuation(run_id, state.events.len() as u64, events)?;
-            let mut bytes = 0;
-            for event in events {
-                state.buf.clear();
-                event.write_json(&mut state.buf).map_err(|e| {
-                    StoreError::io(
-                        format!(
-                            "cannot serialize event {} (offset {}) of run {run_id}",
-                            event.id, event.offset
-                        ),
-                        e.into(),
-                    )
-                })?;
-                bytes += state.buf.len() as u64 + 1;
-            }
+            let bytes = if self.measuring {
+                json_lines_bytes(run_id, events, &mut state.buf)?
+            } else {
+                0
+            };
             state.events.extend_from_slice(events);
             bytes
         };
@@ -331,12 +366,17 @@ mod conformance {
     use super::MemoryRunStore;
 
     /// The storage of a memory store is the store itself: there is no other
-    /// instance on it, and nothing stored is encoded, so nothing can tear or rot.
-    struct Memory(Arc<MemoryRunStore>);
+    /// instance on it, and nothing stored is encoded, so nothing can tear or
+    /// rot. The plain store (`measuring` false) weighs no append.
+    struct Memory<const MEASURING: bool>(Arc<MemoryRunStore>);
 
-    impl StoreHarness for Memory {
+    impl<const MEASURING: bool> StoreHarness for Memory<MEASURING> {
         fn new() -> Self {
-            Self(Arc::new(MemoryRunStore::new()))
+            Self(Arc::new(if MEASURING {
+                MemoryRunStore::measuring()
+            } else {
+                MemoryRunStore::new()
+            }))
         }
         fn store(&self) -> Arc<dyn RunStore> {
             self.0.clone()
@@ -353,7 +393,62 @@ mod conformance {
         fn bad_event_place(&self, _run: RunId, _offset: u64) -> String {
             String::new()
         }
+        fn weighs_appends(&self) -> bool {
+            MEASURING
+        }
     }
 
-    application::store_conformance!(Memory);
+    mod plain {
+        use super::Memory;
+        application::store_conformance!(Memory<false>);
+    }
+
+    mod measuring {
+        use super::Memory;
+        application::store_conformance!(Memory<true>);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use application::ports::RunStore;
+    use domain::{EventKind, Offset, RunId, RuntimeEvent, Timestamp};
+
+    use super::MemoryRunStore;
+
+    fn warning(run_id: RunId, offset: u64) -> RuntimeEvent {
+        RuntimeEvent {
+            id: format!("e{offset}"),
+            offset: Offset::new(offset).unwrap(),
+            timestamp: Timestamp::from_millis(0),
+            run_id,
+            node_id: None,
+            node_run_id: None,
+            kind: EventKind::Warning {
+                message: "a \"quoted\" word".into(),
+                details: None,
+            },
+            extra: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_append_is_weighed_only_by_a_measuring_store() {
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let events = [warning(run, 1), warning(run, 2)];
+        let mut line = Vec::new();
+        events[0].write_json(&mut line).unwrap();
+        let lines = 2 * (line.len() as u64 + 1);
+
+        let plain = MemoryRunStore::new();
+        let _lock = plain.create_run(run).await.unwrap();
+        assert_eq!(plain.append(run, &events).await.unwrap(), 0);
+        assert_eq!(plain.read(run, 0, 10).await.unwrap(), events);
+
+        let measuring = MemoryRunStore::measuring();
+        let _lock = measuring.create_run(run).await.unwrap();
+        assert_eq!(measuring.append(run, &events).await.unwrap(), lines);
+        assert_eq!(measuring.read(run, 0, 10).await.unwrap(), events);
+    }
 }

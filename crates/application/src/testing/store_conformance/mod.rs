@@ -69,6 +69,13 @@ pub trait StoreHarness: Send + Sync + Sized + 'static {
     /// What the detail of a [`StoreError::BadEvent`] at `offset` names: the
     /// file and line, or the database and row.
     fn bad_event_place(&self, run: RunId, offset: u64) -> String;
+
+    /// Whether appends report the bytes of the events' JSON lines; `false`
+    /// for a store that encodes nothing and reports 0 (see
+    /// [`RunStore::append`]).
+    fn weighs_appends(&self) -> bool {
+        true
+    }
 }
 
 /// The store under test, as the checks below name it.
@@ -239,6 +246,9 @@ pub fn snapshot(run: RunId, last_offset: u64, status: RunStatus) -> RunSnapshot 
 ///     }
 ///     fn bad_event_place(&self, _: RunId, _: u64) -> String {
 ///         String::new()
+///     }
+///     fn weighs_appends(&self) -> bool {
+///         false // it encodes nothing
 ///     }
 /// }
 ///
