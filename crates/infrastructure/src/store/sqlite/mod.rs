@@ -45,7 +45,6 @@ pub use errors::SqliteOpenError;
 use errors::{io_err, sql_err};
 
 use self::connect::{connection, read_only_connection};
-use self::rows::exists;
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, OpenOptions};
@@ -303,15 +302,12 @@ impl LogSource for SqlLog {
 #[async_trait]
 impl RunStore for SqliteRunStore {
     async fn create_run(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        let inner = &self.inner;
-        if exists(&lock(&inner.reader), &inner.path, run_id)? {
-            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
-        }
-        inner.create(run_id)
+        // The insert itself refuses a run that exists (`Conflict`).
+        self.inner.create(run_id)
     }
 
     async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        self.inner.require(&lock(&self.inner.reader), run_id)?;
+        // `NotFound` from the lookup of the run's lock slot.
         self.inner.take_lock(run_id)
     }
 
@@ -332,7 +328,11 @@ impl RunStore for SqliteRunStore {
 
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {
         let inner = &self.inner;
-        inner.require(&lock(&inner.reader), run_id)?;
+        // A run this instance holds exists (a run with a writer cannot be
+        // deleted): only another run is looked up.
+        if inner.check_held(run_id).is_err() {
+            inner.require(&lock(&inner.reader), run_id)?;
+        }
         if inner.config.sync != SyncPolicy::StepBoundary
             || inner.synced.load(Ordering::Acquire) >= inner.committed.load(Ordering::Acquire)
         {

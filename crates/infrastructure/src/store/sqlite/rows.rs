@@ -201,7 +201,7 @@ impl Inner {
         let mut conn = lock(&self.writer);
         let mut held = lock(&self.held);
         if held.contains_key(&run_id) {
-            return Err(locked_here(run_id));
+            return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -238,7 +238,8 @@ impl Inner {
         ))
     }
 
-    /// Takes the lock of the run (which exists) for this instance.
+    /// Takes the lock of the run for this instance; `NotFound` for no such
+    /// run.
     pub(super) fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
         let slot = self.slot(&lock(&self.reader), run_id)?;
         {
@@ -273,11 +274,16 @@ impl Inner {
     pub(super) fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let path = &self.path;
         let mut conn = lock(&self.writer);
-        self.require(&conn, run_id)?;
-        self.check_held(run_id)?;
+        if let Err(not_held) = self.check_held(run_id) {
+            self.require(&conn, run_id)?;
+            return Err(not_held);
+        }
+        // Looked up in the append's own transaction: a statement before it
+        // would be a read transaction of its own, with its locks.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| sql_err(path, "begin an append", e))?;
+        self.require(&tx, run_id)?;
         let last = last_offset(&tx, path, run_id)?;
         check_continuation(run_id, last, events)?;
         if events.is_empty() {
@@ -366,8 +372,8 @@ impl Inner {
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
         let path = &self.path;
         let conn = lock(&self.reader);
-        self.require(&conn, run_id)?;
         if limit == 0 || after >= i64::MAX as u64 {
+            self.require(&conn, run_id)?;
             return Ok(Vec::new());
         }
         let mut stmt = conn
@@ -408,13 +414,22 @@ impl Inner {
                 break;
             }
         }
+        // Only an empty answer asks whether the run exists (in the read's
+        // own transaction, its statement still open): a lookup first would
+        // be a read transaction of its own on every read.
+        if events.is_empty() {
+            self.require(&conn, run_id)?;
+        }
         Ok(events)
     }
 
     pub(super) fn last(&self, run_id: RunId) -> Result<u64, StoreError> {
         let conn = lock(&self.reader);
-        self.require(&conn, run_id)?;
-        last_offset(&conn, &self.path, run_id)
+        let last = last_offset(&conn, &self.path, run_id)?;
+        if last == 0 {
+            self.require(&conn, run_id)?;
+        }
+        Ok(last)
     }
 }
 
