@@ -30,6 +30,9 @@ pub(super) fn connection(path: &Path, sync: SyncPolicy) -> Result<Connection, St
     };
     conn.pragma_update(None, "synchronous", synchronous)
         .map_err(|e| sql_err(path, "set synchronous", e))?;
+    // Room for every statement the store prepares (rusqlite keeps 16): a
+    // statement pushed out is parsed again at its next use.
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 

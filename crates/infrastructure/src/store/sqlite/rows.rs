@@ -26,12 +26,9 @@ use super::{Held, Inner, READ_BUDGET, lock, sql_err};
 /// so a deleted run's byte (which a process it started may still hold for
 /// a moment) is never a new run's.
 pub(super) fn next_slot(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
-    conn.query_row(
-        "UPDATE writer_slots SET last = last + 1 WHERE id = 1 RETURNING last",
-        [],
-        |row| row.get(0),
-    )
-    .map_err(|e| sql_err(path, "give out a lock slot", e))
+    conn.prepare_cached("UPDATE writer_slots SET last = last + 1 WHERE id = 1 RETURNING last")
+        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        .map_err(|e| sql_err(path, "give out a lock slot", e))
 }
 
 /// Whether `run_id` is a run of the database.
@@ -153,10 +150,11 @@ impl Inner {
     /// a dead process is taken to mean. Not a commit to sync: the record is
     /// evidence for the living, not part of the run.
     pub(super) fn clear_writer(&self, conn: &Connection, run_id: RunId) {
-        let cleared = conn.execute(
-            "UPDATE runs SET writer = NULL WHERE run_id = ?1 AND writer IS NOT NULL",
-            [run_id.to_string()],
-        );
+        let cleared = conn
+            .prepare_cached(
+                "UPDATE runs SET writer = NULL WHERE run_id = ?1 AND writer IS NOT NULL",
+            )
+            .and_then(|mut stmt| stmt.execute([run_id.to_string()]));
         if let Err(e) = cleared {
             tracing::warn!(run = %run_id, error = %e, "cannot clear the writer record of a released run");
         }
@@ -168,10 +166,9 @@ impl Inner {
         let Some(record) = holder::this_record() else {
             return;
         };
-        let written = lock(&self.writer).execute(
-            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
-            params![run_id.to_string(), record],
-        );
+        let written = lock(&self.writer)
+            .prepare_cached("UPDATE runs SET writer = ?2 WHERE run_id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![run_id.to_string(), record]));
         if let Err(e) = written {
             tracing::warn!(run = %run_id, error = %e, "cannot record the writer of a run");
         }
@@ -208,16 +205,18 @@ impl Inner {
             .map_err(|e| sql_err(path, "begin a run's creation", e))?;
         let slot = next_slot(&tx, path)?;
         let inserted = tx
-            .execute(
+            .prepare_cached(
                 "INSERT INTO runs (run_id, created_at, status, lock_slot, writer) \
                  VALUES (?1, ?2, 'pending', ?3, ?4) ON CONFLICT (run_id) DO NOTHING",
-                params![
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
                     run_id.to_string(),
                     now_millis(),
                     slot,
                     holder::this_record()
-                ],
-            )
+                ])
+            })
             .map_err(|e| sql_err(path, &what(), e))?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
@@ -278,13 +277,16 @@ impl Inner {
             self.require(&conn, run_id)?;
             return Err(not_held);
         }
-        // Looked up in the append's own transaction: a statement before it
-        // would be a read transaction of its own, with its locks.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| sql_err(path, "begin an append", e))?;
-        self.require(&tx, run_id)?;
         let last = last_offset(&tx, path, run_id)?;
+        // A run with events exists (a deletion takes them with it); one
+        // without is looked up, in the append's own transaction: a
+        // statement before it would be a read transaction of its own.
+        if last == 0 {
+            self.require(&tx, run_id)?;
+        }
         check_continuation(run_id, last, events)?;
         if events.is_empty() {
             return Ok(0);
