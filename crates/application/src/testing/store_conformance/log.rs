@@ -7,9 +7,16 @@ use super::*;
 pub async fn create_twice_conflicts<H: StoreHarness>(h: H) {
     let s = Subject::of(&h);
     let run = new_run();
-    let _lock = s.store.create_run(run).await.unwrap();
+    let lock = s.store.create_run(run).await.unwrap();
     assert_conflict(s.store.create_run(run).await, "second create");
+    assert_conflict(
+        other_or_same(&h).create_run(run).await,
+        "create from another instance",
+    );
     assert_eq!(s.store.last_offset(run).await.unwrap(), 0);
+    drop(lock);
+    assert_conflict(s.store.create_run(run).await, "create once released");
+    assert_eq!(s.store.read(run, 0, 10).await.unwrap(), Vec::new());
 }
 
 /// Conformance: Offsets must continue the log.
@@ -158,6 +165,7 @@ pub async fn unknown_runs_are_not_found<H: StoreHarness>(h: H) {
     assert_not_found(store.append(run, &[warning(run, 1)]).await, run, "append");
     assert_not_found(store.flush(run).await, run, "flush");
     assert_not_found(store.read(run, 0, 10).await, run, "read");
+    assert_not_found(store.read(run, 0, 0).await, run, "read of none");
     assert_not_found(store.last_offset(run).await, run, "last_offset");
     assert_not_found(store.follow(run, 0).await.map(|_| ()), run, "follow");
     assert_not_found(
