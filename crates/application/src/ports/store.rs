@@ -320,8 +320,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// and returns their size as the store encodes them (JSON lines, before
     /// any large value is moved aside): the recorder weighs the log's growth
     /// against the size of the last snapshot to decide when the next is due.
-    /// A store that encodes nothing (one in memory) may return 0: no
-    /// snapshot is then ever due by growth, and a read folds the log.
+    /// A store that encodes nothing (one in memory) may return 0: a
+    /// snapshot is then due only under a policy whose floor is 0 bytes,
+    /// and a read folds the log.
     /// [`StoreError::Locked`] unless this store holds the run's lock.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError>;
 

@@ -200,9 +200,17 @@ impl Inner {
         if held.contains_key(&run_id) {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(path, "begin a run's creation", e))?;
+        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            // A run that exists is a `Conflict` even where nothing can be
+            // written (a read-only database, a writer elsewhere too long).
+            Err(e) => {
+                if exists(&lock(&self.reader), path, run_id)? {
+                    return Err(StoreError::Conflict(format!("run {run_id} already exists")));
+                }
+                return Err(sql_err(path, "begin a run's creation", e));
+            }
+        };
         let slot = next_slot(&tx, path)?;
         let inserted = tx
             .prepare_cached(
@@ -249,7 +257,12 @@ impl Inner {
                 return Err(locked_here(run_id));
             }
             self.lock_slot(run_id, slot)?;
-            held.insert(run_id, SlotLock::new(Arc::clone(&self.writers), slot));
+            let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
+            // Another process may have deleted the run between the lookup
+            // of its slot and the lock (a deletion takes the lock first):
+            // what is locked now is a run that still exists, or nothing.
+            self.require(&lock(&self.reader), run_id)?;
+            held.insert(run_id, slot_lock);
         }
         self.record_writer(run_id);
         Ok(RunLock::new(
@@ -416,9 +429,9 @@ impl Inner {
                 break;
             }
         }
-        // Only an empty answer asks whether the run exists (in the read's
-        // own transaction, its statement still open): a lookup first would
-        // be a read transaction of its own on every read.
+        // Only an empty answer asks whether the run exists: a lookup first
+        // would be a read transaction of its own on every read that finds
+        // events (an empty one pays it after, as before).
         if events.is_empty() {
             self.require(&conn, run_id)?;
         }
