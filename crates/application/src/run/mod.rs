@@ -392,17 +392,7 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let lock = self.lock(run_id).await?;
-        // Boxed, as at every entry point: a run's future is over 10 KB, and
-        // the caller's frame (a `block_on`, a spawned task) would otherwise
-        // carry and move it.
-        Box::pin(driver::Driver::start(
-            Arc::clone(&self.ports),
-            lock,
-            None,
-            request,
-            cancel,
-        ))
-        .await
+        self.start_top(lock, request, cancel).await
     }
 
     /// Continues a run that stopped (paused, or interrupted by the death
@@ -468,20 +458,25 @@ impl Executor {
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
         let how = Continue::Recover(Some(by));
-        Box::pin(driver::Driver::resume(
-            Arc::clone(&self.ports),
-            lock,
-            None,
-            workflow,
-            how,
-            cancel,
-        ))
-        .await
+        self.resume_top(lock, workflow, how, cancel).await
     }
 
     /// Starts `request` as the run whose `lock` a claim took: a queued run
     /// no writer has started yet (its log is empty).
     pub async fn start_claimed(
+        &self,
+        lock: RunLock,
+        request: RunRequest,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        self.start_top(lock, request, cancel).await
+    }
+
+    /// Drives a new top-level run (no parent) from its start. Boxed, as
+    /// every entry point's run is: its future is over 10 KB, and the
+    /// caller's frame (a `block_on`, a spawned task) would otherwise carry
+    /// and move it.
+    async fn start_top(
         &self,
         lock: RunLock,
         request: RunRequest,
@@ -497,14 +492,15 @@ impl Executor {
         .await
     }
 
-    pub(crate) async fn continue_run(
+    /// Drives a stopped top-level run on from its log, boxed as
+    /// [`Self::start_top`] is.
+    async fn resume_top(
         &self,
-        run_id: RunId,
+        lock: RunLock,
         workflow: Arc<WorkflowDef>,
         how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        let lock = self.lock(run_id).await?;
         Box::pin(driver::Driver::resume(
             Arc::clone(&self.ports),
             lock,
@@ -514,6 +510,17 @@ impl Executor {
             cancel,
         ))
         .await
+    }
+
+    pub(crate) async fn continue_run(
+        &self,
+        run_id: RunId,
+        workflow: Arc<WorkflowDef>,
+        how: Continue,
+        cancel: Cancel,
+    ) -> Result<RunOutcome, ExecutorError> {
+        let lock = self.lock(run_id).await?;
+        self.resume_top(lock, workflow, how, cancel).await
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of

@@ -15,6 +15,7 @@ use domain::{RunId, RunSnapshot, RuntimeEvent};
 use futures::StreamExt;
 use tokio::sync::Notify;
 
+use super::row::event_json;
 use super::{LogSource, check_continuation, follow_log, locked_here, not_locked};
 
 /// Runs, logs and snapshots held in memory; lost when dropped.
@@ -97,17 +98,7 @@ fn json_lines_bytes(
 ) -> Result<u64, StoreError> {
     let mut bytes = 0;
     for event in events {
-        buf.clear();
-        event.write_json(buf).map_err(|e| {
-            StoreError::io(
-                format!(
-                    "cannot serialize event {} (offset {}) of run {run_id}",
-                    event.id, event.offset
-                ),
-                e.into(),
-            )
-        })?;
-        bytes += buf.len() as u64 + 1;
+        bytes += event_json(run_id, event, buf)?.len() as u64 + 1;
     }
     Ok(bytes)
 }
