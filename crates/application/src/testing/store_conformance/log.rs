@@ -24,7 +24,7 @@ pub async fn offsets_must_continue_the_log<H: StoreHarness>(h: H) {
     let s = Subject::of(&h);
     let store = &*s.store;
     let run = new_run();
-    let _lock = store.create_run(run).await.unwrap();
+    let lock = store.create_run(run).await.unwrap();
     assert_conflict(
         store.append(run, &[warning(run, 2)]).await,
         "first offset 2",
@@ -48,6 +48,19 @@ pub async fn offsets_must_continue_the_log<H: StoreHarness>(h: H) {
     store.append(run, &warnings(run, 5..=6)).await.unwrap();
     let all = store.read(run, 0, 100).await.unwrap();
     assert_eq!(offsets(&all), vec![1, 2, 3, 4, 5, 6]);
+    // A new writer continues the log as stored, whatever the last one knew.
+    drop(lock);
+    let _lock = store.lock(run).await.unwrap();
+    assert_conflict(
+        store.append(run, &[warning(run, 8)]).await,
+        "gap after a new lock",
+    );
+    assert_conflict(
+        store.append(run, &[warning(run, 6)]).await,
+        "duplicate after a new lock",
+    );
+    store.append(run, &[warning(run, 7)]).await.unwrap();
+    assert_eq!(store.last_offset(run).await.unwrap(), 7);
 }
 
 /// Conformance: Concurrent appends of one offset admit one.

@@ -80,3 +80,46 @@ pub(super) fn immutable_uri(path: &Path) -> PathBuf {
     let escaped = percent_encode(path.as_os_str().as_bytes(), ESCAPED);
     PathBuf::from(format!("file:{escaped}?immutable=1"))
 }
+
+/// A write transaction begun and ended by cached statements: rusqlite's
+/// `Transaction` sends `BEGIN` and `COMMIT` through `execute_batch`, which
+/// parses them anew each time, twice an append. Dropped before
+/// [`WriteTx::commit`], it rolls back, as rusqlite's does.
+pub(super) struct WriteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> WriteTx<'c> {
+    /// `BEGIN IMMEDIATE`: the database's write lock is taken now, so a busy
+    /// database is waited for (or refused) here, not at the first write.
+    pub(super) fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { conn })
+    }
+
+    /// Commits; on failure the drop rolls back what is still open.
+    pub(super) fn commit(self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        // Committed (or ended by SQLite itself, after some errors): nothing open.
+        if self.conn.is_autocommit() {
+            return;
+        }
+        if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+            tracing::warn!(error = %e, "cannot roll back a write transaction");
+        }
+    }
+}

@@ -119,13 +119,24 @@ struct Inner {
     writer: Mutex<Connection>,
     /// Reads and follows.
     reader: Mutex<Connection>,
-    /// The runs this instance holds, by their locked bytes.
-    held: Mutex<HashMap<RunId, writers::SlotLock>>,
+    /// The runs this instance holds.
+    held: Mutex<HashMap<RunId, HeldRun>>,
     /// Wakes this instance's followers of a run after its appends.
     notifies: Mutex<HashMap<RunId, Arc<Notify>>>,
     /// Commits by this instance, and how many of them are synced.
     committed: AtomicU64,
     synced: AtomicU64,
+}
+
+/// A run this instance holds: its locked byte, and its last offset once
+/// known. Nobody else appends to a held run, and a run with a writer
+/// cannot be deleted, so an append needs no query for where the log ends.
+#[derive(Debug)]
+struct HeldRun {
+    _slot: writers::SlotLock,
+    /// The last offset on record: `None` until this instance has read or
+    /// written it since taking the lock.
+    last: Option<u64>,
 }
 
 /// Locks, recovering the data of a poisoned lock: nothing here panics while

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use application::ports::{RunLock, StoreError};
 use domain::{RunId, RuntimeEvent};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use tokio::sync::Notify;
 
@@ -19,8 +19,9 @@ use super::super::row::{event_json, offset_param, row_event};
 use super::super::{
     check_continuation, locked_by_leftover, locked_elsewhere, locked_here, not_locked,
 };
+use super::connect::WriteTx;
 use super::writers::SlotLock;
-use super::{Held, Inner, READ_BUDGET, lock, sql_err};
+use super::{Held, HeldRun, Inner, READ_BUDGET, lock, sql_err};
 
 /// The next lock slot, given out in `conn`'s transaction: slots only grow,
 /// so a deleted run's byte (which a process it started may still hold for
@@ -195,12 +196,12 @@ impl Inner {
         let path = &self.path;
         let what = || format!("create run {run_id}");
         // The writer connection first, as appends take them.
-        let mut conn = lock(&self.writer);
+        let conn = lock(&self.writer);
         let mut held = lock(&self.held);
         if held.contains_key(&run_id) {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
-        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        let tx = match WriteTx::begin(&conn) {
             Ok(tx) => tx,
             // A run that exists is a `Conflict` even where nothing can be
             // written (a read-only database, a writer elsewhere too long).
@@ -233,7 +234,13 @@ impl Inner {
         self.lock_slot(run_id, slot)?;
         let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
         tx.commit().map_err(|e| sql_err(path, &what(), e))?;
-        held.insert(run_id, slot_lock);
+        held.insert(
+            run_id,
+            HeldRun {
+                _slot: slot_lock,
+                last: Some(0),
+            },
+        );
         self.committed.fetch_add(1, Ordering::AcqRel);
         drop((held, conn));
         Ok(RunLock::new(
@@ -262,7 +269,13 @@ impl Inner {
             // of its slot and the lock (a deletion takes the lock first):
             // what is locked now is a run that still exists, or nothing.
             self.require(&lock(&self.reader), run_id)?;
-            held.insert(run_id, slot_lock);
+            held.insert(
+                run_id,
+                HeldRun {
+                    _slot: slot_lock,
+                    last: None,
+                },
+            );
         }
         self.record_writer(run_id);
         Ok(RunLock::new(
@@ -283,27 +296,41 @@ impl Inner {
         }
     }
 
+    /// The run's last offset as this instance knows it (`None`: not yet
+    /// known), for a run it holds; a write to any other is refused.
+    fn held_last(&self, run_id: RunId) -> Result<Option<u64>, StoreError> {
+        match lock(&self.held).get(&run_id) {
+            Some(held) => Ok(held.last),
+            None => Err(not_locked(run_id)),
+        }
+    }
+
     pub(super) fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let path = &self.path;
-        let mut conn = lock(&self.writer);
-        if let Err(not_held) = self.check_held(run_id) {
-            self.require(&conn, run_id)?;
-            return Err(not_held);
-        }
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(path, "begin an append", e))?;
-        let last = last_offset(&tx, path, run_id)?;
-        // A run with events exists (a deletion takes them with it); one
-        // without is looked up, in the append's own transaction: a
-        // statement before it would be a read transaction of its own.
-        if last == 0 {
+        let conn = lock(&self.writer);
+        let known = match self.held_last(run_id) {
+            Ok(known) => known,
+            Err(not_held) => {
+                self.require(&conn, run_id)?;
+                return Err(not_held);
+            }
+        };
+        let tx = WriteTx::begin(&conn).map_err(|e| sql_err(path, "begin an append", e))?;
+        let last = match known {
+            Some(last) => last,
+            None => last_offset(&tx, path, run_id)?,
+        };
+        // A run with events exists (a deletion takes them with it), and so
+        // does one this instance created; another without is looked up, in
+        // the append's own transaction: a statement before it would be a
+        // read transaction of its own.
+        if last == 0 && known.is_none() {
             self.require(&tx, run_id)?;
         }
         check_continuation(run_id, last, events)?;
-        if events.is_empty() {
+        let Some(new_last) = events.last().map(|e| e.offset.get()) else {
             return Ok(0);
-        }
+        };
         let mut bytes = 0;
         {
             let mut insert = tx
@@ -333,6 +360,9 @@ impl Inner {
         tx.commit()
             .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);
+        if let Some(held) = lock(&self.held).get_mut(&run_id) {
+            held.last = Some(new_last);
+        }
         drop(conn);
         self.wake(run_id);
         Ok(bytes)

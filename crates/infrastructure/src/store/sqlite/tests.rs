@@ -336,3 +336,43 @@ fn the_immutable_uri_escapes_the_path() {
     assert_eq!(version, SCHEMA_VERSION);
     assert!(!dir.path().join("a").exists(), "no file of a cut path");
 }
+
+/// An append that fails inside its transaction (here a row a rogue writer
+/// put where the next event goes) is an error naming the database, rolls
+/// back, and leaves the writer connection free for the next transaction.
+#[tokio::test]
+async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
+    use application::testing::store_conformance::{warning, warnings};
+    let h = <Sqlite as StoreHarness>::new();
+    let store = h.store();
+    let (run, _lock) = run_with(&*store, 1).await;
+    let rogue = Connection::open(h.db()).unwrap();
+    rogue
+        .execute(
+            "INSERT INTO events (run_id, \"offset\", type, json) VALUES (?1, 2, 'warning', '{}')",
+            [run.to_string()],
+        )
+        .unwrap();
+    let err = store
+        .append(run, &warnings(run, 2..=3))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("runs.db") && err.contains(&run.to_string()),
+        "{err}"
+    );
+    // Nothing of the batch stayed; the rogue row is all there is past 1.
+    let offsets: Vec<i64> = rogue
+        .prepare("SELECT \"offset\" FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+        .unwrap()
+        .query_map([run.to_string()], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(offsets, [1, 2]);
+    // No transaction was left open on the writer connection.
+    let (other, _other_lock) = run_with(&*store, 0).await;
+    store.append(other, &[warning(other, 1)]).await.unwrap();
+    assert_eq!(store.last_offset(other).await.unwrap(), 1);
+}
