@@ -128,12 +128,15 @@ struct Inner {
     synced: AtomicU64,
 }
 
-/// A run this instance holds: its locked byte, and its last offset once
-/// known. Nobody else appends to a held run, and a run with a writer
-/// cannot be deleted, so an append needs no query for where the log ends.
+/// A run this instance holds: its locked byte, its slot, and its last
+/// offset once known. Nobody else appends to a held run, and a run with a
+/// writer cannot be deleted, so an append needs no query for where the log
+/// ends.
 #[derive(Debug)]
 struct HeldRun {
-    _slot: writers::SlotLock,
+    _lock: writers::SlotLock,
+    /// The run's `lock_slot`: the high bits of its events' keys.
+    slot: i64,
     /// The last offset on record: `None` until this instance has read or
     /// written it since taking the lock.
     last: Option<u64>,

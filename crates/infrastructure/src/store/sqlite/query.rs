@@ -1,8 +1,9 @@
 //! Queries of the SQLite store, served by its indexes (migration 0002):
 //! runs by status, workflow and start from `runs` and its
 //! `(status | workflow, started_at, run_id)` indexes, newest first; a run's
-//! events by type from `events_by_type (run_id, type, offset)`, by node and
-//! time within the run's own rows. Neither reads the rows of other runs.
+//! events by type from `events_by_type (slot, type)` (schema 7: the slot is
+//! `id >> 32`), by node and time within the run's own range of `id`s.
+//! Neither reads the rows of other runs.
 //!
 //! The `runs` row follows the log: [`index_run`] writes a status change
 //! in the transaction that appends it.
@@ -86,10 +87,11 @@ pub(super) fn runs_sql(query: &RunQuery) -> (String, Vec<Value>) {
     (sql, values)
 }
 
-/// The statement and parameters selecting up to `limit` events of `run_id`
+/// The statement and parameters selecting up to `limit` events of the run
+/// at `slot`
 /// after `after` that `filter` lets through.
 pub(super) fn events_sql(
-    run_id: RunId,
+    slot: i64,
     after: u64,
     filter: &EventFilter,
     limit: usize,
@@ -97,17 +99,18 @@ pub(super) fn events_sql(
     // Without statistics SQLite would rather walk the run's rows in offset
     // order than search the type index and sort what it finds; the index
     // reads only the matches, so it is named.
-    let index = if filter.types.is_empty() {
-        ""
+    let (first, end) = (slot << 32, (slot + 1) << 32);
+    let after = first + offset_param(after.min(u64::from(u32::MAX)));
+    let mut sql = String::from("SELECT \"offset\", json FROM events");
+    let mut values = Vec::new();
+    if !filter.types.is_empty() {
+        sql.push_str(" INDEXED BY events_by_type WHERE (id >> 32) = ? AND");
+        values.push(Value::Integer(slot));
     } else {
-        " INDEXED BY events_by_type"
-    };
-    let mut sql =
-        format!("SELECT \"offset\", json FROM events{index} WHERE run_id = ? AND \"offset\" > ?");
-    let mut values = vec![
-        Value::Text(run_id.to_string()),
-        Value::Integer(offset_param(after)),
-    ];
+        sql.push_str(" WHERE");
+    }
+    sql.push_str(" id > ? AND id < ?");
+    values.extend([Value::Integer(after), Value::Integer(end)]);
     if !filter.types.is_empty() {
         let marks = vec!["?"; filter.types.len()].join(", ");
         sql.push_str(&format!(" AND type IN ({marks})"));
@@ -121,7 +124,7 @@ pub(super) fn events_sql(
         sql.push_str(" AND ts >= ?");
         values.push(Value::Integer(since.as_millis()));
     }
-    sql.push_str(" ORDER BY \"offset\" LIMIT ?");
+    sql.push_str(" ORDER BY id LIMIT ?");
     values.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
     (sql, values)
 }
@@ -214,11 +217,11 @@ impl Inner {
     ) -> Result<Vec<RuntimeEvent>, StoreError> {
         let path = &self.path;
         let conn = lock(&self.reader);
-        self.require(&conn, run_id)?;
+        let slot = self.slot(&conn, run_id)?;
         if limit == 0 || after >= i64::MAX as u64 {
             return Ok(Vec::new());
         }
-        let (sql, values) = events_sql(run_id, after, filter, limit);
+        let (sql, values) = events_sql(slot, after, filter, limit);
         let mut stmt = conn
             .prepare_cached(&sql)
             .map_err(|e| sql_err(path, "prepare a filtered read", e))?;
@@ -426,12 +429,30 @@ mod tests {
     }
 
     #[test]
+    fn a_read_searches_the_runs_range_of_keys() {
+        let values = vec![
+            Value::Text(run().to_string()),
+            Value::Integer(5),
+            Value::Integer(10),
+        ];
+        let plan = plan(super::super::rows::READ_SQL, values);
+        assert!(
+            plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            "{plan}"
+        );
+        assert!(
+            !plan.contains("SCAN") && !plan.contains("TEMP B-TREE"),
+            "{plan}"
+        );
+    }
+
+    #[test]
     fn events_by_type_search_the_type_index_and_other_filters_the_runs_rows() {
         let filter = EventFilter {
             types: vec!["node:failed".into(), "node:completed".into()],
             ..EventFilter::default()
         };
-        let (sql, values) = events_sql(run(), 0, &filter, 100);
+        let (sql, values) = events_sql(7, 0, &filter, 100);
         assert_searches(&plan(&sql, values), "events_by_type");
 
         let filter = EventFilter {
@@ -439,11 +460,13 @@ mod tests {
             since: Some(Timestamp::from_millis(1_767_225_600_000)),
             ..EventFilter::default()
         };
-        let (sql, values) = events_sql(run(), 10, &filter, 100);
+        let (sql, values) = events_sql(7, 10, &filter, 100);
         let plan = plan(&sql, values);
         // The run's own rows, from the offset on, by the primary key.
-        assert!(plan.contains("SEARCH events USING"), "{plan}");
-        assert!(plan.contains("run_id=?"), "{plan}");
+        assert!(
+            plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            "{plan}"
+        );
         assert!(!plan.contains("SCAN events"), "{plan}");
     }
 }

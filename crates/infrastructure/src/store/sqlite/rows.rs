@@ -23,13 +23,76 @@ use super::connect::WriteTx;
 use super::writers::SlotLock;
 use super::{Held, HeldRun, Inner, READ_BUDGET, lock, sql_err};
 
+/// The highest lock slot: an event's key holds its run's slot above its
+/// offset's 32 bits (schema 7), in a positive 64-bit integer.
+const MAX_SLOT: i64 = (1 << 31) - 1;
+
 /// The next lock slot, given out in `conn`'s transaction: slots only grow,
 /// so a deleted run's byte (which a process it started may still hold for
 /// a moment) is never a new run's.
 pub(super) fn next_slot(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
-    conn.prepare_cached("UPDATE writer_slots SET last = last + 1 WHERE id = 1 RETURNING last")
+    let slot: i64 = conn
+        .prepare_cached("UPDATE writer_slots SET last = last + 1 WHERE id = 1 RETURNING last")
         .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
-        .map_err(|e| sql_err(path, "give out a lock slot", e))
+        .map_err(|e| sql_err(path, "give out a lock slot", e))?;
+    if !(1..=MAX_SLOT).contains(&slot) {
+        return Err(StoreError::io_msg(format!(
+            "{}: no run can be added: the database has given out all {MAX_SLOT} run slots",
+            path.display()
+        )));
+    }
+    Ok(slot)
+}
+
+/// The key (`id`) of the events row of `offset` in the run at `slot`: the
+/// slot above the offset's 32 bits, so a run's rows are one range in the
+/// order of its log.
+pub(super) fn event_key(
+    path: &Path,
+    run_id: RunId,
+    slot: i64,
+    offset: u64,
+) -> Result<i64, StoreError> {
+    match u32::try_from(offset) {
+        Ok(offset) if offset > 0 && (1..=MAX_SLOT).contains(&slot) => {
+            Ok(slot << 32 | i64::from(offset))
+        }
+        _ => Err(StoreError::io_msg(format!(
+            "{}: run {run_id} cannot hold event {offset}: a run of the SQLite store holds \
+             at most {} events",
+            path.display(),
+            u32::MAX
+        ))),
+    }
+}
+
+/// Up to `?3` events of run `?1` after offset `?2`, in order: one range of
+/// the primary key, the run's slot looked up in the statement itself.
+pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM events \
+     WHERE id > (SELECT (lock_slot << 32) + ?2 FROM runs WHERE run_id = ?1) \
+     AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1) \
+     ORDER BY id LIMIT ?3";
+
+/// The keys of the run at `slot`'s events: `[first, end)`.
+fn slot_keys(slot: i64) -> (i64, i64) {
+    (slot << 32, (slot + 1) << 32)
+}
+
+/// The last offset on record of the run at `slot` (0: none).
+fn last_of_slot(
+    conn: &Connection,
+    path: &Path,
+    run_id: RunId,
+    slot: i64,
+) -> Result<u64, StoreError> {
+    let (first, end) = slot_keys(slot);
+    let last: Option<i64> = conn
+        .prepare_cached(
+            "SELECT \"offset\" FROM events WHERE id >= ?1 AND id < ?2 ORDER BY id DESC LIMIT 1",
+        )
+        .and_then(|mut stmt| stmt.query_row([first, end], |row| row.get(0)).optional())
+        .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), e))?;
+    Ok(last.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
 }
 
 /// Whether `run_id` is a run of the database.
@@ -52,7 +115,8 @@ impl Inner {
         }
     }
 
-    /// The run's byte of the writers' lock file (see `writers`).
+    /// The run's slot: the byte of the writers' lock file its writer
+    /// locks (see `writers`), and the high bits of its events' keys.
     pub(super) fn slot(&self, conn: &Connection, run_id: RunId) -> Result<i64, StoreError> {
         let slot: Option<Option<i64>> = conn
             .prepare_cached("SELECT lock_slot FROM runs WHERE run_id = ?1")
@@ -237,7 +301,8 @@ impl Inner {
         held.insert(
             run_id,
             HeldRun {
-                _slot: slot_lock,
+                _lock: slot_lock,
+                slot,
                 last: Some(0),
             },
         );
@@ -272,7 +337,8 @@ impl Inner {
             held.insert(
                 run_id,
                 HeldRun {
-                    _slot: slot_lock,
+                    _lock: slot_lock,
+                    slot,
                     last: None,
                 },
             );
@@ -296,11 +362,12 @@ impl Inner {
         }
     }
 
-    /// The run's last offset as this instance knows it (`None`: not yet
-    /// known), for a run it holds; a write to any other is refused.
-    fn held_last(&self, run_id: RunId) -> Result<Option<u64>, StoreError> {
+    /// The slot of a run this instance holds and its last offset as this
+    /// instance knows it (`None`: not yet known); a write to any other run
+    /// is refused.
+    fn held_run(&self, run_id: RunId) -> Result<(i64, Option<u64>), StoreError> {
         match lock(&self.held).get(&run_id) {
-            Some(held) => Ok(held.last),
+            Some(held) => Ok((held.slot, held.last)),
             None => Err(not_locked(run_id)),
         }
     }
@@ -308,8 +375,8 @@ impl Inner {
     pub(super) fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let path = &self.path;
         let conn = lock(&self.writer);
-        let known = match self.held_last(run_id) {
-            Ok(known) => known,
+        let (slot, known) = match self.held_run(run_id) {
+            Ok(held) => held,
             Err(not_held) => {
                 self.require(&conn, run_id)?;
                 return Err(not_held);
@@ -318,7 +385,7 @@ impl Inner {
         let tx = WriteTx::begin(&conn).map_err(|e| sql_err(path, "begin an append", e))?;
         let last = match known {
             Some(last) => last,
-            None => last_offset(&tx, path, run_id)?,
+            None => last_of_slot(&tx, path, run_id, slot)?,
         };
         // A run with events exists (a deletion takes them with it), and so
         // does one this instance created; another without is looked up, in
@@ -335,17 +402,19 @@ impl Inner {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO events (id, run_id, \"offset\", type, node_id, json, ts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| sql_err(path, "prepare an append", e))?;
             let id = run_id.to_string();
             let mut buf = Vec::with_capacity(256);
             for event in events {
+                let key = event_key(path, run_id, slot, event.offset.get())?;
                 let json = event_json(run_id, event, &mut buf)?;
                 bytes += json.len() as u64 + 1;
                 insert
                     .execute(params![
+                        key,
                         id,
                         offset_param(event.offset.get()),
                         event.kind.type_name(),
@@ -421,15 +490,15 @@ impl Inner {
             self.require(&conn, run_id)?;
             return Ok(Vec::new());
         }
+        // The run's slot is looked up in the statement itself: a lookup
+        // first would be a read transaction of its own.
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT \"offset\", json FROM events WHERE run_id = ?1 AND \"offset\" > ?2 \
-                 ORDER BY \"offset\" LIMIT ?3",
-            )
+            .prepare_cached(READ_SQL)
             .map_err(|e| sql_err(path, "prepare a read", e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let within = after.min(u64::from(u32::MAX));
         let mut rows = stmt
-            .query(params![run_id.to_string(), offset_param(after), limit])
+            .query(params![run_id.to_string(), offset_param(within), limit])
             .map_err(|e| sql_err(path, &format!("read run {run_id}"), e))?;
         let mut events = Vec::new();
         let mut expected = after + 1;
@@ -470,22 +539,7 @@ impl Inner {
 
     pub(super) fn last(&self, run_id: RunId) -> Result<u64, StoreError> {
         let conn = lock(&self.reader);
-        let last = last_offset(&conn, &self.path, run_id)?;
-        if last == 0 {
-            self.require(&conn, run_id)?;
-        }
-        Ok(last)
+        let slot = self.slot(&conn, run_id)?;
+        last_of_slot(&conn, &self.path, run_id, slot)
     }
-}
-
-pub(super) fn last_offset(
-    conn: &Connection,
-    path: &Path,
-    run_id: RunId,
-) -> Result<u64, StoreError> {
-    let last: Option<i64> = conn
-        .prepare_cached("SELECT MAX(\"offset\") FROM events WHERE run_id = ?1")
-        .and_then(|mut stmt| stmt.query_row([run_id.to_string()], |row| row.get(0)))
-        .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), e))?;
-    Ok(last.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
 }

@@ -9,13 +9,14 @@ use super::{SqliteOpenError, sql_err};
 
 /// Migration `k` (0-based) takes the schema from version `k` to `k + 1`.
 /// Append only: a released migration is never edited.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_queries.sql"),
     include_str!("migrations/0003_snapshot_deltas.sql"),
     include_str!("migrations/0004_definitions.sql"),
     include_str!("migrations/0005_lean_indexes.sql"),
     include_str!("migrations/0006_writer_slots.sql"),
+    include_str!("migrations/0007_events_by_run.sql"),
 ];
 
 /// The schema version this build writes and reads.

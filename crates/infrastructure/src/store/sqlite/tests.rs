@@ -349,7 +349,8 @@ async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
     let rogue = Connection::open(h.db()).unwrap();
     rogue
         .execute(
-            "INSERT INTO events (run_id, \"offset\", type, json) VALUES (?1, 2, 'warning', '{}')",
+            "INSERT INTO events (id, run_id, \"offset\", type, json) \
+             SELECT (lock_slot << 32) | 2, run_id, 2, 'warning', '{}' FROM runs WHERE run_id = ?1",
             [run.to_string()],
         )
         .unwrap();
@@ -375,4 +376,109 @@ async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
     let (other, _other_lock) = run_with(&*store, 0).await;
     store.append(other, &[warning(other, 1)]).await.unwrap();
     assert_eq!(store.last_offset(other).await.unwrap(), 1);
+}
+
+/// A database at schema version 6 (events keyed by `(run_id, offset)`)
+/// is migrated at open: two runs whose appends interleaved, and an event
+/// row whose run has no `runs` row, are all read back in order, found by
+/// type, and continued by new appends; the lock slots go on growing.
+#[tokio::test]
+async fn a_version_6_database_is_migrated_without_losing_an_event() {
+    use application::ports::EventFilter;
+    use application::testing::store_conformance::{new_run, warning};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let (a, b, orphan) = (new_run(), new_run(), new_run());
+    {
+        let conn = Connection::open(&db).unwrap();
+        for migration in &schema::MIGRATIONS[..6] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        for (run, slot) in [(a, 1), (b, 2)] {
+            conn.execute(
+                "INSERT INTO runs (run_id, created_at, status, lock_slot) VALUES (?1, 0, 'running', ?2)",
+                params![run.to_string(), slot],
+            )
+            .unwrap();
+        }
+        conn.execute("UPDATE writer_slots SET last = 2", [])
+            .unwrap();
+        // Interleaved, as two runs appending at once leave them.
+        for (run, offset) in [(a, 1), (b, 1), (a, 2), (orphan, 1), (b, 2), (a, 3)] {
+            let event = warning(run, offset);
+            conn.execute(
+                "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
+                 VALUES (?1, ?2, ?3, NULL, ?4, 0)",
+                params![
+                    run.to_string(),
+                    offset as i64,
+                    event.kind.type_name(),
+                    event.to_json().unwrap()
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteRunStore::open(&db).unwrap();
+    let offsets = |events: Vec<domain::RuntimeEvent>| -> Vec<u64> {
+        events.iter().map(|e| e.offset.get()).collect()
+    };
+    assert_eq!(offsets(store.read(a, 0, 10).await.unwrap()), [1, 2, 3]);
+    assert_eq!(offsets(store.read(b, 1, 10).await.unwrap()), [2]);
+    assert_eq!(offsets(store.read(orphan, 0, 10).await.unwrap()), [1]);
+    assert_eq!(store.last_offset(a).await.unwrap(), 3);
+    let warnings = EventFilter {
+        types: vec!["warning".into()],
+        ..EventFilter::default()
+    };
+    let found = store.read_matching(a, 1, &warnings, 10).await.unwrap();
+    assert_eq!(offsets(found), [2, 3]);
+    {
+        let _lock = store.lock(a).await.unwrap();
+        store.append(a, &[warning(a, 4)]).await.unwrap();
+    }
+    assert_eq!(offsets(store.read(a, 2, 10).await.unwrap()), [3, 4]);
+    // The orphan's new row took a slot of its own, given out: the next
+    // run's is past every other.
+    let (c, _lock) = run_with(&store, 2).await;
+    let conn = Connection::open(&db).unwrap();
+    let slot_of = |run: RunId| -> i64 {
+        conn.query_row(
+            "SELECT lock_slot FROM runs WHERE run_id = ?1",
+            [run.to_string()],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    assert!(slot_of(orphan) > 2, "{}", slot_of(orphan));
+    assert!(
+        slot_of(c) > slot_of(orphan),
+        "{} {}",
+        slot_of(c),
+        slot_of(orphan)
+    );
+    assert_eq!(offsets(store.read(c, 0, 10).await.unwrap()), [1, 2]);
+}
+
+/// The keys are checked: an event past the 32 bits of offset a key holds
+/// is refused, naming the database and the run, and nothing is written.
+#[tokio::test]
+async fn an_offset_beyond_a_keys_range_is_refused() {
+    let h = <Sqlite as StoreHarness>::new();
+    let run = application::testing::store_conformance::new_run();
+    let path = h.db();
+    let err = rows::event_key(&path, run, 1, u64::from(u32::MAX) + 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("runs.db") && err.contains(&run.to_string()),
+        "{err}"
+    );
+    assert!(rows::event_key(&path, run, 1, 0).is_err());
+    assert_eq!(
+        rows::event_key(&path, run, 3, 5).unwrap(),
+        (3 << 32) | 5,
+        "the slot above the offset"
+    );
 }

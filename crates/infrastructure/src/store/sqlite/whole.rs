@@ -46,12 +46,17 @@ impl Inner {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_err(&self.path, "begin a deletion", e))?;
             let id = run_id.to_string();
-            tx.execute("DELETE FROM events WHERE run_id = ?1", [&id])
-                .and_then(|_| tx.execute("DELETE FROM snapshots WHERE run_id = ?1", [&id]))
-                .and_then(|_| tx.execute("DELETE FROM snapshot_deltas WHERE run_id = ?1", [&id]))
-                .and_then(|_| tx.execute("DELETE FROM runs WHERE run_id = ?1", [&id]))
-                .and_then(|_| tx.commit())
-                .map_err(|e| sql_err(&self.path, &format!("delete run {run_id}"), e))?;
+            tx.execute(
+                "DELETE FROM events \
+                 WHERE id >= (SELECT lock_slot << 32 FROM runs WHERE run_id = ?1) \
+                 AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1)",
+                [&id],
+            )
+            .and_then(|_| tx.execute("DELETE FROM snapshots WHERE run_id = ?1", [&id]))
+            .and_then(|_| tx.execute("DELETE FROM snapshot_deltas WHERE run_id = ?1", [&id]))
+            .and_then(|_| tx.execute("DELETE FROM runs WHERE run_id = ?1", [&id]))
+            .and_then(|_| tx.commit())
+            .map_err(|e| sql_err(&self.path, &format!("delete run {run_id}"), e))?;
             self.committed.fetch_add(1, Ordering::AcqRel);
         }
         // Durable before the caller removes what lies beside the run (its
@@ -143,13 +148,16 @@ impl Inner {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (run_id, \"offset\", type, node_id, json, ts) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO events (id, run_id, \"offset\", type, node_id, json, ts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| sql_err(path, &what, e))?;
             for row in rows {
+                let offset = u64::try_from(row.offset).unwrap_or(u64::MAX);
+                let key = super::rows::event_key(path, run_id, slot, offset)?;
                 insert
                     .execute(params![
+                        key,
                         id,
                         row.offset,
                         row.kind,
