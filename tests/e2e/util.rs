@@ -156,7 +156,7 @@ impl Awr {
             return Vec::new();
         };
         let Ok(mut stmt) =
-            db.prepare("SELECT json FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+            db.prepare("SELECT json FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
         else {
             return Vec::new();
         };

@@ -137,8 +137,9 @@ struct HeldRun {
     _lock: writers::SlotLock,
     /// The run's `lock_slot`: the high bits of its events' keys.
     slot: i64,
-    /// The last offset on record: `None` until this instance has read or
-    /// written it since taking the lock.
+    /// The last offset on record: `None` until this instance's first
+    /// append since taking the lock reads it, and again after an append
+    /// that failed.
     last: Option<u64>,
 }
 

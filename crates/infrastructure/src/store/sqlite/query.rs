@@ -101,7 +101,7 @@ pub(super) fn events_sql(
     // reads only the matches, so it is named.
     let (first, end) = (slot << 32, (slot + 1) << 32);
     let after = first + offset_param(after.min(u64::from(u32::MAX)));
-    let mut sql = String::from("SELECT \"offset\", json FROM events");
+    let mut sql = String::from("SELECT \"offset\", json FROM run_events");
     let mut values = Vec::new();
     if !filter.types.is_empty() {
         sql.push_str(" INDEXED BY events_by_type WHERE (id >> 32) = ? AND");
@@ -293,12 +293,12 @@ mod tests {
     fn assert_searches(plan: &str, index: &str) {
         assert!(
             plan.contains(&format!("SEARCH runs USING INDEX {index}"))
-                || plan.contains(&format!("SEARCH events USING INDEX {index}"))
-                || plan.contains(&format!("SEARCH events USING COVERING INDEX {index}")),
+                || plan.contains(&format!("SEARCH run_events USING INDEX {index}"))
+                || plan.contains(&format!("SEARCH run_events USING COVERING INDEX {index}")),
             "expected a search of {index}:\n{plan}"
         );
         assert!(
-            !plan.contains("SCAN runs") && !plan.contains("SCAN events"),
+            !plan.contains("SCAN runs") && !plan.contains("SCAN run_events"),
             "{plan}"
         );
     }
@@ -437,7 +437,7 @@ mod tests {
         ];
         let plan = plan(super::super::rows::READ_SQL, values);
         assert!(
-            plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            plan.contains("SEARCH run_events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
             "{plan}"
         );
         assert!(
@@ -464,9 +464,9 @@ mod tests {
         let plan = plan(&sql, values);
         // The run's own rows, from the offset on, by the primary key.
         assert!(
-            plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            plan.contains("SEARCH run_events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
             "{plan}"
         );
-        assert!(!plan.contains("SCAN events"), "{plan}");
+        assert!(!plan.contains("SCAN run_events"), "{plan}");
     }
 }

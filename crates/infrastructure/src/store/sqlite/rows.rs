@@ -24,8 +24,9 @@ use super::writers::SlotLock;
 use super::{Held, HeldRun, Inner, READ_BUDGET, lock, sql_err};
 
 /// The highest lock slot: an event's key holds its run's slot above its
-/// offset's 32 bits (schema 7), in a positive 64-bit integer.
-const MAX_SLOT: i64 = (1 << 31) - 1;
+/// offset's 32 bits (schema 7), and the end of its range, the next slot's
+/// first key, must be a positive 64-bit integer too.
+pub(super) const MAX_SLOT: i64 = (1 << 31) - 2;
 
 /// The next lock slot, given out in `conn`'s transaction: slots only grow,
 /// so a deleted run's byte (which a process it started may still hold for
@@ -68,7 +69,7 @@ pub(super) fn event_key(
 
 /// Up to `?3` events of run `?1` after offset `?2`, in order: one range of
 /// the primary key, the run's slot looked up in the statement itself.
-pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM events \
+pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM run_events \
      WHERE id > (SELECT (lock_slot << 32) + ?2 FROM runs WHERE run_id = ?1) \
      AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1) \
      ORDER BY id LIMIT ?3";
@@ -88,7 +89,7 @@ fn last_of_slot(
     let (first, end) = slot_keys(slot);
     let last: Option<i64> = conn
         .prepare_cached(
-            "SELECT \"offset\" FROM events WHERE id >= ?1 AND id < ?2 ORDER BY id DESC LIMIT 1",
+            "SELECT \"offset\" FROM run_events WHERE id >= ?1 AND id < ?2 ORDER BY id DESC LIMIT 1",
         )
         .and_then(|mut stmt| stmt.query_row([first, end], |row| row.get(0)).optional())
         .map_err(|e| sql_err(path, &format!("read the last offset of run {run_id}"), e))?;
@@ -320,7 +321,7 @@ impl Inner {
     /// Takes the lock of the run for this instance; `NotFound` for no such
     /// run.
     pub(super) fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
-        let slot = self.slot(&lock(&self.reader), run_id)?;
+        let mut slot = self.slot(&lock(&self.reader), run_id)?;
         {
             // Held while locking: the instance's own lock never refuses it,
             // so two lockers here are told apart by this map alone.
@@ -328,12 +329,24 @@ impl Inner {
             if held.contains_key(&run_id) {
                 return Err(locked_here(run_id));
             }
-            self.lock_slot(run_id, slot)?;
-            let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
-            // Another process may have deleted the run between the lookup
-            // of its slot and the lock (a deletion takes the lock first):
-            // what is locked now is a run that still exists, or nothing.
-            self.require(&lock(&self.reader), run_id)?;
+            let mut tries = 0;
+            let slot_lock = loop {
+                self.lock_slot(run_id, slot)?;
+                let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
+                // Another process may have deleted the run between the
+                // lookup of its slot and the lock (a deletion takes the lock
+                // first), and made it again under a new slot: what is locked
+                // now is the run's slot as it stands, or nothing.
+                let now = self.slot(&lock(&self.reader), run_id)?;
+                if now == slot {
+                    break slot_lock;
+                }
+                tries += 1;
+                if tries >= 3 {
+                    return Err(locked_elsewhere(run_id));
+                }
+                slot = now;
+            };
             held.insert(
                 run_id,
                 HeldRun {
@@ -373,7 +386,6 @@ impl Inner {
     }
 
     pub(super) fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        let path = &self.path;
         let conn = lock(&self.writer);
         let (slot, known) = match self.held_run(run_id) {
             Ok(held) => held,
@@ -382,7 +394,35 @@ impl Inner {
                 return Err(not_held);
             }
         };
-        let tx = WriteTx::begin(&conn).map_err(|e| sql_err(path, "begin an append", e))?;
+        let appended = self.append_held(&conn, run_id, slot, known, events);
+        // Whatever failed, the next append reads where the log ends.
+        let new_last = appended.as_ref().ok().and_then(|_| events.last());
+        if let Some(held) = lock(&self.held).get_mut(&run_id) {
+            held.last = match new_last {
+                Some(event) => Some(event.offset.get()),
+                None if appended.is_ok() => known,
+                None => None,
+            };
+        }
+        drop(conn);
+        if new_last.is_some() {
+            self.wake(run_id);
+        }
+        appended
+    }
+
+    /// [`Inner::append`] to the run at `slot`, held by this instance, whose
+    /// log ends at `known` when that is known.
+    fn append_held(
+        &self,
+        conn: &Connection,
+        run_id: RunId,
+        slot: i64,
+        known: Option<u64>,
+        events: &[RuntimeEvent],
+    ) -> Result<u64, StoreError> {
+        let path = &self.path;
+        let tx = WriteTx::begin(conn).map_err(|e| sql_err(path, "begin an append", e))?;
         let last = match known {
             Some(last) => last,
             None => last_of_slot(&tx, path, run_id, slot)?,
@@ -395,14 +435,14 @@ impl Inner {
             self.require(&tx, run_id)?;
         }
         check_continuation(run_id, last, events)?;
-        let Some(new_last) = events.last().map(|e| e.offset.get()) else {
+        if events.is_empty() {
             return Ok(0);
-        };
+        }
         let mut bytes = 0;
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (id, run_id, \"offset\", type, node_id, json, ts) \
+                    "INSERT INTO run_events (id, run_id, \"offset\", type, node_id, json, ts) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| sql_err(path, "prepare an append", e))?;
@@ -422,18 +462,23 @@ impl Inner {
                         json,
                         event.timestamp.as_millis()
                     ])
-                    .map_err(|e| sql_err(path, &format!("append to run {run_id}"), e))?;
+                    .map_err(|e| match e.sqlite_error_code() {
+                        // Its key is taken: the log holds this offset already.
+                        Some(rusqlite::ErrorCode::ConstraintViolation) => {
+                            StoreError::Conflict(format!(
+                                "{}: run {run_id} already has an event at offset {}",
+                                path.display(),
+                                event.offset
+                            ))
+                        }
+                        _ => sql_err(path, &format!("append to run {run_id}"), e),
+                    })?;
             }
         }
         super::query::index_run(&tx, path, run_id, events)?;
         tx.commit()
             .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);
-        if let Some(held) = lock(&self.held).get_mut(&run_id) {
-            held.last = Some(new_last);
-        }
-        drop(conn);
-        self.wake(run_id);
         Ok(bytes)
     }
 

@@ -54,7 +54,7 @@ impl StoreHarness for Sqlite {
         let conn = Connection::open(self.db()).unwrap();
         let changed = conn
             .execute(
-                "UPDATE events SET json = '{this is not json' WHERE run_id = ?1 AND \"offset\" = ?2",
+                "UPDATE run_events SET json = '{this is not json' WHERE run_id = ?1 AND \"offset\" = ?2",
                 params![run.to_string(), offset as i64],
             )
             .unwrap();
@@ -242,7 +242,7 @@ async fn a_snapshot_fills_the_runs_row() {
         .unwrap();
     assert_eq!((status.as_str(), workflow.as_str()), ("running", "flow"));
     let types: Vec<String> = conn
-        .prepare("SELECT type FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+        .prepare("SELECT type FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
         .unwrap()
         .query_map([run.to_string()], |r| r.get(0))
         .unwrap()
@@ -338,8 +338,9 @@ fn the_immutable_uri_escapes_the_path() {
 }
 
 /// An append that fails inside its transaction (here a row a rogue writer
-/// put where the next event goes) is an error naming the database, rolls
-/// back, and leaves the writer connection free for the next transaction.
+/// put where the next event goes) is a conflict naming the database, the
+/// run and the offset; it rolls back, leaves the writer connection free
+/// for the next transaction, and the writer reads where the log ends again.
 #[tokio::test]
 async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
     use application::testing::store_conformance::{warning, warnings};
@@ -349,23 +350,21 @@ async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
     let rogue = Connection::open(h.db()).unwrap();
     rogue
         .execute(
-            "INSERT INTO events (id, run_id, \"offset\", type, json) \
+            "INSERT INTO run_events (id, run_id, \"offset\", type, json) \
              SELECT (lock_slot << 32) | 2, run_id, 2, 'warning', '{}' FROM runs WHERE run_id = ?1",
             [run.to_string()],
         )
         .unwrap();
-    let err = store
-        .append(run, &warnings(run, 2..=3))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = store.append(run, &warnings(run, 2..=3)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
-        err.contains("runs.db") && err.contains(&run.to_string()),
+        err.contains("runs.db") && err.contains(&run.to_string()) && err.contains("offset 2"),
         "{err}"
     );
     // Nothing of the batch stayed; the rogue row is all there is past 1.
     let offsets: Vec<i64> = rogue
-        .prepare("SELECT \"offset\" FROM events WHERE run_id = ?1 ORDER BY \"offset\"")
+        .prepare("SELECT \"offset\" FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
         .unwrap()
         .query_map([run.to_string()], |row| row.get(0))
         .unwrap()
@@ -376,6 +375,10 @@ async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
     let (other, _other_lock) = run_with(&*store, 0).await;
     store.append(other, &[warning(other, 1)]).await.unwrap();
     assert_eq!(store.last_offset(other).await.unwrap(), 1);
+    // The writer forgot where it thought the log ended: it continues the
+    // log as stored.
+    store.append(run, &[warning(run, 3)]).await.unwrap();
+    assert_eq!(store.last_offset(run).await.unwrap(), 3);
 }
 
 /// A database at schema version 6 (events keyed by `(run_id, offset)`)
@@ -420,7 +423,18 @@ async fn a_version_6_database_is_migrated_without_losing_an_event() {
             .unwrap();
         }
     }
+    // A connection of an older awr, open across the upgrade.
+    let older = Connection::open(&db).unwrap();
     let store = SqliteRunStore::open(&db).unwrap();
+    // Its appends fail, rather than land in another run's range.
+    let err = older
+        .execute(
+            "INSERT INTO events (run_id, \"offset\", type, json) VALUES (?1, 4, 'warning', '{}')",
+            [a.to_string()],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no such table: events"), "{err}");
     let offsets = |events: Vec<domain::RuntimeEvent>| -> Vec<u64> {
         events.iter().map(|e| e.offset.get()).collect()
     };
@@ -481,4 +495,46 @@ async fn an_offset_beyond_a_keys_range_is_refused() {
         (3 << 32) | 5,
         "the slot above the offset"
     );
+}
+
+/// A version 6 database holding what schema version 7 cannot key (an
+/// event at offset 0, which no awr wrote) is refused at open, naming the
+/// database, the run and the offset, and left as it was.
+#[test]
+fn a_version_6_database_with_an_unkeyable_event_is_refused_and_left_as_it_was() {
+    use application::testing::store_conformance::{new_run, warning};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let run = new_run();
+    {
+        let conn = Connection::open(&db).unwrap();
+        for migration in &schema::MIGRATIONS[..6] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        conn.execute(
+            "INSERT INTO runs (run_id, created_at, lock_slot) VALUES (?1, 0, 1)",
+            [run.to_string()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO events (run_id, \"offset\", type, json) VALUES (?1, 0, 'warning', ?2)",
+            params![run.to_string(), warning(run, 1).to_json().unwrap()],
+        )
+        .unwrap();
+    }
+    let err = SqliteRunStore::open(&db).unwrap_err().to_string();
+    assert!(
+        err.contains("runs.db") && err.contains(&run.to_string()) && err.contains("offset 0"),
+        "{err}"
+    );
+    let conn = Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 6);
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
 }

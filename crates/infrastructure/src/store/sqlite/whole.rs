@@ -47,7 +47,7 @@ impl Inner {
                 .map_err(|e| sql_err(&self.path, "begin a deletion", e))?;
             let id = run_id.to_string();
             tx.execute(
-                "DELETE FROM events \
+                "DELETE FROM run_events \
                  WHERE id >= (SELECT lock_slot << 32 FROM runs WHERE run_id = ?1) \
                  AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1)",
                 [&id],
@@ -148,7 +148,7 @@ impl Inner {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO events (id, run_id, \"offset\", type, node_id, json, ts) \
+                    "INSERT INTO run_events (id, run_id, \"offset\", type, node_id, json, ts) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| sql_err(path, &what, e))?;
