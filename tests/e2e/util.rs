@@ -150,15 +150,20 @@ impl Awr {
         Some(rusqlite::Connection::open(db).expect("open the database"))
     }
 
-    /// The JSON of a run's events in a SQLite scratch, read from its rows.
-    fn sqlite_events(&self, run: &str) -> Vec<Value> {
+    /// The JSON of a run's events in a SQLite scratch, read from its rows:
+    /// none before the database exists. While a run is being polled
+    /// (`settled` false), a database whose schema is still being made has
+    /// none yet either; once it has settled, events that cannot be read
+    /// fail the test.
+    fn sqlite_events(&self, run: &str, settled: bool) -> Vec<Value> {
         let Some(db) = self.database() else {
             return Vec::new();
         };
-        let Ok(mut stmt) =
-            db.prepare("SELECT json FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
-        else {
-            return Vec::new();
+        let stmt = db.prepare("SELECT json FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"");
+        let mut stmt = match stmt {
+            Ok(stmt) => stmt,
+            Err(e) if settled => panic!("read the events table: {e}"),
+            Err(_) => return Vec::new(),
         };
         stmt.query_map([run], |r| r.get::<_, String>(0))
             .expect("query events")
@@ -308,7 +313,7 @@ impl Awr {
             return crate::pg::events(url, run);
         }
         if self.sqlite {
-            return self.sqlite_events(run);
+            return self.sqlite_events(run, true);
         }
         read_json_lines(&self.run_dir(run).join("events.ndjson"))
     }
@@ -320,7 +325,7 @@ impl Awr {
             return crate::pg::events(url, run);
         }
         if self.sqlite {
-            return self.sqlite_events(run);
+            return self.sqlite_events(run, false);
         }
         let path = self.run_dir(run).join("events.ndjson");
         if path.exists() {
