@@ -85,15 +85,21 @@ pub struct RunView {
 pub async fn run_view(store: &dyn RunStore, run_id: RunId) -> Result<RunView, StoreError> {
     let mut snapshot = current_snapshot(store, run_id).await?;
     if snapshot.last_offset == 0 {
-        let Some(submission) = store.queued(run_id).await? else {
+        if let Some(submission) = store.queued(run_id).await? {
+            snapshot.workflow.name = submission.workflow;
+            snapshot.input = submission.input;
+            return Ok(RunView {
+                snapshot,
+                status: ShownStatus::Queued,
+            });
+        }
+        // A queued run a worker started between the read of its log and
+        // this look at the queue is no longer queued, and has its first
+        // event now: its log is read again before it is called not found.
+        snapshot = current_snapshot(store, run_id).await?;
+        if snapshot.last_offset == 0 {
             return Err(StoreError::NotFound(run_id));
-        };
-        snapshot.workflow.name = submission.workflow;
-        snapshot.input = submission.input;
-        return Ok(RunView {
-            snapshot,
-            status: ShownStatus::Queued,
-        });
+        }
     }
     for _ in 0..SETTLE_ATTEMPTS {
         if snapshot.status != RunStatus::Running || store.has_writer(run_id).await? {
@@ -809,6 +815,43 @@ mod tests {
         assert_eq!(view.snapshot.workflow.name, "queued-flow");
         assert_eq!(view.snapshot.input, serde_json::json!({"n": 1}));
         assert_eq!(run.probes.load(Ordering::SeqCst), 0, "no writer is probed");
+    }
+
+    /// A queued run that a worker starts between the read of its log
+    /// (nothing yet) and the look at the queue (no longer queued) is shown
+    /// as it now is, not as a run that does not exist.
+    #[tokio::test]
+    async fn a_queued_run_started_while_it_is_looked_at_is_found() {
+        let run = Live::new(vec![], true);
+        let mut store = MockRunStore::new();
+        store.expect_load_snapshot().returning(|_| Ok(None));
+        let log = Arc::clone(&run.log);
+        store.expect_read().returning(move |_, after, limit| {
+            let log = log.lock().unwrap();
+            Ok(log
+                .iter()
+                .skip(after as usize)
+                .take(limit)
+                .cloned()
+                .collect())
+        });
+        let log = Arc::clone(&run.log);
+        store
+            .expect_last_offset()
+            .returning(move |_| Ok(log.lock().unwrap().len() as u64));
+        // The worker's first event lands just before the queue is asked.
+        let log = Arc::clone(&run.log);
+        store.expect_queued().returning(move |_| {
+            log.lock().unwrap().push(started(1));
+            Ok(None)
+        });
+        let writer = Arc::clone(&run.writer);
+        store
+            .expect_has_writer()
+            .returning(move |_| Ok(writer.load(Ordering::SeqCst)));
+        let view = run_view(&store, run_id()).await.unwrap();
+        assert_eq!(view.status, ShownStatus::Recorded(RunStatus::Running));
+        assert_eq!(view.snapshot.last_offset, 1);
     }
 
     #[tokio::test]
