@@ -644,22 +644,11 @@ mod tests {
             self.log.lock().unwrap().push(event);
         }
 
-        /// A store over this run (no saved snapshot) whose `follow` yields
-        /// `followed`, then waits forever unless `ends`.
-        fn store(&self, followed: Vec<RuntimeEvent>, ends: bool) -> MockRunStore {
-            let history = futures::stream::iter(followed.into_iter().map(Ok));
-            self.store_with(if ends {
-                history.boxed()
-            } else {
-                history.chain(futures::stream::pending()).boxed()
-            })
-        }
-
-        /// A store over this run whose `follow` is `stream`.
-        fn store_with(&self, stream: EventStream) -> MockRunStore {
+        /// A store that reads this run's log as it is at each call (no
+        /// saved snapshot), and expects nothing else.
+        fn log_store(&self) -> MockRunStore {
             let mut store = MockRunStore::new();
             store.expect_load_snapshot().returning(|_| Ok(None));
-            store.expect_queued().returning(|_| Ok(None));
             let log = Arc::clone(&self.log);
             store
                 .expect_last_offset()
@@ -674,6 +663,24 @@ mod tests {
                     .cloned()
                     .collect())
             });
+            store
+        }
+
+        /// A store over this run (no saved snapshot) whose `follow` yields
+        /// `followed`, then waits forever unless `ends`.
+        fn store(&self, followed: Vec<RuntimeEvent>, ends: bool) -> MockRunStore {
+            let history = futures::stream::iter(followed.into_iter().map(Ok));
+            self.store_with(if ends {
+                history.boxed()
+            } else {
+                history.chain(futures::stream::pending()).boxed()
+            })
+        }
+
+        /// A store over this run whose `follow` is `stream`.
+        fn store_with(&self, stream: EventStream) -> MockRunStore {
+            let mut store = self.log_store();
+            store.expect_queued().returning(|_| Ok(None));
             let (writer, probes) = (Arc::clone(&self.writer), Arc::clone(&self.probes));
             store.expect_has_writer().returning(move |_| {
                 probes.fetch_add(1, Ordering::SeqCst);
@@ -823,22 +830,7 @@ mod tests {
     #[tokio::test]
     async fn a_queued_run_started_while_it_is_looked_at_is_found() {
         let run = Live::new(vec![], true);
-        let mut store = MockRunStore::new();
-        store.expect_load_snapshot().returning(|_| Ok(None));
-        let log = Arc::clone(&run.log);
-        store.expect_read().returning(move |_, after, limit| {
-            let log = log.lock().unwrap();
-            Ok(log
-                .iter()
-                .skip(after as usize)
-                .take(limit)
-                .cloned()
-                .collect())
-        });
-        let log = Arc::clone(&run.log);
-        store
-            .expect_last_offset()
-            .returning(move |_| Ok(log.lock().unwrap().len() as u64));
+        let mut store = run.log_store();
         // The worker's first event lands just before the queue is asked.
         let log = Arc::clone(&run.log);
         store.expect_queued().returning(move |_| {
@@ -859,22 +851,7 @@ mod tests {
         // The writer appends its last event and releases the lock between
         // the fold and the probe.
         let run = Live::new(vec![started(1)], true);
-        let mut store = MockRunStore::new();
-        store.expect_load_snapshot().returning(|_| Ok(None));
-        let log = Arc::clone(&run.log);
-        store
-            .expect_last_offset()
-            .returning(move |_| Ok(log.lock().unwrap().len() as u64));
-        let log = Arc::clone(&run.log);
-        store.expect_read().returning(move |_, after, limit| {
-            let log = log.lock().unwrap();
-            Ok(log
-                .iter()
-                .skip(after as usize)
-                .take(limit)
-                .cloned()
-                .collect())
-        });
+        let mut store = run.log_store();
         let finishing = run.clone();
         store.expect_has_writer().returning(move |_| {
             finishing.push(completed(2));

@@ -99,7 +99,7 @@ pub(super) fn events_sql(
     // Without statistics SQLite would rather walk the run's rows in offset
     // order than search the type index and sort what it finds; the index
     // reads only the matches, so it is named.
-    let (first, end) = (slot << 32, (slot + 1) << 32);
+    let (first, end) = super::rows::slot_keys(slot);
     let after = first + offset_param(after.min(u64::from(u32::MAX)));
     let mut sql = String::from("SELECT \"offset\", json FROM run_events");
     let mut values = Vec::new();

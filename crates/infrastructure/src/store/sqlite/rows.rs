@@ -75,7 +75,7 @@ pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM run_events \
      ORDER BY id LIMIT ?3";
 
 /// The keys of the run at `slot`'s events: `[first, end)`.
-fn slot_keys(slot: i64) -> (i64, i64) {
+pub(super) fn slot_keys(slot: i64) -> (i64, i64) {
     (slot << 32, (slot + 1) << 32)
 }
 

@@ -66,6 +66,18 @@ impl StoreHarness for Sqlite {
     }
 }
 
+/// `column` of each of `run`'s rows of `run_events`, in the order of its log.
+fn column_of<T: rusqlite::types::FromSql>(conn: &Connection, column: &str, run: RunId) -> Vec<T> {
+    conn.prepare(&format!(
+        "SELECT {column} FROM run_events WHERE run_id = ?1 ORDER BY \"offset\""
+    ))
+    .unwrap()
+    .query_map([run.to_string()], |row| row.get(0))
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
 mod conformance {
     application::store_conformance!(super::Sqlite);
 }
@@ -241,13 +253,7 @@ async fn a_snapshot_fills_the_runs_row() {
         )
         .unwrap();
     assert_eq!((status.as_str(), workflow.as_str()), ("running", "flow"));
-    let types: Vec<String> = conn
-        .prepare("SELECT type FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
-        .unwrap()
-        .query_map([run.to_string()], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let types: Vec<String> = column_of(&conn, "type", run);
     assert_eq!(types, ["warning", "warning"]);
 }
 
@@ -363,13 +369,7 @@ async fn a_failed_append_rolls_back_and_the_writer_goes_on() {
         "{err}"
     );
     // Nothing of the batch stayed; the rogue row is all there is past 1.
-    let offsets: Vec<i64> = rogue
-        .prepare("SELECT \"offset\" FROM run_events WHERE run_id = ?1 ORDER BY \"offset\"")
-        .unwrap()
-        .query_map([run.to_string()], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let offsets: Vec<i64> = column_of(&rogue, "\"offset\"", run);
     assert_eq!(offsets, [1, 2]);
     // No transaction was left open on the writer connection.
     let (other, _other_lock) = run_with(&*store, 0).await;
