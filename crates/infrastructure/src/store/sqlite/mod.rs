@@ -143,6 +143,12 @@ struct HeldRun {
     last: Option<u64>,
 }
 
+/// The keys of the events of the run at `slot` (schema 7: its slot above
+/// an offset's 32 bits): `[first, end)`.
+fn slot_keys(slot: i64) -> (i64, i64) {
+    (slot << 32, (slot + 1) << 32)
+}
+
 /// Locks, recovering the data of a poisoned lock: nothing here panics while
 /// holding one.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

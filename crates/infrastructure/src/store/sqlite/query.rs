@@ -16,7 +16,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 
 use super::super::row::{offset_param, row_event};
-use super::{Inner, READ_BUDGET, lock, sql_err};
+use super::{Inner, READ_BUDGET, lock, slot_keys, sql_err};
 
 /// The statuses as the `runs` table spells them.
 const STATUSES: [RunStatus; 7] = RunStatus::ALL;
@@ -99,7 +99,7 @@ pub(super) fn events_sql(
     // Without statistics SQLite would rather walk the run's rows in offset
     // order than search the type index and sort what it finds; the index
     // reads only the matches, so it is named.
-    let (first, end) = super::rows::slot_keys(slot);
+    let (first, end) = slot_keys(slot);
     let after = first + offset_param(after.min(u64::from(u32::MAX)));
     let mut sql = String::from("SELECT \"offset\", json FROM run_events");
     let mut values = Vec::new();

@@ -21,7 +21,7 @@ use super::super::{
 };
 use super::connect::WriteTx;
 use super::writers::SlotLock;
-use super::{Held, HeldRun, Inner, READ_BUDGET, lock, sql_err};
+use super::{Held, HeldRun, Inner, READ_BUDGET, lock, slot_keys, sql_err};
 
 /// The highest lock slot: an event's key holds its run's slot above its
 /// offset's 32 bits (schema 7), and the end of its range, the next slot's
@@ -73,11 +73,6 @@ pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM run_events \
      WHERE id > (SELECT (lock_slot << 32) + ?2 FROM runs WHERE run_id = ?1) \
      AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1) \
      ORDER BY id LIMIT ?3";
-
-/// The keys of the run at `slot`'s events: `[first, end)`.
-pub(super) fn slot_keys(slot: i64) -> (i64, i64) {
-    (slot << 32, (slot + 1) << 32)
-}
 
 /// The last offset on record of the run at `slot` (0: none).
 fn last_of_slot(
