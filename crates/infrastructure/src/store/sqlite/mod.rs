@@ -126,6 +126,11 @@ struct Inner {
     /// Commits by this instance, and how many of them are synced.
     committed: AtomicU64,
     synced: AtomicU64,
+    /// The `-wal` file a sync makes durable, opened by the first sync and
+    /// kept: SQLite removes or replaces it only once the last connection to
+    /// the database closes, and this instance's writer connection is open
+    /// as long as the handle is.
+    wal: Mutex<Option<std::fs::File>>,
 }
 
 /// A run this instance holds: its locked byte, its slot, and its last
@@ -141,6 +146,10 @@ struct HeldRun {
     /// append since taking the lock reads it, and again after an append
     /// that failed.
     last: Option<u64>,
+    /// Whether the row may hold this writer's record, which letting go of
+    /// the run clears: not once the append that settled or paused the run
+    /// cleared it (see `query::RecordChange`).
+    recorded: bool,
 }
 
 /// The keys of the events of the run at `slot` (schema 7: its slot above
@@ -263,6 +272,7 @@ impl SqliteRunStore {
                 notifies: Mutex::new(HashMap::new()),
                 committed: AtomicU64::new(0),
                 synced: AtomicU64::new(0),
+                wal: Mutex::new(None),
             }),
         }
     }
@@ -290,8 +300,13 @@ impl Drop for Held {
         // The writer connection first, as `append` takes them: no write of
         // this run is in flight when the lock goes.
         let writer = lock(&self.inner.writer);
-        self.inner.clear_writer(&writer, self.run_id);
-        lock(&self.inner.held).remove(&self.run_id);
+        let held = lock(&self.inner.held).remove(&self.run_id);
+        // Cleared before the byte is let go, which dropping `held` does:
+        // then a clear never meets the record of the run's next writer.
+        if held.as_ref().is_none_or(|held| held.recorded) {
+            self.inner.clear_writer(&writer, self.run_id);
+        }
+        drop(held);
     }
 }
 

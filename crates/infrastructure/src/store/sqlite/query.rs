@@ -13,7 +13,7 @@ use std::path::Path;
 use application::ports::{EventFilter, RunCursor, RunQuery, RunSummary, StoreError};
 use domain::{RunId, RunStatus, RuntimeEvent, Timestamp};
 use rusqlite::types::Value;
-use rusqlite::{Connection, params, params_from_iter};
+use rusqlite::{Connection, params_from_iter};
 
 use super::super::row::{offset_param, row_event};
 use super::{Inner, READ_BUDGET, lock, slot_keys, sql_err};
@@ -129,40 +129,129 @@ pub(super) fn events_sql(
     (sql, values)
 }
 
+/// What an append does to the run's writer record, beside its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RecordChange {
+    Keep,
+    /// The run is settled or paused: its writer is about to let go.
+    Clear,
+    /// The run runs again under a writer whose record was cleared.
+    Write(&'static str),
+}
+
+impl RecordChange {
+    /// The change for a run whose status becomes `status`, where `recorded`
+    /// says whether the row holds its writer's record: a record is kept
+    /// while the run runs, and cleared with the status that ends its
+    /// writer's work, in that append's own transaction, so that letting go
+    /// of the run commits nothing more. Until the lock goes, a held run
+    /// without a record reads as held (`Record::Unknown`).
+    pub(super) fn on(status: RunStatus, recorded: bool) -> Self {
+        match status {
+            RunStatus::Pending | RunStatus::Running if recorded => Self::Keep,
+            RunStatus::Pending | RunStatus::Running => {
+                super::super::file::holder::this_record().map_or(Self::Keep, Self::Write)
+            }
+            _ if recorded => Self::Clear,
+            _ => Self::Keep,
+        }
+    }
+
+    /// Whether the row holds the writer's record once the change is made.
+    pub(super) fn recorded(self, before: bool) -> bool {
+        match self {
+            Self::Keep => before,
+            Self::Clear => false,
+            Self::Write(_) => true,
+        }
+    }
+}
+
+/// The `UPDATE` of a runs row, setting only what changes: SQLite rewrites
+/// the entry of every index holding a column the statement sets, even to
+/// the same value, so a status change alone leaves the workflow's and the
+/// start's indexes untouched. `?1` is the run, `?2` its status, `?3` its
+/// last event's time; a start adds `?4` to `?6`, a record `?7`.
+fn index_sql(started: bool, record: RecordChange) -> &'static str {
+    macro_rules! update {
+        ($($set:literal),*) => {
+            concat!("UPDATE runs SET status = ?2, updated_at = ?3" $(, $set)*, " WHERE run_id = ?1")
+        };
+    }
+    match (started, record) {
+        (false, RecordChange::Keep) => update!(),
+        (false, RecordChange::Clear) => update!(", writer = NULL"),
+        (false, RecordChange::Write(_)) => update!(", writer = ?7"),
+        (true, RecordChange::Keep) => {
+            update!(", workflow = ?4, started_at = ?5, parent_run_id = coalesce(?6, parent_run_id)")
+        }
+        (true, RecordChange::Clear) => {
+            update!(
+                ", workflow = ?4, started_at = ?5, parent_run_id = coalesce(?6, parent_run_id)",
+                ", writer = NULL"
+            )
+        }
+        (true, RecordChange::Write(_)) => {
+            update!(
+                ", workflow = ?4, started_at = ?5, parent_run_id = coalesce(?6, parent_run_id)",
+                ", writer = ?7"
+            )
+        }
+    }
+}
+
 /// Records in the run's `runs` row what `events` change of its status,
 /// workflow and start, inside the append's transaction `conn`: the index
 /// never lags the log. Nothing to do for events that change none of it.
+/// `recorded` says whether the row holds this writer's record; returns
+/// whether it does after the append (see [`RecordChange::on`]).
 pub(super) fn index_run(
     conn: &Connection,
     path: &Path,
     run_id: RunId,
     events: &[RuntimeEvent],
-) -> Result<(), StoreError> {
+    recorded: bool,
+) -> Result<bool, StoreError> {
     let mut summary = RunSummary::unreadable(run_id);
     let mut changed = false;
+    let mut started = false;
     for event in events {
-        changed |= summary.apply(event);
+        if summary.apply(event) {
+            changed = true;
+            started |= summary.started_at.is_some();
+        }
     }
-    if !changed {
-        return Ok(());
+    let (true, Some(status)) = (changed, summary.status) else {
+        return Ok(recorded);
+    };
+    let record = RecordChange::on(status, recorded);
+    let sql = index_sql(started, record);
+    let mut values: Vec<Value> = vec![
+        Value::Text(run_id.to_string()),
+        Value::Text(status.as_str().into()),
+        summary
+            .updated_at
+            .map_or(Value::Null, |t| Value::Integer(t.as_millis())),
+    ];
+    if started {
+        let text = |v: Option<String>| v.map_or(Value::Null, Value::Text);
+        values.push(text(summary.workflow));
+        values.push(
+            summary
+                .started_at
+                .map_or(Value::Null, |t| Value::Integer(t.as_millis())),
+        );
+        values.push(text(summary.parent.map(|p| p.to_string())));
     }
-    conn.prepare_cached(
-        "UPDATE runs SET status = coalesce(?2, status), workflow = coalesce(?3, workflow), \
-         started_at = coalesce(?4, started_at), parent_run_id = coalesce(?5, parent_run_id), \
-         updated_at = ?6 WHERE run_id = ?1",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            run_id.to_string(),
-            summary.status.map(RunStatus::as_str),
-            summary.workflow,
-            summary.started_at.map(|t| t.as_millis()),
-            summary.parent.map(|p| p.to_string()),
-            summary.updated_at.map(|t| t.as_millis()),
-        ])
-    })
-    .map_err(|e| sql_err(path, &format!("index run {run_id}"), e))?;
-    Ok(())
+    if let RecordChange::Write(text) = record {
+        // `?7` follows `?6`: a record without a start leaves `?4`–`?6` unset.
+        values.resize(6, Value::Null);
+        values.push(Value::Text(text.into()));
+    }
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute(params_from_iter(values)))
+        .map_err(|e| sql_err(path, &format!("index run {run_id}"), e))?;
+    Ok(record.recorded(recorded))
 }
 
 impl Inner {
@@ -275,6 +364,7 @@ mod tests {
 
     use super::*;
     use domain::NodeId;
+    use rusqlite::params;
 
     /// `EXPLAIN QUERY PLAN` of `sql` on a database at the current schema.
     fn plan(sql: &str, values: Vec<Value>) -> String {

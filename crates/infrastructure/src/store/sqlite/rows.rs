@@ -98,6 +98,14 @@ pub(super) fn exists(conn: &Connection, path: &Path, run_id: RunId) -> Result<bo
         .map_err(|e| sql_err(path, &format!("look up run {run_id}"), e))
 }
 
+/// A copy of what [`HeldRun`](super::HeldRun) knows, taken for one append.
+#[derive(Debug, Clone, Copy)]
+struct HeldState {
+    slot: i64,
+    last: Option<u64>,
+    recorded: bool,
+}
+
 pub(super) fn now_millis() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -300,6 +308,7 @@ impl Inner {
                 _lock: slot_lock,
                 slot,
                 last: Some(0),
+                recorded: true,
             },
         );
         self.committed.fetch_add(1, Ordering::AcqRel);
@@ -348,6 +357,7 @@ impl Inner {
                     _lock: slot_lock,
                     slot,
                     last: None,
+                    recorded: true,
                 },
             );
         }
@@ -370,52 +380,60 @@ impl Inner {
         }
     }
 
-    /// The slot of a run this instance holds and its last offset as this
-    /// instance knows it (`None`: not yet known); a write to any other run
-    /// is refused.
-    fn held_run(&self, run_id: RunId) -> Result<(i64, Option<u64>), StoreError> {
+    /// What this instance knows of a run it holds (its slot, its last
+    /// offset when known, whether its row holds the writer's record); a
+    /// write to any other run is refused.
+    fn held_run(&self, run_id: RunId) -> Result<HeldState, StoreError> {
         match lock(&self.held).get(&run_id) {
-            Some(held) => Ok((held.slot, held.last)),
+            Some(held) => Ok(HeldState {
+                slot: held.slot,
+                last: held.last,
+                recorded: held.recorded,
+            }),
             None => Err(not_locked(run_id)),
         }
     }
 
     pub(super) fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
         let conn = lock(&self.writer);
-        let (slot, known) = match self.held_run(run_id) {
-            Ok(held) => held,
+        let state = match self.held_run(run_id) {
+            Ok(state) => state,
             Err(not_held) => {
                 self.require(&conn, run_id)?;
                 return Err(not_held);
             }
         };
-        let appended = self.append_held(&conn, run_id, slot, known, events);
+        let appended = self.append_held(&conn, run_id, state, events);
         // Whatever failed, the next append reads where the log ends.
         let new_last = appended.as_ref().ok().and_then(|_| events.last());
         if let Some(held) = lock(&self.held).get_mut(&run_id) {
             held.last = match new_last {
                 Some(event) => Some(event.offset.get()),
-                None if appended.is_ok() => known,
+                None if appended.is_ok() => state.last,
                 None => None,
             };
+            if let Ok((_, recorded)) = appended {
+                held.recorded = recorded;
+            }
         }
         drop(conn);
         if new_last.is_some() {
             self.wake(run_id);
         }
-        appended
+        appended.map(|(bytes, _)| bytes)
     }
 
-    /// [`Inner::append`] to the run at `slot`, held by this instance, whose
-    /// log ends at `known` when that is known.
+    /// [`Inner::append`] to a run this instance holds, as `state` has it;
+    /// returns the bytes appended and whether the row holds the writer's
+    /// record after it.
     fn append_held(
         &self,
         conn: &Connection,
         run_id: RunId,
-        slot: i64,
-        known: Option<u64>,
+        state: HeldState,
         events: &[RuntimeEvent],
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, bool), StoreError> {
+        let (slot, known) = (state.slot, state.last);
         let path = &self.path;
         let tx = WriteTx::begin(conn).map_err(|e| sql_err(path, "begin an append", e))?;
         let last = match known {
@@ -431,7 +449,7 @@ impl Inner {
         }
         check_continuation(run_id, last, events)?;
         if events.is_empty() {
-            return Ok(0);
+            return Ok((0, state.recorded));
         }
         let mut bytes = 0;
         {
@@ -470,11 +488,11 @@ impl Inner {
                     })?;
             }
         }
-        super::query::index_run(&tx, path, run_id, events)?;
+        let recorded = super::query::index_run(&tx, path, run_id, events, state.recorded)?;
         tx.commit()
             .map_err(|e| sql_err(path, &format!("commit an append to run {run_id}"), e))?;
         self.committed.fetch_add(1, Ordering::AcqRel);
-        Ok(bytes)
+        Ok((bytes, recorded))
     }
 
     /// Syncs the WAL if this instance committed anything since the last
@@ -483,8 +501,9 @@ impl Inner {
     /// The commits are in the `-wal` file already (`synchronous=NORMAL`
     /// writes them and syncs nothing): an `fdatasync` of that file makes
     /// them durable, which is what `synchronous=FULL` does at a commit,
-    /// without a commit of its own (its WAL pages and header). Should the
-    /// file not open, a marker commit with `synchronous=FULL` syncs it.
+    /// without a commit of its own (its WAL pages and header). The file is
+    /// opened once (see `Inner::wal`). Should it not open, a marker commit
+    /// with `synchronous=FULL` syncs it.
     pub(super) fn sync(&self) -> Result<(), StoreError> {
         let conn = lock(&self.writer);
         // Under the writer lock no commit is in flight: this covers them all.
@@ -492,20 +511,25 @@ impl Inner {
         if self.synced.load(Ordering::Acquire) >= upto {
             return Ok(());
         }
-        let wal = self.wal_path();
-        match std::fs::File::open(&wal) {
-            Ok(file) => file
-                .sync_data()
-                .map_err(|e| super::errors::io_err("sync", &wal, e))?,
-            Err(e) => {
-                tracing::debug!(file = %wal.display(), error = %e, "no WAL file to sync; syncing by a commit");
-                conn.execute_batch(
-                    "PRAGMA synchronous=FULL; \
-                     UPDATE sync_marks SET n = n + 1 WHERE id = 1; \
-                     PRAGMA synchronous=NORMAL;",
-                )
-                .map_err(|e| sql_err(&self.path, "sync", e))?;
+        let mut wal = lock(&self.wal);
+        if wal.is_none() {
+            let path = self.wal_path();
+            match std::fs::File::open(&path) {
+                Ok(file) => *wal = Some(file),
+                Err(e) => {
+                    tracing::debug!(file = %path.display(), error = %e, "no WAL file to sync; syncing by a commit");
+                    conn.execute_batch(
+                        "PRAGMA synchronous=FULL; \
+                         UPDATE sync_marks SET n = n + 1 WHERE id = 1; \
+                         PRAGMA synchronous=NORMAL;",
+                    )
+                    .map_err(|e| sql_err(&self.path, "sync", e))?;
+                }
             }
+        }
+        if let Some(file) = wal.as_ref() {
+            file.sync_data()
+                .map_err(|e| super::errors::io_err("sync", &self.wal_path(), e))?;
         }
         self.synced.fetch_max(upto, Ordering::AcqRel);
         Ok(())

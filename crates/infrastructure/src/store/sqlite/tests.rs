@@ -203,6 +203,59 @@ async fn slots_only_grow_and_a_release_clears_the_record() {
     assert!(slot_of(second) > first_slot);
 }
 
+/// The append that pauses or settles a run clears its writer's record in
+/// its own transaction, so letting go of the run writes nothing more; a
+/// run that goes on under the same lock is on record again. The listing
+/// columns follow each status.
+#[tokio::test]
+async fn the_append_that_ends_a_writers_work_clears_its_record() {
+    use application::testing::store_conformance::{completed, event, new_run, started};
+    use domain::EventKind;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let store = SqliteRunStore::open(&db).unwrap();
+    let record_of = |run| cell::<Option<String>>(&store, "writer", run);
+    let status_of = |run| cell::<String>(&store, "status", run);
+    let run = new_run();
+    let held = store.create_run(run).await.unwrap();
+    store
+        .append(run, &[started(run, 1, "flow", None, 3)])
+        .await
+        .unwrap();
+    let mine = crate::store::file::holder::this_record().map(str::to_owned);
+    assert!(mine.is_some(), "this process has a record");
+    assert_eq!(record_of(run), mine, "running: on record");
+    let paused = EventKind::FlowPaused {
+        reason: None,
+        waiting: false,
+    };
+    store.append(run, &[event(run, 2, paused)]).await.unwrap();
+    assert_eq!((status_of(run), record_of(run)), ("paused".into(), None));
+    assert!(
+        store.has_writer(run).await.unwrap(),
+        "held without a record"
+    );
+    let resumed = EventKind::FlowResumed {
+        message: None,
+        by: None,
+    };
+    store.append(run, &[event(run, 3, resumed)]).await.unwrap();
+    assert_eq!((status_of(run), record_of(run)), ("running".into(), mine));
+    store.append(run, &[completed(run, 4)]).await.unwrap();
+    assert_eq!((status_of(run), record_of(run)), ("completed".into(), None));
+    assert_eq!(cell::<String>(&store, "workflow", run), "flow");
+    assert_eq!(
+        cell::<Option<i64>>(&store, "started_at", run),
+        Some(application::testing::store_conformance::at_minute(3).as_millis())
+    );
+    let wal = dir.path().join("runs.db-wal");
+    let before = std::fs::metadata(&wal).unwrap().len();
+    drop(held);
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), before, "no frame");
+    assert!(!store.has_writer(run).await.unwrap());
+}
+
 #[test]
 fn opening_applies_the_migrations_once_and_sets_the_version() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,8 @@
 //! `F_OFD_GETLK`, which takes no lock: a probe never gets in a locker's way.
 //!
 //! The writer's record (see `file::holder`) is the `runs.writer` column,
-//! written when the lock is taken: a lock held while the record names a
+//! written when the lock is taken and cleared by the append that pauses
+//! or settles the run (or at release): a lock held while the record names a
 //! dead process is held by a process that inherited the writer's
 //! descriptor between its fork and its exec, not by a writer.
 
