@@ -14,6 +14,11 @@
 //!   `~/.cache/awr-peers-langgraph` made once per version of that file:
 //!   SqliteSaver and MemorySaver.
 //!
+//! awr's harness also times two floors: what a run of the chain costs the
+//! disk under awr's durability contract and nothing else (`floor-file`,
+//! `floor-sqlite`, see `tests/benches/peers.rs`). A second table puts each
+//! durable store over its floor, and each floor over entelix-sqlite.
+//!
 //! Every configuration runs as its own process, interleaved round by round
 //! in one time window: in each round every configuration runs once, in an
 //! order rotated by one each round. Each ratio is taken within a round: a
@@ -83,8 +88,18 @@ pub fn run(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> {
         },
         Config {
             name: "awr-memory",
-            program: awr,
+            program: awr.clone(),
             args: with("memory"),
+        },
+        Config {
+            name: "floor-file",
+            program: awr.clone(),
+            args: with("floor-file"),
+        },
+        Config {
+            name: "floor-sqlite",
+            program: awr,
+            args: with("floor-sqlite"),
         },
         Config {
             name: "entelix-sqlite",
@@ -131,12 +146,6 @@ pub fn run(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
 
-    let per_step = |round: &BTreeMap<&str, Value>, name: &str| {
-        round
-            .get(name)
-            .and_then(|line| line["per_step_us_median"].as_f64())
-            .unwrap_or(f64::NAN)
-    };
     let mut summary = serde_json::Map::new();
     let mut table = Vec::new();
     for config in &configs {
@@ -187,6 +196,7 @@ pub fn run(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> {
             times(*ratio)
         );
     }
+    let floors = floors_table(&measured);
     let load_after = loadavg();
     println!("\nload average before / after: {load_before} / {load_after}");
 
@@ -202,6 +212,7 @@ pub fn run(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> {
         "loadavg_after": load_after,
         "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(0),
         "summary": summary,
+        "floors": floors,
         "rounds_measured": measured.iter().zip(&orders).map(|(results, order)| {
             json!({"order": order, "results": results})
         }).collect::<Vec<_>>(),
@@ -211,6 +222,51 @@ pub fn run(root: &Path, target: &Path, args: &[String]) -> anyhow::Result<()> {
         .with_context(|| format!("write {}", path.display()))?;
     println!("figures: {}", path.display());
     Ok(())
+}
+
+/// The ratios that say how far each durable store is from what its syncs
+/// alone cost (its floor), and how far that floor is from entelix-sqlite,
+/// within each round; printed as a table and returned for the JSON.
+fn floors_table(measured: &[BTreeMap<&str, Value>]) -> Value {
+    const PAIRS: [(&str, &str); 4] = [
+        ("floor-file", "entelix-sqlite"),
+        ("awr-file", "floor-file"),
+        ("floor-sqlite", "entelix-sqlite"),
+        ("awr-sqlite", "floor-sqlite"),
+    ];
+    println!(
+        "\nthe durable stores beside their floors (what their syncs alone cost), \
+         within each round:\n"
+    );
+    let heads: Vec<String> = (1..=measured.len()).map(|r| format!("round {r}")).collect();
+    println!("| ratio | {} | median |", heads.join(" | "));
+    println!("|---|{}---:|", "---:|".repeat(measured.len()));
+    let mut json = serde_json::Map::new();
+    for (over, under) in PAIRS {
+        let ratios: Vec<f64> = measured
+            .iter()
+            .map(|r| per_step(r, over) / per_step(r, under))
+            .collect();
+        let cells: Vec<String> = ratios.iter().map(|r| times(*r)).collect();
+        println!(
+            "| {over} / {under} | {} | **{}** |",
+            cells.join(" | "),
+            times(median(&ratios))
+        );
+        json.insert(
+            format!("{over} / {under}"),
+            json!({"by_round": ratios, "median": median(&ratios)}),
+        );
+    }
+    Value::Object(json)
+}
+
+/// A configuration's per-step median in one round (NaN if it has none).
+fn per_step(round: &BTreeMap<&str, Value>, name: &str) -> f64 {
+    round
+        .get(name)
+        .and_then(|line| line["per_step_us_median"].as_f64())
+        .unwrap_or(f64::NAN)
 }
 
 /// The value of `--flag N` in `args`, else of the environment variable
