@@ -300,13 +300,20 @@ impl Drop for Held {
         // The writer connection first, as `append` takes them: no write of
         // this run is in flight when the lock goes.
         let writer = lock(&self.inner.writer);
-        let held = lock(&self.inner.held).remove(&self.run_id);
-        // Cleared before the byte is let go, which dropping `held` does:
-        // then a clear never meets the record of the run's next writer.
-        if held.as_ref().is_none_or(|held| held.recorded) {
+        // The record is cleared before the byte is let go, so a clear never
+        // meets the record of the run's next writer. The run stays in
+        // `held` meanwhile (the clear may wait for another process's write):
+        // this instance's own lock never refuses the byte, so only the map
+        // keeps a second locker here out until the byte is free.
+        let recorded = lock(&self.inner.held)
+            .get(&self.run_id)
+            .is_none_or(|held| held.recorded);
+        if recorded {
             self.inner.clear_writer(&writer, self.run_id);
         }
-        drop(held);
+        // One statement: the byte is unlocked (the entry dropped) while the
+        // map is still locked.
+        lock(&self.inner.held).remove(&self.run_id);
     }
 }
 

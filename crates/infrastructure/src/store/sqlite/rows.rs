@@ -412,9 +412,10 @@ impl Inner {
                 None if appended.is_ok() => state.last,
                 None => None,
             };
-            if let Ok((_, recorded)) = appended {
-                held.recorded = recorded;
-            }
+            // After a failure the row may hold the record or not (a commit
+            // that failed may still have reached the WAL): the release
+            // clears it, to be sure.
+            held.recorded = appended.as_ref().map_or(true, |&(_, recorded)| recorded);
         }
         drop(conn);
         if new_last.is_some() {
@@ -513,7 +514,7 @@ impl Inner {
         }
         let mut wal = lock(&self.wal);
         if wal.is_none() {
-            let path = self.wal_path();
+            let path = self.wal_path(&conn);
             match std::fs::File::open(&path) {
                 Ok(file) => *wal = Some(file),
                 Err(e) => {
@@ -529,15 +530,20 @@ impl Inner {
         }
         if let Some(file) = wal.as_ref() {
             file.sync_data()
-                .map_err(|e| super::errors::io_err("sync", &self.wal_path(), e))?;
+                .map_err(|e| super::errors::io_err("sync", &self.wal_path(&conn), e))?;
         }
         self.synced.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
 
-    /// The database's write-ahead log.
-    fn wal_path(&self) -> std::path::PathBuf {
-        let mut wal = self.path.clone().into_os_string();
+    /// The database's write-ahead log: beside the file as SQLite names it
+    /// on `conn` (symlinks resolved), which need not be the path the store
+    /// was given.
+    fn wal_path(&self, conn: &Connection) -> std::path::PathBuf {
+        let mut wal = match conn.path().filter(|p| !p.is_empty()) {
+            Some(db) => std::ffi::OsString::from(db),
+            None => self.path.clone().into_os_string(),
+        };
         wal.push("-wal");
         wal.into()
     }

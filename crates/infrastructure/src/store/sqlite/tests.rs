@@ -232,10 +232,13 @@ async fn the_append_that_ends_a_writers_work_clears_its_record() {
     };
     store.append(run, &[event(run, 2, paused)]).await.unwrap();
     assert_eq!((status_of(run), record_of(run)), ("paused".into(), None));
+    // Another instance finds the byte held and no record: held.
+    let other = SqliteRunStore::open(&db).unwrap();
     assert!(
-        store.has_writer(run).await.unwrap(),
+        other.has_writer(run).await.unwrap(),
         "held without a record"
     );
+    assert!(matches!(other.lock(run).await, Err(StoreError::Locked(_))));
     let resumed = EventKind::FlowResumed {
         message: None,
         by: None,
@@ -249,11 +252,111 @@ async fn the_append_that_ends_a_writers_work_clears_its_record() {
         cell::<Option<i64>>(&store, "started_at", run),
         Some(application::testing::store_conformance::at_minute(3).as_millis())
     );
-    let wal = dir.path().join("runs.db-wal");
-    let before = std::fs::metadata(&wal).unwrap().len();
+    // Letting go writes nothing: with another process writing, a write
+    // would have to wait, and the busy handler would hear of it.
+    lock(&store.inner.writer)
+        .busy_handler(Some(release_would_wait))
+        .unwrap();
+    let elsewhere = Connection::open(&db).unwrap();
+    elsewhere.execute_batch("BEGIN IMMEDIATE").unwrap();
     drop(held);
-    assert_eq!(std::fs::metadata(&wal).unwrap().len(), before, "no frame");
-    assert!(!store.has_writer(run).await.unwrap());
+    elsewhere.execute_batch("COMMIT").unwrap();
+    assert!(!RELEASE_WAITED.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(!other.has_writer(run).await.unwrap());
+}
+
+/// A database named through a symlink has its WAL beside the real file,
+/// and a flush syncs that file: not a file beside the link (a stray one
+/// there would be synced instead, and the commits left unsynced), nor a
+/// marker commit for want of one.
+#[tokio::test]
+async fn a_flush_syncs_the_wal_beside_the_real_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real/runs.db");
+    drop(SqliteRunStore::open(&real).unwrap());
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    std::fs::write(dir.path().join("link.db-wal"), b"stray").unwrap();
+    let store = SqliteRunStore::open(&link).unwrap();
+    let (run, _held) = run_with(&store, 2).await;
+    store.flush(run).await.unwrap();
+    let marks: i64 = lock(&store.inner.reader)
+        .query_row("SELECT n FROM sync_marks WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(marks, 0, "synced without a marker commit");
+    let synced = lock(&store.inner.wal)
+        .as_ref()
+        .map(|f| std::os::unix::fs::MetadataExt::ino(&f.metadata().unwrap()));
+    let real_wal = std::fs::metadata(dir.path().join("real/runs.db-wal")).unwrap();
+    assert_eq!(synced, Some(std::os::unix::fs::MetadataExt::ino(&real_wal)));
+}
+
+/// Set by [`release_would_wait`].
+static RELEASE_WAITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A busy handler that notes a write had to wait, and gives up.
+fn release_would_wait(_: i32) -> bool {
+    RELEASE_WAITED.store(true, std::sync::atomic::Ordering::SeqCst);
+    false
+}
+
+/// Set by [`waits_for_the_lock`] once the writer connection waits.
+static WRITER_WAITS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A busy handler that says when the writer waits, and keeps waiting.
+fn waits_for_the_lock(_: i32) -> bool {
+    WRITER_WAITS.store(true, std::sync::atomic::Ordering::SeqCst);
+    std::thread::yield_now();
+    true
+}
+
+/// A release whose clearing of the record waits for another process's
+/// write keeps the run its own until the byte is let go: a lock taken by
+/// this instance meanwhile is refused, not given a byte the release is
+/// about to unlock (which would leave the run with no lock at all).
+#[test]
+fn a_lock_taken_while_a_release_waits_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let store = SqliteRunStore::open(&db).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (run, held) = rt.block_on(run_with(&store, 1));
+    lock(&store.inner.writer)
+        .busy_handler(Some(waits_for_the_lock))
+        .unwrap();
+    let elsewhere = Connection::open(&db).unwrap();
+    elsewhere.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let release = std::thread::spawn(move || drop(held));
+    while !WRITER_WAITS.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(!release.is_finished(), "the release waited for nothing");
+        std::thread::yield_now();
+    }
+    // The release waits inside its clearing of the record.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let locker = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let locked = tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(store.lock(run));
+            let _ = tx.send(locked);
+        })
+    };
+    let meanwhile = rx.recv_timeout(Duration::from_secs(30));
+    elsewhere.execute_batch("COMMIT").unwrap();
+    release.join().unwrap();
+    locker.join().unwrap();
+    assert!(
+        matches!(meanwhile, Ok(Err(StoreError::Locked(_)))),
+        "{meanwhile:?}"
+    );
+    lock(&store.inner.writer)
+        .busy_timeout(BUSY_TIMEOUT)
+        .unwrap();
+    let again = rt.block_on(store.lock(run)).unwrap();
+    let other = SqliteRunStore::open(&db).unwrap();
+    assert!(rt.block_on(other.has_writer(run)).unwrap());
+    drop(again);
 }
 
 #[test]
