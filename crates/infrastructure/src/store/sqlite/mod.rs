@@ -152,6 +152,44 @@ struct HeldRun {
     recorded: bool,
 }
 
+/// Held while this process creates a database file, and taken by every
+/// open of one before SQLite opens it (see [`create_private`]).
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// Creates the database file at `path` unless it exists, private from its
+/// first byte; an existing file is checked, never opened. SQLite's locks are
+/// POSIX record locks, which a process loses on a file as soon as it closes
+/// any descriptor of it: a descriptor of ours, closed while another store of
+/// this process had the database open, would drop that store's locks, and
+/// another process would then take itself for the last connection,
+/// checkpoint and remove the WAL that store still appends to and syncs. The
+/// new file's descriptor is closed under [`CREATING`], which every open
+/// takes first, so no store of this process has the file open by then.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let _creating = lock(&CREATING);
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let open_for_writing = |e| io_err("open for writing", path, e);
+            let meta = std::fs::metadata(path).map_err(open_for_writing)?;
+            if !meta.is_file() {
+                return Err(StoreError::io_msg(format!(
+                    "cannot open {} for writing: not a file",
+                    path.display()
+                )));
+            }
+            rustix::fs::access(path, rustix::fs::Access::WRITE_OK)
+                .map_err(|e| open_for_writing(e.into()))
+        }
+        Err(e) => Err(io_err("create", path, e)),
+    }
+}
+
 /// The keys of the events of the run at `slot` (schema 7: its slot above
 /// an offset's 32 bits): `[first, end)`.
 fn slot_keys(slot: i64) -> (i64, i64) {
@@ -218,22 +256,12 @@ impl SqliteRunStore {
                 .create(parent)
                 .map_err(|e| io_err("create", parent, e))?;
         }
-        // Created here, so it is private from its first byte.
-        let what = match path.exists() {
-            true => "open for writing",
-            false => "create",
-        };
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE)
-            .open(&path)
-            .map_err(|e| io_err(what, &path, e))?;
+        create_private(&path)?;
         Self::connect(path, config)
     }
 
     fn connect(path: PathBuf, config: SqliteStoreConfig) -> Result<Self, SqliteOpenError> {
+        drop(lock(&CREATING));
         let mut writer = connection(&path, config.sync)?;
         schema::migrate(&mut writer, &path)?;
         let reader = connection(&path, config.sync)?;
@@ -246,6 +274,7 @@ impl SqliteRunStore {
         path: PathBuf,
         config: SqliteStoreConfig,
     ) -> Result<Self, SqliteOpenError> {
+        drop(lock(&CREATING));
         let writer = read_only_connection(&path)?;
         schema::check(&writer, &path)?;
         let reader = read_only_connection(&path)?;
@@ -565,14 +594,14 @@ impl RunStore for SqliteRunStore {
             .prepare_cached("SELECT run_id FROM runs")
             .map_err(|e| sql_err(&inner.path, "list runs", e))?;
         let ids = stmt
-            .query_map([], |row| row.get::<_, String>(0))
+            .query_map([], |row| row.get_ref(0).map(query::text))
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(|e| sql_err(&inner.path, "list runs", e))?;
         let mut runs = Vec::with_capacity(ids.len());
         for id in ids {
-            match id.parse() {
-                Ok(run_id) => runs.push(run_id),
-                Err(_) => {
+            match id.as_deref().map(str::parse) {
+                Some(Ok(run_id)) => runs.push(run_id),
+                _ => {
                     tracing::warn!(db = %inner.path.display(), id, "a runs row is not a run id; skipped")
                 }
             }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use application::ports::{EventFilter, RunCursor, RunQuery, RunSummary, StoreError};
 use domain::{RunId, RunStatus, RuntimeEvent, Timestamp};
-use rusqlite::types::Value;
+use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use super::super::row::{offset_param, row_event};
@@ -20,6 +20,33 @@ use super::{Inner, READ_BUDGET, lock, slot_keys, sql_err};
 
 /// The statuses as the `runs` table spells them.
 const STATUSES: [RunStatus; 7] = RunStatus::ALL;
+
+/// A column's text; `None` for NULL and for what is not text (a row some
+/// other program wrote), which a listing shows as unknown rather than fail.
+pub(super) fn text(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// A column's integer; `None` for NULL and for anything else.
+fn int(value: ValueRef<'_>) -> Option<i64> {
+    match value {
+        ValueRef::Integer(n) => Some(n),
+        _ => None,
+    }
+}
+
+/// A run's status as its `status` column says: NULL is a run not yet
+/// started, and a value this build does not know is unreadable (`None`).
+fn status_of(value: ValueRef<'_>) -> Option<RunStatus> {
+    match value {
+        ValueRef::Null => Some(RunStatus::Pending),
+        ValueRef::Text(name) => STATUSES.into_iter().find(|s| s.as_str().as_bytes() == name),
+        _ => None,
+    }
+}
 
 /// The statement and parameters selecting the runs of `query`.
 pub(super) fn runs_sql(query: &RunQuery) -> (String, Vec<Value>) {
@@ -265,25 +292,21 @@ impl Inner {
         let rows = stmt
             .query_map(params_from_iter(values), |row| {
                 Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, Option<String>>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    row.get::<_, Option<String>>(5)?,
+                    text(row.get_ref(0)?),
+                    row.get_ref(1).map(status_of)?,
+                    text(row.get_ref(2)?),
+                    int(row.get_ref(3)?),
+                    int(row.get_ref(4)?),
+                    text(row.get_ref(5)?),
                 ))
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(|e| sql_err(path, "query runs", e))?;
         let mut found = Vec::with_capacity(rows.len());
         for (id, status, workflow, started_at, updated_at, parent) in rows {
-            let Ok(run_id) = id.parse::<RunId>() else {
+            let Some(run_id) = id.as_deref().and_then(|id| id.parse::<RunId>().ok()) else {
                 tracing::warn!(db = %path.display(), id, "a runs row is not a run id; skipped");
                 continue;
-            };
-            let status = match status {
-                None => Some(RunStatus::Pending),
-                Some(name) => STATUSES.into_iter().find(|s| s.as_str() == name),
             };
             found.push(RunSummary {
                 run_id,

@@ -69,9 +69,15 @@ pub(super) fn event_key(
 
 /// Up to `?3` events of run `?1` after offset `?2`, in order: one range of
 /// the primary key, the run's slot looked up in the statement itself.
+const _: () = assert!(MAX_SLOT == 2_147_483_646, "READ_SQL spells MAX_SLOT out");
+
+/// A slot outside `1..=MAX_SLOT` (2^31 − 2) selects nothing, and the empty
+/// answer's lookup of the run reports it.
 pub(super) const READ_SQL: &str = "SELECT \"offset\", json FROM run_events \
-     WHERE id > (SELECT (lock_slot << 32) + ?2 FROM runs WHERE run_id = ?1) \
-     AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1) \
+     WHERE id > (SELECT (lock_slot << 32) + ?2 FROM runs \
+         WHERE run_id = ?1 AND lock_slot BETWEEN 1 AND 2147483646) \
+     AND id < (SELECT (lock_slot + 1) << 32 FROM runs \
+         WHERE run_id = ?1 AND lock_slot BETWEEN 1 AND 2147483646) \
      ORDER BY id LIMIT ?3";
 
 /// The last offset on record of the run at `slot` (0: none).
@@ -135,7 +141,13 @@ impl Inner {
                 "{}: run {run_id} has no lock_slot",
                 self.path.display()
             ))),
-            Some(Some(slot)) => Ok(slot),
+            Some(Some(slot)) if (1..=MAX_SLOT).contains(&slot) => Ok(slot),
+            // Its keys would be another run's (a slot past 2^32 wraps onto
+            // one), or none: nothing is read, written or deleted by it.
+            Some(Some(slot)) => Err(StoreError::Corrupt(format!(
+                "{}: run {run_id} has lock_slot {slot}, outside 1 to {MAX_SLOT}",
+                self.path.display()
+            ))),
         }
     }
 
@@ -557,7 +569,7 @@ impl Inner {
         let path = &self.path;
         let conn = lock(&self.reader);
         if limit == 0 || after >= i64::MAX as u64 {
-            self.require(&conn, run_id)?;
+            self.slot(&conn, run_id)?;
             return Ok(Vec::new());
         }
         // The run's slot is looked up in the statement itself: a lookup
@@ -602,7 +614,7 @@ impl Inner {
         // would be a read transaction of its own on every read that finds
         // events (an empty one pays it after, as before).
         if events.is_empty() {
-            self.require(&conn, run_id)?;
+            self.slot(&conn, run_id)?;
         }
         Ok(events)
     }

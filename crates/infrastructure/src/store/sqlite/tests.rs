@@ -291,6 +291,127 @@ async fn a_flush_syncs_the_wal_beside_the_real_file() {
     assert_eq!(synced, Some(std::os::unix::fs::MetadataExt::ino(&real_wal)));
 }
 
+/// The POSIX record locks this process holds on `file` (`/proc/locks`,
+/// read without opening `file`: closing a descriptor of it would drop them).
+fn posix_locks_on(file: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(file).unwrap().ino();
+    let pid = std::process::id().to_string();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"POSIX")
+                && fields.get(4) == Some(&pid.as_str())
+                && fields
+                    .get(5)
+                    .is_some_and(|at| at.ends_with(&format!(":{inode}")))
+        })
+        .count()
+}
+
+/// A second store of a database in this process leaves the first one's
+/// locks in place. SQLite's are POSIX locks, which a process loses on a
+/// file when it closes any descriptor of it; had opening the second store
+/// closed one, another process would take itself for the database's last
+/// connection, checkpoint and remove the WAL the first store still appends
+/// to, and its flushed events would be lost to a crash.
+#[test]
+fn a_second_store_in_the_process_keeps_the_first_ones_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let first = SqliteRunStore::open(&db).unwrap();
+    let held = posix_locks_on(&db);
+    assert!(held > 0, "a store in WAL mode holds a lock on its database");
+    let second = SqliteRunStore::open(&db).unwrap();
+    assert_eq!(posix_locks_on(&db), held, "the first store's locks stay");
+    drop(second);
+    assert_eq!(posix_locks_on(&db), held);
+    drop(first);
+}
+
+/// A runs row whose `lock_slot` no key can hold (edited by hand, or
+/// damaged) reaches no other run's events: a slot past 2^32 would wrap
+/// onto another run's range. Reading, locking and deleting the run say it
+/// is damaged, naming it, and the other run keeps its whole log.
+#[tokio::test]
+async fn a_slot_out_of_range_reaches_no_other_runs_events() {
+    use application::ports::EventFilter;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteRunStore::open(dir.path().join("runs.db")).unwrap();
+    let (a, held) = run_with(&store, 3).await;
+    drop(held);
+    let (b, held) = run_with(&store, 0).await;
+    drop(held);
+    let slot_of_a = cell::<i64>(&store, "lock_slot", a);
+    for bad in [slot_of_a + (1 << 32), i64::MAX, i64::MIN, 0, -1] {
+        lock(&store.inner.writer)
+            .execute(
+                "UPDATE runs SET lock_slot = ?2 WHERE run_id = ?1",
+                rusqlite::params![b.to_string(), bad],
+            )
+            .unwrap();
+        let damaged = |what: &str, e: StoreError| {
+            assert!(
+                matches!(&e, StoreError::Corrupt(m) if m.contains(&b.to_string())),
+                "{what} with slot {bad}: {e:?}"
+            );
+        };
+        damaged("read", store.read(b, 0, 10).await.unwrap_err());
+        damaged("last_offset", store.last_offset(b).await.unwrap_err());
+        let all = EventFilter::default();
+        damaged(
+            "read_matching",
+            store.read_matching(b, 0, &all, 10).await.unwrap_err(),
+        );
+        damaged("lock", store.lock(b).await.unwrap_err());
+        damaged("delete_run", store.delete_run(b).await.unwrap_err());
+        assert_eq!(store.read(a, 0, 10).await.unwrap().len(), 3, "slot {bad}");
+    }
+}
+
+/// Rows of `runs` another program wrote: one whose `run_id` is not a run
+/// id (not even text) is skipped by the listings, which list the others; a
+/// run whose other columns have odd types is listed, what cannot be read of
+/// it unknown.
+#[tokio::test]
+async fn odd_runs_rows_are_skipped_or_listed_as_unknown() {
+    use application::ports::RunQuery;
+    use application::testing::store_conformance::new_run;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteRunStore::open(dir.path().join("runs.db")).unwrap();
+    let (run, _held) = run_with(&store, 1).await;
+    let odd = new_run();
+    lock(&store.inner.writer)
+        .execute(
+            "INSERT INTO runs (run_id, created_at, status, lock_slot) \
+             VALUES (x'00ff', 0, 'running', 999), ('not a run', 0, 'running', 998), \
+             (?1, 0, 7, 997)",
+            [odd.to_string()],
+        )
+        .unwrap();
+    lock(&store.inner.writer)
+        .execute(
+            "UPDATE runs SET workflow = x'01', started_at = 'noon', parent_run_id = 3 \
+             WHERE run_id = ?1",
+            [odd.to_string()],
+        )
+        .unwrap();
+    let mut listed = store.list_runs().await.unwrap();
+    listed.sort();
+    let mut expected = vec![run, odd];
+    expected.sort();
+    assert_eq!(listed, expected);
+    let found = store.query_runs(&RunQuery::default()).await.unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let odd = found.iter().find(|r| r.run_id == odd).unwrap();
+    assert_eq!(
+        (odd.status, &odd.workflow, odd.started_at, odd.parent),
+        (None, &None, None, None)
+    );
+}
+
 /// Set by [`release_would_wait`].
 static RELEASE_WAITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

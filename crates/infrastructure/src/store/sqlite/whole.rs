@@ -10,11 +10,11 @@ use domain::{RunId, RunSnapshot, RunStatus};
 use futures::StreamExt;
 use rusqlite::{TransactionBehavior, params};
 
-use super::super::check_continuation;
 use super::super::file::sync::off_the_runtime;
 use super::super::row::{event_json, offset_param};
+use super::super::{check_continuation, not_locked};
 use super::rows::{exists, now_millis};
-use super::{Inner, SyncPolicy, lock, sql_err};
+use super::{Inner, SyncPolicy, lock, slot_keys, sql_err};
 
 /// One event row, encoded before the transaction begins.
 struct Row {
@@ -46,11 +46,15 @@ impl Inner {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_err(&self.path, "begin a deletion", e))?;
             let id = run_id.to_string();
+            // The slot the lock checked: the run's own range, whatever the row
+            // says by now.
+            let slot = lock(&self.held).get(&run_id).map(|held| held.slot);
+            let Some((first, end)) = slot.map(slot_keys) else {
+                return Err(not_locked(run_id));
+            };
             tx.execute(
-                "DELETE FROM run_events \
-                 WHERE id >= (SELECT lock_slot << 32 FROM runs WHERE run_id = ?1) \
-                 AND id < (SELECT (lock_slot + 1) << 32 FROM runs WHERE run_id = ?1)",
-                [&id],
+                "DELETE FROM run_events WHERE id >= ?1 AND id < ?2",
+                [first, end],
             )
             .and_then(|_| tx.execute("DELETE FROM snapshots WHERE run_id = ?1", [&id]))
             .and_then(|_| tx.execute("DELETE FROM snapshot_deltas WHERE run_id = ?1", [&id]))
