@@ -1,12 +1,15 @@
 //! Opening the SQLite store's connections: read-write in WAL mode, or
 //! read-only for a database this process cannot write.
 
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use application::ports::StoreError;
 use rusqlite::{Connection, OpenFlags};
 
-use super::{BUSY_TIMEOUT, sql_err};
+use super::{BUSY_TIMEOUT, FILE_MODE, io_err, lock, sql_err};
 use crate::store::SyncPolicy;
 
 /// A connection in WAL mode with the policy's `synchronous` setting.
@@ -121,5 +124,43 @@ impl Drop for WriteTx<'_> {
         if let Err(e) = self.conn.execute_batch("ROLLBACK") {
             tracing::warn!(error = %e, "cannot roll back a write transaction");
         }
+    }
+}
+
+/// Held while this process creates a database file, and taken by every
+/// open of one before SQLite opens it (see [`create_private`]).
+pub(super) static CREATING: Mutex<()> = Mutex::new(());
+
+/// Creates the database file at `path` unless it exists, private from its
+/// first byte; an existing file is checked, never opened. SQLite's locks are
+/// POSIX record locks, which a process loses on a file as soon as it closes
+/// any descriptor of it: a descriptor of ours, closed while another store of
+/// this process had the database open, would drop that store's locks, and
+/// another process would then take itself for the last connection,
+/// checkpoint and remove the WAL that store still appends to and syncs. The
+/// new file's descriptor is closed under [`CREATING`], which every open
+/// takes first, so no store of this process has the file open by then.
+pub(super) fn create_private(path: &Path) -> Result<(), StoreError> {
+    let _creating = lock(&CREATING);
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let open_for_writing = |e| io_err("open for writing", path, e);
+            let meta = std::fs::metadata(path).map_err(open_for_writing)?;
+            if !meta.is_file() {
+                return Err(StoreError::io_msg(format!(
+                    "cannot open {} for writing: not a file",
+                    path.display()
+                )));
+            }
+            rustix::fs::access(path, rustix::fs::Access::WRITE_OK)
+                .map_err(|e| open_for_writing(e.into()))
+        }
+        Err(e) => Err(io_err("create", path, e)),
     }
 }

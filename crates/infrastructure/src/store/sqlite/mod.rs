@@ -34,6 +34,7 @@
 mod connect;
 mod definitions;
 mod errors;
+mod held;
 mod query;
 mod rows;
 mod schema;
@@ -44,11 +45,12 @@ pub use errors::SqliteOpenError;
 
 use errors::{io_err, sql_err};
 
-use self::connect::{connection, read_only_connection};
+use self::connect::{CREATING, connection, create_private, read_only_connection};
+use self::held::HeldRun;
 
 use std::collections::HashMap;
-use std::fs::{DirBuilder, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -133,61 +135,12 @@ struct Inner {
     wal: Mutex<Option<std::fs::File>>,
 }
 
-/// A run this instance holds: its locked byte, its slot, and its last
-/// offset once known. Nobody else appends to a held run, and a run with a
-/// writer cannot be deleted, so an append needs no query for where the log
-/// ends.
-#[derive(Debug)]
-struct HeldRun {
-    _lock: writers::SlotLock,
-    /// The run's `lock_slot`: the high bits of its events' keys.
+/// A copy of what [`HeldRun`] knows, taken for one append.
+#[derive(Debug, Clone, Copy)]
+struct HeldState {
     slot: i64,
-    /// The last offset on record: `None` until this instance's first
-    /// append since taking the lock reads it, and again after an append
-    /// that failed.
     last: Option<u64>,
-    /// Whether the row may hold this writer's record, which letting go of
-    /// the run clears: not once the append that settled or paused the run
-    /// cleared it (see `query::RecordChange`).
     recorded: bool,
-}
-
-/// Held while this process creates a database file, and taken by every
-/// open of one before SQLite opens it (see [`create_private`]).
-static CREATING: Mutex<()> = Mutex::new(());
-
-/// Creates the database file at `path` unless it exists, private from its
-/// first byte; an existing file is checked, never opened. SQLite's locks are
-/// POSIX record locks, which a process loses on a file as soon as it closes
-/// any descriptor of it: a descriptor of ours, closed while another store of
-/// this process had the database open, would drop that store's locks, and
-/// another process would then take itself for the last connection,
-/// checkpoint and remove the WAL that store still appends to and syncs. The
-/// new file's descriptor is closed under [`CREATING`], which every open
-/// takes first, so no store of this process has the file open by then.
-fn create_private(path: &Path) -> Result<(), StoreError> {
-    let _creating = lock(&CREATING);
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let open_for_writing = |e| io_err("open for writing", path, e);
-            let meta = std::fs::metadata(path).map_err(open_for_writing)?;
-            if !meta.is_file() {
-                return Err(StoreError::io_msg(format!(
-                    "cannot open {} for writing: not a file",
-                    path.display()
-                )));
-            }
-            rustix::fs::access(path, rustix::fs::Access::WRITE_OK)
-                .map_err(|e| open_for_writing(e.into()))
-        }
-        Err(e) => Err(io_err("create", path, e)),
-    }
 }
 
 /// The keys of the events of the run at `slot` (schema 7: its slot above
@@ -309,40 +262,6 @@ impl SqliteRunStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-}
-
-/// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
-/// instance left unsynced (as a flush would) and releases the run's byte.
-struct Held {
-    inner: Arc<Inner>,
-    run_id: RunId,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if self.inner.config.sync == SyncPolicy::StepBoundary
-            && let Err(e) = off_the_runtime(|| self.inner.sync())
-        {
-            tracing::warn!(run = %self.run_id, error = %e, "cannot sync a released run");
-        }
-        // The writer connection first, as `append` takes them: no write of
-        // this run is in flight when the lock goes.
-        let writer = lock(&self.inner.writer);
-        // The record is cleared before the byte is let go, so a clear never
-        // meets the record of the run's next writer. The run stays in
-        // `held` meanwhile (the clear may wait for another process's write):
-        // this instance's own lock never refuses the byte, so only the map
-        // keeps a second locker here out until the byte is free.
-        let recorded = lock(&self.inner.held)
-            .get(&self.run_id)
-            .is_none_or(|held| held.recorded);
-        if recorded {
-            self.inner.clear_writer(&writer, self.run_id);
-        }
-        // One statement: the byte is unlocked (the entry dropped) while the
-        // map is still locked.
-        lock(&self.inner.held).remove(&self.run_id);
     }
 }
 
@@ -640,3 +559,7 @@ impl RunStore for SqliteRunStore {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod held_tests;
