@@ -241,13 +241,11 @@ pub(super) fn index_run(
 ) -> Result<bool, StoreError> {
     let mut summary = RunSummary::unreadable(run_id);
     let mut changed = false;
-    let mut started = false;
     for event in events {
-        if summary.apply(event) {
-            changed = true;
-            started |= summary.started_at.is_some();
-        }
+        changed |= summary.apply(event);
     }
+    // Only a `flow:started` of these events sets it.
+    let started = summary.started_at.is_some();
     let (true, Some(status)) = (changed, summary.status) else {
         return Ok(recorded);
     };
