@@ -283,7 +283,7 @@ struct Shared {
     /// Where each id is in `order`: built at the first id that neither the
     /// cursor nor the order finds, as a snapshot whose maps list the same
     /// nodes never needs it.
-    at: Option<std::collections::HashMap<NodeId, usize, std::hash::BuildHasherDefault<Fnv>>>,
+    at: Option<ByNodeId<usize>>,
     /// The place after the id read last. A snapshot writes its maps in key
     /// order, each a subset of the same nodes, so the id read next is most
     /// often the one there (or, at the start of the next map, the first):
@@ -365,12 +365,17 @@ thread_local! {
     static SHARED: std::cell::RefCell<Option<Shared>> = const { std::cell::RefCell::new(None) };
 }
 
+/// A map keyed by node id, hashed with [`Fnv`].
+pub(crate) type ByNodeId<V> =
+    std::collections::HashMap<NodeId, V, std::hash::BuildHasherDefault<Fnv>>;
+
 /// FNV-1a: node ids are a few bytes, for which the standard SipHash costs
 /// more than the allocation sharing saves (616 instructions an id against
-/// 295 for the copy, under callgrind). The ids come from the run's own
-/// files, and a colliding set of them only makes a load slower.
+/// 295 for the copy, under callgrind), and more than the lookup of a node
+/// by its id that each step makes a few times. The ids come from the run's
+/// own files, and a colliding set of them only makes a load slower.
 #[derive(Default)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl std::hash::Hasher for Fnv {
     fn finish(&self) -> u64 {

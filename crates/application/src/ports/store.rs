@@ -326,6 +326,21 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`StoreError::Locked`] unless this store holds the run's lock.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError>;
 
+    /// [`RunStore::append`], handing the events over: a store that keeps
+    /// events as they are (one in memory) moves them instead of copying
+    /// each, and the writer, who no longer needs them, drops none. On
+    /// success `events` is left empty (its capacity kept, for the writer's
+    /// next batch); on an error, as it was. The default appends a borrow.
+    async fn append_owned(
+        &self,
+        run_id: RunId,
+        events: &mut Vec<RuntimeEvent>,
+    ) -> Result<u64, StoreError> {
+        let bytes = self.append(run_id, events).await?;
+        events.clear();
+        Ok(bytes)
+    }
+
     /// Makes what was appended durable per the store's sync policy (called at step boundaries).
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError>;
 

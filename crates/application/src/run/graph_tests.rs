@@ -62,8 +62,8 @@ pub(super) fn rig(
         .expect_lock()
         .returning(|id| Ok(crate::ports::RunLock::new(id, ())));
     let log = Arc::clone(&events);
-    store.expect_append().returning(move |_, batch| {
-        log.lock().unwrap().extend_from_slice(batch);
+    store.expect_append_owned().returning(move |_, batch| {
+        log.lock().unwrap().append(batch);
         Ok(0)
     });
     store.expect_flush().returning(|_| Ok(()));

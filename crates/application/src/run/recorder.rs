@@ -339,12 +339,15 @@ impl Recorder {
             self.unrecorded().await;
             return Err(e.into());
         }
-        match self
-            .ports
-            .store
-            .append(self.state.run_id, &self.pending)
-            .await
-        {
+        let store = &self.ports.store;
+        let run_id = self.state.run_id;
+        // Without an observer no one reads the events after they are
+        // stored: the store may take them instead of copying them.
+        let appended = match &self.ports.observer {
+            None => store.append_owned(run_id, &mut self.pending).await,
+            Some(_) => store.append(run_id, &self.pending).await,
+        };
+        match appended {
             Ok(bytes) => {
                 self.log_since_snapshot += bytes;
                 self.log_since_saved += bytes;

@@ -69,7 +69,7 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
     let log = Arc::clone(&events);
     let append_failures = Arc::new(AtomicU64::new(u64::MAX));
     let failures = Arc::clone(&append_failures);
-    store.expect_append().returning(move |_, batch| {
+    let append = Arc::new(move |batch: &[RuntimeEvent]| -> Result<u64, StoreError> {
         let mut log = log.lock().unwrap();
         for e in batch {
             if Some(e.offset.get()) == fail_append_at
@@ -87,6 +87,15 @@ pub(super) fn harness(scripts: Scripts, fail_append_at: Option<u64>) -> Harness 
             log.push(e.clone());
         }
         Ok(batch.iter().map(json_len).sum())
+    });
+    let borrowed = Arc::clone(&append);
+    store
+        .expect_append()
+        .returning(move |_, batch| borrowed(batch));
+    store.expect_append_owned().returning(move |_, batch| {
+        let bytes = append(batch)?;
+        batch.clear();
+        Ok(bytes)
     });
     store.expect_flush().returning(|_| Ok(()));
     store.expect_needs_final_snapshot().return_const(true);

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::{EdgeDef, NodeDef, WorkflowDef};
-use crate::ids::NodeId;
+use crate::ids::{ByNodeId, NodeId};
 
 /// What a loop edge resets when it fires: the nodes and forward edges between
 /// its target and its source go back to pending so the loop body runs again.
@@ -163,14 +163,14 @@ enum Direction {
 /// would make a step cost grow with the size of the graph.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Links {
-    index: HashMap<NodeId, usize>,
+    index: ByNodeId<usize>,
     incoming: Vec<Vec<usize>>,
     outgoing: Vec<Vec<usize>>,
 }
 
 impl Links {
     pub(crate) fn build(nodes: &[NodeDef], edges: &[EdgeDef]) -> Self {
-        let index: HashMap<NodeId, usize> = nodes
+        let index: ByNodeId<usize> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.id.clone(), i))

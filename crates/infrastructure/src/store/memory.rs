@@ -164,6 +164,32 @@ impl MemoryRunStore {
         }
     }
 
+    /// Checks that `events` continue the run's log, counts their bytes when
+    /// measuring, and has `keep` add them to the log; followers are woken
+    /// once they are in.
+    fn append_with<E: AsRef<[RuntimeEvent]>>(
+        &self,
+        run_id: RunId,
+        events: E,
+        keep: impl FnOnce(&mut Vec<RuntimeEvent>, E),
+    ) -> Result<u64, StoreError> {
+        let run = self.run(run_id)?;
+        let bytes = {
+            let mut state = run.writable(run_id)?;
+            let batch = events.as_ref();
+            check_continuation(run_id, state.events.len() as u64, batch)?;
+            let bytes = if self.measuring {
+                json_lines_bytes(run_id, batch, &mut state.buf)?
+            } else {
+                0
+            };
+            keep(&mut state.events, events);
+            bytes
+        };
+        run.changed.notify_waiters();
+        Ok(bytes)
+    }
+
     fn run(&self, run_id: RunId) -> Result<Arc<MemRun>, StoreError> {
         lock(&self.runs)
             .get(&run_id)
@@ -201,20 +227,19 @@ impl RunStore for MemoryRunStore {
     /// returns the bytes the events take as JSON lines, as the file store
     /// writes them.
     async fn append(&self, run_id: RunId, events: &[RuntimeEvent]) -> Result<u64, StoreError> {
-        let run = self.run(run_id)?;
-        let bytes = {
-            let mut state = run.writable(run_id)?;
-            check_continuation(run_id, state.events.len() as u64, events)?;
-            let bytes = if self.measuring {
-                json_lines_bytes(run_id, events, &mut state.buf)?
-            } else {
-                0
-            };
-            state.events.extend_from_slice(events);
-            bytes
-        };
-        run.changed.notify_waiters();
-        Ok(bytes)
+        self.append_with(run_id, events, |kept, events| {
+            kept.extend_from_slice(events)
+        })
+    }
+
+    /// Moves the events into the log: a copy of each would cost more than
+    /// everything else an append does here.
+    async fn append_owned(
+        &self,
+        run_id: RunId,
+        events: &mut Vec<RuntimeEvent>,
+    ) -> Result<u64, StoreError> {
+        self.append_with(run_id, events, |kept, events| kept.append(events))
     }
 
     async fn flush(&self, run_id: RunId) -> Result<(), StoreError> {

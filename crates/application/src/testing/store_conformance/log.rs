@@ -63,6 +63,47 @@ pub async fn offsets_must_continue_the_log<H: StoreHarness>(h: H) {
     assert_eq!(store.last_offset(run).await.unwrap(), 7);
 }
 
+/// Conformance: An append that takes its events stores them as a borrowed
+/// one does, empties the batch it took, and leaves a refused batch whole.
+pub async fn an_owned_append_takes_its_events<H: StoreHarness>(h: H) {
+    let s = Subject::of(&h);
+    let store = &*s.store;
+    let (run, _lock) = run_with(store, 0).await;
+    let weighs = h.weighs_appends();
+    let mut batch = warnings(run, 1..=3);
+    let expected = batch.clone();
+    let weight: u64 = if weighs {
+        expected.iter().map(line_len).sum()
+    } else {
+        0
+    };
+    assert_eq!(store.append_owned(run, &mut batch).await.unwrap(), weight);
+    assert!(
+        batch.is_empty(),
+        "the batch stored is left empty: {batch:?}"
+    );
+    assert_eq!(store.read(run, 0, 10).await.unwrap(), expected);
+
+    let mut gap = vec![warning(run, 5)];
+    let refused = gap.clone();
+    assert_conflict(store.append_owned(run, &mut gap).await, "owned gap");
+    assert_eq!(gap, refused, "a refused batch is left whole");
+    let mut foreign = vec![warning(new_run(), 4)];
+    assert_conflict(
+        store.append_owned(run, &mut foreign).await,
+        "owned foreign event",
+    );
+    assert_eq!(foreign.len(), 1);
+    assert_eq!(store.last_offset(run).await.unwrap(), 3);
+
+    // The same vector carries the next batch.
+    batch.extend(warnings(run, 4..=5));
+    store.append_owned(run, &mut batch).await.unwrap();
+    assert!(batch.is_empty());
+    let all = store.read(run, 0, 10).await.unwrap();
+    assert_eq!(offsets(&all), vec![1, 2, 3, 4, 5]);
+}
+
 /// Conformance: Concurrent appends of one offset admit one.
 pub async fn concurrent_appends_of_one_offset_admit_one<H: StoreHarness>(h: H) {
     let s = Subject::of(&h);

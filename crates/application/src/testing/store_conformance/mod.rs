@@ -273,6 +273,7 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@$mode $harness, [
             create_twice_conflicts,
             offsets_must_continue_the_log,
+            an_owned_append_takes_its_events,
             concurrent_appends_of_one_offset_admit_one,
             read_windows,
             events_round_trip_exactly,
