@@ -39,6 +39,15 @@ pub(super) struct HeldRun {
     pub(super) recorded: bool,
 }
 
+/// What one attempt at a run's lock found.
+pub(super) enum Attempt {
+    /// The run's lock, this instance's now.
+    Taken(RunLock),
+    /// The run's byte, held under the record of a dead writer (process
+    /// `pid`): by a process it started, which lets go once it execs or ends.
+    Leftover(u32),
+}
+
 /// What a SQLite store's [`RunLock`] holds: dropping it syncs what this
 /// instance left unsynced (as a flush would) and releases the run's byte.
 struct Held {
@@ -121,31 +130,40 @@ impl Inner {
         StoreError::io(format!("{what} ({})", self.writers.path().display()), e)
     }
 
-    /// Locks the run's byte for this instance: refused at once when a
-    /// writer holds it, waited out (at most [`ORPHAN_PATIENCE`]) when the
-    /// record names a dead writer (a process it started still holds it).
-    fn lock_slot(&self, run_id: RunId, slot: i64) -> Result<(), StoreError> {
-        let started = Instant::now();
-        loop {
-            let locked = self
-                .writers
-                .try_lock(slot)
-                .map_err(|e| self.writers_err(&format!("cannot lock run {run_id}"), e))?;
-            if locked {
-                return Ok(());
-            }
-            match self.holder(run_id) {
-                Record::Writer { pid, alive: false } if started.elapsed() >= ORPHAN_PATIENCE => {
-                    tracing::warn!(run = %run_id, writer = pid, "the dead writer's lock is still held; giving up");
-                    return Err(locked_by_leftover(run_id, pid));
-                }
-                Record::Writer { alive: false, .. } => {}
-                Record::Unknown | Record::Writer { alive: true, .. } => {
-                    return Err(locked_elsewhere(run_id));
-                }
-            }
-            std::thread::sleep(PROBE_RETRY);
+    /// One attempt at the run's byte for this instance: `true` when it is
+    /// locked now, `false` when the record names a dead writer (a process
+    /// it started still holds the byte, until it execs or ends), refused
+    /// when a writer holds it.
+    fn try_slot(&self, run_id: RunId, slot: i64) -> Result<Option<u32>, StoreError> {
+        let locked = self
+            .writers
+            .try_lock(slot)
+            .map_err(|e| self.writers_err(&format!("cannot lock run {run_id}"), e))?;
+        if locked {
+            return Ok(None);
         }
+        match self.holder(run_id) {
+            Record::Writer { pid, alive: false } => Ok(Some(pid)),
+            Record::Unknown | Record::Writer { alive: true, .. } => Err(locked_elsewhere(run_id)),
+        }
+    }
+
+    /// Whether a locker that found the run's byte held by a dead writer's
+    /// leftover (process `pid`'s) since `started` may try again: for at
+    /// most [`ORPHAN_PATIENCE`], then it is told who holds the run.
+    pub(super) fn leftover_patience(
+        &self,
+        run_id: RunId,
+        pid: u32,
+        started: Instant,
+    ) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.leftover_waits.fetch_add(1, Ordering::SeqCst);
+        if started.elapsed() >= ORPHAN_PATIENCE {
+            tracing::warn!(run = %run_id, writer = pid, "the dead writer's lock is still held; giving up");
+            return Err(locked_by_leftover(run_id, pid));
+        }
+        Ok(())
     }
 
     /// Clears the run's writer record as its writer lets go (on `conn`,
@@ -220,7 +238,9 @@ impl Inner {
             return Err(StoreError::Conflict(format!("run {run_id} already exists")));
         }
         // A byte never given out before (slots only grow): nobody holds it.
-        self.lock_slot(run_id, slot)?;
+        if let Some(pid) = self.try_slot(run_id, slot)? {
+            return Err(locked_by_leftover(run_id, pid));
+        }
         let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
         tx.commit().map_err(|e| sql_err(path, &what(), e))?;
         held.insert(
@@ -243,9 +263,25 @@ impl Inner {
         ))
     }
 
-    /// Takes the lock of the run for this instance; `NotFound` for no such
-    /// run.
+    /// Takes the lock of the run for this instance, waiting out a dead
+    /// writer's leftover (see [`Inner::leftover_patience`]) on this thread;
+    /// `NotFound` for no such run.
     pub(super) fn take_lock(self: &Arc<Self>, run_id: RunId) -> Result<RunLock, StoreError> {
+        let started = Instant::now();
+        loop {
+            match self.try_take_lock(run_id)? {
+                Attempt::Taken(run_lock) => return Ok(run_lock),
+                Attempt::Leftover(pid) => self.leftover_patience(run_id, pid, started)?,
+            }
+            std::thread::sleep(PROBE_RETRY);
+        }
+    }
+
+    /// One attempt at the lock of the run for this instance; `NotFound`
+    /// for no such run. A wait for a dead writer's leftover is the
+    /// caller's, between attempts: it holds nothing of the instance's
+    /// meanwhile, so its other runs go on.
+    pub(super) fn try_take_lock(self: &Arc<Self>, run_id: RunId) -> Result<Attempt, StoreError> {
         let mut slot = self.slot(&lock(&self.reader), run_id)?;
         {
             // Held while locking: the instance's own lock never refuses it,
@@ -256,7 +292,9 @@ impl Inner {
             }
             let mut tries = 0;
             let slot_lock = loop {
-                self.lock_slot(run_id, slot)?;
+                if let Some(pid) = self.try_slot(run_id, slot)? {
+                    return Ok(Attempt::Leftover(pid));
+                }
                 let slot_lock = SlotLock::new(Arc::clone(&self.writers), slot);
                 // Another process may have deleted the run between the
                 // lookup of its slot and the lock (a deletion takes the lock
@@ -283,13 +321,13 @@ impl Inner {
             );
         }
         self.record_writer(run_id);
-        Ok(RunLock::new(
+        Ok(Attempt::Taken(RunLock::new(
             run_id,
             Held {
                 inner: Arc::clone(self),
                 run_id,
             },
-        ))
+        )))
     }
 
     /// Refuses a write to a run this instance does not hold.

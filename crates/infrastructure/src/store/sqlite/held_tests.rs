@@ -75,6 +75,49 @@ async fn a_dead_writers_byte_is_no_writer_and_a_live_ones_is() {
     assert_eq!(names.len(), 2, "{names:?}");
 }
 
+/// A locker waiting out a dead writer's leftover holds nothing of the
+/// instance's meanwhile: another run of the same instance is created,
+/// written, let go and locked again while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_waiting_for_a_leftover_stalls_no_other_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let holder = SqliteRunStore::open(&db).unwrap();
+    let other = std::sync::Arc::new(SqliteRunStore::open(&db).unwrap());
+    let stuck = RunId::new(uuid::Uuid::new_v4()).unwrap();
+    let _held = holder.create_run(stuck).await.unwrap();
+    let namespace = crate::store::file::holder::pid_namespace().unwrap();
+    let dead = crate::store::file::holder::record(u32::MAX - 1, 1, namespace);
+    lock(&holder.inner.writer)
+        .execute(
+            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
+            params![stuck.to_string(), dead],
+        )
+        .unwrap();
+
+    let waiting = tokio::spawn({
+        let other = std::sync::Arc::clone(&other);
+        async move { other.lock(stuck).await.map(drop) }
+    });
+    // The locker is waiting once it has met the leftover.
+    while other.inner.leftover_waits.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let (run, run_lock) = run_with(&*other, 3).await;
+    drop(run_lock);
+    let again = other.lock(run).await.unwrap();
+    assert_eq!(other.last_offset(run).await.unwrap(), 3);
+    assert!(
+        !waiting.is_finished(),
+        "the other run waited for the locker of a leftover's run"
+    );
+    drop(again);
+    match waiting.await.unwrap() {
+        Err(StoreError::Locked(why)) => assert!(why.contains("is dead"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Lock slots only grow: a deleted run's byte, still held by a process
 /// its writer left, is never a new run's. A released run keeps no writer
 /// record (only a writer that died holding it leaves one).

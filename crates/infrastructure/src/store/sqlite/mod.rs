@@ -67,6 +67,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::Notify;
 
 pub use self::schema::SCHEMA_VERSION;
+use super::file::lock::PROBE_RETRY;
 use super::file::sync::off_the_runtime;
 use super::{LogSource, SyncPolicy, follow_log};
 
@@ -133,6 +134,10 @@ struct Inner {
     /// the database closes, and this instance's writer connection is open
     /// as long as the handle is.
     wal: Mutex<Option<std::fs::File>>,
+    /// Attempts at a lock that found a dead writer's leftover: what a test
+    /// waits on to know a locker is waiting.
+    #[cfg(test)]
+    leftover_waits: AtomicU64,
 }
 
 /// A copy of what [`HeldRun`] knows, taken for one append.
@@ -255,6 +260,8 @@ impl SqliteRunStore {
                 committed: AtomicU64::new(0),
                 synced: AtomicU64::new(0),
                 wal: Mutex::new(None),
+                #[cfg(test)]
+                leftover_waits: AtomicU64::new(0),
             }),
         }
     }
@@ -298,8 +305,19 @@ impl RunStore for SqliteRunStore {
     }
 
     async fn lock(&self, run_id: RunId) -> Result<RunLock, StoreError> {
-        // `NotFound` from the lookup of the run's lock slot.
-        self.inner.take_lock(run_id)
+        let started = std::time::Instant::now();
+        loop {
+            // `NotFound` from the lookup of the run's lock slot.
+            match self.inner.try_take_lock(run_id)? {
+                held::Attempt::Taken(run_lock) => return Ok(run_lock),
+                held::Attempt::Leftover(pid) => {
+                    self.inner.leftover_patience(run_id, pid, started)?;
+                }
+            }
+            // Waited out here, holding nothing: the instance's other runs,
+            // and the tasks of this thread, go on meanwhile.
+            tokio::time::sleep(PROBE_RETRY).await;
+        }
     }
 
     async fn has_writer(&self, run_id: RunId) -> Result<bool, StoreError> {
