@@ -11,18 +11,26 @@ use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
-/// A run's cancellation: a token plus the reason it fired with.
+/// A run's cancellation: a token plus the reason it fired with. A clone is
+/// the same cancellation, shared: one count, as every node run's task and
+/// the driver each hold theirs.
 #[derive(Debug, Clone)]
 pub struct Cancel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     token: CancellationToken,
     /// Fired to hand the run over (a worker that drains): its writer stops
     /// at the next safe point, as a pause does, records nothing of it, and
-    /// releases the run for another to continue. Not a child's: a child
+    /// releases the run for another to continue. None for a child: a child
     /// run pauses with its parent and is continued with it.
-    handover: CancellationToken,
-    /// Its own reason first, then its ancestors': a child cancelled with
-    /// its parent reports the parent's reason.
-    reasons: Vec<Arc<OnceLock<String>>>,
+    handover: Option<CancellationToken>,
+    /// Its own reason; a child cancelled with its parent reports the
+    /// parent's.
+    reason: OnceLock<String>,
+    parent: Option<Cancel>,
 }
 
 impl Default for Cancel {
@@ -35,65 +43,80 @@ impl Cancel {
     /// A cancellation that has not fired.
     pub fn new() -> Self {
         Self {
-            token: CancellationToken::new(),
-            handover: CancellationToken::new(),
-            reasons: vec![Arc::new(OnceLock::new())],
+            inner: Arc::new(Inner {
+                token: CancellationToken::new(),
+                handover: Some(CancellationToken::new()),
+                reason: OnceLock::new(),
+                parent: None,
+            }),
         }
     }
 
     /// Asks the run's writer to hand the run over: it stops at the next
     /// safe point, as a pause does, records nothing of it, and releases the
-    /// run unended for another writer to continue. A child run's own is
-    /// not asked: a child pauses with its parent and goes on with it.
+    /// run unended for another writer to continue. A child's is never
+    /// asked (this does nothing): a child pauses with its parent and goes
+    /// on with it.
     pub fn hand_over(&self) {
-        self.handover.cancel();
+        if let Some(handover) = &self.inner.handover {
+            handover.cancel();
+        }
     }
 
     /// Whether [`Cancel::hand_over`] was asked.
     pub fn is_handed_over(&self) -> bool {
-        self.handover.is_cancelled()
+        self.inner
+            .handover
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
-    /// Completes when [`Cancel::hand_over`] is asked.
+    /// Completes when [`Cancel::hand_over`] is asked (a child's, never).
     pub async fn handed_over(&self) {
-        self.handover.cancelled().await;
+        match &self.inner.handover {
+            Some(handover) => handover.cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Fires it; the first reason given is the one recorded.
     pub fn cancel(&self, reason: impl Into<String>) {
-        if let Some(own) = self.reasons.first() {
-            let _ = own.set(reason.into());
-        }
-        self.token.cancel();
+        let _ = self.inner.reason.set(reason.into());
+        self.inner.token.cancel();
     }
 
     /// Whether it fired.
     pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
+        self.inner.token.is_cancelled()
     }
 
-    /// Why it fired (`None` before it did).
+    /// Why it fired (`None` before it did): its own reason, else its
+    /// nearest ancestor's.
     pub fn reason(&self) -> Option<&str> {
-        self.reasons
-            .iter()
-            .find_map(|r| r.get())
-            .map(String::as_str)
+        let mut at = Some(self);
+        while let Some(cancel) = at {
+            if let Some(reason) = cancel.inner.reason.get() {
+                return Some(reason);
+            }
+            at = cancel.inner.parent.as_ref();
+        }
+        None
     }
 
     /// Completes when it fires.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await;
+        self.inner.token.cancelled().await;
     }
 
     /// A child: fires with its parent, or alone (with its own reason).
     pub fn child(&self) -> Cancel {
-        let mut reasons = Vec::with_capacity(self.reasons.len() + 1);
-        reasons.push(Arc::new(OnceLock::new()));
-        reasons.extend(self.reasons.iter().cloned());
         Cancel {
-            token: self.token.child_token(),
-            handover: CancellationToken::new(),
-            reasons,
+            inner: Arc::new(Inner {
+                token: self.inner.token.child_token(),
+                handover: None,
+                reason: OnceLock::new(),
+                parent: Some(self.clone()),
+            }),
         }
     }
 }
@@ -118,5 +141,27 @@ mod tests {
         assert!(!lone.is_cancelled());
         assert_eq!(child.reason(), Some("node only"));
         assert_eq!(node.reason(), Some("interrupted"));
+        // A grandchild reports its nearest ancestor's reason.
+        let grandchild = child.child();
+        assert!(grandchild.is_cancelled());
+        assert_eq!(grandchild.reason(), Some("node only"));
+        // A clone is the same cancellation.
+        let run = Cancel::new();
+        let clone = run.clone();
+        clone.cancel("by the clone");
+        assert_eq!(run.reason(), Some("by the clone"));
+    }
+
+    #[tokio::test]
+    async fn a_child_is_never_handed_over() {
+        let run = Cancel::new();
+        let child = run.child();
+        run.hand_over();
+        child.hand_over();
+        assert!(run.is_handed_over());
+        assert!(!child.is_handed_over());
+        run.handed_over().await;
+        let waited = tokio::time::timeout(std::time::Duration::ZERO, child.handed_over()).await;
+        assert!(waited.is_err(), "a child's hand-over never completes");
     }
 }

@@ -185,23 +185,31 @@ impl Recorder {
             }
             // Before the writer stops: the next one counts from nothing.
             if let Some(warning) = live.report() {
-                self.emit_one(RUN_LEVEL, warning).await?;
+                let event = self.event(RUN_LEVEL, warning)?;
+                self.observe(&event).await?;
+                self.fold(event);
             }
         }
-        self.emit_one(ctx, kind).await
+        // Built, shown to the transcript and folded here rather than in a
+        // function of its own that this one awaits: each caller's future
+        // would hold both, and every event would copy them.
+        let event = self.event(ctx, kind)?;
+        self.observe(&event).await?;
+        Ok(self.fold(event))
     }
 
-    async fn emit_one(
-        &mut self,
+    /// The next event of the run: its offset follows the state's last.
+    fn event(
+        &self,
         (node_id, node_run_id): Ctx,
         kind: EventKind,
-    ) -> Result<Recorded, ExecutorError> {
+    ) -> Result<RuntimeEvent, ExecutorError> {
         if let Some(why) = &self.broken {
             return Err(StoreError::io_msg(why.clone()).into());
         }
         let offset = Offset::new(self.state.last_offset + 1)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let event = RuntimeEvent {
+        Ok(RuntimeEvent {
             id: self.ports.ids.uuid().to_string(),
             offset,
             timestamp: self.ports.clock.now(),
@@ -210,17 +218,25 @@ impl Recorder {
             node_run_id,
             kind,
             extra: Default::default(),
-        };
-        // The transcript line goes first: when it cannot be written (a full
-        // disk) the event is not recorded either, so the log never claims a
-        // step (or an outcome) whose exchange is missing. It sees the state
-        // before the event: the node run an end event closes is still there
-        // to name its place.
+        })
+    }
+
+    /// Writes the event's transcript lines. They go first: when they cannot
+    /// be written (a full disk) the event is not recorded either, so the
+    /// log never claims a step (or an outcome) whose exchange is missing.
+    /// The transcript sees the state before the event: the node run an end
+    /// event closes is still there to name its place.
+    async fn observe(&mut self, event: &RuntimeEvent) -> Result<(), ExecutorError> {
         if let Some(transcript) = &mut self.transcript {
             transcript
-                .observe(&event, &self.state, &self.workflow)
+                .observe(event, &self.state, &self.workflow)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Folds the event into the state and keeps it pending.
+    fn fold(&mut self, event: RuntimeEvent) -> Recorded {
         self.state.apply(&event);
         self.changes.note(&event);
         if let Some(live) = &mut self.live {
@@ -241,7 +257,7 @@ impl Recorder {
             timestamp: event.timestamp,
         };
         self.pending.push(event);
-        Ok(recorded)
+        recorded
     }
 
     /// Appends the pending events in one append and shows them to the
@@ -258,8 +274,9 @@ impl Recorder {
         if self.save_state().await? {
             let snapshot_offset = Offset::new(self.state.last_offset)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })
-                .await?;
+            // Boxed, as rare: unboxed, every publication's future would
+            // hold an event's recording.
+            Box::pin(self.emit(RUN_LEVEL, EventKind::StateSaved { snapshot_offset })).await?;
             self.write_pending().await?;
         }
         self.ports.store.flush(self.state.run_id).await?;
@@ -336,7 +353,9 @@ impl Recorder {
         if let Some(transcript) = &self.transcript
             && let Err(e) = transcript.flush().await
         {
-            self.unrecorded().await;
+            // Boxed, as every `unrecorded` here: a failure's path, which
+            // would otherwise make every append's future its size.
+            Box::pin(self.unrecorded()).await;
             return Err(e.into());
         }
         let store = &self.ports.store;
@@ -353,7 +372,7 @@ impl Recorder {
                 self.log_since_saved += bytes;
             }
             Err(e) => {
-                self.unrecorded().await;
+                Box::pin(self.unrecorded()).await;
                 return Err(e.into());
             }
         }

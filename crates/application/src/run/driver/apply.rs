@@ -62,7 +62,7 @@ impl Driver {
                     Effect::Checkpoint => self.rec.checkpoint().await?,
                     Effect::Retry(retry) => {
                         if let Asker::NodeRun(answer) = std::mem::take(&mut asker) {
-                            let _ = answer.send(retry);
+                            let _ = answer.send(*retry);
                         }
                     }
                     Effect::Reply { accepted, error } => {

@@ -130,8 +130,9 @@ pub(crate) enum Effect {
     Boundary,
     /// Make what is recorded durable now, before anything else happens.
     Checkpoint,
-    /// Tell the node run that asked: a new attempt, after a wait.
-    Retry(Retry),
+    /// Tell the node run that asked: a new attempt, after a wait. Boxed: it
+    /// holds an event, and every step's effects are moved whole.
+    Retry(Box<Retry>),
     /// Answer the command's sender; the offset is the step's first event's.
     Reply {
         accepted: bool,
@@ -221,7 +222,8 @@ pub(crate) fn step(state: &RunSnapshot, given: &Given<'_>, input: Input) -> Step
             }
         }
         Input::AttemptFailed { run, failure } => Step::effects(
-            retry::attempt_failed(state, given.workflow, run, &failure).map(Effect::Retry),
+            retry::attempt_failed(state, given.workflow, run, &failure)
+                .map(|retry| Effect::Retry(Box::new(retry))),
         ),
         Input::Command { raw, by, child, at } => {
             let received = command::received(state, given.workflow, raw, by, child, at);

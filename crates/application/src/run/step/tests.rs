@@ -225,7 +225,7 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                 },
             },
             vec![],
-            vec![Effect::Retry(Retry {
+            vec![Effect::Retry(Box::new(Retry {
                 wait: std::time::Duration::from_secs(1),
                 started: EventKind::NodeStarted {
                     input: Default::default(),
@@ -233,7 +233,7 @@ fn every_input_records_its_events_then_asks_for_its_effects() {
                     item: None,
                     items: None,
                 },
-            })],
+            }))],
         ),
         (
             "any other failure is not",
