@@ -11,6 +11,19 @@ use domain::RunId;
 use super::tests::cell;
 use super::*;
 
+/// Makes `run`'s row name a dead writer while `store` holds its byte: what
+/// a writer that died leaves while a process it started holds the lock.
+fn record_dead_writer(store: &SqliteRunStore, run: RunId) {
+    let namespace = crate::store::file::holder::pid_namespace().unwrap();
+    let dead = crate::store::file::holder::record(u32::MAX - 1, 1, namespace);
+    lock(&store.inner.writer)
+        .execute(
+            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
+            params![run.to_string(), dead],
+        )
+        .unwrap();
+}
+
 /// The database named through a symlink is the same database, with the
 /// same locks: a second writer of a run is refused whatever name it uses.
 #[tokio::test]
@@ -48,14 +61,7 @@ async fn a_dead_writers_byte_is_no_writer_and_a_live_ones_is() {
     assert!(other.has_writer(run).await.unwrap());
     assert!(matches!(other.lock(run).await, Err(StoreError::Locked(_))));
 
-    let namespace = crate::store::file::holder::pid_namespace().unwrap();
-    let dead = crate::store::file::holder::record(u32::MAX - 1, 1, namespace);
-    lock(&holder.inner.writer)
-        .execute(
-            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
-            params![run.to_string(), dead],
-        )
-        .unwrap();
+    record_dead_writer(&holder, run);
     assert!(
         !other.has_writer(run).await.unwrap(),
         "a dead writer's byte"
@@ -86,14 +92,7 @@ async fn a_lock_waiting_for_a_leftover_stalls_no_other_run() {
     let other = std::sync::Arc::new(SqliteRunStore::open(&db).unwrap());
     let stuck = RunId::new(uuid::Uuid::new_v4()).unwrap();
     let _held = holder.create_run(stuck).await.unwrap();
-    let namespace = crate::store::file::holder::pid_namespace().unwrap();
-    let dead = crate::store::file::holder::record(u32::MAX - 1, 1, namespace);
-    lock(&holder.inner.writer)
-        .execute(
-            "UPDATE runs SET writer = ?2 WHERE run_id = ?1",
-            params![stuck.to_string(), dead],
-        )
-        .unwrap();
+    record_dead_writer(&holder, stuck);
 
     let waiting = tokio::spawn({
         let other = std::sync::Arc::clone(&other);
