@@ -41,7 +41,22 @@ impl RunSnapshot {
     /// longer, which spares a writer that moves long strings out of the
     /// document a scan of all of it.
     pub fn write_json_measured(&self, buf: &mut Vec<u8>) -> Result<usize, serde_json::Error> {
-        self.write_fields(buf, None)
+        self.write_fields(buf, None, None)
+    }
+
+    /// [`RunSnapshot::write_json_measured`] for a writer that takes the
+    /// JSON in parts: whenever `buf` holds `chunk` bytes or more after a
+    /// field or a map's entry, `flush` is handed all of `buf` and `buf` is
+    /// emptied; what is left at the end stays in `buf`. A long run's
+    /// snapshot is megabytes, and a buffer of all of it stays with the
+    /// allocator after it is freed.
+    pub fn write_json_flushing(
+        &self,
+        buf: &mut Vec<u8>,
+        chunk: usize,
+        flush: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<usize, serde_json::Error> {
+        self.write_fields(buf, None, Some(Flush { chunk, to: flush }))
     }
 
     /// [`RunSnapshot::write_json`] with `status` written in place of the
@@ -53,14 +68,15 @@ impl RunSnapshot {
         buf: &mut Vec<u8>,
         status: &str,
     ) -> Result<(), serde_json::Error> {
-        self.write_fields(buf, Some(status)).map(drop)
+        self.write_fields(buf, Some(status), None).map(drop)
     }
 
-    /// The writer of both: the recorded status, or `shown`.
-    fn write_fields(
+    /// The writer of all three: the recorded status, or `shown`.
+    fn write_fields<'a>(
         &self,
-        buf: &mut Vec<u8>,
+        buf: &'a mut Vec<u8>,
         shown: Option<&str>,
+        flush: Option<Flush<'a>>,
     ) -> Result<usize, serde_json::Error> {
         // Unknown fields (a newer writer's) are rare: serde places them.
         if !self.extra.is_empty() {
@@ -110,6 +126,7 @@ impl RunSnapshot {
             extra: _,
         } = self;
         let mut w = Object::open(buf);
+        w.flush = flush;
         w.value("version", version)?;
         w.value("runId", run_id)?;
         w.value("workflow", workflow)?;
@@ -216,12 +233,22 @@ fn write_spent(buf: &mut Vec<u8>, spent: &Spent) -> Result<(), serde_json::Error
     Ok(())
 }
 
+/// Where a snapshot's JSON goes in parts ([`RunSnapshot::write_json_flushing`]).
+struct Flush<'a> {
+    /// The buffer's length that is handed over.
+    chunk: usize,
+    to: &'a mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+}
+
 /// A JSON object being written: its fields' separators and keys, and the
 /// length of the longest value written into it.
 struct Object<'a> {
     buf: &'a mut Vec<u8>,
     first: bool,
     longest: usize,
+    /// Set on the snapshot's own object only: a value's parts are never
+    /// handed over apart, so the lengths measured stay whole.
+    flush: Option<Flush<'a>>,
 }
 
 impl<'a> Object<'a> {
@@ -231,7 +258,19 @@ impl<'a> Object<'a> {
             buf,
             first: true,
             longest: 0,
+            flush: None,
         }
+    }
+
+    /// Hands the buffer over once it holds a chunk.
+    fn flush_full(&mut self) -> Result<(), serde_json::Error> {
+        if let Some(flush) = &mut self.flush
+            && self.buf.len() >= flush.chunk
+        {
+            (flush.to)(self.buf).map_err(serde_json::Error::io)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 
     /// Writes a value with `write`, noting its length.
@@ -266,7 +305,8 @@ impl<'a> Object<'a> {
         value: &T,
     ) -> Result<(), serde_json::Error> {
         self.key(key);
-        self.measure(|buf| serde_json::to_writer(buf, value))
+        self.measure(|buf| serde_json::to_writer(buf, value))?;
+        self.flush_full()
     }
 
     /// A map keyed by node: node ids are `[A-Za-z0-9_-]` (checked when made).
@@ -307,15 +347,101 @@ impl<'a> Object<'a> {
         mut write: impl FnMut(&mut Vec<u8>, &V) -> Result<(), serde_json::Error>,
     ) -> Result<(), serde_json::Error> {
         self.key(key);
-        let mut inner = Object::open(self.buf);
-        for (k, value) in map {
-            inner.separate();
-            name(inner.buf, k)?;
-            inner.buf.push(b':');
-            inner.measure(|buf| write(buf, value))?;
+        self.buf.push(b'{');
+        for (i, (k, value)) in map.iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            name(self.buf, k)?;
+            self.buf.push(b':');
+            self.measure(|buf| write(buf, value))?;
+            self.flush_full()?;
         }
-        inner.buf.push(b'}');
-        self.longest = self.longest.max(inner.longest);
+        self.buf.push(b'}');
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::snapshot::{EdgeStatus, JsonText, NodeStatus};
+
+    /// A snapshot of `n` finished nodes, each with its output, status,
+    /// session, counts and spending, and an edge to the next.
+    fn finished(n: usize) -> RunSnapshot {
+        let mut s = RunSnapshot::new("0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f".parse().unwrap());
+        for i in 0..n {
+            let id = NodeId::new(format!("n{i}")).unwrap();
+            let output = json!({"data": format!("answer {i}"), "metadata": {"agent_name": "a"}});
+            s.outputs.insert(id.clone(), JsonText::from_value(&output));
+            s.node_status.insert(id.clone(), NodeStatus::Done);
+            s.edge_status
+                .insert(format!("n{i}->n{}", i + 1), EdgeStatus::Fired);
+            s.node_passes.insert(id.clone(), 1);
+            s.node_spent.insert(id, Spent::default());
+        }
+        s.state.insert("k".into(), json!("v"));
+        s
+    }
+
+    #[test]
+    fn a_snapshot_written_in_parts_is_the_same_json_and_the_same_measure() {
+        let snapshot = finished(300);
+        let mut whole = Vec::new();
+        let longest = snapshot.write_json_measured(&mut whole).unwrap();
+        let chunk = 1024;
+        let (mut parts, mut joined) = (Vec::new(), Vec::new());
+        let mut buf = Vec::new();
+        let measured = snapshot
+            .write_json_flushing(&mut buf, chunk, &mut |part| {
+                parts.push(part.len());
+                joined.extend_from_slice(part);
+                Ok(())
+            })
+            .unwrap();
+        joined.extend_from_slice(&buf);
+        assert_eq!(joined, whole);
+        assert_eq!(measured, longest);
+        assert!(parts.len() > whole.len() / chunk / 2, "{parts:?}");
+        // Handed over at the first boundary past a chunk: no part holds
+        // much more than one, and the rest is under one.
+        assert!(parts.iter().all(|&len| (chunk..chunk + 300).contains(&len)));
+        assert!(buf.len() < chunk + 300);
+    }
+
+    #[test]
+    fn a_snapshot_under_a_chunk_is_left_whole_in_the_buffer() {
+        let snapshot = finished(3);
+        let mut whole = Vec::new();
+        snapshot.write_json(&mut whole).unwrap();
+        let mut buf = Vec::new();
+        let mut calls = 0;
+        snapshot
+            .write_json_flushing(&mut buf, 1 << 20, &mut |_| {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((calls, buf), (0, whole));
+    }
+
+    #[test]
+    fn a_part_that_cannot_be_written_stops_the_snapshot_with_its_error() {
+        let snapshot = finished(300);
+        let mut buf = Vec::new();
+        let mut calls = 0;
+        let err = snapshot
+            .write_json_flushing(&mut buf, 1024, &mut |_| {
+                calls += 1;
+                Err(std::io::Error::other("disk full"))
+            })
+            .unwrap_err();
+        assert_eq!(calls, 1);
+        assert!(err.is_io(), "{err}");
+        assert!(err.to_string().contains("disk full"), "{err}");
     }
 }

@@ -266,16 +266,56 @@ impl BlobDir {
     /// (data shaped like one, which is escaped): the scan for long strings
     /// cost a large snapshot more than writing it.
     pub fn externalize_measured(&self, doc: Vec<u8>, longest: usize) -> Result<Vec<u8>, BlobError> {
-        if !self.containers && longest <= INLINE_LIMIT && !mentions_ref(&doc) {
+        if self.keeps_whole(longest) && !mentions_ref(&doc) {
             return Ok(doc);
         }
         self.externalize(doc)
+    }
+
+    /// Whether a document none of whose values is longer than `longest`
+    /// bytes, and that mentions no reference ([`RefScan`]), is stored as
+    /// it is: what [`BlobDir::externalize_measured`] returns unchanged.
+    pub fn keeps_whole(&self, longest: usize) -> bool {
+        !self.containers && longest <= INLINE_LIMIT
     }
 
     /// The JSON document `doc` with every reference replaced by its value;
     /// borrowed as is when it holds none (see [`resolve_from`]).
     pub fn resolve<'a>(&self, doc: &'a [u8]) -> Result<Cow<'a, [u8]>, BlobError> {
         resolve_from(self, doc)
+    }
+}
+
+/// Whether a document handed over in parts mentions a reference's key
+/// (`"$blob"`), one cut between two parts included.
+#[derive(Debug, Default)]
+pub struct RefScan {
+    /// The last bytes of what was fed, shorter than the key.
+    tail: Vec<u8>,
+    found: bool,
+}
+
+impl RefScan {
+    /// Scans the next part.
+    pub fn feed(&mut self, part: &[u8]) {
+        if self.found {
+            return;
+        }
+        let keep = REF_NEEDLE.len() - 1;
+        self.tail.extend_from_slice(&part[..part.len().min(keep)]);
+        self.found = mentions_ref(&self.tail) || mentions_ref(part);
+        if part.len() >= keep {
+            self.tail.clear();
+            self.tail.extend_from_slice(&part[part.len() - keep..]);
+        } else {
+            let cut = self.tail.len().saturating_sub(keep);
+            self.tail.drain(..cut);
+        }
+    }
+
+    /// Whether any part fed so far, or two of them together, mention it.
+    pub fn found(&self) -> bool {
+        self.found
     }
 }
 
@@ -416,6 +456,26 @@ mod tests {
 
     fn big(c: char) -> String {
         std::iter::repeat_n(c, INLINE_LIMIT + 10).collect()
+    }
+
+    #[test]
+    fn a_reference_key_cut_between_parts_is_found() {
+        let doc = br#"{"a":{"$blob":"sha256:00"}}"#;
+        for first in 0..=doc.len() {
+            for second in first..=doc.len() {
+                let mut scan = RefScan::default();
+                scan.feed(&doc[..first]);
+                scan.feed(&doc[first..second]);
+                scan.feed(&doc[second..]);
+                assert!(scan.found(), "cut at {first} and {second}");
+            }
+        }
+        // Byte by byte, and an escaped quote is no key.
+        let mut scan = RefScan::default();
+        for byte in br#"{"a":"$blo","b":"$blob\"","c":"x$blob"}"# {
+            scan.feed(std::slice::from_ref(byte));
+        }
+        assert!(!scan.found());
     }
 
     #[test]

@@ -155,6 +155,9 @@ struct RunHandle {
     /// about that large rather than growing from a few KiB by doubling (a
     /// 2.5 MB state was ten reallocations, most of them copies).
     snapshot_len: std::sync::atomic::AtomicUsize,
+    /// A snapshot of the run had a value to move to a blob: the next ones
+    /// are encoded whole, not streamed (`snapshot::write_snapshot`).
+    blobbed: std::sync::atomic::AtomicBool,
     /// `snapshot-deltas.ndjson`, held open once a delta was appended, and
     /// whether it holds lines the next snapshot replaces.
     deltas: Mutex<snapshot::DeltaFile>,
@@ -267,6 +270,7 @@ impl Inner {
             group: Arc::clone(&self.group),
             snapshot_lock: Mutex::new(()),
             snapshot_len: std::sync::atomic::AtomicUsize::new(0),
+            blobbed: std::sync::atomic::AtomicBool::new(false),
             deltas: Mutex::default(),
             follow_poll: self.config.follow_poll,
             durable: self.config.sync != SyncPolicy::Never,
@@ -608,7 +612,7 @@ mod tests {
         let tmp = File::create(&path).unwrap();
         let err = snapshot::fill_or_remove(tmp, &path, |tmp| {
             tmp.write_all(b"{\"half")?;
-            Err(io::Error::from_raw_os_error(28))
+            Err::<(), _>(io::Error::from_raw_os_error(28))
         })
         .unwrap_err();
         assert!(err.to_string().contains("snapshot.json.tmp"), "{err}");
@@ -742,6 +746,50 @@ mod tests {
         assert!(text.len() > crate::blobs::INLINE_LIMIT);
         assert_eq!(text, snapshot.to_json_vec().unwrap());
         assert!(blobs("snapshot-blobs").is_empty());
+    }
+
+    /// A snapshot is written as it is encoded, a part at a time: the file
+    /// is its JSON exactly, however long the snapshot it replaced (whose
+    /// file the next write reuses). A value shaped like a blob's reference,
+    /// seen only once written, has the snapshot written again, escaped.
+    #[tokio::test]
+    async fn a_snapshot_written_in_parts_is_its_json_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let _lock = store.create_run(run).await.unwrap();
+        let file = store.run_dir(run).join("snapshot.json");
+        let mut snapshot = RunSnapshot::new(run);
+        let fill = |snapshot: &mut RunSnapshot| {
+            for n in 0..20_000 {
+                let node = domain::NodeId::new(format!("n{n}")).unwrap();
+                let output = serde_json::json!({"data": n});
+                (snapshot.outputs).insert(node.clone(), domain::JsonText::from_value(&output));
+                snapshot.node_calls.insert(node, 1);
+            }
+        };
+        fill(&mut snapshot);
+        for shrink in [false, false, true, true] {
+            if shrink {
+                snapshot.outputs.clear();
+                snapshot.node_calls.clear();
+            }
+            store.save_snapshot(&snapshot).await.unwrap();
+            let text = std::fs::read(&file).unwrap();
+            assert_eq!(text.len() > 4 * crate::blobs::INLINE_LIMIT, !shrink);
+            assert_eq!(text, snapshot.to_json_vec().unwrap());
+        }
+        fill(&mut snapshot);
+        let shaped = serde_json::json!({"data": {"$blob": "sha256:00", "bytes": 1}});
+        let last = domain::NodeId::new("zz").unwrap();
+        (snapshot.outputs).insert(last, domain::JsonText::from_value(&shaped));
+        for _ in 0..2 {
+            store.save_snapshot(&snapshot).await.unwrap();
+            let text = std::fs::read(&file).unwrap();
+            assert_ne!(text, snapshot.to_json_vec().unwrap(), "escaped");
+            let loaded = store.load_snapshot(run).await.unwrap().unwrap();
+            assert_eq!(loaded.outputs, snapshot.outputs);
+        }
     }
 
     #[tokio::test]

@@ -14,8 +14,11 @@ use domain::{RunSnapshot, RunStatus};
 
 use super::log::{FILE_MODE, RunPaths, io_err};
 use super::{RunHandle, lock};
-use crate::blobs::BlobError;
+use crate::blobs::{BlobError, RefScan};
 use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
+
+/// A snapshot's JSON goes to its file in parts of about this size.
+const PART: usize = 64 * 1024;
 
 /// Replaces `snapshot.json` atomically without allocating an inode per write.
 ///
@@ -27,23 +30,23 @@ use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 /// costs an inode allocation and release per step, which on ext4 was most of
 /// a step's cost. Returns the bytes of the snapshot as encoded, before
 /// large values moved to blobs.
+///
+/// The JSON is written as it is made, a part at a time: a long run's
+/// snapshot is megabytes, and a buffer of all of it stayed with the
+/// allocator after each write. A snapshot with a value to move to a blob
+/// (found once written) is written again whole, through
+/// [`BlobDir::externalize_measured`](crate::blobs::BlobDir::externalize_measured),
+/// and so is every later one of the run: its values stay.
 pub(super) fn write_snapshot(
     handle: &RunHandle,
     snapshot: &RunSnapshot,
 ) -> Result<u64, StoreError> {
     let paths = &handle.paths;
-    let last = handle.snapshot_len.load(Ordering::Relaxed);
-    let mut bytes = Vec::with_capacity((last + last / 8).max(4096));
-    let longest = snapshot.write_json_measured(&mut bytes).map_err(|e| {
-        StoreError::io(
-            format!("cannot serialize the snapshot of run {}", paths.run_id),
-            e.into(),
-        )
-    })?;
-    let encoded = bytes.len() as u64;
-    handle.snapshot_len.store(bytes.len(), Ordering::Relaxed);
-    let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
-        .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
+    let whole = if handle.blobbed.load(Ordering::Relaxed) {
+        Some(encode_whole(handle, snapshot)?)
+    } else {
+        None
+    };
     let _turn = lock(&handle.snapshot_lock);
     {
         // Deltas a writer before this one left (it crashed) could continue
@@ -55,20 +58,27 @@ pub(super) fn write_snapshot(
             deltas.checked = true;
         }
     }
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE);
-    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp).map_err(|e| match e {
-        FileReadError::Io { path, source } => io_err("create", &path, source),
-        other => other.into(),
-    })?;
-    fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
-        tmp.write_all(&bytes)
-            .and_then(|()| tmp.set_len(bytes.len() as u64))
-    })?;
+    let (encoded, bytes) = match whole {
+        Some((encoded, bytes)) => {
+            fill_tmp(paths, |tmp| tmp.write_all(&bytes))?;
+            (encoded, Some(bytes))
+        }
+        None => {
+            let streamed = fill_tmp(paths, |tmp| stream(snapshot, tmp))?;
+            if paths.snapshot_blobs.keeps_whole(streamed.longest) && !streamed.refs {
+                (streamed.len, None)
+            } else {
+                handle.blobbed.store(true, Ordering::Relaxed);
+                let (encoded, bytes) = encode_whole(handle, snapshot)?;
+                fill_tmp(paths, |tmp| tmp.write_all(&bytes))?;
+                (encoded, Some(bytes))
+            }
+        }
+    };
+    handle.snapshot_len.store(
+        usize::try_from(encoded).unwrap_or(usize::MAX),
+        Ordering::Relaxed,
+    );
     let exchanged = rustix::fs::renameat_with(
         rustix::fs::CWD,
         &paths.snapshot_tmp,
@@ -85,7 +95,10 @@ pub(super) fn write_snapshot(
     // The blobs only the replaced snapshot named are garbage now. A reader
     // still resolving that snapshot finds one missing and rebuilds the
     // state from the log, as from any unreadable snapshot.
-    if let Err(e) = paths.snapshot_blobs.keep_only(&bytes) {
+    if let Err(e) = paths
+        .snapshot_blobs
+        .keep_only(bytes.as_deref().unwrap_or_default())
+    {
         tracing::warn!(run = %paths.run_id, error = %e, "cannot remove the blobs of a replaced snapshot");
     }
     // The deltas continued the replaced snapshot. Until they are gone a
@@ -112,6 +125,75 @@ pub(super) fn write_snapshot(
         remove_if_there(&paths.snapshot_tmp)?;
     }
     Ok(encoded)
+}
+
+/// What [`stream`] wrote.
+struct Streamed {
+    len: u64,
+    /// The longest value in it.
+    longest: usize,
+    /// Whether it mentions a blob reference's key.
+    refs: bool,
+}
+
+/// Writes `snapshot` into `tmp` as it is encoded.
+fn stream(snapshot: &RunSnapshot, tmp: &mut File) -> io::Result<Streamed> {
+    let mut refs = RefScan::default();
+    let mut len = 0;
+    let mut out = |part: &[u8]| {
+        refs.feed(part);
+        len += part.len() as u64;
+        tmp.write_all(part)
+    };
+    let mut buf = Vec::with_capacity(PART + PART / 4);
+    let longest = snapshot.write_json_flushing(&mut buf, PART, &mut out)?;
+    out(&buf)?;
+    Ok(Streamed {
+        len,
+        longest,
+        refs: refs.found(),
+    })
+}
+
+/// The snapshot's JSON whole, its large values moved to blobs, and its
+/// length before: its buffer starts about as large as the last one's.
+fn encode_whole(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(u64, Vec<u8>), StoreError> {
+    let paths = &handle.paths;
+    let last = handle.snapshot_len.load(Ordering::Relaxed);
+    let mut bytes = Vec::with_capacity((last + last / 8).max(4096));
+    let longest = snapshot.write_json_measured(&mut bytes).map_err(|e| {
+        StoreError::io(
+            format!("cannot serialize the snapshot of run {}", paths.run_id),
+            e.into(),
+        )
+    })?;
+    let encoded = bytes.len() as u64;
+    let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
+        .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
+    Ok((encoded, bytes))
+}
+
+/// Opens `snapshot.json.tmp` and fills it with `fill`, cut to what it wrote.
+fn fill_tmp<T>(
+    paths: &RunPaths,
+    fill: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T, StoreError> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(FILE_MODE);
+    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp).map_err(|e| match e {
+        FileReadError::Io { path, source } => io_err("create", &path, source),
+        other => other.into(),
+    })?;
+    fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
+        let filled = fill(tmp)?;
+        let len = tmp.stream_position()?;
+        tmp.set_len(len)?;
+        Ok(filled)
+    })
 }
 
 /// When the writer lets go of the run: the old snapshot that the last
@@ -193,11 +275,11 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
 /// Runs `fill` on the temporary file `tmp` at `path`; when it fails (a full
 /// disk), the half-written file is removed, so a failed write leaves no
 /// `snapshot.json.tmp` behind (the saved `snapshot.json` is untouched).
-pub(super) fn fill_or_remove(
+pub(super) fn fill_or_remove<T>(
     mut tmp: File,
     path: &Path,
-    fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> Result<(), StoreError> {
+    fill: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T, StoreError> {
     let filled = fill(&mut tmp);
     drop(tmp);
     filled.map_err(|e| {
