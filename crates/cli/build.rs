@@ -7,7 +7,9 @@
 //! it is a few kilobytes. glibc reads the packed form since 2.36, and the
 //! linker marks a packed program as needing it (`GLIBC_ABI_DT_RELR`), so an
 //! older glibc would refuse to start it: the table is packed only for a
-//! build on the machine it runs on, with glibc 2.36 or later.
+//! build on the machine it runs on, with glibc 2.36 or later. (The answer
+//! is kept with the build: a target directory moved to an older system is
+//! built again from clean.)
 
 use std::env::var;
 

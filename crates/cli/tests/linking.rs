@@ -1,6 +1,7 @@
 //! How `awr` is linked (`build.rs`): its relocations packed exactly where
 //! the C library it runs on reads them.
 
+#![cfg(all(target_os = "linux", target_env = "gnu"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;

@@ -149,7 +149,8 @@ struct RunHandle {
     /// The store's group commit, shared by all its runs.
     group: Arc<GroupSync>,
     /// Snapshot writes of one run share a temporary file name, so they take
-    /// turns; a `std` mutex, held only around the write and rename.
+    /// turns; a `std` mutex, held while a snapshot is encoded into that file
+    /// and swapped in.
     snapshot_lock: Mutex<()>,
     /// Length of the last snapshot written: the next one's buffer starts
     /// about that large rather than growing from a few KiB by doubling (a
@@ -158,6 +159,9 @@ struct RunHandle {
     /// A snapshot of the run had a value to move to a blob: the next ones
     /// are encoded whole, not streamed (`snapshot::write_snapshot`).
     blobbed: std::sync::atomic::AtomicBool,
+    /// Snapshots streamed, for the tests to tell the two ways apart.
+    #[cfg(test)]
+    streamed: std::sync::atomic::AtomicU64,
     /// `snapshot-deltas.ndjson`, held open once a delta was appended, and
     /// whether it holds lines the next snapshot replaces.
     deltas: Mutex<snapshot::DeltaFile>,
@@ -271,6 +275,8 @@ impl Inner {
             snapshot_lock: Mutex::new(()),
             snapshot_len: std::sync::atomic::AtomicUsize::new(0),
             blobbed: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            streamed: std::sync::atomic::AtomicU64::new(0),
             deltas: Mutex::default(),
             follow_poll: self.config.follow_poll,
             durable: self.config.sync != SyncPolicy::Never,
@@ -748,10 +754,12 @@ mod tests {
         assert!(blobs("snapshot-blobs").is_empty());
     }
 
-    /// A snapshot is written as it is encoded, a part at a time: the file
-    /// is its JSON exactly, however long the snapshot it replaced (whose
-    /// file the next write reuses). A value shaped like a blob's reference,
-    /// seen only once written, has the snapshot written again, escaped.
+    /// A long run's snapshot is written as it is encoded, a part at a time
+    /// (a short one's whole): the file is its JSON exactly either way,
+    /// however long the snapshot it replaced (whose file the next write
+    /// reuses). A value shaped like a blob's reference, seen only once
+    /// written, has the snapshot written again, escaped, and the run's later
+    /// snapshots whole.
     #[tokio::test]
     async fn a_snapshot_written_in_parts_is_its_json_exactly() {
         let dir = tempfile::tempdir().unwrap();
@@ -759,9 +767,13 @@ mod tests {
         let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
         let _lock = store.create_run(run).await.unwrap();
         let file = store.run_dir(run).join("snapshot.json");
+        let streamed = || {
+            let handle = store.inner.handle(run).unwrap();
+            handle.streamed.load(std::sync::atomic::Ordering::Relaxed)
+        };
         let mut snapshot = RunSnapshot::new(run);
         let fill = |snapshot: &mut RunSnapshot| {
-            for n in 0..20_000 {
+            for n in 0..50_000 {
                 let node = domain::NodeId::new(format!("n{n}")).unwrap();
                 let output = serde_json::json!({"data": n});
                 (snapshot.outputs).insert(node.clone(), domain::JsonText::from_value(&output));
@@ -769,27 +781,63 @@ mod tests {
             }
         };
         fill(&mut snapshot);
-        for shrink in [false, false, true, true] {
+        // Whole (none before it), streamed, streamed and shorter, whole.
+        for (shrink, streams) in [(false, 0), (false, 1), (true, 2), (true, 2)] {
             if shrink {
                 snapshot.outputs.clear();
                 snapshot.node_calls.clear();
             }
             store.save_snapshot(&snapshot).await.unwrap();
+            assert_eq!(streamed(), streams);
             let text = std::fs::read(&file).unwrap();
-            assert_eq!(text.len() > 4 * crate::blobs::INLINE_LIMIT, !shrink);
+            assert_eq!(text.len() > super::snapshot::STREAM_FROM, !shrink);
             assert_eq!(text, snapshot.to_json_vec().unwrap());
         }
         fill(&mut snapshot);
+        store.save_snapshot(&snapshot).await.unwrap();
         let shaped = serde_json::json!({"data": {"$blob": "sha256:00", "bytes": 1}});
         let last = domain::NodeId::new("zz").unwrap();
         (snapshot.outputs).insert(last, domain::JsonText::from_value(&shaped));
-        for _ in 0..2 {
+        for streams in [3, 3] {
             store.save_snapshot(&snapshot).await.unwrap();
+            assert_eq!(streamed(), streams);
             let text = std::fs::read(&file).unwrap();
             assert_ne!(text, snapshot.to_json_vec().unwrap(), "escaped");
             let loaded = store.load_snapshot(run).await.unwrap().unwrap();
             assert_eq!(loaded.outputs, snapshot.outputs);
         }
+    }
+
+    /// A streamed snapshot found to need a blob, which cannot be stored (a
+    /// full disk; here `snapshot-blobs` is a file): the error is reported,
+    /// the snapshot before it stays, and the streamed text is not left
+    /// behind as `snapshot.json.tmp`.
+    #[tokio::test]
+    async fn a_snapshot_whose_blob_cannot_be_stored_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRunStore::open(dir.path()).unwrap();
+        let run = RunId::new(uuid::Uuid::new_v4()).unwrap();
+        let _lock = store.create_run(run).await.unwrap();
+        let run_dir = store.run_dir(run);
+        let mut snapshot = RunSnapshot::new(run);
+        for n in 0..120_000 {
+            snapshot
+                .node_calls
+                .insert(domain::NodeId::new(format!("n{n}")).unwrap(), 1);
+        }
+        store.save_snapshot(&snapshot).await.unwrap();
+        let saved = std::fs::read(run_dir.join("snapshot.json")).unwrap();
+        assert!(
+            saved.len() > super::snapshot::STREAM_FROM,
+            "the next one streams"
+        );
+        std::fs::write(run_dir.join("snapshot-blobs"), b"not a directory").unwrap();
+        let big = "x".repeat(crate::blobs::INLINE_LIMIT + 10);
+        snapshot.input = serde_json::Value::String(big);
+        let err = store.save_snapshot(&snapshot).await.unwrap_err();
+        assert!(err.to_string().contains("snapshot"), "{err}");
+        assert!(!run_dir.join("snapshot.json.tmp").exists());
+        assert_eq!(std::fs::read(run_dir.join("snapshot.json")).unwrap(), saved);
     }
 
     #[tokio::test]

@@ -20,6 +20,12 @@ use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
 /// A snapshot's JSON goes to its file in parts of about this size.
 const PART: usize = 64 * 1024;
 
+/// A run whose last snapshot was shorter than this has the next one encoded
+/// whole: its buffer costs little, and a run's first snapshot finds out
+/// whether it has values for blobs (its input, say) without encoding them
+/// twice, as a streamed one that must be written again whole does.
+pub(super) const STREAM_FROM: usize = 256 * 1024;
+
 /// Replaces `snapshot.json` atomically without allocating an inode per write.
 ///
 /// The new snapshot is written into `snapshot.json.tmp`, then the two names
@@ -31,18 +37,21 @@ const PART: usize = 64 * 1024;
 /// a step's cost. Returns the bytes of the snapshot as encoded, before
 /// large values moved to blobs.
 ///
-/// The JSON is written as it is made, a part at a time: a long run's
-/// snapshot is megabytes, and a buffer of all of it stayed with the
-/// allocator after each write. A snapshot with a value to move to a blob
-/// (found once written) is written again whole, through
-/// [`BlobDir::externalize_measured`](crate::blobs::BlobDir::externalize_measured),
-/// and so is every later one of the run: its values stay.
+/// Once the run's snapshots pass [`STREAM_FROM`], the JSON is written as
+/// it is made, a part at a time: a long run's snapshot is megabytes, and a
+/// buffer of all of it stayed with the allocator after each write. A run
+/// whose snapshot had a value to move to a blob has every later one encoded
+/// whole, through
+/// [`BlobDir::externalize_measured`](crate::blobs::BlobDir::externalize_measured)
+/// (its values stay); a streamed one found to have one (once written) is
+/// written again that way.
 pub(super) fn write_snapshot(
     handle: &RunHandle,
     snapshot: &RunSnapshot,
 ) -> Result<u64, StoreError> {
     let paths = &handle.paths;
-    let whole = if handle.blobbed.load(Ordering::Relaxed) {
+    let short = handle.snapshot_len.load(Ordering::Relaxed) < STREAM_FROM;
+    let whole = if short || handle.blobbed.load(Ordering::Relaxed) {
         Some(encode_whole(handle, snapshot)?)
     } else {
         None
@@ -64,12 +73,21 @@ pub(super) fn write_snapshot(
             (encoded, Some(bytes))
         }
         None => {
+            #[cfg(test)]
+            handle.streamed.fetch_add(1, Ordering::Relaxed);
             let streamed = fill_tmp(paths, |tmp| stream(snapshot, tmp))?;
             if paths.snapshot_blobs.keeps_whole(streamed.longest) && !streamed.refs {
                 (streamed.len, None)
             } else {
+                // A value shaped like a reference is escaped whole: so are
+                // the run's later snapshots.
                 handle.blobbed.store(true, Ordering::Relaxed);
-                let (encoded, bytes) = encode_whole(handle, snapshot)?;
+                let (encoded, bytes) = encode_whole(handle, snapshot).inspect_err(|_| {
+                    // The streamed text is no snapshot to leave behind.
+                    if let Err(e) = remove_if_there(&paths.snapshot_tmp) {
+                        tracing::warn!(run = %paths.run_id, error = %e, "cannot remove a snapshot not written");
+                    }
+                })?;
                 fill_tmp(paths, |tmp| tmp.write_all(&bytes))?;
                 (encoded, Some(bytes))
             }
@@ -168,6 +186,9 @@ fn encode_whole(handle: &RunHandle, snapshot: &RunSnapshot) -> Result<(u64, Vec<
         )
     })?;
     let encoded = bytes.len() as u64;
+    if !paths.snapshot_blobs.keeps_whole(longest) {
+        handle.blobbed.store(true, Ordering::Relaxed);
+    }
     let bytes = (paths.snapshot_blobs.externalize_measured(bytes, longest))
         .map_err(|e| blobs_err(format!("the snapshot of run {}", paths.run_id), e))?;
     Ok((encoded, bytes))
