@@ -199,16 +199,7 @@ fn fill_tmp<T>(
     paths: &RunPaths,
     fill: impl FnOnce(&mut File) -> io::Result<T>,
 ) -> Result<T, StoreError> {
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE);
-    let tmp = crate::fs::open_regular_with(options, &paths.snapshot_tmp).map_err(|e| match e {
-        FileReadError::Io { path, source } => io_err("create", &path, source),
-        other => other.into(),
-    })?;
+    let tmp = open_for_writing(&paths.snapshot_tmp, false, "create")?;
     fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
         let filled = fill(tmp)?;
         let len = tmp.stream_position()?;
@@ -273,17 +264,7 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     line.push(b'\n');
     let mut deltas = lock(&handle.deltas);
     if deltas.file.is_none() {
-        let mut options = OpenOptions::new();
-        options
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE);
-        let file = crate::fs::open_regular_with(options, &paths.deltas).map_err(|e| match e {
-            FileReadError::Io { path, source } => io_err("open", &path, source),
-            other => other.into(),
-        })?;
-        deltas.file = Some(file);
+        deltas.file = Some(open_for_writing(&paths.deltas, true, "open")?);
     }
     if let Some(file) = &mut deltas.file {
         file.write_all(&line)
@@ -291,6 +272,21 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     }
     deltas.lines = true;
     Ok(encoded)
+}
+
+/// Opens the regular file `path` of the run for writing, created if need
+/// be and emptied when `truncate`; an error names `what` was done to it.
+fn open_for_writing(path: &Path, truncate: bool, what: &str) -> Result<File, StoreError> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .mode(FILE_MODE);
+    crate::fs::open_regular_with(options, path).map_err(|e| match e {
+        FileReadError::Io { path, source } => io_err(what, &path, source),
+        other => other.into(),
+    })
 }
 
 /// Runs `fill` on the temporary file `tmp` at `path`; when it fails (a full
