@@ -79,9 +79,14 @@ impl Cancel {
         }
     }
 
-    /// Fires it; the first reason given is the one recorded.
+    /// Fires it; the first reason given is the one recorded. One that a
+    /// parent fired already keeps the parent's reason: a node run that the
+    /// driver cancels while it winds down has not run since its run was
+    /// cancelled, and its child run must record why the run was.
     pub fn cancel(&self, reason: impl Into<String>) {
-        let _ = self.inner.reason.set(reason.into());
+        if !self.inner.token.is_cancelled() {
+            let _ = self.inner.reason.set(reason.into());
+        }
         self.inner.token.cancel();
     }
 
@@ -145,6 +150,12 @@ mod tests {
         let grandchild = child.child();
         assert!(grandchild.is_cancelled());
         assert_eq!(grandchild.reason(), Some("node only"));
+        grandchild.cancel("too late");
+        assert_eq!(
+            grandchild.reason(),
+            Some("node only"),
+            "its parent's reason stays"
+        );
         // A clone is the same cancellation.
         let run = Cancel::new();
         let clone = run.clone();

@@ -3,8 +3,12 @@
 //! (`run::step`) do, and it records what they say and carries it out.
 //!
 //! The loop owns the run's [`Recorder`] (so it is the run's single writer)
-//! and the node runs in flight, each a task under a child of the run's
-//! [`Cancel`]. A turn of the loop: turn what [`decide`] says into inputs
+//! and the node runs in flight, each a future under a child of the run's
+//! [`Cancel`]. It polls them itself, in its own task, while it waits: a
+//! node run is an agent's stream or a process's pipes, so a run's node runs
+//! need turns, not threads, and a message from one to the loop is a queue
+//! push and a wake-up of the task already running, not a hand-off to
+//! another task. A turn of the loop: turn what [`decide`] says into inputs
 //! until it says nothing; check the budgets (`Input::Tick`); then wait for
 //! one thing — a message from a node run, a command, a cancellation, a
 //! deadline — and hand it to `step` as an input ([`Driver::apply`]).
@@ -13,16 +17,21 @@
 //! cancelled meanwhile) is dropped: the state, not the task, says who may
 //! still write.
 
+use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::definition::Definition;
 use domain::event::WorkflowRef;
 use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, WorkflowDef};
+use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::task::{Id, JoinSet};
 
 mod apply;
 mod approvals;
@@ -50,6 +59,12 @@ use crate::ports::{Listener, RunLock};
 /// filling memory; 256 keeps a burst of deltas from stalling the agent.
 const CHANNEL: usize = 256;
 
+/// What a node run's panic carries.
+type Panic = Box<dyn Any + Send>;
+
+/// A node run in flight: it ends with its id, and its panic if it had one.
+type NodeFuture = Pin<Box<dyn Future<Output = (NodeRunId, Result<(), Panic>)> + Send>>;
+
 pub(crate) struct Driver {
     ports: Arc<Ports>,
     workflow: Arc<WorkflowDef>,
@@ -61,9 +76,12 @@ pub(crate) struct Driver {
     pausing: Cancel,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
-    tasks: JoinSet<()>,
-    /// The task of each node run in flight, and its cancellation.
-    running: HashMap<NodeRunId, (Id, Cancel)>,
+    /// The node runs' futures, polled by the loop while it waits. (Only
+    /// the loop touches them, through `&mut`: the wrapper lets the
+    /// driver be shared between threads while they need not be.)
+    tasks: FuturesUnordered<NodeFuture>,
+    /// The cancellation of each node run in flight.
+    running: HashMap<NodeRunId, Cancel>,
     /// Nodes that may start but found no free slot: candidates of the next
     /// decision (a node run ending frees a slot).
     ready: BTreeSet<usize>,
@@ -138,7 +156,7 @@ impl Driver {
             pausing: Cancel::new(),
             tx,
             rx,
-            tasks: JoinSet::new(),
+            tasks: FuturesUnordered::new(),
             running: HashMap::new(),
             ready: BTreeSet::new(),
             budgeted,
@@ -285,7 +303,7 @@ impl Driver {
                     let command = Input::Command { raw: delivery.raw, by: delivery.by, child, at };
                     self.apply(command, Asker::Sender(delivery.reply)).await?
                 }
-                Some(joined) = self.tasks.join_next_with_id() => self.reap(joined).await?,
+                Some((run, ended)) = self.tasks.next() => self.reap(run, ended).await?,
                 // The checks at the top of the loop see the deadline.
                 () = deadline => None,
             };
@@ -335,8 +353,9 @@ impl Driver {
         }
     }
 
-    /// Starts the task of a node run whose start is recorded: published
-    /// first, so its start is on record before the node run can act.
+    /// Starts a node run whose start is recorded: published first, so its
+    /// start is on record before the node run can act. It first runs at the
+    /// loop's next wait.
     async fn spawn_task(
         &mut self,
         run: NodeRunId,
@@ -365,9 +384,12 @@ impl Driver {
             mcp: self.mcp.clone(),
         };
         // Boxed here, once: the node run's future is kilobytes (the agent's
-        // stream state), and the spawn moves it through several frames.
-        let handle = self.tasks.spawn(Box::pin(super::dispatch::run(task)));
-        self.running.insert(run, (handle.id(), cancel));
+        // stream state). A panic ends the node run, not the run (`reap`).
+        let node_run = AssertUnwindSafe(super::dispatch::run(task))
+            .catch_unwind()
+            .map(move |ended| (run, ended));
+        self.tasks.push(Box::pin(node_run));
+        self.running.insert(run, cancel);
         Ok(())
     }
 
@@ -515,27 +537,29 @@ impl Driver {
         Ok(Some((recorded, end)))
     }
 
-    /// A task that ended: a panic ends its node run as a failure.
+    /// A node run's future that ended: a panic ends the node run as a
+    /// failure (it sent no end of its own).
     async fn reap(
         &mut self,
-        joined: Result<(Id, ()), tokio::task::JoinError>,
+        run: NodeRunId,
+        ended: Result<(), Panic>,
     ) -> Result<Option<Stop>, ExecutorError> {
-        let Err(error) = joined else {
+        let Err(panic) = ended else {
             return Ok(None);
         };
-        let id = error.id();
-        let Some(run) = self
-            .running
-            .iter()
-            .find_map(|(run, (task, _))| (*task == id).then_some(*run))
-        else {
+        if self.running.remove(&run).is_none() {
             return Ok(None);
-        };
-        self.running.remove(&run);
+        }
         let Some(node) = self.state().node_runs.get(&run).map(|r| r.node_id.clone()) else {
             return Ok(None);
         };
-        let end = NodeEnd::failed(format!("the node run stopped unexpectedly: {error}"));
+        let why = (panic.downcast_ref::<&str>().copied())
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("no message");
+        tracing::error!(run = %self.state().run_id, node_run = %run, panic = why, "a node run panicked");
+        let end = NodeEnd::failed(format!(
+            "the node run stopped unexpectedly: it panicked ({why})"
+        ));
         self.node_ended(run, &node, end).await
     }
 

@@ -1,4 +1,5 @@
-//! [`NodeTask`]: one node run, as a task of its own.
+//! [`NodeTask`]: one node run, a future the run's driver polls (see
+//! `driver`).
 //!
 //! A node run never writes the log: it sends what happened to the run's
 //! recorder over the run's channel ([`Msg`]), in order, and ends with

@@ -67,6 +67,29 @@ async fn a_failure_cancels_the_siblings_in_flight() {
         EventKind::NodeFailed { error, .. } if error.starts_with("cancelled"))));
 }
 
+/// A node run that panics fails its node as an agent's error would (here
+/// the run fails, and the node runs beside it are cancelled and recorded),
+/// and takes neither the run's loop nor the process with it.
+#[tokio::test(start_paused = true)]
+async fn a_node_run_that_panics_fails_its_node_and_nothing_more() {
+    let rig = rig(|r| match r.node_id.as_str() {
+        "x" => panic!("the adapter broke"),
+        "split" => after(0, "s".into(), 1),
+        _ => after(60, "late".into(), 1),
+    });
+    let outcome = run(&rig, wf(FAN_OUT), json!("go")).await;
+    assert_eq!(outcome.status, RunStatus::Failed);
+    assert!(outcome.error.unwrap().contains("node `x` failed"));
+    let failed = of_type(&rig, "node:failed");
+    assert_eq!(failed.len(), 3);
+    assert_eq!(failed[0].node_id.as_ref().map(|n| n.as_str()), Some("x"));
+    assert!(matches!(&failed[0].kind,
+        EventKind::NodeFailed { error, .. }
+            if error == "the node run stopped unexpectedly: it panicked (the adapter broke)"));
+    assert!(failed[1..].iter().all(|e| matches!(&e.kind,
+        EventKind::NodeFailed { error, .. } if error.starts_with("cancelled"))));
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
     let child = Arc::new(wf(

@@ -4,6 +4,7 @@
 //! still open ends with `node:failed`; then the terminal event.
 
 use domain::{EventKind, RunStatus};
+use futures::StreamExt;
 use serde_json::Value;
 
 use super::Driver;
@@ -54,7 +55,7 @@ impl Driver {
     async fn pause(&mut self, reason: String) -> Result<Result<RunOutcome, Stop>, ExecutorError> {
         self.pausing.cancel(reason.clone());
         for run in pause::stopped_at_once(self.state(), &self.workflow) {
-            if let Some((_, cancel)) = self.running.get(&run) {
+            if let Some(cancel) = self.running.get(&run) {
                 cancel.cancel("the run is pausing");
             }
         }
@@ -89,7 +90,7 @@ impl Driver {
         let why = "the run is handed over";
         self.pausing.cancel(why);
         for run in pause::stopped_at_once(self.state(), &self.workflow) {
-            if let Some((_, cancel)) = self.running.get(&run) {
+            if let Some(cancel) = self.running.get(&run) {
                 cancel.cancel(why);
             }
         }
@@ -122,7 +123,7 @@ impl Driver {
     /// they still send (it happened) until the last one is gone; with
     /// `keep`, a node run's end is not recorded: it stays in flight.
     async fn wind_down(&mut self, keep: bool) -> Result<(), ExecutorError> {
-        for (_, cancel) in self.running.values() {
+        for cancel in self.running.values() {
             cancel.cancel("the run is stopping");
         }
         self.drain(keep).await
@@ -135,7 +136,7 @@ impl Driver {
             tokio::select! {
                 biased;
                 Some(msg) = self.rx.recv() => self.settle(msg, keep).await?,
-                joined = self.tasks.join_next() => if joined.is_none() { break },
+                joined = self.tasks.next() => if joined.is_none() { break },
             }
         }
         while let Ok(msg) = self.rx.try_recv() {
@@ -189,7 +190,7 @@ impl Driver {
     /// could not go on (a database locked for a while, a full disk), and it
     /// is left as a dead writer leaves it, for `awr resume` to continue.
     pub(super) async fn record_system_failure(&mut self, error: &ExecutorError) {
-        self.tasks.abort_all();
+        self.tasks.clear();
         if let ExecutorError::Store(StoreError::LeaseLost(_)) = error {
             // Another writer has the run: nothing more is this one's to write.
             tracing::warn!(run = %self.rec.state.run_id, "this writer lost the run to another; its node runs are stopped and nothing more is recorded here");
