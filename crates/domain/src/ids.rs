@@ -30,6 +30,15 @@ pub enum IdError {
     ZeroOffset,
 }
 
+/// A UUID as the record writes it (lowercase, hyphenated): written into a
+/// buffer of its exact length rather than through `Display`, since every
+/// event's id is one.
+pub fn uuid_text(uuid: Uuid) -> String {
+    uuid.hyphenated()
+        .encode_lower(&mut Uuid::encode_buffer())
+        .to_owned()
+}
+
 /// One workflow run. A UUID v4; the same id names the run's directory in the
 /// store and its transcript file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -164,7 +173,7 @@ impl SessionId {
 
     /// A runtime-generated session id, for providers that name none.
     pub fn from_uuid(uuid: Uuid) -> Self {
-        Self(uuid.hyphenated().to_string())
+        Self(uuid_text(uuid))
     }
 
     /// The id as the provider gave it.
@@ -479,6 +488,14 @@ mod tests {
         assert_eq!(format!("[{node}]"), "[plan]");
         let session = SessionId::new("s1").unwrap();
         assert_eq!(format!("[{session:>4}]"), "[  s1]");
+    }
+
+    #[test]
+    fn a_uuid_is_written_as_display_writes_it() {
+        let uuid: Uuid = "0B6F8F4E-3C1A-4D2B-9F3E-1A2B3C4D5E6F".parse().unwrap();
+        assert_eq!(uuid_text(uuid), uuid.to_string());
+        assert_eq!(uuid_text(uuid), "0b6f8f4e-3c1a-4d2b-9f3e-1a2b3c4d5e6f");
+        assert_eq!(uuid_text(uuid).capacity(), 36);
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl Executor {
 
     /// A new event id.
     pub(crate) fn new_event_id(&self) -> String {
-        self.ports.ids.uuid().to_string()
+        domain::ids::uuid_text(self.ports.ids.uuid())
     }
 
     /// The time now, by the executor's clock.

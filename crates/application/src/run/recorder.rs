@@ -177,25 +177,36 @@ impl Recorder {
     /// `warning` records what the export dropped.
     pub async fn emit(&mut self, ctx: Ctx, kind: EventKind) -> Result<Recorded, ExecutorError> {
         let pauses = matches!(kind, EventKind::FlowPaused { .. });
-        if (kind.is_terminal() || pauses)
-            && let Some(live) = &mut self.live
-        {
-            if !pauses {
-                live.before_end();
-            }
-            // Before the writer stops: the next one counts from nothing.
-            if let Some(warning) = live.report() {
-                let event = self.event(RUN_LEVEL, warning)?;
-                self.observe(&event).await?;
-                self.fold(event);
-            }
+        if (kind.is_terminal() || pauses) && self.live.is_some() {
+            // Boxed, as the transcript's lines below: every caller's future
+            // would otherwise hold what only a few events need, and each
+            // event would copy it.
+            Box::pin(self.report_live(!pauses)).await?;
         }
-        // Built, shown to the transcript and folded here rather than in a
-        // function of its own that this one awaits: each caller's future
-        // would hold both, and every event would copy them.
         let event = self.event(ctx, kind)?;
-        self.observe(&event).await?;
+        if self.transcript.is_some() {
+            Box::pin(self.observe(&event)).await?;
+        }
         Ok(self.fold(event))
+    }
+
+    /// Before the writer stops (and, with `ends`, before the run's last
+    /// event: the spans it ends get their room in the export queue): a
+    /// `warning` of what the live export dropped, as the next writer counts
+    /// from nothing.
+    async fn report_live(&mut self, ends: bool) -> Result<(), ExecutorError> {
+        let Some(live) = &mut self.live else {
+            return Ok(());
+        };
+        if ends {
+            live.before_end();
+        }
+        if let Some(warning) = live.report() {
+            let event = self.event(RUN_LEVEL, warning)?;
+            self.observe(&event).await?;
+            self.fold(event);
+        }
+        Ok(())
     }
 
     /// The next event of the run: its offset follows the state's last.
@@ -210,7 +221,7 @@ impl Recorder {
         let offset = Offset::new(self.state.last_offset + 1)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         Ok(RuntimeEvent {
-            id: self.ports.ids.uuid().to_string(),
+            id: domain::ids::uuid_text(self.ports.ids.uuid()),
             offset,
             timestamp: self.ports.clock.now(),
             run_id: self.state.run_id,
