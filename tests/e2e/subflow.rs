@@ -143,6 +143,46 @@ fn nesting_goes_to_any_depth_and_cycles_are_refused() {
     assert!(missing.run_ids().is_empty());
 }
 
+/// A child run beside a sibling that answers at once, on the file store
+/// and `awr run`'s one thread: the child is a driver of its own that takes
+/// the store's shared sync across its awaits, so the parent, writing the
+/// sibling's end meanwhile, must not wait for a child it alone would poll.
+/// Several runs, as which of the two flushes first depends on the turn.
+#[test]
+fn a_child_run_beside_a_sibling_never_stalls_its_parent() {
+    let awr = Awr::new();
+    awr.write(
+        "fx/a.json",
+        r#"{"calls": [{"output": {"text": "from the child"}}]}"#,
+    );
+    awr.write(
+        "fx/side.json",
+        r#"{"calls": [{"output": {"text": "from the side"}}]}"#,
+    );
+    awr.write(
+        "child.yaml",
+        "name: child\nagents:\n  a: {provider: mock, fixtures: fx}\nsteps: [{agent: a}]\n",
+    );
+    let top = awr.write(
+        "top.yaml",
+        "name: top\nagents:\n  a: {provider: mock, fixtures: fx}\nnodes:\n  - {id: call, call_workflow: child.yaml}\n  - {id: side, agent: a}\n",
+    );
+    for _ in 0..5 {
+        let out = awr.run_within(60, &["run", top.to_str().unwrap()]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let parent = run_id_of(&out);
+        let events = awr.runtime_events(&parent);
+        assert_eq!(events.last().unwrap().kind.type_name(), "flow:completed");
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.kind.type_name() == "node:completed")
+                .count(),
+            2
+        );
+    }
+}
+
 #[test]
 fn a_failing_child_fails_its_parent() {
     let awr = Awr::new();

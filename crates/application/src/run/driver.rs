@@ -8,7 +8,9 @@
 //! node run is an agent's stream or a process's pipes, so a run's node runs
 //! need turns, not threads, and a message from one to the loop is a queue
 //! push and a wake-up of the task already running, not a hand-off to
-//! another task. A turn of the loop: turn what [`decide`] says into inputs
+//! another task. A child run (`call_workflow`) is the exception: it is a
+//! driver of its own, which takes the store's shared resources across its
+//! awaits, so it runs as a task (see [`Driver::spawn_task`]). A turn of the loop: turn what [`decide`] says into inputs
 //! until it says nothing; check the budgets (`Input::Tick`); then wait for
 //! one thing — a message from a node run, a command, a cancellation, a
 //! deadline — and hand it to `step` as an input ([`Driver::apply`]).
@@ -27,11 +29,13 @@ use std::time::Duration;
 
 use domain::definition::Definition;
 use domain::event::WorkflowRef;
+use domain::workflow::NodeKind;
 use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, WorkflowDef};
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 mod apply;
 mod approvals;
@@ -297,13 +301,16 @@ impl Driver {
                     self.apply(Input::ParentPaused, Asker::None).await?
                 }
                 Some(msg) = self.rx.recv() => self.handle_queued(msg).await?,
+                // Before the commands: polled here, the node runs go on
+                // however many commands arrive (only a node run's end
+                // makes it ready).
+                Some((run, ended)) = self.tasks.next() => self.reap(run, ended).await?,
                 Some(delivery) = commands::next(&mut self.listener) => {
                     let child = self.parent_pausing.is_some();
                     let at = self.ports.clock.now();
                     let command = Input::Command { raw: delivery.raw, by: delivery.by, child, at };
                     self.apply(command, Asker::Sender(delivery.reply)).await?
                 }
-                Some((run, ended)) = self.tasks.next() => self.reap(run, ended).await?,
                 // The checks at the top of the loop see the deadline.
                 () = deadline => None,
             };
@@ -363,7 +370,7 @@ impl Driver {
         input: Arc<Value>,
         resume: Option<Continuation>,
     ) -> Result<(), ExecutorError> {
-        if let domain::workflow::NodeKind::Approval(_) = def.kind {
+        if let NodeKind::Approval(_) = def.kind {
             // No task: the loop asks its question.
             self.to_ask.push(run);
             return Ok(());
@@ -383,12 +390,28 @@ impl Driver {
             pausing: self.pausing.clone(),
             mcp: self.mcp.clone(),
         };
-        // Boxed here, once: the node run's future is kilobytes (the agent's
-        // stream state). A panic ends the node run, not the run (`reap`).
+        let child_run = matches!(task.node.kind, NodeKind::CallWorkflow { .. });
+        // A panic ends the node run, not the run (`reap`).
         let node_run = AssertUnwindSafe(super::dispatch::run(task))
             .catch_unwind()
             .map(move |ended| (run, ended));
-        self.tasks.push(Box::pin(node_run));
+        if child_run {
+            // A child run is a driver: it takes what this one takes (the
+            // store's shared sync, a connection of its pool) and holds it
+            // across its awaits, so it must go on while this driver waits
+            // for those outside its select. Its own task, then, aborted
+            // when its node run is dropped.
+            let task = AbortOnDropHandle::new(tokio::spawn(node_run));
+            // Its panic is caught inside; a task cancelled from outside
+            // (the runtime shutting down) ended nothing.
+            self.tasks.push(Box::pin(
+                task.map(move |joined| joined.unwrap_or((run, Ok(())))),
+            ));
+        } else {
+            // Boxed here, once: the node run's future is kilobytes (the
+            // agent's stream state).
+            self.tasks.push(Box::pin(node_run));
+        }
         self.running.insert(run, cancel);
         Ok(())
     }
