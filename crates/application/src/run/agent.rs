@@ -250,18 +250,21 @@ async fn invoke(
     loop {
         // A pause stops the agent only while no tool call is in flight:
         // dropping the stream then kills no tool halfway.
+        // What the adapter sent wins over its silence: the node run is
+        // polled by its driver, which may have been busy (a slow disk)
+        // while the message waited, past the silence's deadline.
         let item = if open_tool_uses.is_empty() && running_tools == 0 {
             tokio::select! {
                 biased;
                 () = task.pausing.cancelled() => return Err(paused()),
-                error = silence.expired() => return failed(task, error).await,
                 item = stream.next() => item,
+                error = silence.expired() => return failed(task, error).await,
             }
         } else {
             tokio::select! {
                 biased;
-                error = silence.expired() => return failed(task, error).await,
                 item = stream.next() => item,
+                error = silence.expired() => return failed(task, error).await,
             }
         };
         silence.reset(task);

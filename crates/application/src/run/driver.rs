@@ -402,11 +402,15 @@ impl Driver {
             // for those outside its select. Its own task, then, aborted
             // when its node run is dropped.
             let task = AbortOnDropHandle::new(tokio::spawn(node_run));
-            // Its panic is caught inside; a task cancelled from outside
-            // (the runtime shutting down) ended nothing.
-            self.tasks.push(Box::pin(
-                task.map(move |joined| joined.unwrap_or((run, Ok(())))),
-            ));
+            // Its panic is caught inside (one while its future is dropped
+            // is still a panic); a task cancelled from outside (the runtime
+            // shutting down) ended nothing.
+            self.tasks
+                .push(Box::pin(task.map(move |joined| match joined {
+                    Ok(ended) => ended,
+                    Err(e) if e.is_panic() => (run, Err(e.into_panic())),
+                    Err(_) => (run, Ok(())),
+                })));
         } else {
             // Boxed here, once: the node run's future is kilobytes (the
             // agent's stream state).

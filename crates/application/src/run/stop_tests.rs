@@ -90,6 +90,30 @@ async fn a_node_run_that_panics_fails_its_node_and_nothing_more() {
         EventKind::NodeFailed { error, .. } if error.starts_with("cancelled"))));
 }
 
+const TIMED: &str = "name: timed\nagents: {a: {provider: mock, timeout: 1}}\nsteps: [{agent: a}]\n";
+
+/// An adapter silent past its agent's `timeout` plus the 2 s of grace
+/// fails its node run with `timeout`; one whose answer is ready at that
+/// very moment (its driver came back to it late) is not failed: what it
+/// sent wins over its silence.
+#[tokio::test(start_paused = true)]
+async fn an_adapters_silence_fails_it_but_not_an_answer_ready_at_the_deadline() {
+    let silent = rig(|_| after(4, "too late".into(), 1));
+    let outcome = run(&silent, wf(TIMED), json!("go")).await;
+    assert_eq!(outcome.status, RunStatus::Failed);
+    assert!(
+        of_type(&silent, "agent:error")
+            .iter()
+            .any(|e| matches!(&e.kind,
+        EventKind::AgentError { error_type, .. } if error_type == "timeout"))
+    );
+
+    let on_time = rig(|_| after(3, "just in time".into(), 1));
+    let outcome = run(&on_time, wf(TIMED), json!("go")).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{:?}", outcome.error);
+    assert_eq!(outcome.output, json!("just in time"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_run_cancels_its_child_run_which_records_its_own_end() {
     let child = Arc::new(wf(
