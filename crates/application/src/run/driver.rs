@@ -10,7 +10,9 @@
 //! push and a wake-up of the task already running, not a hand-off to
 //! another task. A child run (`call_workflow`) is the exception: it is a
 //! driver of its own, which takes the store's shared resources across its
-//! awaits, so it runs as a task (see [`Driver::spawn_task`]). A turn of the loop: turn what [`decide`] says into inputs
+//! awaits, so it runs as a task (see [`Driver::spawn_task`]).
+//!
+//! A turn of the loop: turn what [`decide`] says into inputs
 //! until it says nothing; check the budgets (`Input::Tick`); then wait for
 //! one thing — a message from a node run, a command, a cancellation, a
 //! deadline — and hand it to `step` as an input ([`Driver::apply`]).
@@ -80,9 +82,8 @@ pub(crate) struct Driver {
     pausing: Cancel,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
-    /// The node runs' futures, polled by the loop while it waits. (Only
-    /// the loop touches them, through `&mut`: the wrapper lets the
-    /// driver be shared between threads while they need not be.)
+    /// The node runs' futures (a child run's: its task's handle), polled
+    /// by the loop while it waits.
     tasks: FuturesUnordered<NodeFuture>,
     /// The cancellation of each node run in flight.
     running: HashMap<NodeRunId, Cancel>,
