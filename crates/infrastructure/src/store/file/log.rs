@@ -93,6 +93,19 @@ impl RunPaths {
     }
 }
 
+/// Opens the regular file `path` of a run for writing, created (with
+/// [`FILE_MODE`]) if need be and emptied when `truncate`: the index, the
+/// snapshot's temporary file, the deltas.
+pub(super) fn open_for_writing(path: &Path, truncate: bool) -> Result<File, FileReadError> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .mode(FILE_MODE);
+    crate::fs::open_regular_with(options, path)
+}
+
 /// An I/O error, naming what was being done and to which file.
 pub(super) fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
     StoreError::io(format!("cannot {what} {}", path.display()), e)

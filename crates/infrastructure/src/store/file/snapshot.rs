@@ -2,9 +2,8 @@
 //! within a size bound, large values kept as blobs; and the deltas saved
 //! since it, appended one a line to `snapshot-deltas.ndjson`.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -12,7 +11,7 @@ use application::ports::StoreError;
 use domain::snapshot::{DeltaError, SnapshotDelta};
 use domain::{RunSnapshot, RunStatus};
 
-use super::log::{FILE_MODE, RunPaths, io_err};
+use super::log::{RunPaths, io_err, open_for_writing};
 use super::{RunHandle, lock};
 use crate::blobs::{BlobError, RefScan};
 use crate::fs::{FileReadError, MAX_SNAPSHOT_FILE, read_bounded};
@@ -199,7 +198,7 @@ fn fill_tmp<T>(
     paths: &RunPaths,
     fill: impl FnOnce(&mut File) -> io::Result<T>,
 ) -> Result<T, StoreError> {
-    let tmp = open_for_writing(&paths.snapshot_tmp, false, "create")?;
+    let tmp = open_named(&paths.snapshot_tmp, false, "create")?;
     fill_or_remove(tmp, &paths.snapshot_tmp, |tmp| {
         let filled = fill(tmp)?;
         let len = tmp.stream_position()?;
@@ -264,7 +263,7 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     line.push(b'\n');
     let mut deltas = lock(&handle.deltas);
     if deltas.file.is_none() {
-        deltas.file = Some(open_for_writing(&paths.deltas, true, "open")?);
+        deltas.file = Some(open_named(&paths.deltas, true, "open")?);
     }
     if let Some(file) = &mut deltas.file {
         file.write_all(&line)
@@ -274,16 +273,9 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
     Ok(encoded)
 }
 
-/// Opens the regular file `path` of the run for writing, created if need
-/// be and emptied when `truncate`; an error names `what` was done to it.
-fn open_for_writing(path: &Path, truncate: bool, what: &str) -> Result<File, StoreError> {
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .mode(FILE_MODE);
-    crate::fs::open_regular_with(options, path).map_err(|e| match e {
+/// [`open_for_writing`], its error naming `what` was done to the file.
+fn open_named(path: &Path, truncate: bool, what: &str) -> Result<File, StoreError> {
+    open_for_writing(path, truncate).map_err(|e| match e {
         FileReadError::Io { path, source } => io_err(what, &path, source),
         other => other.into(),
     })

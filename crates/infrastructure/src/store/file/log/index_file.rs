@@ -2,34 +2,21 @@
 //! is long enough to need one, written in batches and on close, and cut
 //! back to what was verified when a writer takes an existing one over.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
 
 use application::ports::StoreError;
 
-use super::{FILE_MODE, LogState, RunPaths, index, io_err};
+use super::{LogState, RunPaths, index, io_err, open_for_writing};
 
 /// The fewest events a log has before its writer keeps `events.idx`: a
 /// short run's log is scanned faster than an extra file is created.
 const IDX_MIN_EVENTS: usize = 256;
 
-/// `events.idx` opened for positioned writes, emptied when `truncate`.
-fn open(path: &Path, truncate: bool) -> Result<File, crate::fs::FileReadError> {
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .mode(FILE_MODE);
-    crate::fs::open_regular_with(options, path)
-}
-
 impl LogState {
     /// Opens an existing `events.idx` and drops whatever it holds beyond
     /// what was verified.
     pub(super) fn open_idx_for_writing(&mut self, paths: &RunPaths) -> Result<(), StoreError> {
-        let idx = open(&paths.idx, false).map_err(StoreError::from)?;
+        let idx = open_for_writing(&paths.idx, false).map_err(StoreError::from)?;
         idx.set_len((self.idx_persisted * index::ENTRY_BYTES) as u64)
             .map_err(|e| io_err("truncate", &paths.idx, e))?;
         self.idx_file = Some(idx);
@@ -69,7 +56,7 @@ impl LogState {
         let Some(path) = self.idx_path.take() else {
             return false;
         };
-        match open(&path, true) {
+        match open_for_writing(&path, true) {
             Ok(file) => {
                 self.idx_file = Some(file);
                 self.idx_persisted = 0;
