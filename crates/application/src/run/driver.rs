@@ -21,38 +21,33 @@
 //! cancelled meanwhile) is dropped: the state, not the task, says who may
 //! still write.
 
-use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::definition::Definition;
 use domain::event::WorkflowRef;
-use domain::workflow::NodeKind;
 use domain::{EventKind, NodeId, NodeRunId, RunId, RunSnapshot, RunStatus, WorkflowDef};
-use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::task::AbortOnDropHandle;
 
 mod apply;
 mod approvals;
 mod commands;
 mod endpoints;
+mod node_runs;
 mod resume;
 mod stop;
 mod tail;
 
 use self::apply::Asker;
 use self::endpoints::Endpoints;
+use self::node_runs::NodeFuture;
 
 use super::control::Cancel;
 use super::decide::{Action, decide};
-use super::node_run::{Ack, Continuation, Msg, NodeEnd, NodeTask};
+use super::node_run::{Ack, Continuation, Msg, NodeEnd};
 use super::recorder::{RUN_LEVEL, Recorded, Recorder};
 use super::step::stop::Stop;
 use super::step::{Input, budget, start};
@@ -64,12 +59,6 @@ use crate::ports::{Listener, RunLock};
 /// that streams faster than the disk takes waits for the writer instead of
 /// filling memory; 256 keeps a burst of deltas from stalling the agent.
 const CHANNEL: usize = 256;
-
-/// What a node run's panic carries.
-type Panic = Box<dyn Any + Send>;
-
-/// A node run in flight: it ends with its id, and its panic if it had one.
-type NodeFuture = Pin<Box<dyn Future<Output = (NodeRunId, Result<(), Panic>)> + Send>>;
 
 pub(crate) struct Driver {
     ports: Arc<Ports>,
@@ -361,66 +350,6 @@ impl Driver {
         }
     }
 
-    /// Starts a node run whose start is recorded: published first, so its
-    /// start is on record before the node run can act. It first runs at the
-    /// loop's next wait.
-    async fn spawn_task(
-        &mut self,
-        run: NodeRunId,
-        def: domain::workflow::NodeDef,
-        input: Arc<Value>,
-        resume: Option<Continuation>,
-    ) -> Result<(), ExecutorError> {
-        if let NodeKind::Approval(_) = def.kind {
-            // No task: the loop asks its question.
-            self.to_ask.push(run);
-            return Ok(());
-        }
-        self.rec.publish().await?;
-        let cancel = self.cancel.child();
-        let task = NodeTask {
-            ports: Arc::clone(&self.ports),
-            workflow: Arc::clone(&self.workflow),
-            run_id: self.state().run_id,
-            node: def,
-            run,
-            resume,
-            input,
-            tx: self.tx.clone(),
-            cancel: cancel.clone(),
-            pausing: self.pausing.clone(),
-            mcp: self.mcp.clone(),
-        };
-        let child_run = matches!(task.node.kind, NodeKind::CallWorkflow { .. });
-        // A panic ends the node run, not the run (`reap`).
-        let node_run = AssertUnwindSafe(super::dispatch::run(task))
-            .catch_unwind()
-            .map(move |ended| (run, ended));
-        if child_run {
-            // A child run is a driver: it takes what this one takes (the
-            // store's shared sync, a connection of its pool) and holds it
-            // across its awaits, so it must go on while this driver waits
-            // for those outside its select. Its own task, then, aborted
-            // when its node run is dropped.
-            let task = AbortOnDropHandle::new(tokio::spawn(node_run));
-            // Its panic is caught inside (one while its future is dropped
-            // is still a panic); a task cancelled from outside (the runtime
-            // shutting down) ended nothing.
-            self.tasks
-                .push(Box::pin(task.map(move |joined| match joined {
-                    Ok(ended) => ended,
-                    Err(e) if e.is_panic() => (run, Err(e.into_panic())),
-                    Err(_) => (run, Ok(())),
-                })));
-        } else {
-            // Boxed here, once: the node run's future is kilobytes (the
-            // agent's stream state).
-            self.tasks.push(Box::pin(node_run));
-        }
-        self.running.insert(run, cancel);
-        Ok(())
-    }
-
     /// A message of a node run, then those already queued behind it (up
     /// to a channel's worth, so a stream that never pauses still lets the
     /// loop decide): an agent's burst of deltas is recorded in one `write`
@@ -563,32 +492,6 @@ impl Driver {
             }
         };
         Ok(Some((recorded, end)))
-    }
-
-    /// A node run's future that ended: a panic ends the node run as a
-    /// failure (it sent no end of its own).
-    async fn reap(
-        &mut self,
-        run: NodeRunId,
-        ended: Result<(), Panic>,
-    ) -> Result<Option<Stop>, ExecutorError> {
-        let Err(panic) = ended else {
-            return Ok(None);
-        };
-        if self.running.remove(&run).is_none() {
-            return Ok(None);
-        }
-        let Some(node) = self.state().node_runs.get(&run).map(|r| r.node_id.clone()) else {
-            return Ok(None);
-        };
-        let why = (panic.downcast_ref::<&str>().copied())
-            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("no message");
-        tracing::error!(run = %self.state().run_id, node_run = %run, panic = why, "a node run panicked");
-        let end = NodeEnd::failed(format!(
-            "the node run stopped unexpectedly: it panicked ({why})"
-        ));
-        self.node_ended(run, &node, end).await
     }
 
     /// Completed: `flow:completed` and the final snapshot.
