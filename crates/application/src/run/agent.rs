@@ -247,6 +247,8 @@ async fn invoke(
     // What the adapter sent for the next message's event: the fields the
     // agent emitted with it that the adapter does not map.
     let mut extra = Extra::new();
+    let pausing = task.pausing.fired();
+    tokio::pin!(pausing);
     loop {
         // A pause stops the agent only while no tool call is in flight:
         // dropping the stream then kills no tool halfway.
@@ -256,7 +258,7 @@ async fn invoke(
         let item = if open_tool_uses.is_empty() && running_tools == 0 {
             tokio::select! {
                 biased;
-                () = task.pausing.cancelled() => return Err(paused()),
+                () = pausing.as_mut() => return Err(paused()),
                 item = stream.next() => item,
                 error = silence.expired() => return failed(task, error).await,
             }

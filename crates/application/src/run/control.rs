@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// A run's cancellation: a token plus the reason it fired with. A clone is
 /// the same cancellation, shared: one count, as every node run's task and
@@ -79,6 +79,12 @@ impl Cancel {
         }
     }
 
+    /// [`Cancel::handed_over`] as a future that owns its token (`None` for
+    /// a child, whose hand-over never comes): see [`Cancel::fired`].
+    pub fn hand_over_asked(&self) -> Option<WaitForCancellationFutureOwned> {
+        (self.inner.handover.clone()).map(CancellationToken::cancelled_owned)
+    }
+
     /// Fires it; the first reason given is the one recorded. One that a
     /// parent fired already keeps the parent's reason: a node run that the
     /// driver cancels while it winds down has not run since its run was
@@ -111,6 +117,14 @@ impl Cancel {
     /// Completes when it fires.
     pub async fn cancelled(&self) {
         self.inner.token.cancelled().await;
+    }
+
+    /// [`Cancel::cancelled`] as a future that owns its token, which a loop
+    /// keeps across its turns: its waiter is registered once, where a new
+    /// `cancelled()` each turn registers one and drops it again. It may be
+    /// polled again once complete (it stays complete).
+    pub fn fired(&self) -> WaitForCancellationFutureOwned {
+        self.inner.token.clone().cancelled_owned()
     }
 
     /// A child: fires with its parent, or alone (with its own reason).
@@ -161,6 +175,30 @@ mod tests {
         let clone = run.clone();
         clone.cancel("by the clone");
         assert_eq!(run.reason(), Some("by the clone"));
+    }
+
+    #[tokio::test]
+    async fn a_kept_future_completes_when_fired_and_stays_complete() {
+        use std::future::Future;
+        use std::task::{Context, Waker};
+        let run = Cancel::new();
+        let fired = run.fired();
+        tokio::pin!(fired);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(fired.as_mut().poll(&mut cx).is_pending());
+        assert!(fired.as_mut().poll(&mut cx).is_pending(), "still waiting");
+        run.cancel("stop");
+        assert!(fired.as_mut().poll(&mut cx).is_ready());
+        assert!(
+            fired.as_mut().poll(&mut cx).is_ready(),
+            "a loop's next turn finds it complete again"
+        );
+        assert!(run.child().hand_over_asked().is_none());
+        let asked = run.hand_over_asked().unwrap();
+        tokio::pin!(asked);
+        assert!(asked.as_mut().poll(&mut cx).is_pending());
+        run.hand_over();
+        assert!(asked.as_mut().poll(&mut cx).is_ready());
     }
 
     #[tokio::test]

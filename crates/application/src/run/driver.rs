@@ -241,6 +241,10 @@ impl Driver {
     }
 
     async fn drive(&mut self) -> Result<RunOutcome, ExecutorError> {
+        // Kept across the loop's turns: each waits on its token once.
+        let cancelled = self.cancel.fired();
+        let handed_over = self.cancel.hand_over_asked();
+        tokio::pin!(cancelled, handed_over);
         loop {
             match self.act().await? {
                 Some(Next::Complete(output)) => return self.complete(output).await,
@@ -278,11 +282,11 @@ impl Driver {
             self.rec.publish().await?;
             let stop = tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => {
+                () = cancelled.as_mut() => {
                     let reason = self.cancel.reason().unwrap_or("cancelled").to_owned();
                     self.apply(Input::Cancelled(reason), Asker::None).await?
                 }
-                () = self.cancel.handed_over() => return self.hand_over().await,
+                () = commands::until(handed_over.as_mut()) => return self.hand_over().await,
                 () = commands::lost(self.lock.as_ref()) => return Err(self.lost()),
                 () = commands::parent_paused(self.parent_pausing.as_ref()) => {
                     // Fired once: the pause that follows does not come back

@@ -3,6 +3,8 @@
 //! `step::command` and carried out by [`Driver::apply`](super::Driver):
 //! recorded, made durable and answered before it takes effect.
 
+use std::pin::Pin;
+
 use crate::ports::{Delivery, Listener, RunLock};
 use crate::run::control::Cancel;
 
@@ -10,6 +12,14 @@ use crate::run::control::Cancel;
 pub(super) async fn parent_paused(pausing: Option<&Cancel>) {
     match pausing {
         Some(pausing) => pausing.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes when `fired` does; never when there is none.
+pub(super) async fn until<F: Future<Output = ()>>(fired: Pin<&mut Option<F>>) {
+    match fired.as_pin_mut() {
+        Some(fired) => fired.await,
         None => std::future::pending().await,
     }
 }
