@@ -30,9 +30,13 @@ pub(crate) async fn run(mut task: NodeTask) {
         NodeKind::Approval(_) => return,
         NodeKind::Command(_) => {
             let cancel = task.cancel.clone();
+            // A command that has finished is reported even when its
+            // cancellation came in the same turn: it ran, and left in
+            // flight it would be run again by whoever continues the run.
             tokio::select! {
-                _ = cancel.cancelled() => return,
+                biased;
                 end = command(&task) => end,
+                _ = cancel.cancelled() => return,
             }
         }
     };

@@ -582,6 +582,8 @@ mod fork_tests;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod handover_tests;
+#[cfg(test)]
 mod live_tests;
 #[cfg(test)]
 mod memory_log;

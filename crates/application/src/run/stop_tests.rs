@@ -248,7 +248,7 @@ impl crate::ports::ControlChannel for Commands {
 }
 
 /// `rig` with a control endpoint; commands sent on the returned sender reach its runs.
-fn taking_commands(
+pub(super) fn taking_commands(
     rig: super::graph_tests::Rig,
 ) -> (
     super::graph_tests::Rig,

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::Driver;
 use super::apply::Asker;
 use crate::ports::StoreError;
-use crate::run::node_run::Msg;
+use crate::run::node_run::{Msg, NodeEnd};
 use crate::run::recorder::{Ctx, RUN_LEVEL};
 use crate::run::step::stop::{self, Stop};
 use crate::run::step::{Input, pause};
@@ -38,7 +38,7 @@ impl Driver {
             // down leaves the stop for the next one to finish.
             self.rec.checkpoint().await?;
         }
-        self.wind_down(false).await?;
+        self.wind_down().await?;
         for (ctx, failed) in stop::closing(self.state(), &stop) {
             self.rec.emit(ctx, failed).await?;
         }
@@ -59,13 +59,17 @@ impl Driver {
                 cancel.cancel("the run is pausing");
             }
         }
-        self.drain(true).await?;
-        let cancelled = match self.cancel.is_cancelled() {
-            true => {
+        // A node run that finished meanwhile may have stopped the run (a
+        // budget crossed, a condition that cannot be evaluated): that
+        // stop takes the pause's place, as a cancellation does.
+        let stopped = self.drain(true).await?;
+        let cancelled = match (stopped, self.cancel.is_cancelled()) {
+            (Some(stop), _) => Some(stop),
+            (None, true) => {
                 let why = self.cancel.reason().unwrap_or("cancelled").to_owned();
                 self.apply(Input::Cancelled(why), Asker::None).await?
             }
-            false => None,
+            (None, false) => None,
         };
         let (ctx, paused) = match pause::paused(reason.clone(), cancelled) {
             Ok(paused) => paused,
@@ -94,7 +98,12 @@ impl Driver {
                 cancel.cancel(why);
             }
         }
-        self.drain(true).await?;
+        if let Some(stop) = self.drain(true).await? {
+            // A node run that finished meanwhile stopped the run: that is
+            // recorded here, as it would have been had the run not been
+            // handed over, rather than left for the next writer.
+            return self.stop(stop).await;
+        }
         self.rec.finish().await?;
         // Its MCP servers stopped first: the next writer starts its own,
         // and finds no port or file still held by these.
@@ -120,34 +129,45 @@ impl Driver {
     }
 
     /// Cancels every node run and waits for their tasks, recording what
-    /// they still send (it happened) until the last one is gone; with
-    /// `keep`, a node run's end is not recorded: it stays in flight.
-    async fn wind_down(&mut self, keep: bool) -> Result<(), ExecutorError> {
+    /// they still send (it happened) until the last one is gone.
+    async fn wind_down(&mut self) -> Result<(), ExecutorError> {
         for cancel in self.running.values() {
             cancel.cancel("the run is stopping");
         }
-        self.drain(keep).await
+        // Stopping for good, no end is routed, so none asks for a stop.
+        self.drain(false).await.map(drop)
     }
 
     /// Waits for every node run's task to end, recording what they still
-    /// send (see [`Self::wind_down`] for `keep`).
-    async fn drain(&mut self, keep: bool) -> Result<(), ExecutorError> {
+    /// send (see [`Self::settle`] for `keep`). Returns the stop that
+    /// the end of a node run recorded with `keep` asks for, if any (the
+    /// first).
+    async fn drain(&mut self, keep: bool) -> Result<Option<Stop>, ExecutorError> {
+        let mut stop = None;
         loop {
             tokio::select! {
                 biased;
-                Some(msg) = self.rx.recv() => self.settle(msg, keep).await?,
+                Some(msg) = self.rx.recv() => {
+                    let asked = self.settle(msg, keep).await?;
+                    stop = stop.or(asked);
+                }
                 joined = self.tasks.next() => if joined.is_none() { break },
             }
         }
         while let Ok(msg) = self.rx.try_recv() {
-            self.settle(msg, keep).await?;
+            let asked = self.settle(msg, keep).await?;
+            stop = stop.or(asked);
         }
         self.running.clear();
-        Ok(())
+        Ok(stop)
     }
 
-    /// A message that arrives while the run stops: recorded, never routed.
-    async fn settle(&mut self, msg: Msg, keep: bool) -> Result<(), ExecutorError> {
+    /// A message that arrives while the run stops. Stopping for good, what
+    /// it says is recorded, and a node run's end is never routed. Pausing
+    /// or handing over (`keep`), a node run that ended on its own ends as
+    /// in a turn of the loop, routed, and the stop that asks for is
+    /// returned; one that failed stays in flight (see [`records_end`]).
+    async fn settle(&mut self, msg: Msg, keep: bool) -> Result<Option<Stop>, ExecutorError> {
         match msg {
             Msg::Event {
                 run,
@@ -156,6 +176,7 @@ impl Driver {
                 ack,
             } => {
                 self.record_for(run, &node, kind, ack).await?;
+                Ok(None)
             }
             Msg::Completed {
                 run,
@@ -165,24 +186,43 @@ impl Driver {
                 answer,
             } => {
                 let ended = self.completed(run, &node, kind, end, answer).await?;
-                if let Some((_, Some(end))) = ended
-                    && !keep
-                {
+                let Some((recorded, Some(end))) = ended else {
+                    return Ok(None);
+                };
+                if !records_end(keep, &end) {
+                    return Ok(None);
+                }
+                if !keep {
                     let ctx: Ctx = (Some(node), Some(run));
                     self.rec.emit(ctx, end.into_event(false)).await?;
+                    return Ok(None);
                 }
+                self.running.remove(&run);
+                let at = recorded.timestamp;
+                let completed = Input::AgentCompleted {
+                    run,
+                    node,
+                    end: Some(end),
+                    at,
+                };
+                self.apply(completed, Asker::None).await
             }
             // No new attempt starts while the run stops: dropped unanswered,
             // the node run ends with its error.
-            Msg::AttemptFailed { .. } => {}
+            Msg::AttemptFailed { .. } => Ok(None),
             Msg::Ended { run, node, end } => {
-                if !keep && self.state().node_runs.contains_key(&run) {
+                if !records_end(keep, &end) || !self.state().node_runs.contains_key(&run) {
+                    return Ok(None);
+                }
+                if !keep {
                     let ctx: Ctx = (Some(node), Some(run));
                     self.rec.emit(ctx, end.into_event(false)).await?;
+                    return Ok(None);
                 }
+                self.running.remove(&run);
+                self.node_ended(run, &node, end).await
             }
         }
-        Ok(())
     }
 
     /// Records the runtime's own failure, best effort: the store may be what
@@ -217,4 +257,15 @@ impl Driver {
             tracing::error!(run = %self.rec.state.run_id, error = %e, "could not record the runtime failure");
         }
     }
+}
+
+/// Whether a node run's end that arrives while the run stops is recorded.
+/// Stopping for good (`keep` false): always. Pausing or handing the run
+/// over (`keep`): only a success. That node run finished on its own, and
+/// left in flight it would be done again by the next writer: a command
+/// run twice. A failure is not recorded, and the node run stays in flight
+/// for the next writer to try again: the pause itself may have caused it
+/// (an agent stopped at its safe point ends with an error).
+fn records_end(keep: bool, end: &NodeEnd) -> bool {
+    !keep || end.error.is_none()
 }

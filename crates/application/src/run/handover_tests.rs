@@ -1,0 +1,153 @@
+//! A node run that finishes while its run pauses or is handed over ran:
+//! its end is recorded and routed as in any turn, never left in flight for
+//! the next writer to run again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use domain::RunStatus;
+use serde_json::json;
+
+use super::graph_tests::{Rig, of_type, rig, run_with, wf};
+use super::stop_tests::taking_commands;
+use super::*;
+use crate::ports::{CommandError, CommandOutcome, CommandRequest, CommandRunner, Delivery};
+
+/// A command that printed `built` and exited 0.
+fn built() -> Result<CommandOutcome, CommandError> {
+    Ok(CommandOutcome {
+        exit_code: Some(0),
+        stdout: "built".into(),
+        stderr: String::new(),
+        truncated: false,
+        timed_out: false,
+        duration_ms: 1,
+    })
+}
+
+/// Hands its run over while it runs, then reports the command done.
+struct HandsOver(Cancel);
+
+#[async_trait]
+impl CommandRunner for HandsOver {
+    async fn run(&self, _: CommandRequest) -> Result<CommandOutcome, CommandError> {
+        self.0.hand_over();
+        built()
+    }
+}
+
+/// Asks its run to pause while it runs, and reports the command done once
+/// the pause is accepted: it ends as the run stops its node runs.
+struct PausesIt(tokio::sync::mpsc::Sender<Delivery>);
+
+#[async_trait]
+impl CommandRunner for PausesIt {
+    async fn run(&self, _: CommandRequest) -> Result<CommandOutcome, CommandError> {
+        let (delivery, answer) = Delivery::new(json!({"type": "pause"}), None);
+        self.0.send(delivery).await.unwrap();
+        assert!(answer.recv().await.unwrap().0.accepted);
+        built()
+    }
+}
+
+fn with_commands(rig: Rig, runner: impl CommandRunner) -> Rig {
+    Rig {
+        executor: rig.executor.with_commands(Arc::new(runner)),
+        events: rig.events,
+    }
+}
+
+fn no_agent() -> Rig {
+    rig(|_| panic!("no agent runs here"))
+}
+
+/// Two commands in a chain, `build` then `ship`, with `edge` between them.
+fn chain(edge: &str) -> domain::WorkflowDef {
+    wf(&format!(
+        "name: h\nnodes:\n  - {{id: build, command: make}}\n  - {{id: ship, command: ship}}\nedges:\n  - {edge}\n"
+    ))
+}
+
+/// The nodes of the events of type `t`, in order.
+fn nodes_of(rig: &Rig, t: &str) -> Vec<String> {
+    of_type(rig, t)
+        .into_iter()
+        .filter_map(|e| e.node_id.map(|n| n.to_string()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_finishes_as_its_run_is_handed_over_is_recorded_and_routed() {
+    let cancel = Cancel::new();
+    let rig = with_commands(no_agent(), HandsOver(cancel.clone()));
+    let outcome = run_with(&rig, chain("{from: build, to: ship}"), json!("go"), cancel).await;
+    assert_eq!(outcome.status, RunStatus::Running, "handed over, not ended");
+    assert_eq!(nodes_of(&rig, "node:completed"), ["build"]);
+    let completed = of_type(&rig, "node:completed").remove(0);
+    let EventKind::NodeCompleted { output } = completed.kind else {
+        unreachable!()
+    };
+    assert_eq!(output["data"]["stdout"], "built");
+    assert_eq!(
+        of_type(&rig, "edge:fired").len(),
+        1,
+        "routed: the next writer starts `ship`"
+    );
+    assert_eq!(nodes_of(&rig, "node:started"), ["build"]);
+    assert!(
+        outcome.snapshot.node_runs.is_empty(),
+        "nothing left in flight for the next writer to run again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_finishes_as_its_run_pauses_is_recorded_and_routed() {
+    let (commands, tx) = taking_commands(no_agent());
+    let rig = with_commands(commands, PausesIt(tx));
+    let flow = chain("{from: build, to: ship}");
+    let outcome = run_with(&rig, flow, json!("go"), Cancel::new()).await;
+    assert_eq!(outcome.status, RunStatus::Paused, "{:?}", outcome.error);
+    assert_eq!(nodes_of(&rig, "node:completed"), ["build"]);
+    assert_eq!(of_type(&rig, "edge:fired").len(), 1);
+    assert_eq!(nodes_of(&rig, "node:started"), ["build"]);
+    assert!(outcome.snapshot.node_runs.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_end_fails_the_run_as_it_pauses_fails_it() {
+    let (commands, tx) = taking_commands(no_agent());
+    let rig = with_commands(commands, PausesIt(tx));
+    // The command's output has no `score`: the condition cannot be evaluated.
+    let flow = chain("{from: build, to: ship, when: 'output.score > 1'}");
+    let outcome = run_with(&rig, flow, json!("go"), Cancel::new()).await;
+    assert_eq!(outcome.status, RunStatus::Failed);
+    let error = outcome.error.unwrap();
+    assert!(error.contains("edge `build->ship`"), "{error}");
+    assert!(of_type(&rig, "flow:paused").is_empty());
+    assert_eq!(of_type(&rig, "flow:failed").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_answers_as_its_run_is_handed_over_ends_with_its_answer() {
+    let cancel = Cancel::new();
+    let handing = cancel.clone();
+    let rig = rig(move |r| {
+        handing.hand_over();
+        super::graph_tests::after(0, format!("answer of {}", r.node_id), 1)
+    });
+    let flow = wf(
+        "name: h\nagents: {w: {provider: mock}}\nnodes:\n  - {id: a, agent: w}\n  - {id: b, agent: w}\nedges:\n  - {from: a, to: b}\n",
+    );
+    let outcome = run_with(&rig, flow, json!("go"), cancel).await;
+    assert_eq!(outcome.status, RunStatus::Running);
+    assert_eq!(nodes_of(&rig, "node:completed"), ["a"]);
+    let EventKind::NodeCompleted { output } = of_type(&rig, "node:completed").remove(0).kind else {
+        unreachable!()
+    };
+    assert_eq!(output["data"], "answer of a");
+    assert_eq!(output["metadata"]["agent_name"], "w", "its own metadata");
+    assert_eq!(of_type(&rig, "edge:fired").len(), 1);
+    assert_eq!(nodes_of(&rig, "node:started"), ["a"]);
+}
