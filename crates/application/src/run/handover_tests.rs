@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use domain::RunStatus;
@@ -150,4 +151,64 @@ async fn an_agent_that_answers_as_its_run_is_handed_over_ends_with_its_answer() 
     assert_eq!(output["metadata"]["agent_name"], "w", "its own metadata");
     assert_eq!(of_type(&rig, "edge:fired").len(), 1);
     assert_eq!(nodes_of(&rig, "node:started"), ["a"]);
+}
+
+/// A Claude Code agent whose `Bash` calls wait for a person's answer.
+const ASKS: &str = "name: h\nagents:\n  w: {provider: claude-code, tools: [{name: Bash, requires_approval: true}]}\nnodes:\n  - {id: a, agent: w}\n";
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_stops_an_agent_whose_own_tool_call_waits_for_a_person() {
+    use crate::ports::AgentMessage;
+    use futures::StreamExt;
+    // It calls `Bash` at once, then waits for the call's result for ever:
+    // its permission prompt waits for a person, who does not answer.
+    let rig = rig(|_| {
+        let call = AgentMessage::ToolUse {
+            id: Some("t1".into()),
+            name: "Bash".into(),
+            input: json!({"command": "git push"}),
+        };
+        Ok(Box::pin(
+            futures::stream::iter([Ok(call)]).chain(futures::stream::pending()),
+        ))
+    });
+    let (rig, tx) = taking_commands(rig);
+    let events = Arc::clone(&rig.events);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let run = (events.lock().unwrap().iter())
+            .find(|e| e.kind.type_name() == "node:started")
+            .and_then(|e| e.node_run_id)
+            .unwrap();
+        let ask = json!({
+            "type": "ask",
+            "nodeRunId": run,
+            "tool": {"callId": "t1", "toolName": "Bash", "toolInput": {"command": "git push"}},
+        });
+        for raw in [ask, json!({"type": "pause"})] {
+            let (delivery, answer) = Delivery::new(raw, None);
+            tx.send(delivery).await.unwrap();
+            assert!(answer.recv().await.unwrap().0.accepted);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let running = run_with(&rig, wf(ASKS), json!("go"), Cancel::new());
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), running)
+        .await
+        .expect("the pause ends though no one answers");
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert_eq!(of_type(&rig, "approval:requested").len(), 1);
+    let resolved = of_type(&rig, "approval:resolved");
+    assert_eq!(resolved.len(), 1, "the question ends with the pause");
+    let EventKind::ApprovalResolved { approved, how, .. } = &resolved[0].kind else {
+        unreachable!()
+    };
+    assert!(!approved);
+    assert_eq!(how, "cancelled");
+    assert_eq!(
+        outcome.snapshot.node_runs.len(),
+        1,
+        "the agent's node run stays in flight, for the resume to continue"
+    );
+    assert!(of_type(&rig, "node:failed").is_empty());
 }

@@ -55,8 +55,14 @@ impl Driver {
     async fn pause(&mut self, reason: String) -> Result<Result<RunOutcome, Stop>, ExecutorError> {
         self.pausing.cancel(reason.clone());
         for run in pause::stopped_at_once(self.state(), &self.workflow) {
-            if let Some(cancel) = self.running.get(&run) {
-                cancel.cancel("the run is pausing");
+            let Some(cancel) = self.running.get(&run) else {
+                continue;
+            };
+            cancel.cancel("the run is pausing");
+            if pause::waits_on_its_call(self.state(), run) {
+                let node = self.state().node_runs.get(&run).map(|r| r.node_id.clone());
+                let ctx: Ctx = (node, Some(run));
+                self.rec.emit(ctx, pause::withdrawn(&reason)).await?;
             }
         }
         // A node run that finished meanwhile may have stopped the run (a
