@@ -90,8 +90,14 @@ pub(super) async fn run(task: &mut NodeTask) -> Option<NodeEnd> {
         let Some(retry) = task.attempt_failed(failure).await else {
             break error;
         };
-        task.ports.clock.sleep(retry.wait).await;
-        if task.record(retry.started).await.is_none() {
+        // A pause does not wait out the backoff: the attempt not begun is
+        // not recorded, and the resume starts it.
+        let waited = tokio::select! {
+            biased;
+            () = task.pausing.cancelled() => false,
+            () = task.ports.clock.sleep(retry.wait) => true,
+        };
+        if !waited || task.record(retry.started).await.is_none() {
             break error;
         }
     };

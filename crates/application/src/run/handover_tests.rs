@@ -1,6 +1,8 @@
-//! A node run that finishes while its run pauses or is handed over ran:
-//! its end is recorded and routed as in any turn, never left in flight for
-//! the next writer to run again.
+//! A run that pauses or is handed over. A node run that finishes
+//! meanwhile ran: its end is recorded and routed as in any turn, never left
+//! in flight for the next writer to run again. What cannot reach a safe
+//! point (an agent whose own tool call waits for a person) is stopped at
+//! once, and a retry's backoff does not hold the pause up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +16,9 @@ use serde_json::json;
 use super::graph_tests::{Rig, of_type, rig, run_with, wf};
 use super::stop_tests::taking_commands;
 use super::*;
-use crate::ports::{CommandError, CommandOutcome, CommandRequest, CommandRunner, Delivery};
+use crate::ports::{
+    CommandError, CommandOutcome, CommandRequest, CommandRunner, Delivery, QueryError,
+};
 
 /// A command that printed `built` and exited 0.
 fn built() -> Result<CommandOutcome, CommandError> {
@@ -211,4 +215,44 @@ async fn a_pause_stops_an_agent_whose_own_tool_call_waits_for_a_person() {
         "the agent's node run stays in flight, for the resume to continue"
     );
     assert!(of_type(&rig, "node:failed").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_does_not_wait_out_a_retrys_backoff() {
+    // Every attempt meets a rate limit; the next would start a minute later.
+    let rig = rig(|_| {
+        Err(QueryError::Agent {
+            error_type: "rate_limit".into(),
+            message: "slow down".into(),
+            details: None,
+        })
+    });
+    let (rig, tx) = taking_commands(rig);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (delivery, answer) = Delivery::new(json!({"type": "pause"}), None);
+        tx.send(delivery).await.unwrap();
+        assert!(answer.recv().await.unwrap().0.accepted);
+    });
+    let flow = wf(
+        "name: h\nagents: {w: {provider: mock}}\nnodes:\n  - {id: a, agent: w, retry: {max_attempts: 3, backoff: 1m}}\n",
+    );
+    let started = tokio::time::Instant::now();
+    let outcome = run_with(&rig, flow, json!("go"), Cancel::new()).await;
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "paused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        nodes_of(&rig, "node:started"),
+        ["a"],
+        "the attempt that never ran is not on record"
+    );
+    assert_eq!(
+        outcome.snapshot.node_runs.len(),
+        1,
+        "in flight, for the resume"
+    );
 }
