@@ -258,3 +258,43 @@ fn an_input_integer_beyond_64_bits_is_refused_not_changed() {
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// A duplicate key in `--input`, at any depth and from a file too, is
+/// refused naming the key, as the workflow's own `input:` is: serde_json
+/// would keep the last one, a value other than the one written. Nothing is
+/// started.
+#[test]
+fn an_input_with_a_duplicate_key_is_refused_naming_it() {
+    let awr = Awr::new();
+    let flow = awr.write(
+        "flow.yaml",
+        "name: w\nagents:\n  g: {provider: mock}\nnodes:\n  - {id: a, agent: g}\n",
+    );
+    awr.write(
+        "fixtures/w/a.json",
+        r#"{"calls": [{"output": {"text": "hi"}}]}"#,
+    );
+    let file = awr.write("input.json", r#"{"a": 1, "b": {"c": 1, "c": 2}}"#);
+    for input in [
+        r#"{"a": 1, "a": 2}"#.to_owned(),
+        format!("@{}", file.display()),
+    ] {
+        let out = awr.run(&["run", flow.to_str().unwrap(), "--input", &input]);
+        assert_eq!(out.code, 2, "{input}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("duplicate key") && !out.stderr.contains("not JSON"),
+            "{}",
+            out.stderr
+        );
+    }
+    // Refused before the store was touched: there is none yet.
+    let out = awr.run(&["runs"]);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    let out = awr.run(&[
+        "run",
+        flow.to_str().unwrap(),
+        "--input",
+        r#"{"a": 1, "b": 2}"#,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

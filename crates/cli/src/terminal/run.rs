@@ -77,10 +77,12 @@ pub fn parse_input(input: Input<'_>, workflow: &WorkflowDef) -> Result<Value, Fa
         ),
         None => (raw.to_owned(), "--input".to_owned()),
     };
-    let input = serde_json::from_str(&text).map_err(|e| {
-        Failure::Input(anyhow!(
+    let input = WorkflowDef::input_from_json(&text).map_err(|e| match e.classify() {
+        // JSON, but not a value awr takes as written (a duplicate key).
+        serde_json::error::Category::Data => Failure::Input(anyhow!("{origin}: {e}")),
+        _ => Failure::Input(anyhow!(
             "{origin}: not JSON: {e} (to pass text as a string, use --input-text)"
-        ))
+        )),
     })?;
     if let Some(big) = domain::output::oversized_integer(&text) {
         return Err(Failure::Input(anyhow!(

@@ -464,6 +464,14 @@ impl WorkflowDef {
     /// ([`crate::output::MAX_DEPTH`]: what the log can keep and read back).
     pub const MAX_INPUT_DEPTH: usize = crate::output::MAX_DEPTH;
 
+    /// A run's input given as JSON text (`awr run --input`), read as the
+    /// file's `input:` is: a duplicate key is refused, where serde_json
+    /// would keep the last one and the run see another value than was
+    /// written.
+    pub fn input_from_json(text: &str) -> Result<Value, serde_json::Error> {
+        syntax::strict_json(text)
+    }
+
     /// Refuses a run input nested deeper than [`Self::MAX_INPUT_DEPTH`].
     pub fn check_input(input: &Value) -> Result<(), String> {
         if crate::output::nests_deeper(input, Self::MAX_INPUT_DEPTH) {

@@ -48,6 +48,15 @@ where
     Ok(Some(de.deserialize_any(Strict)?))
 }
 
+/// JSON text read as [`strict_value`] reads a file's `input:`: a
+/// duplicate key is refused, not silently the last one kept.
+pub(super) fn strict_json(text: &str) -> Result<serde_json::Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde::de::DeserializeSeed::deserialize(Strict, &mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
 /// The visitor of [`strict_value`], at every level of the value.
 struct Strict;
 
