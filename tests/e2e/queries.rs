@@ -235,7 +235,14 @@ fn events_are_filtered_by_type_node_and_time_with_offset_follow_and_json() {
         let decide = offsets_where(&|e| e["nodeId"] == "decide");
         assert!(!decide.is_empty());
         assert_eq!(event_offsets(&awr, &run, &["--node", "decide"]), decide);
-        assert!(event_offsets(&awr, &run, &["--node", "nobody"]).is_empty());
+        // A node the run does not have is a typo, not a node that did nothing.
+        let out = awr.run(&["events", &run, "--node", "nobody"]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("nobody") && out.stderr.contains("decide"),
+            "names it and the run's nodes: {}",
+            out.stderr
+        );
 
         // --since: an event's own time keeps it and what follows.
         let middle = &log[log.len() / 2];

@@ -187,6 +187,9 @@ pub async fn events(
     let id = resolve(store.as_ref(), run).await?;
     let (clock, _) = wiring::clock_and_ids();
     let filter = filter.filter(clock.now());
+    if let Some(node) = &filter.node {
+        known_node(store.as_ref(), id, node).await?;
+    }
     let mut bad = 0usize;
     if !json {
         say(&format!(
@@ -223,6 +226,26 @@ pub async fn events(
         }
     }
     bad_lines(id, bad)
+}
+
+/// Exit 2 for a node the run does not have (a typo would otherwise print
+/// no events, as a node that did nothing yet does). A run not started yet
+/// names no nodes: anything goes.
+async fn known_node(store: &dyn RunStore, id: RunId, node: &NodeId) -> Result<(), Failure> {
+    let view = run_view(store, id).await.map_err(store_failure)?;
+    let nodes = &view.snapshot.node_status;
+    if nodes.is_empty() || nodes.contains_key(node) {
+        return Ok(());
+    }
+    // A few of them, for a typo to be seen: a run may have hundreds.
+    let mut known: Vec<&str> = nodes.keys().take(20).map(NodeId::as_str).collect();
+    if nodes.len() > known.len() {
+        known.push("…");
+    }
+    Err(Failure::Input(anyhow!(
+        "--node {node}: run {id} has no such node (its nodes: {})",
+        known.join(", ")
+    )))
 }
 
 /// Exit 2 when the log ends before the events its snapshot reflects: they
