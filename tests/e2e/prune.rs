@@ -414,3 +414,30 @@ fn serve_with_retention_prunes_finished_runs_and_keeps_running_ones() {
         assert_eq!(awr.show_json(&live)["status"], "completed");
     }
 }
+
+/// A run the store cannot read is not deleted, and the prune says it did
+/// not do all it was asked: exit 2, naming the run, the others pruned.
+#[test]
+fn a_run_that_cannot_be_read_fails_the_prune_naming_it() {
+    let a = Awr::new();
+    let good = a.completed_run("examples/summarize.yaml");
+    let bad = a.completed_run("examples/summarize.yaml");
+    let log = a.storage().join("runs").join(&bad).join("events.ndjson");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{ not an event";
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let out = a.run(&["prune", "--older-than", "0s"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("could not prune run {bad}")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains(&format!("deleted {good}")),
+        "{}",
+        out.stdout
+    );
+    assert!(log.exists(), "the run that could not be read is kept");
+}

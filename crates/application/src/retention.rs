@@ -77,8 +77,12 @@ pub struct PruneReport {
     /// Runs whose files were removed (or would be) because the run itself
     /// was gone.
     pub orphans: Vec<RunId>,
-    /// Runs the policy selected but that were kept, and why.
+    /// Runs the policy selected but that were kept, and why: a tree with
+    /// a run not finished, a run a writer holds.
     pub kept: Vec<(RunId, String)>,
+    /// Runs that could not be read or deleted, and why: the store failed
+    /// them, and the prune did not do all it was asked.
+    pub failed: Vec<(RunId, String)>,
 }
 
 /// What the prune knows of one run.
@@ -108,7 +112,7 @@ pub async fn prune(
             }
             // Deleted meanwhile (another prune).
             Err(StoreError::NotFound(_)) => {}
-            Err(e) => report.kept.push((run_id, format!("cannot be read: {e}"))),
+            Err(e) => report.failed.push((run_id, format!("cannot be read: {e}"))),
         }
     }
     let mut children: HashMap<RunId, Vec<RunId>> = HashMap::new();
@@ -144,8 +148,13 @@ pub async fn prune(
                     Ok(()) | Err(StoreError::NotFound(_)) => {}
                     // The rest of this tree waits for the next prune: its
                     // root is gone, so they are roots of their own then.
-                    Err(e) => {
+                    // A writer holds it: kept, as a live run is.
+                    Err(e @ StoreError::Locked(_)) => {
                         report.kept.push((run_id, e.to_string()));
+                        break;
+                    }
+                    Err(e) => {
+                        report.failed.push((run_id, e.to_string()));
                         break;
                     }
                 }
@@ -184,7 +193,9 @@ async fn orphans(
             return;
         }
     };
-    let unreadable: HashSet<RunId> = report.kept.iter().map(|(id, _)| *id).collect();
+    let unreadable: HashSet<RunId> = (report.kept.iter().chain(&report.failed))
+        .map(|(id, _)| *id)
+        .collect();
     for (run_id, written) in listed {
         if runs.contains_key(&run_id)
             || unreadable.contains(&run_id)

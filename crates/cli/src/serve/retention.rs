@@ -35,6 +35,9 @@ pub fn spawn(app: &App, age: Duration) -> AbortOnDrop {
                     for run in &report.pruned {
                         tracing::info!(run = %run.run_id, status = run.status.as_str(), "pruned");
                     }
+                    for (run, why) in &report.failed {
+                        tracing::warn!(run = %run, error = %why, "retention: cannot prune the run");
+                    }
                 }
                 Err(e) => tracing::warn!(error = %e, "retention: cannot prune"),
             }

@@ -71,8 +71,16 @@ fn print(report: &PruneReport, dry_run: bool) -> Result<(), Failure> {
     for (run, why) in &report.kept {
         note(&format!("awr: kept run {run}: {why}"));
     }
+    for (run, why) in &report.failed {
+        note(&format!("awr: could not prune run {run}: {why}"));
+    }
     let n = report.pruned.len();
     let runs = if n == 1 { "run" } else { "runs" };
     note(&format!("awr: {verb} {n} {runs}"));
-    Ok(())
+    match report.failed.len() {
+        0 => Ok(()),
+        n => Err(Failure::Input(anyhow!(
+            "{n} run(s) could not be pruned (see above): the storage failed them"
+        ))),
+    }
 }
