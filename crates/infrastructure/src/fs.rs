@@ -63,6 +63,15 @@ pub enum FileReadError {
         /// The limit that applies.
         limit: u64,
     },
+    /// It could not be opened (for reading or for writing: a file the
+    /// process may not write says so here, not as a failed read).
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
     /// The medium failed.
     #[error("cannot read {}: {source}", path.display())]
     Io {
@@ -81,7 +90,16 @@ impl FileReadError {
             Self::NotFound { .. } => io::ErrorKind::NotFound,
             Self::NotRegular { .. } => io::ErrorKind::InvalidInput,
             Self::TooBig { .. } => io::ErrorKind::FileTooLarge,
-            Self::Io { source, .. } => source.kind(),
+            Self::Open { source, .. } | Self::Io { source, .. } => source.kind(),
+        }
+    }
+
+    /// An open that failed: [`FileReadError::NotFound`] or
+    /// [`FileReadError::Open`].
+    fn open(path: &Path, source: io::Error) -> Self {
+        match Self::io(path, source) {
+            Self::Io { path, source } => Self::Open { path, source },
+            other => other,
         }
     }
 
@@ -114,6 +132,9 @@ impl From<FileReadError> for StoreError {
         match e {
             FileReadError::Io { path, source } => {
                 StoreError::io(format!("cannot read {}", path.display()), source)
+            }
+            FileReadError::Open { path, source } => {
+                StoreError::io(format!("cannot open {}", path.display()), source)
             }
             other => StoreError::io_msg(other.to_string()),
         }
@@ -152,7 +173,9 @@ pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
 pub fn open_regular_with(mut options: OpenOptions, path: &Path) -> Result<File, FileReadError> {
     let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
     options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
-    let file = options.open(path).map_err(|e| FileReadError::io(path, e))?;
+    let file = options
+        .open(path)
+        .map_err(|e| FileReadError::open(path, e))?;
     let kind = file
         .metadata()
         .map_err(|e| FileReadError::io(path, e))?
@@ -244,6 +267,19 @@ impl WorkflowSource for WorkflowFiles {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_that_fails_says_open_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory cannot be opened for writing (EISDIR), even by root.
+        let mut options = OpenOptions::new();
+        options.write(true);
+        let e = open_regular_with(options, dir.path()).unwrap_err();
+        assert!(matches!(e, FileReadError::Open { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("cannot open "), "{e}");
+        let e = StoreError::from(e).to_string();
+        assert!(e.contains("cannot open ") && !e.contains("cannot read"), "{e}");
+    }
 
     #[test]
     fn regular_files_within_the_limit_are_read() {

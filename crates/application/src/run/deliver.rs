@@ -50,7 +50,10 @@ impl Executor {
                         .sleep(std::time::Duration::from_millis(50))
                         .await;
                 }
-                Err(e) => return Err(e.into()),
+                // A run that ended takes no command whatever its storage
+                // says: that refusal first, before a lock the process may
+                // not be able to take (storage it may read, not write).
+                Err(e) => return Err(self.ended_or(run_id, e, "it takes no more commands").await),
             }
         }
         let Some(lock) = lock else {

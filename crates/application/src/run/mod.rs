@@ -519,8 +519,31 @@ impl Executor {
         how: Continue,
         cancel: Cancel,
     ) -> Result<RunOutcome, ExecutorError> {
-        let lock = self.lock(run_id).await?;
+        let lock = match self.lock(run_id).await {
+            Ok(lock) => lock,
+            Err(ExecutorError::Store(e)) => {
+                return Err(self.ended_or(run_id, e, "there is nothing to resume").await);
+            }
+            Err(e) => return Err(e),
+        };
         self.resume_top(lock, workflow, how, cancel).await
+    }
+
+    /// The refusal of a run that has ended (`… has ended (STATUS); then`)
+    /// in place of `error`, the store's failure to lock it, when the run
+    /// reads as ended: an ended run stays ended, so what it is told does
+    /// not depend on whether this process may write its storage.
+    async fn ended_or(&self, run_id: RunId, error: StoreError, then: &str) -> ExecutorError {
+        if matches!(error, StoreError::Locked(_) | StoreError::NotFound(_)) {
+            return error.into();
+        }
+        match crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await {
+            Ok(state) if state.status.is_terminal() => ExecutorError::Refused(format!(
+                "run {run_id} has ended ({}); {then}",
+                state.status.as_str()
+            )),
+            _ => error.into(),
+        }
     }
 
     /// A child run of `parent` (a `call_workflow` node). A boxed future of
@@ -577,6 +600,8 @@ mod cadence_tests;
 mod decide_tests;
 #[cfg(test)]
 mod edge_tests;
+#[cfg(test)]
+mod ended_tests;
 #[cfg(test)]
 mod fork_tests;
 #[cfg(test)]

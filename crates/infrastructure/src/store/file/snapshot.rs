@@ -276,7 +276,9 @@ pub(super) fn append_delta(handle: &RunHandle, delta: &SnapshotDelta) -> Result<
 /// [`open_for_writing`], its error naming `what` was done to the file.
 fn open_named(path: &Path, truncate: bool, what: &str) -> Result<File, StoreError> {
     open_for_writing(path, truncate).map_err(|e| match e {
-        FileReadError::Io { path, source } => io_err(what, &path, source),
+        FileReadError::Io { path, source } | FileReadError::Open { path, source } => {
+            io_err(what, &path, source)
+        }
         other => other.into(),
     })
 }
