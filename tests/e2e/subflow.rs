@@ -284,6 +284,15 @@ fn child_in_flight_goes_on_after(stop: Stop) {
             wait_exit(child, 30, "awr run to die");
         }
     }
+    // The child alone is refused, pointing at its parent: the parent's
+    // resume continues it.
+    let out = awr.run(&["resume", &child_run]);
+    assert_eq!(out.code, 2, "{stop:?}: {}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("`awr resume {parent_run}`")),
+        "{stop:?}: {}",
+        out.stderr
+    );
     let out = awr.run_within(60, &["resume", &parent_run]);
     assert_eq!(out.code, 0, "{stop:?}: {}", out.stderr);
     for run in [&parent_run, &child_run] {

@@ -278,7 +278,10 @@ mod tests {
         assert!(matches!(e, FileReadError::Open { .. }), "{e:?}");
         assert!(e.to_string().starts_with("cannot open "), "{e}");
         let e = StoreError::from(e).to_string();
-        assert!(e.contains("cannot open ") && !e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains("cannot open ") && !e.contains("cannot read"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow};
 use application::ports::{Clock, StoreError};
 use application::{ExecutorError, query};
-use domain::RunId;
+use domain::{EventKind, RunId};
 use serde_json::{Value, json};
 
 use super::inspect::resolve_run;
@@ -50,7 +50,39 @@ pub async fn resume(
     given: Option<&Path>,
 ) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
+    parent_continues(storage, run_id).await?;
     go_on(storage, run_id, given, Some(message)).await
+}
+
+/// Refuses a child run (`call_workflow`) whose parent has not ended: the
+/// parent's resume continues it, under the parent's node run that waits on
+/// it; resumed alone, it would end with no parent to take its outcome.
+async fn parent_continues(storage: &Storage, run_id: RunId) -> Result<(), Failure> {
+    let store = wiring::read_store(storage).await?;
+    let about = |e: StoreError| Failure::Input(crate::about_run(run_id, e.into()));
+    let first = store.read(run_id, 0, 1).await.map_err(about)?;
+    let Some(EventKind::FlowStarted {
+        parent_run_id: Some(parent),
+        ..
+    }) = first.first().map(|e| &e.kind)
+    else {
+        return Ok(());
+    };
+    let parent = *parent;
+    // A parent that cannot be read, or is gone, leaves the child to itself.
+    let Ok(view) = application::inspect::run_view(store.as_ref(), parent).await else {
+        return Ok(());
+    };
+    if let application::inspect::ShownStatus::Recorded(status) = view.status
+        && status.is_terminal()
+    {
+        return Ok(());
+    }
+    Err(Failure::Input(anyhow!(
+        "run {run_id} is a child run of {parent} (call_workflow), which is {}: \
+         resume the parent (`awr resume {parent}`), which continues it",
+        view.status.as_str()
+    )))
 }
 
 /// `awr resume RUN --upgrade FILE [--message TEXT]`: goes on under the
