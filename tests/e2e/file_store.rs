@@ -343,3 +343,29 @@ fn a_run_whose_first_event_finds_the_disk_full_leaves_nothing() {
         .collect();
     assert_eq!(listed.len(), 2, "the header alone, no run: {stdout}");
 }
+
+/// A disk so full that the run's first transcript line fails before its
+/// log is written: the same as a log that fails, nothing left behind, its
+/// directory and its empty transcript removed too.
+#[test]
+fn a_run_whose_first_transcript_line_finds_the_disk_full_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    fs::create_dir(&disk).unwrap();
+    let script = r#"mount -t tmpfs -o size=4k tmpfs "$1" || exit 99
+        "$2" --storage "$1/st" run examples/summarize.yaml
+        echo "run exited $?"
+        find "$1/st/runs" "$1/st/transcripts" -mindepth 1 -printf 'left %P\n'"#;
+    let out = crate::util::in_mount_namespace(
+        script,
+        &[disk.as_os_str(), crate::util::awr_bin().as_os_str()],
+    );
+    let (stdout, stderr) = (&out.stdout, &out.stderr);
+    assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("No space left on device")
+            && stderr.contains("nothing of the run was recorded, and it is removed"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("left "), "nothing left: {stdout}");
+}

@@ -82,7 +82,9 @@ pub async fn record(
     );
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
-        Err(e) => return Err(crate::terminal::run::failed(&wired.runtime, run_id, e).await),
+        Err(e) => {
+            return Err(crate::terminal::run::failed(storage, &wired.runtime, run_id, e).await);
+        }
     };
     write_recording(storage, &workflow, run_id, out).await?;
     manifest.complete = true;

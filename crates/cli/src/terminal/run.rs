@@ -122,7 +122,7 @@ pub async fn run(
     let request = wiring::request(workflow, input, file, wiring::local_caller());
     let outcome = match wired.runtime.run_created(run_id, request, cancel).await {
         Ok(outcome) => outcome,
-        Err(e) => return Err(failed(&wired.runtime, run_id, e).await),
+        Err(e) => return Err(failed(storage, &wired.runtime, run_id, e).await),
     };
     if let Some(dir) = replay_from
         && outcome.status == RunStatus::Completed
@@ -141,18 +141,31 @@ pub async fn run(
     wired.finish(outcome, &signals)
 }
 
-/// A run that could not go on. When its storage failed, not the run, it
-/// is left as a crash leaves it, to resume; but one of which nothing was
-/// recorded (its first event could not be written: a full disk) has
-/// nothing to resume, and is removed rather than listed `pending` for ever.
-pub async fn failed(runtime: &Runtime, run_id: RunId, e: application::ExecutorError) -> Failure {
-    let storage = matches!(e, application::ExecutorError::Store(_));
+/// A run that could not go on. When its storage failed, not the run (its
+/// log, or its transcript beside it), it is left as a crash leaves it, to
+/// resume; but one of which nothing was recorded (its first event could
+/// not be written: a full disk) has nothing to resume, and is removed with
+/// its files rather than listed `pending` for ever.
+pub async fn failed(
+    storage: &Storage,
+    runtime: &Runtime,
+    run_id: RunId,
+    e: application::ExecutorError,
+) -> Failure {
+    use application::ExecutorError;
+    let stored = matches!(e, ExecutorError::Store(_) | ExecutorError::Transcript(_));
     let error = crate::about_run(run_id, e.into());
-    if !storage {
+    if !stored {
         return Failure::Run(error);
     }
     let hint = match runtime.discard_if_unstarted(run_id).await {
-        true => "; nothing of the run was recorded, and it is removed".to_owned(),
+        true => {
+            // Its transcript, made with it: nothing is left of the run.
+            if let Err(e) = wiring::run_files(storage).remove(run_id).await {
+                tracing::warn!(run = %run_id, error = %e, "the run is removed but not all its files");
+            }
+            "; nothing of the run was recorded, and it is removed".to_owned()
+        }
         false => format!("; the run is left to resume: awr resume {run_id}"),
     };
     Failure::Run(anyhow!("{error:#}{hint}"))
