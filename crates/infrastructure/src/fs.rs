@@ -238,9 +238,21 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, FileReadError> {
 /// [`read_bounded`] for text: the file must be UTF-8.
 pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, FileReadError> {
     let bytes = read_bounded(path, limit)?;
-    String::from_utf8(bytes).map_err(|e| FileReadError::Io {
-        path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()),
+    String::from_utf8(bytes).map_err(|e| {
+        // Where, as an editor shows it: the line and the column (in
+        // characters) of the first byte that is not UTF-8.
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        let start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
+        let column = String::from_utf8_lossy(&valid[start..]).chars().count() + 1;
+        let byte = e.as_bytes().get(valid.len()).copied().unwrap_or_default();
+        FileReadError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("line {line}, column {column}: not UTF-8 (byte {byte:#04x})"),
+            ),
+        }
     })
 }
 
@@ -267,6 +279,18 @@ impl WorkflowSource for WorkflowFiles {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_is_not_utf8_is_refused_at_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.yaml");
+        std::fs::write(&path, b"name: a\nid: \xc3\xa9t\xff\n").unwrap();
+        let e = read_text_bounded(&path, 100).unwrap_err().to_string();
+        assert!(
+            e.ends_with("line 2, column 7: not UTF-8 (byte 0xff)"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn an_open_that_fails_says_open_not_read() {

@@ -19,7 +19,7 @@ use super::nodes::{
     NodeKeys, NodeSet, RawBudget, RawCommand, RawForEach, RawRetry, Shorthand, concurrency,
     lower_budget,
 };
-use super::syntax::{check_flow_nesting, json_error, strict_value, unique_keys, yaml_error};
+use super::syntax::{check_flow_nesting, json_error, strict_value, unique_keys, yaml_error_in};
 use super::{AgentDef, EdgeDef, Join, NodeDef, OnLimit, WorkflowDef, WorkflowError};
 use crate::condition::Condition;
 use crate::ids::NodeId;
@@ -52,7 +52,8 @@ impl WorkflowDef {
             return Err(WorkflowError::Empty);
         }
         check_flow_nesting(text)?;
-        let raw: Option<RawWorkflow> = yaml_serde::from_str(text).map_err(yaml_error)?;
+        let raw: Option<RawWorkflow> =
+            yaml_serde::from_str(text).map_err(|e| yaml_error_in(text, e))?;
         build(raw.ok_or(WorkflowError::Empty)?, src)
     }
 
@@ -1141,6 +1142,19 @@ mod tests {
     /// A run's input in the file is read as written or refused, never
     /// quietly changed: a repeated key, `.nan` or `.inf` are errors with
     /// their line; other YAML keys are read as strings, as before.
+    #[test]
+    fn a_second_yaml_document_is_refused_at_its_line() {
+        let one = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";
+        check_parse(
+            &format!("# a flow\n---\n{one}---\nname: u\n"),
+            6,
+            1,
+            "a second YAML document starts here",
+        );
+        // A first `---` opens the only document.
+        assert!(WorkflowDef::from_yaml(&format!("---\n{one}")).is_ok());
+    }
+
     #[test]
     fn input_in_the_file_is_read_strictly() {
         let head = "name: t\nagents: {a: {provider: mock}}\nsteps: [{agent: a}]\n";

@@ -200,7 +200,38 @@ fn bounded(message: String) -> String {
     )
 }
 
-pub(super) fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
+/// The line where a second YAML document starts in `text`: the first
+/// `---` after content (a first one before any content opens the only
+/// document).
+fn second_document(text: &str) -> Option<usize> {
+    let mut content = false;
+    for (n, line) in text.lines().enumerate() {
+        let marker = line == "---" || line.starts_with("--- ");
+        if marker && content {
+            return Some(n + 1);
+        }
+        let blank = line.trim().is_empty() || line.trim_start().starts_with('#');
+        content |= !marker && !blank && !line.starts_with('%');
+    }
+    None
+}
+
+/// The YAML reader's error on `text`, its position as `line`/`column`.
+pub(super) fn yaml_error_in(text: &str, e: yaml_serde::Error) -> WorkflowError {
+    if e.location().is_none()
+        && e.to_string().contains("more than one document")
+        && let Some(line) = second_document(text)
+    {
+        return WorkflowError::Parse {
+            line: Some(line),
+            column: Some(1),
+            message: "a second YAML document starts here; a workflow file holds one".into(),
+        };
+    }
+    yaml_error(e)
+}
+
+fn yaml_error(e: yaml_serde::Error) -> WorkflowError {
     let loc = e.location();
     let message = bounded(e.to_string());
     match loc {
