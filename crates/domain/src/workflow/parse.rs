@@ -562,7 +562,7 @@ mod tests {
         );
         check_err(
             &wf("steps: [{agent: a}]\n---\nname: u\n"),
-            "more than one document",
+            "7:1: a second YAML document starts here",
         );
         check_json_err(
             "{\"name\": \"t\",\n \"agents\": {}",
