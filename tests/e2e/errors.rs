@@ -298,3 +298,24 @@ fn an_input_with_a_duplicate_key_is_refused_naming_it() {
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// `awr events --node` on a run whose log is damaged still shows that
+/// node's events, and says what is wrong (exit 2): the node is checked
+/// against the run's state only when the state can be read.
+#[test]
+fn events_of_a_node_are_shown_from_a_damaged_log() {
+    let awr = Awr::new();
+    let run = awr.completed_run("examples/summarize.yaml");
+    let log = awr.storage().join("runs").join(&run).join("events.ndjson");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{ not an event";
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    // A short run keeps no snapshot: its state is the fold of every line.
+    let _ = std::fs::remove_file(log.with_file_name("snapshot.json"));
+    let out = awr.run(&["show", &run]);
+    assert_ne!(out.code, 0, "the state cannot be read: {}", out.stderr);
+    let out = awr.run(&["events", &run, "--node", "summarizer"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stdout.contains("summarizer"), "{}", out.stdout);
+}

@@ -286,13 +286,24 @@ fn child_in_flight_goes_on_after(stop: Stop) {
     }
     // The child alone is refused, pointing at its parent: the parent's
     // resume continues it.
-    let out = awr.run(&["resume", &child_run]);
-    assert_eq!(out.code, 2, "{stop:?}: {}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!("`awr resume {parent_run}`")),
-        "{stop:?}: {}",
-        out.stderr
-    );
+    let child_file = dir.join("child.yaml");
+    for args in [
+        vec!["resume", &child_run],
+        vec![
+            "resume",
+            &child_run,
+            "--upgrade",
+            child_file.to_str().unwrap(),
+        ],
+    ] {
+        let out = awr.run(&args);
+        assert_eq!(out.code, 2, "{stop:?} {args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("`awr resume {parent_run}`")),
+            "{stop:?} {args:?}: {}",
+            out.stderr
+        );
+    }
     let out = awr.run_within(60, &["resume", &parent_run]);
     assert_eq!(out.code, 0, "{stop:?}: {}", out.stderr);
     for run in [&parent_run, &child_run] {

@@ -256,3 +256,45 @@ async fn a_pause_does_not_wait_out_a_retrys_backoff() {
         "in flight, for the resume"
     );
 }
+
+/// Command `a` asks the run to pause and ends once the pause is accepted;
+/// command `b` ends right after it.
+struct TwoEnd {
+    tx: tokio::sync::mpsc::Sender<Delivery>,
+    a_done: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait]
+impl CommandRunner for TwoEnd {
+    async fn run(&self, request: CommandRequest) -> Result<CommandOutcome, CommandError> {
+        if request.node_id.as_str() == "a" {
+            let (delivery, answer) = Delivery::new(json!({"type": "pause"}), None);
+            self.tx.send(delivery).await.unwrap();
+            assert!(answer.recv().await.unwrap().0.accepted);
+            self.a_done.send_replace(true);
+        } else {
+            let mut done = self.a_done.subscribe();
+            done.wait_for(|done| *done).await.unwrap();
+        }
+        built()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_an_end_stops_a_pausing_run_the_ends_after_it_are_not_routed() {
+    let (commands, tx) = taking_commands(no_agent());
+    let (a_done, _) = tokio::sync::watch::channel(false);
+    let rig = with_commands(commands, TwoEnd { tx, a_done });
+    // `a`'s condition cannot be evaluated (no `score`): the run fails.
+    let flow = wf(
+        "name: h\nnodes:\n  - {id: a, command: make}\n  - {id: b, command: make}\n  - {id: c, command: ship}\n  - {id: d, command: ship}\nedges:\n  - {from: a, to: c, when: 'output.score > 1'}\n  - {from: b, to: d}\n",
+    );
+    let outcome = run_with(&rig, flow, json!("go"), Cancel::new()).await;
+    assert_eq!(outcome.status, RunStatus::Failed, "{:?}", outcome.error);
+    assert_eq!(nodes_of(&rig, "node:completed"), ["a", "b"]);
+    assert!(
+        of_type(&rig, "edge:fired").is_empty(),
+        "b ended after the run was stopping: recorded, not routed"
+    );
+    assert_eq!(nodes_of(&rig, "node:started"), ["a", "b"]);
+}

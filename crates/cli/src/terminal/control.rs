@@ -54,9 +54,11 @@ pub async fn resume(
     go_on(storage, run_id, given, Some(message)).await
 }
 
-/// Refuses a child run (`call_workflow`) whose parent has not ended: the
-/// parent's resume continues it, under the parent's node run that waits on
-/// it; resumed alone, it would end with no parent to take its outcome.
+/// Refuses a child run (`call_workflow`) whose parent has not ended and
+/// still waits on it: the parent's resume continues it, under the parent's
+/// node run that waits on it; resumed alone, it would end with no parent to
+/// take its outcome. A child the parent left (its attempt retried with a
+/// new child) is the user's to resume.
 async fn parent_continues(storage: &Storage, run_id: RunId) -> Result<(), Failure> {
     let store = wiring::read_store(storage).await?;
     let about = |e: StoreError| Failure::Input(crate::about_run(run_id, e.into()));
@@ -78,6 +80,10 @@ async fn parent_continues(storage: &Storage, run_id: RunId) -> Result<(), Failur
     {
         return Ok(());
     }
+    let waits_on_it = (view.snapshot.node_runs.values()).any(|r| r.child == Some(run_id));
+    if !waits_on_it {
+        return Ok(());
+    }
     Err(Failure::Input(anyhow!(
         "run {run_id} is a child run of {parent} (call_workflow), which is {}: \
          resume the parent (`awr resume {parent}`), which continues it",
@@ -94,6 +100,7 @@ pub async fn upgrade(
     file: &Path,
 ) -> Result<(), Failure> {
     let run_id = resolve_run(storage, run).await?;
+    parent_continues(storage, run_id).await?;
     let (workflow, wired) = Wired::for_run(storage, run_id, Some(file)).await?;
     let cancel = application::Cancel::new();
     let signals = crate::signals::cancel_on_signal(cancel.clone());

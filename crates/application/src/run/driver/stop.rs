@@ -149,19 +149,21 @@ impl Driver {
     /// the end of a node run recorded with `keep` asks for, if any (the
     /// first).
     async fn drain(&mut self, keep: bool) -> Result<Option<Stop>, ExecutorError> {
+        // Once an end asked for a stop, the run stops for good: the ends
+        // after it are recorded, not routed.
         let mut stop = None;
         loop {
             tokio::select! {
                 biased;
                 Some(msg) = self.rx.recv() => {
-                    let asked = self.settle(msg, keep).await?;
+                    let asked = self.settle(msg, keep && stop.is_none()).await?;
                     stop = stop.or(asked);
                 }
                 joined = self.tasks.next() => if joined.is_none() { break },
             }
         }
         while let Ok(msg) = self.rx.try_recv() {
-            let asked = self.settle(msg, keep).await?;
+            let asked = self.settle(msg, keep && stop.is_none()).await?;
             stop = stop.or(asked);
         }
         self.running.clear();
