@@ -441,3 +441,55 @@ fn pausing_a_child_run_alone_is_refused() {
         assert_eq!(awr.show_json(&run)["status"], "completed", "{run}");
     }
 }
+
+/// A parent paused with its child, then cancelled: the child is cancelled
+/// with it, on its own record, never left paused under a parent that ended
+/// (where `awr prune` would keep the tree for ever).
+#[test]
+fn cancelling_a_paused_parent_cancels_its_paused_child() {
+    use crate::cancel::{wait_exit, wait_for};
+    let awr = Awr::new();
+    let dir = awr.dir.path();
+    let started = dir.join("started");
+    awr.write(
+        "child.yaml",
+        &format!(
+            "name: child\nnodes:\n  - {{id: wait, command: 'touch {}; exec sleep 30'}}\n",
+            started.display()
+        ),
+    );
+    let parent = awr.write(
+        "parent.yaml",
+        "name: parent\nnodes:\n  - {id: call, call_workflow: child.yaml}\n",
+    );
+    let mut running = awr
+        .command(&["run", parent.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(20, "the child's command to start", || started.exists());
+    let runs = awr.run_ids();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let workflow = |run: &str| match &awr.runtime_events(run)[0].kind {
+        EventKind::FlowStarted { workflow, .. } => workflow.name.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (child, parent) = match workflow(&runs[0]).as_str() {
+        "child" => (runs[0].clone(), runs[1].clone()),
+        _ => (runs[1].clone(), runs[0].clone()),
+    };
+    let out = awr.run(&["pause", &parent]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(wait_exit(&mut running, 30, "awr run to pause"), 3);
+    let out = awr.run(&["cancel", &parent]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for run in [&parent, &child] {
+        let log = awr.runtime_events(run);
+        let types: Vec<&str> = log.iter().map(|e| e.kind.type_name()).collect();
+        assert_eq!(types.last(), Some(&"flow:cancelled"), "{run}: {types:?}");
+    }
+    let out = awr.run(&["prune", "--older-than", "0s"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(awr.run_ids().is_empty(), "the whole tree is pruned");
+}

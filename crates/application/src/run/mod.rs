@@ -362,6 +362,15 @@ impl Executor {
 
     /// The run's lock: the one [`Self::create`] took, or a new one. Another
     /// writer holding it is [`StoreError::Locked`], and nothing is written.
+    /// An executor over `ports` with no run of its own created: what a
+    /// run's driver uses to reach another run (a child it left).
+    pub(crate) fn of(ports: Arc<Ports>) -> Self {
+        Self {
+            ports,
+            created: Arc::default(),
+        }
+    }
+
     async fn lock(&self, run_id: RunId) -> Result<RunLock, ExecutorError> {
         let created = self.created_locks().remove(&run_id);
         match created {

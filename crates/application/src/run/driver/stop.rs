@@ -3,9 +3,12 @@
 //! cancelled and waited for, what it still sent is recorded, and each one
 //! still open ends with `node:failed`; then the terminal event.
 
-use domain::{EventKind, RunStatus};
+use std::sync::Arc;
+
+use domain::workflow::NodeKind;
+use domain::{EventKind, RunId, RunStatus, WorkflowDef};
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Driver;
 use super::apply::Asker;
@@ -14,7 +17,7 @@ use crate::run::node_run::{Msg, NodeEnd};
 use crate::run::recorder::{Ctx, RUN_LEVEL};
 use crate::run::step::stop::{self, Stop};
 use crate::run::step::{Input, pause};
-use crate::run::{ExecutorError, RunOutcome};
+use crate::run::{Executor, ExecutorError, Ports, RunOutcome};
 
 impl Driver {
     /// Stops every node run in flight, records how each ended, then the
@@ -39,6 +42,8 @@ impl Driver {
             self.rec.checkpoint().await?;
         }
         self.wind_down().await?;
+        let left = self.left_children();
+        cancel_children(Arc::clone(&self.ports), self.state().run_id, left).await;
         for (ctx, failed) in stop::closing(self.state(), &stop) {
             self.rec.emit(ctx, failed).await?;
         }
@@ -132,6 +137,21 @@ impl Driver {
         ExecutorError::Store(StoreError::LeaseLost(format!(
             "run {run_id}: this writer's lease was lost (another writer took the run over); it stopped at once"
         )))
+    }
+
+    /// The child runs (`call_workflow`) of the node runs still open once
+    /// they wound down, with their definitions: no writer of this process
+    /// continues them (see [`cancel_children`]).
+    fn left_children(&self) -> Vec<(RunId, Arc<WorkflowDef>)> {
+        (self.state().node_runs.values())
+            .filter_map(|r| match &self.workflow.node(&r.node_id)?.kind {
+                NodeKind::CallWorkflow {
+                    resolved: Some(child),
+                    ..
+                } => Some((r.child?, Arc::clone(child))),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Cancels every node run and waits for their tasks, recording what
@@ -276,4 +296,33 @@ impl Driver {
 /// (an agent stopped at its safe point ends with an error).
 fn records_end(keep: bool, end: &NodeEnd) -> bool {
     !keep || end.error.is_none()
+}
+
+/// Cancels the child runs `left` of run `parent` as it stops: one that
+/// paused with it, one whose process died. Each is cancelled on its own
+/// record, as `awr cancel` would (over its control channel if a writer
+/// elsewhere has it), so that no child stays paused or interrupted under a
+/// parent that ended. A child that ended already refuses, which is what
+/// was wanted; a failure is logged: the parent's end does not wait on its
+/// children's storage.
+async fn cancel_children(ports: Arc<Ports>, parent: RunId, left: Vec<(RunId, Arc<WorkflowDef>)>) {
+    if left.is_empty() {
+        return;
+    }
+    let executor = Executor::of(ports);
+    let raw = json!({"type": "cancel", "reason": format!("its parent run {parent} stopped")});
+    for (child, workflow) in left {
+        // Boxed: a child's cancellation is this same stop, one level down.
+        let sent = Box::pin(executor.command(child, &raw, None, async || Ok(workflow))).await;
+        match sent {
+            Ok(reply) if reply.accepted => {}
+            Ok(reply) => tracing::debug!(%child, error = ?reply.error, "child run not cancelled"),
+            Err(ExecutorError::Refused(why)) => {
+                tracing::debug!(%child, %why, "child run not cancelled");
+            }
+            Err(e) => {
+                tracing::warn!(%child, error = %e, "cannot cancel a child run its parent left")
+            }
+        }
+    }
 }
