@@ -1,9 +1,11 @@
-//! How a stopped run is continued ([`Continue`]), and whether a definition
-//! may continue it ([`resumable`]).
+//! How a stopped run is continued ([`Continue`]), whether a definition
+//! may continue it ([`resumable`]), and the refusal of one that ended
+//! ([`Executor::ended_or`]).
 
-use domain::{Caller, RunSnapshot, RunStatus, WorkflowDef};
+use domain::{Caller, RunId, RunSnapshot, RunStatus, WorkflowDef};
 
-use super::ExecutorError;
+use super::{Executor, ExecutorError};
+use crate::ports::StoreError;
 
 /// How a stopped run is continued.
 pub(crate) enum Continue {
@@ -73,4 +75,28 @@ pub(crate) fn resumable(
         )));
     }
     Ok(())
+}
+
+impl Executor {
+    /// The refusal of a run that has ended (`… has ended (STATUS); then`)
+    /// in place of `error`, the store's failure to lock it, when the run
+    /// reads as ended: an ended run stays ended, so what it is told does
+    /// not depend on whether this process may write its storage.
+    pub(super) async fn ended_or(
+        &self,
+        run_id: RunId,
+        error: StoreError,
+        then: &str,
+    ) -> ExecutorError {
+        if matches!(error, StoreError::Locked(_) | StoreError::NotFound(_)) {
+            return error.into();
+        }
+        match crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await {
+            Ok(state) if state.status.is_terminal() => ExecutorError::Refused(format!(
+                "run {run_id} has ended ({}); {then}",
+                state.status.as_str()
+            )),
+            _ => error.into(),
+        }
+    }
 }

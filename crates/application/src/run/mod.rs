@@ -538,23 +538,6 @@ impl Executor {
         self.resume_top(lock, workflow, how, cancel).await
     }
 
-    /// The refusal of a run that has ended (`… has ended (STATUS); then`)
-    /// in place of `error`, the store's failure to lock it, when the run
-    /// reads as ended: an ended run stays ended, so what it is told does
-    /// not depend on whether this process may write its storage.
-    async fn ended_or(&self, run_id: RunId, error: StoreError, then: &str) -> ExecutorError {
-        if matches!(error, StoreError::Locked(_) | StoreError::NotFound(_)) {
-            return error.into();
-        }
-        match crate::inspect::current_snapshot(self.ports.store.as_ref(), run_id).await {
-            Ok(state) if state.status.is_terminal() => ExecutorError::Refused(format!(
-                "run {run_id} has ended ({}); {then}",
-                state.status.as_str()
-            )),
-            _ => error.into(),
-        }
-    }
-
     /// A child run of `parent` (a `call_workflow` node). A boxed future of
     /// a named type: a child run is this same machinery one level down, and
     /// the recursion needs a type of known size that is known to be `Send`.
