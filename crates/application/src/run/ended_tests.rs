@@ -6,33 +6,15 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use std::sync::atomic::AtomicU64;
+
 use domain::RunStatus;
 use serde_json::json;
 
-use super::graph_tests::{after, rig, run, wf};
+use super::graph_tests::{Agents, Counter, after, rig, run, wf};
 use super::*;
-use crate::ports::{
-    AgentRequest, AgentStream, IdGen, MockRunStore, QueryError, QueryFn, StoreError,
-};
+use crate::ports::{AgentRequest, AgentStream, MockRunStore, QueryError, StoreError};
 use crate::testing::TokioClock;
-
-struct NoAgent;
-
-#[async_trait]
-impl QueryFn for NoAgent {
-    async fn query(&self, _: AgentRequest) -> Result<AgentStream, QueryError> {
-        panic!("no agent runs here")
-    }
-}
-
-struct NoIds;
-
-impl IdGen for NoIds {
-    fn uuid(&self) -> uuid::Uuid {
-        panic!("nothing is created here")
-    }
-}
 
 const FLOW: &str = "name: e\nagents: {w: {provider: mock}}\nnodes: [{id: a, agent: w}]\n";
 
@@ -60,9 +42,11 @@ async fn an_ended_run_is_told_so_even_when_its_lock_cannot_be_taken() {
     });
     let executor = Executor::new(
         Arc::new(store),
-        Arc::new(NoAgent),
+        Arc::new(Agents(
+            |_: AgentRequest| -> Result<AgentStream, QueryError> { panic!("no agent runs here") },
+        )),
         Arc::new(TokioClock::new()),
-        Arc::new(NoIds),
+        Arc::new(Counter(AtomicU64::new(1))),
     );
     let no_definition = async || Err(ExecutorError::Refused("not needed".into()));
     let refused = executor

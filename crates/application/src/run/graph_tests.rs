@@ -21,7 +21,8 @@ use crate::ports::{
 };
 use crate::testing::TokioClock;
 
-struct Counter(AtomicU64);
+/// Ids that count from where they start.
+pub(super) struct Counter(pub(super) AtomicU64);
 
 impl IdGen for Counter {
     fn uuid(&self) -> uuid::Uuid {
@@ -33,7 +34,7 @@ impl IdGen for Counter {
 }
 
 /// An agent as a function of its request.
-struct Agents<F>(F);
+pub(super) struct Agents<F>(pub(super) F);
 
 #[async_trait]
 impl<F> QueryFn for Agents<F>

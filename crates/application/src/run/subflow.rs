@@ -22,10 +22,7 @@ pub(super) async fn run(
         ));
     };
     let started = task.ports.clock.now();
-    let executor = Executor {
-        ports: Arc::clone(&task.ports),
-        created: Arc::default(),
-    };
+    let executor = Executor::of(Arc::clone(&task.ports));
     let parent = Parent {
         run_id: task.run_id,
         pausing: task.pausing.clone(),

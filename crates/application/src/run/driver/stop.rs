@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use domain::workflow::NodeKind;
-use domain::{EventKind, RunId, RunStatus, WorkflowDef};
+use domain::{EventKind, NodeId, NodeRunId, RunId, RunStatus, WorkflowDef};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -217,40 +217,52 @@ impl Driver {
                 let Some((recorded, Some(end))) = ended else {
                     return Ok(None);
                 };
-                if !records_end(keep, &end) {
-                    return Ok(None);
-                }
-                if !keep {
-                    let ctx: Ctx = (Some(node), Some(run));
-                    self.rec.emit(ctx, end.into_event(false)).await?;
-                    return Ok(None);
-                }
-                self.running.remove(&run);
                 let at = recorded.timestamp;
-                let completed = Input::AgentCompleted {
-                    run,
-                    node,
-                    end: Some(end),
-                    at,
-                };
-                self.apply(completed, Asker::None).await
+                self.end_while_stopping(run, node, end, keep, |run, node, end| {
+                    let end = Some(end);
+                    Input::AgentCompleted { run, node, end, at }
+                })
+                .await
             }
             // No new attempt starts while the run stops: dropped unanswered,
             // the node run ends with its error.
             Msg::AttemptFailed { .. } => Ok(None),
             Msg::Ended { run, node, end } => {
-                if !records_end(keep, &end) || !self.state().node_runs.contains_key(&run) {
+                if !self.state().node_runs.contains_key(&run) {
                     return Ok(None);
                 }
-                if !keep {
-                    let ctx: Ctx = (Some(node), Some(run));
-                    self.rec.emit(ctx, end.into_event(false)).await?;
-                    return Ok(None);
-                }
-                self.running.remove(&run);
-                self.node_ended(run, &node, end).await
+                self.end_while_stopping(run, node, end, keep, |run, node, end| Input::NodeEnded {
+                    run,
+                    node,
+                    end,
+                })
+                .await
             }
         }
+    }
+
+    /// A node run's `end` that arrives while the run stops, if it is
+    /// recorded at all ([`records_end`]): stopping for good, as it is;
+    /// pausing or handing over, as in a turn of the loop, by the `input`
+    /// made of it, and the stop that asks for is returned.
+    async fn end_while_stopping(
+        &mut self,
+        run: NodeRunId,
+        node: NodeId,
+        end: NodeEnd,
+        keep: bool,
+        input: impl FnOnce(NodeRunId, NodeId, NodeEnd) -> Input,
+    ) -> Result<Option<Stop>, ExecutorError> {
+        if !records_end(keep, &end) {
+            return Ok(None);
+        }
+        if !keep {
+            let ctx: Ctx = (Some(node), Some(run));
+            self.rec.emit(ctx, end.into_event(false)).await?;
+            return Ok(None);
+        }
+        self.running.remove(&run);
+        self.apply(input(run, node, end), Asker::None).await
     }
 
     /// Records the runtime's own failure, best effort: the store may be what

@@ -143,13 +143,22 @@ pub(crate) fn abandoned(
     if agent.provider.is_http() {
         return None;
     }
-    Some(EventKind::ApprovalResolved {
+    Some(withdrawn(
+        "the agent that asked stopped before an answer".to_owned(),
+    ))
+}
+
+/// A question that will have no answer, withdrawn on record with `reason`
+/// (`approval:resolved`, `how: cancelled`): its run stopped, or the agent
+/// that asked is gone.
+pub(crate) fn withdrawn(reason: String) -> EventKind {
+    EventKind::ApprovalResolved {
         approved: false,
         data: Value::Null,
-        reason: Some("the agent that asked stopped before an answer".to_owned()),
+        reason: Some(reason),
         by: None,
         how: "cancelled".to_owned(),
-    })
+    }
 }
 
 /// `approval:requested` for tool call `first` of agent `agent`, with the

@@ -50,13 +50,7 @@ pub(crate) fn waits_on_its_call(state: &RunSnapshot, run: NodeRunId) -> bool {
 /// (docs/approvals.md); the resumed session asks again if it still wants
 /// the call.
 pub(crate) fn withdrawn(reason: &str) -> EventKind {
-    EventKind::ApprovalResolved {
-        approved: false,
-        data: serde_json::Value::Null,
-        reason: Some(format!("the run paused: {reason}")),
-        by: None,
-        how: "cancelled".to_owned(),
-    }
+    super::approval::withdrawn(format!("the run paused: {reason}"))
 }
 
 /// How a pause ends once its node runs have stopped: `flow:paused`, or,

@@ -82,14 +82,7 @@ pub(crate) fn closing(state: &RunSnapshot, stop: &Stop) -> Vec<(Ctx, EventKind)>
         // A question still open is withdrawn, on record, before its node
         // run ends.
         if r.approval.as_ref().is_some_and(|q| q.answer.is_none()) {
-            let withdrawn = EventKind::ApprovalResolved {
-                approved: false,
-                data: serde_json::Value::Null,
-                reason: Some(why.clone()),
-                by: None,
-                how: "cancelled".to_owned(),
-            };
-            events.push((ctx.clone(), withdrawn));
+            events.push((ctx.clone(), super::approval::withdrawn(why.clone())));
         }
         let failed = EventKind::NodeFailed {
             error: why.clone(),
