@@ -224,19 +224,24 @@ fn validate_refuses_a_condition_that_can_only_fail() {
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
 
+/// A workflow of one mock agent that answers `hi`, for the tests of its input.
+fn one_mock_agent(awr: &Awr) -> std::path::PathBuf {
+    awr.write(
+        "fixtures/w/a.json",
+        r#"{"calls": [{"output": {"text": "hi"}}]}"#,
+    );
+    awr.write(
+        "flow.yaml",
+        "name: w\nagents:\n  g: {provider: mock}\nnodes:\n  - {id: a, agent: g}\n",
+    )
+}
+
 /// An integer beyond 64 bits in `--input` is refused, naming it: serde_json
 /// would keep the nearest float, a value other than the one given.
 #[test]
 fn an_input_integer_beyond_64_bits_is_refused_not_changed() {
     let awr = Awr::new();
-    let flow = awr.write(
-        "flow.yaml",
-        "name: w\nagents:\n  g: {provider: mock}\nnodes:\n  - {id: a, agent: g}\n",
-    );
-    awr.write(
-        "fixtures/w/a.json",
-        r#"{"calls": [{"output": {"text": "hi"}}]}"#,
-    );
+    let flow = one_mock_agent(&awr);
     let big = "123456789012345678901234567890";
     let out = awr.run(&[
         "run",
@@ -266,14 +271,7 @@ fn an_input_integer_beyond_64_bits_is_refused_not_changed() {
 #[test]
 fn an_input_with_a_duplicate_key_is_refused_naming_it() {
     let awr = Awr::new();
-    let flow = awr.write(
-        "flow.yaml",
-        "name: w\nagents:\n  g: {provider: mock}\nnodes:\n  - {id: a, agent: g}\n",
-    );
-    awr.write(
-        "fixtures/w/a.json",
-        r#"{"calls": [{"output": {"text": "hi"}}]}"#,
-    );
+    let flow = one_mock_agent(&awr);
     let file = awr.write("input.json", r#"{"a": 1, "b": {"c": 1, "c": 2}}"#);
     for input in [
         r#"{"a": 1, "a": 2}"#.to_owned(),
@@ -306,11 +304,7 @@ fn an_input_with_a_duplicate_key_is_refused_naming_it() {
 fn events_of_a_node_are_shown_from_a_damaged_log() {
     let awr = Awr::new();
     let run = awr.completed_run("examples/summarize.yaml");
-    let log = awr.storage().join("runs").join(&run).join("events.ndjson");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines[2] = "{ not an event";
-    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let log = awr.corrupt_log_line(&run, 2);
     // A short run keeps no snapshot: its state is the fold of every line.
     let _ = std::fs::remove_file(log.with_file_name("snapshot.json"));
     let out = awr.run(&["show", &run]);

@@ -301,6 +301,17 @@ async fn a_run_directory_without_its_log_is_repaired_by_the_writer() {
     assert_eq!(all(&store, run).await, vec![1]);
 }
 
+/// `awr run` failed (exit 1, echoed by the script as `run exited 1`) on a
+/// full disk, and said that nothing of the run was recorded and it is gone.
+fn assert_removed_for_a_full_disk(stdout: &str, stderr: &str) {
+    assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("No space left on device")
+            && stderr.contains("nothing of the run was recorded, and it is removed"),
+        "{stderr}"
+    );
+}
+
 /// A full disk at a run's first event: `awr run` fails (exit 1), says that
 /// nothing of the run was recorded, and leaves no run behind, where one was
 /// listed `pending` for ever and `awr resume` could only answer that it
@@ -327,12 +338,7 @@ fn a_run_whose_first_event_finds_the_disk_full_leaves_nothing() {
         ],
     );
     let (stdout, stderr) = (&out.stdout, &out.stderr);
-    assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("No space left on device")
-            && stderr.contains("nothing of the run was recorded, and it is removed"),
-        "{stderr}"
-    );
+    assert_removed_for_a_full_disk(stdout, stderr);
     assert!(
         !stderr.contains("awr resume"),
         "no resume offered: {stderr}"
@@ -361,11 +367,6 @@ fn a_run_whose_first_transcript_line_finds_the_disk_full_leaves_nothing() {
         &[disk.as_os_str(), crate::util::awr_bin().as_os_str()],
     );
     let (stdout, stderr) = (&out.stdout, &out.stderr);
-    assert!(stdout.contains("run exited 1"), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("No space left on device")
-            && stderr.contains("nothing of the run was recorded, and it is removed"),
-        "{stderr}"
-    );
+    assert_removed_for_a_full_disk(stdout, stderr);
     assert!(!stdout.contains("left "), "nothing left: {stdout}");
 }

@@ -422,11 +422,7 @@ fn a_run_that_cannot_be_read_fails_the_prune_naming_it() {
     let a = Awr::new();
     let good = a.completed_run("examples/summarize.yaml");
     let bad = a.completed_run("examples/summarize.yaml");
-    let log = a.storage().join("runs").join(&bad).join("events.ndjson");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines[2] = "{ not an event";
-    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let log = a.corrupt_log_line(&bad, 2);
     let out = a.run(&["prune", "--older-than", "0s"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(

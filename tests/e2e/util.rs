@@ -335,6 +335,17 @@ impl Awr {
         }
     }
 
+    /// Replaces line `n` (from 0) of a run's log on the file store with
+    /// text that is not JSON, as a damaged disk would; returns the log.
+    pub fn corrupt_log_line(&self, run: &str, n: usize) -> PathBuf {
+        let path = self.run_dir(run).join("events.ndjson");
+        let text = std::fs::read_to_string(&path).expect("the log");
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines[n] = "{ not an event";
+        std::fs::write(&path, lines.join("\n") + "\n").expect("write the log");
+        path
+    }
+
     /// A run's event log, typed; fails the test on a missing log or a bad line.
     pub fn runtime_events(&self, run: &str) -> Vec<RuntimeEvent> {
         let path = self.run_dir(run).join("events.ndjson");
